@@ -1,0 +1,51 @@
+package actors
+
+import "fmt"
+
+// Kind says what an Envelope carries.
+type Kind uint8
+
+// The kinds of envelope. Every kind but Data is a control record.
+const (
+	Data        Kind = iota // a batch of records
+	EndOfStream             // the sender will send nothing more on this channel
+	Barrier                 // a checkpoint barrier; Mark is the checkpoint id
+	Watermark               // event time has reached Mark on this channel
+)
+
+func (k Kind) String() string {
+	switch k {
+	case Data:
+		return "data"
+	case EndOfStream:
+		return "end-of-stream"
+	case Barrier:
+		return "barrier"
+	case Watermark:
+		return "watermark"
+	}
+	return fmt.Sprintf("kind(%d)", uint8(k))
+}
+
+// Envelope is what travels between operator instances.
+type Envelope struct {
+	Kind Kind
+	// Channel is the receiver's input channel the envelope arrives on.
+	Channel int
+	// Seq is the per-channel sequence number of the envelope's first record
+	// (data) or of the next record (control).
+	Seq uint64
+	// Count is the number of records in Payload; credits are counted in records.
+	Count int
+	// Payload holds the records of a Data envelope; its concrete type is
+	// private to the operators that exchange it.
+	Payload any
+	// Mark is the checkpoint id of a Barrier or the event time of a Watermark.
+	Mark int64
+	// Headers carry W3C trace context and other metadata.
+	Headers map[string]string
+}
+
+// IsControl reports whether the envelope is a control record. It makes
+// *Envelope a mailbox.Control.
+func (e *Envelope) IsControl() bool { return e.Kind != Data }

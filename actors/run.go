@@ -1,0 +1,136 @@
+package actors
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+)
+
+// ErrDrainTimeout is returned by Run.Drain when its context ended before the
+// job finished draining; the job was then stopped.
+var ErrDrainTimeout = errors.New("actors: drain did not finish before the deadline; job stopped")
+
+// Job is something a System runs: a stream topology from package operators,
+// or any other unit with the same lifecycle.
+type Job interface {
+	// Name identifies the job in logs, errors and statistics.
+	Name() string
+	// Start launches the job on sys. The context bounds only the start.
+	Start(ctx context.Context, sys *System) (Execution, error)
+}
+
+// Execution is a started Job, as seen by the System.
+type Execution interface {
+	// Done is closed when the job has finished, by itself, drained or stopped.
+	Done() <-chan struct{}
+	// Err is the job's outcome once Done is closed: nil when every record was
+	// processed and every sink flushed.
+	Err() error
+	// Drain asks the sources to stop; in-flight records finish and
+	// end-of-stream flows through every operator. It does not wait.
+	Drain()
+	// Abort stops every actor of the job now. It does not wait.
+	Abort()
+	// Stats reports per-operator statistics; safe to call at any time.
+	Stats() []OperatorStats
+}
+
+// OperatorStats are the counters of one logical operator, summed over its
+// instances.
+type OperatorStats struct {
+	Name        string // operator name, unique within the job
+	Kind        string // "source", "map", "count", "sink", ...
+	Task        int    // the physical task (fused chain) the operator runs in
+	Parallelism int
+	In          int64 // records received
+	Out         int64 // records emitted
+	Queued      int   // records waiting in the task's mailboxes (first operator of a task only)
+	Blocked     time.Duration // time the task spent without credit to send (first operator of a task only)
+}
+
+// Run is the handle of a running job.
+type Run struct {
+	sys   *System
+	job   Job
+	exec  Execution
+	start time.Time
+}
+
+// Run starts job on the system and returns its handle.
+func (s *System) Run(ctx context.Context, job Job) (*Run, error) {
+	if job == nil {
+		return nil, errors.New("actors: run: nil job")
+	}
+	r := &Run{sys: s, job: job, start: time.Now()}
+	if err := s.track(r); err != nil {
+		return nil, fmt.Errorf("actors: run %q: %w", job.Name(), err)
+	}
+	exec, err := job.Start(ctx, s)
+	if err != nil {
+		s.untrack(r)
+		return nil, err
+	}
+	r.exec = exec
+	s.log.Info("job started", "job", job.Name())
+	go func() { // owned by the run: ends when the job does
+		<-exec.Done()
+		s.untrack(r)
+		if err := exec.Err(); err != nil {
+			s.log.Error("job failed", "job", job.Name(), "err", err)
+		} else {
+			s.log.Info("job finished", "job", job.Name(), "elapsed", time.Since(r.start))
+		}
+	}()
+	return r, nil
+}
+
+// Name returns the job's name.
+func (r *Run) Name() string { return r.job.Name() }
+
+// Done is closed when the job has finished.
+func (r *Run) Done() <-chan struct{} { return r.exec.Done() }
+
+// Wait waits for the job to finish by itself and returns its outcome, or the
+// context's error when ctx ends first (the job keeps running).
+func (r *Run) Wait(ctx context.Context) error {
+	select {
+	case <-r.exec.Done():
+		return r.exec.Err()
+	case <-ctx.Done():
+		return fmt.Errorf("actors: wait for %q: %w", r.job.Name(), context.Cause(ctx))
+	}
+}
+
+// Drain asks the job's sources to stop, waits until in-flight records are
+// processed and sinks flushed, and returns the job's outcome. When ctx ends
+// first, the job is stopped and ErrDrainTimeout is returned.
+func (r *Run) Drain(ctx context.Context) error {
+	r.exec.Drain()
+	select {
+	case <-r.exec.Done():
+		return r.exec.Err()
+	case <-ctx.Done():
+		r.exec.Abort()
+		<-r.exec.Done()
+		return fmt.Errorf("actors: drain %q: %w", r.job.Name(), ErrDrainTimeout)
+	}
+}
+
+// Stop ends the job now, without draining, and waits until its actors have
+// stopped or ctx ends.
+func (r *Run) Stop(ctx context.Context) error {
+	r.exec.Abort()
+	select {
+	case <-r.exec.Done():
+		return nil
+	case <-ctx.Done():
+		return fmt.Errorf("actors: stop %q: %w", r.job.Name(), context.Cause(ctx))
+	}
+}
+
+// Stats reports per-operator statistics.
+func (r *Run) Stats() []OperatorStats { return r.exec.Stats() }
+
+// Elapsed is the time since the job started.
+func (r *Run) Elapsed() time.Duration { return time.Since(r.start) }

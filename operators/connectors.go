@@ -1,0 +1,398 @@
+package operators
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"strconv"
+	"strings"
+	"sync"
+)
+
+// SourceConnector opens the partitions of a source. A source with
+// parallelism P opens partitions 0..P-1, one per instance.
+type SourceConnector[T any] interface {
+	// Open opens partition part of parts, positioned at offset: 0 for the
+	// beginning, or a value that Reader.Offset returned earlier.
+	Open(ctx context.Context, part, parts int, offset int64) (Reader[T], error)
+}
+
+// Reader reads one partition of a source. Its methods are called from one
+// goroutine at a time.
+type Reader[T any] interface {
+	// Read fills buf from its start and returns how many records it read. It
+	// returns 0, io.EOF at the end of the partition, and 0, nil when nothing
+	// is available now (implement Waiter then). It must not block for long.
+	Read(buf []T) (int, error)
+	// Offset is the position after the last record read: reopening at it
+	// continues exactly there (replay after a failure).
+	Offset() int64
+	Close() error
+}
+
+// Waiter is implemented by readers of sources that can run dry for a while
+// (a channel, a network connection). Wait blocks until Read may return
+// records again, or ctx ends.
+type Waiter interface {
+	Wait(ctx context.Context) error
+}
+
+// SinkConnector opens the partitions of a sink, one per instance.
+type SinkConnector[T any] interface {
+	Open(ctx context.Context, part, parts int) (Writer[T], error)
+}
+
+// Writer writes records to one partition of a sink. Close is called at end
+// of stream and must flush; it is also called when the job stops early.
+type Writer[T any] interface {
+	Write(records []T) error
+	Close() error
+}
+
+// ---- sources ----
+
+type sliceSource[T any] struct{ xs []T }
+
+// FromSlice reads the elements of xs in order. With parallelism P, instance
+// i reads the elements whose index is i modulo P.
+func FromSlice[T any](xs []T) SourceConnector[T] { return sliceSource[T]{xs} }
+
+func (s sliceSource[T]) Open(_ context.Context, part, parts int, offset int64) (Reader[T], error) {
+	return &genReader[T]{fn: func(i int64) T { return s.xs[i] }, n: int64(len(s.xs)), part: part, parts: parts, next: offset}, nil
+}
+
+// Unbounded makes Generate produce records until the job is drained.
+const Unbounded int64 = -1
+
+type genSource[T any] struct {
+	n  int64
+	fn func(int64) T
+}
+
+// Generate produces the records fn(0), fn(1), ..., fn(n-1), or without end
+// when n is Unbounded. fn must be deterministic: a replay from an offset
+// produces the same records. With parallelism P, instance i produces the
+// indices equal to i modulo P.
+func Generate[T any](n int64, fn func(i int64) T) SourceConnector[T] { return genSource[T]{n, fn} }
+
+func (g genSource[T]) Open(_ context.Context, part, parts int, offset int64) (Reader[T], error) {
+	if g.fn == nil {
+		return nil, errors.New("generate: nil function")
+	}
+	return &genReader[T]{fn: g.fn, n: g.n, part: part, parts: parts, next: offset}, nil
+}
+
+// genReader reads indices part, part+parts, ... below n; next counts the
+// records this partition has read, which is its offset.
+type genReader[T any] struct {
+	fn          func(int64) T
+	n           int64
+	part, parts int
+	next        int64
+}
+
+func (r *genReader[T]) Read(buf []T) (int, error) {
+	i := int64(r.part) + r.next*int64(r.parts)
+	k := 0
+	for k < len(buf) && (r.n < 0 || i < r.n) {
+		buf[k] = r.fn(i)
+		k++
+		i += int64(r.parts)
+	}
+	r.next += int64(k)
+	if k == 0 {
+		return 0, io.EOF
+	}
+	return k, nil
+}
+
+func (r *genReader[T]) Offset() int64 { return r.next }
+func (r *genReader[T]) Close() error  { return nil }
+
+type fileLines struct{ path string }
+
+// FileLines reads the lines of a text file, without their line endings. Its
+// offset is a byte position, so a replay resumes at the next line. It runs
+// with parallelism 1.
+func FileLines(path string) SourceConnector[string] { return fileLines{path} }
+
+func (f fileLines) Open(_ context.Context, part, parts int, offset int64) (Reader[string], error) {
+	if parts != 1 {
+		return nil, fmt.Errorf("file %s: a file source runs with parallelism 1, not %d", f.path, parts)
+	}
+	fh, err := os.Open(f.path)
+	if err != nil {
+		return nil, err
+	}
+	if _, err := fh.Seek(offset, io.SeekStart); err != nil {
+		fh.Close()
+		return nil, fmt.Errorf("file %s: seek to %d: %w", f.path, offset, err)
+	}
+	return &lineReader{f: fh, r: bufio.NewReaderSize(fh, 64<<10), off: offset, path: f.path}, nil
+}
+
+type lineReader struct {
+	f    *os.File
+	r    *bufio.Reader
+	off  int64
+	path string
+}
+
+func (l *lineReader) Read(buf []string) (int, error) {
+	k := 0
+	for k < len(buf) {
+		line, err := l.r.ReadString('\n')
+		if len(line) > 0 {
+			l.off += int64(len(line))
+			line = strings.TrimSuffix(line, "\n")
+			buf[k] = strings.TrimSuffix(line, "\r")
+			k++
+		}
+		if err == io.EOF {
+			if k == 0 {
+				return 0, io.EOF
+			}
+			return k, nil
+		}
+		if err != nil {
+			return k, fmt.Errorf("file %s at byte %d: %w", l.path, l.off, err)
+		}
+	}
+	return k, nil
+}
+
+func (l *lineReader) Offset() int64 { return l.off }
+func (l *lineReader) Close() error  { return l.f.Close() }
+
+type chanSource[T any] struct{ ch <-chan T }
+
+// FromChannel reads records from ch until it is closed. It is not
+// replayable (records read before a failure are gone) and runs with
+// parallelism 1. The channel's sender owns it and closes it to end the
+// stream; draining the job also ends it.
+func FromChannel[T any](ch <-chan T) SourceConnector[T] { return chanSource[T]{ch} }
+
+func (c chanSource[T]) Open(_ context.Context, part, parts int, _ int64) (Reader[T], error) {
+	if parts != 1 {
+		return nil, fmt.Errorf("channel source runs with parallelism 1, not %d", parts)
+	}
+	return &chanReader[T]{ch: c.ch}, nil
+}
+
+type chanReader[T any] struct {
+	ch     <-chan T
+	mu     sync.Mutex
+	held   []T // received by Wait, not yet read
+	closed bool
+	n      int64
+}
+
+func (c *chanReader[T]) Read(buf []T) (int, error) {
+	c.mu.Lock()
+	k := copy(buf, c.held)
+	c.held = c.held[k:]
+	closed := c.closed
+	c.mu.Unlock()
+	for !closed && k < len(buf) {
+		select {
+		case v, ok := <-c.ch:
+			if !ok {
+				closed = true
+				c.mu.Lock()
+				c.closed = true
+				c.mu.Unlock()
+				continue
+			}
+			buf[k] = v
+			k++
+		default:
+			c.n += int64(k)
+			return k, nil
+		}
+	}
+	c.n += int64(k)
+	if k == 0 && closed {
+		return 0, io.EOF
+	}
+	return k, nil
+}
+
+func (c *chanReader[T]) Wait(ctx context.Context) error {
+	select {
+	case v, ok := <-c.ch:
+		c.mu.Lock()
+		if ok {
+			c.held = append(c.held, v)
+		} else {
+			c.closed = true
+		}
+		c.mu.Unlock()
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+func (c *chanReader[T]) Offset() int64 { return c.n }
+func (c *chanReader[T]) Close() error  { return nil }
+
+// ---- sinks ----
+
+type funcSink[T any] struct{ f func(T) error }
+
+// SinkFunc calls f for every record. With parallelism P, f is called from P
+// goroutines at once; each call for one instance follows the previous one.
+func SinkFunc[T any](f func(T) error) SinkConnector[T] { return funcSink[T]{f} }
+
+func (s funcSink[T]) Open(context.Context, int, int) (Writer[T], error) {
+	if s.f == nil {
+		return nil, errors.New("sink function is nil")
+	}
+	return s, nil
+}
+
+func (s funcSink[T]) Write(rs []T) error {
+	for _, r := range rs {
+		if err := s.f(r); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (s funcSink[T]) Close() error { return nil }
+
+// Format renders a record as one line of text for the text sinks.
+type Format[T any] func(T) string
+
+func formatOrDefault[T any](f Format[T]) Format[T] {
+	if f != nil {
+		return f
+	}
+	return func(v T) string { return fmt.Sprint(v) }
+}
+
+type linesSink[T any] struct {
+	w      io.Writer
+	mu     *sync.Mutex
+	format Format[T]
+}
+
+// Lines writes one line per record to w, formatted by format (fmt.Sprint
+// when nil). Instances share w; each batch is written whole.
+func Lines[T any](w io.Writer, format Format[T]) SinkConnector[T] {
+	return linesSink[T]{w: w, mu: new(sync.Mutex), format: formatOrDefault(format)}
+}
+
+// Stdout writes one line per record to standard output with fmt.Sprint.
+func Stdout[T any]() SinkConnector[T] { return Lines[T](os.Stdout, nil) }
+
+func (s linesSink[T]) Open(context.Context, int, int) (Writer[T], error) { return s, nil }
+
+func (s linesSink[T]) Write(rs []T) error {
+	var sb strings.Builder
+	for _, r := range rs {
+		sb.WriteString(s.format(r))
+		sb.WriteByte('\n')
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	_, err := io.WriteString(s.w, sb.String())
+	return err
+}
+
+func (s linesSink[T]) Close() error { return nil }
+
+type fileSink[T any] struct {
+	path   string
+	format Format[T]
+}
+
+// File writes one line per record to the file at path, created with mode
+// 0600 (truncated if it exists). With parallelism P > 1, instance i writes
+// path-i. Delivery is at-least-once: after a failure and a replay, lines may
+// repeat.
+func File[T any](path string, format Format[T]) SinkConnector[T] {
+	return fileSink[T]{path: path, format: formatOrDefault(format)}
+}
+
+func (s fileSink[T]) Open(_ context.Context, part, parts int) (Writer[T], error) {
+	path := s.path
+	if parts > 1 {
+		path += "-" + strconv.Itoa(part)
+	}
+	f, err := os.OpenFile(path, os.O_CREATE|os.O_WRONLY|os.O_TRUNC, 0o600)
+	if err != nil {
+		return nil, err
+	}
+	return &fileWriter[T]{f: f, w: bufio.NewWriterSize(f, 64<<10), format: s.format}, nil
+}
+
+type fileWriter[T any] struct {
+	f      *os.File
+	w      *bufio.Writer
+	format Format[T]
+}
+
+func (w *fileWriter[T]) Write(rs []T) error {
+	for _, r := range rs {
+		w.w.WriteString(w.format(r))
+		if err := w.w.WriteByte('\n'); err != nil {
+			return fmt.Errorf("file %s: %w", w.f.Name(), err)
+		}
+	}
+	return nil
+}
+
+func (w *fileWriter[T]) Close() error {
+	err := w.w.Flush()
+	if cerr := w.f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return fmt.Errorf("file %s: %w", w.f.Name(), err)
+	}
+	return nil
+}
+
+// Collector keeps every record it receives in memory, for tests and small
+// jobs. It is safe for concurrent use; use it as a SinkConnector.
+type Collector[T any] struct {
+	mu    sync.Mutex
+	items []T
+}
+
+// NewCollector returns an empty collector.
+func NewCollector[T any]() *Collector[T] { return &Collector[T]{} }
+
+// Open implements SinkConnector.
+func (c *Collector[T]) Open(context.Context, int, int) (Writer[T], error) { return collectorWriter[T]{c}, nil }
+
+// Items returns a copy of the records received so far, in arrival order
+// (records from different instances interleave).
+func (c *Collector[T]) Items() []T {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return append([]T(nil), c.items...)
+}
+
+// Len returns the number of records received so far.
+func (c *Collector[T]) Len() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return len(c.items)
+}
+
+type collectorWriter[T any] struct{ c *Collector[T] }
+
+func (w collectorWriter[T]) Write(rs []T) error {
+	w.c.mu.Lock()
+	w.c.items = append(w.c.items, rs...)
+	w.c.mu.Unlock()
+	return nil
+}
+
+func (w collectorWriter[T]) Close() error { return nil }

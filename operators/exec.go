@@ -1,0 +1,703 @@
+package operators
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/asynkron/protoactor-go/actor"
+
+	"github.com/sluicehq/sluice/actors"
+	"github.com/sluicehq/sluice/mailbox"
+)
+
+// ErrAborted is the outcome of a job that was stopped before it finished.
+var ErrAborted = errors.New("operators: job stopped before it finished")
+
+// Messages between the job actor and its instances. The ones that are not
+// records are control messages: they never count against mailbox capacity.
+type (
+	startMsg struct{}
+	tickMsg  struct{ waiter bool }
+	drainMsg struct{}
+	abortMsg struct{}
+	finished struct{ task, instance int }
+	failed   struct {
+		child  *actor.PID
+		reason any
+	}
+	// credit returns n records of capacity to the sender's output out.
+	credit struct{ out, n int }
+)
+
+func (*tickMsg) IsControl() bool  { return true }
+func (*drainMsg) IsControl() bool { return true }
+func (*credit) IsControl() bool   { return true }
+func (*startMsg) IsControl() bool { return true }
+
+// outputSpec is one output edge of an instance: how records are partitioned
+// and the channels to the target instances (one for forward edges).
+type outputSpec struct {
+	part   partitionKind
+	hasher any // func(T) uint64 for hash edges
+	chans  []*outChan
+}
+
+// outChan is a credit-gated channel from this instance to one receiver.
+type outChan struct {
+	target  *actor.PID
+	channel int // receiver's input channel index
+	credits int // records the receiver can still take
+	queue   []*actors.Envelope
+	seq     uint64
+}
+
+// inChan identifies the sender behind one input channel, to return credits.
+type inChan struct {
+	sender *actor.PID
+	out    int // the sender's output channel index
+}
+
+type flusher interface{ flush() }
+
+// emitter is the tail of a chain whose operator has consumers: it
+// partitions records into per-target batches and hands full batches to the
+// instance, which sends them as credits allow.
+type emitter[T any] struct {
+	in   *instance
+	outs []*output[T]
+	size int
+}
+
+type output[T any] struct {
+	spec *outputSpec
+	hash func(T) uint64
+	bufs []batch[T]
+	rr   int
+}
+
+func newEmitter[T any](specs []*outputSpec, in *instance) *emitter[T] {
+	e := &emitter[T]{in: in, size: in.exec.topo.cfg.batchSize}
+	for _, s := range specs {
+		o := &output[T]{spec: s, bufs: make([]batch[T], len(s.chans))}
+		if s.part == partHash {
+			o.hash = s.hasher.(func(T) uint64)
+		}
+		e.outs = append(e.outs, o)
+	}
+	return e
+}
+
+func (e *emitter[T]) push(b *batch[T]) {
+	for _, o := range e.outs {
+		switch o.spec.part {
+		case partForward:
+			e.add(o, 0, b)
+		case partRebalance:
+			e.add(o, o.rr, b)
+			o.rr = (o.rr + 1) % len(o.bufs)
+		case partBroadcast:
+			for t := range o.bufs {
+				e.add(o, t, b)
+			}
+		case partHash:
+			n := len(o.bufs)
+			for i, v := range b.vs {
+				t := instanceFor(o.hash(v), n)
+				buf := &o.bufs[t]
+				buf.vs = append(buf.vs, v)
+				if b.ts != nil {
+					buf.ts = append(buf.ts, b.ts[i])
+				}
+				if len(buf.vs) >= e.size {
+					e.ship(o, t)
+				}
+			}
+		}
+	}
+}
+
+func (e *emitter[T]) add(o *output[T], t int, b *batch[T]) {
+	buf := &o.bufs[t]
+	buf.vs = append(buf.vs, b.vs...)
+	if b.ts != nil {
+		buf.ts = append(buf.ts, b.ts...)
+	}
+	if len(buf.vs) >= e.size {
+		e.ship(o, t)
+	}
+}
+
+// ship hands the target's buffer over in envelopes of at most one batch; the
+// receiver owns them from then on.
+func (e *emitter[T]) ship(o *output[T], t int) {
+	buf := o.bufs[t]
+	o.bufs[t] = batch[T]{}
+	for start := 0; start < len(buf.vs); start += e.size {
+		end := min(start+e.size, len(buf.vs))
+		part := &batch[T]{vs: buf.vs[start:end:end]}
+		if buf.ts != nil {
+			part.ts = buf.ts[start:end:end]
+		}
+		e.in.enqueue(o.spec.chans[t], &actors.Envelope{Kind: actors.Data, Count: end - start, Payload: part})
+	}
+}
+
+func (e *emitter[T]) flush() {
+	for _, o := range e.outs {
+		for t := range o.bufs {
+			if len(o.bufs[t].vs) > 0 {
+				e.ship(o, t)
+			}
+		}
+	}
+}
+
+func (e *emitter[T]) finish() { e.flush() }
+
+// opener is a stage with resources to open at start and release on abort.
+type opener interface {
+	open() error
+	abort()
+}
+
+// instance is one parallel instance of a task: a protoactor actor.
+type instance struct {
+	exec *execution
+	task int
+	idx  int
+	self *actor.PID
+
+	src   sourceRunner
+	head  inlet
+	sinks []opener
+	em    flusher
+
+	outs    []*outChan
+	ins     []inChan
+	eosLeft int
+
+	c        actor.Context
+	stash    []*actors.Envelope
+	blockedN int
+	since    time.Time
+	done     bool
+	reported bool
+
+	tickPending, waiting, draining, waiterActive bool
+
+	mb      atomic.Pointer[mailbox.Mailbox]
+	blocked atomic.Int64 // nanoseconds without credit
+}
+
+func (in *instance) Receive(c actor.Context) {
+	in.c = c
+	switch m := c.Message().(type) {
+	case *actors.Envelope:
+		if in.blockedN > 0 || len(in.stash) > 0 {
+			in.stash = append(in.stash, m)
+			return
+		}
+		in.handle(m)
+	case *credit:
+		in.onCredit(m)
+	case *tickMsg:
+		if m.waiter {
+			in.waiterActive = false
+		}
+		in.step()
+	case *startMsg:
+		in.start()
+	case *drainMsg:
+		if in.src != nil && !in.done {
+			in.draining = true
+			in.scheduleTick()
+		}
+	case *actor.Stopping:
+		in.release()
+	}
+}
+
+func (in *instance) start() {
+	for _, s := range in.sinks {
+		if err := s.open(); err != nil {
+			panic(err)
+		}
+	}
+	if in.src != nil {
+		if err := in.src.open(0); err != nil {
+			panic(err)
+		}
+		in.scheduleTick()
+	}
+	if in.src == nil && in.eosLeft == 0 {
+		in.endOfInput()
+	}
+}
+
+func (in *instance) handle(env *actors.Envelope) {
+	switch env.Kind {
+	case actors.Data:
+		in.head.deliver(env.Payload)
+		in.em.flush()
+		ch := in.ins[env.Channel]
+		in.c.Send(ch.sender, &credit{out: ch.out, n: env.Count})
+	case actors.EndOfStream:
+		in.eosLeft--
+		if in.eosLeft == 0 {
+			in.endOfInput()
+		}
+	}
+}
+
+// endOfInput finishes the chain (aggregations emit, sinks flush) and sends
+// end-of-stream on every output.
+func (in *instance) endOfInput() {
+	if in.done {
+		return
+	}
+	if in.src != nil {
+		in.src.finish()
+	} else {
+		in.head.finish()
+	}
+	in.em.flush()
+	for _, oc := range in.outs {
+		in.enqueue(oc, &actors.Envelope{Kind: actors.EndOfStream})
+	}
+	in.done = true
+	in.maybeReport()
+}
+
+func (in *instance) maybeReport() {
+	if in.done && in.blockedN == 0 && !in.reported {
+		in.reported = true
+		in.c.Send(in.exec.jobPID, &finished{in.task, in.idx})
+	}
+}
+
+func (in *instance) enqueue(oc *outChan, env *actors.Envelope) {
+	env.Channel = oc.channel
+	env.Seq = oc.seq
+	oc.seq += uint64(env.Count)
+	if len(oc.queue) == 0 && (env.Kind != actors.Data || oc.credits >= env.Count) {
+		oc.credits -= env.Count
+		in.c.Send(oc.target, env)
+		return
+	}
+	if len(oc.queue) == 0 {
+		in.blockedN++
+		if in.blockedN == 1 {
+			in.since = time.Now()
+		}
+	}
+	oc.queue = append(oc.queue, env)
+}
+
+func (in *instance) onCredit(m *credit) {
+	oc := in.outs[m.out]
+	oc.credits += m.n
+	if len(oc.queue) == 0 {
+		return
+	}
+	for len(oc.queue) > 0 {
+		env := oc.queue[0]
+		if env.Kind == actors.Data && oc.credits < env.Count {
+			return
+		}
+		oc.credits -= env.Count
+		in.c.Send(oc.target, env)
+		oc.queue[0] = nil
+		oc.queue = oc.queue[1:]
+	}
+	oc.queue = nil
+	in.blockedN--
+	if in.blockedN > 0 {
+		return
+	}
+	in.blocked.Add(int64(time.Since(in.since)))
+	for in.blockedN == 0 && len(in.stash) > 0 {
+		env := in.stash[0]
+		in.stash[0] = nil
+		in.stash = in.stash[1:]
+		in.handle(env)
+	}
+	if in.blockedN == 0 && in.waiting {
+		in.waiting = false
+		in.scheduleTick()
+	}
+	in.maybeReport()
+}
+
+func (in *instance) scheduleTick() {
+	if !in.tickPending {
+		in.tickPending = true
+		in.c.Send(in.self, &tickMsg{})
+	}
+}
+
+// step reads one batch from the source and pushes it through the chain.
+func (in *instance) step() {
+	in.tickPending = false
+	if in.done {
+		return
+	}
+	if in.blockedN > 0 {
+		in.waiting = true
+		return
+	}
+	if in.draining {
+		in.endOfInput()
+		return
+	}
+	n, err := in.src.step()
+	in.em.flush()
+	switch {
+	case errors.Is(err, io.EOF):
+		in.endOfInput()
+	case err != nil:
+		panic(err)
+	case n > 0:
+		in.scheduleTick()
+	default:
+		w := in.src.waiter()
+		if w == nil {
+			in.scheduleTick()
+			return
+		}
+		if in.waiterActive {
+			return
+		}
+		in.waiterActive = true
+		ctx, root, self := in.exec.ctx, in.exec.root, in.self
+		go func() { // owned by the job: ends when data arrives or the job ends
+			if w.Wait(ctx) == nil {
+				root.Send(self, &tickMsg{waiter: true})
+			}
+		}()
+	}
+}
+
+func (in *instance) release() {
+	if in.src != nil {
+		_ = in.src.close()
+	}
+	if !in.done {
+		for _, s := range in.sinks {
+			s.abort()
+		}
+	}
+}
+
+
+// nopFlusher is the emitter of a chain that ends in a sink.
+type nopFlusher struct{}
+
+func (nopFlusher) flush() {}
+
+// execution is a running topology: the actors.Execution of a Topology.
+type execution struct {
+	topo   *Topology
+	plan   *Plan
+	sys    *actors.System
+	root   *actor.RootContext
+	ctx    context.Context
+	cancel context.CancelFunc
+
+	jobPID    *actor.PID
+	instances [][]*instance
+	byID      map[string]*instance
+	counters  map[*node][]*counters
+	launched  chan error
+
+	done     chan struct{}
+	mu       sync.Mutex
+	err      error
+	finished int
+}
+
+// Start implements actors.Job: it validates the topology, spawns one actor
+// per task instance under a job actor that supervises them, and starts the
+// sources.
+func (t *Topology) Start(ctx context.Context, sys *actors.System) (actors.Execution, error) {
+	plan, err := t.Plan()
+	if err != nil {
+		return nil, err
+	}
+	x := &execution{topo: t, plan: plan, sys: sys, root: sys.Root(),
+		done: make(chan struct{}), launched: make(chan error, 1),
+		byID: make(map[string]*instance), counters: make(map[*node][]*counters)}
+	x.ctx, x.cancel = context.WithCancel(context.WithoutCancel(ctx))
+	props := actor.PropsFromProducer(func() actor.Actor { return &jobActor{x: x} },
+		actor.WithSupervisor(&failFast{x: x}), actor.WithGuardian(&jobGuardian{x: x}))
+	pid, err := x.root.SpawnNamed(props, fmt.Sprintf("job-%s-%d", t.name, jobSeq.Add(1)))
+	if err != nil {
+		x.cancel()
+		return nil, fmt.Errorf("operators: start %q: %w", t.name, err)
+	}
+	select {
+	case err := <-x.launched: // the job actor has set x.jobPID
+		if err != nil {
+			<-x.done
+			return nil, fmt.Errorf("operators: start %q: %w", t.name, err)
+		}
+	case <-ctx.Done():
+		x.root.Send(pid, &abortMsg{})
+		<-x.done
+		return nil, fmt.Errorf("operators: start %q: %w", t.name, context.Cause(ctx))
+	}
+	return x, nil
+}
+
+var jobSeq atomic.Int64 // unique job actor names within the process
+
+func (x *execution) Done() <-chan struct{} { return x.done }
+
+func (x *execution) Err() error {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	return x.err
+}
+
+func (x *execution) Drain() { x.root.Send(x.jobPID, &drainMsg{}) }
+func (x *execution) Abort() { x.root.Send(x.jobPID, &abortMsg{}) }
+
+// setErr records the job's outcome; the first error wins.
+func (x *execution) setErr(err error) {
+	x.mu.Lock()
+	if x.err == nil {
+		x.err = err
+	}
+	x.mu.Unlock()
+}
+
+// Stats implements actors.Execution.
+func (x *execution) Stats() []actors.OperatorStats {
+	var out []actors.OperatorStats
+	for id, chain := range x.plan.chains {
+		for pos, n := range chain {
+			st := actors.OperatorStats{Name: n.name, Kind: n.kind, Task: id, Parallelism: x.plan.par[n]}
+			for _, c := range x.counters[n] {
+				st.In += c.in.Load()
+				st.Out += c.out.Load()
+			}
+			if pos == 0 && id < len(x.instances) {
+				for _, in := range x.instances[id] {
+					if mb := in.mb.Load(); mb != nil {
+						st.Queued += mb.Stats().Depth
+					}
+					st.Blocked += time.Duration(in.blocked.Load())
+				}
+			}
+			out = append(out, st)
+		}
+	}
+	return out
+}
+
+// Plan returns the physical plan the job runs.
+func (x *execution) Plan() *Plan { return x.plan }
+
+// build wires every instance: channels, credits, stages. It runs before any
+// instance is spawned, so instances start fully formed.
+func (x *execution) build() error {
+	p, cfg := x.plan, x.topo.cfg
+	x.instances = make([][]*instance, len(p.chains))
+	for id, chain := range p.chains {
+		par := p.par[chain[0]]
+		for i := 0; i < par; i++ {
+			in := &instance{exec: x, task: id, idx: i,
+				self: actor.NewPID(x.jobPID.Address, x.jobPID.Id+"/t"+strconv.Itoa(id)+"."+strconv.Itoa(i))}
+			x.instances[id] = append(x.instances[id], in)
+			x.byID[in.self.Id] = in
+		}
+		for _, n := range chain {
+			cs := make([]*counters, par)
+			for i := range cs {
+				cs[i] = new(counters)
+			}
+			x.counters[n] = cs
+		}
+	}
+	// Input channels of every receiver: one per (edge, sender instance that
+	// sends to it). Window: the receiver's capacity shared by its channels.
+	type key struct{ edge, from, to int }
+	chanOf := make(map[key]int)
+	for id := range p.chains {
+		for _, recv := range x.instances[id] {
+			for ei, e := range p.ins[id] {
+				for _, snd := range x.instances[e.from] {
+					if e.part == partForward && snd.idx != recv.idx {
+						continue
+					}
+					chanOf[key{ei, snd.idx, recv.idx}] = len(recv.ins)
+					recv.ins = append(recv.ins, inChan{sender: snd.self})
+				}
+			}
+			recv.eosLeft = len(recv.ins)
+		}
+	}
+	window := func(recv *instance) int { return max(cfg.batchSize, cfg.capacity/max(1, len(recv.ins))) }
+	// Output channels and emitters.
+	specsOf := make([][]*outputSpec, len(x.instances))
+	for id := range p.chains {
+		specsOf[id] = make([]*outputSpec, len(x.instances[id]))
+	}
+	outSpecs := func(snd *instance) []*outputSpec {
+		var specs []*outputSpec
+		for _, e := range p.outs[snd.task] {
+			ei := e.index
+			spec := &outputSpec{part: e.part}
+			if e.via != nil {
+				spec.hasher = e.via.hasher
+			}
+			for _, recv := range x.instances[e.to] {
+				if e.part == partForward && snd.idx != recv.idx {
+					continue
+				}
+				ci := chanOf[key{ei, snd.idx, recv.idx}]
+				oc := &outChan{target: recv.self, channel: ci, credits: window(recv)}
+				recv.ins[ci].out = len(snd.outs)
+				snd.outs = append(snd.outs, oc)
+				spec.chans = append(spec.chans, oc)
+			}
+			specs = append(specs, spec)
+		}
+		return specs
+	}
+	for id, chain := range p.chains {
+		for _, in := range x.instances[id] {
+			tail := chain[len(chain)-1]
+			var next any
+			if tail.role == roleSink {
+				in.em = nopFlusher{}
+			} else {
+				next, in.em = tail.newEmitter(outSpecs(in), in)
+			}
+			for pos := len(chain) - 1; pos >= 0; pos-- {
+				n := chain[pos]
+				sc := &stageCtx{node: n, instance: in.idx, parts: p.par[n], ctx: x.ctx, c: x.counters[n][in.idx], batch: cfg.batchSize}
+				if n.role == roleSource {
+					in.src = n.newSource(next, sc)
+					continue
+				}
+				next = n.newStage(next, sc)
+				if o, ok := next.(opener); ok {
+					in.sinks = append(in.sinks, o)
+				}
+				if pos == 0 {
+					in.head = n.newInlet(next)
+				}
+			}
+		}
+	}
+	return nil
+}
+
+// jobActor supervises the instances of one execution.
+type jobActor struct {
+	x     *execution
+	total int
+}
+
+func (j *jobActor) Receive(c actor.Context) {
+	x := j.x
+	switch m := c.Message().(type) {
+	case *actor.Started:
+		x.jobPID = c.Self()
+		err := j.launch(c)
+		x.launched <- err
+		if err != nil {
+			x.setErr(err)
+			c.Stop(c.Self())
+		}
+	case *finished:
+		j.total--
+		if j.total == 0 {
+			c.Stop(c.Self())
+		}
+	case *failed:
+		x.setErr(x.operatorError(m.child, m.reason))
+		c.Stop(c.Self())
+	case *drainMsg:
+		for id, chain := range x.plan.chains {
+			if chain[0].role == roleSource {
+				for _, in := range x.instances[id] {
+					c.Send(in.self, &drainMsg{})
+				}
+			}
+		}
+	case *abortMsg:
+		x.setErr(ErrAborted)
+		c.Stop(c.Self())
+	case *actor.Stopped:
+		x.cancel()
+		close(x.done)
+	}
+}
+
+func (j *jobActor) launch(c actor.Context) error {
+	x := j.x
+	if err := x.build(); err != nil {
+		return err
+	}
+	mbCfg := mailbox.Config{Capacity: x.topo.cfg.capacity}
+	for _, insts := range x.instances {
+		for _, in := range insts {
+			in := in
+			props := actor.PropsFromProducer(func() actor.Actor { return in },
+				actor.WithMailbox(mbCfg.Producer(func(mb *mailbox.Mailbox) { in.mb.Store(mb) })))
+			name := in.self.Id[len(x.jobPID.Id)+1:]
+			if _, err := c.SpawnNamed(props, name); err != nil {
+				return fmt.Errorf("spawn %s: %w", name, err)
+			}
+			j.total++
+		}
+	}
+	for _, insts := range x.instances {
+		for _, in := range insts {
+			c.Send(in.self, &startMsg{})
+		}
+	}
+	return nil
+}
+
+func (x *execution) operatorError(child *actor.PID, reason any) error {
+	in := x.byID[child.Id]
+	oe := &OperatorError{Topology: x.topo.name, Operator: child.Id}
+	if in != nil {
+		oe.Operator, oe.Instance = x.plan.Tasks[in.task].Name(), in.idx
+	}
+	switch r := reason.(type) {
+	case *stageFailure:
+		oe.Operator, oe.Err = r.op, r.err
+	case error:
+		oe.Err = r
+	default:
+		oe.Err = &PanicError{Value: r}
+	}
+	return oe
+}
+
+// failFast is the supervision of this foundation: the first failure of any
+// instance stops the job with an error that names the operator. (Restarts,
+// backoff and dead letters come with the supervision package.)
+type failFast struct{ x *execution }
+
+func (f *failFast) HandleFailure(_ *actor.ActorSystem, _ actor.Supervisor, child *actor.PID, _ *actor.RestartStatistics, reason, _ any) {
+	f.x.root.Send(f.x.jobPID, &failed{child: child, reason: reason})
+}
+
+// jobGuardian handles a failure of the job actor itself (a bug in sluice):
+// it records the reason and stops the job.
+type jobGuardian struct{ x *execution }
+
+func (g *jobGuardian) HandleFailure(_ *actor.ActorSystem, _ actor.Supervisor, child *actor.PID, _ *actor.RestartStatistics, reason, _ any) {
+	g.x.setErr(fmt.Errorf("operators: topology %q: job actor failed: %v", g.x.topo.name, reason))
+	g.x.root.Stop(child)
+}

@@ -1,0 +1,307 @@
+package operators
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"sync/atomic"
+)
+
+// batch is a run of records in columns: values, and event times when the
+// stream carries them (nil otherwise).
+type batch[T any] struct {
+	vs []T
+	ts []int64
+}
+
+// pusher is one stage of a fused chain. push processes a batch the caller
+// owns: the stage may modify it in place but must not keep it after
+// returning. finish is called once at end of stream, after the last push:
+// the stage emits what it still holds and calls its successor's finish.
+type pusher[T any] interface {
+	push(b *batch[T])
+	finish()
+}
+
+// inlet feeds the payload of a data envelope to the head of a chain.
+type inlet interface {
+	deliver(payload any)
+	finish()
+}
+
+type typedInlet[T any] struct{ head pusher[T] }
+
+func (i *typedInlet[T]) deliver(p any) { i.head.push(p.(*batch[T])) }
+func (i *typedInlet[T]) finish()       { i.head.finish() }
+
+// counters are one operator instance's statistics, read concurrently by Stats.
+type counters struct {
+	in, out atomic.Int64
+}
+
+// stageCtx is what a stage knows about where it runs.
+type stageCtx struct {
+	node     *node
+	instance int
+	parts    int
+	ctx      context.Context
+	c        *counters
+	batch    int
+}
+
+// fail aborts the instance with err; the supervisor reports it as the
+// operator's failure.
+func (sc *stageCtx) fail(err error) {
+	panic(&stageFailure{op: sc.node.name, err: err})
+}
+
+type stageFailure struct {
+	op  string
+	err error
+}
+
+func (f *stageFailure) Error() string { return f.err.Error() }
+
+type mapStage[In, Out any] struct {
+	f    func(In) Out
+	next pusher[Out]
+	sc   *stageCtx
+	out  batch[Out]
+}
+
+func (s *mapStage[In, Out]) push(b *batch[In]) {
+	n := len(b.vs)
+	s.sc.c.in.Add(int64(n))
+	out := s.out.vs[:0]
+	for _, v := range b.vs {
+		out = append(out, s.f(v))
+	}
+	s.out.vs, s.out.ts = out, b.ts
+	s.sc.c.out.Add(int64(n))
+	s.next.push(&s.out)
+}
+
+func (s *mapStage[In, Out]) finish() { s.next.finish() }
+
+type filterStage[T any] struct {
+	keep func(T) bool
+	next pusher[T]
+	sc   *stageCtx
+}
+
+func (s *filterStage[T]) push(b *batch[T]) {
+	s.sc.c.in.Add(int64(len(b.vs)))
+	j := 0
+	if b.ts == nil {
+		for _, v := range b.vs {
+			if s.keep(v) {
+				b.vs[j] = v
+				j++
+			}
+		}
+	} else {
+		for i, v := range b.vs {
+			if s.keep(v) {
+				b.vs[j], b.ts[j] = v, b.ts[i]
+				j++
+			}
+		}
+		b.ts = b.ts[:j]
+	}
+	b.vs = b.vs[:j]
+	if j == 0 {
+		return
+	}
+	s.sc.c.out.Add(int64(j))
+	s.next.push(b)
+}
+
+func (s *filterStage[T]) finish() { s.next.finish() }
+
+type flatMapStage[In, Out any] struct {
+	f    func(In) []Out
+	next pusher[Out]
+	sc   *stageCtx
+	out  batch[Out]
+}
+
+func (s *flatMapStage[In, Out]) push(b *batch[In]) {
+	s.sc.c.in.Add(int64(len(b.vs)))
+	s.out.vs, s.out.ts = s.out.vs[:0], s.out.ts[:0]
+	for i, v := range b.vs {
+		outs := s.f(v)
+		s.out.vs = append(s.out.vs, outs...)
+		if b.ts != nil {
+			for range outs {
+				s.out.ts = append(s.out.ts, b.ts[i])
+			}
+		}
+		if len(s.out.vs) >= s.sc.batch { // keep the batch bounded however much f expands
+			s.flush(b.ts != nil)
+		}
+	}
+	s.flush(b.ts != nil)
+}
+
+func (s *flatMapStage[In, Out]) flush(timed bool) {
+	if len(s.out.vs) == 0 {
+		return
+	}
+	if !timed {
+		s.out.ts = nil
+	}
+	s.sc.c.out.Add(int64(len(s.out.vs)))
+	s.next.push(&s.out)
+	s.out.vs, s.out.ts = s.out.vs[:0], s.out.ts[:0]
+}
+
+func (s *flatMapStage[In, Out]) finish() { s.next.finish() }
+
+// keyedStage keeps one accumulator per key, in memory.
+type keyedStage[K comparable, T, A any] struct {
+	key   func(T) K
+	step  func(acc A, seen bool, v T) A
+	emit  EmitMode
+	next  pusher[KV[K, A]]
+	sc    *stageCtx
+	state map[K]A
+	order []K // keys in first-seen order, so that EmitAtEnd is deterministic
+	out   batch[KV[K, A]]
+}
+
+func (s *keyedStage[K, T, A]) push(b *batch[T]) {
+	s.sc.c.in.Add(int64(len(b.vs)))
+	s.out.vs = s.out.vs[:0]
+	for _, v := range b.vs {
+		k := s.key(v)
+		acc, seen := s.state[k]
+		if !seen {
+			s.order = append(s.order, k)
+		}
+		acc = s.step(acc, seen, v)
+		s.state[k] = acc
+		if s.emit == EmitUpdates {
+			s.out.vs = append(s.out.vs, KV[K, A]{k, acc})
+		}
+	}
+	if len(s.out.vs) > 0 {
+		s.out.ts = b.ts
+		s.sc.c.out.Add(int64(len(s.out.vs)))
+		s.next.push(&s.out)
+	}
+}
+
+func (s *keyedStage[K, T, A]) finish() {
+	if s.emit == EmitAtEnd {
+		s.out.ts = nil
+		for i := 0; i < len(s.order); i += s.sc.batch {
+			s.out.vs = s.out.vs[:0]
+			for _, k := range s.order[i:min(i+s.sc.batch, len(s.order))] {
+				s.out.vs = append(s.out.vs, KV[K, A]{k, s.state[k]})
+			}
+			s.sc.c.out.Add(int64(len(s.out.vs)))
+			s.next.push(&s.out)
+		}
+	}
+	s.next.finish()
+}
+
+type sinkStage[T any] struct {
+	conn SinkConnector[T]
+	w    Writer[T]
+	sc   *stageCtx
+}
+
+func (s *sinkStage[T]) open() error {
+	w, err := s.conn.Open(s.sc.ctx, s.sc.instance, s.sc.parts)
+	if err != nil {
+		return fmt.Errorf("open: %w", err)
+	}
+	s.w = w
+	return nil
+}
+
+func (s *sinkStage[T]) push(b *batch[T]) {
+	s.sc.c.in.Add(int64(len(b.vs)))
+	if err := s.w.Write(b.vs); err != nil {
+		s.sc.fail(fmt.Errorf("write: %w", err))
+	}
+}
+
+func (s *sinkStage[T]) finish() {
+	w := s.w
+	s.w = nil
+	if w != nil {
+		if err := w.Close(); err != nil {
+			s.sc.fail(fmt.Errorf("close: %w", err))
+		}
+	}
+}
+
+// abort releases the writer without the end-of-stream guarantees.
+func (s *sinkStage[T]) abort() {
+	if s.w != nil {
+		_ = s.w.Close()
+		s.w = nil
+	}
+}
+
+// sourceRunner is the head of a source task.
+type sourceRunner interface {
+	open(offset int64) error
+	// step reads at most one batch and pushes it; it returns io.EOF at the
+	// end of the partition and (0, nil) when nothing is available now.
+	step() (int, error)
+	finish()
+	close() error
+	waiter() Waiter
+}
+
+type sourceStage[T any] struct {
+	conn SourceConnector[T]
+	r    Reader[T]
+	next pusher[T]
+	sc   *stageCtx
+	buf  batch[T]
+}
+
+func (s *sourceStage[T]) open(offset int64) error {
+	r, err := s.conn.Open(s.sc.ctx, s.sc.instance, s.sc.parts, offset)
+	if err != nil {
+		return fmt.Errorf("open: %w", err)
+	}
+	s.r = r
+	s.buf.vs = make([]T, s.sc.batch)
+	return nil
+}
+
+func (s *sourceStage[T]) step() (int, error) {
+	s.buf.vs = s.buf.vs[:s.sc.batch]
+	n, err := s.r.Read(s.buf.vs)
+	if n > 0 {
+		s.buf.vs, s.buf.ts = s.buf.vs[:n], nil
+		s.sc.c.out.Add(int64(n))
+		s.next.push(&s.buf)
+	}
+	if err != nil && !errors.Is(err, io.EOF) {
+		return n, fmt.Errorf("read: %w", err)
+	}
+	return n, err
+}
+
+func (s *sourceStage[T]) finish() { s.next.finish() }
+
+func (s *sourceStage[T]) close() error {
+	if s.r == nil {
+		return nil
+	}
+	err := s.r.Close()
+	s.r = nil
+	return err
+}
+
+func (s *sourceStage[T]) waiter() Waiter {
+	w, _ := s.r.(Waiter)
+	return w
+}

@@ -1,0 +1,188 @@
+package operators
+
+import (
+	"fmt"
+	"reflect"
+)
+
+// role says how a logical node takes part in execution.
+type role uint8
+
+const (
+	roleSource    role = iota // reads a SourceConnector
+	roleOperator              // runs user code on records
+	roleSink                  // writes to a SinkConnector
+	rolePartition             // KeyBy, Broadcast: shapes the edge to its consumers, runs nothing
+	roleJunction              // Merge, Declare: joins inputs, runs nothing
+)
+
+// Topology is a logical graph of operators under construction. Build it with
+// the package's functions (Source, Map, KeyBy, Sink, ...), check it with
+// Validate or Plan, and run it with actors.System.Run. A Topology is not safe
+// for concurrent construction.
+type Topology struct {
+	name     string
+	nodes    []*node
+	errs     []error
+	connects []connection
+	cfg      runConfig
+}
+
+type connection struct{ from, to string }
+
+// NewTopology starts an empty topology named name.
+func NewTopology(name string, opts ...TopologyOption) *Topology {
+	t := &Topology{name: name, cfg: defaultRunConfig()}
+	for _, o := range opts {
+		o(&t.cfg)
+	}
+	return t
+}
+
+// Name returns the topology's name.
+func (t *Topology) Name() string { return t.name }
+
+// node is one logical operator.
+type node struct {
+	id          int
+	name        string
+	kind        string // "source", "map", "keyby", "count", "sink", ...
+	role        role
+	topo        *Topology
+	inType      reflect.Type // nil for sources
+	outType     reflect.Type // nil for sinks
+	inputs      []*node
+	consumers   []*node
+	parallelism int // 0: inherit
+	explicitP   bool
+	noFusion    bool
+	stateful    bool
+	declared    bool
+	partition   partitionKind // for rolePartition nodes
+	hasher      any           // func(T) uint64, for KeyBy
+	emit        EmitMode
+
+	// typed builders, set by the generic constructors
+	newSource  func(next any, sc *stageCtx) sourceRunner
+	newStage   func(next any, sc *stageCtx) any // returns pusher[In]
+	newInlet   func(head any) inlet
+	newEmitter func(outs []*outputSpec, in *instance) (any, flusher)
+}
+
+// Stream is a typed stream of records produced by one operator. Streams are
+// values: pass them to the next operator's constructor. A stream may be
+// consumed by several operators; each receives every record.
+type Stream[T any] struct{ n *node }
+
+// Name returns the name of the operator that produces the stream.
+func (s Stream[T]) Name() string {
+	if s.n == nil {
+		return ""
+	}
+	return s.n.name
+}
+
+// KeyedStream is a stream partitioned by key: every record with the same key
+// reaches the same instance of the consuming operator. Create it with KeyBy.
+type KeyedStream[K comparable, T any] struct {
+	n   *node
+	key func(T) K
+}
+
+// Name returns the name of the KeyBy that produced the stream.
+func (s KeyedStream[K, T]) Name() string {
+	if s.n == nil {
+		return ""
+	}
+	return s.n.name
+}
+
+// Option configures one operator at its call site.
+type Option func(*node)
+
+// Parallelism sets how many instances (actors) run the operator. The default
+// is the parallelism of the operator's first input (1 for sources). On KeyBy
+// it sets the parallelism of the keyed consumers.
+func Parallelism(n int) Option {
+	return func(nd *node) { nd.parallelism, nd.explicitP = n, true }
+}
+
+// NoFusion keeps the operator in an actor of its own instead of fusing it
+// with its neighbours into one chain.
+func NoFusion() Option { return func(nd *node) { nd.noFusion = true } }
+
+// TopologyOption configures how a topology runs.
+type TopologyOption func(*runConfig)
+
+type runConfig struct {
+	batchSize int
+	capacity  int
+}
+
+func defaultRunConfig() runConfig { return runConfig{batchSize: 256, capacity: 4096} }
+
+// BatchSize sets how many records travel together in one envelope between
+// actors (default 256). Larger batches cost memory and latency and save
+// per-message overhead.
+func BatchSize(n int) TopologyOption { return func(c *runConfig) { c.batchSize = n } }
+
+// Capacity sets each operator instance's input capacity in records (default
+// 4096). Senders hold credits for it; a sender without credits stops taking
+// input, which propagates back-pressure up to the sources.
+func Capacity(n int) TopologyOption { return func(c *runConfig) { c.capacity = n } }
+
+func typeOf[T any]() reflect.Type { return reflect.TypeFor[T]() }
+
+// add registers a node, checking that its inputs belong to this topology.
+func (t *Topology) add(nd *node, inputs []*node, opts []Option) *node {
+	nd.id = len(t.nodes)
+	nd.topo = t
+	for _, o := range opts {
+		if o != nil {
+			o(nd)
+		}
+	}
+	for _, in := range inputs {
+		if in == nil {
+			t.errs = append(t.errs, opErr(t, nd.name, ErrUnconnected, "input is a zero Stream (not produced by an operator)"))
+			continue
+		}
+		if in.topo != t {
+			t.errs = append(t.errs, opErr(t, nd.name, ErrForeignStream,
+				fmt.Sprintf("input %q belongs to topology %q", in.name, in.topo.name)))
+			continue
+		}
+		nd.inputs = append(nd.inputs, in)
+		in.consumers = append(in.consumers, nd)
+	}
+	t.nodes = append(t.nodes, nd)
+	return nd
+}
+
+func topoOf(ns ...*node) *Topology {
+	for _, n := range ns {
+		if n != nil {
+			return n.topo
+		}
+	}
+	return nil
+}
+
+// Connect wires the output of operator from into the declared input to (see
+// Declare). Both are looked up by name when the topology is validated, so
+// the order of calls does not matter. Errors (unknown names, a type mismatch,
+// a cycle) are reported by Validate, Plan and Run.
+func (t *Topology) Connect(from, to string) {
+	t.connects = append(t.connects, connection{from, to})
+}
+
+// Declare adds a named input whose producers are wired later with
+// Topology.Connect: for topologies assembled from parts, or by name from
+// configuration. It passes every record through unchanged. A declared input
+// that is never connected makes the topology invalid.
+func Declare[T any](t *Topology, name string, opts ...Option) Stream[T] {
+	nd := &node{name: name, kind: "declare", role: roleJunction, declared: true,
+		inType: typeOf[T](), outType: typeOf[T]()}
+	setTypedPlumbing[T](nd)
+	return Stream[T]{t.add(nd, nil, opts)}
+}
