@@ -43,10 +43,13 @@ type OperatorStats struct {
 	Kind        string // "source", "map", "count", "sink", ...
 	Task        int    // the physical task (fused chain) the operator runs in
 	Parallelism int
-	In          int64 // records received
-	Out         int64 // records emitted
-	Queued      int   // records waiting in the task's mailboxes (first operator of a task only)
-	Blocked     time.Duration // time the task spent without credit to send (first operator of a task only)
+	In          int64         // records received
+	Out         int64         // records emitted
+	Queued      int           // records waiting in the task's mailboxes (first operator of a task only)
+	Blocked     time.Duration // time the task's instances spent without credit to send (first operator of a task only)
+	// Backpressured is the number of the task's instances without credit now
+	// (first operator of a task only).
+	Backpressured int
 }
 
 // Run is the handle of a running job.

@@ -369,7 +369,9 @@ type Collector[T any] struct {
 func NewCollector[T any]() *Collector[T] { return &Collector[T]{} }
 
 // Open implements SinkConnector.
-func (c *Collector[T]) Open(context.Context, int, int) (Writer[T], error) { return collectorWriter[T]{c}, nil }
+func (c *Collector[T]) Open(context.Context, int, int) (Writer[T], error) {
+	return collectorWriter[T]{c}, nil
+}
 
 // Items returns a copy of the records received so far, in arrival order
 // (records from different instances interleave).

@@ -191,8 +191,9 @@ type instance struct {
 
 	tickPending, waiting, draining, waiterActive bool
 
-	mb      atomic.Pointer[mailbox.Mailbox]
-	blocked atomic.Int64 // nanoseconds without credit
+	mb           atomic.Pointer[mailbox.Mailbox]
+	blocked      atomic.Int64 // nanoseconds without credit, past episodes
+	blockedSince atomic.Int64 // start of the current episode (unix ns), 0 when not blocked
 }
 
 func (in *instance) Receive(c actor.Context) {
@@ -294,6 +295,7 @@ func (in *instance) enqueue(oc *outChan, env *actors.Envelope) {
 		in.blockedN++
 		if in.blockedN == 1 {
 			in.since = time.Now()
+			in.blockedSince.Store(in.since.UnixNano())
 		}
 	}
 	oc.queue = append(oc.queue, env)
@@ -321,6 +323,7 @@ func (in *instance) onCredit(m *credit) {
 		return
 	}
 	in.blocked.Add(int64(time.Since(in.since)))
+	in.blockedSince.Store(0)
 	for in.blockedN == 0 && len(in.stash) > 0 {
 		env := in.stash[0]
 		in.stash[0] = nil
@@ -394,7 +397,6 @@ func (in *instance) release() {
 	}
 }
 
-
 // nopFlusher is the emitter of a chain that ends in a sink.
 type nopFlusher struct{}
 
@@ -464,8 +466,17 @@ func (x *execution) Err() error {
 	return x.err
 }
 
-func (x *execution) Drain() { x.root.Send(x.jobPID, &drainMsg{}) }
-func (x *execution) Abort() { x.root.Send(x.jobPID, &abortMsg{}) }
+func (x *execution) Drain() { x.tell(&drainMsg{}) }
+func (x *execution) Abort() { x.tell(&abortMsg{}) }
+
+// tell sends msg to the job actor unless the job has already ended.
+func (x *execution) tell(msg any) {
+	select {
+	case <-x.done:
+	default:
+		x.root.Send(x.jobPID, msg)
+	}
+}
 
 // setErr records the job's outcome; the first error wins.
 func (x *execution) setErr(err error) {
@@ -492,6 +503,10 @@ func (x *execution) Stats() []actors.OperatorStats {
 						st.Queued += mb.Stats().Depth
 					}
 					st.Blocked += time.Duration(in.blocked.Load())
+					if since := in.blockedSince.Load(); since != 0 {
+						st.Blocked += time.Since(time.Unix(0, since))
+						st.Backpressured++
+					}
 				}
 			}
 			out = append(out, st)

@@ -41,11 +41,11 @@ type Edge struct {
 }
 
 type physEdge struct {
-	from, to   int // task ids
-	part       partitionKind
-	via        *node
-	toNode     *node
-	index      int // position in the consumer task's inputs
+	from, to int // task ids
+	part     partitionKind
+	via      *node
+	toNode   *node
+	index    int // position in the consumer task's inputs
 }
 
 // String renders the plan for people, one task or edge a line.

@@ -61,7 +61,7 @@ type stageFailure struct {
 	err error
 }
 
-func (f *stageFailure) Error() string { return f.err.Error() }
+func (f *stageFailure) Error() string { return f.op + ": " + f.err.Error() }
 
 type mapStage[In, Out any] struct {
 	f    func(In) Out
@@ -216,7 +216,7 @@ type sinkStage[T any] struct {
 func (s *sinkStage[T]) open() error {
 	w, err := s.conn.Open(s.sc.ctx, s.sc.instance, s.sc.parts)
 	if err != nil {
-		return fmt.Errorf("open: %w", err)
+		return &stageFailure{op: s.sc.node.name, err: fmt.Errorf("open: %w", err)}
 	}
 	s.w = w
 	return nil
@@ -269,7 +269,7 @@ type sourceStage[T any] struct {
 func (s *sourceStage[T]) open(offset int64) error {
 	r, err := s.conn.Open(s.sc.ctx, s.sc.instance, s.sc.parts, offset)
 	if err != nil {
-		return fmt.Errorf("open: %w", err)
+		return &stageFailure{op: s.sc.node.name, err: fmt.Errorf("open: %w", err)}
 	}
 	s.r = r
 	s.buf.vs = make([]T, s.sc.batch)
@@ -285,7 +285,7 @@ func (s *sourceStage[T]) step() (int, error) {
 		s.next.push(&s.buf)
 	}
 	if err != nil && !errors.Is(err, io.EOF) {
-		return n, fmt.Errorf("read: %w", err)
+		return n, &stageFailure{op: s.sc.node.name, err: fmt.Errorf("read: %w", err)}
 	}
 	return n, err
 }

@@ -1,0 +1,226 @@
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/sluicehq/sluice/actors"
+	"github.com/sluicehq/sluice/samples"
+)
+
+func samplesCmd(g *globals) *cobra.Command {
+	return &cobra.Command{
+		Use:   "samples",
+		Short: "list the samples",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			for _, s := range samples.Catalog() {
+				fmt.Fprintf(g.stdout, "%-14s %s\n", s.Name(), s.Description())
+			}
+			return nil
+		},
+	}
+}
+
+// sampleCommands makes one subcommand per sample, each with the sample's own
+// flags, so that `sluice run NAME --help` documents them.
+func sampleCommands(g *globals, use string, run func(cmd *cobra.Command, s samples.Sample) error) []*cobra.Command {
+	var cmds []*cobra.Command
+	for _, s := range samples.Catalog() {
+		s := s
+		c := &cobra.Command{
+			Use:   s.Name(),
+			Short: s.Description(),
+			Args:  cobra.NoArgs,
+			RunE:  func(cmd *cobra.Command, _ []string) error { return run(cmd, s) },
+		}
+		fs := flag.NewFlagSet(s.Name(), flag.ContinueOnError)
+		s.Flags(fs)
+		c.Flags().AddGoFlagSet(fs)
+		cmds = append(cmds, c)
+	}
+	return cmds
+}
+
+func unknownSample(cmd *cobra.Command, args []string) error {
+	if len(args) == 0 {
+		return fmt.Errorf("%s: name a sample (see 'sluice samples')", cmd.CommandPath())
+	}
+	_, err := samples.Lookup(args[0])
+	return err
+}
+
+func planCmd(g *globals) *cobra.Command {
+	c := &cobra.Command{
+		Use:   "plan SAMPLE [flags]",
+		Short: "print a sample's physical plan: fused chains, parallelism and edges",
+		RunE:  unknownSample,
+	}
+	c.AddCommand(sampleCommands(g, "plan", func(cmd *cobra.Command, s samples.Sample) error {
+		t, err := s.Topology()
+		if err != nil {
+			return err
+		}
+		p, err := t.Plan()
+		if err != nil {
+			return err
+		}
+		fmt.Fprint(g.stdout, p.String())
+		return nil
+	})...)
+	return c
+}
+
+func runCmd(g *globals) *cobra.Command {
+	var progress time.Duration
+	c := &cobra.Command{
+		Use:   "run SAMPLE [flags]",
+		Short: "run a sample, with a live progress line on stderr",
+		RunE:  unknownSample,
+	}
+	c.PersistentFlags().DurationVar(&progress, "progress", 500*time.Millisecond, "progress line interval (0: none)")
+	c.AddCommand(sampleCommands(g, "run", func(cmd *cobra.Command, s samples.Sample) error {
+		return runSample(cmd.Context(), g, s, progress)
+	})...)
+	return c
+}
+
+func runSample(ctx context.Context, g *globals, s samples.Sample, every time.Duration) error {
+	log, err := g.logger()
+	if err != nil {
+		return err
+	}
+	t, err := s.Topology()
+	if err != nil {
+		return err
+	}
+	sys, err := actors.NewSystem(actors.Config{Name: "sluice", Logger: log})
+	if err != nil {
+		return err
+	}
+	defer func() {
+		stopCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+		defer cancel()
+		_ = sys.Stop(stopCtx)
+	}()
+	run, err := sys.Run(ctx, t)
+	if err != nil {
+		return err
+	}
+	p := newProgress(g.stderr, isTerminal(g.stderr))
+	var tick <-chan time.Time
+	if every > 0 {
+		tk := time.NewTicker(every)
+		defer tk.Stop()
+		tick = tk.C
+	}
+	interrupted := false
+wait:
+	for {
+		select {
+		case <-run.Done():
+			break wait
+		case <-tick:
+			p.show(run.Name(), run.Elapsed(), run.Stats())
+		case <-ctx.Done():
+			if interrupted {
+				break wait
+			}
+			interrupted = true
+			fmt.Fprintln(g.stderr, "\ninterrupted: draining (sources stop, in-flight records finish)")
+			drainCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+			err := run.Drain(drainCtx)
+			cancel()
+			if err != nil {
+				return err
+			}
+			break wait
+		}
+	}
+	if every > 0 {
+		p.show(run.Name(), run.Elapsed(), run.Stats())
+		p.done()
+	}
+	if err := run.Wait(context.WithoutCancel(ctx)); err != nil {
+		return err
+	}
+	return s.Report(g.stdout)
+}
+
+// progress draws one status line: redrawn in place on a terminal, a new line
+// each time otherwise.
+type progress struct {
+	w        interface{ Write([]byte) (int, error) }
+	tty      bool
+	lastIn   int64
+	lastOut  int64
+	lastTime time.Duration
+}
+
+func newProgress(w interface{ Write([]byte) (int, error) }, tty bool) *progress {
+	return &progress{w: w, tty: tty}
+}
+
+func (p *progress) show(name string, elapsed time.Duration, stats []actors.OperatorStats) {
+	var in, out int64
+	var ops []string
+	for _, s := range stats {
+		switch s.Kind {
+		case "source":
+			in += s.Out
+			ops = append(ops, fmt.Sprintf("%s %s", s.Name, human(s.Out)))
+		case "sink":
+			out += s.In
+			ops = append(ops, fmt.Sprintf("%s %s", s.Name, human(s.In)))
+		default:
+			ops = append(ops, fmt.Sprintf("%s %s", s.Name, human(s.In)))
+		}
+	}
+	dt := (elapsed - p.lastTime).Seconds()
+	var rin, rout float64
+	if dt > 0 {
+		rin, rout = float64(in-p.lastIn)/dt, float64(out-p.lastOut)/dt
+	}
+	p.lastIn, p.lastOut, p.lastTime = in, out, elapsed
+	line := fmt.Sprintf("%s %5.1fs  in %s/s  out %s/s | %s", name, elapsed.Seconds(),
+		human(int64(rin)), human(int64(rout)), strings.Join(ops, "  "))
+	if p.tty {
+		fmt.Fprintf(p.w, "\r\x1b[K%s", line)
+	} else {
+		fmt.Fprintln(p.w, line)
+	}
+}
+
+func (p *progress) done() {
+	if p.tty {
+		fmt.Fprintln(p.w)
+	}
+}
+
+func human(n int64) string {
+	switch {
+	case n >= 1_000_000_000:
+		return fmt.Sprintf("%.2fG", float64(n)/1e9)
+	case n >= 1_000_000:
+		return fmt.Sprintf("%.2fM", float64(n)/1e6)
+	case n >= 10_000:
+		return fmt.Sprintf("%.1fk", float64(n)/1e3)
+	}
+	return fmt.Sprint(n)
+}
+
+func isTerminal(w any) bool {
+	f, ok := w.(*os.File)
+	if !ok {
+		return false
+	}
+	st, err := f.Stat()
+	return err == nil && st.Mode()&os.ModeCharDevice != 0
+}
+

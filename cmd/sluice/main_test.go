@@ -1,0 +1,56 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"strings"
+	"testing"
+)
+
+func execute(t *testing.T, args ...string) (string, string, error) {
+	t.Helper()
+	var out, errb bytes.Buffer
+	root := newRoot(&out, &errb)
+	root.SetArgs(args)
+	err := root.ExecuteContext(context.Background())
+	return out.String(), errb.String(), err
+}
+
+func TestRunWordcount(t *testing.T) {
+	out, errOut, err := execute(t, "run", "wordcount", "--lines", "5000", "--top", "3", "--progress", "1ms")
+	if err != nil {
+		t.Fatalf("run wordcount: %v\n%s", err, errOut)
+	}
+	if !strings.Contains(out, "distinct; top 3:") || strings.Count(out, "\n") != 4 {
+		t.Errorf("unexpected report:\n%s", out)
+	}
+	// Piped stderr: plain progress lines naming every operator.
+	if !strings.Contains(errOut, "lines ") || !strings.Contains(errOut, "collect ") || strings.Contains(errOut, "\r") {
+		t.Errorf("progress output:\n%q", errOut)
+	}
+}
+
+func TestPlan(t *testing.T) {
+	out, _, err := execute(t, "plan", "wordcount", "--parallelism", "3")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"lines(source) -> split(flatmap)  [fused]", "x3  count(count) -> collect(sink)", `hash via "by-word"`} {
+		if !strings.Contains(out, want) {
+			t.Errorf("plan lacks %q:\n%s", want, out)
+		}
+	}
+}
+
+func TestSamplesAndUnknown(t *testing.T) {
+	out, _, err := execute(t, "samples")
+	if err != nil || !strings.Contains(out, "wordcount") {
+		t.Fatalf("samples: %v\n%s", err, out)
+	}
+	if _, _, err := execute(t, "run", "nope"); err == nil || !strings.Contains(err.Error(), "valid: wordcount") {
+		t.Fatalf("run nope: %v, want an error listing the samples", err)
+	}
+	if _, _, err := execute(t, "run", "wordcount", "--parallelism", "0"); err == nil || !strings.Contains(err.Error(), "parallelism 0") {
+		t.Fatalf("run with parallelism 0: %v, want an invalid-parallelism error", err)
+	}
+}

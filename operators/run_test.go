@@ -1,0 +1,475 @@
+package operators_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+
+	"github.com/sluicehq/sluice/actors"
+	"github.com/sluicehq/sluice/operators"
+)
+
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m,
+		// protoactor's dead-letter log throttle keeps a goroutine for its
+		// interval (1 s) after a message reaches a stopped actor, as happens
+		// when a job is stopped mid-stream; it ends by itself.
+		goleak.IgnoreTopFunction("github.com/asynkron/protoactor-go/actor.NewDeadLetter.NewThrottle.func4.1"))
+}
+
+// newSystem starts a system stopped at the end of the test.
+func newSystem(t *testing.T) (*actors.System, context.Context) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	sys, err := actors.NewSystem(actors.Config{Name: t.Name()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := sys.Stop(ctx); err != nil {
+			t.Errorf("system stop: %v", err)
+		}
+		cancel()
+	})
+	return sys, ctx
+}
+
+func runToEnd(t *testing.T, sys *actors.System, ctx context.Context, top *operators.Topology) *actors.Run {
+	t.Helper()
+	run, err := sys.Run(ctx, top)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := run.Wait(ctx); err != nil {
+		t.Fatal(err)
+	}
+	return run
+}
+
+func stat(t *testing.T, run *actors.Run, name string) actors.OperatorStats {
+	t.Helper()
+	for _, s := range run.Stats() {
+		if s.Name == name {
+			return s
+		}
+	}
+	t.Fatalf("no statistics for operator %q", name)
+	return actors.OperatorStats{}
+}
+
+// waitFor polls cond until it holds or the deadline passes.
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.After(10 * time.Second)
+	tick := time.NewTicker(time.Millisecond)
+	defer tick.Stop()
+	for !cond() {
+		select {
+		case <-deadline:
+			t.Fatalf("timed out waiting for %s", what)
+		case <-tick.C:
+		}
+	}
+}
+
+func TestStatelessChainInOrder(t *testing.T) {
+	for _, fused := range []bool{true, false} {
+		t.Run(fmt.Sprintf("fused=%v", fused), func(t *testing.T) {
+			sys, ctx := newSystem(t)
+			var opts []operators.Option
+			if !fused {
+				opts = append(opts, operators.NoFusion())
+			}
+			const n = 10_000
+			top := operators.NewTopology("chain", operators.BatchSize(64), operators.Capacity(256))
+			src := operators.Source(top, "src", operators.Generate(n, func(i int64) int64 { return i }), opts...)
+			m := operators.Map(src, "triple", func(v int64) int64 { return 3 * v }, opts...)
+			f := operators.Filter(m, "even", func(v int64) bool { return v%2 == 0 }, opts...)
+			fm := operators.FlatMap(f, "twice", func(v int64) []int64 { return []int64{v, v + 1} }, opts...)
+			col := operators.NewCollector[int64]()
+			operators.Sink(fm, "out", col, opts...)
+			run := runToEnd(t, sys, ctx, top)
+
+			var want []int64
+			for i := int64(0); i < n; i++ {
+				if v := 3 * i; v%2 == 0 {
+					want = append(want, v, v+1)
+				}
+			}
+			if got := col.Items(); !slices.Equal(got, want) {
+				t.Fatalf("got %d records (first %v), want %d (first %v)", len(got), got[:min(5, len(got))], len(want), want[:5])
+			}
+			if s := stat(t, run, "even"); s.In != n || s.Out != n/2 {
+				t.Errorf("filter stats in=%d out=%d, want %d and %d", s.In, s.Out, n, n/2)
+			}
+			wantTasks := 1
+			if !fused {
+				wantTasks = 5
+			}
+			p, _ := top.Plan()
+			if len(p.Tasks) != wantTasks {
+				t.Errorf("plan has %d tasks, want %d", len(p.Tasks), wantTasks)
+			}
+		})
+	}
+}
+
+func TestKeyedCountUpdatesAndFinal(t *testing.T) {
+	sys, ctx := newSystem(t)
+	words := strings.Fields(strings.Repeat("a b c d e f g a b c a ", 500))
+	want := map[string]int64{}
+	for _, w := range words {
+		want[w]++
+	}
+	top := operators.NewTopology("count")
+	src := operators.Source(top, "src", operators.FromSlice(words))
+	by := operators.KeyBy(src, "by", identity[string], operators.Parallelism(3))
+	updates := operators.NewCollector[operators.KV[string, int64]]()
+	final := operators.NewCollector[operators.KV[string, int64]]()
+	operators.Sink(operators.Count(by, "updates"), "u", updates)
+	operators.Sink(operators.Count(by, "final", operators.Emit(operators.EmitAtEnd)), "f", final)
+	runToEnd(t, sys, ctx, top)
+
+	if got := updates.Len(); got != len(words) {
+		t.Errorf("updates: %d records, want one per word (%d)", got, len(words))
+	}
+	last := map[string]int64{}
+	for _, kv := range updates.Items() {
+		if kv.Value <= last[kv.Key] {
+			t.Fatalf("update for %q went from %d to %d", kv.Key, last[kv.Key], kv.Value)
+		}
+		last[kv.Key] = kv.Value
+	}
+	got := map[string]int64{}
+	for _, kv := range final.Items() {
+		if _, dup := got[kv.Key]; dup {
+			t.Fatalf("key %q emitted twice at end (two instances own it?)", kv.Key)
+		}
+		got[kv.Key] = kv.Value
+	}
+	for k, v := range want {
+		if got[k] != v || last[k] != v {
+			t.Errorf("count[%q]: final %d, last update %d, want %d", k, got[k], last[k], v)
+		}
+	}
+}
+
+func TestReduceAndAggregate(t *testing.T) {
+	sys, ctx := newSystem(t)
+	type sale struct {
+		shop   string
+		amount int
+	}
+	sales := []sale{{"x", 3}, {"y", 4}, {"x", 10}, {"z", 1}, {"y", 6}}
+	top := operators.NewTopology("agg")
+	src := operators.Source(top, "sales", operators.FromSlice(sales))
+	by := operators.KeyBy(src, "by-shop", func(s sale) string { return s.shop }, operators.Parallelism(2))
+	maxes := operators.NewCollector[operators.KV[string, sale]]()
+	operators.Sink(operators.Reduce(by, "max", func(a, b sale) sale {
+		if b.amount > a.amount {
+			return b
+		}
+		return a
+	}, operators.Emit(operators.EmitAtEnd)), "maxes", maxes)
+	sums := operators.NewCollector[operators.KV[string, []int]]()
+	operators.Sink(operators.Aggregate(by, "amounts", func() []int { return nil },
+		func(acc []int, s sale) []int { return append(acc, s.amount) }, operators.Emit(operators.EmitAtEnd)), "lists", sums)
+	runToEnd(t, sys, ctx, top)
+
+	gotMax := map[string]int{}
+	for _, kv := range maxes.Items() {
+		gotMax[kv.Key] = kv.Value.amount
+	}
+	if want := map[string]int{"x": 10, "y": 6, "z": 1}; fmt.Sprint(gotMax) != fmt.Sprint(want) {
+		t.Errorf("max per shop = %v, want %v", gotMax, want)
+	}
+	gotList := map[string][]int{}
+	for _, kv := range sums.Items() {
+		gotList[kv.Key] = kv.Value
+	}
+	if want := map[string][]int{"x": {3, 10}, "y": {4, 6}, "z": {1}}; fmt.Sprint(gotList) != fmt.Sprint(want) {
+		t.Errorf("amounts per shop = %v, want %v (in arrival order)", gotList, want)
+	}
+}
+
+func TestFanOutMergeBroadcastRebalance(t *testing.T) {
+	sys, ctx := newSystem(t)
+	const n = 5000
+	top := operators.NewTopology("shapes")
+	a := operators.Source(top, "a", operators.Generate(n, func(i int64) int64 { return i }))
+	b := operators.Source(top, "b", operators.Generate(n, func(i int64) int64 { return n + i }), operators.Parallelism(2))
+	both := operators.Merge("both", a, b)
+	copyA := operators.NewCollector[int64]()
+	copyB := operators.NewCollector[int64]()
+	operators.Sink(both, "copy-a", copyA)
+	operators.Sink(both, "copy-b", copyB)
+	bc := operators.NewCollector[int64]()
+	operators.Sink(operators.Broadcast(a, "to-all"), "every", bc, operators.Parallelism(3))
+	rb := operators.NewCollector[int64]()
+	operators.Sink(operators.Rebalance(b, "spread"), "spread-out", rb, operators.Parallelism(3))
+	run := runToEnd(t, sys, ctx, top)
+
+	for name, c := range map[string]*operators.Collector[int64]{"copy-a": copyA, "copy-b": copyB} {
+		got := c.Items()
+		slices.Sort(got)
+		if len(got) != 2*n || got[0] != 0 || got[2*n-1] != 2*n-1 || slices.Compact(got) != nil && len(slices.Compact(got)) != 2*n {
+			t.Errorf("%s: %d records, want every one of 0..%d once", name, len(got), 2*n-1)
+		}
+	}
+	if got := bc.Len(); got != 3*n {
+		t.Errorf("broadcast to 3 instances: %d records, want %d", got, 3*n)
+	}
+	if got := rb.Len(); got != n {
+		t.Errorf("rebalance: %d records, want %d", got, n)
+	}
+	if s := stat(t, run, "spread-out"); s.Parallelism != 3 || s.In != n {
+		t.Errorf("spread-out stats %+v", s)
+	}
+}
+
+func TestPanicFailsJobNamingOperator(t *testing.T) {
+	sys, ctx := newSystem(t)
+	top := operators.NewTopology("boom")
+	src := operators.Source(top, "src", operators.Generate(10_000, func(i int64) int64 { return i }))
+	m := operators.Map(src, "explode", func(v int64) int64 {
+		if v == 777 {
+			panic("bad record")
+		}
+		return v
+	}, operators.NoFusion(), operators.Parallelism(2))
+	operators.Sink(m, "out", discard[int64]())
+	run, err := sys.Run(ctx, top)
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = run.Wait(ctx)
+	var oe *operators.OperatorError
+	if !errors.As(err, &oe) {
+		t.Fatalf("Wait() = %v, want an *OperatorError", err)
+	}
+	var pe *operators.PanicError
+	if !strings.Contains(oe.Operator, "explode") || !errors.As(err, &pe) || pe.Value != "bad record" {
+		t.Fatalf("Wait() = %v, want a panic of operator explode", err)
+	}
+}
+
+func TestSinkErrorFailsJob(t *testing.T) {
+	sys, ctx := newSystem(t)
+	top := operators.NewTopology("sink-error")
+	src := operators.Source(top, "src", operators.FromSlice([]int{1, 2, 3}))
+	errDisk := errors.New("disk full")
+	operators.Sink(src, "writer", operators.SinkFunc(func(v int) error {
+		if v == 2 {
+			return errDisk
+		}
+		return nil
+	}))
+	run, err := sys.Run(ctx, top)
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = run.Wait(ctx)
+	var oe *operators.OperatorError
+	if !errors.Is(err, errDisk) || !errors.As(err, &oe) || oe.Operator != "writer" {
+		t.Fatalf("Wait() = %v, want operator writer failing with %v", err, errDisk)
+	}
+}
+
+func TestSourceOpenErrorFailsJob(t *testing.T) {
+	sys, ctx := newSystem(t)
+	top := operators.NewTopology("missing-file")
+	src := operators.Source(top, "lines", operators.FileLines(filepath.Join(t.TempDir(), "nope.txt")))
+	operators.Sink(src, "out", discard[string]())
+	run, err := sys.Run(ctx, top)
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = run.Wait(ctx)
+	if !errors.Is(err, os.ErrNotExist) || !strings.Contains(err.Error(), `"lines"`) {
+		t.Fatalf("Wait() = %v, want a not-exist error naming operator lines", err)
+	}
+}
+
+// TestBackPressureBoundsSource holds the sink and checks that the source
+// stops once its credits are spent, instead of filling memory.
+func TestBackPressureBoundsSource(t *testing.T) {
+	sys, ctx := newSystem(t)
+	const (
+		n        = 1_000_000
+		batch    = 64
+		capacity = 1024
+	)
+	gate := make(chan struct{})
+	top := operators.NewTopology("pressure", operators.BatchSize(batch), operators.Capacity(capacity))
+	src := operators.Source(top, "src", operators.Generate(n, func(i int64) int64 { return i }))
+	var got int64
+	operators.Sink(src, "slow", operators.SinkFunc(func(int64) error {
+		<-gate
+		got++
+		return nil
+	}), operators.NoFusion())
+	run, err := sys.Run(ctx, top)
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the source to run out of credit", func() bool { return stat(t, run, "src").Backpressured == 1 })
+	// Credits: the sink's whole capacity, one batch held by the sink, one
+	// batch waiting in the source's emitter.
+	if out := stat(t, run, "src").Out; out > capacity+2*batch {
+		t.Fatalf("source emitted %d records while the sink was stuck; bound is %d", out, capacity+2*batch)
+	}
+	close(gate)
+	if err := run.Wait(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if got != n {
+		t.Fatalf("sink received %d records, want %d", got, n)
+	}
+	if s := stat(t, run, "src"); s.Blocked <= 0 {
+		t.Errorf("source blocked time = %v, want > 0", s.Blocked)
+	}
+}
+
+func TestDrainUnboundedSource(t *testing.T) {
+	sys, ctx := newSystem(t)
+	top := operators.NewTopology("endless")
+	src := operators.Source(top, "ticks", operators.Generate(operators.Unbounded, func(i int64) int64 { return i }))
+	sq := operators.Map(src, "square", func(v int64) int64 { return v * v }, operators.NoFusion())
+	col := operators.NewCollector[int64]()
+	operators.Sink(sq, "out", col)
+	run, err := sys.Run(ctx, top)
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "records to flow", func() bool { return col.Len() > 10_000 })
+	if err := run.Drain(ctx); err != nil {
+		t.Fatalf("Drain() = %v", err)
+	}
+	emitted := stat(t, run, "ticks").Out
+	got := col.Items()
+	if int64(len(got)) != emitted {
+		t.Fatalf("drained: source emitted %d, sink received %d: in-flight records lost", emitted, len(got))
+	}
+	for i, v := range got {
+		if v != int64(i)*int64(i) {
+			t.Fatalf("record %d = %d, want %d", i, v, i*i)
+		}
+	}
+}
+
+func TestStopAborts(t *testing.T) {
+	sys, ctx := newSystem(t)
+	top := operators.NewTopology("stopped")
+	src := operators.Source(top, "ticks", operators.Generate(operators.Unbounded, func(i int64) int64 { return i }))
+	col := operators.NewCollector[int64]()
+	operators.Sink(src, "out", col)
+	run, err := sys.Run(ctx, top)
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "records to flow", func() bool { return col.Len() > 0 })
+	if err := run.Stop(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := run.Wait(ctx); !errors.Is(err, operators.ErrAborted) {
+		t.Fatalf("Wait() after Stop = %v, want ErrAborted", err)
+	}
+}
+
+func TestSystemStopDrainsRunningJobs(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	sys, err := actors.NewSystem(actors.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	top := operators.NewTopology("endless")
+	src := operators.Source(top, "ticks", operators.Generate(operators.Unbounded, func(i int64) int64 { return i }))
+	col := operators.NewCollector[int64]()
+	operators.Sink(src, "out", col)
+	run, err := sys.Run(ctx, top)
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "records to flow", func() bool { return col.Len() > 0 })
+	if err := sys.Stop(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := run.Wait(ctx); err != nil {
+		t.Fatalf("job after System.Stop: %v, want a clean drain", err)
+	}
+	if int64(col.Len()) != stat(t, run, "ticks").Out {
+		t.Fatalf("records lost in the drain")
+	}
+	if _, err := sys.Run(ctx, top); !errors.Is(err, actors.ErrStopped) {
+		t.Fatalf("Run on a stopped system = %v, want ErrStopped", err)
+	}
+}
+
+func TestChannelSource(t *testing.T) {
+	sys, ctx := newSystem(t)
+	ch := make(chan string)
+	top := operators.NewTopology("chan")
+	src := operators.Source(top, "events", operators.FromChannel(ch))
+	col := operators.NewCollector[string]()
+	operators.Sink(operators.Map(src, "upper", strings.ToUpper), "out", col)
+	run, err := sys.Run(ctx, top)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var want []string
+	for i := range 1000 {
+		s := fmt.Sprintf("e%d", i)
+		want = append(want, strings.ToUpper(s))
+		ch <- s // unbuffered: the source's reader has to come back for each
+	}
+	close(ch)
+	if err := run.Wait(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if got := col.Items(); !slices.Equal(got, want) {
+		t.Fatalf("got %d records, want %d in order", len(got), len(want))
+	}
+}
+
+func TestFileLinesToFile(t *testing.T) {
+	sys, ctx := newSystem(t)
+	dir := t.TempDir()
+	in := filepath.Join(dir, "in.txt")
+	if err := os.WriteFile(in, []byte("one\r\ntwo\nthree"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	out := filepath.Join(dir, "out.txt")
+	top := operators.NewTopology("files")
+	src := operators.Source(top, "lines", operators.FileLines(in))
+	n := operators.Map(src, "len", func(s string) int { return len(s) })
+	operators.Sink(n, "file", operators.File(out, func(v int) string { return fmt.Sprintf("len=%d", v) }))
+	runToEnd(t, sys, ctx, top)
+	b, err := os.ReadFile(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := string(b), "len=3\nlen=3\nlen=5\n"; got != want {
+		t.Fatalf("file sink wrote %q, want %q", got, want)
+	}
+	if fi, _ := os.Stat(out); fi.Mode().Perm() != 0o600 {
+		t.Errorf("file sink mode %v, want 0600", fi.Mode().Perm())
+	}
+}
+
+func TestInvalidTopologyRefusedByRun(t *testing.T) {
+	sys, ctx := newSystem(t)
+	top := operators.NewTopology("bad")
+	operators.Source(top, "src", operators.FromSlice([]int{1}))
+	if _, err := sys.Run(ctx, top); !errors.Is(err, operators.ErrUnconnected) {
+		t.Fatalf("Run() = %v, want ErrUnconnected", err)
+	}
+}

@@ -1,0 +1,45 @@
+package samples
+
+import (
+	"flag"
+	"fmt"
+	"io"
+	"slices"
+	"strings"
+
+	"github.com/sluicehq/sluice/operators"
+	"github.com/sluicehq/sluice/samples/wordcount"
+)
+
+// Sample is one runnable program.
+type Sample interface {
+	Name() string
+	Description() string
+	// Flags registers the sample's options on fs.
+	Flags(fs *flag.FlagSet)
+	// Topology builds the topology from the options parsed so far.
+	Topology() (*operators.Topology, error)
+	// Report writes the sample's result once its topology has finished.
+	Report(w io.Writer) error
+}
+
+// Catalog returns a fresh instance of every sample, in listing order.
+func Catalog() []Sample {
+	return []Sample{
+		wordcount.New(),
+	}
+}
+
+// Lookup returns a fresh instance of the sample called name, or an error that
+// lists the valid names.
+func Lookup(name string) (Sample, error) {
+	var names []string
+	for _, s := range Catalog() {
+		if s.Name() == name {
+			return s, nil
+		}
+		names = append(names, s.Name())
+	}
+	slices.Sort(names)
+	return nil, fmt.Errorf("samples: no sample %q (valid: %s)", name, strings.Join(names, ", "))
+}
