@@ -52,9 +52,9 @@ type benchmark struct {
 
 // env is what every benchmark gets: its scale and a logger.
 type env struct {
-	scale float64 // multiplies the default record counts
-	rounds int    // repetitions; the best round counts
-	log   *slog.Logger
+	scale  float64 // multiplies the default record counts
+	rounds int     // repetitions; the best round counts
+	log    *slog.Logger
 }
 
 func (e *env) n(base int) int { return max(1, int(float64(base)*e.scale)) }

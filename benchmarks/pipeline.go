@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
@@ -149,7 +150,7 @@ type rawEnd struct{}
 // protoactorChain runs map, filter and sink as three protoactor actors with
 // default (unbounded) mailboxes, fed one message per record from a goroutine.
 func protoactorChain(n int) (int64, error) {
-	sys := actor.NewActorSystem()
+	sys := actor.NewActorSystem(actor.WithLoggerFactory(func(*actor.ActorSystem) *slog.Logger { return slog.New(slog.DiscardHandler) }))
 	defer sys.Shutdown()
 	root := actor.NewRootContext(sys, nil)
 	done := make(chan int64, 1)

@@ -95,17 +95,20 @@ type genReader[T any] struct {
 }
 
 func (r *genReader[T]) Read(buf []T) (int, error) {
-	i := int64(r.part) + r.next*int64(r.parts)
-	k := 0
-	for k < len(buf) && (r.n < 0 || i < r.n) {
-		buf[k] = r.fn(i)
-		k++
-		i += int64(r.parts)
+	first := int64(r.part) + r.next*int64(r.parts)
+	k := len(buf)
+	if r.n >= 0 {
+		if first >= r.n {
+			return 0, io.EOF
+		}
+		k = int(min(int64(k), (r.n-first+int64(r.parts)-1)/int64(r.parts)))
+	}
+	fn, i, step := r.fn, first, int64(r.parts)
+	for j := range buf[:k] {
+		buf[j] = fn(i)
+		i += step
 	}
 	r.next += int64(k)
-	if k == 0 {
-		return 0, io.EOF
-	}
 	return k, nil
 }
 

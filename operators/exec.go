@@ -344,7 +344,10 @@ func (in *instance) scheduleTick() {
 	}
 }
 
-// step reads one batch from the source and pushes it through the chain.
+// sourceBatchesPerTick is how many batches a source reads per tick message.
+const sourceBatchesPerTick = 16
+
+// step reads batches from the source and pushes it through the chain.
 func (in *instance) step() {
 	in.tickPending = false
 	if in.done {
@@ -358,8 +361,18 @@ func (in *instance) step() {
 		in.endOfInput()
 		return
 	}
-	n, err := in.src.step()
-	in.em.flush()
+	// Several batches per tick: the tick is a message through the mailbox,
+	// which costs more than a batch of cheap records. Control messages
+	// (credits, drain) still interleave between ticks.
+	var n int
+	var err error
+	for range sourceBatchesPerTick {
+		n, err = in.src.step()
+		in.em.flush()
+		if n == 0 || err != nil || in.blockedN > 0 {
+			break
+		}
+	}
 	switch {
 	case errors.Is(err, io.EOF):
 		in.endOfInput()

@@ -73,9 +73,14 @@ type mapStage[In, Out any] struct {
 func (s *mapStage[In, Out]) push(b *batch[In]) {
 	n := len(b.vs)
 	s.sc.c.in.Add(int64(n))
-	out := s.out.vs[:0]
-	for _, v := range b.vs {
-		out = append(out, s.f(v))
+	out := s.out.vs
+	if cap(out) < n {
+		out = make([]Out, n, max(n, s.sc.batch))
+	}
+	out = out[:n]
+	f := s.f
+	for i, v := range b.vs {
+		out[i] = f(v)
 	}
 	s.out.vs, s.out.ts = out, b.ts
 	s.sc.c.out.Add(int64(n))
@@ -94,9 +99,10 @@ func (s *filterStage[T]) push(b *batch[T]) {
 	s.sc.c.in.Add(int64(len(b.vs)))
 	j := 0
 	if b.ts == nil {
-		for _, v := range b.vs {
-			if s.keep(v) {
-				b.vs[j] = v
+		vs, keep := b.vs, s.keep
+		for _, v := range vs {
+			if keep(v) {
+				vs[j] = v
 				j++
 			}
 		}

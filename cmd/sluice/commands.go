@@ -223,4 +223,3 @@ func isTerminal(w any) bool {
 	st, err := f.Stat()
 	return err == nil && st.Mode()&os.ModeCharDevice != 0
 }
-

@@ -55,4 +55,3 @@ func newRoot(stdout, stderr io.Writer) *cobra.Command {
 	root.AddCommand(samplesCmd(g), runCmd(g), planCmd(g))
 	return root
 }
-

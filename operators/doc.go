@@ -1,0 +1,55 @@
+// Package operators is sluice's topology API: typed streams of records,
+// operators that transform them, and the planner that turns a topology into
+// actors.
+//
+// # Basics
+//
+// A Topology is built with free functions (Go generics do not allow generic
+// methods), each naming its operator and taking options at the call site:
+//
+//	t := operators.NewTopology("wordcount")
+//	lines := operators.Source(t, "lines", operators.FileLines("book.txt"))
+//	words := operators.FlatMap(lines, "split", strings.Fields)
+//	byWord := operators.KeyBy(words, "by-word", func(w string) string { return w }, operators.Parallelism(4))
+//	counts := operators.Count(byWord, "count", operators.Emit(operators.EmitAtEnd))
+//	operators.Sink(counts, "print", operators.Stdout[operators.KV[string, int64]]())
+//
+//	run, err := sys.Run(ctx, t) // sys is an *actors.System
+//	err = run.Wait(ctx)
+//
+// Sources read SourceConnectors (FromSlice, Generate, FileLines,
+// FromChannel); sinks write SinkConnectors (SinkFunc, File, Lines, Stdout,
+// Collector). Map, Filter and FlatMap are stateless; KeyBy partitions a
+// stream by key with a hash that is stable across runs and machines, and
+// Count, Reduce and Aggregate keep per-key state. Merge unites streams,
+// Broadcast copies every record to every instance of the next operator, and
+// Rebalance spreads records round-robin. A stream consumed by several
+// operators is copied to each.
+//
+// # Validation
+//
+// Validate (also run by Plan and by System.Run) reports every problem at
+// once, each a *TopologyError that names the operator: duplicate names,
+// parallelism below 1, outputs nobody consumes, declared inputs never
+// connected, type mismatches and cycles through Topology.Connect, streams
+// from another topology, nil functions, a topology without sources.
+//
+// # Execution
+//
+// Plan computes the physical plan. Consecutive stateless operators with the
+// same parallelism over a forward edge are fused into one chain that runs in
+// one actor per instance, as plain function calls on batches of records;
+// NoFusion opts an operator out. Every instance is a protoactor-go actor
+// supervised by the job's actor. Records travel between actors in batches
+// (BatchSize), and every edge is credit-based: a receiver grants each sender
+// credits for its free capacity (Capacity), a sender without credits stops
+// taking input, and back-pressure reaches the sources, which pause. No actor
+// blocks and no goroutine spins.
+//
+// # Caveats
+//
+// This is the foundation: the first failure of any operator stops the job
+// with an *OperatorError (restarts and dead letters come with the
+// supervision package), per-key state lives in memory only, and sinks are
+// at-least-once. The README's status table says what is real.
+package operators
