@@ -828,3 +828,90 @@ func TestSystemStopDeadlineAbortsJobs(t *testing.T) {
 		}
 	})
 }
+
+// slowStartJob blocks in Start until released, to race System.Stop with Run.
+type slowStartJob struct {
+	started, release chan struct{}
+	exec             *fakeExec
+}
+
+func (j *slowStartJob) Name() string { return "slow-start" }
+
+func (j *slowStartJob) Start(context.Context, *actors.System) (actors.Execution, error) {
+	close(j.started)
+	<-j.release
+	return j.exec, nil
+}
+
+func TestSystemStopDuringJobStart(t *testing.T) {
+	sys, err := actors.NewSystem(actors.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := timeout(t)
+	j := &slowStartJob{started: make(chan struct{}), release: make(chan struct{}), exec: newFakeExec()}
+	runErr := make(chan error, 1)
+	go func() {
+		_, err := sys.Run(ctx, j)
+		runErr <- err
+	}()
+	<-j.started
+	stopped := make(chan error, 1)
+	go func() { stopped <- sys.Stop(ctx) }()
+	select {
+	case err := <-stopped:
+		if err != nil {
+			t.Fatalf("Stop = %v", err)
+		}
+	case <-time.After(waitTimeout):
+		t.Fatal("Stop did not return")
+	}
+	close(j.release)
+	select {
+	case err := <-runErr:
+		if !errors.Is(err, actors.ErrStopped) {
+			t.Fatalf("Run that raced Stop = %v, want ErrStopped", err)
+		}
+	case <-time.After(waitTimeout):
+		t.Fatal("Run did not return")
+	}
+	if j.exec.aborts.Load() != 1 {
+		t.Fatalf("the job that started after Stop was aborted %d times, want 1", j.exec.aborts.Load())
+	}
+}
+
+func TestSystemStopStopsEmbeddedActors(t *testing.T) {
+	sys, err := actors.NewSystem(actors.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := timeout(t)
+	rec := newRecorder(16)
+	ref, err := sys.Spawn("held", rec.producer, actors.Capacity(1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	release := hold(t, ref)
+	if err := ref.TrySend("fills"); err != nil {
+		t.Fatal(err)
+	}
+	sendErr := make(chan error, 1)
+	go func() { sendErr <- ref.Send(ctx, "waits") }()
+	stopped := make(chan error, 1)
+	go func() { stopped <- sys.Stop(ctx) }()
+	select {
+	case err := <-sendErr:
+		if !errors.Is(err, mailbox.ErrClosed) {
+			t.Fatalf("Send blocked during System.Stop = %v, want ErrClosed", err)
+		}
+	case <-time.After(waitTimeout):
+		t.Fatal("Send blocked on a full mailbox was not woken by System.Stop")
+	}
+	release()
+	if err := <-stopped; err != nil {
+		t.Fatal(err)
+	}
+	if err := ref.Send(ctx, "after"); !errors.Is(err, mailbox.ErrClosed) {
+		t.Fatalf("Send after System.Stop = %v, want ErrClosed", err)
+	}
+}

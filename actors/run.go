@@ -65,16 +65,22 @@ func (s *System) Run(ctx context.Context, job Job) (*Run, error) {
 	if job == nil {
 		return nil, errors.New("actors: run: nil job")
 	}
-	r := &Run{sys: s, job: job, start: time.Now()}
-	if err := s.track(r); err != nil {
-		return nil, fmt.Errorf("actors: run %q: %w", job.Name(), err)
+	if s.isStopped() {
+		return nil, fmt.Errorf("actors: run %q: %w", job.Name(), ErrStopped)
 	}
+	r := &Run{sys: s, job: job, start: time.Now()}
 	exec, err := job.Start(ctx, s)
 	if err != nil {
-		s.untrack(r)
-		return nil, err
+		return nil, fmt.Errorf("actors: run %q: %w", job.Name(), err)
 	}
 	r.exec = exec
+	// Tracked only once fully formed, so that System.Stop never sees a
+	// half-started run; a Stop that slipped in meanwhile ends the job here.
+	if err := s.track(r); err != nil {
+		exec.Abort()
+		<-exec.Done()
+		return nil, fmt.Errorf("actors: run %q: %w", job.Name(), err)
+	}
 	s.log.Info("job started", "job", job.Name())
 	go func() { // owned by the run: ends when the job does
 		<-exec.Done()

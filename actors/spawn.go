@@ -55,10 +55,7 @@ func (s *System) Spawn(name string, producer func() actor.Actor, opts ...SpawnOp
 	if err := cfg.mailbox.Validate(); err != nil {
 		return nil, fmt.Errorf("actors: spawn %q: %w", name, err)
 	}
-	s.mu.Lock()
-	stopped := s.stopped
-	s.mu.Unlock()
-	if stopped {
+	if s.isStopped() {
 		return nil, fmt.Errorf("actors: spawn %q: %w", name, ErrStopped)
 	}
 	ref := &Ref{sys: s}
@@ -75,6 +72,10 @@ func (s *System) Spawn(name string, producer func() actor.Actor, opts ...SpawnOp
 		return nil, fmt.Errorf("actors: spawn %q: %w", name, err)
 	}
 	ref.pid = pid
+	if err := s.trackRef(ref); err != nil { // the system stopped meanwhile
+		_ = stopAndWait(context.Background(), s.root, pid)
+		return nil, fmt.Errorf("actors: spawn %q: %w", name, err)
+	}
 	return ref, nil
 }
 
@@ -138,7 +139,11 @@ func (r *Ref) Stats() mailbox.Stats { return r.mailbox().Stats() }
 
 // Stop stops the actor and waits until it has stopped or ctx ends.
 func (r *Ref) Stop(ctx context.Context) error {
-	return stopAndWait(ctx, r.sys.root, r.pid)
+	if err := stopAndWait(ctx, r.sys.root, r.pid); err != nil {
+		return err
+	}
+	r.sys.untrackRef(r)
+	return nil
 }
 
 // stopAndWait stops pid and waits for its Terminated through a short-lived

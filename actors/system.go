@@ -46,6 +46,7 @@ type System struct {
 	mu      sync.Mutex
 	stopped bool
 	runs    map[*Run]struct{}
+	refs    map[*Ref]struct{} // embedded actors spawned with Spawn
 }
 
 // NewSystem validates cfg and starts a System.
@@ -72,6 +73,7 @@ func NewSystem(cfg Config) (*System, error) {
 		sys:  sys,
 		root: actor.NewRootContext(sys, nil),
 		runs: make(map[*Run]struct{}),
+		refs: make(map[*Ref]struct{}),
 	}
 	return s, nil
 }
@@ -114,6 +116,10 @@ func (s *System) Stop(ctx context.Context) error {
 	for r := range s.runs {
 		runs = append(runs, r)
 	}
+	refs := make([]*Ref, 0, len(s.refs))
+	for r := range s.refs {
+		refs = append(refs, r)
+	}
 	s.mu.Unlock()
 
 	// A job's own outcome is reported through its Run; Stop reports only
@@ -124,6 +130,11 @@ func (s *System) Stop(ctx context.Context) error {
 	for _, r := range runs {
 		r.exec.Abort()
 		<-r.exec.Done()
+	}
+	// Embedded actors stop too; their mailboxes close, so that a producer
+	// waiting in Ref.Send gets mailbox.ErrClosed.
+	for _, r := range refs {
+		_ = r.Stop(ctx)
 	}
 	s.sys.Shutdown()
 	if err := ctx.Err(); err != nil {
@@ -140,6 +151,28 @@ func (s *System) track(r *Run) error {
 	}
 	s.runs[r] = struct{}{}
 	return nil
+}
+
+func (s *System) isStopped() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.stopped
+}
+
+func (s *System) trackRef(r *Ref) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.stopped {
+		return ErrStopped
+	}
+	s.refs[r] = struct{}{}
+	return nil
+}
+
+func (s *System) untrackRef(r *Ref) {
+	s.mu.Lock()
+	delete(s.refs, r)
+	s.mu.Unlock()
 }
 
 func (s *System) untrack(r *Run) {
