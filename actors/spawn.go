@@ -23,9 +23,15 @@ type spawnConfig struct {
 }
 
 // Capacity sets the capacity of the actor's bounded mailbox (default
-// DefaultCapacity). Ref.Send waits while it is full; Ref.TrySend fails with
-// mailbox.ErrFull.
+// DefaultCapacity). With the default Block policy, Ref.Send waits while it
+// is full and Ref.TrySend fails with mailbox.ErrFull.
 func Capacity(n int) SpawnOption { return func(c *spawnConfig) { c.mailbox.Capacity = n } }
+
+// Mailbox sets the actor's whole mailbox configuration: its capacity and
+// overflow policy (mailbox.Block, DropNewest, DropOldest, Spill, Sample,
+// Throttle). Under a policy other than Block, Send never waits, and returns
+// an error wrapping mailbox.ErrDropped when the policy discarded the message.
+func Mailbox(cfg mailbox.Config) SpawnOption { return func(c *spawnConfig) { c.mailbox = cfg } }
 
 // Supervisor sets the protoactor supervisor strategy that governs the actor's
 // children. The actor itself is supervised by the System: a panic restarts it
@@ -59,11 +65,15 @@ func (s *System) Spawn(name string, producer func() actor.Actor, opts ...SpawnOp
 		return nil, fmt.Errorf("actors: spawn %q: %w", name, ErrStopped)
 	}
 	ref := &Ref{sys: s}
-	props := actor.PropsFromProducer(producer, actor.WithMailbox(cfg.mailbox.Producer(func(mb *mailbox.Mailbox) {
+	mbProducer, err := cfg.mailbox.Producer(func(mb *mailbox.Mailbox) {
 		ref.mu.Lock()
 		ref.mb = mb
 		ref.mu.Unlock()
-	})))
+	})
+	if err != nil {
+		return nil, fmt.Errorf("actors: spawn %q: %w", name, err)
+	}
+	props := actor.PropsFromProducer(producer, actor.WithMailbox(mbProducer))
 	if cfg.supervisor != nil {
 		props.Configure(actor.WithSupervisor(cfg.supervisor))
 	}

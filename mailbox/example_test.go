@@ -32,13 +32,14 @@ func ExampleMailbox_TryPut() {
 		}
 	}
 
-	cfg := mailbox.Config{Capacity: 2}
-	if err := cfg.Validate(); err != nil {
+	cfg := mailbox.Block(2)
+	var mb *mailbox.Mailbox // the handle for TryPut, Put and Stats
+	producer, err := cfg.Producer(func(m *mailbox.Mailbox) { mb = m })
+	if err != nil {
 		fmt.Println(err)
 		return
 	}
-	var mb *mailbox.Mailbox // the handle for TryPut, Put and Stats
-	pid := root.Spawn(actor.PropsFromFunc(receive, actor.WithMailbox(cfg.Producer(func(m *mailbox.Mailbox) { mb = m }))))
+	pid := root.Spawn(actor.PropsFromFunc(receive, actor.WithMailbox(producer)))
 	defer root.Stop(pid)
 
 	_ = mb.TryPut("slow")

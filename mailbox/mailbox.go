@@ -2,234 +2,463 @@ package mailbox
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
 )
 
-// ErrFull is returned by TryPut when the mailbox has no free capacity.
-var ErrFull = errors.New("mailbox: full")
-
-// ErrClosed is returned by Put and TryPut after the mailbox's actor stopped.
-var ErrClosed = errors.New("mailbox: closed")
-
-// Control marks a message that is part of a stream's control flow
-// (end-of-stream, a checkpoint barrier, a watermark). Control messages are
-// never refused, never dropped, never count against capacity, and keep their
-// order relative to data messages.
-type Control interface {
-	IsControl() bool
-}
-
-// Config describes a mailbox. The zero value is not valid: Capacity must be
-// at least 1.
-type Config struct {
-	// Capacity is the number of user messages the mailbox holds before Put
-	// waits and TryPut returns ErrFull. Required, at least 1.
-	Capacity int
-	// Throughput is how many messages the actor processes before it yields
-	// its goroutine to others. Default 300, as protoactor's dispatcher.
-	Throughput int
-}
-
-// Validate reports whether the configuration can build a mailbox.
-func (c Config) Validate() error {
-	if c.Capacity < 1 {
-		return fmt.Errorf("mailbox: capacity %d: must be at least 1", c.Capacity)
-	}
-	if c.Throughput < 0 {
-		return fmt.Errorf("mailbox: throughput %d: must not be negative", c.Throughput)
-	}
-	return nil
-}
-
-// Stats is a snapshot of a mailbox's counters.
-type Stats struct {
-	Capacity   int   // configured capacity in messages
-	Depth      int   // user messages queued now (data and control)
-	HighWater  int   // the largest depth seen
-	Posted     int64 // user messages accepted
-	Delivered  int64 // user messages handed to the actor
-	Overfilled int64 // messages admitted by PostUserMessage while the mailbox was full
-	Refused    int64 // TryPut calls that returned ErrFull
+// entry is one queued user message.
+type entry struct {
+	msg  any
+	n    int    // records; 0 for control messages
+	ctl  bool   // decided once, when the message arrived
+	seq  uint64 // its key in the spill when it came back from there, else 0
+	dead bool   // evicted by DropOldest; skipped when popped
 }
 
 // Mailbox is a bounded mailbox for one actor. It implements actor.Mailbox.
 type Mailbox struct {
 	cfg Config
 
-	mu        sync.Mutex
-	user      ring // user messages, data and control in arrival order
-	data      int  // data (non-control) messages in user
-	system    ring
-	space     chan struct{} // closed and replaced when capacity frees up
-	closed    bool
-	highWater int
-	posted    int64
-	overfill  int64
-	refused   int64
+	mu      sync.Mutex
+	mem     ring[entry]
+	depth   int // data records in mem (dead entries excluded)
+	system  ring[any]
+	space   chan struct{} // closed and replaced when room frees up for waiting Puts
+	waiters int
+	closed  bool
+	st      Stats
+	ep      *Episode // the episode in progress, nil when none
+	sampled uint64
+	tokens  float64
+	refill  time.Time
+	spill   *spillQueue
 
-	delivered atomic.Int64
 	scheduled atomic.Bool
 	suspended atomic.Bool
 
 	invoker    actor.MessageInvoker
 	dispatcher actor.Dispatcher
+	registered atomic.Bool // dispatcher is set
 }
 
-// New builds a mailbox from a validated configuration.
+// New builds a mailbox from a validated configuration; with OverflowSpill it
+// opens the spill queue. Messages put before protoactor registers the
+// mailbox's handlers wait until it does.
 func New(cfg Config) (*Mailbox, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	if cfg.Throughput == 0 {
-		cfg.Throughput = 300
+	cfg = cfg.withDefaults()
+	m := &Mailbox{cfg: cfg, space: make(chan struct{}), tokens: cfg.Rate, refill: cfg.Now()}
+	m.st.Policy, m.st.Capacity = cfg.Overflow.String(), cfg.Capacity
+	if cfg.Overflow == OverflowSpill {
+		sq, recovered, err := openSpillQueue(cfg.Spill)
+		if err != nil {
+			return nil, err
+		}
+		m.spill = sq
+		m.st.Posted += int64(recovered)
+		m.st.SpillPending = int64(recovered)
+		m.st.SpillBytes = sq.bytes()
 	}
-	return &Mailbox{cfg: cfg, space: make(chan struct{})}, nil
+	return m, nil
 }
 
-// Producer returns a protoactor mailbox producer. Each call of the producer
-// builds a new Mailbox and reports it to onCreate (which may be nil), so that
-// the caller can keep a handle for Put and Stats. The configuration must be
-// valid; Producer panics otherwise, so validate first.
-func (c Config) Producer(onCreate func(*Mailbox)) actor.MailboxProducer {
+// Producer returns a protoactor mailbox producer that builds a new Mailbox
+// for every spawn and reports it to onCreate (which may be nil). It checks
+// the configuration first and returns its error.
+func (c Config) Producer(onCreate func(*Mailbox)) (actor.MailboxProducer, error) {
 	if err := c.Validate(); err != nil {
-		panic(err)
+		return nil, err
 	}
 	return func() actor.Mailbox {
-		mb, _ := New(c)
+		mb, err := New(c)
+		if err != nil {
+			// Only a spill queue can fail here (validated above); the error is
+			// reported and the actor gets a mailbox that drops its overflow.
+			if c.OnError != nil {
+				c.OnError(err)
+			}
+			fallback := c
+			fallback.Overflow, fallback.Spill = OverflowDropNewest, nil
+			mb, _ = New(fallback)
+		}
 		if onCreate != nil {
 			onCreate(mb)
 		}
 		return mb
-	}
+	}, nil
 }
 
-func isControl(m any) bool {
+func classify(msg any) (n int, ctl bool) {
+	m := msg
 	if env, ok := m.(*actor.MessageEnvelope); ok {
 		m = env.Message
 	}
-	c, ok := m.(Control)
-	return ok && c.IsControl()
+	if c, ok := m.(Control); ok && c.IsControl() {
+		return 0, true
+	}
+	if b, ok := m.(Batch); ok {
+		return b.Records(), false
+	}
+	return 1, false
 }
 
-// TryPut enqueues a user message if there is free capacity and returns
-// ErrFull otherwise. Control messages are always accepted.
+func retain(msg any, keep func(int) bool) int {
+	if env, ok := msg.(*actor.MessageEnvelope); ok {
+		msg = env.Message
+	}
+	if b, ok := msg.(Batch); ok {
+		return b.Retain(keep)
+	}
+	if keep(0) {
+		return 1
+	}
+	return 0
+}
+
+// TryPut enqueues a message without waiting. A Block mailbox without room
+// returns ErrFull; other policies apply themselves and return ErrDropped when
+// they discarded the message. Control messages are always accepted.
 func (m *Mailbox) TryPut(msg any) error {
-	ctl := isControl(msg)
+	n, ctl := classify(msg)
 	m.mu.Lock()
 	if m.closed {
 		m.mu.Unlock()
 		return ErrClosed
 	}
-	if !ctl && m.data >= m.cfg.Capacity {
-		m.refused++
+	if !ctl && m.cfg.Overflow == OverflowBlock && m.depth+n > m.cfg.Capacity && m.depth > 0 {
+		m.st.Refused++
 		m.mu.Unlock()
 		return ErrFull
 	}
-	m.enqueueLocked(msg, ctl)
+	err, fire := m.admitLocked(msg, n, ctl)
 	m.mu.Unlock()
-	m.schedule()
-	return nil
+	m.after(fire)
+	return err
 }
 
-// Put enqueues a user message, waiting for free capacity until ctx is done.
-// It must not be called from inside an actor's Receive: that would block the
-// actor's goroutine.
+// Put enqueues a message. A Block mailbox makes it wait for room until ctx
+// ends; other policies never wait. It must not be called from inside an
+// actor's Receive: that would block the actor's goroutine.
 func (m *Mailbox) Put(ctx context.Context, msg any) error {
-	for {
-		err := m.TryPut(msg)
-		if !errors.Is(err, ErrFull) {
-			return err
+	n, ctl := classify(msg)
+	m.mu.Lock()
+	var waitStart time.Time
+	for !ctl && m.cfg.Overflow == OverflowBlock && m.depth+n > m.cfg.Capacity && m.depth > 0 && !m.closed {
+		if waitStart.IsZero() {
+			waitStart = time.Now()
 		}
-		m.mu.Lock()
 		wait := m.space
-		full := m.data >= m.cfg.Capacity && !m.closed
+		m.waiters++
 		m.mu.Unlock()
-		if !full {
-			continue
-		}
+		var err error
 		select {
 		case <-wait:
 		case <-ctx.Done():
-			return fmt.Errorf("mailbox: put: %w", context.Cause(ctx))
+			err = fmt.Errorf("mailbox: put: %w", context.Cause(ctx))
+		}
+		m.mu.Lock()
+		m.waiters--
+		if err != nil {
+			m.st.Waited += time.Since(waitStart)
+			m.mu.Unlock()
+			return err
+		}
+	}
+	if !waitStart.IsZero() {
+		m.st.Waited += time.Since(waitStart)
+	}
+	if m.closed {
+		m.mu.Unlock()
+		return ErrClosed
+	}
+	err, fire := m.admitLocked(msg, n, ctl)
+	m.mu.Unlock()
+	m.after(fire)
+	return err
+}
+
+// PostUserMessage implements actor.Mailbox: the path of every send from
+// another actor. It never waits: a Block mailbox admits a message beyond
+// capacity and counts it as overfilled; other policies apply themselves.
+func (m *Mailbox) PostUserMessage(msg any) {
+	n, ctl := classify(msg)
+	m.mu.Lock()
+	_, fire := m.admitLocked(msg, n, ctl)
+	m.mu.Unlock()
+	m.after(fire)
+}
+
+// after runs outside the lock: episode callbacks, then scheduling.
+func (m *Mailbox) after(fire []Episode) {
+	if m.cfg.OnOverflow != nil {
+		for _, e := range fire {
+			m.cfg.OnOverflow(e)
+		}
+	}
+	m.schedule()
+}
+
+func (m *Mailbox) push(msg any, n int, ctl bool) {
+	m.mem.push(entry{msg: msg, n: n, ctl: ctl})
+	m.depth += n
+	if m.depth > m.st.HighWater {
+		m.st.HighWater = m.depth
+	}
+}
+
+func (m *Mailbox) dropLocked(n int, why Reason) {
+	if n <= 0 {
+		return
+	}
+	m.st.Dropped[why] += int64(n)
+	if m.ep != nil {
+		m.ep.Dropped[why] += int64(n)
+	}
+}
+
+// overflowLocked marks that the mailbox is overflowing and returns the
+// start of an episode when one begins.
+func (m *Mailbox) overflowLocked() *Episode {
+	if m.ep != nil {
+		return nil
+	}
+	m.st.Episodes++
+	m.ep = &Episode{Started: true, At: m.cfg.Now()}
+	return m.ep
+}
+
+// admitLocked applies the policy to one message and returns ErrDropped when
+// the message itself was discarded, and episode events to report.
+func (m *Mailbox) admitLocked(msg any, n int, ctl bool) (error, []Episode) {
+	if ctl {
+		if m.spill != nil && m.spill.active() {
+			if err := m.spillLocked(msg, 0, true); err != nil {
+				// A control message that cannot be spilled jumps the queue
+				// rather than being lost.
+				m.push(msg, 0, true)
+			}
+			return nil, nil
+		}
+		m.push(msg, 0, true)
+		return nil, nil
+	}
+	m.st.Posted += int64(n)
+	var started *Episode
+	var err error
+	c := m.cfg.Capacity
+	switch m.cfg.Overflow {
+	case OverflowBlock:
+		if m.depth+n > c && m.depth > 0 {
+			m.st.Overfilled += int64(n)
+			started = m.overflowLocked()
+			m.ep.Overfilled += int64(n)
+		}
+		m.push(msg, n, false)
+	case OverflowDropNewest:
+		n, started, err = m.fitNewestLocked(msg, n, ReasonFull)
+	case OverflowDropOldest:
+		if n > c { // keep the newest c of the incoming records
+			cut := n - c
+			n = retain(msg, func(i int) bool { return i >= cut })
+			started = m.overflowLocked()
+			m.dropLocked(cut, ReasonEvicted)
+		}
+		if m.depth+n > c {
+			if s := m.overflowLocked(); s != nil {
+				started = s
+			}
+			m.evictLocked(m.depth + n - c)
+		}
+		if n > 0 {
+			m.push(msg, n, false)
+		}
+	case OverflowSample, OverflowThrottle:
+		if m.depth >= m.cfg.HighWater {
+			kept := m.shedLocked(msg, n)
+			if kept < n {
+				started = m.overflowLocked()
+				why := ReasonSampled
+				if m.cfg.Overflow == OverflowThrottle {
+					why = ReasonThrottled
+				}
+				m.dropLocked(n-kept, why)
+			}
+			if kept == 0 {
+				err = ErrDropped
+				break
+			}
+			n = kept
+		}
+		var s *Episode
+		n, s, err = m.fitNewestLocked(msg, n, ReasonFull)
+		if s != nil {
+			started = s
+		}
+	case OverflowSpill:
+		if m.spill.active() || m.depth+n > c {
+			started = m.overflowLocked()
+			if e := m.spillLocked(msg, n, false); e != nil {
+				err = ErrDropped
+			}
+		} else {
+			m.push(msg, n, false)
+		}
+	}
+	if started != nil {
+		e := *started
+		e.Depth = m.depth
+		return err, []Episode{e}
+	}
+	return err, nil
+}
+
+// fitNewestLocked admits what fits of a message and drops the rest.
+func (m *Mailbox) fitNewestLocked(msg any, n int, why Reason) (int, *Episode, error) {
+	free := m.cfg.Capacity - m.depth
+	if n <= free {
+		m.push(msg, n, false)
+		return n, nil, nil
+	}
+	started := m.overflowLocked()
+	if free <= 0 {
+		m.dropLocked(n, why)
+		return 0, started, ErrDropped
+	}
+	kept := retain(msg, func(i int) bool { return i < free })
+	m.dropLocked(n-kept, why)
+	if kept == 0 {
+		return 0, started, ErrDropped
+	}
+	m.push(msg, kept, false)
+	return kept, started, nil
+}
+
+// evictLocked drops k of the oldest queued data records.
+func (m *Mailbox) evictLocked(k int) {
+	for i := 0; k > 0 && i < m.mem.len(); i++ {
+		e := m.mem.at(i)
+		if e.dead || e.ctl || e.n == 0 {
+			continue
+		}
+		if e.n <= k {
+			k -= e.n
+			m.depth -= e.n
+			m.dropLocked(e.n, ReasonEvicted)
+			e.dead, e.msg, e.n = true, nil, 0
+			continue
+		}
+		cut := k
+		kept := retain(e.msg, func(i int) bool { return i >= cut })
+		m.depth -= e.n - kept
+		m.dropLocked(e.n-kept, ReasonEvicted)
+		k -= e.n - kept
+		e.n = kept
+		if kept == 0 {
+			e.dead, e.msg = true, nil
 		}
 	}
 }
 
-// PostUserMessage implements actor.Mailbox. It never refuses a message: a
-// message beyond capacity is admitted and counted as overfilled.
-func (m *Mailbox) PostUserMessage(msg any) {
-	ctl := isControl(msg)
-	m.mu.Lock()
-	if !ctl && m.data >= m.cfg.Capacity {
-		m.overfill++
+// shedLocked applies Sample or Throttle to an incoming message above the
+// high-water mark and returns how many of its records remain.
+func (m *Mailbox) shedLocked(msg any, n int) int {
+	if m.cfg.Overflow == OverflowSample {
+		every := uint64(m.cfg.SampleEvery)
+		base := m.sampled
+		m.sampled += uint64(n)
+		return retain(msg, func(i int) bool { return (base+uint64(i))%every == 0 })
 	}
-	m.enqueueLocked(msg, ctl)
-	m.mu.Unlock()
-	m.schedule()
-}
-
-func (m *Mailbox) enqueueLocked(msg any, ctl bool) {
-	m.user.push(msg)
-	if !ctl {
-		m.data++
-	}
-	m.posted++
-	if n := m.user.len(); n > m.highWater {
-		m.highWater = n
-	}
+	now := m.cfg.Now()
+	m.tokens = min(m.cfg.Rate, m.tokens+now.Sub(m.refill).Seconds()*m.cfg.Rate)
+	m.refill = now
+	allow := int(m.tokens)
+	kept := retain(msg, func(i int) bool { return i < allow })
+	m.tokens -= float64(kept)
+	return kept
 }
 
 // PostSystemMessage implements actor.Mailbox. System messages are never
-// refused and are processed before user messages.
+// refused and are processed before user messages. Stop closes the mailbox:
+// waiting Puts return ErrClosed, and the spill commits what it holds.
 func (m *Mailbox) PostSystemMessage(msg any) {
 	m.mu.Lock()
 	m.system.push(msg)
-	if _, ok := msg.(*actor.Stop); ok {
+	if _, ok := msg.(*actor.Stop); ok && !m.closed {
 		m.closed = true
-		close(m.space) // wake waiting producers; they will see ErrClosed
+		close(m.space)
 		m.space = make(chan struct{})
+		if m.spill != nil {
+			if err := m.spill.commit(); err != nil {
+				m.reportLocked(err)
+			}
+		}
 	}
 	m.mu.Unlock()
 	m.schedule()
+}
+
+func (m *Mailbox) reportLocked(err error) {
+	if m.cfg.OnError != nil {
+		go m.cfg.OnError(err) // not under the lock; the callback may call Stats
+	}
 }
 
 // RegisterHandlers implements actor.Mailbox.
 func (m *Mailbox) RegisterHandlers(invoker actor.MessageInvoker, dispatcher actor.Dispatcher) {
-	m.invoker = invoker
-	m.dispatcher = dispatcher
+	m.invoker, m.dispatcher = invoker, dispatcher
+	m.registered.Store(true)
 }
 
-// Start implements actor.Mailbox.
-func (m *Mailbox) Start() {}
+// Start implements actor.Mailbox: messages that arrived early, or that a
+// spill recovered from disk, are scheduled now.
+func (m *Mailbox) Start() { m.schedule() }
 
 // UserMessageCount implements actor.Mailbox.
 func (m *Mailbox) UserMessageCount() int {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	return m.user.len()
+	n := m.mem.len()
+	if m.spill != nil {
+		n += m.spill.pendingMessages()
+	}
+	return n
 }
 
 // Stats returns a snapshot of the mailbox's counters.
 func (m *Mailbox) Stats() Stats {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	return Stats{
-		Capacity:   m.cfg.Capacity,
-		Depth:      m.user.len(),
-		HighWater:  m.highWater,
-		Posted:     m.posted,
-		Delivered:  m.delivered.Load(),
-		Overfilled: m.overfill,
-		Refused:    m.refused,
+	s := m.st
+	s.Depth = m.depth
+	if m.spill != nil {
+		s.SpillBytes = m.spill.bytes()
 	}
+	return s
+}
+
+// Sync commits the spill's pending group to disk, so that every message
+// spilled so far survives a crash. Without it, spilled messages are durable
+// once their group commits: every CommitEvery messages or 1 MiB, whenever
+// the actor needs them, and when the actor stops.
+func (m *Mailbox) Sync() error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.spill == nil {
+		return nil
+	}
+	return m.spill.commit()
 }
 
 func (m *Mailbox) schedule() {
+	if !m.registered.Load() {
+		return // Start schedules once the handlers are registered
+	}
 	if m.scheduled.CompareAndSwap(false, true) {
 		m.dispatcher.Schedule(m.process)
 	}
@@ -238,12 +467,22 @@ func (m *Mailbox) schedule() {
 func (m *Mailbox) hasWork() bool {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	return m.system.len() > 0 || (!m.suspended.Load() && m.user.len() > 0)
+	if m.system.len() > 0 {
+		return true
+	}
+	if m.suspended.Load() {
+		return false
+	}
+	return m.mem.len() > 0 || (m.spill != nil && m.spill.pendingMessages() > 0)
 }
 
 func (m *Mailbox) process() {
 	for {
-		m.run()
+		if m.run() {
+			// Yield: let other actors have the goroutine's processor.
+			m.dispatcher.Schedule(m.process)
+			return
+		}
 		m.scheduled.Store(false)
 		// A message posted after run saw an empty queue but before the flag
 		// was cleared would be stranded: look again (lost wake-up).
@@ -253,27 +492,103 @@ func (m *Mailbox) process() {
 	}
 }
 
-func (m *Mailbox) pop(sys bool) (any, bool) {
+func (m *Mailbox) popSystem() (any, bool) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if sys {
-		return m.system.pop()
-	}
-	msg, ok := m.user.pop()
-	if !ok {
-		return nil, false
-	}
-	if !isControl(msg) {
-		if m.data == m.cfg.Capacity {
-			close(m.space)
-			m.space = make(chan struct{})
-		}
-		m.data--
-	}
-	return msg, true
+	return m.system.pop()
 }
 
-func (m *Mailbox) run() {
+// popUser takes the next live user message, refilling from the spill as
+// needed, and reports whether an overflow episode ended.
+func (m *Mailbox) popUser() (entry, *Episode, bool) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for {
+		if m.spill != nil && m.spill.pendingMessages() > 0 && m.depth <= m.cfg.Capacity/2 {
+			m.refillLocked()
+		}
+		e, ok := m.mem.pop()
+		if !ok {
+			return entry{}, nil, false
+		}
+		if e.dead {
+			continue
+		}
+		if !e.ctl {
+			m.depth -= e.n
+			m.st.Delivered += int64(e.n)
+			if m.waiters > 0 && m.depth+1 <= m.cfg.Capacity {
+				close(m.space)
+				m.space = make(chan struct{})
+			}
+		}
+		var ended *Episode
+		if m.ep != nil && m.depth <= m.cfg.Capacity/2 && (m.spill == nil || m.spill.pendingMessages() == 0) {
+			end := *m.ep
+			end.Started, end.At, end.Depth = false, m.cfg.Now(), m.depth
+			m.ep = nil
+			ended = &end
+		}
+		return e, ended, true
+	}
+}
+
+// refillLocked brings spilled messages back into memory, up to capacity.
+func (m *Mailbox) refillLocked() {
+	room := m.cfg.Capacity - m.depth
+	got, dropped, err := m.spill.read(max(room, 1))
+	if err != nil {
+		m.reportLocked(err)
+	}
+	for _, d := range dropped {
+		m.st.SpillPending -= int64(d)
+		m.dropLocked(d, ReasonUnspillable)
+	}
+	for _, e := range got {
+		m.st.SpillPending -= int64(e.n)
+		m.mem.push(e)
+		m.depth += e.n
+		if m.depth > m.st.HighWater {
+			m.st.HighWater = m.depth
+		}
+	}
+}
+
+func (m *Mailbox) spillLocked(msg any, n int, ctl bool) error {
+	err := m.spill.write(msg, n, ctl)
+	if err != nil {
+		m.dropLocked(n, ReasonSpillFull)
+		if !isSpillFull(err) {
+			m.st.Dropped[ReasonSpillFull] -= int64(n)
+			m.dropLocked(n, ReasonUnspillable)
+			m.reportLocked(err)
+		}
+		return err
+	}
+	m.st.Spilled += int64(n)
+	m.st.SpillPending += int64(n)
+	if m.ep != nil {
+		m.ep.Spilled += int64(n)
+	}
+	if lost, err := m.spill.maybeCommit(); err != nil {
+		m.st.SpillPending -= int64(lost)
+		m.dropLocked(lost, ReasonUnspillable)
+		m.reportLocked(err)
+	}
+	return nil
+}
+
+func (m *Mailbox) ack(seq uint64) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if err := m.spill.ack(seq); err != nil {
+		m.reportLocked(err)
+	}
+}
+
+// run processes messages until the queues are empty (false) or the
+// throughput budget is spent (true).
+func (m *Mailbox) run() (yield bool) {
 	var msg any
 	defer func() {
 		if r := recover(); r != nil {
@@ -282,10 +597,9 @@ func (m *Mailbox) run() {
 	}()
 	for i := 0; ; i++ {
 		if i >= m.cfg.Throughput {
-			// Yield: schedule a fresh run rather than hogging the goroutine.
-			return
+			return true
 		}
-		if sm, ok := m.pop(true); ok {
+		if sm, ok := m.popSystem(); ok {
 			msg = sm
 			switch sm.(type) {
 			case *actor.SuspendMailbox:
@@ -298,33 +612,40 @@ func (m *Mailbox) run() {
 			continue
 		}
 		if m.suspended.Load() {
-			return
+			return false
 		}
-		um, ok := m.pop(false)
+		e, ended, ok := m.popUser()
+		if ended != nil && m.cfg.OnOverflow != nil {
+			m.cfg.OnOverflow(*ended)
+		}
 		if !ok {
-			return
+			return false
 		}
-		msg = um
-		m.delivered.Add(1)
-		m.invoker.InvokeUserMessage(um)
+		msg = e.msg
+		m.invoker.InvokeUserMessage(e.msg)
+		if e.seq != 0 {
+			m.ack(e.seq) // removed from the spill only after processing
+		}
 	}
 }
 
-// ring is a growable FIFO of messages. It is not safe for concurrent use.
-type ring struct {
-	buf        []any
+// ring is a growable FIFO. It is not safe for concurrent use.
+type ring[T any] struct {
+	buf        []T
 	head, size int
 }
 
-func (r *ring) len() int { return r.size }
+func (r *ring[T]) len() int { return r.size }
 
-func (r *ring) push(v any) {
+func (r *ring[T]) at(i int) *T { return &r.buf[(r.head+i)%len(r.buf)] }
+
+func (r *ring[T]) push(v T) {
 	if r.size == len(r.buf) {
 		n := 2 * len(r.buf)
 		if n == 0 {
 			n = 16
 		}
-		buf := make([]any, n)
+		buf := make([]T, n)
 		k := copy(buf, r.buf[r.head:])
 		copy(buf[k:], r.buf[:r.head])
 		r.buf, r.head = buf, 0
@@ -333,12 +654,13 @@ func (r *ring) push(v any) {
 	r.size++
 }
 
-func (r *ring) pop() (any, bool) {
+func (r *ring[T]) pop() (T, bool) {
+	var zero T
 	if r.size == 0 {
-		return nil, false
+		return zero, false
 	}
 	v := r.buf[r.head]
-	r.buf[r.head] = nil
+	r.buf[r.head] = zero
 	r.head = (r.head + 1) % len(r.buf)
 	r.size--
 	return v, true

@@ -86,7 +86,7 @@ func newHarness(t *testing.T, cfg mailbox.Config, buffer int) *harness {
 		}
 	}
 	var created []*mailbox.Mailbox
-	props := actor.PropsFromFunc(receive, actor.WithMailbox(cfg.Producer(func(mb *mailbox.Mailbox) {
+	props := actor.PropsFromFunc(receive, actor.WithMailbox(mustProducer(t, cfg, func(mb *mailbox.Mailbox) {
 		created = append(created, mb) // runs inside Spawn, on this goroutine
 	})))
 	h.pid = h.root.Spawn(props)
@@ -352,8 +352,9 @@ func TestControlBypassesCapacityAndKeepsOrder(t *testing.T) {
 	h.tryPut(&actor.MessageEnvelope{Message: c5})
 
 	st := h.mb.Stats()
-	if st.Depth != 7 || st.HighWater != 7 || st.Overfilled != 0 || st.Refused != 1 {
-		t.Fatalf("Stats = %+v, want Depth 7, HighWater 7, Overfilled 0, Refused 1", st)
+	// Depth and HighWater count data records; control messages are not data.
+	if st.Depth != 2 || st.HighWater != 2 || st.Overfilled != 0 || st.Refused != 1 || st.Posted != 3 {
+		t.Fatalf("Stats = %+v, want Depth 2, HighWater 2, Overfilled 0, Refused 1, Posted 3", st)
 	}
 	release()
 	h.expect(d1, c1, d2, c2, c3, c4, c5)
@@ -385,8 +386,8 @@ func TestPostUserMessageOverfillsAndCounts(t *testing.T) {
 	want = append(want, ctl{"eos", true})
 
 	st := h.mb.Stats()
-	if st.Overfilled != 3 || st.Depth != 6 || st.HighWater != 6 || st.Refused != 0 {
-		t.Fatalf("Stats = %+v, want Overfilled 3, Depth 6, HighWater 6, Refused 0", st)
+	if st.Overfilled != 3 || st.Depth != 5 || st.HighWater != 5 || st.Refused != 0 || st.Episodes != 1 {
+		t.Fatalf("Stats = %+v, want Overfilled 3, Depth 5 (data only), HighWater 5, Refused 0, one episode", st)
 	}
 	if err := h.mb.TryPut("f"); !errors.Is(err, mailbox.ErrFull) {
 		t.Fatalf("TryPut on an overfilled mailbox = %v, want ErrFull", err)
@@ -401,8 +402,8 @@ func TestPostUserMessageOverfillsAndCounts(t *testing.T) {
 
 func TestStats(t *testing.T) {
 	h := newHarness(t, mailbox.Config{Capacity: 4}, 8)
-	if st := h.mb.Stats(); st != (mailbox.Stats{Capacity: 4}) {
-		t.Fatalf("Stats of a new mailbox = %+v, want only Capacity 4", st)
+	if st := h.mb.Stats(); st != (mailbox.Stats{Policy: "block", Capacity: 4}) {
+		t.Fatalf("Stats of a new mailbox = %+v, want only Policy block and Capacity 4", st)
 	}
 	release := h.hold() // posted 1, delivered 1
 	h.tryPut("a", "b", "c")
@@ -417,7 +418,7 @@ func TestStats(t *testing.T) {
 	h.expect("a", "b", "c", "d")
 	// The actor takes a message from the mailbox (and counts it) before it
 	// handles it, so the counters are final once the last message is seen.
-	want := mailbox.Stats{Capacity: 4, Depth: 0, HighWater: 4, Posted: 5, Delivered: 5, Refused: 1}
+	want := mailbox.Stats{Policy: "block", Capacity: 4, Depth: 0, HighWater: 4, Posted: 5, Delivered: 5, Refused: 1}
 	if st := h.mb.Stats(); st != want {
 		t.Fatalf("Stats after drain = %+v, want %+v", st, want)
 	}
@@ -443,7 +444,7 @@ func TestProducerBuildsOneMailboxPerActor(t *testing.T) {
 	root := actor.NewRootContext(sys, nil)
 	var created []*mailbox.Mailbox
 	cfg := mailbox.Config{Capacity: 1}
-	props := actor.PropsFromFunc(func(actor.Context) {}, actor.WithMailbox(cfg.Producer(func(mb *mailbox.Mailbox) {
+	props := actor.PropsFromFunc(func(actor.Context) {}, actor.WithMailbox(mustProducer(t, cfg, func(mb *mailbox.Mailbox) {
 		created = append(created, mb)
 	})))
 	root.Spawn(props)
@@ -452,20 +453,23 @@ func TestProducerBuildsOneMailboxPerActor(t *testing.T) {
 		t.Fatalf("two spawns produced mailboxes %p, want two distinct ones", created)
 	}
 	// A nil onCreate is allowed.
-	root.Spawn(actor.PropsFromFunc(func(actor.Context) {}, actor.WithMailbox(cfg.Producer(nil))))
+	root.Spawn(actor.PropsFromFunc(func(actor.Context) {}, actor.WithMailbox(mustProducer(t, cfg, nil))))
 }
 
-func TestProducerPanicsOnInvalidConfig(t *testing.T) {
-	// Documented: Producer panics on a configuration that Validate refuses
-	// (actors.Spawn validates first and returns the error instead).
-	defer func() {
-		r := recover()
-		err, ok := r.(error)
-		if !ok || err.Error() != "mailbox: capacity 0: must be at least 1" {
-			t.Fatalf("Producer with capacity 0 recovered %v, want the Validate error", r)
-		}
-	}()
-	mailbox.Config{}.Producer(nil)
+func TestProducerRefusesInvalidConfig(t *testing.T) {
+	p, err := mailbox.Config{}.Producer(nil)
+	if p != nil || err == nil || err.Error() != "mailbox: capacity 0: must be at least 1" {
+		t.Fatalf("Producer with capacity 0 = %v, %v; want nil and the Validate error", p, err)
+	}
+}
+
+func mustProducer(t *testing.T, cfg mailbox.Config, onCreate func(*mailbox.Mailbox)) actor.MailboxProducer {
+	t.Helper()
+	p, err := cfg.Producer(onCreate)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
 }
 
 func TestValidate(t *testing.T) {
@@ -583,15 +587,13 @@ func TestConcurrentProducersExactlyOnce(t *testing.T) {
 			h.expectNothingMore()
 
 			st := h.mb.Stats()
-			if st.Posted != int64(total) || st.Delivered != int64(total) || st.Depth != 0 || st.Overfilled != 0 {
-				t.Fatalf("Stats = %+v, want Posted = Delivered = %d, Depth 0, Overfilled 0", st, total)
+			data := producers * perProducer // control messages are not posted records
+			if st.Posted != int64(data) || st.Delivered != int64(data) || st.Depth != 0 || st.Overfilled != 0 {
+				t.Fatalf("Stats = %+v, want Posted = Delivered = %d, Depth 0, Overfilled 0", st, data)
 			}
-			// Put never lets data exceed the capacity; only queued control
-			// messages may take the depth beyond it.
+			// Put never lets data exceed the capacity; control messages do
+			// not count in the depth.
 			bound := cfg.Capacity
-			if tt.control {
-				bound += perProducer
-			}
 			if st.HighWater > bound {
 				t.Fatalf("HighWater = %d, want at most %d", st.HighWater, bound)
 			}

@@ -678,8 +678,11 @@ func (j *jobActor) launch(c actor.Context) error {
 	for _, insts := range x.instances {
 		for _, in := range insts {
 			in := in
-			props := actor.PropsFromProducer(func() actor.Actor { return in },
-				actor.WithMailbox(mbCfg.Producer(func(mb *mailbox.Mailbox) { in.mb.Store(mb) })))
+			mbp, err := mbCfg.Producer(func(mb *mailbox.Mailbox) { in.mb.Store(mb) })
+			if err != nil {
+				return err
+			}
+			props := actor.PropsFromProducer(func() actor.Actor { return in }, actor.WithMailbox(mbp))
 			name := in.self.Id[len(x.jobPID.Id)+1:]
 			if _, err := c.SpawnNamed(props, name); err != nil {
 				return fmt.Errorf("spawn %s: %w", name, err)
@@ -687,8 +690,10 @@ func (j *jobActor) launch(c actor.Context) error {
 			j.total++
 		}
 	}
-	for _, insts := range x.instances {
-		for _, in := range insts {
+	// Start consumers before their producers: an instance's start must be
+	// queued before the first record reaches it.
+	for id := len(x.instances) - 1; id >= 0; id-- {
+		for _, in := range x.instances[id] {
 			c.Send(in.self, &startMsg{})
 		}
 	}

@@ -1,0 +1,133 @@
+// Package store opens sluice's store files: bbolt databases that carry a
+// format marker and version, so that a file written by another program, by a
+// newer sluice, or damaged, is refused with an error that names it, and is
+// never modified.
+//
+// Packages keep their data in top-level buckets of their own (the spill
+// queues of package mailbox, the journals of package persistence); the
+// "sluice" bucket holds the format marker.
+package store
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"os"
+	"time"
+
+	bolt "go.etcd.io/bbolt"
+)
+
+// Version is the store format this build writes and reads.
+const Version = 1
+
+var (
+	metaBucket = []byte("sluice")
+	formatKey  = []byte("format")
+	versionKey = []byte("version")
+	formatName = []byte("sluice-store")
+)
+
+// Errors, for errors.Is.
+var (
+	ErrForeign = errors.New("not a sluice store (written by another program)")
+	ErrNewer   = errors.New("written by a newer sluice (format version too new)")
+	ErrCorrupt = errors.New("corrupt or not a bbolt database")
+	ErrLocked  = errors.New("locked by another process")
+)
+
+// File is an open store file.
+type File struct {
+	DB   *bolt.DB
+	Path string
+}
+
+// Open opens or creates the store at path (mode 0600). An existing file is
+// first checked read-only, so that a foreign, newer or corrupt file is
+// refused without a single byte written to it.
+func Open(path string) (f *File, err error) {
+	defer func() {
+		if r := recover(); r != nil { // bbolt can panic on some damaged files
+			f, err = nil, fmt.Errorf("store %s: %w: %v", path, ErrCorrupt, r)
+		}
+	}()
+	st, statErr := os.Stat(path)
+	switch {
+	case statErr == nil && st.IsDir():
+		return nil, fmt.Errorf("store %s: is a directory", path)
+	case statErr == nil && st.Size() > 0:
+		if err := check(path); err != nil {
+			return nil, err
+		}
+	case statErr != nil && !errors.Is(statErr, os.ErrNotExist):
+		return nil, fmt.Errorf("store %s: %w", path, statErr)
+	}
+	db, err := bolt.Open(path, 0o600, &bolt.Options{Timeout: time.Second})
+	if err != nil {
+		return nil, describe(path, err)
+	}
+	if err := db.Update(func(tx *bolt.Tx) error {
+		if tx.Bucket(metaBucket) != nil {
+			return nil
+		}
+		if err := tx.ForEach(func([]byte, *bolt.Bucket) error { return ErrForeign }); err != nil {
+			return err
+		}
+		b, err := tx.CreateBucket(metaBucket)
+		if err != nil {
+			return err
+		}
+		if err := b.Put(formatKey, formatName); err != nil {
+			return err
+		}
+		return b.Put(versionKey, []byte{Version})
+	}); err != nil {
+		db.Close()
+		return nil, fmt.Errorf("store %s: %w", path, err)
+	}
+	return &File{DB: db, Path: path}, nil
+}
+
+// check opens an existing file read-only and verifies its marker.
+func check(path string) error {
+	db, err := bolt.Open(path, 0o600, &bolt.Options{ReadOnly: true, Timeout: time.Second})
+	if err != nil {
+		return describe(path, err)
+	}
+	defer db.Close()
+	return db.View(func(tx *bolt.Tx) error {
+		meta := tx.Bucket(metaBucket)
+		if meta == nil {
+			empty := true
+			_ = tx.ForEach(func([]byte, *bolt.Bucket) error { empty = false; return nil })
+			if empty {
+				return nil // a fresh bbolt file: ours to initialise
+			}
+			return fmt.Errorf("store %s: %w: it has no %q bucket", path, ErrForeign, metaBucket)
+		}
+		if !bytes.Equal(meta.Get(formatKey), formatName) {
+			return fmt.Errorf("store %s: %w: format marker %q", path, ErrForeign, meta.Get(formatKey))
+		}
+		v := meta.Get(versionKey)
+		if len(v) != 1 {
+			return fmt.Errorf("store %s: %w: unreadable format version", path, ErrCorrupt)
+		}
+		if v[0] > Version {
+			return fmt.Errorf("store %s: %w: version %d, this build reads up to %d", path, ErrNewer, v[0], Version)
+		}
+		return nil
+	})
+}
+
+func describe(path string, err error) error {
+	switch {
+	case errors.Is(err, bolt.ErrTimeout):
+		return fmt.Errorf("store %s: %w", path, ErrLocked)
+	case errors.Is(err, bolt.ErrInvalid), errors.Is(err, bolt.ErrVersionMismatch), errors.Is(err, bolt.ErrChecksum):
+		return fmt.Errorf("store %s: %w: %v", path, ErrCorrupt, err)
+	}
+	return fmt.Errorf("store %s: %w", path, err)
+}
+
+// Close closes the file.
+func (f *File) Close() error { return f.DB.Close() }
