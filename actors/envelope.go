@@ -49,3 +49,33 @@ type Envelope struct {
 // IsControl reports whether the envelope is a control record. It makes
 // *Envelope a mailbox.Control.
 func (e *Envelope) IsControl() bool { return e.Kind != Data }
+
+// Records implements mailbox.Batch: the number of records of a data envelope.
+func (e *Envelope) Records() int {
+	if e.Kind != Data {
+		return 0
+	}
+	return e.Count
+}
+
+// retainer is implemented by the payloads of data envelopes.
+type retainer interface {
+	Retain(keep func(i int) bool) int
+}
+
+// Retain implements mailbox.Batch: it keeps the records for which keep is
+// true, so that an overflow policy can shed single records of a batch.
+func (e *Envelope) Retain(keep func(i int) bool) int {
+	if e.Kind != Data {
+		return 0
+	}
+	if r, ok := e.Payload.(retainer); ok {
+		e.Count = r.Retain(keep)
+		return e.Count
+	}
+	// An opaque payload is all or nothing.
+	if !keep(0) {
+		e.Count, e.Payload = 0, nil
+	}
+	return e.Count
+}

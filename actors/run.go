@@ -43,10 +43,19 @@ type OperatorStats struct {
 	Kind        string // "source", "map", "count", "sink", ...
 	Task        int    // the physical task (fused chain) the operator runs in
 	Parallelism int
-	In          int64         // records received
-	Out         int64         // records emitted
-	Queued      int           // records waiting in the task's mailboxes (first operator of a task only)
-	Blocked     time.Duration // time the task's instances spent without credit to send (first operator of a task only)
+	In          int64 // records received
+	Out         int64 // records emitted
+	// The input mailboxes, reported on the first operator of a task (summed
+	// over instances; the high-water mark is the largest of them).
+	Policy         string           // overflow policy
+	Capacity       int              // records
+	Queued         int              // records waiting now
+	QueueHighWater int              // the most records ever waiting in one instance
+	Dropped        int64            // records dropped by the policy
+	DroppedBy      map[string]int64 // by reason
+	Spilled        int64            // records written to the spill, ever
+	SpillPending   int64            // records in the spill now
+	Blocked        time.Duration    // time the task's instances spent without credit to send (first operator of a task only)
 	// Backpressured is the number of the task's instances without credit now
 	// (first operator of a task only).
 	Backpressured int
@@ -113,15 +122,16 @@ func (r *Run) Wait(ctx context.Context) error {
 
 // Drain asks the job's sources to stop, waits until in-flight records are
 // processed and sinks flushed, and returns the job's outcome. When ctx ends
-// first, the job is stopped and ErrDrainTimeout is returned.
+// first, the job is asked to stop and ErrDrainTimeout is returned at once.
 func (r *Run) Drain(ctx context.Context) error {
 	r.exec.Drain()
 	select {
 	case <-r.exec.Done():
 		return r.exec.Err()
 	case <-ctx.Done():
+		// Stopped, not awaited: an operator stuck in user code cannot be
+		// made to return, and the caller's deadline has passed.
 		r.exec.Abort()
-		<-r.exec.Done()
 		return fmt.Errorf("actors: drain %q: %w", r.job.Name(), ErrDrainTimeout)
 	}
 }

@@ -5,13 +5,19 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"os"
+	"path/filepath"
 	"sync"
 
 	"github.com/asynkron/protoactor-go/actor"
+	bolt "go.etcd.io/bbolt"
 	"go.opentelemetry.io/otel/metric"
 	metricnoop "go.opentelemetry.io/otel/metric/noop"
 	"go.opentelemetry.io/otel/trace"
 	tracenoop "go.opentelemetry.io/otel/trace/noop"
+
+	"github.com/sluicehq/sluice/internal/store"
+	"github.com/sluicehq/sluice/mailbox"
 )
 
 // ErrStopped is returned by operations on a System that has been stopped.
@@ -29,10 +35,11 @@ type Config struct {
 	// Default: no-op providers; sluice never reads the global ones.
 	TracerProvider trace.TracerProvider
 	MeterProvider  metric.MeterProvider
-	// Store is the path of the bbolt file that holds durable state (journals,
-	// snapshots, spilled messages). Empty means no durable state: jobs that
-	// need it are refused. Persistence is not implemented yet; the path is
-	// validated and kept for it.
+	// Store is the path of the bbolt file that holds durable state (spilled
+	// messages now; journals and snapshots with persistence). It is created
+	// with mode 0600; a file written by another program, by a newer sluice or
+	// damaged is refused by NewSystem. Empty means a temporary store, created
+	// when first needed and removed by Stop.
 	Store string
 }
 
@@ -42,6 +49,11 @@ type System struct {
 	log  *slog.Logger
 	sys  *actor.ActorSystem
 	root *actor.RootContext
+
+	storeMu sync.Mutex
+	file    *store.File
+	tempDir string // of a temporary store, removed by Stop
+	spill   *mailbox.SpillStore
 
 	mu      sync.Mutex
 	stopped bool
@@ -74,6 +86,14 @@ func NewSystem(cfg Config) (*System, error) {
 		root: actor.NewRootContext(sys, nil),
 		runs: make(map[*Run]struct{}),
 		refs: make(map[*Ref]struct{}),
+	}
+	if cfg.Store != "" {
+		f, err := store.Open(cfg.Store)
+		if err != nil {
+			sys.Shutdown()
+			return nil, fmt.Errorf("actors: %w", err)
+		}
+		s.file = f
 	}
 	return s, nil
 }
@@ -129,7 +149,10 @@ func (s *System) Stop(ctx context.Context) error {
 	}
 	for _, r := range runs {
 		r.exec.Abort()
-		<-r.exec.Done()
+		select {
+		case <-r.exec.Done():
+		case <-ctx.Done(): // a job stuck in user code: give up at the deadline
+		}
 	}
 	// Embedded actors stop too; their mailboxes close, so that a producer
 	// waiting in Ref.Send gets mailbox.ErrClosed.
@@ -137,10 +160,64 @@ func (s *System) Stop(ctx context.Context) error {
 		_ = r.Stop(ctx)
 	}
 	s.sys.Shutdown()
+	var errs []error
 	if err := ctx.Err(); err != nil {
-		return fmt.Errorf("actors: stop: %w", err)
+		errs = append(errs, fmt.Errorf("actors: stop: %w", err))
 	}
-	return nil
+	s.storeMu.Lock()
+	if s.file != nil {
+		if err := s.file.Close(); err != nil {
+			errs = append(errs, fmt.Errorf("actors: stop: close store: %w", err))
+		}
+		s.file = nil
+	}
+	if s.tempDir != "" {
+		if err := os.RemoveAll(s.tempDir); err != nil {
+			errs = append(errs, fmt.Errorf("actors: stop: remove temporary store: %w", err))
+		}
+		s.tempDir = ""
+	}
+	s.storeMu.Unlock()
+	return errors.Join(errs...)
+}
+
+// DB returns the system's store (bbolt), opening a temporary one when
+// Config.Store is empty.
+func (s *System) DB() (*bolt.DB, error) {
+	s.storeMu.Lock()
+	defer s.storeMu.Unlock()
+	if s.file == nil {
+		if s.isStopped() {
+			return nil, ErrStopped
+		}
+		dir, err := os.MkdirTemp("", "sluice-store-")
+		if err != nil {
+			return nil, fmt.Errorf("actors: temporary store: %w", err)
+		}
+		f, err := store.Open(filepath.Join(dir, "store.db"))
+		if err != nil {
+			os.RemoveAll(dir)
+			return nil, fmt.Errorf("actors: temporary store: %w", err)
+		}
+		s.file, s.tempDir = f, dir
+		s.log.Debug("temporary store", "path", f.Path)
+	}
+	return s.file.DB, nil
+}
+
+// SpillStore returns the spill queues in the system's store, for
+// mailbox.Spill.
+func (s *System) SpillStore() (*mailbox.SpillStore, error) {
+	db, err := s.DB()
+	if err != nil {
+		return nil, err
+	}
+	s.storeMu.Lock()
+	defer s.storeMu.Unlock()
+	if s.spill == nil {
+		s.spill = mailbox.NewSpillStore(db)
+	}
+	return s.spill, nil
 }
 
 func (s *System) track(r *Run) error {

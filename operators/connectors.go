@@ -10,6 +10,9 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
+
+	"github.com/sluicehq/sluice/mailbox"
 )
 
 // SourceConnector opens the partitions of a source. A source with
@@ -401,3 +404,152 @@ func (w collectorWriter[T]) Write(rs []T) error {
 }
 
 func (w collectorWriter[T]) Close() error { return nil }
+
+// Ingress is a source that an application feeds from its own goroutines:
+// the door into a topology from outside. Send waits while the ingress is
+// full (its capacity, plus what back-pressure lets into the topology),
+// honouring its context; TrySend fails at once with an error wrapping
+// mailbox.ErrFull. Close ends the stream after the records already sent. It
+// runs with parallelism 1 and is not replayable.
+type Ingress[T any] struct {
+	ch       chan T
+	mu       sync.RWMutex
+	closed   chan struct{} // Close was called
+	gone     chan struct{} // the job stopped reading
+	inflight atomic.Int64  // Sends that passed the closed check
+	once     sync.Once
+	goneOnce sync.Once
+}
+
+// NewIngress returns an ingress that buffers up to capacity records.
+func NewIngress[T any](capacity int) *Ingress[T] {
+	return &Ingress[T]{ch: make(chan T, max(capacity, 0)), closed: make(chan struct{}), gone: make(chan struct{})}
+}
+
+// ErrIngressClosed is returned by Send and TrySend after Close, or once the
+// job that read the ingress has ended.
+var ErrIngressClosed = errors.New("operators: ingress closed")
+
+func (in *Ingress[T]) enter() bool {
+	in.mu.RLock()
+	defer in.mu.RUnlock()
+	select {
+	case <-in.closed:
+		return false
+	case <-in.gone:
+		return false
+	default:
+		in.inflight.Add(1)
+		return true
+	}
+}
+
+// Send hands v to the topology, waiting for room until ctx ends.
+func (in *Ingress[T]) Send(ctx context.Context, v T) error {
+	if !in.enter() {
+		return ErrIngressClosed
+	}
+	defer in.inflight.Add(-1)
+	select {
+	case in.ch <- v:
+		return nil
+	case <-in.gone:
+		return ErrIngressClosed
+	case <-ctx.Done():
+		return fmt.Errorf("operators: ingress send: %w", context.Cause(ctx))
+	}
+}
+
+// TrySend hands v to the topology if there is room, and returns an error
+// wrapping mailbox.ErrFull otherwise.
+func (in *Ingress[T]) TrySend(v T) error {
+	if !in.enter() {
+		return ErrIngressClosed
+	}
+	defer in.inflight.Add(-1)
+	select {
+	case in.ch <- v:
+		return nil
+	default:
+		return fmt.Errorf("operators: ingress: %w", mailbox.ErrFull)
+	}
+}
+
+// Len is the number of records waiting in the ingress's buffer.
+func (in *Ingress[T]) Len() int { return len(in.ch) }
+
+// Close ends the stream once the records sent so far are read.
+func (in *Ingress[T]) Close() {
+	in.once.Do(func() {
+		in.mu.Lock()
+		close(in.closed)
+		in.mu.Unlock()
+	})
+}
+
+// Open implements SourceConnector.
+func (in *Ingress[T]) Open(_ context.Context, part, parts int, _ int64) (Reader[T], error) {
+	if parts != 1 {
+		return nil, fmt.Errorf("ingress runs with parallelism 1, not %d", parts)
+	}
+	return &ingressReader[T]{in: in}, nil
+}
+
+type ingressReader[T any] struct {
+	in   *Ingress[T]
+	held []T
+	n    int64
+	mu   sync.Mutex
+}
+
+func (r *ingressReader[T]) Read(buf []T) (int, error) {
+	r.mu.Lock()
+	k := copy(buf, r.held)
+	r.held = r.held[k:]
+	r.mu.Unlock()
+	for k < len(buf) {
+		select {
+		case v := <-r.in.ch:
+			buf[k] = v
+			k++
+			continue
+		default:
+		}
+		break
+	}
+	r.n += int64(k)
+	if k > 0 {
+		return k, nil
+	}
+	select {
+	case <-r.in.closed:
+		// Every Send that got in has finished: what they sent is in ch.
+		if r.in.inflight.Load() == 0 && len(r.in.ch) == 0 {
+			return 0, io.EOF
+		}
+	default:
+	}
+	return 0, nil
+}
+
+func (r *ingressReader[T]) Wait(ctx context.Context) error {
+	select {
+	case v := <-r.in.ch:
+		r.mu.Lock()
+		r.held = append(r.held, v)
+		r.mu.Unlock()
+		return nil
+	case <-r.in.closed:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+func (r *ingressReader[T]) Offset() int64 { return r.n }
+
+// Close tells waiting senders that nobody will read any more.
+func (r *ingressReader[T]) Close() error {
+	r.in.goneOnce.Do(func() { close(r.in.gone) })
+	return nil
+}

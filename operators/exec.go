@@ -48,13 +48,17 @@ type outputSpec struct {
 	chans  []*outChan
 }
 
-// outChan is a credit-gated channel from this instance to one receiver.
+// outChan is a channel from this instance to one receiver. When the
+// receiver's mailbox blocks, it is credit-gated: records go out only as far
+// as the receiver granted room. Under the other policies the sender is never
+// slowed and the receiver's mailbox sheds or spills.
 type outChan struct {
-	target  *actor.PID
-	channel int // receiver's input channel index
-	credits int // records the receiver can still take
-	queue   []*actors.Envelope
-	seq     uint64
+	target   *actor.PID
+	channel  int  // receiver's input channel index
+	credited bool // the receiver's policy is Block
+	credits  int  // records the receiver can still take
+	queue    []*actors.Envelope
+	seq      uint64
 }
 
 // inChan identifies the sender behind one input channel, to return credits.
@@ -178,9 +182,11 @@ type instance struct {
 	sinks []opener
 	em    flusher
 
-	outs    []*outChan
-	ins     []inChan
-	eosLeft int
+	outs     []*outChan
+	ins      []inChan
+	eosLeft  int
+	mbCfg    mailbox.Config // this instance's input mailbox
+	credited bool           // its policy is Block: senders hold credits
 
 	c        actor.Context
 	stash    []*actors.Envelope
@@ -244,10 +250,15 @@ func (in *instance) start() {
 func (in *instance) handle(env *actors.Envelope) {
 	switch env.Kind {
 	case actors.Data:
+		if env.Count == 0 { // every record was shed by the overflow policy
+			return
+		}
 		in.head.deliver(env.Payload)
 		in.em.flush()
-		ch := in.ins[env.Channel]
-		in.c.Send(ch.sender, &credit{out: ch.out, n: env.Count})
+		if in.credited {
+			ch := in.ins[env.Channel]
+			in.c.Send(ch.sender, &credit{out: ch.out, n: env.Count})
+		}
 	case actors.EndOfStream:
 		in.eosLeft--
 		if in.eosLeft == 0 {
@@ -286,7 +297,7 @@ func (in *instance) enqueue(oc *outChan, env *actors.Envelope) {
 	env.Channel = oc.channel
 	env.Seq = oc.seq
 	oc.seq += uint64(env.Count)
-	if len(oc.queue) == 0 && (env.Kind != actors.Data || oc.credits >= env.Count) {
+	if !oc.credited || len(oc.queue) == 0 && (env.Kind != actors.Data || oc.credits >= env.Count) {
 		oc.credits -= env.Count
 		in.c.Send(oc.target, env)
 		return
@@ -512,8 +523,23 @@ func (x *execution) Stats() []actors.OperatorStats {
 			}
 			if pos == 0 && id < len(x.instances) {
 				for _, in := range x.instances[id] {
-					if mb := in.mb.Load(); mb != nil {
-						st.Queued += mb.Stats().Depth
+					if mb := in.mb.Load(); mb != nil && n.role != roleSource {
+						ms := mb.Stats()
+						st.Policy = ms.Policy
+						st.Capacity += ms.Capacity
+						st.Queued += ms.Depth
+						st.QueueHighWater = max(st.QueueHighWater, ms.HighWater)
+						st.Dropped += ms.DroppedTotal()
+						st.Spilled += ms.Spilled
+						st.SpillPending += ms.SpillPending
+						for _, r := range mailbox.Reasons() {
+							if ms.Dropped[r] > 0 {
+								if st.DroppedBy == nil {
+									st.DroppedBy = map[string]int64{}
+								}
+								st.DroppedBy[r.String()] += ms.Dropped[r]
+							}
+						}
 					}
 					st.Blocked += time.Duration(in.blocked.Load())
 					if since := in.blockedSince.Load(); since != 0 {
@@ -568,9 +594,17 @@ func (x *execution) build() error {
 				}
 			}
 			recv.eosLeft = len(recv.ins)
+			recv.mbCfg = mailbox.Block(cfg.capacity)
+			if head := p.chains[id][0]; head.input != nil {
+				recv.mbCfg = *head.input
+			}
+			recv.credited = recv.mbCfg.Overflow == mailbox.OverflowBlock
+			if recv.credited { // room for every channel's window
+				recv.mbCfg.Capacity = max(recv.mbCfg.Capacity, cfg.batchSize*len(recv.ins))
+			}
 		}
 	}
-	window := func(recv *instance) int { return max(cfg.batchSize, cfg.capacity/max(1, len(recv.ins))) }
+	window := func(recv *instance) int { return max(cfg.batchSize, recv.mbCfg.Capacity/max(1, len(recv.ins))) }
 	// Output channels and emitters.
 	specsOf := make([][]*outputSpec, len(x.instances))
 	for id := range p.chains {
@@ -589,7 +623,7 @@ func (x *execution) build() error {
 					continue
 				}
 				ci := chanOf[key{ei, snd.idx, recv.idx}]
-				oc := &outChan{target: recv.self, channel: ci, credits: window(recv)}
+				oc := &outChan{target: recv.self, channel: ci, credits: window(recv), credited: recv.credited}
 				recv.ins[ci].out = len(snd.outs)
 				snd.outs = append(snd.outs, oc)
 				spec.chans = append(spec.chans, oc)
@@ -674,10 +708,13 @@ func (j *jobActor) launch(c actor.Context) error {
 	if err := x.build(); err != nil {
 		return err
 	}
-	mbCfg := mailbox.Config{Capacity: x.topo.cfg.capacity}
 	for _, insts := range x.instances {
 		for _, in := range insts {
 			in := in
+			mbCfg, err := x.mailboxFor(in)
+			if err != nil {
+				return err
+			}
 			mbp, err := mbCfg.Producer(func(mb *mailbox.Mailbox) { in.mb.Store(mb) })
 			if err != nil {
 				return err
@@ -698,6 +735,43 @@ func (j *jobActor) launch(c actor.Context) error {
 		}
 	}
 	return nil
+}
+
+// mailboxFor completes an instance's mailbox configuration: overflow
+// episodes and spill errors go to the log, and a spill gets the system's
+// store, a queue of its own and a codec for the operator's input type.
+func (x *execution) mailboxFor(in *instance) (mailbox.Config, error) {
+	cfg := in.mbCfg
+	head := x.plan.chains[in.task][0]
+	log := x.sys.Logger().With("job", x.topo.name, "operator", head.name, "instance", in.idx, "policy", cfg.Overflow.String())
+	cfg.OnOverflow = func(e mailbox.Episode) {
+		attrs := []any{"depth", e.Depth, "spilled", e.Spilled, "overfilled", e.Overfilled}
+		for _, r := range mailbox.Reasons() {
+			if e.Dropped[r] > 0 {
+				attrs = append(attrs, "dropped_"+r.String(), e.Dropped[r])
+			}
+		}
+		if e.Started {
+			log.Warn("mailbox overflow started", attrs...)
+		} else {
+			log.Info("mailbox overflow ended", attrs...)
+		}
+	}
+	cfg.OnError = func(err error) { log.Error("mailbox spill", "err", err) }
+	if cfg.Overflow == mailbox.OverflowSpill {
+		st, err := x.sys.SpillStore()
+		if err != nil {
+			return cfg, fmt.Errorf("operator %q: spill: %w", head.name, err)
+		}
+		opts := mailbox.SpillOptions{}
+		if cfg.Spill != nil {
+			opts = *cfg.Spill
+		}
+		opts.Store, opts.Codec, opts.Keep = st, head.newCodec(), false
+		opts.Queue = fmt.Sprintf("%s/%s.%d", x.jobPID.Id, head.name, in.idx)
+		cfg.Spill = &opts
+	}
+	return cfg, nil
 }
 
 func (x *execution) operatorError(child *actor.PID, reason any) error {

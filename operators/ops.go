@@ -1,5 +1,7 @@
 package operators
 
+import "github.com/sluicehq/sluice/mailbox"
+
 // KV is a keyed result: the output of the per-key aggregations.
 type KV[K comparable, V any] struct {
 	Key   K
@@ -216,4 +218,5 @@ func setTypedPlumbing[T any](nd *node) {
 // setInlet gives a node consuming In the adapter that feeds it envelopes.
 func setInlet[In any](nd *node) {
 	nd.newInlet = func(head any) inlet { return &typedInlet[In]{head: head.(pusher[In])} }
+	nd.newCodec = func() mailbox.Codec { return envelopeCodec[In]{} }
 }

@@ -3,8 +3,11 @@ package operators
 import (
 	"errors"
 	"fmt"
+	"reflect"
 	"slices"
 	"strings"
+
+	"github.com/sluicehq/sluice/mailbox"
 )
 
 // Plan is the physical plan of a topology: the tasks (chains of fused
@@ -136,6 +139,11 @@ func (t *Topology) Plan() (*Plan, error) {
 		}
 		if n.declared && len(inputs[n]) == 0 {
 			errs = append(errs, opErr(t, n.name, ErrUnconnected, "declared input is never connected (use Topology.Connect)"))
+		}
+		if n.input != nil {
+			if err := checkInput(n); err != nil {
+				errs = append(errs, opErr(t, n.name, ErrInvalid, err.Error()))
+			}
 		}
 		if n.role != roleSink && len(consumers[n]) == 0 {
 			errs = append(errs, opErr(t, n.name, ErrUnconnected, "output is not consumed (add a Sink, or remove the operator)"))
@@ -308,7 +316,7 @@ func buildPlan(t *Topology, inputs, consumers map[*node][]*node) *Plan {
 		ups := phys[n]
 		if len(ups) == 1 {
 			u := ups[0]
-			if u.part == partForward && !n.stateful && n.role != roleSource && !n.noFusion && !u.node.noFusion &&
+			if u.part == partForward && !n.stateful && n.role != roleSource && !n.noFusion && !u.node.noFusion && n.input == nil &&
 				len(physOut[u.node]) == 1 {
 				c := chainOf[u.node]
 				if chains[c][len(chains[c])-1] == u.node {
@@ -346,4 +354,39 @@ func buildPlan(t *Topology, inputs, consumers map[*node][]*node) *Plan {
 		}
 	}
 	return p
+}
+
+// checkInput validates an operator's Input mailbox as the job will build it.
+func checkInput(n *node) error {
+	if n.role == roleSource || n.role == rolePartition || n.role == roleJunction {
+		return fmt.Errorf("input mailbox on a %s: only operators and sinks have one", n.kind)
+	}
+	cfg := *n.input
+	if cfg.Overflow == mailbox.OverflowSpill {
+		if err := spillable(n.inType); err != nil {
+			return fmt.Errorf("spill: %w", err)
+		}
+		cfg.Spill = &mailbox.SpillOptions{Store: &mailbox.SpillStore{}, Queue: "check", Codec: envelopeCodec[int]{}}
+	}
+	return cfg.Validate()
+}
+
+// spillable reports whether msgpack encodes every field of t, so that a
+// spilled record comes back whole.
+func spillable(t reflect.Type) error {
+	for t.Kind() == reflect.Pointer {
+		t = t.Elem()
+	}
+	switch t.Kind() {
+	case reflect.Chan, reflect.Func, reflect.UnsafePointer:
+		return fmt.Errorf("records of type %v cannot be encoded", t)
+	case reflect.Struct:
+		for i := range t.NumField() {
+			f := t.Field(i)
+			if !f.IsExported() && f.Tag.Get("msgpack") != "-" {
+				return fmt.Errorf("records of type %v have the unexported field %s, which msgpack does not encode", t, f.Name)
+			}
+		}
+	}
+	return nil
 }

@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -308,6 +309,9 @@ func TestBackPressureBoundsSource(t *testing.T) {
 		capacity = 1024
 	)
 	gate := make(chan struct{})
+	var once sync.Once
+	open := func() { once.Do(func() { close(gate) }) }
+	t.Cleanup(open) // before the system stops: a stuck sink cannot be stopped
 	top := operators.NewTopology("pressure", operators.BatchSize(batch), operators.Capacity(capacity))
 	src := operators.Source(top, "src", operators.Generate(n, func(i int64) int64 { return i }))
 	var got int64
@@ -326,7 +330,7 @@ func TestBackPressureBoundsSource(t *testing.T) {
 	if out := stat(t, run, "src").Out; out > capacity+2*batch {
 		t.Fatalf("source emitted %d records while the sink was stuck; bound is %d", out, capacity+2*batch)
 	}
-	close(gate)
+	open()
 	if err := run.Wait(ctx); err != nil {
 		t.Fatal(err)
 	}

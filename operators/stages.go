@@ -15,6 +15,27 @@ type batch[T any] struct {
 	ts []int64
 }
 
+// Retain keeps the records for which keep(i) is true (overflow policies
+// shed records one at a time).
+func (b *batch[T]) Retain(keep func(i int) bool) int {
+	j := 0
+	for i := range b.vs {
+		if keep(i) {
+			b.vs[j] = b.vs[i]
+			if b.ts != nil {
+				b.ts[j] = b.ts[i]
+			}
+			j++
+		}
+	}
+	clear(b.vs[j:])
+	b.vs = b.vs[:j]
+	if b.ts != nil {
+		b.ts = b.ts[:j]
+	}
+	return j
+}
+
 // pusher is one stage of a fused chain. push processes a batch the caller
 // owns: the stage may modify it in place but must not keep it after
 // returning. finish is called once at end of stream, after the last push:

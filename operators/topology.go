@@ -3,6 +3,8 @@ package operators
 import (
 	"fmt"
 	"reflect"
+
+	"github.com/sluicehq/sluice/mailbox"
 )
 
 // role says how a logical node takes part in execution.
@@ -61,11 +63,13 @@ type node struct {
 	partition   partitionKind // for rolePartition nodes
 	hasher      any           // func(T) uint64, for KeyBy
 	emit        EmitMode
+	input       *mailbox.Config // the operator's input mailbox, when set with Input
 
 	// typed builders, set by the generic constructors
 	newSource  func(next any, sc *stageCtx) sourceRunner
 	newStage   func(next any, sc *stageCtx) any // returns pusher[In]
 	newInlet   func(head any) inlet
+	newCodec   func() mailbox.Codec // spills this node's input envelopes
 	newEmitter func(outs []*outputSpec, in *instance) (any, flusher)
 }
 
@@ -105,6 +109,19 @@ type Option func(*node)
 // it sets the parallelism of the keyed consumers.
 func Parallelism(n int) Option {
 	return func(nd *node) { nd.parallelism, nd.explicitP = n, true }
+}
+
+// Input sets the operator's input mailbox: its capacity in records and what
+// happens when it is full (mailbox.Block, the default, with credit-based
+// back-pressure; mailbox.DropNewest, DropOldest, Sample, Throttle, which
+// never slow the senders and count every drop; mailbox.Spill, which keeps
+// the order and the memory bound by spilling to the system's store). For
+// Spill, leave SpillOptions empty: the job fills in the store, a queue name
+// and a codec for the operator's input type, whose values must be msgpack
+// encodable. An operator with its own Input is never fused with its
+// predecessor.
+func Input(cfg mailbox.Config) Option {
+	return func(nd *node) { c := cfg; nd.input = &c }
 }
 
 // NoFusion keeps the operator in an actor of its own instead of fusing it
