@@ -122,7 +122,9 @@ type Config struct {
 	HighWater int
 	// SampleEvery is Sample's N: one record in N is kept. At least 2.
 	SampleEvery int
-	// Rate is Throttle's limit in records per second. Must be > 0.
+	// Rate is Throttle's limit in records per second. Must be > 0. Above the
+	// high-water mark a burst of one second's worth (at least one record) is
+	// admitted at once, then Rate records per second.
 	Rate float64
 	// Spill configures OverflowSpill. Required for it.
 	Spill *SpillOptions
@@ -201,6 +203,11 @@ func (c Config) Validate() error {
 	}
 	return nil
 }
+
+// burst is the capacity of Throttle's token bucket: a second's worth of
+// records, and at least one record, so that a rate below one record per
+// second still admits one record every 1/Rate seconds.
+func (c Config) burst() float64 { return max(c.Rate, 1) }
 
 func (c Config) withDefaults() Config {
 	if c.Throughput == 0 {

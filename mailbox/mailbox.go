@@ -26,6 +26,7 @@ type Mailbox struct {
 	mu      sync.Mutex
 	mem     ring[entry]
 	depth   int // data records in mem (dead entries excluded)
+	dead    int // dead entries in mem, compacted away as they accumulate
 	system  ring[any]
 	space   chan struct{} // closed and replaced when room frees up for waiting Puts
 	waiters int
@@ -53,7 +54,7 @@ func New(cfg Config) (*Mailbox, error) {
 		return nil, err
 	}
 	cfg = cfg.withDefaults()
-	m := &Mailbox{cfg: cfg, space: make(chan struct{}), tokens: cfg.Rate, refill: cfg.Now()}
+	m := &Mailbox{cfg: cfg, space: make(chan struct{}), tokens: cfg.burst(), refill: cfg.Now()}
 	m.st.Policy, m.st.Capacity = cfg.Overflow.String(), cfg.Capacity
 	if cfg.Overflow == OverflowSpill {
 		sq, recovered, err := openSpillQueue(cfg.Spill)
@@ -351,6 +352,7 @@ func (m *Mailbox) evictLocked(k int) {
 			m.depth -= e.n
 			m.dropLocked(e.n, ReasonEvicted)
 			e.dead, e.msg, e.n = true, nil, 0
+			m.dead++
 			continue
 		}
 		cut := k
@@ -361,8 +363,35 @@ func (m *Mailbox) evictLocked(k int) {
 		e.n = kept
 		if kept == 0 {
 			e.dead, e.msg = true, nil
+			m.dead++
 		}
 	}
+	m.compactLocked()
+}
+
+// compactLocked removes dead entries from the queue once they make up half
+// of it, so that a DropOldest mailbox whose actor is stuck holds at most
+// about twice its live entries rather than one entry for every message ever
+// evicted. The cost is amortised over the evictions.
+func (m *Mailbox) compactLocked() {
+	for m.dead > 0 && m.mem.len() > 0 && m.mem.at(0).dead {
+		m.mem.pop()
+		m.dead--
+	}
+	if m.dead == 0 || 2*m.dead < m.mem.len() {
+		return
+	}
+	var live ring[entry]
+	for {
+		e, ok := m.mem.pop()
+		if !ok {
+			break
+		}
+		if !e.dead {
+			live.push(e)
+		}
+	}
+	m.mem, m.dead = live, 0
 }
 
 // shedLocked applies Sample or Throttle to an incoming message above the
@@ -375,7 +404,7 @@ func (m *Mailbox) shedLocked(msg any, n int) int {
 		return retain(msg, func(i int) bool { return (base+uint64(i))%every == 0 })
 	}
 	now := m.cfg.Now()
-	m.tokens = min(m.cfg.Rate, m.tokens+now.Sub(m.refill).Seconds()*m.cfg.Rate)
+	m.tokens = min(m.cfg.burst(), m.tokens+now.Sub(m.refill).Seconds()*m.cfg.Rate)
 	m.refill = now
 	allow := int(m.tokens)
 	kept := retain(msg, func(i int) bool { return i < allow })
@@ -394,9 +423,7 @@ func (m *Mailbox) PostSystemMessage(msg any) {
 		close(m.space)
 		m.space = make(chan struct{})
 		if m.spill != nil {
-			if err := m.spill.commit(); err != nil {
-				m.reportLocked(err)
-			}
+			_ = m.commitLocked() // reported
 		}
 	}
 	m.mu.Unlock()
@@ -423,7 +450,7 @@ func (m *Mailbox) Start() { m.schedule() }
 func (m *Mailbox) UserMessageCount() int {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	n := m.mem.len()
+	n := m.mem.len() - m.dead
 	if m.spill != nil {
 		n += m.spill.pendingMessages()
 	}
@@ -452,7 +479,22 @@ func (m *Mailbox) Sync() error {
 	if m.spill == nil {
 		return nil
 	}
-	return m.spill.commit()
+	return m.commitLocked()
+}
+
+// commitLocked commits the spill's pending group and deletes processed
+// messages. When the commit fails, the group's records are lost: they are
+// counted as dropped (ReasonUnspillable) so that the counts stay exact, and
+// the error is reported.
+func (m *Mailbox) commitLocked() error {
+	lost := m.spill.wbufN
+	if err := m.spill.commit(); err != nil {
+		m.st.SpillPending -= int64(lost)
+		m.dropLocked(lost, ReasonUnspillable)
+		m.reportLocked(err)
+		return err
+	}
+	return nil
 }
 
 func (m *Mailbox) schedule() {
@@ -512,6 +554,7 @@ func (m *Mailbox) popUser() (entry, *Episode, bool) {
 			return entry{}, nil, false
 		}
 		if e.dead {
+			m.dead--
 			continue
 		}
 		if !e.ctl {
@@ -536,7 +579,9 @@ func (m *Mailbox) popUser() (entry, *Episode, bool) {
 // refillLocked brings spilled messages back into memory, up to capacity.
 func (m *Mailbox) refillLocked() {
 	room := m.cfg.Capacity - m.depth
-	got, dropped, err := m.spill.read(max(room, 1))
+	// Bring in only what fits, unless no data is in memory: a message larger
+	// than the capacity must come in whole, alone.
+	got, dropped, err := m.spill.read(room, m.depth == 0)
 	if err != nil {
 		m.reportLocked(err)
 	}
@@ -557,9 +602,9 @@ func (m *Mailbox) refillLocked() {
 func (m *Mailbox) spillLocked(msg any, n int, ctl bool) error {
 	err := m.spill.write(msg, n, ctl)
 	if err != nil {
-		m.dropLocked(n, ReasonSpillFull)
-		if !isSpillFull(err) {
-			m.st.Dropped[ReasonSpillFull] -= int64(n)
+		if isSpillFull(err) {
+			m.dropLocked(n, ReasonSpillFull)
+		} else {
 			m.dropLocked(n, ReasonUnspillable)
 			m.reportLocked(err)
 		}
@@ -570,10 +615,8 @@ func (m *Mailbox) spillLocked(msg any, n int, ctl bool) error {
 	if m.ep != nil {
 		m.ep.Spilled += int64(n)
 	}
-	if lost, err := m.spill.maybeCommit(); err != nil {
-		m.st.SpillPending -= int64(lost)
-		m.dropLocked(lost, ReasonUnspillable)
-		m.reportLocked(err)
+	if m.spill.groupFull() {
+		_ = m.commitLocked() // counted and reported
 	}
 	return nil
 }
@@ -581,8 +624,8 @@ func (m *Mailbox) spillLocked(msg any, n int, ctl bool) error {
 func (m *Mailbox) ack(seq uint64) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if err := m.spill.ack(seq); err != nil {
-		m.reportLocked(err)
+	if m.spill.ack(seq) {
+		_ = m.commitLocked() // counted and reported
 	}
 }
 

@@ -150,6 +150,14 @@ type spilled struct {
 	data []byte
 	n    int
 	ctl  bool
+	size int // entrySize: the bytes of its value in the bucket
+}
+
+// entrySize is the size of a spill entry's value: the flags byte, the record
+// count and the encoded message. SpillBytes and MaxBytes count these bytes.
+func entrySize(n, dataLen int) int {
+	var buf [binary.MaxVarintLen64]byte
+	return 1 + binary.PutUvarint(buf[:], uint64(n)) + dataLen
 }
 
 type inflight struct {
@@ -231,37 +239,33 @@ func (q *spillQueue) active() bool         { return q.unread > 0 || len(q.wbuf) 
 func (q *spillQueue) pendingMessages() int { return q.unread + len(q.wbuf) }
 func (q *spillQueue) bytes() int64         { return q.diskSize + int64(q.wbufSize) }
 
+// write adds a message to the pending group. MaxBytes does not apply to
+// control messages: they are never dropped, and must stay in order with the
+// data spilled before them.
 func (q *spillQueue) write(msg any, n int, ctl bool) error {
 	data, err := q.opts.Codec.Encode(msg)
 	if err != nil {
 		return fmt.Errorf("mailbox: spill queue %q: encode %T: %w", q.opts.Queue, msg, err)
 	}
-	size := len(data) + 1 + binary.MaxVarintLen64
-	if q.opts.MaxBytes > 0 && q.bytes()+int64(size) > q.opts.MaxBytes {
+	size := entrySize(n, len(data))
+	if !ctl && q.opts.MaxBytes > 0 && q.bytes()+int64(size) > q.opts.MaxBytes {
 		return ErrSpillFull
 	}
-	q.wbuf = append(q.wbuf, spilled{seq: q.nextSeq, msg: msg, data: data, n: n, ctl: ctl})
+	q.wbuf = append(q.wbuf, spilled{seq: q.nextSeq, msg: msg, data: data, n: n, ctl: ctl, size: size})
 	q.nextSeq++
 	q.wbufSize += size
 	q.wbufN += n
 	return nil
 }
 
-// maybeCommit commits a full group. On failure the group's messages are
-// lost; it returns how many records.
-func (q *spillQueue) maybeCommit() (int, error) {
-	if len(q.wbuf) < q.every && q.wbufSize < groupBytes {
-		return 0, nil
-	}
-	lost := q.wbufN
-	if err := q.commit(); err != nil {
-		return lost, err
-	}
-	return 0, nil
+// groupFull says whether the pending group is due to be committed.
+func (q *spillQueue) groupFull() bool {
+	return len(q.wbuf) >= q.every || q.wbufSize >= groupBytes
 }
 
 // commit writes the pending group and deletes processed messages, in one
-// transaction. On failure the group is discarded (memory stays bounded).
+// transaction. On failure the group is discarded (memory stays bounded): the
+// caller counts its wbufN records as lost.
 func (q *spillQueue) commit() error {
 	if len(q.wbuf) == 0 && q.ackSeq <= q.deleted {
 		return nil
@@ -285,10 +289,18 @@ func (q *spillQueue) commit() error {
 			}
 		}
 		if q.ackSeq > q.deleted {
+			// Collect the keys first: Cursor.Delete followed by Next skips
+			// the following key when the leaf was already modified in this
+			// transaction (as the Puts above do), which would leave
+			// processed messages on disk to be delivered again.
+			var done [][]byte
 			c := b.Cursor()
 			binary.BigEndian.PutUint64(key[:], q.deleted+1)
 			for k, _ := c.Seek(key[:]); k != nil && binary.BigEndian.Uint64(k) <= q.ackSeq; k, _ = c.Next() {
-				if err := c.Delete(); err != nil {
+				done = append(done, bytes.Clone(k))
+			}
+			for _, k := range done {
+				if err := b.Delete(k); err != nil {
 					return err
 				}
 			}
@@ -306,31 +318,40 @@ func (q *spillQueue) commit() error {
 	for _, s := range wrote {
 		q.unread++
 		q.unreadN += s.n
-		q.diskSize += int64(len(s.data) + 1 + binary.MaxVarintLen64)
+		q.diskSize += int64(s.size)
 	}
 	q.deleted = q.ackSeq
 	return nil
 }
 
-// read brings back up to maxRecords records (at least one message): first
-// committed messages from disk, then the pending group straight from
-// memory. Entries that no longer decode are skipped and reported by their
-// record counts in dropped.
-func (q *spillQueue) read(maxRecords int) (got []entry, dropped []int, err error) {
+// read brings back up to maxRecords records, and at least one message when
+// force is set (the memory holds no data, so even a message larger than
+// maxRecords must come in): first committed messages from disk, then the
+// pending group straight from memory. Entries that no longer decode are
+// skipped and reported by their record counts in dropped; so are committed
+// messages that cannot be read at all (a failed read transaction, a vanished
+// bucket), which are given up rather than retried forever.
+func (q *spillQueue) read(maxRecords int, force bool) (got []entry, dropped []int, err error) {
 	total := 0
 	if q.unread > 0 {
 		var errs []error
+		took, full := 0, false
 		verr := q.opts.Store.db.View(func(tx *bolt.Tx) error {
 			b := tx.Bucket(spillBucket).Bucket(q.name)
+			if b == nil {
+				return errors.New("queue bucket vanished")
+			}
 			c := b.Cursor()
 			var key [8]byte
 			binary.BigEndian.PutUint64(key[:], q.readSeq)
 			for k, v := c.Seek(key[:]); k != nil && q.unread > 0; k, v = c.Next() {
 				seq := binary.BigEndian.Uint64(k)
 				n, w := binary.Uvarint(v[1:])
-				if total > 0 && total+int(n) > maxRecords {
+				if (total > 0 || !force) && total+int(n) > maxRecords {
+					full = true
 					break
 				}
+				took++
 				q.readSeq = seq + 1
 				q.unread--
 				q.unreadN -= int(n)
@@ -354,6 +375,11 @@ func (q *spillQueue) read(maxRecords int) (got []entry, dropped []int, err error
 		if verr != nil {
 			errs = append(errs, verr)
 		}
+		if took == 0 && !full && q.unread > 0 {
+			errs = append(errs, fmt.Errorf("%d committed messages (%d records) cannot be read: given up", q.unread, q.unreadN))
+			dropped = append(dropped, q.unreadN)
+			q.unread, q.unreadN = 0, 0
+		}
 		if len(errs) > 0 {
 			err = fmt.Errorf("mailbox: spill queue %q in %s: %w", q.opts.Queue, q.opts.Store.Path(), errors.Join(errs...))
 		}
@@ -365,21 +391,21 @@ func (q *spillQueue) read(maxRecords int) (got []entry, dropped []int, err error
 	i := 0
 	for ; i < len(q.wbuf); i++ {
 		s := q.wbuf[i]
-		if total > 0 && total+s.n > maxRecords {
+		if (total > 0 || !force) && total+s.n > maxRecords {
 			break
 		}
 		total += s.n
 		got = append(got, entry{msg: s.msg, n: s.n, ctl: s.ctl})
-		q.wbufSize -= len(s.data) + 1 + binary.MaxVarintLen64
+		q.wbufSize -= s.size
 		q.wbufN -= s.n
 	}
 	q.wbuf = append(q.wbuf[:0:0], q.wbuf[i:]...)
 	return got, dropped, err
 }
 
-// ack records that the message with key seq was processed; processed
-// messages are deleted in groups.
-func (q *spillQueue) ack(seq uint64) error {
+// ack records that the message with key seq was processed and says whether
+// a commit is due: processed messages are deleted in groups.
+func (q *spillQueue) ack(seq uint64) bool {
 	if seq > q.ackSeq {
 		q.ackSeq = seq
 	}
@@ -387,10 +413,7 @@ func (q *spillQueue) ack(seq uint64) error {
 		q.diskSize -= int64(q.reading[0].size)
 		q.reading = q.reading[1:]
 	}
-	if q.ackSeq-q.deleted >= uint64(q.every) || (!q.active() && len(q.reading) == 0) {
-		return q.commit()
-	}
-	return nil
+	return q.ackSeq-q.deleted >= uint64(q.every) || (!q.active() && len(q.reading) == 0)
 }
 
 // TypeCodec encodes registered message types with msgpack, tagged with a
@@ -446,6 +469,9 @@ func (c *TypeCodec) Decode(data []byte) (any, error) {
 	if !ok {
 		return nil, fmt.Errorf("type %q is not registered with the codec", name)
 	}
+	if err := checkMsgpack(data[w+int(l):]); err != nil {
+		return nil, fmt.Errorf("type %q: %w", name, err)
+	}
 	ptr := t.Kind() == reflect.Pointer
 	base := t
 	if ptr {
@@ -459,4 +485,101 @@ func (c *TypeCodec) Decode(data []byte) (any, error) {
 		return v.Interface(), nil
 	}
 	return v.Elem().Interface(), nil
+}
+
+// maxMsgpackDepth bounds the nesting of a decoded message.
+const maxMsgpackDepth = 1000
+
+// checkMsgpack walks one msgpack value without decoding it, and refuses
+// lengths that the data cannot hold (every element of an array or map takes
+// at least a byte, a string or binary its length) and nesting deeper than
+// maxMsgpackDepth. msgpack v5.4 allocates a slice as long as an array header
+// says before reading its elements (vmihailenco/msgpack#401), so a damaged
+// entry of a few bytes could otherwise make it allocate gigabytes and kill
+// the process.
+func checkMsgpack(data []byte) error {
+	i := 0
+	// length reads a big-endian length of n bytes.
+	length := func(n int) (uint64, error) {
+		if len(data)-i < n {
+			return 0, fmt.Errorf("msgpack: truncated header at byte %d", i)
+		}
+		var v uint64
+		for _, b := range data[i : i+n] {
+			v = v<<8 | uint64(b)
+		}
+		i += n
+		return v, nil
+	}
+	stack := []uint64{1} // values still to read, per nesting level
+	var pending uint64 = 1
+	for len(stack) > 0 {
+		if stack[len(stack)-1] == 0 {
+			stack = stack[:len(stack)-1]
+			continue
+		}
+		if i >= len(data) {
+			return fmt.Errorf("msgpack: truncated: %d values missing", pending)
+		}
+		stack[len(stack)-1]--
+		pending--
+		c := data[i]
+		i++
+		var skip, elems uint64
+		var err error
+		switch {
+		case c <= 0x7f || c >= 0xe0, c == 0xc0, c == 0xc2, c == 0xc3: // fixint, nil, bool
+		case c <= 0x8f:
+			elems = 2 * uint64(c&0x0f)
+		case c <= 0x9f:
+			elems = uint64(c & 0x0f)
+		case c <= 0xbf:
+			skip = uint64(c & 0x1f)
+		case c == 0xc4 || c == 0xd9: // bin8, str8
+			skip, err = length(1)
+		case c == 0xc5 || c == 0xda:
+			skip, err = length(2)
+		case c == 0xc6 || c == 0xdb:
+			skip, err = length(4)
+		case c == 0xc7, c == 0xc8, c == 0xc9: // ext: length, type, data
+			skip, err = length(1 << (c - 0xc7))
+			skip++
+		case c >= 0xca && c <= 0xd3: // float32/64, uint8-64, int8-64
+			skip = [...]uint64{4, 8, 1, 2, 4, 8, 1, 2, 4, 8}[c-0xca]
+		case c >= 0xd4 && c <= 0xd8: // fixext: type, data
+			skip = 1 + 1<<(c-0xd4)
+		case c == 0xdc:
+			elems, err = length(2)
+		case c == 0xdd:
+			elems, err = length(4)
+		case c == 0xde:
+			elems, err = length(2)
+			elems *= 2
+		case c == 0xdf:
+			elems, err = length(4)
+			elems *= 2
+		default: // 0xc1
+			return fmt.Errorf("msgpack: invalid code %#x at byte %d", c, i-1)
+		}
+		if err != nil {
+			return err
+		}
+		left := uint64(len(data) - i)
+		if skip > left {
+			return fmt.Errorf("msgpack: length %d at byte %d exceeds the %d bytes left", skip, i, left)
+		}
+		i += int(skip)
+		left -= skip
+		if elems > 0 {
+			if pending+elems > left {
+				return fmt.Errorf("msgpack: %d elements at byte %d exceed the %d bytes left", elems, i, left)
+			}
+			if len(stack) > maxMsgpackDepth {
+				return fmt.Errorf("msgpack: nested deeper than %d", maxMsgpackDepth)
+			}
+			pending += elems
+			stack = append(stack, elems)
+		}
+	}
+	return nil
 }

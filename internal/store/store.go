@@ -12,7 +12,10 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
+	"runtime/debug"
+	"syscall"
 	"time"
 
 	bolt "go.etcd.io/bbolt"
@@ -46,6 +49,10 @@ type File struct {
 // first checked read-only, so that a foreign, newer or corrupt file is
 // refused without a single byte written to it.
 func Open(path string) (f *File, err error) {
+	// bbolt reads the file through a memory map: a page beyond the end of a
+	// damaged file faults, which would kill the process. Make such a fault a
+	// panic on this goroutine, and the panic an error.
+	defer debug.SetPanicOnFault(debug.SetPanicOnFault(true))
 	defer func() {
 		if r := recover(); r != nil { // bbolt can panic on some damaged files
 			f, err = nil, fmt.Errorf("store %s: %w: %v", path, ErrCorrupt, r)
@@ -56,7 +63,7 @@ func Open(path string) (f *File, err error) {
 	case statErr == nil && st.IsDir():
 		return nil, fmt.Errorf("store %s: is a directory", path)
 	case statErr == nil && st.Size() > 0:
-		if err := check(path); err != nil {
+		if err := check(path, st.Size()); err != nil {
 			return nil, err
 		}
 	case statErr != nil && !errors.Is(statErr, os.ErrNotExist):
@@ -88,14 +95,20 @@ func Open(path string) (f *File, err error) {
 	return &File{DB: db, Path: path}, nil
 }
 
-// check opens an existing file read-only and verifies its marker.
-func check(path string) error {
+// check opens an existing file of size bytes read-only and verifies its
+// marker.
+func check(path string, size int64) error {
 	db, err := bolt.Open(path, 0o600, &bolt.Options{ReadOnly: true, Timeout: time.Second})
 	if err != nil {
 		return describe(path, err)
 	}
 	defer db.Close()
 	return db.View(func(tx *bolt.Tx) error {
+		// The metadata says how many pages the file holds; a truncated file
+		// has fewer, and reading one of the missing pages would fault.
+		if tx.Size() > size {
+			return fmt.Errorf("store %s: %w: truncated: %d bytes, its metadata needs %d", path, ErrCorrupt, size, tx.Size())
+		}
 		meta := tx.Bucket(metaBucket)
 		if meta == nil {
 			empty := true
@@ -119,14 +132,20 @@ func check(path string) error {
 	})
 }
 
+// describe classifies an error of bolt.Open. Errors of the operating system
+// (open, lock, stat, mmap) are passed on; bbolt's own errors are about the
+// file's content: invalid or mismatched meta pages, a bad checksum, a file too
+// small to hold its meta pages.
 func describe(path string, err error) error {
+	var pathErr *fs.PathError
+	var errno syscall.Errno
 	switch {
 	case errors.Is(err, bolt.ErrTimeout):
 		return fmt.Errorf("store %s: %w", path, ErrLocked)
-	case errors.Is(err, bolt.ErrInvalid), errors.Is(err, bolt.ErrVersionMismatch), errors.Is(err, bolt.ErrChecksum):
-		return fmt.Errorf("store %s: %w: %v", path, ErrCorrupt, err)
+	case errors.As(err, &pathErr), errors.As(err, &errno):
+		return fmt.Errorf("store %s: %w", path, err)
 	}
-	return fmt.Errorf("store %s: %w", path, err)
+	return fmt.Errorf("store %s: %w: %v", path, ErrCorrupt, err)
 }
 
 // Close closes the file.
