@@ -63,6 +63,9 @@ func (e *env) n(base int) int { return max(1, int(float64(base)*e.scale)) }
 func suite() []benchmark {
 	return []benchmark{
 		{"pipeline", "4-stage stateless pipeline: source -> map -> filter -> sink", benchPipeline},
+		{"hop", "one actor hop: sluice Block mailbox vs protoactor's default", benchHop},
+		{"overload", "10M messages into a 10x slower consumer, each policy in its own process: peak RSS", benchOverload},
+		{"spill", "spill-to-bbolt path vs in-memory mailbox", benchSpill},
 	}
 }
 
@@ -73,8 +76,19 @@ func main() {
 		scale  = flag.Float64("scale", 1, "multiply the record counts (smaller is quicker and noisier)")
 		rounds = flag.Int("rounds", 3, "repetitions of each measurement; the best counts")
 		list   = flag.Bool("list", false, "list the benchmarks and exit")
+		child  = flag.String("child", "", "internal: run one case of a benchmark in this process")
+		ccase  = flag.String("child-case", "", "internal: the child's case")
+		cn     = flag.Int64("child-n", 0, "internal: the child's message count")
+		cburn  = flag.Int("child-burn", 0, "internal: the child consumer's work per message")
 	)
 	flag.Parse()
+	if *child != "" {
+		if err := overloadChild(*ccase, *cn, *cburn); err != nil {
+			fmt.Fprintln(os.Stderr, "benchmarks child:", err)
+			os.Exit(1)
+		}
+		return
+	}
 	if err := run(*runPat, *asJSON, *scale, *rounds, *list); err != nil {
 		fmt.Fprintln(os.Stderr, "benchmarks:", err)
 		os.Exit(1)
