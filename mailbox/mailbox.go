@@ -40,6 +40,8 @@ type Mailbox struct {
 
 	scheduled atomic.Bool
 	suspended atomic.Bool
+	sysN      atomic.Int32 // system messages queued
+	local     []entry      // messages handed to the actor, being processed
 
 	invoker    actor.MessageInvoker
 	dispatcher actor.Dispatcher
@@ -418,6 +420,7 @@ func (m *Mailbox) shedLocked(msg any, n int) int {
 func (m *Mailbox) PostSystemMessage(msg any) {
 	m.mu.Lock()
 	m.system.push(msg)
+	m.sysN.Add(1)
 	if _, ok := msg.(*actor.Stop); ok && !m.closed {
 		m.closed = true
 		close(m.space)
@@ -535,23 +538,32 @@ func (m *Mailbox) process() {
 }
 
 func (m *Mailbox) popSystem() (any, bool) {
+	if m.sysN.Load() == 0 { // the common case, without the lock
+		return nil, false
+	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	return m.system.pop()
+	v, ok := m.system.pop()
+	if ok {
+		m.sysN.Add(-1)
+	}
+	return v, ok
 }
 
-// popUser takes the next live user message, refilling from the spill as
-// needed, and reports whether an overflow episode ended.
-func (m *Mailbox) popUser() (entry, *Episode, bool) {
+// popBatch moves up to k live user messages into buf, refilling from the
+// spill as needed: they are handed to the actor (counted as delivered) in
+// one lock, which halves the contention with senders. It also reports
+// whether an overflow episode ended.
+func (m *Mailbox) popBatch(buf []entry, k int) (_ []entry, ended *Episode) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	for {
+	for len(buf) < k {
 		if m.spill != nil && m.spill.pendingMessages() > 0 && m.depth <= m.cfg.Capacity/2 {
 			m.refillLocked()
 		}
 		e, ok := m.mem.pop()
 		if !ok {
-			return entry{}, nil, false
+			break
 		}
 		if e.dead {
 			m.dead--
@@ -560,19 +572,37 @@ func (m *Mailbox) popUser() (entry, *Episode, bool) {
 		if !e.ctl {
 			m.depth -= e.n
 			m.st.Delivered += int64(e.n)
-			if m.waiters > 0 && m.depth+1 <= m.cfg.Capacity {
-				close(m.space)
-				m.space = make(chan struct{})
-			}
 		}
-		var ended *Episode
-		if m.ep != nil && m.depth <= m.cfg.Capacity/2 && (m.spill == nil || m.spill.pendingMessages() == 0) {
+		buf = append(buf, e)
+		if ended == nil && m.ep != nil && m.depth <= m.cfg.Capacity/2 && (m.spill == nil || m.spill.pendingMessages() == 0) {
 			end := *m.ep
 			end.Started, end.At, end.Depth = false, m.cfg.Now(), m.depth
 			m.ep = nil
 			ended = &end
 		}
-		return e, ended, true
+	}
+	if m.waiters > 0 && m.depth < m.cfg.Capacity {
+		close(m.space)
+		m.space = make(chan struct{})
+	}
+	return buf, ended
+}
+
+// requeue puts messages that were handed out but not processed back at the
+// front of the queue, in order (the actor failed or was suspended).
+func (m *Mailbox) requeue(es []entry) {
+	if len(es) == 0 {
+		return
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for i := len(es) - 1; i >= 0; i-- {
+		e := es[i]
+		m.mem.pushFront(e)
+		if !e.ctl {
+			m.depth += e.n
+			m.st.Delivered -= int64(e.n)
+		}
 	}
 }
 
@@ -633,8 +663,15 @@ func (m *Mailbox) ack(seq uint64) {
 // throughput budget is spent (true).
 func (m *Mailbox) run() (yield bool) {
 	var msg any
+	local := m.local[:0]
+	next := 0
 	defer func() {
-		if r := recover(); r != nil {
+		r := recover()
+		// Messages handed out but not processed go back to the queue.
+		m.requeue(local[next:])
+		clear(local)
+		m.local = local[:0]
+		if r != nil {
 			m.invoker.EscalateFailure(r, msg)
 		}
 	}()
@@ -657,13 +694,19 @@ func (m *Mailbox) run() (yield bool) {
 		if m.suspended.Load() {
 			return false
 		}
-		e, ended, ok := m.popUser()
-		if ended != nil && m.cfg.OnOverflow != nil {
-			m.cfg.OnOverflow(*ended)
+		if next == len(local) {
+			var ended *Episode
+			local, ended = m.popBatch(local[:0], min(popBatchSize, m.cfg.Throughput-i))
+			next = 0
+			if ended != nil && m.cfg.OnOverflow != nil {
+				m.cfg.OnOverflow(*ended)
+			}
+			if len(local) == 0 {
+				return false
+			}
 		}
-		if !ok {
-			return false
-		}
+		e := local[next]
+		next++
 		msg = e.msg
 		m.invoker.InvokeUserMessage(e.msg)
 		if e.seq != 0 {
@@ -671,6 +714,9 @@ func (m *Mailbox) run() (yield bool) {
 		}
 	}
 }
+
+// popBatchSize is how many messages the actor takes from the queue at once.
+const popBatchSize = 32
 
 // ring is a growable FIFO. It is not safe for concurrent use.
 type ring[T any] struct {
@@ -680,7 +726,8 @@ type ring[T any] struct {
 
 func (r *ring[T]) len() int { return r.size }
 
-func (r *ring[T]) at(i int) *T { return &r.buf[(r.head+i)%len(r.buf)] }
+// The buffer's length is a power of two, so that positions wrap with a mask.
+func (r *ring[T]) at(i int) *T { return &r.buf[(r.head+i)&(len(r.buf)-1)] }
 
 func (r *ring[T]) push(v T) {
 	if r.size == len(r.buf) {
@@ -693,7 +740,24 @@ func (r *ring[T]) push(v T) {
 		copy(buf[k:], r.buf[:r.head])
 		r.buf, r.head = buf, 0
 	}
-	r.buf[(r.head+r.size)%len(r.buf)] = v
+	r.buf[(r.head+r.size)&(len(r.buf)-1)] = v
+	r.size++
+}
+
+func (r *ring[T]) pushFront(v T) {
+	if r.size == len(r.buf) {
+		r.push(v) // grow, then rotate v to the front
+		r.size--
+		r.head = (r.head - 1) & (len(r.buf) - 1)
+		r.buf[r.head] = v
+		r.size++
+		// the slot push used at the back is now beyond size: clear it
+		var zero T
+		r.buf[(r.head+r.size)&(len(r.buf)-1)] = zero
+		return
+	}
+	r.head = (r.head - 1) & (len(r.buf) - 1)
+	r.buf[r.head] = v
 	r.size++
 }
 
@@ -704,7 +768,7 @@ func (r *ring[T]) pop() (T, bool) {
 	}
 	v := r.buf[r.head]
 	r.buf[r.head] = zero
-	r.head = (r.head + 1) % len(r.buf)
+	r.head = (r.head + 1) & (len(r.buf) - 1)
 	r.size--
 	return v, true
 }
