@@ -199,6 +199,9 @@ func (s *System) DB() (*bolt.DB, error) {
 			os.RemoveAll(dir)
 			return nil, fmt.Errorf("actors: temporary store: %w", err)
 		}
+		// A temporary store is removed at Stop and never read after a
+		// crash: syncing it to disk would buy nothing.
+		f.DB.NoSync = true
 		s.file, s.tempDir = f, dir
 		s.log.Debug("temporary store", "path", f.Path)
 	}

@@ -294,24 +294,33 @@ func overloadChild(c string, n int64, burn int) error {
 // the first capacity messages go through disk.
 func benchSpill(ctx context.Context, e *env) ([]Result, error) {
 	n := e.n(1_000_000)
-	measure := func(spill bool) (float64, error) {
+	measure := func(spill, durable bool) (float64, error) {
 		return best(e.rounds, n, func() (time.Duration, error) {
-			sys, err := actors.NewSystem(actors.Config{Name: "spill"})
+			cfg := actors.Config{Name: "spill"}
+			if durable { // a store file of its own, fsynced on every group
+				dir, err := os.MkdirTemp("", "sluice-spill-bench-")
+				if err != nil {
+					return 0, err
+				}
+				defer os.RemoveAll(dir)
+				cfg.Store = filepath.Join(dir, "store.db")
+			}
+			sys, err := actors.NewSystem(cfg)
 			if err != nil {
 				return 0, err
 			}
 			defer sys.Stop(ctx)
-			cfg := mailbox.Block(n + 1)
+			mcfg := mailbox.Block(n + 1)
 			if spill {
 				st, err := sys.SpillStore()
 				if err != nil {
 					return 0, err
 				}
-				cfg = mailbox.Spill(1024, mailbox.SpillOptions{Store: st, Queue: "bench", Codec: mailbox.NewTypeCodec().Register("i", int64(0))})
+				mcfg = mailbox.Spill(1024, mailbox.SpillOptions{Store: st, Queue: "bench", Codec: mailbox.NewTypeCodec().Register("i", int64(0))})
 			}
 			gate := make(chan struct{})
 			c := &counterActor{want: int64(n), done: make(chan struct{})}
-			ref, err := sys.Spawn("consumer", func() actor.Actor { return &gated{gate: gate, inner: c} }, actors.Mailbox(cfg))
+			ref, err := sys.Spawn("consumer", func() actor.Actor { return &gated{gate: gate, inner: c} }, actors.Mailbox(mcfg))
 			if err != nil {
 				return 0, err
 			}
@@ -333,16 +342,74 @@ func benchSpill(ctx context.Context, e *env) ([]Result, error) {
 			return d, nil
 		})
 	}
-	mem, err := measure(false)
+	mem, err := measure(false, false)
 	if err != nil {
 		return nil, err
 	}
-	disk, err := measure(true)
+	temp, err := measure(true, false)
+	if err != nil {
+		return nil, err
+	}
+	durable, err := measure(true, true)
+	if err != nil {
+		return nil, err
+	}
+	edge := func(cfg mailbox.Config) (float64, error) {
+		records := 20 * n
+		return best(e.rounds, records, func() (time.Duration, error) {
+			sys, err := actors.NewSystem(actors.Config{Name: "spill-edge"})
+			if err != nil {
+				return 0, err
+			}
+			defer sys.Stop(ctx)
+			gate := make(chan struct{})
+			var got int64
+			t := operators.NewTopology("spill-edge")
+			src := operators.Source(t, "src", operators.Generate(int64(records), func(i int64) int64 { return i }))
+			operators.Sink(src, "sink", operators.SinkFunc(func(int64) error { <-gate; got++; return nil }), operators.Input(cfg))
+			start := time.Now()
+			run, err := sys.Run(ctx, t)
+			if err != nil {
+				return 0, err
+			}
+			for emitted := int64(0); emitted < int64(records); { // hold the sink until the source is done
+				for _, st := range run.Stats() {
+					if st.Name == "src" {
+						emitted = st.Out
+					}
+				}
+				select {
+				case <-run.Done():
+					emitted = int64(records)
+				case <-time.After(time.Millisecond):
+				}
+			}
+			close(gate)
+			if err := run.Wait(ctx); err != nil {
+				return 0, err
+			}
+			if got != int64(records) {
+				return 0, fmt.Errorf("spill edge: delivered %d of %d", got, records)
+			}
+			return time.Since(start), nil
+		})
+	}
+	edgeMem, err := edge(mailbox.DropNewest(20*n + 1))
+	if err != nil {
+		return nil, err
+	}
+	edgeSpill, err := edge(mailbox.Spill(4096, mailbox.SpillOptions{}))
 	if err != nil {
 		return nil, err
 	}
 	rMem := Result{Name: "spill/in-memory", Value: mem, Unit: "msgs/s", Note: "Block mailbox large enough for everything"}
-	return []Result{rMem, Result{Name: "spill/bbolt", Value: disk, Unit: "msgs/s", Note: "Spill(1024): the rest through bbolt, group commit 1024"}.against(rMem)}, nil
+	rEdgeMem := Result{Name: "spill/edge-in-memory", Value: edgeMem, Unit: "records/s", Note: "topology edge, mailbox large enough for everything, sink held until the source is done"}
+	return []Result{rEdgeMem,
+		Result{Name: "spill/edge-bbolt", Value: edgeSpill, Unit: "records/s", Note: "topology edge with Spill(4096), batches of 256 records"}.against(rEdgeMem),
+		rMem,
+		Result{Name: "spill/bbolt-temporary", Value: temp, Unit: "msgs/s", Note: "Spill(1024) into the system's temporary store (no fsync)"}.against(rMem),
+		Result{Name: "spill/bbolt-durable", Value: durable, Unit: "msgs/s", Note: "Spill(1024) into a store file, fsync per group of 4096"}.against(rMem),
+	}, nil
 }
 
 // gated holds its first message ("hold") until gate closes.

@@ -1,6 +1,7 @@
 package mailbox
 
 import (
+	"github.com/sluicehq/sluice/internal/msgpacksafe"
 	"math"
 	"strings"
 	"testing"
@@ -59,7 +60,7 @@ func TestCheckMsgpackRefusesImpossibleLengths(t *testing.T) {
 		{0xc9, 0x00, 0x00, 0x00, 0x08, 0x01},       // ext32
 		{0xd8, 0x01, 0x02},                         // fixext16
 		{0xc1},                                     // never used
-		[]byte(strings.Repeat("\x91", maxMsgpackDepth+2) + "\x01"),
+		[]byte(strings.Repeat("\x91", msgpacksafe.MaxDepth+2) + "\x01"),
 	} {
 		if err := checkMsgpack(data); err == nil {
 			t.Errorf("checkMsgpack(% x) accepted it", data)

@@ -11,6 +11,7 @@ import (
 	"github.com/vmihailenco/msgpack/v5"
 	bolt "go.etcd.io/bbolt"
 
+	"github.com/sluicehq/sluice/internal/msgpacksafe"
 	"github.com/sluicehq/sluice/internal/store"
 )
 
@@ -65,6 +66,7 @@ func (s *SpillStore) Path() string { return s.db.Path() }
 type QueueInfo struct {
 	Name     string
 	Messages int
+	Groups   int // messages are stored in groups, one bbolt value each
 	Bytes    int64
 }
 
@@ -79,7 +81,9 @@ func (s *SpillStore) Queues() ([]QueueInfo, error) {
 		return root.ForEachBucket(func(name []byte) error {
 			qi := QueueInfo{Name: string(name)}
 			_ = root.Bucket(name).ForEach(func(_, v []byte) error {
-				qi.Messages++
+				msgs, _, _ := scanGroup(v)
+				qi.Messages += msgs
+				qi.Groups++
 				qi.Bytes += int64(len(v))
 				return nil
 			})
@@ -120,7 +124,7 @@ type SpillOptions struct {
 	// the actor catches up: memory stays bounded and nothing blocks.
 	MaxBytes int64
 	// CommitEvery is how many spilled messages share one transaction (group
-	// commit, one fsync). Default 1024; a group also commits at 1 MiB.
+	// commit, one fsync). Default 4096; a group also commits at 1 MiB.
 	CommitEvery int
 	// Keep delivers the messages found in the queue when the mailbox opens
 	// (a standalone actor restarting after a crash: at-least-once). Without
@@ -144,51 +148,105 @@ func (o *SpillOptions) validate() error {
 
 const groupBytes = 1 << 20
 
+// deleteEvery: processed groups are deleted on their own once this many
+// have gathered.
+const deleteEvery = 4
+
 type spilled struct {
 	seq  uint64
 	msg  any
 	data []byte
 	n    int
 	ctl  bool
-	size int // entrySize: the bytes of its value in the bucket
+	size int // entrySize: the bytes of its entry in the group
 }
 
-// entrySize is the size of a spill entry's value: the flags byte, the record
-// count and the encoded message. SpillBytes and MaxBytes count these bytes.
+// entrySize is the size of a spill entry within its group: the flags byte,
+// the record count, the data length and the encoded message. SpillBytes and
+// MaxBytes count these bytes.
 func entrySize(n, dataLen int) int {
 	var buf [binary.MaxVarintLen64]byte
-	return 1 + binary.PutUvarint(buf[:], uint64(n)) + dataLen
+	return 1 + binary.PutUvarint(buf[:], uint64(n)) + binary.PutUvarint(buf[:], uint64(dataLen)) + dataLen
 }
 
-type inflight struct {
-	seq  uint64
+func appendEntry(dst []byte, s spilled) []byte {
+	flags := byte(0)
+	if s.ctl {
+		flags = 1
+	}
+	dst = append(dst, flags)
+	dst = binary.AppendUvarint(dst, uint64(s.n))
+	dst = binary.AppendUvarint(dst, uint64(len(s.data)))
+	return append(dst, s.data...)
+}
+
+// nextEntry splits the first entry off a group's bytes.
+func nextEntry(b []byte) (ctl bool, n int, data, rest []byte, err error) {
+	if len(b) < 3 {
+		return false, 0, nil, nil, errors.New("truncated entry")
+	}
+	rn, w1 := binary.Uvarint(b[1:])
+	if w1 <= 0 {
+		return false, 0, nil, nil, errors.New("corrupt record count")
+	}
+	l, w2 := binary.Uvarint(b[1+w1:])
+	if w2 <= 0 || uint64(len(b)-1-w1-w2) < l {
+		return false, 0, nil, nil, errors.New("corrupt entry length")
+	}
+	start := 1 + w1 + w2
+	return b[0]&1 == 1, int(rn), b[start : start+int(l)], b[start+int(l):], nil
+}
+
+// scanGroup counts a group's messages and records.
+func scanGroup(v []byte) (msgs, records int, err error) {
+	for len(v) > 0 {
+		_, n, _, rest, err := nextEntry(v)
+		if err != nil {
+			return msgs, records, err
+		}
+		msgs++
+		records += n
+		v = rest
+	}
+	return msgs, records, nil
+}
+
+// group is a group of messages on disk that has been read back, at least in
+// part, and whose messages are not all processed yet.
+type group struct {
+	key  uint64 // the sequence number of its first message
+	last uint64 // of its last message
 	size int
 }
 
-// spillQueue is a FIFO of encoded messages in a bbolt bucket, written in
-// groups. Keys are big-endian sequence numbers; a value is a flags byte, the
-// record count (uvarint) and the encoded message.
+// spillQueue is a FIFO of encoded messages in a bbolt bucket. Messages are
+// written in groups, one bbolt value per group (key: the big-endian sequence
+// number of its first message), so that a group costs one Put, one read and
+// one Delete however many messages it holds. A group is deleted once all its
+// messages have been processed.
 type spillQueue struct {
 	opts     *SpillOptions
 	name     []byte
 	every    int
 	nextSeq  uint64
-	readSeq  uint64 // first key not yet read back
-	unread   int    // committed messages not yet read back
+	readKey  uint64 // groups with keys from here on are not read yet
+	unread   int    // committed messages not yet handed out
 	unreadN  int    // their records
-	diskSize int64  // bytes of committed messages not yet deleted
+	diskSize int64  // bytes of committed groups not yet deleted
 	wbuf     []spilled
 	wbufSize int
 	wbufN    int
-	reading  []inflight // read back, not yet processed
-	ackSeq   uint64     // highest processed key
-	deleted  uint64     // keys up to this were deleted
+	cur      []byte    // the rest of the group being handed out (a copy)
+	curSeq   uint64    // the sequence number of cur's first entry
+	reading  []group   // read back, not all processed
+	ackSeq   uint64    // highest processed sequence number
+	doomed   [][8]byte // keys of processed groups, deleted at the next commit
 }
 
 func openSpillQueue(o *SpillOptions) (*spillQueue, int, error) {
-	q := &spillQueue{opts: o, name: []byte(o.Queue), every: o.CommitEvery, nextSeq: 1, readSeq: 1}
+	q := &spillQueue{opts: o, name: []byte(o.Queue), every: o.CommitEvery, nextSeq: 1}
 	if q.every == 0 {
-		q.every = 1024
+		q.every = 4096
 	}
 	recovered := 0
 	err := o.Store.db.Update(func(tx *bolt.Tx) error {
@@ -206,27 +264,21 @@ func openSpillQueue(o *SpillOptions) (*spillQueue, int, error) {
 			return err
 		}
 		c := b.Cursor()
-		first := true
 		for k, v := c.First(); k != nil; k, v = c.Next() {
-			if len(k) != 8 || len(v) < 2 {
-				return fmt.Errorf("key %x: not a spill entry", k)
+			if len(k) != 8 {
+				return fmt.Errorf("key %x: not a spill group", k)
 			}
-			seq := binary.BigEndian.Uint64(k)
-			n, w := binary.Uvarint(v[1:])
-			if w <= 0 {
-				return fmt.Errorf("seq %d: corrupt entry header", seq)
+			key := binary.BigEndian.Uint64(k)
+			msgs, records, err := scanGroup(v)
+			if err != nil {
+				return fmt.Errorf("group %d: %w", key, err)
 			}
-			if first {
-				q.readSeq, first = seq, false
-			}
-			q.nextSeq = seq + 1
-			q.unread++
-			q.unreadN += int(n)
+			q.nextSeq = key + uint64(msgs)
+			q.unread += msgs
+			q.unreadN += records
 			q.diskSize += int64(len(v))
-			recovered += int(n)
+			recovered += records
 		}
-		q.deleted = q.readSeq - 1
-		q.ackSeq = q.deleted
 		return nil
 	})
 	if err != nil {
@@ -263,65 +315,75 @@ func (q *spillQueue) groupFull() bool {
 	return len(q.wbuf) >= q.every || q.wbufSize >= groupBytes
 }
 
-// commit writes the pending group and deletes processed messages, in one
-// transaction. On failure the group is discarded (memory stays bounded): the
-// caller counts its wbufN records as lost.
+// commit writes the pending group and deletes processed groups, in one
+// transaction. On failure the pending group is discarded (memory stays
+// bounded): the caller counts its wbufN records as lost.
 func (q *spillQueue) commit() error {
-	if len(q.wbuf) == 0 && q.ackSeq <= q.deleted {
+	if len(q.wbuf) == 0 && len(q.doomed) == 0 {
 		return nil
+	}
+	var value []byte
+	if len(q.wbuf) > 0 {
+		value = make([]byte, 0, q.wbufSize)
+		for _, s := range q.wbuf {
+			value = appendEntry(value, s)
+		}
 	}
 	err := q.opts.Store.db.Update(func(tx *bolt.Tx) error {
 		b := tx.Bucket(spillBucket).Bucket(q.name)
 		if b == nil {
 			return errors.New("queue bucket vanished")
 		}
-		var key [8]byte
-		for _, s := range q.wbuf {
-			binary.BigEndian.PutUint64(key[:], s.seq)
-			v := make([]byte, 1, 1+binary.MaxVarintLen64+len(s.data))
-			if s.ctl {
-				v[0] = 1
-			}
-			v = binary.AppendUvarint(v, uint64(s.n))
-			v = append(v, s.data...)
-			if err := b.Put(key[:], v); err != nil {
+		if value != nil {
+			var key [8]byte
+			binary.BigEndian.PutUint64(key[:], q.wbuf[0].seq)
+			if err := b.Put(key[:], value); err != nil {
 				return err
 			}
 		}
-		if q.ackSeq > q.deleted {
-			// Collect the keys first: Cursor.Delete followed by Next skips
-			// the following key when the leaf was already modified in this
-			// transaction (as the Puts above do), which would leave
-			// processed messages on disk to be delivered again.
-			var done [][]byte
-			c := b.Cursor()
-			binary.BigEndian.PutUint64(key[:], q.deleted+1)
-			for k, _ := c.Seek(key[:]); k != nil && binary.BigEndian.Uint64(k) <= q.ackSeq; k, _ = c.Next() {
-				done = append(done, bytes.Clone(k))
-			}
-			for _, k := range done {
-				if err := b.Delete(k); err != nil {
-					return err
-				}
+		for _, k := range q.doomed {
+			if err := b.Delete(k[:]); err != nil {
+				return err
 			}
 		}
 		return nil
 	})
-	wrote := q.wbuf
-	q.wbuf, q.wbufSize, q.wbufN = nil, 0, 0
+	msgs, records := len(q.wbuf), q.wbufN
+	clear(q.wbuf) // keep the array for the next group, not the messages
+	q.wbuf, q.wbufSize, q.wbufN = q.wbuf[:0], 0, 0
 	if err != nil {
 		return fmt.Errorf("mailbox: spill queue %q in %s: commit: %w", q.opts.Queue, q.opts.Store.Path(), err)
 	}
-	if len(wrote) > 0 && q.unread == 0 {
-		q.readSeq = wrote[0].seq
-	}
-	for _, s := range wrote {
-		q.unread++
-		q.unreadN += s.n
-		q.diskSize += int64(s.size)
-	}
-	q.deleted = q.ackSeq
+	q.doomed = nil
+	q.unread += msgs
+	q.unreadN += records
+	q.diskSize += int64(len(value))
 	return nil
+}
+
+// load reads the next committed group into cur.
+func (q *spillQueue) load() error {
+	return q.opts.Store.db.View(func(tx *bolt.Tx) error {
+		b := tx.Bucket(spillBucket).Bucket(q.name)
+		if b == nil {
+			return errors.New("queue bucket vanished")
+		}
+		var key [8]byte
+		binary.BigEndian.PutUint64(key[:], q.readKey)
+		k, v := b.Cursor().Seek(key[:])
+		if k == nil {
+			return errors.New("committed group missing")
+		}
+		first := binary.BigEndian.Uint64(k)
+		msgs, _, err := scanGroup(v)
+		if err != nil {
+			msgs = max(msgs, 1)
+		}
+		q.cur, q.curSeq = bytes.Clone(v), first
+		q.readKey = first + 1
+		q.reading = append(q.reading, group{key: first, last: first + uint64(msgs) - 1, size: len(v)})
+		return nil
+	})
 }
 
 // read brings back up to maxRecords records, and at least one message when
@@ -329,63 +391,53 @@ func (q *spillQueue) commit() error {
 // maxRecords must come in): first committed messages from disk, then the
 // pending group straight from memory. Entries that no longer decode are
 // skipped and reported by their record counts in dropped; so are committed
-// messages that cannot be read at all (a failed read transaction, a vanished
-// bucket), which are given up rather than retried forever.
+// messages that cannot be read at all (a failed read, a vanished bucket,
+// a damaged group), which are given up rather than retried forever.
 func (q *spillQueue) read(maxRecords int, force bool) (got []entry, dropped []int, err error) {
 	total := 0
-	if q.unread > 0 {
-		var errs []error
-		took, full := 0, false
-		verr := q.opts.Store.db.View(func(tx *bolt.Tx) error {
-			b := tx.Bucket(spillBucket).Bucket(q.name)
-			if b == nil {
-				return errors.New("queue bucket vanished")
+	var errs []error
+	for q.unread > 0 {
+		if len(q.cur) == 0 {
+			if lerr := q.load(); lerr != nil {
+				errs = append(errs, lerr)
+				break
 			}
-			c := b.Cursor()
-			var key [8]byte
-			binary.BigEndian.PutUint64(key[:], q.readSeq)
-			for k, v := c.Seek(key[:]); k != nil && q.unread > 0; k, v = c.Next() {
-				seq := binary.BigEndian.Uint64(k)
-				n, w := binary.Uvarint(v[1:])
-				if (total > 0 || !force) && total+int(n) > maxRecords {
-					full = true
-					break
-				}
-				took++
-				q.readSeq = seq + 1
-				q.unread--
-				q.unreadN -= int(n)
-				q.reading = append(q.reading, inflight{seq, len(v)})
-				total += int(n)
-				if w <= 0 {
-					errs = append(errs, fmt.Errorf("seq %d: corrupt entry header", seq))
-					dropped = append(dropped, 0)
-					continue
-				}
-				msg, derr := q.opts.Codec.Decode(bytes.Clone(v[1+w:]))
-				if derr != nil {
-					errs = append(errs, fmt.Errorf("seq %d: decode: %w", seq, derr))
-					dropped = append(dropped, int(n))
-					continue
-				}
-				got = append(got, entry{msg: msg, n: int(n), ctl: v[0]&1 == 1, seq: seq})
+		}
+		ctl, n, data, rest, perr := nextEntry(q.cur)
+		if perr != nil {
+			// The rest of this group cannot be parsed: give it up.
+			errs = append(errs, fmt.Errorf("seq %d: %w", q.curSeq, perr))
+			break
+		}
+		if (total > 0 || !force) && total+n > maxRecords {
+			if len(errs) > 0 {
+				err = fmt.Errorf("mailbox: spill queue %q in %s: %w", q.opts.Queue, q.opts.Store.Path(), errors.Join(errs...))
 			}
-			return nil
-		})
-		if verr != nil {
-			errs = append(errs, verr)
-		}
-		if took == 0 && !full && q.unread > 0 {
-			errs = append(errs, fmt.Errorf("%d committed messages (%d records) cannot be read: given up", q.unread, q.unreadN))
-			dropped = append(dropped, q.unreadN)
-			q.unread, q.unreadN = 0, 0
-		}
-		if len(errs) > 0 {
-			err = fmt.Errorf("mailbox: spill queue %q in %s: %w", q.opts.Queue, q.opts.Store.Path(), errors.Join(errs...))
-		}
-		if total > 0 || q.unread > 0 {
 			return got, dropped, err
 		}
+		seq := q.curSeq
+		q.cur, q.curSeq = rest, q.curSeq+1
+		q.unread--
+		q.unreadN -= n
+		total += n
+		msg, derr := q.opts.Codec.Decode(bytes.Clone(data))
+		if derr != nil {
+			errs = append(errs, fmt.Errorf("seq %d: decode: %w", seq, derr))
+			dropped = append(dropped, n)
+			continue
+		}
+		got = append(got, entry{msg: msg, n: n, ctl: ctl, seq: seq})
+	}
+	if len(errs) > 0 && q.unread > 0 && total == 0 {
+		errs = append(errs, fmt.Errorf("%d committed messages (%d records) cannot be read: given up", q.unread, q.unreadN))
+		dropped = append(dropped, q.unreadN)
+		q.unread, q.unreadN, q.cur = 0, 0, nil
+	}
+	if len(errs) > 0 {
+		err = fmt.Errorf("mailbox: spill queue %q in %s: %w", q.opts.Queue, q.opts.Store.Path(), errors.Join(errs...))
+	}
+	if total > 0 || q.unread > 0 {
+		return got, dropped, err
 	}
 	// Nothing committed is left: take from the group not yet written.
 	i := 0
@@ -399,21 +451,29 @@ func (q *spillQueue) read(maxRecords int, force bool) (got []entry, dropped []in
 		q.wbufSize -= s.size
 		q.wbufN -= s.n
 	}
-	q.wbuf = append(q.wbuf[:0:0], q.wbuf[i:]...)
+	n := copy(q.wbuf, q.wbuf[i:])
+	clear(q.wbuf[n:])
+	q.wbuf = q.wbuf[:n]
 	return got, dropped, err
 }
 
-// ack records that the message with key seq was processed and says whether
-// a commit is due: processed messages are deleted in groups.
+// ack records that the message with sequence number seq was processed and
+// says whether a commit is due: fully processed groups are deleted with the
+// next group of writes, or on their own once a few have gathered or the
+// queue has emptied. A crash before the delete only redelivers
+// (at-least-once).
 func (q *spillQueue) ack(seq uint64) bool {
 	if seq > q.ackSeq {
 		q.ackSeq = seq
 	}
-	for len(q.reading) > 0 && q.reading[0].seq <= q.ackSeq {
+	for len(q.reading) > 0 && q.reading[0].last <= q.ackSeq && !(len(q.reading) == 1 && len(q.cur) > 0) {
+		var k [8]byte
+		binary.BigEndian.PutUint64(k[:], q.reading[0].key)
+		q.doomed = append(q.doomed, k)
 		q.diskSize -= int64(q.reading[0].size)
 		q.reading = q.reading[1:]
 	}
-	return q.ackSeq-q.deleted >= uint64(q.every) || (!q.active() && len(q.reading) == 0)
+	return len(q.doomed) >= deleteEvery || (len(q.doomed) > 0 && !q.active() && len(q.reading) == 0)
 }
 
 // TypeCodec encodes registered message types with msgpack, tagged with a
@@ -447,13 +507,19 @@ func (c *TypeCodec) Encode(msg any) ([]byte, error) {
 	if !ok {
 		return nil, fmt.Errorf("type %T is not registered with the codec", msg)
 	}
-	body, err := msgpack.Marshal(msg)
+	var buf bytes.Buffer
+	buf.Grow(len(name) + 32)
+	var l [binary.MaxVarintLen64]byte
+	buf.Write(l[:binary.PutUvarint(l[:], uint64(len(name)))])
+	buf.WriteString(name)
+	enc := msgpack.GetEncoder()
+	enc.Reset(&buf)
+	err := enc.Encode(msg)
+	msgpack.PutEncoder(enc)
 	if err != nil {
 		return nil, err
 	}
-	out := binary.AppendUvarint(nil, uint64(len(name)))
-	out = append(out, name...)
-	return append(out, body...), nil
+	return buf.Bytes(), nil
 }
 
 // Decode implements Codec.
@@ -478,7 +544,11 @@ func (c *TypeCodec) Decode(data []byte) (any, error) {
 		base = t.Elem()
 	}
 	v := reflect.New(base)
-	if err := msgpack.Unmarshal(data[w+int(l):], v.Interface()); err != nil {
+	dec := msgpack.GetDecoder()
+	dec.Reset(bytes.NewReader(data[w+int(l):]))
+	err := dec.Decode(v.Interface())
+	msgpack.PutDecoder(dec)
+	if err != nil {
 		return nil, fmt.Errorf("type %q: %w", name, err)
 	}
 	if ptr {
@@ -487,99 +557,6 @@ func (c *TypeCodec) Decode(data []byte) (any, error) {
 	return v.Elem().Interface(), nil
 }
 
-// maxMsgpackDepth bounds the nesting of a decoded message.
-const maxMsgpackDepth = 1000
-
-// checkMsgpack walks one msgpack value without decoding it, and refuses
-// lengths that the data cannot hold (every element of an array or map takes
-// at least a byte, a string or binary its length) and nesting deeper than
-// maxMsgpackDepth. msgpack v5.4 allocates a slice as long as an array header
-// says before reading its elements (vmihailenco/msgpack#401), so a damaged
-// entry of a few bytes could otherwise make it allocate gigabytes and kill
-// the process.
-func checkMsgpack(data []byte) error {
-	i := 0
-	// length reads a big-endian length of n bytes.
-	length := func(n int) (uint64, error) {
-		if len(data)-i < n {
-			return 0, fmt.Errorf("msgpack: truncated header at byte %d", i)
-		}
-		var v uint64
-		for _, b := range data[i : i+n] {
-			v = v<<8 | uint64(b)
-		}
-		i += n
-		return v, nil
-	}
-	stack := []uint64{1} // values still to read, per nesting level
-	var pending uint64 = 1
-	for len(stack) > 0 {
-		if stack[len(stack)-1] == 0 {
-			stack = stack[:len(stack)-1]
-			continue
-		}
-		if i >= len(data) {
-			return fmt.Errorf("msgpack: truncated: %d values missing", pending)
-		}
-		stack[len(stack)-1]--
-		pending--
-		c := data[i]
-		i++
-		var skip, elems uint64
-		var err error
-		switch {
-		case c <= 0x7f || c >= 0xe0, c == 0xc0, c == 0xc2, c == 0xc3: // fixint, nil, bool
-		case c <= 0x8f:
-			elems = 2 * uint64(c&0x0f)
-		case c <= 0x9f:
-			elems = uint64(c & 0x0f)
-		case c <= 0xbf:
-			skip = uint64(c & 0x1f)
-		case c == 0xc4 || c == 0xd9: // bin8, str8
-			skip, err = length(1)
-		case c == 0xc5 || c == 0xda:
-			skip, err = length(2)
-		case c == 0xc6 || c == 0xdb:
-			skip, err = length(4)
-		case c == 0xc7, c == 0xc8, c == 0xc9: // ext: length, type, data
-			skip, err = length(1 << (c - 0xc7))
-			skip++
-		case c >= 0xca && c <= 0xd3: // float32/64, uint8-64, int8-64
-			skip = [...]uint64{4, 8, 1, 2, 4, 8, 1, 2, 4, 8}[c-0xca]
-		case c >= 0xd4 && c <= 0xd8: // fixext: type, data
-			skip = 1 + 1<<(c-0xd4)
-		case c == 0xdc:
-			elems, err = length(2)
-		case c == 0xdd:
-			elems, err = length(4)
-		case c == 0xde:
-			elems, err = length(2)
-			elems *= 2
-		case c == 0xdf:
-			elems, err = length(4)
-			elems *= 2
-		default: // 0xc1
-			return fmt.Errorf("msgpack: invalid code %#x at byte %d", c, i-1)
-		}
-		if err != nil {
-			return err
-		}
-		left := uint64(len(data) - i)
-		if skip > left {
-			return fmt.Errorf("msgpack: length %d at byte %d exceeds the %d bytes left", skip, i, left)
-		}
-		i += int(skip)
-		left -= skip
-		if elems > 0 {
-			if pending+elems > left {
-				return fmt.Errorf("msgpack: %d elements at byte %d exceed the %d bytes left", elems, i, left)
-			}
-			if len(stack) > maxMsgpackDepth {
-				return fmt.Errorf("msgpack: nested deeper than %d", maxMsgpackDepth)
-			}
-			pending += elems
-			stack = append(stack, elems)
-		}
-	}
-	return nil
-}
+// checkMsgpack refuses msgpack data whose lengths it cannot hold; see
+// package msgpacksafe.
+func checkMsgpack(data []byte) error { return msgpacksafe.Check(data) }
