@@ -148,6 +148,10 @@ func (o *SpillOptions) validate() error {
 
 const groupBytes = 1 << 20
 
+// dropMappedEvery is how many group reads pass between releases of the
+// store's mapped pages.
+const dropMappedEvery = 4
+
 // deleteEvery: processed groups are deleted on their own once this many
 // have gathered.
 const deleteEvery = 4
@@ -241,6 +245,7 @@ type spillQueue struct {
 	reading  []group   // read back, not all processed
 	ackSeq   uint64    // highest processed sequence number
 	doomed   [][8]byte // keys of processed groups, deleted at the next commit
+	loads    int       // groups read back
 }
 
 func openSpillQueue(o *SpillOptions) (*spillQueue, int, error) {
@@ -382,6 +387,12 @@ func (q *spillQueue) load() error {
 		q.cur, q.curSeq = bytes.Clone(v), first
 		q.readKey = first + 1
 		q.reading = append(q.reading, group{key: first, last: first + uint64(msgs) - 1, size: len(v)})
+		// The group was copied out: its pages of the memory map need not
+		// stay resident. Without this, reading a spill of gigabytes back
+		// would show as gigabytes of RSS (file pages, but counted).
+		if q.loads++; q.loads%dropMappedEvery == 0 {
+			_ = store.DropMapped(tx) // advisory: a failure costs only RSS
+		}
 		return nil
 	})
 }

@@ -181,6 +181,9 @@ func (p *progress) show(name string, elapsed time.Duration, stats []actors.Opera
 		default:
 			ops = append(ops, fmt.Sprintf("%s %s", s.Name, human(s.In)))
 		}
+		if s.Dropped > 0 || s.SpillPending > 0 {
+			ops[len(ops)-1] += fmt.Sprintf(" (dropped %s, spilled %s)", human(s.Dropped), human(s.SpillPending))
+		}
 	}
 	dt := (elapsed - p.lastTime).Seconds()
 	var rin, rout float64
