@@ -151,5 +151,9 @@ func (r *Run) Stop(ctx context.Context) error {
 // Stats reports per-operator statistics.
 func (r *Run) Stats() []OperatorStats { return r.exec.Stats() }
 
+// Execution returns the job's execution, for statistics that only its kind
+// of job has (see operators.CheckpointStatsOf).
+func (r *Run) Execution() Execution { return r.exec }
+
 // Elapsed is the time since the job started.
 func (r *Run) Elapsed() time.Duration { return time.Since(r.start) }

@@ -3,6 +3,7 @@ package operators
 import (
 	"bufio"
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
@@ -41,6 +42,19 @@ type Reader[T any] interface {
 // records again, or ctx ends.
 type Waiter interface {
 	Wait(ctx context.Context) error
+}
+
+// Checkpointer is implemented by Writers whose position belongs in a
+// checkpoint (exactly-once sinks). Checkpoint must make everything written
+// so far durable enough to be restored, and return the position.
+type Checkpointer interface {
+	Checkpoint() ([]byte, error)
+}
+
+// RestorableSink is implemented by SinkConnectors whose Writers are
+// Checkpointers: OpenAt reopens a partition at a checkpointed position.
+type RestorableSink[T any] interface {
+	OpenAt(ctx context.Context, part, parts int, state []byte) (Writer[T], error)
 }
 
 // SinkConnector opens the partitions of a sink, one per instance.
@@ -181,6 +195,8 @@ type chanSource[T any] struct{ ch <-chan T }
 // stream; draining the job also ends it.
 func FromChannel[T any](ch <-chan T) SourceConnector[T] { return chanSource[T]{ch} }
 
+func (chanSource[T]) notReplayable() {}
+
 func (c chanSource[T]) Open(_ context.Context, part, parts int, _ int64) (Reader[T], error) {
 	if parts != 1 {
 		return nil, fmt.Errorf("channel source runs with parallelism 1, not %d", parts)
@@ -319,38 +335,82 @@ type fileSink[T any] struct {
 
 // File writes one line per record to the file at path, created with mode
 // 0600 (truncated if it exists). With parallelism P > 1, instance i writes
-// path-i. Delivery is at-least-once: after a failure and a replay, lines may
-// repeat.
+// path-i. With checkpoints on it is exactly-once: its position in the file
+// is part of every checkpoint, and a job restored from a checkpoint first
+// cuts the file back to that position, so that the replayed records are
+// written once. Without checkpoints it is at-least-once.
 func File[T any](path string, format Format[T]) SinkConnector[T] {
 	return fileSink[T]{path: path, format: formatOrDefault(format)}
 }
 
 func (s fileSink[T]) Open(_ context.Context, part, parts int) (Writer[T], error) {
-	path := s.path
-	if parts > 1 {
-		path += "-" + strconv.Itoa(part)
-	}
-	f, err := os.OpenFile(path, os.O_CREATE|os.O_WRONLY|os.O_TRUNC, 0o600)
+	f, err := os.OpenFile(s.partPath(part, parts), os.O_CREATE|os.O_WRONLY|os.O_TRUNC, 0o600)
 	if err != nil {
 		return nil, err
 	}
 	return &fileWriter[T]{f: f, w: bufio.NewWriterSize(f, 64<<10), format: s.format}, nil
 }
 
+func (s fileSink[T]) partPath(part, parts int) string {
+	if parts > 1 {
+		return s.path + "-" + strconv.Itoa(part)
+	}
+	return s.path
+}
+
+// OpenAt implements RestorableSink: it reopens the file and cuts it back to
+// the position recorded in a checkpoint.
+func (s fileSink[T]) OpenAt(_ context.Context, part, parts int, state []byte) (Writer[T], error) {
+	path := s.partPath(part, parts)
+	if len(state) != 8 {
+		return nil, fmt.Errorf("file %s: checkpointed position of %d bytes, want 8", path, len(state))
+	}
+	pos := int64(binary.BigEndian.Uint64(state))
+	f, err := os.OpenFile(path, os.O_CREATE|os.O_WRONLY, 0o600)
+	if err != nil {
+		return nil, err
+	}
+	st, err := f.Stat()
+	if err == nil && st.Size() < pos {
+		err = fmt.Errorf("file %s is %d bytes, shorter than its checkpointed position %d: it was changed outside the job", path, st.Size(), pos)
+	}
+	if err == nil {
+		err = f.Truncate(pos)
+	}
+	if err == nil {
+		_, err = f.Seek(pos, io.SeekStart)
+	}
+	if err != nil {
+		f.Close()
+		return nil, err
+	}
+	return &fileWriter[T]{f: f, w: bufio.NewWriterSize(f, 64<<10), format: s.format, pos: pos}, nil
+}
+
 type fileWriter[T any] struct {
 	f      *os.File
 	w      *bufio.Writer
 	format Format[T]
+	pos    int64 // bytes written, counting the buffer
 }
 
 func (w *fileWriter[T]) Write(rs []T) error {
 	for _, r := range rs {
-		w.w.WriteString(w.format(r))
+		n, _ := w.w.WriteString(w.format(r))
 		if err := w.w.WriteByte('\n'); err != nil {
 			return fmt.Errorf("file %s: %w", w.f.Name(), err)
 		}
+		w.pos += int64(n) + 1
 	}
 	return nil
+}
+
+// Checkpoint implements Checkpointer: it flushes and records the position.
+func (w *fileWriter[T]) Checkpoint() ([]byte, error) {
+	if err := w.w.Flush(); err != nil {
+		return nil, fmt.Errorf("file %s: %w", w.f.Name(), err)
+	}
+	return binary.BigEndian.AppendUint64(nil, uint64(w.pos)), nil
 }
 
 func (w *fileWriter[T]) Close() error {
@@ -486,6 +546,8 @@ func (in *Ingress[T]) Close() {
 		in.mu.Unlock()
 	})
 }
+
+func (*Ingress[T]) notReplayable() {}
 
 // Open implements SourceConnector.
 func (in *Ingress[T]) Open(_ context.Context, part, parts int, _ int64) (Reader[T], error) {

@@ -11,9 +11,11 @@ import (
 	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
+	bolt "go.etcd.io/bbolt"
 
 	"github.com/sluicehq/sluice/actors"
 	"github.com/sluicehq/sluice/mailbox"
+	"github.com/sluicehq/sluice/persistence"
 )
 
 // ErrAborted is the outcome of a job that was stopped before it finished.
@@ -33,9 +35,23 @@ type (
 	}
 	// credit returns n records of capacity to the sender's output out.
 	credit struct{ out, n int }
+	// barrierMsg asks a source instance to start checkpoint id.
+	barrierMsg struct{ id uint64 }
+	// cpAck: an instance recorded its state for checkpoint id.
+	cpAck struct {
+		id       uint64
+		instance int
+		states   map[string][]byte
+		offsets  map[string]int64
+	}
+	cpTick     struct{} // the checkpoint interval elapsed
+	sourceDone struct{} // a source reached its end: checkpoints stop
 )
 
+func (*barrierMsg) IsControl() bool { return true }
+
 func (*tickMsg) IsControl() bool  { return true }
+func (*cpTick) IsControl() bool   { return true }
 func (*drainMsg) IsControl() bool { return true }
 func (*credit) IsControl() bool   { return true }
 func (*startMsg) IsControl() bool { return true }
@@ -188,6 +204,13 @@ type instance struct {
 	mbCfg    mailbox.Config // this instance's input mailbox
 	credited bool           // its policy is Block: senders hold credits
 
+	num        int          // the instance's number within the job (for acks)
+	states     []stateSlot  // stages whose state goes into checkpoints
+	srcKey     string       // "source/instance": the key of its offset
+	srcOffset  int64        // where the source starts (a restored offset)
+	finishedIn []bool       // input channels that delivered end-of-stream
+	align      alignment    // the checkpoint barrier being aligned
+
 	c        actor.Context
 	stash    []*actors.Envelope
 	blockedN int
@@ -202,15 +225,30 @@ type instance struct {
 	blockedSince atomic.Int64 // start of the current episode (unix ns), 0 when not blocked
 }
 
+// stateSlot is a stage whose state is checkpointed, under its key.
+type stateSlot struct {
+	key string
+	st  stateful
+}
+
+// alignment tracks a checkpoint barrier across the input channels: once a
+// channel delivered the barrier, what it sends next is held until every
+// channel has delivered it (or ended), so that the state recorded is the
+// state after exactly the records before the barrier.
+type alignment struct {
+	id   uint64 // 0: not aligning
+	seen []bool
+	held []*actors.Envelope
+}
+
 func (in *instance) Receive(c actor.Context) {
 	in.c = c
 	switch m := c.Message().(type) {
 	case *actors.Envelope:
-		if in.blockedN > 0 || len(in.stash) > 0 {
-			in.stash = append(in.stash, m)
-			return
-		}
-		in.handle(m)
+		in.stash = append(in.stash, m)
+		in.drain()
+	case *barrierMsg:
+		in.sourceBarrier(m.id)
 	case *credit:
 		in.onCredit(m)
 	case *tickMsg:
@@ -230,6 +268,83 @@ func (in *instance) Receive(c actor.Context) {
 	}
 }
 
+// drain handles stashed envelopes in order while the instance can send.
+func (in *instance) drain() {
+	for in.blockedN == 0 && len(in.stash) > 0 {
+		env := in.stash[0]
+		in.stash[0] = nil
+		in.stash = in.stash[1:]
+		if in.align.id != 0 && in.align.seen[env.Channel] {
+			in.align.held = append(in.align.held, env)
+			continue
+		}
+		in.handle(env)
+	}
+}
+
+// onBarrier: channel ch delivered the barrier of checkpoint id.
+func (in *instance) onBarrier(ch int, id uint64) {
+	if in.align.id == 0 {
+		in.align = alignment{id: id, seen: make([]bool, len(in.ins))}
+	}
+	in.align.seen[ch] = true
+	in.maybeAligned()
+}
+
+// maybeAligned completes the alignment once every channel delivered the
+// barrier or ended: the chain's state is recorded, the barrier goes on to
+// every output, the job gets the acknowledgement, and the held envelopes
+// are handled next.
+func (in *instance) maybeAligned() {
+	if in.align.id == 0 {
+		return
+	}
+	for i, seen := range in.align.seen {
+		if !seen && !in.finishedIn[i] {
+			return
+		}
+	}
+	id, held := in.align.id, in.align.held
+	in.align = alignment{}
+	in.em.flush()
+	states := in.snapshot()
+	for _, oc := range in.outs {
+		in.enqueue(oc, &actors.Envelope{Kind: actors.Barrier, Mark: int64(id)})
+	}
+	in.c.Send(in.exec.jobPID, &cpAck{id: id, instance: in.num, states: states})
+	in.stash = append(held, in.stash...)
+}
+
+// sourceBarrier starts checkpoint id at a source: its offset and chain state
+// are recorded, and the barrier follows the records emitted so far.
+func (in *instance) sourceBarrier(id uint64) {
+	if in.done {
+		return // ended: the job stops checkpointing
+	}
+	in.em.flush()
+	states := in.snapshot()
+	for _, oc := range in.outs {
+		in.enqueue(oc, &actors.Envelope{Kind: actors.Barrier, Mark: int64(id)})
+	}
+	in.c.Send(in.exec.jobPID, &cpAck{id: id, instance: in.num, states: states,
+		offsets: map[string]int64{in.srcKey: in.src.offset()}})
+}
+
+// snapshot records the state of the chain's stateful stages.
+func (in *instance) snapshot() map[string][]byte {
+	states := make(map[string][]byte, len(in.states))
+	for _, s := range in.states {
+		b, err := s.st.snapshotState()
+		if err != nil {
+			panic(&stageFailure{op: s.key, err: fmt.Errorf("checkpoint: %w", err)})
+		}
+		if b != nil {
+			states[s.key] = b
+		}
+	}
+	return states
+}
+
 func (in *instance) start() {
 	for _, s := range in.sinks {
 		if err := s.open(); err != nil {
@@ -237,7 +352,7 @@ func (in *instance) start() {
 		}
 	}
 	if in.src != nil {
-		if err := in.src.open(0); err != nil {
+		if err := in.src.open(in.srcOffset); err != nil {
 			panic(err)
 		}
 		in.scheduleTick()
@@ -261,9 +376,13 @@ func (in *instance) handle(env *actors.Envelope) {
 		}
 	case actors.EndOfStream:
 		in.eosLeft--
+		in.finishedIn[env.Channel] = true
+		in.maybeAligned()
 		if in.eosLeft == 0 {
 			in.endOfInput()
 		}
+	case actors.Barrier:
+		in.onBarrier(env.Channel, uint64(env.Mark))
 	}
 }
 
@@ -335,12 +454,7 @@ func (in *instance) onCredit(m *credit) {
 	}
 	in.blocked.Add(int64(time.Since(in.since)))
 	in.blockedSince.Store(0)
-	for in.blockedN == 0 && len(in.stash) > 0 {
-		env := in.stash[0]
-		in.stash[0] = nil
-		in.stash = in.stash[1:]
-		in.handle(env)
-	}
+	in.drain()
 	if in.blockedN == 0 && in.waiting {
 		in.waiting = false
 		in.scheduleTick()
@@ -369,6 +483,7 @@ func (in *instance) step() {
 		return
 	}
 	if in.draining {
+		in.c.Send(in.exec.jobPID, &sourceDone{})
 		in.endOfInput()
 		return
 	}
@@ -386,6 +501,7 @@ func (in *instance) step() {
 	}
 	switch {
 	case errors.Is(err, io.EOF):
+		in.c.Send(in.exec.jobPID, &sourceDone{})
 		in.endOfInput()
 	case err != nil:
 		panic(err)
@@ -445,6 +561,37 @@ type execution struct {
 	mu       sync.Mutex
 	err      error
 	finished int
+
+	cpStore   persistence.CheckpointStore // nil: no checkpoints
+	restored  *persistence.Checkpoint     // the checkpoint the job resumed from
+	cpStats   CheckpointStats
+	cpStatsMu sync.Mutex
+}
+
+// CheckpointStats describe a job's checkpoints.
+type CheckpointStats struct {
+	Completed    int64         // checkpoints completed in this run
+	Failed       int64         // checkpoints whose store failed
+	LastID       uint64        // the newest completed checkpoint
+	LastDuration time.Duration // from injecting its barriers to stored
+	LastTime     time.Time
+	RestoredFrom uint64 // the checkpoint this run resumed from, 0 if none
+}
+
+// CheckpointStatsOf reports the checkpoints of a topology's run (zero
+// statistics for another kind of job).
+func CheckpointStatsOf(run *actors.Run) CheckpointStats {
+	if x, ok := run.Execution().(*execution); ok {
+		return x.Checkpoints()
+	}
+	return CheckpointStats{}
+}
+
+// Checkpoints reports the job's checkpoints.
+func (x *execution) Checkpoints() CheckpointStats {
+	x.cpStatsMu.Lock()
+	defer x.cpStatsMu.Unlock()
+	return x.cpStats
 }
 
 // Start implements actors.Job: it validates the topology, spawns one actor
@@ -459,6 +606,12 @@ func (t *Topology) Start(ctx context.Context, sys *actors.System) (actors.Execut
 		done: make(chan struct{}), launched: make(chan error, 1),
 		byID: make(map[string]*instance), counters: make(map[*node][]*counters)}
 	x.ctx, x.cancel = context.WithCancel(context.WithoutCancel(ctx))
+	if t.cfg.cpInterval > 0 {
+		if err := x.openCheckpoints(ctx); err != nil {
+			x.cancel()
+			return nil, fmt.Errorf("operators: start %q: %w", t.name, err)
+		}
+	}
 	props := actor.PropsFromProducer(func() actor.Actor { return &jobActor{x: x} },
 		actor.WithSupervisor(&failFast{x: x}), actor.WithGuardian(&jobGuardian{x: x}))
 	pid, err := x.root.SpawnNamed(props, fmt.Sprintf("job-%s-%d", t.name, jobSeq.Add(1)))
@@ -554,6 +707,33 @@ func (x *execution) Stats() []actors.OperatorStats {
 	return out
 }
 
+// openCheckpoints finds the checkpoint store and the checkpoint to resume
+// from.
+func (x *execution) openCheckpoints(ctx context.Context) error {
+	x.cpStore = x.topo.cfg.cpStore
+	if x.cpStore == nil {
+		db, err := x.sys.DB()
+		if err != nil {
+			return fmt.Errorf("checkpoints: %w", err)
+		}
+		x.cpStore, err = defaultCheckpointStore(db)
+		if err != nil {
+			return fmt.Errorf("checkpoints: %w", err)
+		}
+	}
+	cp, ok, err := x.cpStore.Latest(ctx, x.topo.name)
+	if err != nil {
+		return fmt.Errorf("checkpoints: load the latest: %w", err)
+	}
+	if ok {
+		x.restored = &cp
+		x.cpStats.RestoredFrom = cp.ID
+		x.sys.Logger().Info("restoring from checkpoint", "job", x.topo.name, "checkpoint", cp.ID,
+			"states", len(cp.States), "offsets", len(cp.Offsets))
+	}
+	return nil
+}
+
 // Plan returns the physical plan the job runs.
 func (x *execution) Plan() *Plan { return x.plan }
 
@@ -632,8 +812,18 @@ func (x *execution) build() error {
 		}
 		return specs
 	}
+	num := 0
 	for id, chain := range p.chains {
 		for _, in := range x.instances[id] {
+			in.num = num
+			num++
+			in.finishedIn = make([]bool, len(in.ins))
+			if chain[0].role == roleSource {
+				in.srcKey = chain[0].name + "/" + strconv.Itoa(in.idx)
+				if x.restored != nil {
+					in.srcOffset = x.restored.Offsets[in.srcKey]
+				}
+			}
 			tail := chain[len(chain)-1]
 			var next any
 			if tail.role == roleSink {
@@ -644,11 +834,22 @@ func (x *execution) build() error {
 			for pos := len(chain) - 1; pos >= 0; pos-- {
 				n := chain[pos]
 				sc := &stageCtx{node: n, instance: in.idx, parts: p.par[n], ctx: x.ctx, c: x.counters[n][in.idx], batch: cfg.batchSize}
+				if x.restored != nil {
+					sc.restore, sc.restored = x.restored.States[sc.key()]
+				}
 				if n.role == roleSource {
 					in.src = n.newSource(next, sc)
 					continue
 				}
 				next = n.newStage(next, sc)
+				if st, ok := next.(stateful); ok && x.cpStore != nil {
+					in.states = append([]stateSlot{{key: sc.key(), st: st}}, in.states...)
+				}
+				if r, ok := next.(interface{ restoreState([]byte) error }); ok && sc.restored {
+					if err := r.restoreState(sc.restore); err != nil {
+						return fmt.Errorf("operator %q instance %d: restore from checkpoint %d: %w", n.name, in.idx, x.restored.ID, err)
+					}
+				}
 				if o, ok := next.(opener); ok {
 					in.sinks = append(in.sinks, o)
 				}
@@ -661,10 +862,14 @@ func (x *execution) build() error {
 	return nil
 }
 
-// jobActor supervises the instances of one execution.
+// jobActor supervises the instances of one execution and drives the
+// checkpoint coordinator.
 type jobActor struct {
-	x     *execution
-	total int
+	x       *execution
+	total   int
+	cs      coordState
+	timer   *time.Timer
+	started map[uint64]time.Time // when each checkpoint's barriers went out
 }
 
 func (j *jobActor) Receive(c actor.Context) {
@@ -677,6 +882,24 @@ func (j *jobActor) Receive(c actor.Context) {
 		if err != nil {
 			x.setErr(err)
 			c.Stop(c.Self())
+			return
+		}
+		if x.cpStore != nil {
+			j.cs = coordState{Instances: j.total}
+			if x.restored != nil {
+				j.cs.Completed = x.restored.ID
+			}
+			j.started = map[uint64]time.Time{}
+			j.arm()
+		}
+	case *cpTick:
+		j.feed(c, evTick{})
+		j.arm()
+	case *cpAck:
+		j.feed(c, evAck{ID: m.id, Instance: m.instance, States: m.states, Offsets: m.offsets})
+	case *sourceDone:
+		if x.cpStore != nil {
+			j.feed(c, evStopping{})
 		}
 	case *finished:
 		j.total--
@@ -687,6 +910,9 @@ func (j *jobActor) Receive(c actor.Context) {
 		x.setErr(x.operatorError(m.child, m.reason))
 		c.Stop(c.Self())
 	case *drainMsg:
+		if x.cpStore != nil {
+			j.feed(c, evStopping{})
+		}
 		for id, chain := range x.plan.chains {
 			if chain[0].role == roleSource {
 				for _, in := range x.instances[id] {
@@ -698,8 +924,62 @@ func (j *jobActor) Receive(c actor.Context) {
 		x.setErr(ErrAborted)
 		c.Stop(c.Self())
 	case *actor.Stopped:
+		if j.timer != nil {
+			j.timer.Stop()
+		}
 		x.cancel()
 		close(x.done)
+	}
+}
+
+// arm schedules the next checkpoint tick.
+func (j *jobActor) arm() {
+	if j.cs.Stopping {
+		return
+	}
+	root, pid := j.x.root, j.x.jobPID
+	j.timer = time.AfterFunc(j.x.topo.cfg.cpInterval, func() { root.Send(pid, &cpTick{}) })
+}
+
+// feed steps the coordinator and carries out its actions.
+func (j *jobActor) feed(c actor.Context, ev any) {
+	x := j.x
+	var acts []any
+	j.cs, acts = step(j.cs, ev)
+	for len(acts) > 0 {
+		a := acts[0]
+		acts = acts[1:]
+		switch a := a.(type) {
+		case actInject:
+			j.started[a.ID] = time.Now()
+			for id, chain := range x.plan.chains {
+				if chain[0].role == roleSource {
+					for _, in := range x.instances[id] {
+						c.Send(in.self, &barrierMsg{id: a.ID})
+					}
+				}
+			}
+		case actStore:
+			err := x.cpStore.Complete(x.ctx, x.topo.name, persistence.Checkpoint{
+				ID: a.ID, Time: time.Now(), States: a.States, Offsets: a.Offsets})
+			var more []any
+			j.cs, more = step(j.cs, evStored{ID: a.ID, Err: err})
+			acts = append(acts, more...)
+		case actCompleted:
+			d := time.Since(j.started[a.ID])
+			delete(j.started, a.ID)
+			x.cpStatsMu.Lock()
+			x.cpStats.Completed++
+			x.cpStats.LastID, x.cpStats.LastDuration, x.cpStats.LastTime = a.ID, d, time.Now()
+			x.cpStatsMu.Unlock()
+			x.sys.Logger().Debug("checkpoint completed", "job", x.topo.name, "checkpoint", a.ID, "duration", d)
+		case actFailed:
+			delete(j.started, a.ID)
+			x.cpStatsMu.Lock()
+			x.cpStats.Failed++
+			x.cpStatsMu.Unlock()
+			x.sys.Logger().Error("checkpoint failed", "job", x.topo.name, "checkpoint", a.ID, "err", a.Err)
+		}
 	}
 }
 
@@ -807,4 +1087,9 @@ type jobGuardian struct{ x *execution }
 func (g *jobGuardian) HandleFailure(_ *actor.ActorSystem, _ actor.Supervisor, child *actor.PID, _ *actor.RestartStatistics, reason, _ any) {
 	g.x.setErr(fmt.Errorf("operators: topology %q: job actor failed: %v", g.x.topo.name, reason))
 	g.x.root.Stop(child)
+}
+
+// defaultCheckpointStore keeps checkpoints in the system's store.
+var defaultCheckpointStore = func(db *bolt.DB) (persistence.CheckpointStore, error) {
+	return nil, errors.New("no checkpoint store in the system's store yet: set operators.CheckpointStore")
 }

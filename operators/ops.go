@@ -1,6 +1,10 @@
 package operators
 
-import "github.com/sluicehq/sluice/mailbox"
+import (
+	"reflect"
+
+	"github.com/sluicehq/sluice/mailbox"
+)
 
 // KV is a keyed result: the output of the per-key aggregations.
 type KV[K comparable, V any] struct {
@@ -13,6 +17,8 @@ type KV[K comparable, V any] struct {
 // partition of the connector.
 func Source[T any](t *Topology, name string, src SourceConnector[T], opts ...Option) Stream[T] {
 	nd := &node{name: name, kind: "source", role: roleSource, outType: typeOf[T]()}
+	_, once := src.(interface{ notReplayable() })
+	nd.replayable = !once
 	if src == nil {
 		t.errs = append(t.errs, opErr(t, name, ErrInvalid, "nil source connector"))
 	}
@@ -178,7 +184,8 @@ func keyed[K comparable, T, A any](ks KeyedStream[K, T], name, kind string, nilF
 	if t == nil {
 		t = orphan(name)
 	}
-	nd := &node{name: name, kind: kind, role: roleOperator, stateful: true, inType: typeOf[T](), outType: typeOf[KV[K, A]]()}
+	nd := &node{name: name, kind: kind, role: roleOperator, stateful: true, inType: typeOf[T](), outType: typeOf[KV[K, A]](),
+		stateTypes: []reflect.Type{typeOf[K](), typeOf[A]()}}
 	if nilFunc {
 		t.errs = append(t.errs, opErr(t, name, ErrInvalid, "nil function"))
 	}

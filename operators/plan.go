@@ -162,6 +162,21 @@ func (t *Topology) Plan() (*Plan, error) {
 		}
 		errs = append(errs, opErr(t, cyc[0].name, ErrCycle, strings.Join(names, " -> ")))
 	}
+	if t.cfg.cpInterval < 0 {
+		errs = append(errs, &TopologyError{Topology: t.name, Kind: ErrInvalid, Detail: fmt.Sprintf("checkpoint interval %v: must be positive", t.cfg.cpInterval)})
+	}
+	if t.cfg.cpInterval > 0 {
+		for _, n := range t.nodes {
+			if n.role == roleSource && !n.replayable {
+				errs = append(errs, opErr(t, n.name, ErrInvalid, "checkpoints need replayable sources: this source cannot rewind to an offset"))
+			}
+			for _, st := range n.stateTypes {
+				if err := spillable(st); err != nil {
+					errs = append(errs, opErr(t, n.name, ErrInvalid, "checkpointed state: "+err.Error()))
+				}
+			}
+		}
+	}
 	if cfgErr := t.cfg.validate(); cfgErr != nil {
 		errs = append(errs, &TopologyError{Topology: t.name, Kind: ErrInvalid, Detail: cfgErr.Error()})
 	}

@@ -5,7 +5,12 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"strconv"
 	"sync/atomic"
+
+	"github.com/vmihailenco/msgpack/v5"
+
+	"github.com/sluicehq/sluice/internal/msgpacksafe"
 )
 
 // batch is a run of records in columns: values, and event times when the
@@ -69,6 +74,16 @@ type stageCtx struct {
 	ctx      context.Context
 	c        *counters
 	batch    int
+	restore  []byte // the stage's state in the checkpoint the job resumes from
+	restored bool   // restore is set (a stage's state may be empty)
+}
+
+// key names the stage's instance in checkpoints: "operator/instance".
+func (sc *stageCtx) key() string { return sc.node.name + "/" + strconv.Itoa(sc.instance) }
+
+// stateful is implemented by stages whose state belongs in checkpoints.
+type stateful interface {
+	snapshotState() ([]byte, error)
 }
 
 // fail aborts the instance with err; the supervisor reports it as the
@@ -186,6 +201,44 @@ func (s *flatMapStage[In, Out]) flush(timed bool) {
 func (s *flatMapStage[In, Out]) finish() { s.next.finish() }
 
 // keyedStage keeps one accumulator per key, in memory.
+// keyedState is the checkpointed form of a keyed stage: its entries in
+// first-seen order.
+type keyedState[K comparable, A any] struct {
+	Keys []K `msgpack:"k"`
+	Accs []A `msgpack:"a"`
+}
+
+func (s *keyedStage[K, T, A]) snapshotState() ([]byte, error) {
+	st := keyedState[K, A]{Keys: s.order, Accs: make([]A, len(s.order))}
+	for i, k := range s.order {
+		st.Accs[i] = s.state[k]
+	}
+	b, err := msgpack.Marshal(&st)
+	if err != nil {
+		return nil, fmt.Errorf("encode state of %d keys: %w", len(s.order), err)
+	}
+	return b, nil
+}
+
+func (s *keyedStage[K, T, A]) restoreState(b []byte) error {
+	var st keyedState[K, A]
+	if err := msgpacksafe.Check(b); err != nil {
+		return err
+	}
+	if err := msgpack.Unmarshal(b, &st); err != nil {
+		return err
+	}
+	if len(st.Keys) != len(st.Accs) {
+		return fmt.Errorf("%d keys but %d values", len(st.Keys), len(st.Accs))
+	}
+	s.order = st.Keys
+	s.state = make(map[K]A, len(st.Keys))
+	for i, k := range st.Keys {
+		s.state[k] = st.Accs[i]
+	}
+	return nil
+}
+
 type keyedStage[K comparable, T, A any] struct {
 	key   func(T) K
 	step  func(acc A, seen bool, v T) A
@@ -241,7 +294,13 @@ type sinkStage[T any] struct {
 }
 
 func (s *sinkStage[T]) open() error {
-	w, err := s.conn.Open(s.sc.ctx, s.sc.instance, s.sc.parts)
+	var w Writer[T]
+	var err error
+	if r, ok := s.conn.(RestorableSink[T]); ok && s.sc.restored {
+		w, err = r.OpenAt(s.sc.ctx, s.sc.instance, s.sc.parts, s.sc.restore)
+	} else {
+		w, err = s.conn.Open(s.sc.ctx, s.sc.instance, s.sc.parts)
+	}
 	if err != nil {
 		return &stageFailure{op: s.sc.node.name, err: fmt.Errorf("open: %w", err)}
 	}
@@ -266,6 +325,14 @@ func (s *sinkStage[T]) finish() {
 	}
 }
 
+func (s *sinkStage[T]) snapshotState() ([]byte, error) {
+	c, ok := s.w.(Checkpointer)
+	if !ok {
+		return nil, nil // at-least-once: nothing to record
+	}
+	return c.Checkpoint()
+}
+
 // abort releases the writer without the end-of-stream guarantees.
 func (s *sinkStage[T]) abort() {
 	if s.w != nil {
@@ -277,6 +344,7 @@ func (s *sinkStage[T]) abort() {
 // sourceRunner is the head of a source task.
 type sourceRunner interface {
 	open(offset int64) error
+	offset() int64
 	// step reads at most one batch and pushes it; it returns io.EOF at the
 	// end of the partition and (0, nil) when nothing is available now.
 	step() (int, error)
@@ -292,6 +360,8 @@ type sourceStage[T any] struct {
 	sc   *stageCtx
 	buf  batch[T]
 }
+
+func (s *sourceStage[T]) offset() int64 { return s.r.Offset() }
 
 func (s *sourceStage[T]) open(offset int64) error {
 	r, err := s.conn.Open(s.sc.ctx, s.sc.instance, s.sc.parts, offset)

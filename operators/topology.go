@@ -3,8 +3,10 @@ package operators
 import (
 	"fmt"
 	"reflect"
+	"time"
 
 	"github.com/sluicehq/sluice/mailbox"
+	"github.com/sluicehq/sluice/persistence"
 )
 
 // role says how a logical node takes part in execution.
@@ -64,6 +66,8 @@ type node struct {
 	hasher      any           // func(T) uint64, for KeyBy
 	emit        EmitMode
 	input       *mailbox.Config // the operator's input mailbox, when set with Input
+	stateTypes  []reflect.Type  // types in the operator's checkpointed state
+	replayable  bool            // a source that can rewind to an offset
 
 	// typed builders, set by the generic constructors
 	newSource  func(next any, sc *stageCtx) sourceRunner
@@ -132,8 +136,10 @@ func NoFusion() Option { return func(nd *node) { nd.noFusion = true } }
 type TopologyOption func(*runConfig)
 
 type runConfig struct {
-	batchSize int
-	capacity  int
+	batchSize  int
+	capacity   int
+	cpInterval time.Duration
+	cpStore    persistence.CheckpointStore
 }
 
 func defaultRunConfig() runConfig { return runConfig{batchSize: 256, capacity: 4096} }
@@ -147,6 +153,23 @@ func BatchSize(n int) TopologyOption { return func(c *runConfig) { c.batchSize =
 // 4096). Senders hold credits for it; a sender without credits stops taking
 // input, which propagates back-pressure up to the sources.
 func Capacity(n int) TopologyOption { return func(c *runConfig) { c.capacity = n } }
+
+// Checkpoints makes the job take a checkpoint every interval: barriers flow
+// from the sources through every operator, each records its state, and the
+// checkpoint completes when all have (exactly-once state). When a job of
+// the same name starts and its last checkpoint exists, every operator is
+// restored to it and the sources rewind to its offsets. Checkpoints are kept
+// in the system's store unless CheckpointStore names another. Sources must
+// be replayable (FromChannel and Ingress are not); per-key state must be
+// msgpack-encodable.
+func Checkpoints(interval time.Duration) TopologyOption {
+	return func(c *runConfig) { c.cpInterval = interval }
+}
+
+// CheckpointStore sets where the job's checkpoints are kept.
+func CheckpointStore(s persistence.CheckpointStore) TopologyOption {
+	return func(c *runConfig) { c.cpStore = s }
+}
 
 func typeOf[T any]() reflect.Type { return reflect.TypeFor[T]() }
 

@@ -1,0 +1,127 @@
+package operators
+
+import (
+	"fmt"
+	"slices"
+)
+
+// The checkpoint coordinator is a pure state machine (see DESIGN.md): Step
+// takes the state and an event and returns the new state and the actions to
+// carry out. It does no I/O, reads no clock and starts no goroutine; the job
+// actor feeds it timer ticks and acknowledgements and performs its actions
+// (inject barriers at the sources, store a completed checkpoint).
+
+// coordState is the coordinator's state.
+type coordState struct {
+	Instances int    // operator instances that must acknowledge a checkpoint
+	Next      uint64 // the id of the next checkpoint
+	Completed uint64 // the id of the last completed checkpoint, 0 if none
+	Stopping  bool   // the job is finishing: start no new checkpoint
+	// InFlight is the checkpoint being taken, if any (one at a time).
+	InFlight *inFlight
+}
+
+type inFlight struct {
+	ID      uint64
+	Acked   map[int]bool // by instance number
+	States  map[string][]byte
+	Offsets map[string]int64
+}
+
+// Events.
+type (
+	evTick struct{} // the checkpoint interval elapsed
+	evAck  struct { // an instance recorded its state for a checkpoint
+		ID       uint64
+		Instance int
+		States   map[string][]byte
+		Offsets  map[string]int64
+	}
+	evStored struct { // the store recorded a checkpoint
+		ID  uint64
+		Err error
+	}
+	evStopping struct{} // the job is draining or finishing
+)
+
+// Actions.
+type (
+	actInject struct{ ID uint64 } // send barrier ID into every source
+	actStore  struct {            // record the completed checkpoint
+		ID      uint64
+		States  map[string][]byte
+		Offsets map[string]int64
+	}
+	actCompleted struct{ ID uint64 } // tell the instances that ID is durable
+	actFailed    struct {            // a checkpoint could not be completed
+		ID  uint64
+		Err error
+	}
+)
+
+// step is the coordinator's transition function.
+func step(s coordState, ev any) (coordState, []any) {
+	switch e := ev.(type) {
+	case evTick:
+		if s.Stopping || s.InFlight != nil {
+			return s, nil // at most one checkpoint at a time; none while stopping
+		}
+		if s.Next == 0 {
+			s.Next = s.Completed + 1
+		}
+		id := s.Next
+		s.Next++
+		s.InFlight = &inFlight{ID: id, Acked: map[int]bool{}, States: map[string][]byte{}, Offsets: map[string]int64{}}
+		return s, []any{actInject{ID: id}}
+	case evAck:
+		f := s.InFlight
+		if f == nil || e.ID != f.ID || f.Acked[e.Instance] {
+			return s, nil // late, stale or duplicate: ignore
+		}
+		f = &inFlight{ID: f.ID, Acked: cloneMap(f.Acked), States: cloneMap(f.States), Offsets: cloneMap(f.Offsets)}
+		f.Acked[e.Instance] = true
+		for k, v := range e.States {
+			f.States[k] = v
+		}
+		for k, v := range e.Offsets {
+			f.Offsets[k] = v
+		}
+		s.InFlight = f
+		if len(f.Acked) < s.Instances {
+			return s, nil
+		}
+		return s, []any{actStore{ID: f.ID, States: f.States, Offsets: f.Offsets}}
+	case evStored:
+		if s.InFlight == nil || s.InFlight.ID != e.ID {
+			return s, nil
+		}
+		s.InFlight = nil
+		if e.Err != nil {
+			return s, []any{actFailed{ID: e.ID, Err: e.Err}}
+		}
+		s.Completed = e.ID
+		return s, []any{actCompleted{ID: e.ID}}
+	case evStopping:
+		s.Stopping = true
+		return s, nil
+	}
+	panic(fmt.Sprintf("coordinator: unknown event %T", ev))
+}
+
+func cloneMap[K comparable, V any](m map[K]V) map[K]V {
+	out := make(map[K]V, len(m))
+	for k, v := range m {
+		out[k] = v
+	}
+	return out
+}
+
+// sortedKeys is for deterministic output in tests and logs.
+func sortedKeys[V any](m map[string]V) []string {
+	ks := make([]string, 0, len(m))
+	for k := range m {
+		ks = append(ks, k)
+	}
+	slices.Sort(ks)
+	return ks
+}
