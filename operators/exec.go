@@ -204,12 +204,12 @@ type instance struct {
 	mbCfg    mailbox.Config // this instance's input mailbox
 	credited bool           // its policy is Block: senders hold credits
 
-	num        int          // the instance's number within the job (for acks)
-	states     []stateSlot  // stages whose state goes into checkpoints
-	srcKey     string       // "source/instance": the key of its offset
-	srcOffset  int64        // where the source starts (a restored offset)
-	finishedIn []bool       // input channels that delivered end-of-stream
-	align      alignment    // the checkpoint barrier being aligned
+	num        int         // the instance's number within the job (for acks)
+	states     []stateSlot // stages whose state goes into checkpoints
+	srcKey     string      // "source/instance": the key of its offset
+	srcOffset  int64       // where the source starts (a restored offset)
+	finishedIn []bool      // input channels that delivered end-of-stream
+	align      alignment   // the checkpoint barrier being aligned
 
 	c        actor.Context
 	stash    []*actors.Envelope
