@@ -45,6 +45,8 @@ type OperatorStats struct {
 	Parallelism int
 	In          int64 // records received
 	Out         int64 // records emitted
+	// DeadLettered counts records the operator gave to the dead-letter store.
+	DeadLettered int64
 	// The input mailboxes, reported on the first operator of a task (summed
 	// over instances; the high-water mark is the largest of them).
 	Policy         string           // overflow policy

@@ -53,7 +53,11 @@ func (m *memCheckpoints) count() int {
 // countingTopology counts n generated keys per key over 3 instances and
 // writes every update to files under dir (one per instance).
 func countingTopology(store persistence.CheckpointStore, dir string, n int64, interval time.Duration) *operators.Topology {
-	t := operators.NewTopology("counting", operators.Checkpoints(interval), operators.CheckpointStore(store), operators.BatchSize(32))
+	opts := []operators.TopologyOption{operators.Checkpoints(interval), operators.BatchSize(32)}
+	if store != nil { // nil: the system's store
+		opts = append(opts, operators.CheckpointStore(store))
+	}
+	t := operators.NewTopology("counting", opts...)
 	src := operators.Source(t, "numbers", operators.Generate(n, func(i int64) int64 { return i }))
 	keys := operators.Map(src, "key", func(v int64) string { return fmt.Sprintf("k%02d", v*7%23) })
 	by := operators.KeyBy(keys, "by-key", func(k string) string { return k }, operators.Parallelism(3))

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"slices"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -16,6 +17,7 @@ import (
 	"github.com/sluicehq/sluice/actors"
 	"github.com/sluicehq/sluice/mailbox"
 	"github.com/sluicehq/sluice/persistence"
+	"github.com/sluicehq/sluice/supervision"
 )
 
 // ErrAborted is the outcome of a job that was stopped before it finished.
@@ -28,7 +30,7 @@ type (
 	tickMsg  struct{ waiter bool }
 	drainMsg struct{}
 	abortMsg struct{}
-	finished struct{ task, instance int }
+	finished struct{ task, instance, gen int }
 	failed   struct {
 		child  *actor.PID
 		reason any
@@ -39,13 +41,15 @@ type (
 	barrierMsg struct{ id uint64 }
 	// cpAck: an instance recorded its state for checkpoint id.
 	cpAck struct {
+		gen      int
 		id       uint64
 		instance int
 		states   map[string][]byte
 		offsets  map[string]int64
 	}
-	cpTick     struct{} // the checkpoint interval elapsed
-	sourceDone struct{} // a source reached its end: checkpoints stop
+	cpTick     struct{}          // the checkpoint interval elapsed
+	sourceDone struct{ gen int } // a source reached its end: checkpoints stop
+	restartMsg struct{ gen int } // the restart backoff elapsed
 )
 
 func (*barrierMsg) IsControl() bool { return true }
@@ -205,6 +209,7 @@ type instance struct {
 	credited bool           // its policy is Block: senders hold credits
 
 	num        int         // the instance's number within the job (for acks)
+	gen        int         // the job generation: it grows with every restart
 	states     []stateSlot // stages whose state goes into checkpoints
 	srcKey     string      // "source/instance": the key of its offset
 	srcOffset  int64       // where the source starts (a restored offset)
@@ -311,7 +316,7 @@ func (in *instance) maybeAligned() {
 	for _, oc := range in.outs {
 		in.enqueue(oc, &actors.Envelope{Kind: actors.Barrier, Mark: int64(id)})
 	}
-	in.c.Send(in.exec.jobPID, &cpAck{id: id, instance: in.num, states: states})
+	in.c.Send(in.exec.jobPID, &cpAck{gen: in.gen, id: id, instance: in.num, states: states})
 	in.stash = append(held, in.stash...)
 }
 
@@ -326,7 +331,7 @@ func (in *instance) sourceBarrier(id uint64) {
 	for _, oc := range in.outs {
 		in.enqueue(oc, &actors.Envelope{Kind: actors.Barrier, Mark: int64(id)})
 	}
-	in.c.Send(in.exec.jobPID, &cpAck{id: id, instance: in.num, states: states,
+	in.c.Send(in.exec.jobPID, &cpAck{gen: in.gen, id: id, instance: in.num, states: states,
 		offsets: map[string]int64{in.srcKey: in.src.offset()}})
 }
 
@@ -408,7 +413,7 @@ func (in *instance) endOfInput() {
 func (in *instance) maybeReport() {
 	if in.done && in.blockedN == 0 && !in.reported {
 		in.reported = true
-		in.c.Send(in.exec.jobPID, &finished{in.task, in.idx})
+		in.c.Send(in.exec.jobPID, &finished{in.task, in.idx, in.gen})
 	}
 }
 
@@ -483,7 +488,7 @@ func (in *instance) step() {
 		return
 	}
 	if in.draining {
-		in.c.Send(in.exec.jobPID, &sourceDone{})
+		in.c.Send(in.exec.jobPID, &sourceDone{gen: in.gen})
 		in.endOfInput()
 		return
 	}
@@ -501,7 +506,7 @@ func (in *instance) step() {
 	}
 	switch {
 	case errors.Is(err, io.EOF):
-		in.c.Send(in.exec.jobPID, &sourceDone{})
+		in.c.Send(in.exec.jobPID, &sourceDone{gen: in.gen})
 		in.endOfInput()
 	case err != nil:
 		panic(err)
@@ -552,6 +557,8 @@ type execution struct {
 	cancel context.CancelFunc
 
 	jobPID    *actor.PID
+	gen       int          // incremented by every restart
+	instMu    sync.RWMutex // guards instances against Stats during a restart
 	instances [][]*instance
 	byID      map[string]*instance
 	counters  map[*node][]*counters
@@ -562,10 +569,11 @@ type execution struct {
 	err      error
 	finished int
 
-	cpStore   persistence.CheckpointStore // nil: no checkpoints
-	restored  *persistence.Checkpoint     // the checkpoint the job resumed from
-	cpStats   CheckpointStats
-	cpStatsMu sync.Mutex
+	cpStore     persistence.CheckpointStore // nil: no checkpoints
+	deadLetters supervision.DeadLetterStore
+	restored    *persistence.Checkpoint // the checkpoint the job resumed from
+	cpStats     CheckpointStats
+	cpStatsMu   sync.Mutex
 }
 
 // CheckpointStats describe a job's checkpoints.
@@ -576,6 +584,17 @@ type CheckpointStats struct {
 	LastDuration time.Duration // from injecting its barriers to stored
 	LastTime     time.Time
 	RestoredFrom uint64 // the checkpoint this run resumed from, 0 if none
+	// Restarts counts RestartOnFailure's restarts of the job, and
+	// RestartDelays the backoff before each.
+	Restarts      int
+	RestartDelays []time.Duration
+}
+
+func (x *execution) noteRestart(d time.Duration) {
+	x.cpStatsMu.Lock()
+	x.cpStats.Restarts++
+	x.cpStats.RestartDelays = append(x.cpStats.RestartDelays, d)
+	x.cpStatsMu.Unlock()
 }
 
 // CheckpointStatsOf reports the checkpoints of a topology's run (zero
@@ -587,11 +606,13 @@ func CheckpointStatsOf(run *actors.Run) CheckpointStats {
 	return CheckpointStats{}
 }
 
-// Checkpoints reports the job's checkpoints.
+// Checkpoints reports the job's checkpoints and restarts.
 func (x *execution) Checkpoints() CheckpointStats {
 	x.cpStatsMu.Lock()
 	defer x.cpStatsMu.Unlock()
-	return x.cpStats
+	st := x.cpStats
+	st.RestartDelays = slices.Clone(st.RestartDelays)
+	return st
 }
 
 // Start implements actors.Job: it validates the topology, spawns one actor
@@ -611,6 +632,10 @@ func (t *Topology) Start(ctx context.Context, sys *actors.System) (actors.Execut
 			x.cancel()
 			return nil, fmt.Errorf("operators: start %q: %w", t.name, err)
 		}
+	}
+	if err := x.openDeadLetters(); err != nil {
+		x.cancel()
+		return nil, fmt.Errorf("operators: start %q: %w", t.name, err)
 	}
 	props := actor.PropsFromProducer(func() actor.Actor { return &jobActor{x: x} },
 		actor.WithSupervisor(&failFast{x: x}), actor.WithGuardian(&jobGuardian{x: x}))
@@ -666,6 +691,8 @@ func (x *execution) setErr(err error) {
 
 // Stats implements actors.Execution.
 func (x *execution) Stats() []actors.OperatorStats {
+	x.instMu.RLock()
+	defer x.instMu.RUnlock()
 	var out []actors.OperatorStats
 	for id, chain := range x.plan.chains {
 		for pos, n := range chain {
@@ -673,6 +700,7 @@ func (x *execution) Stats() []actors.OperatorStats {
 			for _, c := range x.counters[n] {
 				st.In += c.in.Load()
 				st.Out += c.out.Load()
+				st.DeadLettered += c.dead.Load()
 			}
 			if pos == 0 && id < len(x.instances) {
 				for _, in := range x.instances[id] {
@@ -705,6 +733,30 @@ func (x *execution) Stats() []actors.OperatorStats {
 		}
 	}
 	return out
+}
+
+// openDeadLetters finds the dead-letter store when an operator needs one.
+func (x *execution) openDeadLetters() error {
+	need := false
+	for _, n := range x.topo.nodes {
+		need = need || n.recordAttempts > 0
+	}
+	if !need {
+		return nil
+	}
+	x.deadLetters = x.topo.cfg.deadLetters
+	if x.deadLetters != nil {
+		return nil
+	}
+	db, err := x.sys.DB()
+	if err != nil {
+		return fmt.Errorf("dead letters: %w", err)
+	}
+	x.deadLetters, err = supervision.NewBoltDeadLetters(db)
+	if err != nil {
+		return fmt.Errorf("dead letters: %w", err)
+	}
+	return nil
 }
 
 // openCheckpoints finds the checkpoint store and the checkpoint to resume
@@ -740,17 +792,25 @@ func (x *execution) Plan() *Plan { return x.plan }
 // build wires every instance: channels, credits, stages. It runs before any
 // instance is spawned, so instances start fully formed.
 func (x *execution) build() error {
+	x.instMu.Lock()
+	defer x.instMu.Unlock()
 	p, cfg := x.plan, x.topo.cfg
 	x.instances = make([][]*instance, len(p.chains))
 	for id, chain := range p.chains {
 		par := p.par[chain[0]]
 		for i := 0; i < par; i++ {
-			in := &instance{exec: x, task: id, idx: i,
-				self: actor.NewPID(x.jobPID.Address, x.jobPID.Id+"/t"+strconv.Itoa(id)+"."+strconv.Itoa(i))}
+			name := "t" + strconv.Itoa(id) + "." + strconv.Itoa(i)
+			if x.gen > 0 {
+				name += "g" + strconv.Itoa(x.gen)
+			}
+			in := &instance{exec: x, task: id, idx: i, gen: x.gen, self: actor.NewPID(x.jobPID.Address, x.jobPID.Id+"/"+name)}
 			x.instances[id] = append(x.instances[id], in)
 			x.byID[in.self.Id] = in
 		}
 		for _, n := range chain {
+			if x.counters[n] != nil {
+				continue // counts go on across restarts
+			}
 			cs := make([]*counters, par)
 			for i := range cs {
 				cs[i] = new(counters)
@@ -837,6 +897,9 @@ func (x *execution) build() error {
 				if x.restored != nil {
 					sc.restore, sc.restored = x.restored.States[sc.key()]
 				}
+				if n.recordAttempts > 0 {
+					sc.failures = &failureHandler{sc: sc, attempts: n.recordAttempts, store: x.deadLetters, job: x.topo.name}
+				}
 				if n.role == roleSource {
 					in.src = n.newSource(next, sc)
 					continue
@@ -870,6 +933,14 @@ type jobActor struct {
 	cs      coordState
 	timer   *time.Timer
 	started map[uint64]time.Time // when each checkpoint's barriers went out
+
+	// restarts
+	budget     *supervision.Budget
+	restarts   int
+	restarting bool
+	alive      int  // instances of the stopped generation not yet terminated
+	timerDone  bool // the restart backoff elapsed
+	stopTimer  func() bool
 }
 
 func (j *jobActor) Receive(c actor.Context) {
@@ -896,19 +967,35 @@ func (j *jobActor) Receive(c actor.Context) {
 		j.feed(c, evTick{})
 		j.arm()
 	case *cpAck:
-		j.feed(c, evAck{ID: m.id, Instance: m.instance, States: m.states, Offsets: m.offsets})
+		if m.gen == x.gen {
+			j.feed(c, evAck{ID: m.id, Instance: m.instance, States: m.states, Offsets: m.offsets})
+		}
 	case *sourceDone:
-		if x.cpStore != nil {
+		if x.cpStore != nil && m.gen == x.gen {
 			j.feed(c, evStopping{})
 		}
 	case *finished:
+		if m.gen != x.gen || j.restarting {
+			return
+		}
 		j.total--
 		if j.total == 0 {
 			c.Stop(c.Self())
 		}
 	case *failed:
-		x.setErr(x.operatorError(m.child, m.reason))
-		c.Stop(c.Self())
+		j.onFailure(c, m)
+	case *actor.Terminated:
+		if j.restarting {
+			if in := x.byID[m.Who.Id]; in != nil && in.gen == x.gen {
+				j.alive--
+				j.maybeRelaunch(c)
+			}
+		}
+	case *restartMsg:
+		if j.restarting && m.gen == x.gen {
+			j.timerDone = true
+			j.maybeRelaunch(c)
+		}
 	case *drainMsg:
 		if x.cpStore != nil {
 			j.feed(c, evStopping{})
@@ -927,8 +1014,96 @@ func (j *jobActor) Receive(c actor.Context) {
 		if j.timer != nil {
 			j.timer.Stop()
 		}
+		if j.stopTimer != nil {
+			j.stopTimer()
+		}
 		x.cancel()
 		close(x.done)
+	}
+}
+
+// onFailure handles a failed instance: the job stops with the operator's
+// error, or, with RestartOnFailure and budget left, restarts from its last
+// completed checkpoint after the backoff's delay.
+func (j *jobActor) onFailure(c actor.Context, m *failed) {
+	x := j.x
+	in := x.byID[m.child.Id]
+	if in != nil && in.gen != x.gen || j.restarting {
+		return // a failure of a generation being replaced
+	}
+	err := x.operatorError(m.child, m.reason)
+	rp := x.topo.cfg.restart
+	if rp == nil {
+		x.setErr(err)
+		c.Stop(c.Self())
+		return
+	}
+	if j.budget == nil {
+		j.budget, _ = supervision.NewBudget(rp.budget, rp.within)
+	}
+	if j.budget == nil || !j.budget.Allow(time.Now()) {
+		x.setErr(fmt.Errorf("operators: topology %q: %d restarts within %v spent, giving up: %w", x.topo.name, rp.budget, rp.within, err))
+		c.Stop(c.Self())
+		return
+	}
+	j.restarts++
+	delay := rp.backoff.Delay(j.restarts)
+	x.noteRestart(delay)
+	x.sys.Logger().Warn("operator failed; restarting the job from its last checkpoint", "job", x.topo.name,
+		"err", err, "restart", j.restarts, "delay", delay)
+	j.restarting, j.timerDone, j.alive = true, false, 0
+	if j.timer != nil {
+		j.timer.Stop()
+	}
+	x.instMu.RLock()
+	for _, insts := range x.instances {
+		for _, in := range insts {
+			c.Stop(in.self)
+			j.alive++
+		}
+	}
+	x.instMu.RUnlock()
+	root, pid, gen := x.root, x.jobPID, x.gen
+	j.stopTimer = x.topo.cfg.after(delay, func() { root.Send(pid, &restartMsg{gen: gen}) })
+}
+
+// maybeRelaunch starts the next generation once the old one has stopped and
+// the backoff has elapsed.
+func (j *jobActor) maybeRelaunch(c actor.Context) {
+	x := j.x
+	if !j.restarting || j.alive > 0 || !j.timerDone {
+		return
+	}
+	j.restarting = false
+	x.gen++
+	if x.cpStore != nil {
+		cp, ok, err := x.cpStore.Latest(x.ctx, x.topo.name)
+		if err != nil {
+			x.setErr(fmt.Errorf("operators: topology %q: restart: load the latest checkpoint: %w", x.topo.name, err))
+			c.Stop(c.Self())
+			return
+		}
+		x.restored = nil
+		if ok {
+			x.restored = &cp
+		}
+	}
+	j.total = 0
+	if err := j.launch(c); err != nil {
+		x.setErr(fmt.Errorf("operators: topology %q: restart: %w", x.topo.name, err))
+		c.Stop(c.Self())
+		return
+	}
+	if x.cpStore != nil {
+		j.cs = coordState{Instances: j.total}
+		if x.restored != nil {
+			j.cs.Completed = x.restored.ID
+			x.cpStatsMu.Lock()
+			x.cpStats.RestoredFrom = x.restored.ID
+			x.cpStatsMu.Unlock()
+		}
+		j.started = map[uint64]time.Time{}
+		j.arm()
 	}
 }
 
@@ -1090,6 +1265,6 @@ func (g *jobGuardian) HandleFailure(_ *actor.ActorSystem, _ actor.Supervisor, ch
 }
 
 // defaultCheckpointStore keeps checkpoints in the system's store.
-var defaultCheckpointStore = func(db *bolt.DB) (persistence.CheckpointStore, error) {
-	return nil, errors.New("no checkpoint store in the system's store yet: set operators.CheckpointStore")
+func defaultCheckpointStore(db *bolt.DB) (persistence.CheckpointStore, error) {
+	return persistence.NewBoltCheckpointStore(db)
 }

@@ -140,6 +140,14 @@ func (t *Topology) Plan() (*Plan, error) {
 		if n.declared && len(inputs[n]) == 0 {
 			errs = append(errs, opErr(t, n.name, ErrUnconnected, "declared input is never connected (use Topology.Connect)"))
 		}
+		if n.recordPolicy {
+			switch {
+			case n.kind != "map" && n.kind != "filter" && n.kind != "flatmap" && !n.stateful:
+				errs = append(errs, opErr(t, n.name, ErrInvalid, fmt.Sprintf("OnRecordFailure on a %s: only map, filter, flatmap and per-key aggregations take it", n.kind)))
+			case n.recordAttempts < 1:
+				errs = append(errs, opErr(t, n.name, ErrInvalid, fmt.Sprintf("OnRecordFailure(%d): at least one attempt", n.recordAttempts)))
+			}
+		}
 		if n.input != nil {
 			if err := checkInput(n); err != nil {
 				errs = append(errs, opErr(t, n.name, ErrInvalid, err.Error()))

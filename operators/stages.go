@@ -64,6 +64,7 @@ func (i *typedInlet[T]) finish()       { i.head.finish() }
 // counters are one operator instance's statistics, read concurrently by Stats.
 type counters struct {
 	in, out atomic.Int64
+	dead    atomic.Int64 // records given to the dead-letter store
 }
 
 // stageCtx is what a stage knows about where it runs.
@@ -74,8 +75,9 @@ type stageCtx struct {
 	ctx      context.Context
 	c        *counters
 	batch    int
-	restore  []byte // the stage's state in the checkpoint the job resumes from
-	restored bool   // restore is set (a stage's state may be empty)
+	restore  []byte          // the stage's state in the checkpoint the job resumes from
+	restored bool            // restore is set (a stage's state may be empty)
+	failures *failureHandler // the record-failure policy, nil: a panic fails the operator
 }
 
 // key names the stage's instance in checkpoints: "operator/instance".
@@ -90,6 +92,18 @@ type stateful interface {
 // operator's failure.
 func (sc *stageCtx) fail(err error) {
 	panic(&stageFailure{op: sc.node.name, err: err})
+}
+
+// attribute turns a panic in the stage's user code into a failure of this
+// operator, so that a fused chain reports which of its operators failed. It
+// is deferred once per batch.
+func (sc *stageCtx) attribute() {
+	if r := recover(); r != nil {
+		if _, ok := r.(*stageFailure); ok {
+			panic(r)
+		}
+		panic(&stageFailure{op: sc.node.name, err: &PanicError{Value: r}})
+	}
 }
 
 type stageFailure struct {
@@ -107,8 +121,13 @@ type mapStage[In, Out any] struct {
 }
 
 func (s *mapStage[In, Out]) push(b *batch[In]) {
+	defer s.sc.attribute()
 	n := len(b.vs)
 	s.sc.c.in.Add(int64(n))
+	if s.sc.failures != nil {
+		s.guarded(b)
+		return
+	}
 	out := s.out.vs
 	if cap(out) < n {
 		out = make([]Out, n, max(n, s.sc.batch))
@@ -132,7 +151,12 @@ type filterStage[T any] struct {
 }
 
 func (s *filterStage[T]) push(b *batch[T]) {
+	defer s.sc.attribute()
 	s.sc.c.in.Add(int64(len(b.vs)))
+	if s.sc.failures != nil {
+		s.guarded(b)
+		return
+	}
 	j := 0
 	if b.ts == nil {
 		vs, keep := b.vs, s.keep
@@ -169,21 +193,32 @@ type flatMapStage[In, Out any] struct {
 }
 
 func (s *flatMapStage[In, Out]) push(b *batch[In]) {
+	defer s.sc.attribute()
 	s.sc.c.in.Add(int64(len(b.vs)))
 	s.out.vs, s.out.ts = s.out.vs[:0], s.out.ts[:0]
-	for i, v := range b.vs {
-		outs := s.f(v)
-		s.out.vs = append(s.out.vs, outs...)
-		if b.ts != nil {
-			for range outs {
-				s.out.ts = append(s.out.ts, b.ts[i])
-			}
+	if s.sc.failures != nil {
+		for i := 0; i < len(b.vs); {
+			i = s.guardedFrom(b, i)
 		}
-		if len(s.out.vs) >= s.sc.batch { // keep the batch bounded however much f expands
-			s.flush(b.ts != nil)
+	} else {
+		for i, v := range b.vs {
+			s.emit(b, i, s.f(v))
 		}
 	}
 	s.flush(b.ts != nil)
+}
+
+// emit adds the outputs of input record i.
+func (s *flatMapStage[In, Out]) emit(b *batch[In], i int, outs []Out) {
+	s.out.vs = append(s.out.vs, outs...)
+	if b.ts != nil {
+		for range outs {
+			s.out.ts = append(s.out.ts, b.ts[i])
+		}
+	}
+	if len(s.out.vs) >= s.sc.batch { // keep the batch bounded however much f expands
+		s.flush(b.ts != nil)
+	}
 }
 
 func (s *flatMapStage[In, Out]) flush(timed bool) {
@@ -251,28 +286,44 @@ type keyedStage[K comparable, T, A any] struct {
 }
 
 func (s *keyedStage[K, T, A]) push(b *batch[T]) {
+	defer s.sc.attribute()
 	s.sc.c.in.Add(int64(len(b.vs)))
 	s.out.vs = s.out.vs[:0]
-	for _, v := range b.vs {
-		k := s.key(v)
-		acc, seen := s.state[k]
-		if !seen {
-			s.order = append(s.order, k)
+	if s.sc.failures != nil {
+		for i := 0; i < len(b.vs); {
+			i = s.guardedFrom(b, i)
 		}
-		acc = s.step(acc, seen, v)
-		s.state[k] = acc
-		if s.emit == EmitUpdates {
-			s.out.vs = append(s.out.vs, KV[K, A]{k, acc})
+	} else {
+		for _, v := range b.vs {
+			s.fold(v)
 		}
 	}
 	if len(s.out.vs) > 0 {
-		s.out.ts = b.ts
+		s.out.ts = nil
+		if len(s.out.vs) == len(b.vs) { // one update per record: same event times
+			s.out.ts = b.ts
+		}
 		s.sc.c.out.Add(int64(len(s.out.vs)))
 		s.next.push(&s.out)
 	}
 }
 
+// fold adds one record to its key's accumulator.
+func (s *keyedStage[K, T, A]) fold(v T) {
+	k := s.key(v)
+	acc, seen := s.state[k]
+	acc = s.step(acc, seen, v) // may panic: nothing changed yet
+	if !seen {
+		s.order = append(s.order, k)
+	}
+	s.state[k] = acc
+	if s.emit == EmitUpdates {
+		s.out.vs = append(s.out.vs, KV[K, A]{k, acc})
+	}
+}
+
 func (s *keyedStage[K, T, A]) finish() {
+	defer s.sc.attribute()
 	if s.emit == EmitAtEnd {
 		s.out.ts = nil
 		for i := 0; i < len(s.order); i += s.sc.batch {
@@ -309,6 +360,7 @@ func (s *sinkStage[T]) open() error {
 }
 
 func (s *sinkStage[T]) push(b *batch[T]) {
+	defer s.sc.attribute()
 	s.sc.c.in.Add(int64(len(b.vs)))
 	if err := s.w.Write(b.vs); err != nil {
 		s.sc.fail(fmt.Errorf("write: %w", err))
@@ -374,6 +426,7 @@ func (s *sourceStage[T]) open(offset int64) error {
 }
 
 func (s *sourceStage[T]) step() (int, error) {
+	defer s.sc.attribute()
 	s.buf.vs = s.buf.vs[:s.sc.batch]
 	n, err := s.r.Read(s.buf.vs)
 	if n > 0 {

@@ -7,6 +7,7 @@ import (
 
 	"github.com/sluicehq/sluice/mailbox"
 	"github.com/sluicehq/sluice/persistence"
+	"github.com/sluicehq/sluice/supervision"
 )
 
 // role says how a logical node takes part in execution.
@@ -48,26 +49,28 @@ func (t *Topology) Name() string { return t.name }
 
 // node is one logical operator.
 type node struct {
-	id          int
-	name        string
-	kind        string // "source", "map", "keyby", "count", "sink", ...
-	role        role
-	topo        *Topology
-	inType      reflect.Type // nil for sources
-	outType     reflect.Type // nil for sinks
-	inputs      []*node
-	consumers   []*node
-	parallelism int // 0: inherit
-	explicitP   bool
-	noFusion    bool
-	stateful    bool
-	declared    bool
-	partition   partitionKind // for rolePartition nodes
-	hasher      any           // func(T) uint64, for KeyBy
-	emit        EmitMode
-	input       *mailbox.Config // the operator's input mailbox, when set with Input
-	stateTypes  []reflect.Type  // types in the operator's checkpointed state
-	replayable  bool            // a source that can rewind to an offset
+	id             int
+	name           string
+	kind           string // "source", "map", "keyby", "count", "sink", ...
+	role           role
+	topo           *Topology
+	inType         reflect.Type // nil for sources
+	outType        reflect.Type // nil for sinks
+	inputs         []*node
+	consumers      []*node
+	parallelism    int // 0: inherit
+	explicitP      bool
+	noFusion       bool
+	stateful       bool
+	declared       bool
+	partition      partitionKind // for rolePartition nodes
+	hasher         any           // func(T) uint64, for KeyBy
+	emit           EmitMode
+	input          *mailbox.Config // the operator's input mailbox, when set with Input
+	stateTypes     []reflect.Type  // types in the operator's checkpointed state
+	replayable     bool            // a source that can rewind to an offset
+	recordAttempts int             // OnRecordFailure: tries per record
+	recordPolicy   bool            // OnRecordFailure was given
 
 	// typed builders, set by the generic constructors
 	newSource  func(next any, sc *stageCtx) sourceRunner
@@ -136,13 +139,22 @@ func NoFusion() Option { return func(nd *node) { nd.noFusion = true } }
 type TopologyOption func(*runConfig)
 
 type runConfig struct {
-	batchSize  int
-	capacity   int
-	cpInterval time.Duration
-	cpStore    persistence.CheckpointStore
+	batchSize   int
+	capacity    int
+	cpInterval  time.Duration
+	cpStore     persistence.CheckpointStore
+	deadLetters supervision.DeadLetterStore
+	restart     *restartPolicy
+	// after runs f once d has passed, and returns a function that cancels it
+	// (time.AfterFunc; tests replace it).
+	after func(d time.Duration, f func()) (stop func() bool)
 }
 
-func defaultRunConfig() runConfig { return runConfig{batchSize: 256, capacity: 4096} }
+func defaultRunConfig() runConfig {
+	return runConfig{batchSize: 256, capacity: 4096, after: func(d time.Duration, f func()) func() bool {
+		return time.AfterFunc(d, f).Stop
+	}}
+}
 
 // BatchSize sets how many records travel together in one envelope between
 // actors (default 256). Larger batches cost memory and latency and save

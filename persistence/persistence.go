@@ -15,6 +15,9 @@ var (
 	ErrClosed = errors.New("persistence: closed")
 	// ErrDecode: a stored event, snapshot or checkpoint does not decode.
 	ErrDecode = errors.New("persistence: cannot decode")
+	// ErrStaleCheckpoint: Complete of a checkpoint older than the job's
+	// newest completed one (a stale coordinator).
+	ErrStaleCheckpoint = errors.New("persistence: stale checkpoint")
 )
 
 // Event is one persisted event of a persistence id.
@@ -78,7 +81,9 @@ type Checkpoint struct {
 // CheckpointStore records the completed checkpoints of jobs.
 type CheckpointStore interface {
 	// Complete records cp as the newest completed checkpoint of job,
-	// atomically, and may drop older ones.
+	// atomically, and may drop older ones. A checkpoint whose ID is lower
+	// than the newest completed one's is refused with ErrStaleCheckpoint;
+	// completing the newest again replaces it.
 	Complete(ctx context.Context, job string, cp Checkpoint) error
 	// Latest returns the newest completed checkpoint of job, and false when
 	// there is none.

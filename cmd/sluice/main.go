@@ -53,5 +53,7 @@ func newRoot(stdout, stderr io.Writer) *cobra.Command {
 	root.SetErr(stderr)
 	root.PersistentFlags().StringVar(&g.logLevel, "log-level", "warn", "log level: debug, info, warn, error")
 	root.AddCommand(samplesCmd(g), runCmd(g), planCmd(g))
+	root.AddCommand(storeCmd(g))
+	root.AddCommand(deadLettersCmd(g))
 	return root
 }

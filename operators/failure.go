@@ -1,0 +1,190 @@
+package operators
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/sluicehq/sluice/supervision"
+)
+
+// OnRecordFailure sets what an operator does when its function panics on a
+// record: it tries the record again, up to attempts times in all, and then
+// hands it to the job's dead-letter store (with the operator, the error,
+// the attempts and the time) and goes on with the next record. Without it, a
+// panic fails the operator (and the job restarts or stops, see
+// RestartOnFailure). It covers Map, Filter, FlatMap and the per-key
+// aggregations (their key and fold functions).
+func OnRecordFailure(attempts int) Option {
+	return func(nd *node) { nd.recordAttempts, nd.recordPolicy = attempts, true }
+}
+
+// DeadLetters sets where the job's dead letters go. Default: the system's
+// store (see sluice deadletters).
+func DeadLetters(s supervision.DeadLetterStore) TopologyOption {
+	return func(c *runConfig) { c.deadLetters = s }
+}
+
+// failureHandler applies an operator's record-failure policy.
+type failureHandler struct {
+	sc       *stageCtx
+	attempts int
+	store    supervision.DeadLetterStore
+	job      string
+	tries    int // failed attempts of the current record
+}
+
+// failed handles a panic r of the operator's function on record rec and
+// says whether to try the same record again. When the attempts are spent
+// the record becomes a dead letter and processing goes on with the next.
+func (h *failureHandler) failed(r any, rec any) (retry bool) {
+	h.tries++
+	if h.tries < h.attempts {
+		return true
+	}
+	attempts := h.tries
+	h.tries = 0
+	payload, err := supervision.EncodePayload(rec)
+	if err != nil {
+		payload = fmt.Appendf(nil, "%+v", rec) // kept readable, if not decodable
+	}
+	d := supervision.DeadLetter{Job: h.job, Operator: h.sc.node.name, Instance: h.sc.instance,
+		Error: fmt.Sprint(r), Attempts: attempts, Time: time.Now(), Payload: payload}
+	if _, err := h.store.Add(d); err != nil {
+		h.sc.fail(fmt.Errorf("dead letter after %d attempts (%v): %w", attempts, r, err))
+	}
+	h.sc.c.dead.Add(1)
+	return false
+}
+
+func (h *failureHandler) succeeded() { h.tries = 0 }
+
+// The guarded loops below run only for operators with OnRecordFailure: one
+// deferred recover per batch (not per record), restarting at the failed
+// record or after it.
+
+func (s *mapStage[In, Out]) guarded(b *batch[In]) {
+	out := batch[Out]{vs: s.out.vs[:0]}
+	if b.ts != nil {
+		out.ts = make([]int64, 0, len(b.vs))
+	}
+	for i := 0; i < len(b.vs); {
+		i = s.guardedFrom(b, &out, i)
+	}
+	s.out.vs = out.vs
+	s.sc.c.out.Add(int64(len(out.vs)))
+	if len(out.vs) > 0 {
+		s.next.push(&out)
+	}
+}
+
+func (s *mapStage[In, Out]) guardedFrom(b *batch[In], out *batch[Out], i int) (next int) {
+	h := s.sc.failures
+	defer func() {
+		if r := recover(); r != nil {
+			next = i + 1
+			if h.failed(r, b.vs[i]) {
+				next = i
+			}
+		}
+	}()
+	for ; i < len(b.vs); i++ {
+		o := s.f(b.vs[i])
+		out.vs = append(out.vs, o)
+		if b.ts != nil {
+			out.ts = append(out.ts, b.ts[i])
+		}
+		h.succeeded()
+	}
+	return i
+}
+
+func (s *filterStage[T]) guarded(b *batch[T]) {
+	j := 0
+	for i := 0; i < len(b.vs); {
+		i, j = s.guardedFrom(b, i, j)
+	}
+	b.vs = b.vs[:j]
+	if b.ts != nil {
+		b.ts = b.ts[:j]
+	}
+	if j > 0 {
+		s.sc.c.out.Add(int64(j))
+		s.next.push(b)
+	}
+}
+
+func (s *filterStage[T]) guardedFrom(b *batch[T], i, j int) (next, kept int) {
+	h := s.sc.failures
+	defer func() {
+		if r := recover(); r != nil {
+			next, kept = i+1, j
+			if h.failed(r, b.vs[i]) {
+				next = i
+			}
+		}
+	}()
+	for ; i < len(b.vs); i++ {
+		if s.keep(b.vs[i]) {
+			b.vs[j] = b.vs[i]
+			if b.ts != nil {
+				b.ts[j] = b.ts[i]
+			}
+			j++
+		}
+		h.succeeded()
+	}
+	return i, j
+}
+
+func (s *flatMapStage[In, Out]) guardedFrom(b *batch[In], i int) (next int) {
+	h := s.sc.failures
+	defer func() {
+		if r := recover(); r != nil {
+			next = i + 1
+			if h.failed(r, b.vs[i]) {
+				next = i
+			}
+		}
+	}()
+	for ; i < len(b.vs); i++ {
+		outs := s.f(b.vs[i])
+		h.succeeded()
+		s.emit(b, i, outs)
+	}
+	return i
+}
+
+func (s *keyedStage[K, T, A]) guardedFrom(b *batch[T], i int) (next int) {
+	h := s.sc.failures
+	defer func() {
+		if r := recover(); r != nil {
+			next = i + 1
+			if h.failed(r, b.vs[i]) {
+				next = i
+			}
+		}
+	}()
+	for ; i < len(b.vs); i++ {
+		s.fold(b.vs[i])
+		h.succeeded()
+	}
+	return i
+}
+
+// restartPolicy is RestartOnFailure's configuration.
+type restartPolicy struct {
+	backoff supervision.Backoff
+	budget  int
+	within  time.Duration
+}
+
+// RestartOnFailure makes the job restart when an operator fails (a panic
+// without OnRecordFailure, a sink error, a failed open): every operator
+// instance stops, and after the backoff's delay the whole job starts again
+// from its last completed checkpoint (from the beginning without
+// checkpoints), as Flink restarts a job region. At most maxRestarts
+// restarts within the window are allowed; the next failure stops the job
+// with an error that gives the reason and the count.
+func RestartOnFailure(backoff supervision.Backoff, maxRestarts int, within time.Duration) TopologyOption {
+	return func(c *runConfig) { c.restart = &restartPolicy{backoff: backoff, budget: maxRestarts, within: within} }
+}

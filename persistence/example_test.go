@@ -1,0 +1,125 @@
+package persistence_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/sluicehq/sluice/actors"
+	"github.com/sluicehq/sluice/persistence"
+)
+
+// An account: its state, its commands and its events.
+type Account struct {
+	Balance int64
+	Ops     int
+}
+
+type (
+	Deposit  struct{ Amount int64 }
+	Withdraw struct{ Amount int64 }
+)
+
+type (
+	Deposited struct{ Amount int64 }
+	Withdrawn struct{ Amount int64 }
+)
+
+// AccountEvent is the type of the account's events: each knows how it
+// changes the state.
+type AccountEvent interface{ apply(Account) Account }
+
+func (e Deposited) apply(a Account) Account { return Account{a.Balance + e.Amount, a.Ops + 1} }
+func (e Withdrawn) apply(a Account) Account { return Account{a.Balance - e.Amount, a.Ops + 1} }
+
+var ErrInsufficientFunds = errors.New("insufficient funds")
+
+// handleAccount decides: it checks a command against the state and returns
+// the events that record it. It changes nothing itself.
+func handleAccount(s Account, cmd any) ([]AccountEvent, any, error) {
+	switch c := cmd.(type) {
+	case Deposit:
+		if c.Amount <= 0 {
+			return nil, nil, fmt.Errorf("deposit of %d: must be positive", c.Amount)
+		}
+		return []AccountEvent{Deposited{c.Amount}}, nil, nil
+	case Withdraw:
+		if c.Amount > s.Balance {
+			return nil, nil, fmt.Errorf("withdraw %d of %d: %w", c.Amount, s.Balance, ErrInsufficientFunds)
+		}
+		return []AccountEvent{Withdrawn{c.Amount}}, nil, nil
+	}
+	return nil, nil, fmt.Errorf("%T is not an account command", cmd)
+}
+
+func accountEvents() *persistence.Registry {
+	return persistence.NewRegistry().
+		Register("deposited", Deposited{}).
+		Register("withdrawn", Withdrawn{})
+}
+
+// An application spawns an event-sourced account on a System: no topology.
+// Each command's events are durable in the journal before they change the
+// state and before the reply. A second actor with the same persistence id
+// (after a restart, or on a new System reading the same store) recovers the
+// state from the journal.
+func ExampleEventSourced() {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	sys, err := actors.NewSystem(actors.Config{Name: "bank"})
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer sys.Stop(ctx)
+
+	journal := persistence.NewMemoryJournal() // or persistence.NewBoltJournal(sys.DB())
+	behavior := persistence.Behavior[Account, any, AccountEvent]{
+		ID:            "account-42",
+		Journal:       journal,
+		Snapshots:     persistence.NewMemorySnapshotStore(),
+		Events:        accountEvents(),
+		Handle:        handleAccount,
+		Apply:         func(s Account, e AccountEvent) Account { return e.apply(s) },
+		SnapshotEvery: 100,
+	}
+	account, err := persistence.EventSourced(behavior)
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	ref, err := sys.Spawn("account-42", account)
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	for _, cmd := range []any{Deposit{100}, Withdraw{30}, Withdraw{500}} {
+		reply, err := ref.Request(ctx, cmd)
+		if err != nil {
+			fmt.Println(err)
+			return
+		}
+		fmt.Printf("%T%v -> %v\n", cmd, cmd, reply) // the new state, or the command's error
+	}
+	_ = ref.Stop(ctx)
+
+	// The same persistence id, spawned again, recovers its state.
+	again, err := sys.Spawn("account-42-again", account)
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	state, err := again.Request(ctx, persistence.GetState{})
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	seq, _ := journal.HighestSeq(ctx, "account-42")
+	fmt.Printf("recovered %+v at seq %d\n", state, seq)
+	// Output:
+	// persistence_test.Deposit{100} -> {100 1}
+	// persistence_test.Withdraw{30} -> {70 2}
+	// persistence_test.Withdraw{500} -> withdraw 500 of 70: insufficient funds
+	// recovered {Balance:70 Ops:2} at seq 2
+}
