@@ -20,6 +20,7 @@ type SpawnOption func(*spawnConfig)
 type spawnConfig struct {
 	mailbox    mailbox.Config
 	supervisor actor.SupervisorStrategy
+	guardian   actor.SupervisorStrategy
 }
 
 // Capacity sets the capacity of the actor's bounded mailbox (default
@@ -38,6 +39,15 @@ func Mailbox(cfg mailbox.Config) SpawnOption { return func(c *spawnConfig) { c.m
 // (protoactor's default, state reset; the failing message is lost).
 func Supervisor(s actor.SupervisorStrategy) SpawnOption {
 	return func(c *spawnConfig) { c.supervisor = s }
+}
+
+// Supervise sets how the actor itself is supervised when it fails (a panic
+// in Receive). The default is protoactor's: restart, up to 10 times in 10 s.
+// supervision.ForActors turns a supervision.Strategy (exponential backoff
+// with jitter, a restart budget, resume / restart / stop / escalate) into
+// one.
+func Supervise(s actor.SupervisorStrategy) SpawnOption {
+	return func(c *spawnConfig) { c.guardian = s }
 }
 
 // Ref is a handle to an actor spawned on a System.
@@ -76,6 +86,9 @@ func (s *System) Spawn(name string, producer func() actor.Actor, opts ...SpawnOp
 	props := actor.PropsFromProducer(producer, actor.WithMailbox(mbProducer))
 	if cfg.supervisor != nil {
 		props.Configure(actor.WithSupervisor(cfg.supervisor))
+	}
+	if cfg.guardian != nil {
+		props.Configure(actor.WithGuardian(cfg.guardian))
 	}
 	pid, err := s.root.SpawnNamed(props, name)
 	if err != nil {

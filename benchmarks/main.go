@@ -66,6 +66,7 @@ func suite() []benchmark {
 		{"hop", "one actor hop: sluice Block mailbox vs protoactor's default", benchHop},
 		{"overload", "10M messages into a 10x slower consumer, each policy in its own process: peak RSS", benchOverload},
 		{"spill", "spill-to-bbolt path vs in-memory mailbox", benchSpill},
+		{"checkpoint", "keyed count with checkpoints every second vs none", benchCheckpoint},
 		{"journal", "bbolt journal: group commit vs a transaction per event; recovery of a 1M-event journal", benchJournal},
 	}
 }

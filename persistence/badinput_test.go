@@ -605,3 +605,38 @@ func TestDamagedLog(t *testing.T) {
 		t.Errorf("Inspect log %+v, want the damaged entry", inv.Log)
 	}
 }
+
+// TestTwoJournalsOnOneDatabase: a second BoltJournal on the same database
+// sees the first one's appends, even those not compacted yet, and neither
+// takes a sequence number the other wrote.
+func TestTwoJournalsOnOneDatabase(t *testing.T) {
+	s := openStore(t)
+	a := s.Journal()
+	b, err := persistence.NewBoltJournal(s.DB())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	ctx := context.Background()
+	ev := func(seq uint64) []persistence.Event { return []persistence.Event{{Seq: seq, Type: "e"}} }
+	for seq := uint64(1); seq <= 2; seq++ {
+		if err := a.Append(ctx, "x", ev(seq)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if seqs, err := replayAll(t, b, "x"); err != nil || len(seqs) != 2 {
+		t.Fatalf("b replays a's events: %v, %v", seqs, err)
+	}
+	if err := b.Append(ctx, "x", ev(3)); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.Append(ctx, "x", ev(3)); !errors.Is(err, persistence.ErrSeqConflict) {
+		t.Fatalf("a appends seq 3 after b did: %v, want ErrSeqConflict", err)
+	}
+	if err := a.Append(ctx, "x", ev(4)); err != nil {
+		t.Fatal(err)
+	}
+	if seqs, err := replayAll(t, a, "x"); err != nil || len(seqs) != 4 || seqs[3] != 4 {
+		t.Fatalf("a replays: %v, %v, want 1..4", seqs, err)
+	}
+}

@@ -33,7 +33,9 @@
 // ErrCorruptFile) and left as it was.
 //
 // Events, snapshots and checkpoints are stored as small versioned msgpack
-// records under big-endian keys. A record that no longer decodes is an error
+// records under big-endian keys (a journal keeps its events in runs of
+// consecutive events, keyed by the first one's sequence number). A record
+// that no longer decodes is an error
 // wrapping ErrDecode (a *DecodeError, which names the file, the persistence
 // id or job, and the sequence number), never a panic, and nothing is
 // overwritten to "repair" it.
@@ -100,11 +102,11 @@
 //   - One actor at a time per persistence id. A second writer is fenced by
 //     ErrSeqConflict (its append fails and it restarts to recover), not
 //     prevented.
-//   - Use one BoltJournal per database: its writer caches the highest
-//     sequence numbers it wrote. Stop the actors that append before closing
-//     the journal, and close the journal before the database, so that it
-//     compacts its log (if the database goes first, the log is compacted
-//     when the file is next used).
+//   - Share one BoltJournal per database: a second one is safe, but it
+//     commits apart from the first, so appends group less. Stop the actors
+//     that append before closing the journal, and close the journal before
+//     the database, so that it compacts its log (if the database goes
+//     first, the log is compacted when the file is next used).
 //   - Appends, snapshots and recovery run on the actor's goroutine: the
 //     actor waits for the fsync, as it should, while other actors' appends
 //     share it. The bbolt journal commits from one writer goroutine, so its

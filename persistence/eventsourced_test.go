@@ -443,6 +443,10 @@ func TestSnapshotFailureIsRetried(t *testing.T) {
 	if reply := request(t, ref, Deposit{1}); reply != (Account{2, 2}) { // a snapshot is due, and fails
 		t.Fatalf("Deposit with a failing snapshot store replied %v", reply)
 	}
+	state(t, ref) // the actor replies before it snapshots: wait for it
+	if _, ok, _ := snaps.Latest(context.Background(), "acct"); ok {
+		t.Fatal("a snapshot was saved by a failing store")
+	}
 	snaps.fail.Store(false)
 	request(t, ref, Deposit{1}) // retried now
 	state(t, ref)               // the actor replies before it snapshots: wait for it

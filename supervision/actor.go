@@ -1,0 +1,91 @@
+package supervision
+
+import (
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/asynkron/protoactor-go/actor"
+)
+
+// ForActors adapts a Strategy to protoactor's actor.SupervisorStrategy, so
+// that embedded actors get real backoff and restart budgets instead of
+// protoactor's own (linear, nanosecond jitter, never giving up):
+//
+//	sup, _ := supervision.NewStrategy(supervision.WithBackoff(b), supervision.WithRestartBudget(5, time.Minute))
+//	ref, _ := sys.Spawn("worker", newWorker, actors.Supervise(supervision.ForActors(sup)))
+//
+// Restart waits the backoff's delay (a timer, never a sleep on an actor's
+// goroutine; the failed actor's mailbox stays suspended meanwhile, so no
+// message is lost but the one that failed, as protoactor does), Resume goes
+// on with the next message, Stop stops the actor, Escalate passes the
+// failure to the supervisor's own supervisor. A spent budget stops the
+// actor. Under AllForOne the directive applies to every child of the
+// supervisor, and the budget is shared.
+func ForActors(s Strategy) actor.SupervisorStrategy {
+	return &actorStrategy{s: s, budgets: map[string]*Budget{}, now: time.Now,
+		after: func(d time.Duration, f func()) { time.AfterFunc(d, f) }}
+}
+
+// ForActorsWithClock is ForActors with an injected clock and timer, for
+// tests: after must run f once d has passed (it may run it at once).
+func ForActorsWithClock(s Strategy, now func() time.Time, after func(d time.Duration, f func())) actor.SupervisorStrategy {
+	return &actorStrategy{s: s, budgets: map[string]*Budget{}, now: now, after: after}
+}
+
+type actorStrategy struct {
+	s       Strategy
+	mu      sync.Mutex
+	budgets map[string]*Budget // per child, or one under AllForOne
+	now     func() time.Time
+	after   func(time.Duration, func())
+}
+
+func (a *actorStrategy) budget(key string) *Budget {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	b, ok := a.budgets[key]
+	if !ok {
+		b, _ = a.s.NewBudget() // a Strategy from NewStrategy has a valid budget
+		a.budgets[key] = b
+	}
+	return b
+}
+
+// HandleFailure implements actor.SupervisorStrategy.
+func (a *actorStrategy) HandleFailure(sys *actor.ActorSystem, sup actor.Supervisor, child *actor.PID, _ *actor.RestartStatistics, reason, msg any) {
+	err, ok := reason.(error)
+	if !ok {
+		err = fmt.Errorf("panic: %v", reason)
+	}
+	key := child.Id
+	targets := []*actor.PID{child}
+	if a.s.Scope == AllForOne {
+		key = "*"
+		targets = sup.Children()
+	}
+	d := a.s.OnFailure(err, a.budget(key), a.now())
+	sys.EventStream.Publish(&actor.SupervisorEvent{Child: child, Reason: reason, Directive: toProto(d.Directive)})
+	switch d.Directive {
+	case Resume:
+		sup.ResumeChildren(child)
+	case Restart:
+		a.after(d.Delay, func() { sup.RestartChildren(targets...) })
+	case Stop:
+		sup.StopChildren(targets...)
+	case Escalate:
+		sup.EscalateFailure(reason, msg)
+	}
+}
+
+func toProto(d Directive) actor.Directive {
+	switch d {
+	case Resume:
+		return actor.ResumeDirective
+	case Restart:
+		return actor.RestartDirective
+	case Stop:
+		return actor.StopDirective
+	}
+	return actor.EscalateDirective
+}
