@@ -46,10 +46,35 @@
 // taking input, and back-pressure reaches the sources, which pause. No actor
 // blocks and no goroutine spins.
 //
+// # Flow control
+//
+// Input sets an operator's mailbox: its capacity in records and its policy
+// when full (mailbox.Block with credits, the default; DropNewest,
+// DropOldest, Sample, Throttle, which never slow the sender and count every
+// drop; Spill, which keeps order and bounds memory by spilling to bbolt).
+// NewIngress is a source that an application feeds with Send, which waits
+// under back-pressure.
+//
+// # Checkpoints and failures
+//
+// With Checkpoints(interval), barriers flow from the sources through every
+// operator; operators with several inputs align them; per-key state, sink
+// positions and source offsets are recorded together, and a job that
+// starts again (after a crash, or a restart) resumes from its last
+// completed checkpoint: exactly-once state. The File sink is exactly-once
+// with checkpoints; the other sinks are at-least-once (the HTTP sink sends
+// an idempotency key per record, so that an idempotent server sees each
+// once).
+//
+// OnRecordFailure(n) retries a record whose function panics and then gives
+// it to the dead-letter store (DeadLetters; `sluice deadletters`), and
+// processing goes on. Any other failure of an operator stops the job with an
+// *OperatorError naming it, or, with RestartOnFailure, restarts the whole
+// job from its last checkpoint after a backoff, within a restart budget.
+//
 // # Caveats
 //
-// This is the foundation: the first failure of any operator stops the job
-// with an *OperatorError (restarts and dead letters come with the
-// supervision package), per-key state lives in memory only, and sinks are
-// at-least-once. The README's status table says what is real.
+// Restarts are all-for-one (the whole job, as Flink restarts a region);
+// a single instance is not restarted alone. Per-key state lives in memory
+// between checkpoints. Event time, windows and joins are not there yet.
 package operators
