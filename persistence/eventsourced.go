@@ -117,7 +117,7 @@ type eventSourced[S, C, E any] struct {
 func (a *eventSourced[S, C, E]) Receive(ctx actor.Context) {
 	switch msg := ctx.Message().(type) {
 	case *actor.Started:
-		a.recover()
+		a.recoverState()
 	case actor.SystemMessage, actor.AutoReceiveMessage:
 	case GetState, *GetState:
 		respond(ctx, a.state)
@@ -138,8 +138,8 @@ func (a *eventSourced[S, C, E]) fail(seq uint64, err error) {
 	panic(&RecoveryError{ID: a.b.ID, Seq: seq, Err: err})
 }
 
-// recover loads the newest snapshot and replays the events after it.
-func (a *eventSourced[S, C, E]) recover() {
+// recoverState loads the newest snapshot and replays the events after it.
+func (a *eventSourced[S, C, E]) recoverState() {
 	ctx := context.Background()
 	id := a.b.ID
 	if a.b.Initial != nil {

@@ -81,18 +81,26 @@ type JournalStats struct {
 	Compactions uint64 // compactions of the log into the journals of the ids
 }
 
-// appendReq is an append for the writer, or (compact set) a request to
-// compact the log.
+// appendReq is a request for the writer: an append, a compaction of the
+// log, or a delete (of the events of id up to first).
 type appendReq struct {
-	id      string
-	first   uint64
-	recs    [][]byte
-	size    int
-	compact bool
-	done    chan error // buffered: the writer never waits for the caller
-	err     error
-	buf     []byte // holds recs; kept with r in the pool
+	kind  reqKind
+	id    string
+	first uint64
+	recs  [][]byte
+	size  int
+	done  chan error // buffered: the writer never waits for the caller
+	err   error
+	buf   []byte // holds recs; kept with r in the pool
 }
+
+type reqKind uint8
+
+const (
+	appendKind reqKind = iota
+	compactKind
+	deleteKind
+)
 
 // NewBoltJournal returns a journal in db's "journal" bucket and starts its
 // writer; Close stops it. db is typically the system's store
@@ -204,7 +212,7 @@ func (j *BoltJournal) request(id string, events []Event) (*appendReq, error) {
 		size += eventRecordSize(e)
 	}
 	r := j.pool.Get().(*appendReq)
-	r.id, r.first, r.size, r.compact, r.err = id, events[0].Seq, len(id)+16, false, nil
+	r.kind, r.id, r.first, r.size, r.err = appendKind, id, events[0].Seq, len(id)+16, nil
 	buf := slices.Grow(r.buf[:0], size)
 	r.recs = r.recs[:0]
 	for _, e := range events {
@@ -234,20 +242,25 @@ func (j *BoltJournal) release(r *appendReq) {
 }
 
 // run is the writer: it takes the first queued request and every other one
-// queued meanwhile, commits the appends among them in one transaction, and
-// compacts the log when asked or when it has grown.
+// queued meanwhile, commits the appends among them in one transaction,
+// compacts the log when asked or when it has grown, and then deletes. So a
+// compaction or a delete sees every append queued before it, and a delete
+// finds every event it should delete compacted (none left in the log).
 func (j *BoltJournal) run() {
 	defer close(j.done)
-	var group, compacts []*appendReq
+	var group, compacts, deletes []*appendReq
 	take := func(r *appendReq) {
-		if r.compact {
+		switch r.kind {
+		case compactKind:
 			compacts = append(compacts, r)
-		} else {
+		case deleteKind:
+			deletes = append(deletes, r)
+		default:
 			group = append(group, r)
 		}
 	}
 	for r := range j.reqs {
-		group, compacts = group[:0], compacts[:0]
+		group, compacts, deletes = group[:0], compacts[:0], deletes[:0]
 		take(r)
 		events, size := len(r.recs), r.size
 	fill:
@@ -266,14 +279,25 @@ func (j *BoltJournal) run() {
 		if len(group) > 0 {
 			j.commit(group)
 		}
-		if len(compacts) > 0 || j.logEvents >= compactEvents || j.logBytes >= compactBytes {
-			err := j.compact()
+		if len(compacts)+len(deletes) > 0 || j.logEvents >= compactEvents || j.logBytes >= compactBytes {
+			var err error
+			if len(compacts)+len(deletes) == 0 || j.logPending() {
+				err = j.compact()
+			}
 			for _, c := range compacts {
 				c.done <- err
+			}
+			for _, d := range deletes {
+				if err != nil {
+					d.done <- err
+				} else {
+					d.done <- j.deleteTo(d.id, d.first)
+				}
 			}
 		}
 		clear(group)
 		clear(compacts)
+		clear(deletes)
 	}
 	if j.logPending() {
 		// When the database was closed first, the log stays and is
@@ -540,7 +564,7 @@ func (j *BoltJournal) compactFirst(ctx context.Context, id, op string) error {
 	if !j.logPending() {
 		return nil
 	}
-	return j.submit(ctx, &appendReq{id: id, compact: true, done: make(chan error, 1)}, op)
+	return j.submit(ctx, &appendReq{kind: compactKind, id: id, done: make(chan error, 1)}, op)
 }
 
 // logPending says whether the log holds entries (written by this journal,
@@ -771,13 +795,13 @@ func (j *BoltJournal) HighestSeq(ctx context.Context, id string) (uint64, error)
 }
 
 // DeleteTo implements Journal. The highest sequence number is kept.
+// It runs on the writer, after the appends queued before it, and after
+// compacting the log.
 func (j *BoltJournal) DeleteTo(ctx context.Context, id string, to uint64) error {
-	if j.isClosed() {
-		return j.closedErr(id, "delete")
-	}
-	if err := j.compactFirst(ctx, id, "delete"); err != nil {
-		return err
-	}
+	return j.submit(ctx, &appendReq{kind: deleteKind, id: id, first: to, done: make(chan error, 1)}, "delete")
+}
+
+func (j *BoltJournal) deleteTo(id string, to uint64) error {
 	err := j.db.Update(func(tx *bolt.Tx) error {
 		b, _ := journalBuckets(tx, id)
 		if b == nil {
