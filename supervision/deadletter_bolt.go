@@ -5,9 +5,6 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"os"
-	"runtime/debug"
-	"time"
 
 	bolt "go.etcd.io/bbolt"
 
@@ -69,57 +66,12 @@ func OpenDeadLetters(path string) (*BoltDeadLetters, error) {
 // foreign, newer or corrupt file is refused with an error naming it and
 // wrapping os.ErrNotExist or store's ErrForeign, ErrNewer, ErrCorrupt or
 // ErrLocked. Writes return an error wrapping ErrReadOnly.
-func OpenDeadLettersReadOnly(path string) (s *BoltDeadLetters, err error) {
-	// As store.Open does: a page beyond the end of a damaged file would
-	// fault; make the fault a panic and the panic an error.
-	defer debug.SetPanicOnFault(debug.SetPanicOnFault(true))
-	defer func() {
-		if r := recover(); r != nil {
-			s, err = nil, fmt.Errorf("supervision: dead letters: store %s: %w: %v", path, store.ErrCorrupt, r)
-		}
-	}()
-	st, err := os.Stat(path)
+func OpenDeadLettersReadOnly(path string) (*BoltDeadLetters, error) {
+	f, _, err := store.OpenReadOnly(path)
 	if err != nil {
 		return nil, fmt.Errorf("supervision: dead letters: %w", err)
 	}
-	if st.IsDir() {
-		return nil, fmt.Errorf("supervision: dead letters: store %s: is a directory", path)
-	}
-	db, err := bolt.Open(path, 0o600, &bolt.Options{ReadOnly: true, Timeout: time.Second})
-	if err != nil {
-		if errors.Is(err, bolt.ErrTimeout) {
-			err = store.ErrLocked
-		} else if !errors.Is(err, os.ErrPermission) {
-			err = fmt.Errorf("%w: %v", store.ErrCorrupt, err)
-		}
-		return nil, fmt.Errorf("supervision: dead letters: store %s: %w", path, err)
-	}
-	// The checks of store.Open, read-only. TODO(lead): move them into
-	// internal/store as OpenReadOnly, so that both stay in step.
-	err = db.View(func(tx *bolt.Tx) error {
-		if tx.Size() > st.Size() {
-			return fmt.Errorf("%w: truncated: %d bytes, its metadata needs %d", store.ErrCorrupt, st.Size(), tx.Size())
-		}
-		meta := tx.Bucket([]byte("sluice"))
-		if meta == nil {
-			return fmt.Errorf("%w: it has no %q bucket", store.ErrForeign, "sluice")
-		}
-		if f := meta.Get([]byte("format")); !bytes.Equal(f, []byte("sluice-store")) {
-			return fmt.Errorf("%w: format marker %q", store.ErrForeign, f)
-		}
-		switch v := meta.Get([]byte("version")); {
-		case len(v) != 1:
-			return fmt.Errorf("%w: unreadable format version", store.ErrCorrupt)
-		case v[0] > store.Version:
-			return fmt.Errorf("%w: version %d, this build reads up to %d", store.ErrNewer, v[0], store.Version)
-		}
-		return nil
-	})
-	if err != nil {
-		db.Close()
-		return nil, fmt.Errorf("supervision: dead letters: store %s: %w", path, err)
-	}
-	return &BoltDeadLetters{db: db, file: &store.File{DB: db, Path: path}, readOnly: true}, nil
+	return &BoltDeadLetters{db: f.DB, file: f, readOnly: true}, nil
 }
 
 // Close closes the file if OpenDeadLetters or OpenDeadLettersReadOnly

@@ -1,14 +1,9 @@
 package main
 
 import (
-	"bytes"
-	"errors"
 	"fmt"
 	"io"
-	"io/fs"
-	"os"
 	"runtime/debug"
-	"syscall"
 	"text/tabwriter"
 	"time"
 
@@ -43,73 +38,14 @@ func storeCmd(g *globals) *cobra.Command {
 	return c
 }
 
-// The format marker of internal/store, checked here without writing: a
-// store opened with store.Open would be written to (its marker transaction).
-var (
-	markerBucket = []byte("sluice")
-	markerFormat = []byte("sluice-store")
-)
-
 // openReadOnly opens the store file at path read-only and checks its format
 // marker. Nothing is ever written to the file.
-func openReadOnly(path string) (db *bolt.DB, version int, err error) {
-	// A damaged file can make bbolt read past the end of its memory map:
-	// make the fault a panic, and the panic an error (as store.Open does).
-	defer debug.SetPanicOnFault(debug.SetPanicOnFault(true))
-	defer func() {
-		if r := recover(); r != nil {
-			if db != nil {
-				db.Close()
-			}
-			db, err = nil, fmt.Errorf("store %s: %w: %v", path, store.ErrCorrupt, r)
-		}
-	}()
-	st, err := os.Stat(path)
-	switch {
-	case err != nil:
-		return nil, 0, fmt.Errorf("store %s: %w", path, err)
-	case st.IsDir():
-		return nil, 0, fmt.Errorf("store %s: is a directory", path)
-	case st.Size() == 0:
-		return nil, 0, fmt.Errorf("store %s: empty file: not a sluice store yet", path)
-	}
-	db, err = bolt.Open(path, 0o600, &bolt.Options{ReadOnly: true, Timeout: time.Second})
+func openReadOnly(path string) (*bolt.DB, int, error) {
+	f, version, err := store.OpenReadOnly(path)
 	if err != nil {
-		var pathErr *fs.PathError
-		var errno syscall.Errno
-		switch {
-		case errors.Is(err, bolt.ErrTimeout):
-			return nil, 0, fmt.Errorf("store %s: %w (a running sluice?)", path, store.ErrLocked)
-		case errors.As(err, &pathErr), errors.As(err, &errno):
-			return nil, 0, fmt.Errorf("store %s: %w", path, err)
-		}
-		return nil, 0, fmt.Errorf("store %s: %w: %v", path, store.ErrCorrupt, err)
+		return nil, 0, err
 	}
-	err = db.View(func(tx *bolt.Tx) error {
-		if tx.Size() > st.Size() {
-			return fmt.Errorf("%w: truncated: %d bytes, its metadata needs %d", store.ErrCorrupt, st.Size(), tx.Size())
-		}
-		meta := tx.Bucket(markerBucket)
-		if meta == nil {
-			return fmt.Errorf("%w: it has no %q bucket", store.ErrForeign, markerBucket)
-		}
-		if f := meta.Get([]byte("format")); !bytes.Equal(f, markerFormat) {
-			return fmt.Errorf("%w: format marker %q", store.ErrForeign, f)
-		}
-		v := meta.Get([]byte("version"))
-		if len(v) != 1 {
-			return fmt.Errorf("%w: unreadable format version", store.ErrCorrupt)
-		}
-		if version = int(v[0]); version > store.Version {
-			return fmt.Errorf("%w: version %d, this build reads up to %d", store.ErrNewer, version, store.Version)
-		}
-		return nil
-	})
-	if err != nil {
-		db.Close()
-		return nil, 0, fmt.Errorf("store %s: %w", path, err)
-	}
-	return db, version, nil
+	return f.DB, version, nil
 }
 
 func inspectStore(w io.Writer, path string) (err error) {

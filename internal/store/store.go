@@ -104,32 +104,78 @@ func check(path string, size int64) error {
 	}
 	defer db.Close()
 	return db.View(func(tx *bolt.Tx) error {
-		// The metadata says how many pages the file holds; a truncated file
-		// has fewer, and reading one of the missing pages would fault.
-		if tx.Size() > size {
-			return fmt.Errorf("store %s: %w: truncated: %d bytes, its metadata needs %d", path, ErrCorrupt, size, tx.Size())
-		}
-		meta := tx.Bucket(metaBucket)
-		if meta == nil {
-			empty := true
-			_ = tx.ForEach(func([]byte, *bolt.Bucket) error { empty = false; return nil })
-			if empty {
-				return nil // a fresh bbolt file: ours to initialise
-			}
-			return fmt.Errorf("store %s: %w: it has no %q bucket", path, ErrForeign, metaBucket)
-		}
-		if !bytes.Equal(meta.Get(formatKey), formatName) {
-			return fmt.Errorf("store %s: %w: format marker %q", path, ErrForeign, meta.Get(formatKey))
-		}
-		v := meta.Get(versionKey)
-		if len(v) != 1 {
-			return fmt.Errorf("store %s: %w: unreadable format version", path, ErrCorrupt)
-		}
-		if v[0] > Version {
-			return fmt.Errorf("store %s: %w: version %d, this build reads up to %d", path, ErrNewer, v[0], Version)
-		}
-		return nil
+		_, err := verify(tx, path, size, true)
+		return err
 	})
+}
+
+// verify checks a store's marker and version inside a read transaction.
+// A fresh bbolt file without buckets passes when fresh is allowed.
+func verify(tx *bolt.Tx, path string, size int64, fresh bool) (version int, err error) {
+	// The metadata says how many pages the file holds; a truncated file
+	// has fewer, and reading one of the missing pages would fault.
+	if tx.Size() > size {
+		return 0, fmt.Errorf("store %s: %w: truncated: %d bytes, its metadata needs %d", path, ErrCorrupt, size, tx.Size())
+	}
+	meta := tx.Bucket(metaBucket)
+	if meta == nil {
+		empty := true
+		_ = tx.ForEach(func([]byte, *bolt.Bucket) error { empty = false; return nil })
+		if empty && fresh {
+			return 0, nil // a fresh bbolt file: ours to initialise
+		}
+		return 0, fmt.Errorf("store %s: %w: it has no %q bucket", path, ErrForeign, metaBucket)
+	}
+	if !bytes.Equal(meta.Get(formatKey), formatName) {
+		return 0, fmt.Errorf("store %s: %w: format marker %q", path, ErrForeign, meta.Get(formatKey))
+	}
+	v := meta.Get(versionKey)
+	if len(v) != 1 {
+		return 0, fmt.Errorf("store %s: %w: unreadable format version", path, ErrCorrupt)
+	}
+	if v[0] > Version {
+		return 0, fmt.Errorf("store %s: %w: version %d, this build reads up to %d", path, ErrNewer, v[0], Version)
+	}
+	return int(v[0]), nil
+}
+
+// OpenReadOnly opens an existing store for reading only, for inspection
+// (sluice store inspect, sluice deadletters list): nothing is ever written
+// to the file, and a foreign, newer, damaged or missing file is refused with
+// the same errors as Open. It returns the file's format version.
+func OpenReadOnly(path string) (f *File, version int, err error) {
+	defer debug.SetPanicOnFault(debug.SetPanicOnFault(true))
+	var db *bolt.DB
+	defer func() {
+		if r := recover(); r != nil {
+			if db != nil {
+				db.Close()
+			}
+			f, err = nil, fmt.Errorf("store %s: %w: %v", path, ErrCorrupt, r)
+		}
+	}()
+	st, err := os.Stat(path)
+	switch {
+	case err != nil:
+		return nil, 0, fmt.Errorf("store %s: %w", path, err)
+	case st.IsDir():
+		return nil, 0, fmt.Errorf("store %s: is a directory", path)
+	case st.Size() == 0:
+		return nil, 0, fmt.Errorf("store %s: %w: empty file", path, ErrForeign)
+	}
+	db, err = bolt.Open(path, 0o600, &bolt.Options{ReadOnly: true, Timeout: time.Second})
+	if err != nil {
+		return nil, 0, describe(path, err)
+	}
+	err = db.View(func(tx *bolt.Tx) error {
+		version, err = verify(tx, path, st.Size(), false)
+		return err
+	})
+	if err != nil {
+		db.Close()
+		return nil, 0, err
+	}
+	return &File{DB: db, Path: path}, version, nil
 }
 
 // describe classifies an error of bolt.Open. Errors of the operating system
