@@ -58,6 +58,20 @@ func (h *failureHandler) failed(r any, rec any) (retry bool) {
 
 func (h *failureHandler) succeeded() { h.tries = 0 }
 
+// afterPanic handles what a guarded loop recovered (nothing, when r is nil)
+// while it processed record i of vs: next becomes i to try the record
+// again, or i+1 to go on after it. It reports whether there was a panic.
+func afterPanic[T any](h *failureHandler, r any, vs []T, i int, next *int) bool {
+	if r == nil {
+		return false
+	}
+	*next = i + 1
+	if h.failed(r, vs[i]) {
+		*next = i
+	}
+	return true
+}
+
 // The guarded loops below run only for operators with OnRecordFailure: one
 // deferred recover per batch (not per record), restarting at the failed
 // record or after it.
@@ -79,14 +93,7 @@ func (s *mapStage[In, Out]) guarded(b *batch[In]) {
 
 func (s *mapStage[In, Out]) guardedFrom(b *batch[In], out *batch[Out], i int) (next int) {
 	h := s.sc.failures
-	defer func() {
-		if r := recover(); r != nil {
-			next = i + 1
-			if h.failed(r, b.vs[i]) {
-				next = i
-			}
-		}
-	}()
+	defer func() { afterPanic(h, recover(), b.vs, i, &next) }()
 	for ; i < len(b.vs); i++ {
 		o := s.f(b.vs[i])
 		out.vs = append(out.vs, o)
@@ -116,11 +123,8 @@ func (s *filterStage[T]) guarded(b *batch[T]) {
 func (s *filterStage[T]) guardedFrom(b *batch[T], i, j int) (next, kept int) {
 	h := s.sc.failures
 	defer func() {
-		if r := recover(); r != nil {
-			next, kept = i+1, j
-			if h.failed(r, b.vs[i]) {
-				next = i
-			}
+		if afterPanic(h, recover(), b.vs, i, &next) {
+			kept = j
 		}
 	}()
 	for ; i < len(b.vs); i++ {
@@ -138,14 +142,7 @@ func (s *filterStage[T]) guardedFrom(b *batch[T], i, j int) (next, kept int) {
 
 func (s *flatMapStage[In, Out]) guardedFrom(b *batch[In], i int) (next int) {
 	h := s.sc.failures
-	defer func() {
-		if r := recover(); r != nil {
-			next = i + 1
-			if h.failed(r, b.vs[i]) {
-				next = i
-			}
-		}
-	}()
+	defer func() { afterPanic(h, recover(), b.vs, i, &next) }()
 	for ; i < len(b.vs); i++ {
 		outs := s.f(b.vs[i])
 		h.succeeded()
@@ -156,14 +153,7 @@ func (s *flatMapStage[In, Out]) guardedFrom(b *batch[In], i int) (next int) {
 
 func (s *keyedStage[K, T, A]) guardedFrom(b *batch[T], i int) (next int) {
 	h := s.sc.failures
-	defer func() {
-		if r := recover(); r != nil {
-			next = i + 1
-			if h.failed(r, b.vs[i]) {
-				next = i
-			}
-		}
-	}()
+	defer func() { afterPanic(h, recover(), b.vs, i, &next) }()
 	for ; i < len(b.vs); i++ {
 		s.fold(b.vs[i])
 		h.succeeded()
