@@ -67,6 +67,7 @@ func suite() []benchmark {
 		{"overload", "10M messages into a 10x slower consumer, each policy in its own process: peak RSS", benchOverload},
 		{"spill", "spill-to-bbolt path vs in-memory mailbox", benchSpill},
 		{"checkpoint", "keyed count with checkpoints every second vs none", benchCheckpoint},
+		{"tracing", "unfused pipeline: no telemetry vs tracing off, 1 % and 100 % sampled", benchTracing},
 		{"journal", "bbolt journal: group commit vs a transaction per event; recovery of a 1M-event journal", benchJournal},
 	}
 }

@@ -18,6 +18,7 @@ import (
 	"github.com/sluicehq/sluice/mailbox"
 	"github.com/sluicehq/sluice/persistence"
 	"github.com/sluicehq/sluice/supervision"
+	"github.com/sluicehq/sluice/telemetry"
 )
 
 // ErrAborted is the outcome of a job that was stopped before it finished.
@@ -96,6 +97,7 @@ type emitter[T any] struct {
 	in   *instance
 	outs []*output[T]
 	size int
+	tctx context.Context // the trace of the last traced batch pushed, for the envelopes it fills
 }
 
 type output[T any] struct {
@@ -118,6 +120,9 @@ func newEmitter[T any](specs []*outputSpec, in *instance) *emitter[T] {
 }
 
 func (e *emitter[T]) push(b *batch[T]) {
+	if tr := e.in.tr; tr != nil {
+		e.tctx = tr.ctx
+	}
 	for _, o := range e.outs {
 		switch o.spec.part {
 		case partForward:
@@ -168,7 +173,11 @@ func (e *emitter[T]) ship(o *output[T], t int) {
 		if buf.ts != nil {
 			part.ts = buf.ts[start:end:end]
 		}
-		e.in.enqueue(o.spec.chans[t], &actors.Envelope{Kind: actors.Data, Count: end - start, Payload: part})
+		env := &actors.Envelope{Kind: actors.Data, Count: end - start, Payload: part}
+		if e.tctx != nil {
+			env.Headers = telemetry.Inject(e.tctx, nil)
+		}
+		e.in.enqueue(o.spec.chans[t], env)
 	}
 }
 
@@ -180,6 +189,7 @@ func (e *emitter[T]) flush() {
 			}
 		}
 	}
+	e.tctx = nil
 }
 
 func (e *emitter[T]) finish() { e.flush() }
@@ -215,6 +225,7 @@ type instance struct {
 	srcOffset  int64       // where the source starts (a restored offset)
 	finishedIn []bool      // input channels that delivered end-of-stream
 	align      alignment   // the checkpoint barrier being aligned
+	tr         *tracer     // nil when tracing is off
 
 	c        actor.Context
 	stash    []*actors.Envelope
@@ -373,7 +384,21 @@ func (in *instance) handle(env *actors.Envelope) {
 		if env.Count == 0 { // every record was shed by the overflow policy
 			return
 		}
-		in.head.deliver(env.Payload)
+		var start time.Time
+		if in.exec.metrics != nil {
+			start = time.Now()
+		}
+		if in.tr != nil && env.Headers != nil {
+			done := in.tr.receive(env.Headers)
+			in.head.deliver(env.Payload)
+			in.em.flush()
+			done()
+		} else {
+			in.head.deliver(env.Payload)
+		}
+		if in.exec.metrics != nil {
+			in.exec.metrics.batchDone(in, time.Since(start))
+		}
 		in.em.flush()
 		if in.credited {
 			ch := in.ins[env.Channel]
@@ -574,6 +599,7 @@ type execution struct {
 	restored    *persistence.Checkpoint // the checkpoint the job resumed from
 	cpStats     CheckpointStats
 	cpStatsMu   sync.Mutex
+	metrics     *jobMetrics // nil without a MeterProvider
 }
 
 // CheckpointStats describe a job's checkpoints.
@@ -636,6 +662,10 @@ func (t *Topology) Start(ctx context.Context, sys *actors.System) (actors.Execut
 	if err := x.openDeadLetters(); err != nil {
 		x.cancel()
 		return nil, fmt.Errorf("operators: start %q: %w", t.name, err)
+	}
+	if x.metrics, err = newJobMetrics(x); err != nil {
+		x.cancel()
+		return nil, fmt.Errorf("operators: start %q: metrics: %w", t.name, err)
 	}
 	props := actor.PropsFromProducer(func() actor.Actor { return &jobActor{x: x} },
 		actor.WithSupervisor(&failFast{x: x}), actor.WithGuardian(&jobGuardian{x: x}))
@@ -877,6 +907,7 @@ func (x *execution) build() error {
 		for _, in := range x.instances[id] {
 			in.num = num
 			num++
+			in.tr = newTracer(x, in)
 			in.finishedIn = make([]bool, len(in.ins))
 			if chain[0].role == roleSource {
 				in.srcKey = chain[0].name + "/" + strconv.Itoa(in.idx)
@@ -893,7 +924,7 @@ func (x *execution) build() error {
 			}
 			for pos := len(chain) - 1; pos >= 0; pos-- {
 				n := chain[pos]
-				sc := &stageCtx{node: n, instance: in.idx, parts: p.par[n], ctx: x.ctx, c: x.counters[n][in.idx], batch: cfg.batchSize}
+				sc := &stageCtx{node: n, instance: in.idx, parts: p.par[n], ctx: x.ctx, c: x.counters[n][in.idx], batch: cfg.batchSize, tr: in.tr}
 				if x.restored != nil {
 					sc.restore, sc.restored = x.restored.States[sc.key()]
 				}
@@ -1011,6 +1042,7 @@ func (j *jobActor) Receive(c actor.Context) {
 		x.setErr(ErrAborted)
 		c.Stop(c.Self())
 	case *actor.Stopped:
+		x.metrics.close()
 		if j.timer != nil {
 			j.timer.Stop()
 		}
@@ -1147,6 +1179,7 @@ func (j *jobActor) feed(c actor.Context, ev any) {
 			x.cpStats.Completed++
 			x.cpStats.LastID, x.cpStats.LastDuration, x.cpStats.LastTime = a.ID, d, time.Now()
 			x.cpStatsMu.Unlock()
+			x.metrics.checkpointDone(d)
 			x.sys.Logger().Debug("checkpoint completed", "job", x.topo.name, "checkpoint", a.ID, "duration", d)
 		case actFailed:
 			delete(j.started, a.ID)

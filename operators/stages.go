@@ -9,6 +9,7 @@ import (
 	"sync/atomic"
 
 	"github.com/vmihailenco/msgpack/v5"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/sluicehq/sluice/internal/msgpacksafe"
 )
@@ -78,6 +79,7 @@ type stageCtx struct {
 	restore  []byte          // the stage's state in the checkpoint the job resumes from
 	restored bool            // restore is set (a stage's state may be empty)
 	failures *failureHandler // the record-failure policy, nil: a panic fails the operator
+	tr       *tracer         // the instance's tracer, nil when tracing is off
 }
 
 // key names the stage's instance in checkpoints: "operator/instance".
@@ -122,6 +124,9 @@ type mapStage[In, Out any] struct {
 
 func (s *mapStage[In, Out]) push(b *batch[In]) {
 	defer s.sc.attribute()
+	if end := s.sc.traced(len(b.vs)); end != nil {
+		defer end()
+	}
 	n := len(b.vs)
 	s.sc.c.in.Add(int64(n))
 	if s.sc.failures != nil {
@@ -152,6 +157,9 @@ type filterStage[T any] struct {
 
 func (s *filterStage[T]) push(b *batch[T]) {
 	defer s.sc.attribute()
+	if end := s.sc.traced(len(b.vs)); end != nil {
+		defer end()
+	}
 	s.sc.c.in.Add(int64(len(b.vs)))
 	if s.sc.failures != nil {
 		s.guarded(b)
@@ -194,6 +202,9 @@ type flatMapStage[In, Out any] struct {
 
 func (s *flatMapStage[In, Out]) push(b *batch[In]) {
 	defer s.sc.attribute()
+	if end := s.sc.traced(len(b.vs)); end != nil {
+		defer end()
+	}
 	s.sc.c.in.Add(int64(len(b.vs)))
 	s.out.vs, s.out.ts = s.out.vs[:0], s.out.ts[:0]
 	if s.sc.failures != nil {
@@ -236,6 +247,9 @@ func (s *flatMapStage[In, Out]) flush(timed bool) {
 func (s *flatMapStage[In, Out]) finish() { s.next.finish() }
 
 // keyedStage keeps one accumulator per key, in memory.
+// maxLinks bounds the links of an aggregate's span.
+const maxLinks = 128
+
 // keyedState is the checkpointed form of a keyed stage: its entries in
 // first-seen order.
 type keyedState[K comparable, A any] struct {
@@ -275,6 +289,7 @@ func (s *keyedStage[K, T, A]) restoreState(b []byte) error {
 }
 
 type keyedStage[K comparable, T, A any] struct {
+	links []trace.Link // the traced inputs of the results not yet emitted (EmitAtEnd)
 	key   func(T) K
 	step  func(acc A, seen bool, v T) A
 	emit  EmitMode
@@ -287,8 +302,14 @@ type keyedStage[K comparable, T, A any] struct {
 
 func (s *keyedStage[K, T, A]) push(b *batch[T]) {
 	defer s.sc.attribute()
+	if end := s.sc.traced(len(b.vs)); end != nil {
+		defer end()
+	}
 	s.sc.c.in.Add(int64(len(b.vs)))
 	s.out.vs = s.out.vs[:0]
+	if tr := s.sc.tr; tr != nil && tr.ctx != nil && s.emit == EmitAtEnd && len(s.links) < maxLinks {
+		s.links = append(s.links, trace.LinkFromContext(tr.ctx))
+	}
 	if s.sc.failures != nil {
 		for i := 0; i < len(b.vs); {
 			i = s.guardedFrom(b, i)
@@ -324,6 +345,15 @@ func (s *keyedStage[K, T, A]) fold(v T) {
 
 func (s *keyedStage[K, T, A]) finish() {
 	defer s.sc.attribute()
+	if tr := s.sc.tr; tr != nil && len(s.links) > 0 {
+		// The results are built from many inputs: their span links to the
+		// inputs' spans rather than nesting under one of them.
+		ctx, span := tr.t.Start(tr.in.exec.ctx, s.sc.node.name, trace.WithNewRoot(), trace.WithLinks(s.links...),
+			trace.WithAttributes(tr.attrs(s.sc, len(s.order))...))
+		tr.ctx = ctx
+		defer func() { span.End(); tr.ctx = nil }()
+		s.links = nil
+	}
 	if s.emit == EmitAtEnd {
 		s.out.ts = nil
 		for i := 0; i < len(s.order); i += s.sc.batch {
@@ -361,6 +391,9 @@ func (s *sinkStage[T]) open() error {
 
 func (s *sinkStage[T]) push(b *batch[T]) {
 	defer s.sc.attribute()
+	if end := s.sc.traced(len(b.vs)); end != nil {
+		defer end()
+	}
 	s.sc.c.in.Add(int64(len(b.vs)))
 	if err := s.w.Write(b.vs); err != nil {
 		s.sc.fail(fmt.Errorf("write: %w", err))
@@ -432,12 +465,23 @@ func (s *sourceStage[T]) step() (int, error) {
 	if n > 0 {
 		s.buf.vs, s.buf.ts = s.buf.vs[:n], nil
 		s.sc.c.out.Add(int64(n))
-		s.next.push(&s.buf)
+		if tr := s.sc.tr; tr != nil {
+			s.tracedPush(tr)
+		} else {
+			s.next.push(&s.buf)
+		}
 	}
 	if err != nil && !errors.Is(err, io.EOF) {
 		return n, &stageFailure{op: s.sc.node.name, err: fmt.Errorf("read: %w", err)}
 	}
 	return n, err
+}
+
+// tracedPush pushes a batch in the trace the sampler may start for it; the
+// span ends even when an operator of the chain panics.
+func (s *sourceStage[T]) tracedPush(tr *tracer) {
+	defer tr.root(s.sc, len(s.buf.vs))()
+	s.next.push(&s.buf)
 }
 
 func (s *sourceStage[T]) finish() { s.next.finish() }

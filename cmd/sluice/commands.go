@@ -12,6 +12,7 @@ import (
 
 	"github.com/sluicehq/sluice/actors"
 	"github.com/sluicehq/sluice/samples"
+	"github.com/sluicehq/sluice/telemetry"
 )
 
 func samplesCmd(g *globals) *cobra.Command {
@@ -79,19 +80,37 @@ func planCmd(g *globals) *cobra.Command {
 
 func runCmd(g *globals) *cobra.Command {
 	var progress time.Duration
+	var trace bool
+	var traceEndpoint string
 	c := &cobra.Command{
 		Use:   "run SAMPLE [flags]",
 		Short: "run a sample, with a live progress line on stderr",
 		RunE:  unknownSample,
 	}
 	c.PersistentFlags().DurationVar(&progress, "progress", 500*time.Millisecond, "progress line interval (0: none)")
+	c.PersistentFlags().BoolVar(&trace, "trace", false, "export traces over OTLP (sampler from OTEL_TRACES_SAMPLER, default: every batch)")
+	c.PersistentFlags().StringVar(&traceEndpoint, "trace-endpoint", "127.0.0.1:4317", "OTLP gRPC endpoint for --trace (a local Jaeger)")
 	c.AddCommand(sampleCommands(g, "run", func(cmd *cobra.Command, s samples.Sample) error {
-		return runSample(cmd.Context(), g, s, progress)
+		tp := telemetry.Noop()
+		if trace {
+			sdk, err := telemetry.NewOTLPTracerProvider(cmd.Context(), "sluice-"+s.Name(), traceEndpoint)
+			if err != nil {
+				return err
+			}
+			tp.Tracer, tp.Shutdown = sdk, sdk.Shutdown
+		}
+		err := runSample(cmd.Context(), g, s, progress, tp)
+		flush, cancel := context.WithTimeout(context.WithoutCancel(cmd.Context()), 5*time.Second)
+		defer cancel()
+		if ferr := tp.Shutdown(flush); ferr != nil && err == nil {
+			err = fmt.Errorf("flush traces to %s: %w", traceEndpoint, ferr)
+		}
+		return err
 	})...)
 	return c
 }
 
-func runSample(ctx context.Context, g *globals, s samples.Sample, every time.Duration) error {
+func runSample(ctx context.Context, g *globals, s samples.Sample, every time.Duration, tp telemetry.Providers) error {
 	log, err := g.logger()
 	if err != nil {
 		return err
@@ -100,7 +119,7 @@ func runSample(ctx context.Context, g *globals, s samples.Sample, every time.Dur
 	if err != nil {
 		return err
 	}
-	sys, err := actors.NewSystem(actors.Config{Name: "sluice", Logger: log})
+	sys, err := actors.NewSystem(actors.Config{Name: "sluice", Logger: log, TracerProvider: tp.Tracer, MeterProvider: tp.Meter})
 	if err != nil {
 		return err
 	}

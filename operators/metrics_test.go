@@ -1,0 +1,90 @@
+package operators_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"go.opentelemetry.io/otel/attribute"
+	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
+	"go.opentelemetry.io/otel/sdk/metric/metricdata"
+
+	"github.com/sluicehq/sluice/actors"
+	"github.com/sluicehq/sluice/operators"
+)
+
+func TestMetricsThroughTheMeterProvider(t *testing.T) {
+	reader := sdkmetric.NewManualReader()
+	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	sys, err := actors.NewSystem(actors.Config{MeterProvider: mp})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sys.Stop(ctx)
+	defer mp.Shutdown(ctx)
+	const n = 5000
+	top := operators.NewTopology("metered")
+	in := operators.NewIngress[int64](64)
+	src := operators.Source(top, "src", in)
+	even := operators.Filter(src, "even", func(v int64) bool { return v%2 == 0 }, operators.NoFusion())
+	operators.Sink(even, "out", discard[int64]())
+	run, err := sys.Run(ctx, top)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := int64(0); i < n; i++ {
+		if err := in.Send(ctx, i); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Collect while the job runs (its callback is registered until it
+	// ends): the ingress is still open.
+	var rm metricdata.ResourceMetrics
+	waitFor(t, "the filter's counts", func() bool {
+		if err := reader.Collect(ctx, &rm); err != nil {
+			t.Fatal(err)
+		}
+		return sumOf(rm, "sluice.records.out", "even") == n/2 && sumOf(rm, "sluice.records.in", "even") == n
+	})
+	if got := histogramCount(rm, "sluice.batch.processing"); got == 0 {
+		t.Errorf("no batch processing times recorded")
+	}
+	in.Close()
+	if err := run.Wait(ctx); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func sumOf(rm metricdata.ResourceMetrics, name, operator string) int64 {
+	for _, sm := range rm.ScopeMetrics {
+		for _, m := range sm.Metrics {
+			if m.Name != name {
+				continue
+			}
+			if s, ok := m.Data.(metricdata.Sum[int64]); ok {
+				for _, dp := range s.DataPoints {
+					if v, ok := dp.Attributes.Value(attribute.Key("sluice.operator")); ok && v.AsString() == operator {
+						return dp.Value
+					}
+				}
+			}
+		}
+	}
+	return -1
+}
+
+func histogramCount(rm metricdata.ResourceMetrics, name string) uint64 {
+	var n uint64
+	for _, sm := range rm.ScopeMetrics {
+		for _, m := range sm.Metrics {
+			if h, ok := m.Data.(metricdata.Histogram[float64]); ok && m.Name == name {
+				for _, dp := range h.DataPoints {
+					n += dp.Count
+				}
+			}
+		}
+	}
+	return n
+}

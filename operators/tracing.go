@@ -1,0 +1,94 @@
+package operators
+
+import (
+	"context"
+
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/trace"
+	tracenoop "go.opentelemetry.io/otel/trace/noop"
+
+	"github.com/sluicehq/sluice/telemetry"
+)
+
+// tracer traces the batches an instance processes: a source starts a trace
+// for each batch the sampler keeps, each stage a batch passes adds a span
+// named after its operator (fused stages nest), and the trace context goes
+// on in the headers of the envelopes the batch produces.
+type tracer struct {
+	t        trace.Tracer
+	in       *instance
+	ctx      context.Context // the batch being processed, nil when it is not traced
+	topology string
+	policy   string
+}
+
+// newTracer returns nil when tracing is off (a no-op provider), so that the
+// hot path checks a nil pointer and nothing else.
+func newTracer(x *execution, in *instance) *tracer {
+	tp := x.sys.Config().TracerProvider
+	if _, noop := tp.(tracenoop.TracerProvider); noop || tp == nil {
+		return nil
+	}
+	return &tracer{t: tp.Tracer("github.com/sluicehq/sluice/operators"), in: in, topology: x.topo.name,
+		policy: in.mbCfg.Overflow.String()}
+}
+
+func (tr *tracer) attrs(sc *stageCtx, n int) []attribute.KeyValue {
+	return []attribute.KeyValue{
+		attribute.String("sluice.topology", tr.topology),
+		attribute.String("sluice.operator", sc.node.name),
+		attribute.String("sluice.kind", sc.node.kind),
+		attribute.Int("sluice.instance", sc.instance),
+		attribute.Int("sluice.records", n),
+	}
+}
+
+// root starts the trace of a source batch, when the sampler keeps it, and
+// returns the function that ends it.
+func (tr *tracer) root(sc *stageCtx, n int) func() {
+	ctx, span := tr.t.Start(tr.in.exec.ctx, sc.node.name, trace.WithNewRoot(), trace.WithSpanKind(trace.SpanKindProducer),
+		trace.WithAttributes(tr.attrs(sc, n)...))
+	if !span.SpanContext().IsSampled() {
+		return func() {}
+	}
+	tr.ctx = ctx
+	return func() { span.End(); tr.ctx = nil }
+}
+
+// child starts the span of a stage within the traced batch.
+func (tr *tracer) child(sc *stageCtx, n int) func() {
+	parent := tr.ctx
+	ctx, span := tr.t.Start(parent, sc.node.name, trace.WithAttributes(tr.attrs(sc, n)...))
+	tr.ctx = ctx
+	return func() { span.End(); tr.ctx = parent }
+}
+
+// receive adopts the trace context an envelope carries, for the chain head,
+// with the queue depth it met; done forgets it.
+func (tr *tracer) receive(headers map[string]string) (done func()) {
+	if len(headers) == 0 {
+		return func() {}
+	}
+	ctx := telemetry.Extract(tr.in.exec.ctx, headers)
+	if !trace.SpanContextFromContext(ctx).IsValid() {
+		return func() {}
+	}
+	tr.ctx = ctx
+	return func() { tr.ctx = nil }
+}
+
+// event adds an event to the current span, if the batch is traced.
+func (tr *tracer) event(name string, attrs ...attribute.KeyValue) {
+	if tr != nil && tr.ctx != nil {
+		trace.SpanFromContext(tr.ctx).AddEvent(name, trace.WithAttributes(attrs...))
+	}
+}
+
+// traced is the helper stages call at the top of push: it starts their span
+// when the batch is traced and returns the function that ends it.
+func (sc *stageCtx) traced(n int) func() {
+	if tr := sc.tr; tr != nil && tr.ctx != nil {
+		return tr.child(sc, n)
+	}
+	return nil
+}
