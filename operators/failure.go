@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"time"
 
+	"go.opentelemetry.io/otel/attribute"
+
 	"github.com/sluicehq/sluice/supervision"
 )
 
@@ -39,8 +41,10 @@ type failureHandler struct {
 func (h *failureHandler) failed(r any, rec any) (retry bool) {
 	h.tries++
 	if h.tries < h.attempts {
+		h.sc.tr.event("retry", attribute.Int("sluice.attempt", h.tries), attribute.String("error", fmt.Sprint(r)))
 		return true
 	}
+	h.sc.tr.event("dead-letter", attribute.Int("sluice.attempts", h.tries), attribute.String("error", fmt.Sprint(r)))
 	attempts := h.tries
 	h.tries = 0
 	payload, err := supervision.EncodePayload(rec)

@@ -20,6 +20,7 @@ type tracer struct {
 	ctx      context.Context // the batch being processed, nil when it is not traced
 	topology string
 	policy   string
+	depth    int // the queue depth the traced envelope met, for the head's span
 }
 
 // newTracer returns nil when tracing is off (a no-op provider), so that the
@@ -34,13 +35,19 @@ func newTracer(x *execution, in *instance) *tracer {
 }
 
 func (tr *tracer) attrs(sc *stageCtx, n int) []attribute.KeyValue {
-	return []attribute.KeyValue{
+	attrs := []attribute.KeyValue{
 		attribute.String("sluice.topology", tr.topology),
 		attribute.String("sluice.operator", sc.node.name),
 		attribute.String("sluice.kind", sc.node.kind),
 		attribute.Int("sluice.instance", sc.instance),
 		attribute.Int("sluice.records", n),
 	}
+	if sc.node == tr.in.exec.plan.chains[tr.in.task][0] && sc.node.role != roleSource {
+		// The operator that reads the mailbox: its policy and what the
+		// envelope found there.
+		attrs = append(attrs, attribute.String("sluice.mailbox.policy", tr.policy), attribute.Int("sluice.queue.depth", tr.depth))
+	}
+	return attrs
 }
 
 // root starts the trace of a source batch, when the sampler keeps it, and
@@ -74,6 +81,9 @@ func (tr *tracer) receive(headers map[string]string) (done func()) {
 		return func() {}
 	}
 	tr.ctx = ctx
+	if mb := tr.in.mb.Load(); mb != nil {
+		tr.depth = mb.Stats().Depth
+	}
 	return func() { tr.ctx = nil }
 }
 

@@ -106,6 +106,20 @@ func TestTracesFollowRecordsThroughOperators(t *testing.T) {
 	if inputs == 0 {
 		t.Fatal("no count span is a child of a double span: the context did not cross the edge")
 	}
+	for _, s := range ix.byName["count"] {
+		if ix.parentName(s) != "double" {
+			continue
+		}
+		policy := ""
+		for _, a := range s.Attributes() {
+			if a.Key == "sluice.mailbox.policy" {
+				policy = a.Value.AsString()
+			}
+		}
+		if policy != "block" {
+			t.Fatalf("the span of the operator reading the mailbox has policy %q, want block", policy)
+		}
+	}
 	// Its results link to their inputs instead of nesting under one.
 	var results []sdktrace.ReadOnlySpan
 	for _, s := range ix.byName["count"] {
