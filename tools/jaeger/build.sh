@@ -28,12 +28,11 @@ fi
 mkdir -p "$(dirname "$bin")"
 # Build next to the target and rename, so an interrupted build never leaves a
 # half-written binary that a later run would reuse.
-tmp=$(mktemp "$bin.tmp.XXXXXX")
-trap 'rm -f "$tmp"' EXIT
+tmpdir=$(mktemp -d "$(dirname "$bin")/.jaeger-build.XXXXXX")
+trap 'rm -rf "$tmpdir"' EXIT
 echo "jaeger $version: building $pkg to $bin (takes minutes the first time)" >&2
 start=$SECONDS
-go build -trimpath -o "$tmp" "$pkg"
-mv -f "$tmp" "$bin"
-trap - EXIT
+go build -trimpath -o "$tmpdir/jaeger" "$pkg"
+mv -f "$tmpdir/jaeger" "$bin"
 echo "jaeger $version: built in $((SECONDS - start))s" >&2
 echo "$bin"

@@ -5,7 +5,7 @@
 # not cached (see build.sh). Stop it with Ctrl-C (SIGINT) or SIGTERM.
 #
 # Extra arguments go to jaeger, e.g. another config to merge:
-#   bash tools/jaeger/start.sh --config=yaml:receivers::otlp::protocols::grpc::endpoint:127.0.0.1:14317
+#   bash tools/jaeger/start.sh '--config=yaml:receivers::otlp::protocols::grpc::endpoint: 127.0.0.1:14317'
 set -euo pipefail
 dir=$(cd "$(dirname "$0")" && pwd)
 bin=$(bash "$dir/build.sh")
