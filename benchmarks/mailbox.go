@@ -72,47 +72,37 @@ func benchHop(ctx context.Context, e *env) ([]Result, error) {
 	if err != nil {
 		return nil, err
 	}
-	block, err := best(e.rounds, n, func() (time.Duration, error) {
-		sys, err := actors.NewSystem(actors.Config{Name: "hop"})
-		if err != nil {
-			return 0, err
-		}
-		defer sys.Stop(ctx)
-		c := &counterActor{want: int64(n), done: make(chan struct{})}
-		ref, err := sys.Spawn("counter", func() actor.Actor { return c }, actors.Mailbox(mailbox.Block(1024)))
-		if err != nil {
-			return 0, err
-		}
-		start := time.Now()
-		for i := int64(0); i < int64(n); i++ {
-			if err := ref.Send(ctx, i); err != nil {
+	// sluiceHop sends n messages to a sluice actor with a Block(1024)
+	// mailbox, through send.
+	sluiceHop := func(send func(sys *actors.System, ref *actors.Ref, v int64) error) (float64, error) {
+		return best(e.rounds, n, func() (time.Duration, error) {
+			sys, err := actors.NewSystem(actors.Config{Name: "hop"})
+			if err != nil {
 				return 0, err
 			}
-		}
-		<-c.done
-		return time.Since(start), nil
-	})
+			defer sys.Stop(ctx)
+			c := &counterActor{want: int64(n), done: make(chan struct{})}
+			ref, err := sys.Spawn("counter", func() actor.Actor { return c }, actors.Mailbox(mailbox.Block(1024)))
+			if err != nil {
+				return 0, err
+			}
+			start := time.Now()
+			for i := int64(0); i < int64(n); i++ {
+				if err := send(sys, ref, i); err != nil {
+					return 0, err
+				}
+			}
+			<-c.done
+			return time.Since(start), nil
+		})
+	}
+	block, err := sluiceHop(func(_ *actors.System, ref *actors.Ref, v int64) error { return ref.Send(ctx, v) })
 	if err != nil {
 		return nil, err
 	}
-	post, err := best(e.rounds, n, func() (time.Duration, error) {
-		sys, err := actors.NewSystem(actors.Config{Name: "hop"})
-		if err != nil {
-			return 0, err
-		}
-		defer sys.Stop(ctx)
-		c := &counterActor{want: int64(n), done: make(chan struct{})}
-		ref, err := sys.Spawn("counter", func() actor.Actor { return c }, actors.Mailbox(mailbox.Block(1024)))
-		if err != nil {
-			return 0, err
-		}
-		root := sys.Root()
-		start := time.Now()
-		for i := int64(0); i < int64(n); i++ {
-			root.Send(ref.PID(), i) // protoactor's send path into sluice's mailbox
-		}
-		<-c.done
-		return time.Since(start), nil
+	post, err := sluiceHop(func(sys *actors.System, ref *actors.Ref, v int64) error {
+		sys.Root().Send(ref.PID(), v) // protoactor's send path into sluice's mailbox
+		return nil
 	})
 	if err != nil {
 		return nil, err
