@@ -502,6 +502,35 @@ func (in *instance) scheduleTick() {
 // sourceBatchesPerTick is how many batches a source reads per tick message.
 const sourceBatchesPerTick = 16
 
+// readTick reads up to sourceBatchesPerTick batches and pushes them through
+// the chain, in one trace when the sampler keeps it (the unit of sampling:
+// starting a span for every small batch would cost more than tracing is
+// worth). The span ends even when an operator of the chain panics.
+func (in *instance) readTick() (n int, err error) {
+	if in.tr != nil {
+		end := in.tr.root(in.src.stage())
+		read := 0
+		defer func() { end(read) }()
+		for range sourceBatchesPerTick {
+			n, err = in.src.step()
+			read += n
+			in.em.flush()
+			if n == 0 || err != nil || in.blockedN > 0 {
+				break
+			}
+		}
+		return n, err
+	}
+	for range sourceBatchesPerTick {
+		n, err = in.src.step()
+		in.em.flush()
+		if n == 0 || err != nil || in.blockedN > 0 {
+			break
+		}
+	}
+	return n, err
+}
+
 // step reads batches from the source and pushes it through the chain.
 func (in *instance) step() {
 	in.tickPending = false
@@ -520,15 +549,7 @@ func (in *instance) step() {
 	// Several batches per tick: the tick is a message through the mailbox,
 	// which costs more than a batch of cheap records. Control messages
 	// (credits, drain) still interleave between ticks.
-	var n int
-	var err error
-	for range sourceBatchesPerTick {
-		n, err = in.src.step()
-		in.em.flush()
-		if n == 0 || err != nil || in.blockedN > 0 {
-			break
-		}
-	}
+	n, err := in.readTick()
 	switch {
 	case errors.Is(err, io.EOF):
 		in.c.Send(in.exec.jobPID, &sourceDone{gen: in.gen})

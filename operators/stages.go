@@ -430,6 +430,7 @@ func (s *sinkStage[T]) abort() {
 type sourceRunner interface {
 	open(offset int64) error
 	offset() int64
+	stage() *stageCtx
 	// step reads at most one batch and pushes it; it returns io.EOF at the
 	// end of the partition and (0, nil) when nothing is available now.
 	step() (int, error)
@@ -448,6 +449,8 @@ type sourceStage[T any] struct {
 
 func (s *sourceStage[T]) offset() int64 { return s.r.Offset() }
 
+func (s *sourceStage[T]) stage() *stageCtx { return s.sc }
+
 func (s *sourceStage[T]) open(offset int64) error {
 	r, err := s.conn.Open(s.sc.ctx, s.sc.instance, s.sc.parts, offset)
 	if err != nil {
@@ -465,23 +468,12 @@ func (s *sourceStage[T]) step() (int, error) {
 	if n > 0 {
 		s.buf.vs, s.buf.ts = s.buf.vs[:n], nil
 		s.sc.c.out.Add(int64(n))
-		if tr := s.sc.tr; tr != nil {
-			s.tracedPush(tr)
-		} else {
-			s.next.push(&s.buf)
-		}
+		s.next.push(&s.buf) // in the trace the instance started for this tick, if any
 	}
 	if err != nil && !errors.Is(err, io.EOF) {
 		return n, &stageFailure{op: s.sc.node.name, err: fmt.Errorf("read: %w", err)}
 	}
 	return n, err
-}
-
-// tracedPush pushes a batch in the trace the sampler may start for it; the
-// span ends even when an operator of the chain panics.
-func (s *sourceStage[T]) tracedPush(tr *tracer) {
-	defer tr.root(s.sc, len(s.buf.vs))()
-	s.next.push(&s.buf)
 }
 
 func (s *sourceStage[T]) finish() { s.next.finish() }

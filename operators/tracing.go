@@ -50,16 +50,25 @@ func (tr *tracer) attrs(sc *stageCtx, n int) []attribute.KeyValue {
 	return attrs
 }
 
-// root starts the trace of a source batch, when the sampler keeps it, and
-// returns the function that ends it.
-func (tr *tracer) root(sc *stageCtx, n int) func() {
-	ctx, span := tr.t.Start(tr.in.exec.ctx, sc.node.name, trace.WithNewRoot(), trace.WithSpanKind(trace.SpanKindProducer),
-		trace.WithAttributes(tr.attrs(sc, n)...))
+// rootOpts are the options of a source's span, built once: the sampler
+// decides before any attribute is made.
+var rootOpts = []trace.SpanStartOption{trace.WithNewRoot(), trace.WithSpanKind(trace.SpanKindProducer)}
+
+// root starts the trace of what a source reads in one tick, when the
+// sampler keeps it, and returns the function that ends it with the number
+// of records read.
+func (tr *tracer) root(sc *stageCtx) func(records int) {
+	ctx, span := tr.t.Start(tr.in.exec.ctx, sc.node.name, rootOpts...)
 	if !span.SpanContext().IsSampled() {
-		return func() {}
+		span.End()
+		return func(int) {}
 	}
 	tr.ctx = ctx
-	return func() { span.End(); tr.ctx = nil }
+	return func(n int) {
+		span.SetAttributes(tr.attrs(sc, n)...)
+		span.End()
+		tr.ctx = nil
+	}
 }
 
 // child starts the span of a stage within the traced batch.
