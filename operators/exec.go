@@ -13,6 +13,7 @@ import (
 
 	"github.com/asynkron/protoactor-go/actor"
 	bolt "go.etcd.io/bbolt"
+	"go.opentelemetry.io/otel/attribute"
 
 	"github.com/sluicehq/sluice/actors"
 	"github.com/sluicehq/sluice/mailbox"
@@ -1102,6 +1103,8 @@ func (j *jobActor) onFailure(c actor.Context, m *failed) {
 	j.restarts++
 	delay := rp.backoff.Delay(j.restarts)
 	x.noteRestart(delay)
+	x.traceEvent("sluice.job", "restart", attribute.Int("sluice.restart", j.restarts),
+		attribute.String("sluice.delay", delay.String()), attribute.String("error", err.Error()))
 	x.sys.Logger().Warn("operator failed; restarting the job from its last checkpoint", "job", x.topo.name,
 		"err", err, "restart", j.restarts, "delay", delay)
 	j.restarting, j.timerDone, j.alive = true, false, 0
@@ -1260,11 +1263,20 @@ func (x *execution) mailboxFor(in *instance) (mailbox.Config, error) {
 				attrs = append(attrs, "dropped_"+r.String(), e.Dropped[r])
 			}
 		}
+		event := "overflow-ended"
 		if e.Started {
+			event = "overflow-started"
 			log.Warn("mailbox overflow started", attrs...)
 		} else {
 			log.Info("mailbox overflow ended", attrs...)
 		}
+		var dropped int64
+		for _, d := range e.Dropped {
+			dropped += d
+		}
+		x.traceEvent("sluice.mailbox", event, attribute.String("sluice.operator", head.name), attribute.Int("sluice.instance", in.idx),
+			attribute.String("sluice.mailbox.policy", cfg.Overflow.String()), attribute.Int64("sluice.dropped", dropped),
+			attribute.Int64("sluice.spilled", e.Spilled), attribute.Int("sluice.queue.depth", e.Depth))
 	}
 	cfg.OnError = func(err error) { log.Error("mailbox spill", "err", err) }
 	if cfg.Overflow == mailbox.OverflowSpill {

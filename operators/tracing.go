@@ -111,3 +111,16 @@ func (sc *stageCtx) traced(n int) func() {
 	}
 	return nil
 }
+
+// traceEvent records a job-level event (a restart, a mailbox overflow) as a
+// short span of its own carrying the event, when tracing is on.
+func (x *execution) traceEvent(name, event string, attrs ...attribute.KeyValue) {
+	tp := x.sys.Config().TracerProvider
+	if _, noop := tp.(tracenoop.TracerProvider); noop || tp == nil {
+		return
+	}
+	attrs = append(attrs, attribute.String("sluice.topology", x.topo.name))
+	_, span := tp.Tracer("github.com/sluicehq/sluice/operators").Start(x.ctx, name, trace.WithNewRoot(), trace.WithAttributes(attrs...))
+	span.AddEvent(event, trace.WithAttributes(attrs...))
+	span.End()
+}

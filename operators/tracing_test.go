@@ -11,6 +11,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/sluicehq/sluice/actors"
+	"github.com/sluicehq/sluice/mailbox"
 	"github.com/sluicehq/sluice/operators"
 	"github.com/sluicehq/sluice/supervision"
 )
@@ -216,5 +217,42 @@ func TestTracesAcrossARestart(t *testing.T) {
 	}
 	if n := records(ix, "numbers"); n <= 20_000 {
 		t.Fatalf("source spans cover %d records: the run after the restart was not traced", n)
+	}
+	if !hasEvent(ix, "sluice.job", "restart") {
+		t.Fatal("no restart event was traced")
+	}
+}
+
+func hasEvent(ix spanIndex, span, event string) bool {
+	for _, s := range ix.byName[span] {
+		for _, e := range s.Events() {
+			if e.Name == event {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+func TestTracesMailboxOverflow(t *testing.T) {
+	sys, ctx, rec := tracedSystem(t)
+	gate := make(chan struct{})
+	top := operators.NewTopology("overflowing", operators.BatchSize(16))
+	src := operators.Source(top, "src", operators.Generate(2000, func(i int64) int64 { return i }))
+	operators.Sink(src, "stuck", operators.SinkFunc(func(int64) error { <-gate; return nil }),
+		operators.Input(mailbox.DropNewest(32)))
+	run, err := sys.Run(ctx, top)
+	if err != nil {
+		close(gate)
+		t.Fatal(err)
+	}
+	waitFor(t, "the source to finish", func() bool { return stat(t, run, "src").Out == 2000 })
+	close(gate)
+	if err := run.Wait(ctx); err != nil {
+		t.Fatal(err)
+	}
+	ix := indexSpans(rec)
+	if !hasEvent(ix, "sluice.mailbox", "overflow-started") || !hasEvent(ix, "sluice.mailbox", "overflow-ended") {
+		t.Fatalf("overflow episode not traced (spans %v)", names(ix))
 	}
 }

@@ -81,7 +81,7 @@ func planCmd(g *globals) *cobra.Command {
 func runCmd(g *globals) *cobra.Command {
 	var progress time.Duration
 	var trace bool
-	var traceEndpoint string
+	var traceEndpoint, metricsAddr string
 	c := &cobra.Command{
 		Use:   "run SAMPLE [flags]",
 		Short: "run a sample, with a live progress line on stderr",
@@ -90,6 +90,7 @@ func runCmd(g *globals) *cobra.Command {
 	c.PersistentFlags().DurationVar(&progress, "progress", 500*time.Millisecond, "progress line interval (0: none)")
 	c.PersistentFlags().BoolVar(&trace, "trace", false, "export traces over OTLP (sampler from OTEL_TRACES_SAMPLER, default: every batch)")
 	c.PersistentFlags().StringVar(&traceEndpoint, "trace-endpoint", "127.0.0.1:4317", "OTLP gRPC endpoint for --trace (a local Jaeger)")
+	c.PersistentFlags().StringVar(&metricsAddr, "metrics", "", "serve Prometheus metrics at http://ADDR/metrics (e.g. "+telemetry.DefaultMetricsAddr+")")
 	c.AddCommand(sampleCommands(g, "run", func(cmd *cobra.Command, s samples.Sample) error {
 		tp := telemetry.Noop()
 		if trace {
@@ -98,6 +99,22 @@ func runCmd(g *globals) *cobra.Command {
 				return err
 			}
 			tp.Tracer, tp.Shutdown = sdk, sdk.Shutdown
+		}
+		if metricsAddr != "" {
+			mp, handler, err := telemetry.NewPrometheus()
+			if err != nil {
+				return err
+			}
+			defer mp.Shutdown(context.WithoutCancel(cmd.Context()))
+			serveCtx, stop := context.WithCancel(cmd.Context())
+			addr, wait, err := telemetry.ServeMetrics(serveCtx, metricsAddr, handler)
+			if err != nil {
+				stop()
+				return err
+			}
+			defer func() { stop(); _ = wait() }()
+			fmt.Fprintf(g.stderr, "metrics at http://%s/metrics\n", addr)
+			tp.Meter = mp
 		}
 		err := runSample(cmd.Context(), g, s, progress, tp)
 		flush, cancel := context.WithTimeout(context.WithoutCancel(cmd.Context()), 5*time.Second)
