@@ -17,10 +17,11 @@ import (
 
 // memCheckpoints is a CheckpointStore for tests that counts what it stores.
 type memCheckpoints struct {
-	mu     sync.Mutex
-	latest map[string]persistence.Checkpoint
-	stored int
-	fail   error
+	mu      sync.Mutex
+	latest  map[string]persistence.Checkpoint
+	stored  int
+	cleared int
+	fail    error
 }
 
 func (m *memCheckpoints) Complete(_ context.Context, job string, cp persistence.Checkpoint) error {
@@ -42,6 +43,14 @@ func (m *memCheckpoints) Latest(_ context.Context, job string) (persistence.Chec
 	defer m.mu.Unlock()
 	cp, ok := m.latest[job]
 	return cp, ok, nil
+}
+
+func (m *memCheckpoints) Clear(_ context.Context, job string) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	delete(m.latest, job)
+	m.cleared++
+	return nil
 }
 
 func (m *memCheckpoints) count() int {
@@ -163,4 +172,32 @@ func TestFailedCheckpointStoreKeepsRunning(t *testing.T) {
 		t.Fatalf("a failing checkpoint store failed the job: %v", err)
 	}
 	_ = actors.OperatorStats{}
+}
+
+// TestFinishedJobStartsAfresh: a job that ran to its end clears its
+// checkpoints (a rerun must not resume from them); a drained one keeps them.
+func TestFinishedJobStartsAfresh(t *testing.T) {
+	sys, ctx := newSystem(t)
+	store := &memCheckpoints{}
+	top := countingTopology(store, t.TempDir(), 100_000, time.Millisecond)
+	runToEnd(t, sys, ctx, top)
+	if _, ok, _ := store.Latest(ctx, "counting"); ok || store.cleared != 1 {
+		t.Fatalf("after the job ended: checkpoint kept %v, cleared %d times; want none kept, cleared once", ok, store.cleared)
+	}
+
+	drained := &memCheckpoints{}
+	endless := operators.NewTopology("endless-cp", operators.Checkpoints(time.Millisecond), operators.CheckpointStore(drained))
+	src := operators.Source(endless, "ticks", operators.Generate(operators.Unbounded, func(i int64) int64 { return i }))
+	operators.Sink(src, "out", discard[int64]())
+	run, err := sys.Run(ctx, endless)
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "a checkpoint", func() bool { return drained.count() > 0 })
+	if err := run.Drain(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok, _ := drained.Latest(ctx, "endless-cp"); !ok || drained.cleared != 0 {
+		t.Fatalf("a drained job: checkpoint kept %v, cleared %d times; want it kept", ok, drained.cleared)
+	}
 }

@@ -991,6 +991,7 @@ type jobActor struct {
 	budget     *supervision.Budget
 	restarts   int
 	restarting bool
+	drained    bool // Drain was asked: the job keeps its last checkpoint
 	alive      int  // instances of the stopped generation not yet terminated
 	timerDone  bool // the restart backoff elapsed
 	stopTimer  func() bool
@@ -1033,6 +1034,13 @@ func (j *jobActor) Receive(c actor.Context) {
 		}
 		j.total--
 		if j.total == 0 {
+			// Ran to its end (not drained): the next run starts afresh. A
+			// drained job keeps its last checkpoint to resume from.
+			if x.cpStore != nil && !j.drained {
+				if err := x.cpStore.Clear(x.ctx, x.topo.name); err != nil {
+					x.sys.Logger().Error("clear checkpoints", "job", x.topo.name, "err", err)
+				}
+			}
 			c.Stop(c.Self())
 		}
 	case *failed:
@@ -1050,6 +1058,7 @@ func (j *jobActor) Receive(c actor.Context) {
 			j.maybeRelaunch(c)
 		}
 	case *drainMsg:
+		j.drained = true
 		if x.cpStore != nil {
 			j.feed(c, evStopping{})
 		}

@@ -250,6 +250,21 @@ func (s *BoltCheckpointStore) Complete(ctx context.Context, job string, cp Check
 }
 
 // Latest implements CheckpointStore.
+// Clear implements CheckpointStore.
+func (s *BoltCheckpointStore) Clear(ctx context.Context, job string) error {
+	err := s.db.Update(func(tx *bolt.Tx) error {
+		root := tx.Bucket(checkpointsBucket)
+		if root == nil || root.Bucket([]byte(job)) == nil {
+			return nil
+		}
+		return root.DeleteBucket([]byte(job))
+	})
+	if err != nil {
+		return fmt.Errorf("persistence: checkpoints of %q in %s: clear: %w", job, s.db.Path(), err)
+	}
+	return nil
+}
+
 func (s *BoltCheckpointStore) Latest(ctx context.Context, job string) (cp Checkpoint, ok bool, err error) {
 	err = s.db.View(func(tx *bolt.Tx) error {
 		root := tx.Bucket(checkpointsBucket)

@@ -1,6 +1,7 @@
 package persistence_test
 
 import (
+	"context"
 	"path/filepath"
 	"testing"
 
@@ -57,4 +58,32 @@ func TestMemoryCheckpointStore(t *testing.T) {
 
 func TestBoltCheckpointStore(t *testing.T) {
 	persisttest.TestCheckpointStore(t, func(t *testing.T) persistence.CheckpointStore { return openStore(t).Checkpoints() })
+}
+
+func TestCheckpointClear(t *testing.T) {
+	ctx := context.Background()
+	bolt, err := persistence.Open(filepath.Join(t.TempDir(), "s.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer bolt.Close()
+	for name, s := range map[string]persistence.CheckpointStore{"memory": persistence.NewMemoryCheckpointStore(), "bolt": bolt.Checkpoints()} {
+		t.Run(name, func(t *testing.T) {
+			if err := s.Clear(ctx, "never-ran"); err != nil {
+				t.Fatalf("Clear of an unknown job: %v", err)
+			}
+			if err := s.Complete(ctx, "job", persistence.Checkpoint{ID: 5, States: map[string][]byte{"a/0": {1}}}); err != nil {
+				t.Fatal(err)
+			}
+			if err := s.Clear(ctx, "job"); err != nil {
+				t.Fatal(err)
+			}
+			if _, ok, err := s.Latest(ctx, "job"); ok || err != nil {
+				t.Fatalf("Latest after Clear = %v, %v; want none", ok, err)
+			}
+			if err := s.Complete(ctx, "job", persistence.Checkpoint{ID: 1}); err != nil {
+				t.Fatalf("a new run's first checkpoint after Clear: %v", err)
+			}
+		})
+	}
 }

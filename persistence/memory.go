@@ -250,6 +250,14 @@ func staleCheckpoint(job, where string, id, newest uint64) error {
 }
 
 // Latest implements CheckpointStore.
+// Clear implements CheckpointStore.
+func (s *MemoryCheckpointStore) Clear(ctx context.Context, job string) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	delete(s.newest, job)
+	return nil
+}
+
 func (s *MemoryCheckpointStore) Latest(ctx context.Context, job string) (Checkpoint, bool, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()

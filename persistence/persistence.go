@@ -88,4 +88,7 @@ type CheckpointStore interface {
 	// Latest returns the newest completed checkpoint of job, and false when
 	// there is none.
 	Latest(ctx context.Context, job string) (Checkpoint, bool, error)
+	// Clear removes every checkpoint of job (a job that ran to its end
+	// starts afresh next time).
+	Clear(ctx context.Context, job string) error
 }
