@@ -41,6 +41,7 @@ type Mailbox struct {
 	scheduled atomic.Bool
 	suspended atomic.Bool
 	sysN      atomic.Int32 // system messages queued
+	errs      []error      // for OnError, reported outside the lock
 	local     []entry      // messages handed to the actor, being processed
 
 	invoker    actor.MessageInvoker
@@ -197,13 +198,15 @@ func (m *Mailbox) PostUserMessage(msg any) {
 	m.after(fire)
 }
 
-// after runs outside the lock: episode callbacks, then scheduling.
+// after runs outside the lock: episode and error callbacks, then
+// scheduling.
 func (m *Mailbox) after(fire []Episode) {
 	if m.cfg.OnOverflow != nil {
 		for _, e := range fire {
 			m.cfg.OnOverflow(e)
 		}
 	}
+	m.reportErrors()
 	m.schedule()
 }
 
@@ -430,12 +433,29 @@ func (m *Mailbox) PostSystemMessage(msg any) {
 		}
 	}
 	m.mu.Unlock()
+	m.reportErrors()
 	m.schedule()
 }
 
+// reportLocked queues err for OnError, which reportErrors calls once the
+// lock is released (the callback may call Stats).
 func (m *Mailbox) reportLocked(err error) {
 	if m.cfg.OnError != nil {
-		go m.cfg.OnError(err) // not under the lock; the callback may call Stats
+		m.errs = append(m.errs, err)
+	}
+}
+
+// reportErrors hands queued errors to OnError, outside the lock.
+func (m *Mailbox) reportErrors() {
+	if m.cfg.OnError == nil {
+		return
+	}
+	m.mu.Lock()
+	errs := m.errs
+	m.errs = nil
+	m.mu.Unlock()
+	for _, err := range errs {
+		m.cfg.OnError(err)
 	}
 }
 
@@ -477,6 +497,7 @@ func (m *Mailbox) Stats() Stats {
 // once their group commits: every CommitEvery messages or 1 MiB, whenever
 // the actor needs them, and when the actor stops.
 func (m *Mailbox) Sync() error {
+	defer m.reportErrors()
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if m.spill == nil {
@@ -652,6 +673,7 @@ func (m *Mailbox) spillLocked(msg any, n int, ctl bool) error {
 }
 
 func (m *Mailbox) ack(seq uint64) {
+	defer m.reportErrors()
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if m.spill.ack(seq) {
@@ -697,6 +719,7 @@ func (m *Mailbox) run() (yield bool) {
 		if next == len(local) {
 			var ended *Episode
 			local, ended = m.popBatch(local[:0], min(popBatchSize, m.cfg.Throughput-i))
+			m.reportErrors() // of refills from the spill
 			next = 0
 			if ended != nil && m.cfg.OnOverflow != nil {
 				m.cfg.OnOverflow(*ended)
