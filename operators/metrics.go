@@ -43,9 +43,10 @@ func newJobMetrics(x *execution) (*jobMetrics, error) {
 	depth, e1 := m.Int64ObservableGauge("sluice.queue.depth", metric.WithDescription("records waiting in an operator's input mailboxes"), metric.WithUnit("{record}"))
 	restarts, e2 := m.Int64ObservableCounter("sluice.job.restarts", metric.WithDescription("restarts of the job from its last checkpoint"))
 	completed, e3 := m.Int64ObservableCounter("sluice.checkpoints.completed", metric.WithDescription("checkpoints completed"))
-	jm.checkpoint, _ = m.Float64Histogram("sluice.checkpoint.duration", metric.WithDescription("from barriers injected to checkpoint stored"), metric.WithUnit("s"))
-	jm.latency, _ = m.Float64Histogram("sluice.batch.processing", metric.WithDescription("time an operator instance spent on one batch of records"), metric.WithUnit("s"))
-	for _, e := range []error{e1, e2, e3} {
+	var e4, e5 error
+	jm.checkpoint, e4 = m.Float64Histogram("sluice.checkpoint.duration", metric.WithDescription("from barriers injected to checkpoint stored"), metric.WithUnit("s"))
+	jm.latency, e5 = m.Float64Histogram("sluice.batch.processing", metric.WithDescription("time an operator instance spent on one batch of records"), metric.WithUnit("s"))
+	for _, e := range []error{e1, e2, e3, e4, e5} {
 		if e != nil && err == nil {
 			err = e
 		}

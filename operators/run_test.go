@@ -369,9 +369,11 @@ func TestDrainUnboundedSource(t *testing.T) {
 	}
 }
 
-func TestStopAborts(t *testing.T) {
-	sys, ctx := newSystem(t)
-	top := operators.NewTopology("stopped")
+// runEndless starts a job whose source never ends, collecting what it
+// emits, and returns once records flow.
+func runEndless(t *testing.T, sys *actors.System, ctx context.Context, name string) (*operators.Topology, *actors.Run, *operators.Collector[int64]) {
+	t.Helper()
+	top := operators.NewTopology(name)
 	src := operators.Source(top, "ticks", operators.Generate(operators.Unbounded, func(i int64) int64 { return i }))
 	col := operators.NewCollector[int64]()
 	operators.Sink(src, "out", col)
@@ -380,6 +382,12 @@ func TestStopAborts(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitFor(t, "records to flow", func() bool { return col.Len() > 0 })
+	return top, run, col
+}
+
+func TestStopAborts(t *testing.T) {
+	sys, ctx := newSystem(t)
+	_, run, _ := runEndless(t, sys, ctx, "stopped")
 	if err := run.Stop(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -395,15 +403,7 @@ func TestSystemStopDrainsRunningJobs(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	top := operators.NewTopology("endless")
-	src := operators.Source(top, "ticks", operators.Generate(operators.Unbounded, func(i int64) int64 { return i }))
-	col := operators.NewCollector[int64]()
-	operators.Sink(src, "out", col)
-	run, err := sys.Run(ctx, top)
-	if err != nil {
-		t.Fatal(err)
-	}
-	waitFor(t, "records to flow", func() bool { return col.Len() > 0 })
+	top, run, col := runEndless(t, sys, ctx, "endless")
 	if err := sys.Stop(ctx); err != nil {
 		t.Fatal(err)
 	}

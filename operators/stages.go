@@ -138,16 +138,36 @@ func (s *mapStage[In, Out]) push(b *batch[In]) {
 		out = make([]Out, n, max(n, s.sc.batch))
 	}
 	out = out[:n]
-	f := s.f
-	for i, v := range b.vs {
-		out[i] = f(v)
-	}
+	mapInto(s.f, b.vs, out)
 	s.out.vs, s.out.ts = out, b.ts
 	s.sc.c.out.Add(int64(n))
 	s.next.push(&s.out)
 }
 
 func (s *mapStage[In, Out]) finish() { s.next.finish() }
+
+// The record loops of the fast paths live in functions without defers, so
+// that the compiler keeps them tight (the stages defer their failure
+// attribution and tracing once per batch).
+
+func mapInto[In, Out any](f func(In) Out, vs []In, out []Out) {
+	for i, v := range vs {
+		out[i] = f(v)
+	}
+}
+
+// keepInPlace moves the values keep accepts to the front of vs and returns
+// how many there are.
+func keepInPlace[T any](keep func(T) bool, vs []T) int {
+	j := 0
+	for _, v := range vs {
+		if keep(v) {
+			vs[j] = v
+			j++
+		}
+	}
+	return j
+}
 
 type filterStage[T any] struct {
 	keep func(T) bool
@@ -167,13 +187,7 @@ func (s *filterStage[T]) push(b *batch[T]) {
 	}
 	j := 0
 	if b.ts == nil {
-		vs, keep := b.vs, s.keep
-		for _, v := range vs {
-			if keep(v) {
-				vs[j] = v
-				j++
-			}
-		}
+		j = keepInPlace(s.keep, b.vs)
 	} else {
 		for i, v := range b.vs {
 			if s.keep(v) {

@@ -249,7 +249,6 @@ func (s *BoltCheckpointStore) Complete(ctx context.Context, job string, cp Check
 	return nil
 }
 
-// Latest implements CheckpointStore.
 // Clear implements CheckpointStore.
 func (s *BoltCheckpointStore) Clear(ctx context.Context, job string) error {
 	err := s.db.Update(func(tx *bolt.Tx) error {
@@ -260,11 +259,12 @@ func (s *BoltCheckpointStore) Clear(ctx context.Context, job string) error {
 		return root.DeleteBucket([]byte(job))
 	})
 	if err != nil {
-		return fmt.Errorf("persistence: checkpoints of %q in %s: clear: %w", job, s.db.Path(), err)
+		return fmt.Errorf("persistence: job %q checkpoints%s: clear: %w", job, s.where, err)
 	}
 	return nil
 }
 
+// Latest implements CheckpointStore.
 func (s *BoltCheckpointStore) Latest(ctx context.Context, job string) (cp Checkpoint, ok bool, err error) {
 	err = s.db.View(func(tx *bolt.Tx) error {
 		root := tx.Bucket(checkpointsBucket)

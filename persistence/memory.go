@@ -249,7 +249,6 @@ func staleCheckpoint(job, where string, id, newest uint64) error {
 	return errorf(ErrStaleCheckpoint, "persistence: job %q%s: complete checkpoint %d: stale: checkpoint %d is already complete", job, where, id, newest)
 }
 
-// Latest implements CheckpointStore.
 // Clear implements CheckpointStore.
 func (s *MemoryCheckpointStore) Clear(ctx context.Context, job string) error {
 	s.mu.Lock()
@@ -258,6 +257,7 @@ func (s *MemoryCheckpointStore) Clear(ctx context.Context, job string) error {
 	return nil
 }
 
+// Latest implements CheckpointStore.
 func (s *MemoryCheckpointStore) Latest(ctx context.Context, job string) (Checkpoint, bool, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
