@@ -11,6 +11,7 @@ const (
 	EndOfStream             // the sender will send nothing more on this channel
 	Barrier                 // a checkpoint barrier; Mark is the checkpoint id
 	Watermark               // event time has reached Mark on this channel
+	Idle                    // the sender has nothing for a while: event time stops waiting for the channel until it sends again
 )
 
 func (k Kind) String() string {
@@ -23,6 +24,8 @@ func (k Kind) String() string {
 		return "barrier"
 	case Watermark:
 		return "watermark"
+	case Idle:
+		return "idle"
 	}
 	return fmt.Sprintf("kind(%d)", uint8(k))
 }

@@ -47,6 +47,13 @@ type OperatorStats struct {
 	Out         int64 // records emitted
 	// DeadLettered counts records the operator gave to the dead-letter store.
 	DeadLettered int64
+	// Late counts records that arrived after event time had passed every
+	// window (or join interval) they belong to, beyond the allowed lateness:
+	// they went to the operator's late output, or were dropped, counted here.
+	Late int64
+	// Watermark is the operator's current event time (the lowest over its
+	// instances), zero before the first watermark.
+	Watermark time.Time
 	// The input mailboxes, reported on the first operator of a task (summed
 	// over instances; the high-water mark is the largest of them).
 	Policy         string           // overflow policy

@@ -51,8 +51,35 @@ type Checkpointer interface {
 	Checkpoint() ([]byte, error)
 }
 
+// TwoPhaseWriter is implemented by Writers that commit to an external
+// system only when a checkpoint completes (a database transaction, a
+// broker's publish), as Flink's two-phase commit sinks do. At a checkpoint's
+// barrier PreCommit stages everything written since the previous one under
+// the checkpoint's id and returns what must be recorded in the checkpoint to
+// finish the commit later; once every operator has recorded its state and
+// the checkpoint is complete, Commit makes it visible. After a crash the
+// job restores the last completed checkpoint and opens the sink with
+// RestorableSink.OpenAt and the PreCommit bytes of that checkpoint: the
+// writer must finish that commit if it had not happened (idempotently, e.g.
+// by keeping the last committed id in the same transaction), and discard
+// anything staged after it. Close, at the end of the stream, commits what is
+// left.
+type TwoPhaseWriter interface {
+	PreCommit(checkpoint uint64) ([]byte, error)
+	Commit(ctx context.Context, checkpoint uint64) error
+}
+
+// Acker is implemented by Readers of sources that acknowledge records to
+// their origin (a broker) only once a completed checkpoint covers them.
+// Ack(offset) says that every record before offset is covered: offset is
+// what Offset returned at the checkpoint's barrier.
+type Acker interface {
+	Ack(ctx context.Context, offset int64) error
+}
+
 // RestorableSink is implemented by SinkConnectors whose Writers are
-// Checkpointers: OpenAt reopens a partition at a checkpointed position.
+// Checkpointers or TwoPhaseWriters: OpenAt reopens a partition at a
+// checkpointed position.
 type RestorableSink[T any] interface {
 	OpenAt(ctx context.Context, part, parts int, state []byte) (Writer[T], error)
 }

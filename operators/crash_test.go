@@ -43,7 +43,7 @@ func TestCheckpointCrashChild(t *testing.T) {
 	fmt.Println("DONE")
 }
 
-const crashRecords = 1_500_000
+const crashRecords = 10_000_000
 
 // TestCheckpointCrash runs a keyed counting topology with checkpoints every
 // 100 ms in a child process, SIGKILLs it at random points (the seed is
@@ -74,7 +74,7 @@ func TestCheckpointCrash(t *testing.T) {
 		}
 		delay := time.Duration(0)
 		if kills < 20 {
-			delay = time.Duration(150+rng.IntN(350)) * time.Millisecond
+			delay = time.Duration(100+rng.IntN(200)) * time.Millisecond
 		}
 		killed, done := runChild(t, dir, delay)
 		if killed {

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"slices"
 	"strconv"
 	"sync"
@@ -30,6 +31,11 @@ var ErrAborted = errors.New("operators: job stopped before it finished")
 type (
 	startMsg struct{}
 	tickMsg  struct{ waiter bool }
+	// timerMsg runs a stage's timer function f in the instance's actor.
+	timerMsg struct {
+		id uint64
+		f  func()
+	}
 	drainMsg struct{}
 	abortMsg struct{}
 	finished struct{ task, instance, gen int }
@@ -49,6 +55,11 @@ type (
 		states   map[string][]byte
 		offsets  map[string]int64
 	}
+	// cpCommitted: checkpoint id completed; sinks commit, sources acknowledge.
+	cpCommitted struct {
+		gen int
+		id  uint64
+	}
 	cpTick     struct{}          // the checkpoint interval elapsed
 	sourceDone struct{ gen int } // a source reached its end: checkpoints stop
 	restartMsg struct{ gen int } // the restart backoff elapsed
@@ -56,11 +67,13 @@ type (
 
 func (*barrierMsg) IsControl() bool { return true }
 
-func (*tickMsg) IsControl() bool  { return true }
-func (*cpTick) IsControl() bool   { return true }
-func (*drainMsg) IsControl() bool { return true }
-func (*credit) IsControl() bool   { return true }
-func (*startMsg) IsControl() bool { return true }
+func (*tickMsg) IsControl() bool     { return true }
+func (*timerMsg) IsControl() bool    { return true }
+func (*cpTick) IsControl() bool      { return true }
+func (*drainMsg) IsControl() bool    { return true }
+func (*credit) IsControl() bool      { return true }
+func (*cpCommitted) IsControl() bool { return true }
+func (*startMsg) IsControl() bool    { return true }
 
 // outputSpec is one output edge of an instance: how records are partitioned
 // and the channels to the target instances (one for forward edges).
@@ -98,6 +111,8 @@ type emitter[T any] struct {
 	in   *instance
 	outs []*output[T]
 	size int
+	wm   int64           // the chain's event time: sent on every channel at the next flush when it advanced
+	sent int64           // the last watermark sent
 	tctx context.Context // the trace of the last traced batch pushed, for the envelopes it fills
 }
 
@@ -109,7 +124,7 @@ type output[T any] struct {
 }
 
 func newEmitter[T any](specs []*outputSpec, in *instance) *emitter[T] {
-	e := &emitter[T]{in: in, size: in.exec.topo.cfg.batchSize}
+	e := &emitter[T]{in: in, size: in.exec.topo.cfg.batchSize, wm: math.MinInt64, sent: math.MinInt64}
 	for _, s := range specs {
 		o := &output[T]{spec: s, bufs: make([]batch[T], len(s.chans))}
 		if s.part == partHash {
@@ -191,7 +206,20 @@ func (e *emitter[T]) flush() {
 		}
 	}
 	e.tctx = nil
+	if e.wm > e.sent { // after the records it follows, on every channel
+		e.sent = e.wm
+		for _, o := range e.outs {
+			for _, oc := range o.spec.chans {
+				e.in.enqueue(oc, &actors.Envelope{Kind: actors.Watermark, Mark: e.wm})
+			}
+		}
+		e.in.idleOut = false
+		e.in.noteEventTime(e.wm)
+	}
 }
+
+// watermark records the chain's new event time; flush sends it.
+func (e *emitter[T]) watermark(wm int64) { e.wm = max(e.wm, wm) }
 
 func (e *emitter[T]) finish() { e.flush() }
 
@@ -219,14 +247,29 @@ type instance struct {
 	mbCfg    mailbox.Config // this instance's input mailbox
 	credited bool           // its policy is Block: senders hold credits
 
-	num        int         // the instance's number within the job (for acks)
-	gen        int         // the job generation: it grows with every restart
-	states     []stateSlot // stages whose state goes into checkpoints
-	srcKey     string      // "source/instance": the key of its offset
-	srcOffset  int64       // where the source starts (a restored offset)
-	finishedIn []bool      // input channels that delivered end-of-stream
-	align      alignment   // the checkpoint barrier being aligned
-	tr         *tracer     // nil when tracing is off
+	num         int          // the instance's number within the job (for acks)
+	gen         int          // the job generation: it grows with every restart
+	states      []stateSlot  // stages whose state goes into checkpoints
+	srcKey      string       // "source/instance": the key of its offset
+	srcOffset   int64        // where the source starts (a restored offset)
+	finishedIn  []bool       // input channels that delivered end-of-stream
+	align       alignment    // the checkpoint barrier being aligned
+	pendingAcks []pendingAck // a source's offsets at checkpoints not yet completed
+
+	// Event time: each input channel's watermark, whether it is idle, and
+	// the instance's event time, the lowest over its active channels.
+	inWm      []int64
+	idleIn    []bool
+	idleN     int
+	curWm     int64
+	idleOut   bool          // Idle was sent on every output and nothing since
+	idleAfter time.Duration // a source's idle timeout, 0: never idle
+	lastData  time.Time     // a source's last record
+	idleTimer bool          // a timer will tick when the idle timeout passes
+	timers    map[uint64]func() bool
+	timerSeq  uint64
+	evTime    atomic.Int64 // curWm or the chain's emitted watermark, for Stats
+	tr        *tracer      // nil when tracing is off
 
 	c        actor.Context
 	stash    []*actors.Envelope
@@ -266,6 +309,8 @@ func (in *instance) Receive(c actor.Context) {
 		in.drain()
 	case *barrierMsg:
 		in.sourceBarrier(m.id)
+	case *cpCommitted:
+		in.committed(m)
 	case *credit:
 		in.onCredit(m)
 	case *tickMsg:
@@ -273,6 +318,13 @@ func (in *instance) Receive(c actor.Context) {
 			in.waiterActive = false
 		}
 		in.step()
+	case *timerMsg:
+		if _, ok := in.timers[m.id]; ok {
+			delete(in.timers, m.id)
+			m.f()
+			in.em.flush()
+			in.maybeReport()
+		}
 	case *startMsg:
 		in.start()
 	case *drainMsg:
@@ -324,7 +376,7 @@ func (in *instance) maybeAligned() {
 	id, held := in.align.id, in.align.held
 	in.align = alignment{}
 	in.em.flush()
-	states := in.snapshot()
+	states := in.snapshot(id)
 	for _, oc := range in.outs {
 		in.enqueue(oc, &actors.Envelope{Kind: actors.Barrier, Mark: int64(id)})
 	}
@@ -339,19 +391,54 @@ func (in *instance) sourceBarrier(id uint64) {
 		return // ended: the job stops checkpointing
 	}
 	in.em.flush()
-	states := in.snapshot()
+	states := in.snapshot(id)
 	for _, oc := range in.outs {
 		in.enqueue(oc, &actors.Envelope{Kind: actors.Barrier, Mark: int64(id)})
 	}
+	off := in.src.offset()
+	in.pendingAcks = append(in.pendingAcks, pendingAck{id, off})
 	in.c.Send(in.exec.jobPID, &cpAck{gen: in.gen, id: id, instance: in.num, states: states,
-		offsets: map[string]int64{in.srcKey: in.src.offset()}})
+		offsets: map[string]int64{in.srcKey: off}})
+}
+
+type pendingAck struct {
+	id     uint64
+	offset int64
+}
+
+// committed carries out what a completed checkpoint asks: two-phase sinks
+// commit, and the source acknowledges what the checkpoint covers.
+func (in *instance) committed(m *cpCommitted) {
+	if m.gen != in.gen {
+		return
+	}
+	for _, s := range in.sinks {
+		if c, ok := s.(interface{ commit(uint64) }); ok {
+			c.commit(m.id)
+		}
+	}
+	if in.src == nil {
+		return
+	}
+	n := 0
+	for n < len(in.pendingAcks) && in.pendingAcks[n].id <= m.id {
+		n++
+	}
+	if n == 0 {
+		return
+	}
+	off := in.pendingAcks[n-1].offset
+	in.pendingAcks = in.pendingAcks[n:]
+	if err := in.src.ack(off); err != nil {
+		panic(err)
+	}
 }
 
 // snapshot records the state of the chain's stateful stages.
-func (in *instance) snapshot() map[string][]byte {
+func (in *instance) snapshot(id uint64) map[string][]byte {
 	states := make(map[string][]byte, len(in.states))
 	for _, s := range in.states {
-		b, err := s.st.snapshotState()
+		b, err := s.st.snapshotState(id)
 		if err != nil {
 			panic(&stageFailure{op: s.key, err: fmt.Errorf("checkpoint: %w", err)})
 		}
@@ -382,6 +469,10 @@ func (in *instance) start() {
 func (in *instance) handle(env *actors.Envelope) {
 	switch env.Kind {
 	case actors.Data:
+		if in.idleN > 0 && in.idleIn[env.Channel] {
+			in.idleIn[env.Channel] = false
+			in.idleN--
+		}
 		if env.Count == 0 { // every record was shed by the overflow policy
 			return
 		}
@@ -411,10 +502,111 @@ func (in *instance) handle(env *actors.Envelope) {
 		in.maybeAligned()
 		if in.eosLeft == 0 {
 			in.endOfInput()
+		} else {
+			in.advance()
 		}
 	case actors.Barrier:
 		in.onBarrier(env.Channel, uint64(env.Mark))
+	case actors.Watermark:
+		ch := env.Channel
+		if in.idleIn[ch] {
+			in.idleIn[ch] = false
+			in.idleN--
+		}
+		if env.Mark > in.inWm[ch] {
+			in.inWm[ch] = env.Mark
+			in.advance()
+		}
+	case actors.Idle:
+		if !in.idleIn[env.Channel] {
+			in.idleIn[env.Channel] = true
+			in.idleN++
+			in.advance()
+		}
 	}
+}
+
+// advance recomputes the instance's event time, the lowest watermark of its
+// active input channels (the ones neither ended nor idle), and passes it
+// through the chain when it moved forward. It never goes back: a channel
+// that becomes active again behind it holds it only from then on. When
+// every open channel is idle, the instance tells its consumers it is idle.
+func (in *instance) advance() {
+	if in.done {
+		return
+	}
+	low, active, open := int64(math.MaxInt64), false, false
+	for i, wm := range in.inWm {
+		if in.finishedIn[i] {
+			continue
+		}
+		open = true
+		if in.idleIn[i] {
+			continue
+		}
+		active = true
+		low = min(low, wm)
+	}
+	if !active {
+		if open {
+			in.goIdle()
+		}
+		return
+	}
+	if low > in.curWm {
+		in.curWm = low
+		in.noteEventTime(low)
+		in.head.watermark(low)
+		in.em.flush()
+	}
+}
+
+// goIdle tells every consumer that this instance has nothing for a while.
+func (in *instance) goIdle() {
+	if in.idleOut {
+		return
+	}
+	in.em.flush()
+	in.idleOut = true
+	for _, oc := range in.outs {
+		in.enqueue(oc, &actors.Envelope{Kind: actors.Idle})
+	}
+}
+
+func (in *instance) noteEventTime(wm int64) {
+	if wm > in.evTime.Load() {
+		in.evTime.Store(wm)
+	}
+}
+
+// checkIdle marks a source that has read nothing for its idle timeout as
+// idle, or arms a timer that looks again when the timeout will have passed.
+func (in *instance) checkIdle() {
+	if in.idleAfter <= 0 || in.idleOut || in.idleTimer {
+		return
+	}
+	quiet := in.exec.topo.cfg.now().Sub(in.lastData)
+	if quiet >= in.idleAfter {
+		in.goIdle()
+		return
+	}
+	in.idleTimer = true
+	in.afterFunc(in.idleAfter-quiet, func() {
+		in.idleTimer = false
+		in.scheduleTick()
+	})
+}
+
+// afterFunc runs f in the instance's actor once d has passed, unless the
+// instance stops first. Stages use it for processing-time timers.
+func (in *instance) afterFunc(d time.Duration, f func()) {
+	if in.timers == nil {
+		in.timers = make(map[uint64]func() bool)
+	}
+	in.timerSeq++
+	id := in.timerSeq
+	root, self := in.exec.root, in.self
+	in.timers[id] = in.exec.topo.cfg.after(d, func() { root.Send(self, &timerMsg{id: id, f: f}) })
 }
 
 // endOfInput finishes the chain (aggregations emit, sinks flush) and sends
@@ -558,8 +750,13 @@ func (in *instance) step() {
 	case err != nil:
 		panic(err)
 	case n > 0:
+		if in.idleAfter > 0 {
+			in.lastData = in.exec.topo.cfg.now()
+			in.idleOut = false
+		}
 		in.scheduleTick()
 	default:
+		in.checkIdle()
 		w := in.src.waiter()
 		if w == nil {
 			in.scheduleTick()
@@ -579,6 +776,10 @@ func (in *instance) step() {
 }
 
 func (in *instance) release() {
+	for _, stop := range in.timers {
+		stop()
+	}
+	in.timers = nil
 	if in.src != nil {
 		_ = in.src.close()
 	}
@@ -753,6 +954,7 @@ func (x *execution) Stats() []actors.OperatorStats {
 				st.In += c.in.Load()
 				st.Out += c.out.Load()
 				st.DeadLettered += c.dead.Load()
+				st.Late += c.late.Load()
 			}
 			if pos == 0 && id < len(x.instances) {
 				for _, in := range x.instances[id] {
@@ -773,6 +975,9 @@ func (x *execution) Stats() []actors.OperatorStats {
 								st.DroppedBy[r.String()] += ms.Dropped[r]
 							}
 						}
+					}
+					if wm := in.evTime.Load(); wm != 0 && (st.Watermark.IsZero() || time.Unix(0, wm).Before(st.Watermark)) {
+						st.Watermark = time.Unix(0, wm)
 					}
 					st.Blocked += time.Duration(in.blocked.Load())
 					if since := in.blockedSince.Load(); since != 0 {
@@ -931,6 +1136,14 @@ func (x *execution) build() error {
 			num++
 			in.tr = newTracer(x, in)
 			in.finishedIn = make([]bool, len(in.ins))
+			in.inWm = make([]int64, len(in.ins))
+			for i := range in.inWm {
+				in.inWm[i] = math.MinInt64
+			}
+			in.idleIn = make([]bool, len(in.ins))
+			in.curWm = math.MinInt64
+			in.idleAfter = chain[0].idleAfter
+			in.lastData = cfg.now()
 			if chain[0].role == roleSource {
 				in.srcKey = chain[0].name + "/" + strconv.Itoa(in.idx)
 				if x.restored != nil {
@@ -946,7 +1159,8 @@ func (x *execution) build() error {
 			}
 			for pos := len(chain) - 1; pos >= 0; pos-- {
 				n := chain[pos]
-				sc := &stageCtx{node: n, instance: in.idx, parts: p.par[n], ctx: x.ctx, c: x.counters[n][in.idx], batch: cfg.batchSize, tr: in.tr}
+				sc := &stageCtx{node: n, instance: in.idx, parts: p.par[n], ctx: x.ctx, c: x.counters[n][in.idx], batch: cfg.batchSize, tr: in.tr,
+					after: in.afterFunc, now: cfg.now}
 				if x.restored != nil {
 					sc.restore, sc.restored = x.restored.States[sc.key()]
 				}
@@ -1213,6 +1427,11 @@ func (j *jobActor) feed(c actor.Context, ev any) {
 			x.cpStats.LastID, x.cpStats.LastDuration, x.cpStats.LastTime = a.ID, d, time.Now()
 			x.cpStatsMu.Unlock()
 			x.metrics.checkpointDone(d)
+			for _, insts := range x.instances {
+				for _, in := range insts {
+					c.Send(in.self, &cpCommitted{gen: x.gen, id: a.ID})
+				}
+			}
 			x.sys.Logger().Debug("checkpoint completed", "job", x.topo.name, "checkpoint", a.ID, "duration", d)
 		case actFailed:
 			delete(j.started, a.ID)

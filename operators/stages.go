@@ -7,6 +7,7 @@ import (
 	"io"
 	"strconv"
 	"sync/atomic"
+	"time"
 
 	"github.com/vmihailenco/msgpack/v5"
 	"go.opentelemetry.io/otel/trace"
@@ -46,26 +47,35 @@ func (b *batch[T]) Retain(keep func(i int) bool) int {
 // owns: the stage may modify it in place but must not keep it after
 // returning. finish is called once at end of stream, after the last push:
 // the stage emits what it still holds and calls its successor's finish.
+//
+// watermark says that event time has reached wm (Unix nanoseconds): no
+// record with a time at or before wm follows. Stages that keep event-time
+// state (windows, joins) act on it; the others pass it on.
 type pusher[T any] interface {
 	push(b *batch[T])
+	watermark(wm int64)
 	finish()
 }
 
 // inlet feeds the payload of a data envelope to the head of a chain.
 type inlet interface {
 	deliver(payload any)
+	watermark(wm int64)
 	finish()
 }
 
 type typedInlet[T any] struct{ head pusher[T] }
 
-func (i *typedInlet[T]) deliver(p any) { i.head.push(p.(*batch[T])) }
-func (i *typedInlet[T]) finish()       { i.head.finish() }
+func (i *typedInlet[T]) deliver(p any)      { i.head.push(p.(*batch[T])) }
+func (i *typedInlet[T]) watermark(wm int64) { i.head.watermark(wm) }
+func (i *typedInlet[T]) finish()            { i.head.finish() }
 
 // counters are one operator instance's statistics, read concurrently by Stats.
 type counters struct {
 	in, out atomic.Int64
 	dead    atomic.Int64 // records given to the dead-letter store
+	late    atomic.Int64 // records behind event time beyond the allowed lateness
+	wm      atomic.Int64 // the stage's event time (Unix ns), 0 before the first watermark
 }
 
 // stageCtx is what a stage knows about where it runs.
@@ -80,6 +90,10 @@ type stageCtx struct {
 	restored bool            // restore is set (a stage's state may be empty)
 	failures *failureHandler // the record-failure policy, nil: a panic fails the operator
 	tr       *tracer         // the instance's tracer, nil when tracing is off
+	// after runs f in the instance's actor once d has passed (processing-time
+	// timers); now is the job's clock.
+	after func(d time.Duration, f func())
+	now   func() time.Time
 }
 
 // key names the stage's instance in checkpoints: "operator/instance".
@@ -87,7 +101,7 @@ func (sc *stageCtx) key() string { return sc.node.name + "/" + strconv.Itoa(sc.i
 
 // stateful is implemented by stages whose state belongs in checkpoints.
 type stateful interface {
-	snapshotState() ([]byte, error)
+	snapshotState(checkpoint uint64) ([]byte, error)
 }
 
 // fail aborts the instance with err; the supervisor reports it as the
@@ -143,6 +157,8 @@ func (s *mapStage[In, Out]) push(b *batch[In]) {
 	s.sc.c.out.Add(int64(n))
 	s.next.push(&s.out)
 }
+
+func (s *mapStage[In, Out]) watermark(wm int64) { s.next.watermark(wm) }
 
 func (s *mapStage[In, Out]) finish() { s.next.finish() }
 
@@ -205,6 +221,8 @@ func (s *filterStage[T]) push(b *batch[T]) {
 	s.next.push(b)
 }
 
+func (s *filterStage[T]) watermark(wm int64) { s.next.watermark(wm) }
+
 func (s *filterStage[T]) finish() { s.next.finish() }
 
 type flatMapStage[In, Out any] struct {
@@ -258,6 +276,8 @@ func (s *flatMapStage[In, Out]) flush(timed bool) {
 	s.out.vs, s.out.ts = s.out.vs[:0], s.out.ts[:0]
 }
 
+func (s *flatMapStage[In, Out]) watermark(wm int64) { s.next.watermark(wm) }
+
 func (s *flatMapStage[In, Out]) finish() { s.next.finish() }
 
 // keyedStage keeps one accumulator per key, in memory.
@@ -271,7 +291,7 @@ type keyedState[K comparable, A any] struct {
 	Accs []A `msgpack:"a"`
 }
 
-func (s *keyedStage[K, T, A]) snapshotState() ([]byte, error) {
+func (s *keyedStage[K, T, A]) snapshotState(uint64) ([]byte, error) {
 	st := keyedState[K, A]{Keys: s.order, Accs: make([]A, len(s.order))}
 	for i, k := range s.order {
 		st.Accs[i] = s.state[k]
@@ -357,6 +377,8 @@ func (s *keyedStage[K, T, A]) fold(v T) {
 	}
 }
 
+func (s *keyedStage[K, T, A]) watermark(wm int64) { s.next.watermark(wm) }
+
 func (s *keyedStage[K, T, A]) finish() {
 	defer s.sc.attribute()
 	if tr := s.sc.tr; tr != nil && len(s.links) > 0 {
@@ -414,6 +436,8 @@ func (s *sinkStage[T]) push(b *batch[T]) {
 	}
 }
 
+func (s *sinkStage[T]) watermark(int64) {}
+
 func (s *sinkStage[T]) finish() {
 	w := s.w
 	s.w = nil
@@ -424,12 +448,24 @@ func (s *sinkStage[T]) finish() {
 	}
 }
 
-func (s *sinkStage[T]) snapshotState() ([]byte, error) {
+func (s *sinkStage[T]) snapshotState(checkpoint uint64) ([]byte, error) {
+	if tp, ok := s.w.(TwoPhaseWriter); ok {
+		return tp.PreCommit(checkpoint)
+	}
 	c, ok := s.w.(Checkpointer)
 	if !ok {
 		return nil, nil // at-least-once: nothing to record
 	}
 	return c.Checkpoint()
+}
+
+// commit finishes the two-phase commit of a completed checkpoint.
+func (s *sinkStage[T]) commit(checkpoint uint64) {
+	if tp, ok := s.w.(TwoPhaseWriter); ok {
+		if err := tp.Commit(s.sc.ctx, checkpoint); err != nil {
+			s.sc.fail(fmt.Errorf("commit checkpoint %d: %w", checkpoint, err))
+		}
+	}
 }
 
 // abort releases the writer without the end-of-stream guarantees.
@@ -451,6 +487,7 @@ type sourceRunner interface {
 	finish()
 	close() error
 	waiter() Waiter
+	ack(offset int64) error
 }
 
 type sourceStage[T any] struct {
@@ -499,6 +536,17 @@ func (s *sourceStage[T]) close() error {
 	err := s.r.Close()
 	s.r = nil
 	return err
+}
+
+// ack tells the reader that a completed checkpoint covers every record
+// before offset.
+func (s *sourceStage[T]) ack(offset int64) error {
+	if a, ok := s.r.(Acker); ok && s.r != nil {
+		if err := a.Ack(s.sc.ctx, offset); err != nil {
+			return &stageFailure{op: s.sc.node.name, err: fmt.Errorf("ack offset %d: %w", offset, err)}
+		}
+	}
+	return nil
 }
 
 func (s *sourceStage[T]) waiter() Waiter {

@@ -71,6 +71,11 @@ type node struct {
 	replayable     bool            // a source that can rewind to an offset
 	recordAttempts int             // OnRecordFailure: tries per record
 	recordPolicy   bool            // OnRecordFailure was given
+	idleAfter      time.Duration   // a source's idle timeout (IdleAfter)
+	timed          bool            // the operator's output carries event times it assigned
+	needsTime      bool            // the operator needs event times on its input
+	late           any             // SinkConnector[In] for late records (LateTo)
+	lateness       time.Duration   // AllowedLateness
 
 	// typed builders, set by the generic constructors
 	newSource  func(next any, sc *stageCtx) sourceRunner
@@ -148,10 +153,11 @@ type runConfig struct {
 	// after runs f once d has passed, and returns a function that cancels it
 	// (time.AfterFunc; tests replace it).
 	after func(d time.Duration, f func()) (stop func() bool)
+	now   func() time.Time // the clock of processing time
 }
 
 func defaultRunConfig() runConfig {
-	return runConfig{batchSize: 256, capacity: 4096, after: func(d time.Duration, f func()) func() bool {
+	return runConfig{batchSize: 256, capacity: 4096, now: time.Now, after: func(d time.Duration, f func()) func() bool {
 		return time.AfterFunc(d, f).Stop
 	}}
 }
