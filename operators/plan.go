@@ -163,6 +163,39 @@ func (t *Topology) Plan() (*Plan, error) {
 	if len(t.nodes) == 0 {
 		errs = append(errs, &TopologyError{Topology: t.name, Kind: ErrNoSource, Detail: "the topology is empty"})
 	}
+	timedOut := make(map[*node]bool)
+	var timed func(n *node, depth int) bool
+	timed = func(n *node, depth int) bool {
+		if v, ok := timedOut[n]; ok {
+			return v
+		}
+		v := false
+		switch {
+		case n.timed:
+			v = true
+		case n.role == roleSource || depth > len(t.nodes):
+		case n.stateful && n.emit != EmitUpdates:
+		default:
+			v = len(inputs[n]) > 0
+			for _, in := range inputs[n] {
+				v = v && timed(in, depth+1)
+			}
+		}
+		timedOut[n] = v
+		return v
+	}
+	for _, n := range t.nodes {
+		if !n.needsTime {
+			continue
+		}
+		for _, in := range inputs[n] {
+			if !timed(in, 0) {
+				errs = append(errs, opErr(t, n.name, ErrInvalid, fmt.Sprintf(
+					"event-time %s needs event times, but its input %q carries none: add operators.Timestamps upstream", n.kind, in.name)))
+				break
+			}
+		}
+	}
 	if cyc := findCycle(t.nodes, consumers); cyc != nil {
 		names := make([]string, len(cyc))
 		for i, n := range cyc {

@@ -72,6 +72,8 @@ type node struct {
 	recordAttempts int             // OnRecordFailure: tries per record
 	recordPolicy   bool            // OnRecordFailure was given
 	idleAfter      time.Duration   // a source's idle timeout (IdleAfter)
+	bound          time.Duration   // OutOfOrderness of Timestamps
+	ttl            time.Duration   // StateTTL of a Join
 	timed          bool            // the operator's output carries event times it assigned
 	needsTime      bool            // the operator needs event times on its input
 	late           any             // SinkConnector[In] for late records (LateTo)
@@ -182,6 +184,21 @@ func Capacity(n int) TopologyOption { return func(c *runConfig) { c.capacity = n
 // msgpack-encodable.
 func Checkpoints(interval time.Duration) TopologyOption {
 	return func(c *runConfig) { c.cpInterval = interval }
+}
+
+// Clock is the time source of a job: processing-time windows, source
+// idleness, state TTL, restart backoff and the checkpoint interval read it.
+// Tests pass a clock they advance themselves.
+type Clock interface {
+	Now() time.Time
+	// AfterFunc calls f once d has passed on this clock, unless stop is
+	// called first; stop reports whether it prevented the call.
+	AfterFunc(d time.Duration, f func()) (stop func() bool)
+}
+
+// WithClock makes the job read time from c instead of the system clock.
+func WithClock(c Clock) TopologyOption {
+	return func(cfg *runConfig) { cfg.now, cfg.after = c.Now, c.AfterFunc }
 }
 
 // CheckpointStore sets where the job's checkpoints are kept.

@@ -1,0 +1,233 @@
+package operators
+
+import (
+	"container/heap"
+	"fmt"
+	"math"
+	"time"
+)
+
+// Event time
+//
+// A record's event time is when it happened, as opposed to when sluice
+// handles it. Timestamps takes it from the records and emits watermarks: a
+// watermark at time W says that no record at or before W will follow. Every
+// operator instance tracks the lowest watermark over its input channels
+// (those that neither ended nor went idle) and passes it on, so event-time
+// windows and joins close when every input has passed them.
+
+// Timestamps takes each record's event time with ts and generates
+// watermarks from the largest time seen so far, less the out-of-orderness
+// allowed with OutOfOrderness (default 0: records arrive in order). A
+// record that arrives later than that is late for the windows downstream:
+// see AllowedLateness and LateTo. Watermarks from upstream are replaced by
+// the ones Timestamps generates. It is stateless and fuses with its
+// neighbours.
+func Timestamps[T any](s Stream[T], name string, ts func(T) time.Time, opts ...Option) Stream[T] {
+	nd := stateless[T, T](s, name, "timestamps", ts == nil, func(next any, sc *stageCtx) any {
+		return &timestampStage[T]{f: ts, bound: int64(sc.node.bound), max: math.MinInt64, sent: math.MinInt64,
+			next: next.(pusher[T]), sc: sc}
+	}, opts)
+	nd.timed = true
+	if nd.bound < 0 {
+		nd.topo.errs = append(nd.topo.errs, opErr(nd.topo, name, ErrInvalid, fmt.Sprintf("OutOfOrderness(%v): must not be negative", nd.bound)))
+	}
+	return Stream[T]{nd}
+}
+
+// OutOfOrderness sets how far behind the latest event time a record may
+// arrive and still be on time (Timestamps): the watermark trails the
+// largest event time seen by d.
+func OutOfOrderness(d time.Duration) Option { return func(nd *node) { nd.bound = d } }
+
+// IdleAfter marks a source instance idle when it has read nothing for d:
+// downstream event time stops waiting for it (otherwise one quiet partition
+// holds every window back) until it reads again. For sources only.
+func IdleAfter(d time.Duration) Option { return func(nd *node) { nd.idleAfter = d } }
+
+type timestampStage[T any] struct {
+	f     func(T) time.Time
+	bound int64
+	max   int64 // the largest event time seen
+	sent  int64 // the last watermark generated
+	next  pusher[T]
+	sc    *stageCtx
+	ts    []int64
+}
+
+func (s *timestampStage[T]) push(b *batch[T]) {
+	defer s.sc.attribute()
+	if end := s.sc.traced(len(b.vs)); end != nil {
+		defer end()
+	}
+	n := len(b.vs)
+	s.sc.c.in.Add(int64(n))
+	if cap(s.ts) < n {
+		s.ts = make([]int64, n, max(n, s.sc.batch))
+	}
+	ts := s.ts[:n]
+	s.max = stampInto(s.f, b.vs, ts, s.max)
+	b.ts = ts
+	s.sc.c.out.Add(int64(n))
+	s.next.push(b)
+	if wm := s.max - s.bound - 1; wm > s.sent && s.max != math.MinInt64 {
+		s.sent = wm
+		s.next.watermark(wm)
+	}
+}
+
+func stampInto[T any](f func(T) time.Time, vs []T, ts []int64, hi int64) int64 {
+	for i, v := range vs {
+		t := f(v).UnixNano()
+		ts[i] = t
+		hi = max(hi, t)
+	}
+	return hi
+}
+
+// watermark: Timestamps replaces the watermarks of its input with its own.
+func (s *timestampStage[T]) watermark(int64) {}
+
+func (s *timestampStage[T]) finish() { s.next.finish() }
+
+// ---- windows ----
+
+type windowKind uint8
+
+const (
+	tumbling windowKind = iota + 1
+	sliding
+	sessions
+)
+
+// Windows says how a windowed operator groups records in time: Tumbling,
+// Sliding or Sessions, in event time unless ProcessingTime says otherwise.
+// Windows are aligned to the Unix epoch: a tumbling window of size S holds
+// [k·S, (k+1)·S), a sliding window of size S and slide P holds
+// [k·P, k·P+S).
+type Windows struct {
+	kind  windowKind
+	size  time.Duration
+	slide time.Duration
+	gap   time.Duration
+	proc  bool
+}
+
+// Tumbling windows of the given size: every record belongs to exactly one.
+func Tumbling(size time.Duration) Windows { return Windows{kind: tumbling, size: size, slide: size} }
+
+// Sliding windows of the given size that start every slide: a record
+// belongs to size/slide of them.
+func Sliding(size, slide time.Duration) Windows {
+	return Windows{kind: sliding, size: size, slide: slide}
+}
+
+// Sessions groups the records of a key into sessions that close after gap
+// without a record: a session holds [first, last+gap).
+func Sessions(gap time.Duration) Windows { return Windows{kind: sessions, gap: gap} }
+
+// ProcessingTime makes the windows follow the clock of the machine instead
+// of the records' event time: a record belongs to the window of the moment
+// it is handled, and a window fires when the clock passes its end.
+func (w Windows) ProcessingTime() Windows { w.proc = true; return w }
+
+func (w Windows) String() string {
+	var s string
+	switch w.kind {
+	case tumbling:
+		s = fmt.Sprintf("tumbling(%v)", w.size)
+	case sliding:
+		s = fmt.Sprintf("sliding(%v every %v)", w.size, w.slide)
+	case sessions:
+		s = fmt.Sprintf("sessions(gap %v)", w.gap)
+	default:
+		return "no windows"
+	}
+	if w.proc {
+		s += " in processing time"
+	}
+	return s
+}
+
+func (w Windows) validate() error {
+	switch w.kind {
+	case tumbling:
+		if w.size <= 0 {
+			return fmt.Errorf("%v: the size must be positive", w)
+		}
+	case sliding:
+		if w.size <= 0 || w.slide <= 0 {
+			return fmt.Errorf("%v: size and slide must be positive", w)
+		}
+	case sessions:
+		if w.gap <= 0 {
+			return fmt.Errorf("%v: the gap must be positive", w)
+		}
+		if w.proc {
+			return fmt.Errorf("%v: session windows are in event time only", w)
+		}
+	default:
+		return fmt.Errorf("no windows given (use Tumbling, Sliding or Sessions)")
+	}
+	return nil
+}
+
+// AllowedLateness keeps an event-time window's state for d after it fired:
+// a record that arrives that late still updates the window, which fires
+// again with the new result. Records later than that are late: they are
+// counted (OperatorStats.Late) and go to LateTo's sink, or are dropped.
+func AllowedLateness(d time.Duration) Option { return func(nd *node) { nd.lateness = d } }
+
+// LateTo sends the records that arrive after every window they belong to
+// has closed (past the allowed lateness) to sink, a side output, besides
+// counting them. Its type must be the windowed operator's input type. The
+// sink runs in the windowed operator's instances, at-least-once.
+func LateTo[T any](sink SinkConnector[T]) Option { return func(nd *node) { nd.late = sink } }
+
+// Windowed is the result of a windowed aggregation: a key's value in one
+// window [Start, End).
+type Windowed[K comparable, V any] struct {
+	Key   K
+	Start time.Time
+	End   time.Time
+	Value V
+}
+
+// floorDiv is floor(a / b) for b > 0.
+func floorDiv(a, b int64) int64 {
+	q := a / b
+	if a%b != 0 && a < 0 {
+		q--
+	}
+	return q
+}
+
+// ---- a min-heap of times with a payload ----
+
+type timed[V any] struct {
+	at int64
+	v  V
+}
+
+type timeHeap[V any] []timed[V]
+
+func (h timeHeap[V]) Len() int           { return len(h) }
+func (h timeHeap[V]) Less(i, j int) bool { return h[i].at < h[j].at }
+func (h timeHeap[V]) Swap(i, j int)      { h[i], h[j] = h[j], h[i] }
+func (h *timeHeap[V]) Push(x any)        { *h = append(*h, x.(timed[V])) }
+func (h *timeHeap[V]) Pop() any {
+	old := *h
+	x := old[len(old)-1]
+	*h = old[:len(old)-1]
+	return x
+}
+
+func (h *timeHeap[V]) add(at int64, v V) { heap.Push(h, timed[V]{at, v}) }
+
+// due pops the entry with the earliest time if it is at or before t.
+func (h *timeHeap[V]) due(t int64) (timed[V], bool) {
+	if len(*h) == 0 || (*h)[0].at > t {
+		return timed[V]{}, false
+	}
+	return heap.Pop(h).(timed[V]), true
+}
