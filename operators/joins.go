@@ -26,6 +26,16 @@ type Either[L, R any] struct {
 	Right bool `msgpack:"s"` // R is set, else L
 }
 
+// KeyedUnion brings two streams of different types together, partitioned
+// by key: the next operator receives the records of both as Either, every
+// record of a key from either side in the same instance (Flink's
+// connect + keyBy). Use it with Process or the windowed aggregations to
+// write joins of your own. The operators it adds are named name.left,
+// name.right, name.union and name.key.
+func KeyedUnion[K comparable, L, R any](left Stream[L], right Stream[R], name string, lkey func(L) K, rkey func(R) K) KeyedStream[K, Either[L, R]] {
+	return joinInputs(left, right, name, lkey, rkey)
+}
+
 // joinInputs tags, merges and partitions the two inputs of a join.
 func joinInputs[K comparable, L, R any](left Stream[L], right Stream[R], name string, lkey func(L) K, rkey func(R) K) KeyedStream[K, Either[L, R]] {
 	lt := Map(left, name+".left", func(l L) Either[L, R] { return Either[L, R]{L: l} })

@@ -1,0 +1,257 @@
+package operators
+
+import (
+	"fmt"
+	"math"
+	"reflect"
+	"slices"
+	"time"
+
+	"github.com/vmihailenco/msgpack/v5"
+
+	"github.com/sluicehq/sluice/internal/msgpacksafe"
+)
+
+// ProcessContext is what a Process function sees: the current key, its
+// state, the current event time, and the means to emit results and to set
+// event-time timers. It is valid only during the call it is passed to.
+type ProcessContext[K comparable, S, O any] struct {
+	s   *procCore[K, S, O]
+	key K
+	at  int64 // event time of the record or timer
+}
+
+// Key returns the key of the record or timer being handled.
+func (c *ProcessContext[K, S, O]) Key() K { return c.key }
+
+// State returns the key's state, a zero S the first time. Changes through
+// the pointer are kept, and are part of checkpoints (S must then be
+// msgpack-encodable).
+func (c *ProcessContext[K, S, O]) State() *S {
+	st := c.s.state[c.key]
+	if st == nil {
+		st = new(S)
+		c.s.state[c.key] = st
+	}
+	return st
+}
+
+// Clear forgets the key's state. Its timers stay set.
+func (c *ProcessContext[K, S, O]) Clear() { delete(c.s.state, c.key) }
+
+// Time returns the event time of the record being handled, or the time of
+// the timer that fired (zero when the input carries no event times).
+func (c *ProcessContext[K, S, O]) Time() time.Time {
+	if c.at == math.MinInt64 {
+		return time.Time{}
+	}
+	return time.Unix(0, c.at).UTC()
+}
+
+// Watermark returns the operator's event time: no record at or before it
+// will arrive (zero before the first watermark).
+func (c *ProcessContext[K, S, O]) Watermark() time.Time {
+	if c.s.wm == math.MinInt64 {
+		return time.Time{}
+	}
+	return time.Unix(0, c.s.wm).UTC()
+}
+
+// Emit sends o downstream with the current event time.
+func (c *ProcessContext[K, S, O]) Emit(o O) { c.s.emit(o, c.at) }
+
+// EmitAt sends o downstream with event time t.
+func (c *ProcessContext[K, S, O]) EmitAt(o O, t time.Time) { c.s.emit(o, t.UnixNano()) }
+
+// Timer sets an event-time timer for the key: onTimer runs once the
+// watermark reaches t (at the latest at the end of the input). Setting the
+// same time twice for a key sets one timer.
+func (c *ProcessContext[K, S, O]) Timer(t time.Time) {
+	at := t.UnixNano()
+	id := timerID[K]{at, c.key}
+	if _, dup := c.s.timerSet[id]; dup {
+		return
+	}
+	c.s.timerSet[id] = struct{}{}
+	c.s.timers.add(at, c.key)
+}
+
+type timerID[K comparable] struct {
+	at  int64
+	key K
+}
+
+// Process runs onRecord for every record of a keyed stream, with the
+// record's key and that key's state, and onTimer for every event-time timer
+// that comes due (as Flink's KeyedProcessFunction). Both emit results
+// through the context. State and timers are checkpointed. At the end of the
+// input every timer still set fires, in time order. onTimer may be nil when
+// no timers are set.
+func Process[K comparable, T, S, O any](ks KeyedStream[K, T], name string, onRecord func(c *ProcessContext[K, S, O], v T), onTimer func(c *ProcessContext[K, S, O]), opts ...Option) Stream[O] {
+	t := topoOf(ks.n)
+	if t == nil {
+		t = orphan(name)
+	}
+	nd := &node{name: name, kind: "process", role: roleOperator, stateful: true, timed: true,
+		inType: typeOf[T](), outType: typeOf[O](), stateTypes: []reflect.Type{typeOf[K](), typeOf[S]()}}
+	if onRecord == nil {
+		t.errs = append(t.errs, opErr(t, name, ErrInvalid, "nil function"))
+	}
+	key := ks.key
+	nd.newStage = func(next any, sc *stageCtx) any {
+		core := &procCore[K, S, O]{onTimer: onTimer, wm: math.MinInt64,
+			state: make(map[K]*S), timerSet: make(map[timerID[K]]struct{}), next: next.(pusher[O]), sc: sc}
+		return &processStage[K, T, S, O]{procCore: core, key: key, onRecord: onRecord}
+	}
+	setTypedPlumbing[O](nd)
+	setInlet[T](nd)
+	return Stream[O]{t.add(nd, []*node{ks.n}, opts)}
+}
+
+// processStage runs a Process operator's functions on its records.
+type processStage[K comparable, T, S, O any] struct {
+	*procCore[K, S, O]
+	key      func(T) K
+	onRecord func(c *ProcessContext[K, S, O], v T)
+}
+
+func (s *processStage[K, T, S, O]) push(b *batch[T]) {
+	defer s.sc.attribute()
+	if end := s.sc.traced(len(b.vs)); end != nil {
+		defer end()
+	}
+	s.sc.c.in.Add(int64(len(b.vs)))
+	c := &s.ctx
+	c.s = s.procCore
+	for i, v := range b.vs {
+		c.at = math.MinInt64
+		if b.ts != nil {
+			c.at = b.ts[i]
+		}
+		c.key = s.key(v)
+		s.onRecord(c, v)
+	}
+	s.flushOut()
+}
+
+func (s *processStage[K, T, S, O]) snapshotState(uint64) ([]byte, error) { return s.snapshot() }
+func (s *processStage[K, T, S, O]) restoreState(b []byte) error          { return s.restore(b) }
+
+// procCore is the part of a process stage that does not depend on its input type.
+type procCore[K comparable, S, O any] struct {
+	onTimer  func(c *ProcessContext[K, S, O])
+	wm       int64
+	state    map[K]*S
+	timers   timeHeap[K]
+	timerSet map[timerID[K]]struct{}
+	ctx      ProcessContext[K, S, O]
+	next     pusher[O]
+	sc       *stageCtx
+	out      batch[O]
+	untimed  bool // an output without event time was emitted in this batch
+}
+
+func (s *procCore[K, S, O]) emit(o O, at int64) {
+	s.out.vs = append(s.out.vs, o)
+	s.out.ts = append(s.out.ts, at)
+	if at == math.MinInt64 {
+		s.untimed = true
+	}
+	if len(s.out.vs) >= s.sc.batch {
+		s.flushOut()
+	}
+}
+
+func (s *procCore[K, S, O]) flushOut() {
+	if len(s.out.vs) == 0 {
+		return
+	}
+	if s.untimed {
+		s.out.ts = nil
+	}
+	s.sc.c.out.Add(int64(len(s.out.vs)))
+	s.next.push(&s.out)
+	s.out.vs, s.out.ts, s.untimed = s.out.vs[:0], s.out.ts[:0], false
+}
+
+// fire runs the timers due at or before wm.
+func (s *procCore[K, S, O]) fire(wm int64) {
+	c := &s.ctx
+	c.s = s
+	for e, ok := s.timers.due(wm); ok; e, ok = s.timers.due(wm) {
+		delete(s.timerSet, timerID[K]{e.at, e.v})
+		if s.onTimer == nil {
+			continue
+		}
+		c.key, c.at = e.v, e.at
+		s.onTimer(c)
+	}
+}
+
+func (s *procCore[K, S, O]) watermark(wm int64) {
+	defer s.sc.attribute()
+	if wm <= s.wm {
+		return
+	}
+	s.wm = wm
+	s.fire(wm)
+	s.flushOut()
+	s.next.watermark(wm)
+}
+
+func (s *procCore[K, S, O]) finish() {
+	defer s.sc.attribute()
+	s.fire(math.MaxInt64)
+	s.flushOut()
+	s.state = nil
+	s.next.finish()
+}
+
+type processState[K comparable, S any] struct {
+	Wm     int64   `msgpack:"wm"`
+	Keys   []K     `msgpack:"k"`
+	States []S     `msgpack:"s"`
+	TKeys  []K     `msgpack:"tk"`
+	TAt    []int64 `msgpack:"ta"`
+}
+
+func (s *procCore[K, S, O]) snapshot() ([]byte, error) {
+	st := processState[K, S]{Wm: s.wm}
+	for k, v := range s.state {
+		st.Keys = append(st.Keys, k)
+		st.States = append(st.States, *v)
+	}
+	timers := slices.Clone(s.timers)
+	slices.SortFunc(timers, func(a, b timed[K]) int { return cmpInt64(a.at, b.at) })
+	for _, tm := range timers {
+		st.TKeys = append(st.TKeys, tm.v)
+		st.TAt = append(st.TAt, tm.at)
+	}
+	b, err := msgpack.Marshal(&st)
+	if err != nil {
+		return nil, fmt.Errorf("encode state of %d keys: %w", len(st.Keys), err)
+	}
+	return b, nil
+}
+
+func (s *procCore[K, S, O]) restore(b []byte) error {
+	if err := msgpacksafe.Check(b); err != nil {
+		return err
+	}
+	var st processState[K, S]
+	if err := msgpack.Unmarshal(b, &st); err != nil {
+		return err
+	}
+	if len(st.Keys) != len(st.States) || len(st.TKeys) != len(st.TAt) {
+		return fmt.Errorf("%d keys but %d states, %d timer keys but %d times", len(st.Keys), len(st.States), len(st.TKeys), len(st.TAt))
+	}
+	s.wm = st.Wm
+	for i, k := range st.Keys {
+		s.state[k] = &st.States[i]
+	}
+	for i, k := range st.TKeys {
+		s.timerSet[timerID[K]{st.TAt[i], k}] = struct{}{}
+		s.timers.add(st.TAt[i], k)
+	}
+	return nil
+}

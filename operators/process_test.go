@@ -1,0 +1,59 @@
+package operators_test
+
+import (
+	"cmp"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/sluicehq/sluice/operators"
+)
+
+// Process with state and event-time timers: per key, count the records of
+// each second in a map in the key's state, and emit a second's count when
+// its timer fires (the watermark passed the second's last instant).
+func TestProcessStateAndTimers(t *testing.T) {
+	evs := randomEvents(9, 5000, 6, 0)
+	model := map[win]int64{}
+	for _, e := range evs {
+		model[win{K: e.K, Start: e.T / 1000 * 1000}]++
+	}
+	var want []win
+	for w, n := range model {
+		w.End, w.N = w.Start+1000, n
+		want = append(want, w)
+	}
+	type state struct{ Counts map[int64]int64 }
+	sys, ctx := newSystem(t)
+	top := operators.NewTopology(t.Name(), operators.BatchSize(16))
+	src := operators.Timestamps(operators.Source(top, "events", operators.FromSlice(evs)), "ts", tevTime)
+	seconds := operators.Process(operators.KeyBy(src, "by-key", tevKey, operators.Parallelism(2)), "seconds",
+		func(c *operators.ProcessContext[string, state, win], e tev) {
+			st := c.State()
+			if st.Counts == nil {
+				st.Counts = map[int64]int64{}
+			}
+			sec := e.T / 1000 * 1000
+			st.Counts[sec]++
+			c.Timer(time.UnixMilli(sec + 999))
+		},
+		func(c *operators.ProcessContext[string, state, win]) {
+			st := c.State()
+			sec := c.Time().UnixMilli() - 999
+			c.Emit(win{c.Key(), sec, sec + 1000, st.Counts[sec]})
+			delete(st.Counts, sec)
+			if len(st.Counts) == 0 {
+				c.Clear()
+			}
+		})
+	col := operators.NewCollector[win]()
+	operators.Sink(seconds, "out", col)
+	runToEnd(t, sys, ctx, top)
+	order := func(a, b win) int { return cmp.Or(cmp.Compare(a.K, b.K), cmp.Compare(a.Start, b.Start)) }
+	got := col.Items()
+	slices.SortFunc(got, order)
+	slices.SortFunc(want, order)
+	if !slices.Equal(got, want) {
+		t.Fatalf("%d results, model %d: %s", len(got), len(want), firstDiff(got, want))
+	}
+}
