@@ -72,9 +72,34 @@
 // *OperatorError naming it, or, with RestartOnFailure, restarts the whole
 // job from its last checkpoint after a backoff, within a restart budget.
 //
+// # Event time, windows and joins
+//
+// Timestamps takes each record's event time and generates watermarks
+// (OutOfOrderness bounds how late a record may be); an operator's event
+// time is the lowest watermark of its inputs, and a source marked with
+// IdleAfter stops holding it back while it has nothing to read.
+//
+//	ts := operators.Timestamps(clicks, "ts", func(c Click) time.Time { return c.At },
+//		operators.OutOfOrderness(5*time.Second))
+//	perUser := operators.KeyBy(ts, "by-user", func(c Click) string { return c.User })
+//	sessions := operators.WindowCount(perUser, "sessions", operators.Sessions(30*time.Minute),
+//		operators.AllowedLateness(time.Minute), operators.LateTo[Click](lateClicks))
+//
+// WindowAggregate, WindowCount and WindowReduce group a keyed stream in
+// Tumbling, Sliding or Sessions windows, aligned to the epoch, in event time
+// (or ProcessingTime); a window fires when the watermark passes its end, and
+// every open window fires at the end of the input. Records later than the
+// allowed lateness are counted (OperatorStats.Late) and go to LateTo's sink.
+// WindowJoin, IntervalJoin and Join (unbounded, with StateTTL) join two
+// streams by key; KeyedUnion and Process (keyed state with event-time
+// timers) build joins and operators of your own. Window, join and process
+// state is part of checkpoints. WithClock replaces the clock that
+// processing-time windows, idleness and state TTL read, for tests.
+//
 // # Caveats
 //
 // Restarts are all-for-one (the whole job, as Flink restarts a region);
 // a single instance is not restarted alone. Per-key state lives in memory
-// between checkpoints. Event time, windows and joins are not there yet.
+// between checkpoints. A window's results carry the window's last instant
+// as their event time. A LateTo sink is at-least-once.
 package operators
