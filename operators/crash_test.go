@@ -43,8 +43,6 @@ func TestCheckpointCrashChild(t *testing.T) {
 	fmt.Println("DONE")
 }
 
-const crashRecords = 10_000_000
-
 // TestCheckpointCrash runs a keyed counting topology with checkpoints every
 // 100 ms in a child process, SIGKILLs it at random points (the seed is
 // printed) and restarts it each time; the final output must equal the output
@@ -74,7 +72,7 @@ func TestCheckpointCrash(t *testing.T) {
 		}
 		delay := time.Duration(0)
 		if kills < 20 {
-			delay = time.Duration(100+rng.IntN(200)) * time.Millisecond
+			delay = time.Duration(crashKillMin+rng.IntN(crashKillSpread)) * time.Millisecond
 		}
 		killed, done := runChild(t, dir, delay)
 		if killed {

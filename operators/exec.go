@@ -1195,11 +1195,13 @@ func (x *execution) build() error {
 // jobActor supervises the instances of one execution and drives the
 // checkpoint coordinator.
 type jobActor struct {
-	x       *execution
-	total   int
-	cs      coordState
-	timer   *time.Timer
-	started map[uint64]time.Time // when each checkpoint's barriers went out
+	x     *execution
+	total int
+	cs    coordState
+	timer func() bool // stops the checkpoint interval's timer
+	// savepoints waiting for a checkpoint at or after their id
+	savepoints []savepointWait
+	started    map[uint64]time.Time // when each checkpoint's barriers went out
 
 	// restarts
 	budget     *supervision.Budget
@@ -1234,6 +1236,23 @@ func (j *jobActor) Receive(c actor.Context) {
 	case *cpTick:
 		j.feed(c, evTick{})
 		j.arm()
+	case *savepointTick:
+		j.feed(c, evTick{})
+	case *savepointMsg:
+		if x.cpStore == nil {
+			m.reply <- savepointResult{err: errors.New("operators: savepoint: the job takes no checkpoints (use the Checkpoints option)")}
+			return
+		}
+		if j.cs.Stopping {
+			m.reply <- savepointResult{err: errors.New("operators: savepoint: the job is finishing")}
+			return
+		}
+		min := j.cs.Next
+		if min == 0 {
+			min = j.cs.Completed + 1
+		}
+		j.savepoints = append(j.savepoints, savepointWait{min: min, reply: m.reply})
+		j.feed(c, evTick{})
 	case *cpAck:
 		if m.gen == x.gen {
 			j.feed(c, evAck{ID: m.id, Instance: m.instance, States: m.states, Offsets: m.offsets})
@@ -1289,13 +1308,78 @@ func (j *jobActor) Receive(c actor.Context) {
 	case *actor.Stopped:
 		x.metrics.close()
 		if j.timer != nil {
-			j.timer.Stop()
+			j.timer()
 		}
+		j.endSavepoints(ErrAborted)
 		if j.stopTimer != nil {
 			j.stopTimer()
 		}
 		x.cancel()
 		close(x.done)
+	}
+}
+
+type (
+	savepointMsg  struct{ reply chan savepointResult }
+	savepointTick struct{} // start a checkpoint for waiting savepoints
+	savepointWait struct {
+		min   uint64 // the first checkpoint id that started after the request
+		reply chan savepointResult
+	}
+	savepointResult struct {
+		id  uint64
+		err error
+	}
+)
+
+// savepointDone answers the savepoints that checkpoint id covers, and
+// starts another checkpoint for those waiting for a later one.
+func (j *jobActor) savepointDone(c actor.Context, id uint64) {
+	kept := j.savepoints[:0]
+	for _, w := range j.savepoints {
+		if id >= w.min {
+			w.reply <- savepointResult{id: id}
+		} else {
+			kept = append(kept, w)
+		}
+	}
+	j.savepoints = kept
+	if len(kept) > 0 {
+		c.Send(c.Self(), &savepointTick{})
+	}
+}
+
+func (j *jobActor) endSavepoints(err error) {
+	for _, w := range j.savepoints {
+		w.reply <- savepointResult{err: err}
+	}
+	j.savepoints = nil
+}
+
+// Savepoint takes a checkpoint of the running job now, outside its
+// interval, and returns its id once it is complete: the state of every
+// operator after every record read before the call, durable in the job's
+// checkpoint store. A job of the same name started later resumes from it.
+// The job must have been started with Checkpoints.
+func Savepoint(ctx context.Context, run *actors.Run) (uint64, error) {
+	x, ok := run.Execution().(*execution)
+	if !ok {
+		return 0, errors.New("operators: savepoint: not a topology's run")
+	}
+	reply := make(chan savepointResult, 1)
+	x.tell(&savepointMsg{reply: reply})
+	select {
+	case r := <-reply:
+		return r.id, r.err
+	case <-x.done:
+		select {
+		case r := <-reply:
+			return r.id, r.err
+		default:
+		}
+		return 0, fmt.Errorf("operators: savepoint: the job ended: %w", ErrAborted)
+	case <-ctx.Done():
+		return 0, ctx.Err()
 	}
 }
 
@@ -1332,7 +1416,7 @@ func (j *jobActor) onFailure(c actor.Context, m *failed) {
 		"err", err, "restart", j.restarts, "delay", delay)
 	j.restarting, j.timerDone, j.alive = true, false, 0
 	if j.timer != nil {
-		j.timer.Stop()
+		j.timer()
 	}
 	x.instMu.RLock()
 	for _, insts := range x.instances {
@@ -1392,7 +1476,7 @@ func (j *jobActor) arm() {
 		return
 	}
 	root, pid := j.x.root, j.x.jobPID
-	j.timer = time.AfterFunc(j.x.topo.cfg.cpInterval, func() { root.Send(pid, &cpTick{}) })
+	j.timer = j.x.topo.cfg.cpAfter(j.x.topo.cfg.cpInterval, func() { root.Send(pid, &cpTick{}) })
 }
 
 // feed steps the coordinator and carries out its actions.
@@ -1427,6 +1511,7 @@ func (j *jobActor) feed(c actor.Context, ev any) {
 			x.cpStats.LastID, x.cpStats.LastDuration, x.cpStats.LastTime = a.ID, d, time.Now()
 			x.cpStatsMu.Unlock()
 			x.metrics.checkpointDone(d)
+			j.savepointDone(c, a.ID)
 			for _, insts := range x.instances {
 				for _, in := range insts {
 					c.Send(in.self, &cpCommitted{gen: x.gen, id: a.ID})
@@ -1435,6 +1520,7 @@ func (j *jobActor) feed(c actor.Context, ev any) {
 			x.sys.Logger().Debug("checkpoint completed", "job", x.topo.name, "checkpoint", a.ID, "duration", d)
 		case actFailed:
 			delete(j.started, a.ID)
+			j.endSavepoints(fmt.Errorf("operators: savepoint: checkpoint %d failed: %w", a.ID, a.Err))
 			x.cpStatsMu.Lock()
 			x.cpStats.Failed++
 			x.cpStatsMu.Unlock()

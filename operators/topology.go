@@ -156,12 +156,13 @@ type runConfig struct {
 	// (time.AfterFunc; tests replace it).
 	after func(d time.Duration, f func()) (stop func() bool)
 	now   func() time.Time // the clock of processing time
+	// cpAfter times the checkpoint interval (the job's clock).
+	cpAfter func(d time.Duration, f func()) (stop func() bool)
 }
 
 func defaultRunConfig() runConfig {
-	return runConfig{batchSize: 256, capacity: 4096, now: time.Now, after: func(d time.Duration, f func()) func() bool {
-		return time.AfterFunc(d, f).Stop
-	}}
+	realAfter := func(d time.Duration, f func()) func() bool { return time.AfterFunc(d, f).Stop }
+	return runConfig{batchSize: 256, capacity: 4096, now: time.Now, after: realAfter, cpAfter: realAfter}
 }
 
 // BatchSize sets how many records travel together in one envelope between
@@ -198,7 +199,7 @@ type Clock interface {
 
 // WithClock makes the job read time from c instead of the system clock.
 func WithClock(c Clock) TopologyOption {
-	return func(cfg *runConfig) { cfg.now, cfg.after = c.Now, c.AfterFunc }
+	return func(cfg *runConfig) { cfg.now, cfg.after, cfg.cpAfter = c.Now, c.AfterFunc, c.AfterFunc }
 }
 
 // CheckpointStore sets where the job's checkpoints are kept.

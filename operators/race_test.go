@@ -1,0 +1,9 @@
+//go:build race
+
+package operators_test
+
+// Under the race detector the job runs several times slower: a shorter job
+// gives the crash test as many kill points.
+const crashRecords = 1_500_000
+
+const crashKillMin, crashKillSpread = 150, 350
