@@ -7,10 +7,10 @@ import (
 	"math/rand/v2"
 	"slices"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
+	"github.com/sluicehq/sluice/clock/clocktest"
 	"github.com/sluicehq/sluice/operators"
 )
 
@@ -285,61 +285,9 @@ func TestIdleSourceReleasesWindows(t *testing.T) {
 	}
 }
 
-// manualClock is a clock the test advances.
-type manualClock struct {
-	mu     sync.Mutex
-	now    time.Time
-	timers []*manualTimer
-}
-
-type manualTimer struct {
-	at      time.Time
-	f       func()
-	stopped bool
-}
-
-func (c *manualClock) Now() time.Time { c.mu.Lock(); defer c.mu.Unlock(); return c.now }
-
-func (c *manualClock) AfterFunc(d time.Duration, f func()) func() bool {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	tm := &manualTimer{at: c.now.Add(d), f: f}
-	c.timers = append(c.timers, tm)
-	return func() bool {
-		c.mu.Lock()
-		defer c.mu.Unlock()
-		was := !tm.stopped
-		tm.stopped = true
-		return was
-	}
-}
-
-// Advance moves the clock and runs the timers that came due.
-func (c *manualClock) Advance(d time.Duration) {
-	c.mu.Lock()
-	c.now = c.now.Add(d)
-	var due []*manualTimer
-	kept := c.timers[:0]
-	for _, tm := range c.timers {
-		if !tm.stopped && !tm.at.After(c.now) {
-			tm.stopped = true
-			due = append(due, tm)
-		} else if !tm.stopped {
-			kept = append(kept, tm)
-		}
-	}
-	c.timers = kept
-	c.mu.Unlock()
-	for _, tm := range due {
-		tm.f()
-	}
-}
-
-func (c *manualClock) pending() int { c.mu.Lock(); defer c.mu.Unlock(); return len(c.timers) }
-
 func TestProcessingTimeWindows(t *testing.T) {
 	sys, ctx := newSystem(t)
-	clock := &manualClock{now: time.UnixMilli(10_000)}
+	clock := clocktest.NewManual(time.UnixMilli(10_000))
 	in := make(chan string)
 	top := operators.NewTopology(t.Name(), operators.BatchSize(1), operators.WithClock(clock))
 	src := operators.Source(top, "words", operators.FromChannel(in))
@@ -353,7 +301,10 @@ func TestProcessingTimeWindows(t *testing.T) {
 	}
 	in <- "x"
 	in <- "x"
-	waitFor(t, "the window's timer", func() bool { return clock.pending() > 0 && stat(t, run, "count").In == 2 })
+	if err := clock.WaitForTimers(ctx, 1); err != nil { // the window's end
+		t.Fatal(err)
+	}
+	waitFor(t, "both records", func() bool { return stat(t, run, "count").In == 2 })
 	select {
 	case w := <-got:
 		t.Fatalf("%+v fired before the clock passed the window's end", w)

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sluicehq/sluice/clock/clocktest"
 	"github.com/sluicehq/sluice/operators"
 )
 
@@ -105,7 +106,7 @@ func TestUnboundedJoinEachPairOnce(t *testing.T) {
 // record of it finds no partner.
 func TestJoinStateTTL(t *testing.T) {
 	sys, ctx := newSystem(t)
-	clock := &manualClock{now: time.UnixMilli(0)}
+	clock := clocktest.NewManual(time.UnixMilli(0))
 	lc, rc := make(chan tev), make(chan tev)
 	top := operators.NewTopology(t.Name(), operators.BatchSize(1), operators.WithClock(clock))
 	l := operators.Source(top, "left", operators.FromChannel(lc))
@@ -122,9 +123,11 @@ func TestJoinStateTTL(t *testing.T) {
 	if p := <-got; p != (pair{"a", 1, 2}) {
 		t.Fatalf("got %v", p)
 	}
-	waitFor(t, "the TTL sweep timer", func() bool { return clock.pending() > 0 })
+	if err := clock.WaitForTimers(ctx, 1); err != nil { // the TTL sweep
+		t.Fatal(err)
+	}
 	clock.Advance(2 * time.Minute)
-	waitFor(t, "the sweep to run", func() bool { return clock.pending() == 0 })
+	waitFor(t, "the sweep to run", func() bool { return clock.Pending() == 0 })
 	rc <- tev{"a", 3} // "a" was forgotten: no partner
 	lc <- tev{"b", 4}
 	rc <- tev{"b", 5}

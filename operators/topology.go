@@ -5,6 +5,7 @@ import (
 	"reflect"
 	"time"
 
+	"github.com/sluicehq/sluice/clock"
 	"github.com/sluicehq/sluice/mailbox"
 	"github.com/sluicehq/sluice/persistence"
 	"github.com/sluicehq/sluice/supervision"
@@ -189,13 +190,8 @@ func Checkpoints(interval time.Duration) TopologyOption {
 
 // Clock is the time source of a job: processing-time windows, source
 // idleness, state TTL, restart backoff and the checkpoint interval read it.
-// Tests pass a clock they advance themselves.
-type Clock interface {
-	Now() time.Time
-	// AfterFunc calls f once d has passed on this clock, unless stop is
-	// called first; stop reports whether it prevented the call.
-	AfterFunc(d time.Duration, f func()) (stop func() bool)
-}
+// Tests pass a clock they advance themselves (clock/clocktest.Manual).
+type Clock = clock.Clock
 
 // WithClock makes the job read time from c instead of the system clock.
 func WithClock(c Clock) TopologyOption {
