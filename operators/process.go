@@ -16,10 +16,31 @@ import (
 // state, the current event time, and the means to emit results and to set
 // event-time timers. It is valid only during the call it is passed to.
 type ProcessContext[K comparable, S, O any] struct {
-	s   *procCore[K, S, O]
-	key K
-	at  int64 // event time of the record or timer
+	s    *procCore[K, S, O]
+	key  K
+	at   int64 // event time of the record or timer
+	proc bool  // a processing-time timer fired
 }
+
+// ProcessingTimer sets a processing-time timer for the key: onTimer runs
+// when the job's clock (WithClock) reaches t, with Time returning t and
+// IsProcessingTimer true. Setting the same time twice for a key sets one
+// timer. Processing-time timers are part of checkpoints and are armed again
+// on restore (at once when their time has passed); those still pending at
+// the end of the input do not fire.
+func (c *ProcessContext[K, S, O]) ProcessingTimer(t time.Time) {
+	at := t.UnixNano()
+	id := timerID[K]{at, c.key}
+	if _, dup := c.s.ptimers[id]; dup {
+		return
+	}
+	c.s.ptimers[id] = struct{}{}
+	c.s.armProcessing(id)
+}
+
+// IsProcessingTimer reports whether onTimer runs for a processing-time
+// timer (false: an event-time timer).
+func (c *ProcessContext[K, S, O]) IsProcessingTimer() bool { return c.proc }
 
 // Key returns the key of the record or timer being handled.
 func (c *ProcessContext[K, S, O]) Key() K { return c.key }
@@ -99,8 +120,8 @@ func Process[K comparable, T, S, O any](ks KeyedStream[K, T], name string, onRec
 	}
 	key := ks.key
 	nd.newStage = func(next any, sc *stageCtx) any {
-		core := &procCore[K, S, O]{onTimer: onTimer, wm: math.MinInt64,
-			state: make(map[K]*S), timerSet: make(map[timerID[K]]struct{}), next: next.(pusher[O]), sc: sc}
+		core := &procCore[K, S, O]{onTimer: onTimer, wm: math.MinInt64, state: make(map[K]*S),
+			timerSet: make(map[timerID[K]]struct{}), ptimers: make(map[timerID[K]]struct{}), next: next.(pusher[O]), sc: sc}
 		return &processStage[K, T, S, O]{procCore: core, key: key, onRecord: onRecord}
 	}
 	setTypedPlumbing[O](nd)
@@ -123,6 +144,7 @@ func (s *processStage[K, T, S, O]) push(b *batch[T]) {
 	s.sc.c.in.Add(int64(len(b.vs)))
 	c := &s.ctx
 	c.s = s.procCore
+	c.proc = false
 	for i, v := range b.vs {
 		c.at = math.MinInt64
 		if b.ts != nil {
@@ -144,6 +166,8 @@ type procCore[K comparable, S, O any] struct {
 	state    map[K]*S
 	timers   timeHeap[K]
 	timerSet map[timerID[K]]struct{}
+	ptimers  map[timerID[K]]struct{} // processing-time timers set
+	restored []timerID[K]            // processing-time timers to arm at open
 	ctx      ProcessContext[K, S, O]
 	next     pusher[O]
 	sc       *stageCtx
@@ -174,10 +198,42 @@ func (s *procCore[K, S, O]) flushOut() {
 	s.out.vs, s.out.ts, s.untimed = s.out.vs[:0], s.out.ts[:0], false
 }
 
+// armProcessing asks the instance to run a processing-time timer.
+func (s *procCore[K, S, O]) armProcessing(id timerID[K]) {
+	d := time.Duration(max(0, id.at-s.sc.now().UnixNano()))
+	s.sc.after(d, func() { s.fireProcessing(id) })
+}
+
+func (s *procCore[K, S, O]) fireProcessing(id timerID[K]) {
+	defer s.sc.attribute()
+	if _, ok := s.ptimers[id]; !ok {
+		return
+	}
+	delete(s.ptimers, id)
+	if s.onTimer != nil {
+		c := &s.ctx
+		c.s, c.key, c.at, c.proc = s, id.key, id.at, true
+		s.onTimer(c)
+		c.proc = false
+	}
+	s.flushOut()
+}
+
+// open arms the processing-time timers of a restored state.
+func (s *procCore[K, S, O]) open() error {
+	for _, id := range s.restored {
+		s.armProcessing(id)
+	}
+	s.restored = nil
+	return nil
+}
+
+func (s *procCore[K, S, O]) abort() {}
+
 // fire runs the timers due at or before wm.
 func (s *procCore[K, S, O]) fire(wm int64) {
 	c := &s.ctx
-	c.s = s
+	c.s, c.proc = s, false
 	for e, ok := s.timers.due(wm); ok; e, ok = s.timers.due(wm) {
 		delete(s.timerSet, timerID[K]{e.at, e.v})
 		if s.onTimer == nil {
@@ -213,6 +269,8 @@ type processState[K comparable, S any] struct {
 	States []S     `msgpack:"s"`
 	TKeys  []K     `msgpack:"tk"`
 	TAt    []int64 `msgpack:"ta"`
+	PKeys  []K     `msgpack:"pk,omitempty"` // processing-time timers
+	PAt    []int64 `msgpack:"pa,omitempty"`
 }
 
 func (s *procCore[K, S, O]) snapshot() ([]byte, error) {
@@ -226,6 +284,10 @@ func (s *procCore[K, S, O]) snapshot() ([]byte, error) {
 	for _, tm := range timers {
 		st.TKeys = append(st.TKeys, tm.v)
 		st.TAt = append(st.TAt, tm.at)
+	}
+	for id := range s.ptimers {
+		st.PKeys = append(st.PKeys, id.key)
+		st.PAt = append(st.PAt, id.at)
 	}
 	b, err := msgpack.Marshal(&st)
 	if err != nil {
@@ -242,7 +304,7 @@ func (s *procCore[K, S, O]) restore(b []byte) error {
 	if err := msgpack.Unmarshal(b, &st); err != nil {
 		return err
 	}
-	if len(st.Keys) != len(st.States) || len(st.TKeys) != len(st.TAt) {
+	if len(st.Keys) != len(st.States) || len(st.TKeys) != len(st.TAt) || len(st.PKeys) != len(st.PAt) {
 		return fmt.Errorf("%d keys but %d states, %d timer keys but %d times", len(st.Keys), len(st.States), len(st.TKeys), len(st.TAt))
 	}
 	s.wm = st.Wm
@@ -252,6 +314,11 @@ func (s *procCore[K, S, O]) restore(b []byte) error {
 	for i, k := range st.TKeys {
 		s.timerSet[timerID[K]{st.TAt[i], k}] = struct{}{}
 		s.timers.add(st.TAt[i], k)
+	}
+	for i, k := range st.PKeys {
+		id := timerID[K]{st.PAt[i], k}
+		s.ptimers[id] = struct{}{}
+		s.restored = append(s.restored, id)
 	}
 	return nil
 }

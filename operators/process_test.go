@@ -2,11 +2,14 @@ package operators_test
 
 import (
 	"cmp"
+	"fmt"
 	"slices"
 	"testing"
 	"time"
 
+	"github.com/sluicehq/sluice/clock/clocktest"
 	"github.com/sluicehq/sluice/operators"
+	"github.com/sluicehq/sluice/operators/optest"
 )
 
 // Process with state and event-time timers: per key, count the records of
@@ -55,5 +58,40 @@ func TestProcessStateAndTimers(t *testing.T) {
 	slices.SortFunc(want, order)
 	if !slices.Equal(got, want) {
 		t.Fatalf("%d results, model %d: %s", len(got), len(want), firstDiff(got, want))
+	}
+}
+
+// A processing-time timer per key: a reminder a minute after a key's first
+// record, tested with the kit's harness and clock, across a restore.
+func TestProcessingTimerSurvivesRestore(t *testing.T) {
+	clock := clocktest.NewManual(time.Unix(1000, 0))
+	type state struct{ N int }
+	h := optest.New(t, func(in operators.Stream[string]) operators.Stream[string] {
+		return operators.Process(operators.KeyBy(in, "by-key", func(s string) string { return s }), "remind",
+			func(c *operators.ProcessContext[string, state, string], s string) {
+				st := c.State()
+				if st.N == 0 {
+					c.ProcessingTimer(clock.Now().Add(time.Minute))
+				}
+				st.N++
+			},
+			func(c *operators.ProcessContext[string, state, string]) {
+				if !c.IsProcessingTimer() {
+					t.Errorf("an event-time timer fired")
+				}
+				c.Emit(fmt.Sprintf("%s:%d@%d", c.Key(), c.State().N, c.Time().Unix()))
+				c.Clear()
+			})
+	}, optest.WithClock(clock))
+	h.Push("a", "a", "b")
+	h.Checkpoint()
+	h = h.Restart() // the timers come back from the checkpoint
+	h.Push("a")
+	h.Sync()
+	clock.Advance(time.Minute)
+	got := h.WaitOutput(2)
+	slices.Sort(got)
+	if want := []string{"a:3@1060", "b:1@1060"}; !slices.Equal(got, want) {
+		t.Fatalf("reminders %v, want %v", got, want)
 	}
 }

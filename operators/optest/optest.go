@@ -87,6 +87,8 @@ type Harness[In, Out any] struct {
 	last   int64 // the latest event time pushed
 	fail   *failPoint
 	closed *sync.Once
+	cpLen  int // inputs covered by the last checkpoint
+	base   int // inputs the current job resumed after
 }
 
 type failPoint struct {
@@ -228,10 +230,12 @@ func (h *Harness[In, Out]) Checkpoint() uint64 {
 	h.waitRead()
 	ctx, cancel := context.WithTimeout(context.Background(), h.cfg.timeout)
 	defer cancel()
+	covered := h.log.Len()
 	id, err := operators.Savepoint(ctx, h.run)
 	if err != nil {
 		h.t.Fatalf("optest: checkpoint: %v", err)
 	}
+	h.cpLen = covered
 	return id
 }
 
@@ -247,7 +251,7 @@ func (h *Harness[In, Out]) Sync() {
 // waitRead waits until the job has read everything pushed.
 func (h *Harness[In, Out]) waitRead() {
 	h.t.Helper()
-	want := int64(h.log.Len())
+	want := int64(h.log.Len() - h.base)
 	deadline := time.NewTimer(h.cfg.timeout)
 	defer deadline.Stop()
 	tick := time.NewTicker(time.Millisecond)
@@ -277,6 +281,7 @@ func (h *Harness[In, Out]) Restart() *Harness[In, Out] {
 	ctx, cancel := context.WithTimeout(context.Background(), h.cfg.timeout)
 	defer cancel()
 	_ = h.run.Stop(ctx)
+	h.base = h.cpLen
 	h.start()
 	return h
 }
