@@ -69,6 +69,13 @@ type TwoPhaseWriter interface {
 	Commit(ctx context.Context, checkpoint uint64) error
 }
 
+// Aborter is implemented by Writers that must not commit when the job
+// stops early (it fails, restarts or is stopped): the runtime calls Abort
+// instead of Close, and the writer discards what no checkpoint covers.
+type Aborter interface {
+	Abort() error
+}
+
 // Acker is implemented by Readers of sources that acknowledge records to
 // their origin (a broker) only once a completed checkpoint covers them.
 // Ack(offset) says that every record before offset is covered: offset is

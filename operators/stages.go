@@ -468,12 +468,19 @@ func (s *sinkStage[T]) commit(checkpoint uint64) {
 	}
 }
 
-// abort releases the writer without the end-of-stream guarantees.
+// abort releases the writer without the end-of-stream guarantees: a
+// writer with an Abort method (a two-phase sink) discards what no
+// checkpoint covers instead of committing it.
 func (s *sinkStage[T]) abort() {
-	if s.w != nil {
-		_ = s.w.Close()
-		s.w = nil
+	if s.w == nil {
+		return
 	}
+	if a, ok := s.w.(Aborter); ok {
+		_ = a.Abort()
+	} else {
+		_ = s.w.Close()
+	}
+	s.w = nil
 }
 
 // sourceRunner is the head of a source task.

@@ -8,6 +8,7 @@ import (
 	"strings"
 
 	"github.com/sluicehq/sluice/operators"
+	"github.com/sluicehq/sluice/samples/jetstreamtopg"
 	"github.com/sluicehq/sluice/samples/wordcount"
 )
 
@@ -27,6 +28,7 @@ type Sample interface {
 func Catalog() []Sample {
 	return []Sample{
 		wordcount.New(),
+		jetstreamtopg.New(),
 	}
 }
 
