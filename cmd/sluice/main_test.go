@@ -47,7 +47,7 @@ func TestSamplesAndUnknown(t *testing.T) {
 	if err != nil || !strings.Contains(out, "wordcount") {
 		t.Fatalf("samples: %v\n%s", err, out)
 	}
-	if _, _, err := execute(t, "run", "nope"); err == nil || !strings.Contains(err.Error(), "valid: wordcount") {
+	if _, _, err := execute(t, "run", "nope"); err == nil || !strings.Contains(err.Error(), "valid: ") || !strings.Contains(err.Error(), "wordcount") {
 		t.Fatalf("run nope: %v, want an error listing the samples", err)
 	}
 	if _, _, err := execute(t, "run", "wordcount", "--parallelism", "0"); err == nil || !strings.Contains(err.Error(), "parallelism 0") {
