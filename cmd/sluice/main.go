@@ -55,5 +55,6 @@ func newRoot(stdout, stderr io.Writer) *cobra.Command {
 	root.AddCommand(samplesCmd(g), runCmd(g), planCmd(g))
 	root.AddCommand(storeCmd(g))
 	root.AddCommand(deadLettersCmd(g))
+	root.AddCommand(nexmarkCmd(g))
 	return root
 }
