@@ -69,6 +69,7 @@ func suite() []benchmark {
 		{"checkpoint", "keyed count with checkpoints every second vs none", benchCheckpoint},
 		{"tracing", "unfused pipeline: no telemetry vs tracing off, 1 % and 100 % sampled", benchTracing},
 		{"journal", "bbolt journal: group commit vs a transaction per event; recovery of a 1M-event journal", benchJournal},
+		{"nexmark", "Nexmark q0-q9, q11 on the live generator: events/s per core vs Flink 1.11's published figures", benchNexmark},
 		{"connectors", "JetStream -> topology -> PostgreSQL (exactly-once) vs a plain nats.go consumer feeding pgx COPY", benchConnectors},
 	}
 }

@@ -1077,7 +1077,7 @@ func (x *execution) build() error {
 	}
 	// Input channels of every receiver: one per (edge, sender instance that
 	// sends to it). Window: the receiver's capacity shared by its channels.
-	type key struct{ edge, from, to int }
+	type key struct{ task, edge, from, to int }
 	chanOf := make(map[key]int)
 	for id := range p.chains {
 		for _, recv := range x.instances[id] {
@@ -1086,7 +1086,7 @@ func (x *execution) build() error {
 					if e.part == partForward && snd.idx != recv.idx {
 						continue
 					}
-					chanOf[key{ei, snd.idx, recv.idx}] = len(recv.ins)
+					chanOf[key{id, ei, snd.idx, recv.idx}] = len(recv.ins)
 					recv.ins = append(recv.ins, inChan{sender: snd.self})
 				}
 			}
@@ -1119,7 +1119,7 @@ func (x *execution) build() error {
 				if e.part == partForward && snd.idx != recv.idx {
 					continue
 				}
-				ci := chanOf[key{ei, snd.idx, recv.idx}]
+				ci := chanOf[key{e.to, ei, snd.idx, recv.idx}]
 				oc := &outChan{target: recv.self, channel: ci, credits: window(recv), credited: recv.credited}
 				recv.ins[ci].out = len(snd.outs)
 				snd.outs = append(snd.outs, oc)
@@ -1529,8 +1529,13 @@ func (j *jobActor) feed(c actor.Context, ev any) {
 	}
 }
 
-func (j *jobActor) launch(c actor.Context) error {
+func (j *jobActor) launch(c actor.Context) (err error) {
 	x := j.x
+	defer func() { // a panic while building must reach Start as an error, not hang it
+		if r := recover(); r != nil {
+			err = fmt.Errorf("operators: launching job %q: %v", x.topo.name, r)
+		}
+	}()
 	if err := x.build(); err != nil {
 		return err
 	}

@@ -477,3 +477,28 @@ func TestInvalidTopologyRefusedByRun(t *testing.T) {
 		t.Fatalf("Run() = %v, want ErrUnconnected", err)
 	}
 }
+
+// A parallel source feeding two operators and a keyed join: the input
+// channels of every receiving task are numbered apart (a regression: tasks
+// later in the plan took over the channels of earlier ones).
+func TestFanOutOfParallelSourceIntoJoin(t *testing.T) {
+	sys, ctx := newSystem(t)
+	top := operators.NewTopology(t.Name())
+	src := operators.Source(top, "numbers", operators.Generate(1000, func(i int64) int64 { return i }), operators.Parallelism(2))
+	evens := operators.Filter(src, "evens", func(v int64) bool { return v%2 == 0 })
+	odds := operators.Filter(src, "odds", func(v int64) bool { return v%2 == 1 })
+	pairs := operators.Join(evens, odds, "pairs", func(v int64) int64 { return v / 2 }, func(v int64) int64 { return v / 2 },
+		func(a, b int64) [2]int64 { return [2]int64{a, b} }, operators.Parallelism(2))
+	out := operators.NewCollector[[2]int64]()
+	operators.Sink(pairs, "out", out)
+	runToEnd(t, sys, ctx, top)
+	got := out.Items()
+	if len(got) != 500 {
+		t.Fatalf("%d pairs, want 500", len(got))
+	}
+	for _, p := range got {
+		if p[1] != p[0]+1 {
+			t.Fatalf("pair %v", p)
+		}
+	}
+}

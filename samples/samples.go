@@ -9,6 +9,7 @@ import (
 
 	"github.com/sluicehq/sluice/operators"
 	"github.com/sluicehq/sluice/samples/jetstreamtopg"
+	"github.com/sluicehq/sluice/samples/nexmark"
 	"github.com/sluicehq/sluice/samples/wordcount"
 )
 
@@ -28,6 +29,7 @@ type Sample interface {
 func Catalog() []Sample {
 	return []Sample{
 		wordcount.New(),
+		nexmark.New(),
 		jetstreamtopg.New(),
 	}
 }

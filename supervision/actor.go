@@ -6,6 +6,8 @@ import (
 	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
+
+	"github.com/sluicehq/sluice/clock"
 )
 
 // ForActors adapts a Strategy to protoactor's actor.SupervisorStrategy, so
@@ -31,6 +33,14 @@ func ForActors(s Strategy) actor.SupervisorStrategy {
 // tests: after must run f once d has passed (it may run it at once).
 func ForActorsWithClock(s Strategy, now func() time.Time, after func(d time.Duration, f func())) actor.SupervisorStrategy {
 	return &actorStrategy{s: s, budgets: map[string]*Budget{}, now: now, after: after}
+}
+
+// ForActorsOnClock is ForActors on the clock c: the restart budget reads
+// c.Now and the backoff waits on c.AfterFunc. Tests pass a
+// clocktest.Manual, wait for the restart's timer with WaitForTimers and
+// advance the clock past it. ForActors is ForActorsOnClock(s, clock.Real()).
+func ForActorsOnClock(s Strategy, c clock.Clock) actor.SupervisorStrategy {
+	return ForActorsWithClock(s, c.Now, func(d time.Duration, f func()) { c.AfterFunc(d, f) })
 }
 
 type actorStrategy struct {

@@ -5,7 +5,7 @@
 //
 // It is policy as plain data plus small pure functions; the runtime (the
 // actors that host operators) consults it and carries out its decisions.
-// It imports nothing of sluice's but internal helpers.
+// It imports nothing of sluice's but internal helpers and the clock package.
 //
 // # Basics
 //

@@ -4,12 +4,15 @@ import (
 	"context"
 	"fmt"
 	"time"
+
+	"github.com/sluicehq/sluice/clock"
 )
 
 // Retryer runs an operation until it succeeds, with retries under a
-// RetryPolicy: it drives the retry state machine (Step) with real timers.
-// Attempts run on the caller's goroutine, one at a time; between them Do
-// waits on a timer, the context and the deadline, and starts no goroutine.
+// RetryPolicy: it drives the retry state machine (Step) with real timers
+// (or a clock's: WithRetryClock). Attempts run on the caller's goroutine,
+// one at a time; between them Do waits on a timer, the context and the
+// deadline, and starts no goroutine.
 // A Retryer holds only configuration: it is safe for concurrent use when its
 // Backoff's random source is (the default one is).
 type Retryer struct {
@@ -17,6 +20,7 @@ type Retryer struct {
 	maxElapsed time.Duration
 	retryable  func(error) bool
 	onRetry    func(attempt int, delay time.Duration, err error)
+	clock      clock.Clock // nil: time.NewTimer
 }
 
 // RetryOption configures NewRetryer.
@@ -45,6 +49,12 @@ func WithRetryable(f func(error) bool) RetryOption { return func(r *Retryer) { r
 func WithOnRetry(f func(attempt int, delay time.Duration, err error)) RetryOption {
 	return func(r *Retryer) { r.onRetry = f }
 }
+
+// WithRetryClock makes the waits between attempts and the maximum elapsed
+// time run on c instead of the system's timers: tests pass a
+// clocktest.Manual and advance it. Default (and nil): time.NewTimer, and Do
+// starts no goroutine; with a clock, its AfterFunc may (clock.Real's does).
+func WithRetryClock(c clock.Clock) RetryOption { return func(r *Retryer) { r.clock = c } }
 
 // NewRetryer returns a validated Retryer. Invalid options return an error
 // wrapping ErrInvalidConfig.
@@ -91,19 +101,19 @@ func (r *Retryer) Do(ctx context.Context, attempt func(ctx context.Context) erro
 		queue = append(queue, acts...)
 	}
 
-	var timer *time.Timer
+	var stopTimer func() bool
 	var timerC <-chan time.Time
 	timerFor := 0
 	defer func() {
-		if timer != nil {
-			timer.Stop()
+		if stopTimer != nil {
+			stopTimer()
 		}
 	}()
 	var deadline <-chan time.Time
 	if r.maxElapsed > 0 {
-		dt := time.NewTimer(r.maxElapsed)
-		defer dt.Stop()
-		deadline = dt.C
+		dc, stop := r.after(r.maxElapsed)
+		defer stop()
+		deadline = dc
 	}
 
 	if ctx.Err() != nil {
@@ -136,14 +146,15 @@ func (r *Retryer) Do(ctx context.Context, attempt func(ctx context.Context) erro
 				if r.onRetry != nil {
 					r.onRetry(a.Attempt-1, a.Delay, s.LastErr)
 				}
-				if timer == nil {
-					timer = time.NewTimer(a.Delay)
-				} else {
-					timer.Reset(a.Delay)
+				if stopTimer != nil {
+					stopTimer()
 				}
-				timerC, timerFor = timer.C, a.Attempt
+				timerC, stopTimer = r.after(a.Delay)
+				timerFor = a.Attempt
 			case StopTimer:
-				timer.Stop()
+				if stopTimer != nil {
+					stopTimer()
+				}
 				timerC = nil
 			case AbortAttempt:
 				// Attempts run inline: the attempt has already returned.
@@ -166,4 +177,14 @@ func (r *Retryer) Do(ctx context.Context, attempt func(ctx context.Context) erro
 			feed(DeadlineExceeded{})
 		}
 	}
+}
+
+// after starts a timer of d on the Retryer's clock, and returns its channel
+// and its Stop.
+func (r *Retryer) after(d time.Duration) (<-chan time.Time, func() bool) {
+	if r.clock == nil {
+		t := time.NewTimer(d)
+		return t.C, t.Stop
+	}
+	return clock.After(r.clock, d)
 }

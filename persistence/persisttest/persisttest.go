@@ -12,6 +12,16 @@
 //	}
 //
 // Each subtest gets a new, empty store from the factory.
+//
+// Faulty stores (NewFaultyJournal, NewFaultySnapshotStore,
+// NewFaultyCheckpointStore) wrap any store, the in-memory ones by default,
+// and inject failed writes, a full disk (FailAfterBytes), failed reads and
+// corrupt payloads, with counts of the operations:
+//
+//	j := persisttest.NewFaultyJournal(nil)
+//	j.FailNextWrite(errors.New("disk full"))
+//	// the next Append fails with that error (and persisttest.ErrInjected);
+//	// an EventSourced actor over j reports it to its caller.
 package persisttest
 
 import (

@@ -111,17 +111,17 @@ type fileReader struct {
 func (r *fileReader) next() (Event, error) {
 	for {
 		ev, err := r.rd.Next()
-		if err != nil {
-			if !errors.Is(err, io.EOF) {
-				err = fmt.Errorf("nexmark event file %s: %w", r.f.path, err)
-			}
-			return Event{}, err
-		}
 		if s := r.rd.Skipped(); s > r.skipped {
 			if r.part == 0 { // every instance reads every line: count once
 				r.f.skipped.Add(s - r.skipped)
 			}
 			r.skipped = s
+		}
+		if err != nil {
+			if !errors.Is(err, io.EOF) {
+				err = fmt.Errorf("nexmark event file %s: %w", r.f.path, err)
+			}
+			return Event{}, err
 		}
 		mine := r.seen%int64(r.parts) == int64(r.part)
 		r.seen++

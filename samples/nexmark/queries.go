@@ -1,0 +1,629 @@
+package nexmark
+
+import (
+	"cmp"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/sluicehq/sluice/operators"
+)
+
+// The queries as sluice topologies
+//
+// Each BuildQn takes the stream of events as a source produces it (the live
+// generator, Source, or an event file, FileSource) and adds the query's
+// operators, returning the stream of its results; Build does the same by
+// name and renders the results as JSON lines. The builders that need event
+// time (q4–q9, q11) take it from Event.Time with operators.Timestamps,
+// allowing Params.OutOfOrderness, right after the events stream (so
+// watermarks from upstream are replaced); q0–q3 need none. Every operator a
+// builder adds is named after its query ("q5.count", "q5.max", ...), so that
+// several queries fit in one topology, each once.
+//
+// With the default windows and auction skip (those of the models), the
+// results equal the models' (ModelQ0...ModelQ11) as multisets, and for the
+// queries that emit updates (q4, q6) the last update per key equals the
+// model, provided no event is late: with the generator's in-order streams
+// (OutOfOrderGroupSize 1) and OutOfOrderness 0, none is. The windowed
+// operators count late events (OperatorStats.Late) and drop them; the
+// Process operators of q4, q5, q6, q7 and q9 handle a late event as well as
+// they can but do not count it.
+
+// Params are the settings of the query topologies. The zero Params is Beam's
+// defaults with parallelism 1; ParamsOf takes them from a Config.
+type Params struct {
+	// Parallelism is the number of instances of every keyed operator (joins,
+	// windows, Process, aggregations). Sources keep their own parallelism,
+	// and so do the stateless operators fused with them. Default (0): 1.
+	Parallelism int
+	// OutOfOrderness is how far behind the latest event time an event may
+	// arrive and still be on time (operators.OutOfOrderness). Default 0:
+	// events arrive in order, as the generator produces them with
+	// OutOfOrderGroupSize 1.
+	OutOfOrderness time.Duration
+	// WindowSize is the size of q5's sliding windows and of q7's and q8's
+	// tumbling windows, and the gap of q11's sessions (Beam's
+	// windowSizeSec). Default (0): 10 s.
+	WindowSize time.Duration
+	// WindowPeriod is the period of q5's sliding windows (Beam's
+	// windowPeriodSec). Default (0): 5 s.
+	WindowPeriod time.Duration
+	// AuctionSkip: q2 selects the bids whose auction id is a multiple of it
+	// (Beam's auctionSkip). Default (0): 123.
+	AuctionSkip int64
+}
+
+// The defaults of Params, Beam's.
+const (
+	// DefaultWindowSize is Beam's windowSizeSec, 10 s.
+	DefaultWindowSize = 10 * time.Second
+	// DefaultWindowPeriod is Beam's windowPeriodSec, 5 s.
+	DefaultWindowPeriod = 5 * time.Second
+	// DefaultAuctionSkip is Beam's auctionSkip, 123.
+	DefaultAuctionSkip = 123
+)
+
+// ParamsOf returns the query parameters of cfg's knobs: WindowSizeSec,
+// WindowPeriodSec, AuctionSkip, and WatermarkHoldbackSec as the
+// OutOfOrderness; with the given parallelism.
+func ParamsOf(cfg Config, parallelism int) Params {
+	return Params{
+		Parallelism:    parallelism,
+		OutOfOrderness: time.Duration(cfg.WatermarkHoldbackSec) * time.Second,
+		WindowSize:     time.Duration(cfg.WindowSizeSec) * time.Second,
+		WindowPeriod:   time.Duration(cfg.WindowPeriodSec) * time.Second,
+		AuctionSkip:    int64(cfg.AuctionSkip),
+	}
+}
+
+// ErrInvalidParams is wrapped by every error of Params.Validate.
+var ErrInvalidParams = errors.New("nexmark: invalid query parameters")
+
+// Validate reports the first negative field (zero fields take their
+// defaults).
+func (p Params) Validate() error {
+	switch {
+	case p.Parallelism < 0:
+		return fmt.Errorf("%w: parallelism %d: want 1 or more (0: 1)", ErrInvalidParams, p.Parallelism)
+	case p.OutOfOrderness < 0:
+		return fmt.Errorf("%w: out-of-orderness %v: must not be negative", ErrInvalidParams, p.OutOfOrderness)
+	case p.WindowSize < 0:
+		return fmt.Errorf("%w: window size %v: must not be negative (0: %v)", ErrInvalidParams, p.WindowSize, DefaultWindowSize)
+	case p.WindowPeriod < 0:
+		return fmt.Errorf("%w: window period %v: must not be negative (0: %v)", ErrInvalidParams, p.WindowPeriod, DefaultWindowPeriod)
+	case p.AuctionSkip < 0:
+		return fmt.Errorf("%w: auction skip %d: must not be negative (0: %d)", ErrInvalidParams, p.AuctionSkip, DefaultAuctionSkip)
+	}
+	return nil
+}
+
+// withDefaults fills in the zero fields.
+func (p Params) withDefaults() Params {
+	if p.Parallelism == 0 {
+		p.Parallelism = 1
+	}
+	if p.WindowSize == 0 {
+		p.WindowSize = DefaultWindowSize
+	}
+	if p.WindowPeriod == 0 {
+		p.WindowPeriod = DefaultWindowPeriod
+	}
+	if p.AuctionSkip == 0 {
+		p.AuctionSkip = DefaultAuctionSkip
+	}
+	return p
+}
+
+func (p Params) par() operators.Option { return operators.Parallelism(p.Parallelism) }
+
+// queries lists the builders by name, in order.
+var queries = []struct {
+	name  string
+	build func(events operators.Stream[Event], p Params) operators.Stream[string]
+}{
+	{"q0", func(e operators.Stream[Event], p Params) operators.Stream[string] {
+		return operators.Map(BuildQ0(e, p), "q0.json", func(ev Event) string { return string(AppendJSON(make([]byte, 0, 512), ev)) })
+	}},
+	{"q1", jsonLines("q1", BuildQ1)},
+	{"q2", jsonLines("q2", BuildQ2)},
+	{"q3", jsonLines("q3", BuildQ3)},
+	{"q4", jsonLines("q4", BuildQ4)},
+	{"q5", jsonLines("q5", BuildQ5)},
+	{"q6", jsonLines("q6", BuildQ6)},
+	{"q7", jsonLines("q7", BuildQ7)},
+	{"q8", jsonLines("q8", BuildQ8)},
+	{"q9", jsonLines("q9", BuildQ9)},
+	{"q11", jsonLines("q11", BuildQ11)},
+}
+
+// jsonLines wraps a typed builder into one that renders its results with
+// their AppendJSON.
+func jsonLines[R interface{ AppendJSON([]byte) []byte }](q string, build func(operators.Stream[Event], Params) operators.Stream[R]) func(operators.Stream[Event], Params) operators.Stream[string] {
+	return func(e operators.Stream[Event], p Params) operators.Stream[string] {
+		return operators.Map(build(e, p), q+".json", func(r R) string { return string(r.AppendJSON(make([]byte, 0, 96))) })
+	}
+}
+
+// Queries returns the names of the queries Build knows, in order: q0 to q9
+// and q11.
+func Queries() []string {
+	names := make([]string, len(queries))
+	for i, q := range queries {
+		names[i] = q.name
+	}
+	return names
+}
+
+// Build adds the query called name (see Queries) over events and returns its
+// results as JSON lines without their line breaks: for q0 the events in the
+// event file's format (AppendJSON), for the others the result types'
+// AppendJSON. It returns an error for an unknown query, listing the valid
+// ones, and for invalid parameters.
+func Build(name string, events operators.Stream[Event], p Params) (operators.Stream[string], error) {
+	if err := p.Validate(); err != nil {
+		return operators.Stream[string]{}, err
+	}
+	for _, q := range queries {
+		if q.name == name {
+			return q.build(events, p), nil
+		}
+	}
+	return operators.Stream[string]{}, fmt.Errorf("nexmark: no query %q (valid: %s)", name, strings.Join(Queries(), ", "))
+}
+
+// ---- projections: the fields a query keeps of an event ----
+
+func isPerson(e Event) bool  { return e.Person != nil }
+func isAuction(e Event) bool { return e.Person == nil && e.Auction != nil }
+func isBid(e Event) bool     { return e.Person == nil && e.Auction == nil && e.Bid != nil }
+
+func eventTime(e Event) time.Time { return time.UnixMilli(e.Time()) }
+
+// timestamped assigns event times for query q.
+func timestamped(events operators.Stream[Event], q string, p Params) operators.Stream[Event] {
+	return operators.Timestamps(events, q+".time", eventTime, operators.OutOfOrderness(p.OutOfOrderness))
+}
+
+// bids returns the bids of events, projected to bidInfo.
+func bids(events operators.Stream[Event], q string) operators.Stream[bidInfo] {
+	return operators.Map(operators.Filter(events, q+".bids", isBid), q+".bid", func(e Event) bidInfo {
+		b := e.Bid
+		return bidInfo{Auction: b.Auction, Bidder: b.Bidder, Price: b.Price, DateTime: b.DateTime}
+	})
+}
+
+// bidInfo is a bid without its padding.
+type bidInfo struct {
+	Auction  int64 `msgpack:"a"`
+	Bidder   int64 `msgpack:"b"`
+	Price    int64 `msgpack:"p"`
+	DateTime int64 `msgpack:"t"` // ms
+}
+
+// auctionInfo is what the winning-bid operator keeps of an auction.
+type auctionInfo struct {
+	ID       int64 `msgpack:"id"`
+	Seller   int64 `msgpack:"s"`
+	Category int64 `msgpack:"c"`
+	DateTime int64 `msgpack:"t"` // ms
+	Expires  int64 `msgpack:"e"` // ms
+	Reserve  int64 `msgpack:"r"`
+}
+
+// ---- q0, q1, q2: stateless ----
+
+// BuildQ0 is q0, pass-through: every event, unchanged.
+func BuildQ0(events operators.Stream[Event], _ Params) operators.Stream[Event] {
+	return operators.Map(events, "q0.pass", func(e Event) Event { return e })
+}
+
+// BuildQ1 is q1, currency conversion: every bid with its price·89/100
+// (integer division, as Beam).
+func BuildQ1(events operators.Stream[Event], _ Params) operators.Stream[Q1] {
+	return operators.Map(operators.Filter(events, "q1.bids", isBid), "q1.convert", func(e Event) Q1 {
+		b := e.Bid
+		return Q1{Auction: b.Auction, Bidder: b.Bidder, Price: b.Price * 89 / 100, DateTime: b.DateTime}
+	})
+}
+
+// BuildQ2 is q2, selection: the auction and price of the bids whose auction
+// id is a multiple of p.AuctionSkip (default 123).
+func BuildQ2(events operators.Stream[Event], p Params) operators.Stream[Q2] {
+	skip := p.withDefaults().AuctionSkip
+	sel := operators.Filter(events, "q2.select", func(e Event) bool { return isBid(e) && e.Bid.Auction%skip == 0 })
+	return operators.Map(sel, "q2.project", func(e Event) Q2 { return Q2{Auction: e.Bid.Auction, Price: e.Bid.Price} })
+}
+
+// ---- q3: unbounded join ----
+
+// q3Person is what q3 keeps of a person.
+type q3Person struct {
+	ID    int64  `msgpack:"id"`
+	Name  string `msgpack:"n"`
+	City  string `msgpack:"c"`
+	State string `msgpack:"s"`
+}
+
+// q3Auction is what q3 keeps of an auction.
+type q3Auction struct {
+	ID     int64 `msgpack:"id"`
+	Seller int64 `msgpack:"s"`
+}
+
+// BuildQ3 is q3, local item suggestion: the regular (unbounded) inner join,
+// with operators.Join on seller = person id, of the auctions in category 10
+// with the persons in OR, ID or CA. Every pair is joined once, whichever
+// side comes first; the join keeps both sides for ever (as Flink's regular
+// join without state TTL).
+func BuildQ3(events operators.Stream[Event], p Params) operators.Stream[Q3] {
+	p = p.withDefaults()
+	auctions := operators.Map(operators.Filter(events, "q3.auctions", func(e Event) bool {
+		return isAuction(e) && e.Auction.Category == 10
+	}), "q3.auction", func(e Event) q3Auction { return q3Auction{ID: e.Auction.ID, Seller: e.Auction.Seller} })
+	persons := operators.Map(operators.Filter(events, "q3.persons", func(e Event) bool {
+		if !isPerson(e) {
+			return false
+		}
+		s := e.Person.State
+		return s == "OR" || s == "ID" || s == "CA"
+	}), "q3.person", func(e Event) q3Person {
+		return q3Person{ID: e.Person.ID, Name: e.Person.Name, City: e.Person.City, State: e.Person.State}
+	})
+	return operators.Join(auctions, persons, "q3.join",
+		func(a q3Auction) int64 { return a.Seller }, func(x q3Person) int64 { return x.ID },
+		func(a q3Auction, x q3Person) Q3 { return Q3{Name: x.Name, City: x.City, State: x.State, ID: a.ID} },
+		p.par())
+}
+
+// ---- winning bids: the core of q4, q6 and q9 ----
+
+// winningBid is an auction with its winning bid.
+type winningBid struct {
+	Auction  int64 `msgpack:"a"`
+	Seller   int64 `msgpack:"s"`
+	Category int64 `msgpack:"c"`
+	Expires  int64 `msgpack:"e"` // ms
+	Bidder   int64 `msgpack:"b"`
+	Price    int64 `msgpack:"p"`
+	DateTime int64 `msgpack:"t"` // the bid's, ms
+}
+
+// auctionState is the state of one auction id in the winning-bid operator.
+type auctionState struct {
+	Auction auctionInfo `msgpack:"a"`
+	Open    bool        `msgpack:"o"` // Auction is set
+	Best    bidInfo     `msgpack:"b"`
+	HasBest bool        `msgpack:"h"`
+	// Pending are the bids that came before their auction, kept until the
+	// watermark passes their time: by then an auction they are valid for
+	// (A.dateTime ≤ B.dateTime) has arrived, or none will.
+	Pending []bidInfo `msgpack:"p,omitempty"`
+}
+
+// offer applies a bid to the open auction: it wins if it is valid and better
+// than the best so far (the rules of ModelQ9).
+func (st *auctionState) offer(b bidInfo) {
+	a := &st.Auction
+	if b.DateTime < a.DateTime || b.DateTime > a.Expires || b.Price < a.Reserve {
+		return
+	}
+	if !st.HasBest || cmp.Or(cmp.Compare(b.Price, st.Best.Price), cmp.Compare(st.Best.DateTime, b.DateTime),
+		cmp.Compare(st.Best.Bidder, b.Bidder)) > 0 {
+		st.Best, st.HasBest = b, true
+	}
+}
+
+type winCtx = operators.ProcessContext[int64, auctionState, winningBid]
+
+// winningBids adds the winning-bid operator of query q: auctions and bids
+// brought together by auction id (KeyedUnion) into a Process that keeps the
+// auction, its best valid bid so far and the bids that came before it, and
+// emits the winning bid when the watermark passes the auction's expiry (an
+// event-time timer), with the expiry as its event time. Auction ids are
+// unique, as the generator makes them.
+func winningBids(events operators.Stream[Event], q string, p Params) operators.Stream[winningBid] {
+	events = timestamped(events, q, p)
+	auctions := operators.Map(operators.Filter(events, q+".auctions", isAuction), q+".auction", func(e Event) auctionInfo {
+		a := e.Auction
+		return auctionInfo{ID: a.ID, Seller: a.Seller, Category: a.Category, DateTime: a.DateTime, Expires: a.Expires, Reserve: a.Reserve}
+	})
+	byAuction := operators.KeyedUnion(auctions, bids(events, q), q+".by-auction",
+		func(a auctionInfo) int64 { return a.ID }, func(b bidInfo) int64 { return b.Auction })
+	return operators.Process(byAuction, q+".winning",
+		func(c *winCtx, e operators.Either[auctionInfo, bidInfo]) {
+			st := c.State()
+			switch {
+			case !e.Right: // an auction
+				st.Auction, st.Open = e.L, true
+				for _, b := range st.Pending {
+					st.offer(b)
+				}
+				st.Pending = nil
+				c.Timer(time.UnixMilli(e.L.Expires))
+			case st.Open:
+				st.offer(e.R)
+			default: // a bid before its auction, or after it closed
+				st.Pending = append(st.Pending, e.R)
+				c.Timer(time.UnixMilli(e.R.DateTime))
+			}
+		},
+		func(c *winCtx) {
+			st := c.State()
+			now := c.Time().UnixMilli()
+			if st.Open {
+				if now < st.Auction.Expires {
+					return // the timer of a bid that was pending
+				}
+				if st.HasBest {
+					a, b := &st.Auction, &st.Best
+					c.Emit(winningBid{Auction: a.ID, Seller: a.Seller, Category: a.Category, Expires: a.Expires,
+						Bidder: b.Bidder, Price: b.Price, DateTime: b.DateTime})
+				}
+				c.Clear()
+				return
+			}
+			// No auction for these bids by now: drop those it is too late for.
+			st.Pending = slices.DeleteFunc(st.Pending, func(b bidInfo) bool { return b.DateTime <= now })
+			if len(st.Pending) == 0 {
+				c.Clear()
+			}
+		}, p.par())
+}
+
+// BuildQ9 is q9, winning bids: for each auction with at least one valid bid
+// (A.dateTime ≤ B.dateTime ≤ A.expires, price ≥ reserve), the bid with the
+// highest price, ties to the earliest, then to the smallest bidder id. It
+// is emitted when the watermark passes the auction's expiry.
+func BuildQ9(events operators.Stream[Event], p Params) operators.Stream[Q9] {
+	p = p.withDefaults()
+	return operators.Map(winningBids(events, "q9", p), "q9.result", func(w winningBid) Q9 {
+		return Q9{Auction: w.Auction, Bidder: w.Bidder, Price: w.Price, DateTime: w.DateTime}
+	})
+}
+
+// q4Sum is the running sum of a category's winning prices.
+type q4Sum struct {
+	Sum int64 `msgpack:"s"`
+	N   int64 `msgpack:"n"`
+}
+
+// BuildQ4 is q4, average price per category: the winning bids (as q9) keyed
+// by category into an Aggregate of their sum and number, which emits an
+// update per winning bid: float64(sum)/float64(n). The last update of each
+// category is the result.
+func BuildQ4(events operators.Stream[Event], p Params) operators.Stream[Q4] {
+	p = p.withDefaults()
+	byCategory := operators.KeyBy(winningBids(events, "q4", p), "q4.by-category", func(w winningBid) int64 { return w.Category }, p.par())
+	sums := operators.Aggregate(byCategory, "q4.sum", func() q4Sum { return q4Sum{} },
+		func(a q4Sum, w winningBid) q4Sum { return q4Sum{Sum: a.Sum + w.Price, N: a.N + 1} },
+		operators.Emit(operators.EmitUpdates))
+	return operators.Map(sums, "q4.average", func(kv operators.KV[int64, q4Sum]) Q4 {
+		return Q4{Category: kv.Key, AvgPrice: float64(kv.Value.Sum) / float64(kv.Value.N)}
+	})
+}
+
+// q6Last is how many of a seller's winning bids q6 averages.
+const q6Last = 10
+
+// q6State is a seller's state in q6.
+type q6State struct {
+	// Pending are the winning bids not yet applied, until the watermark
+	// passes their auction's expiry.
+	Pending []winningBid `msgpack:"p,omitempty"`
+	Last    []int64      `msgpack:"l,omitempty"` // the last ≤ 10 prices, oldest first
+}
+
+type q6Ctx = operators.ProcessContext[int64, q6State, Q6]
+
+// BuildQ6 is q6, average selling price by seller: the winning bids (as q9)
+// keyed by seller into a Process that applies them in order of auction
+// expiry, ties by auction id. They come from several instances of the
+// winning-bid operator, so it buffers each until the watermark passes its
+// auction's expiry (a timer): by then every winning bid that expires at or
+// before it has arrived. For each it emits the seller's average over its
+// last 10 winning prices, float64(sum)/float64(n); the last update of each
+// seller is the result.
+func BuildQ6(events operators.Stream[Event], p Params) operators.Stream[Q6] {
+	p = p.withDefaults()
+	bySeller := operators.KeyBy(winningBids(events, "q6", p), "q6.by-seller", func(w winningBid) int64 { return w.Seller }, p.par())
+	return operators.Process(bySeller, "q6.average",
+		func(c *q6Ctx, w winningBid) {
+			st := c.State()
+			st.Pending = append(st.Pending, w)
+			c.Timer(time.UnixMilli(w.Expires))
+		},
+		func(c *q6Ctx) {
+			st := c.State()
+			now := c.Time().UnixMilli()
+			var due []winningBid
+			st.Pending = slices.DeleteFunc(st.Pending, func(w winningBid) bool {
+				if w.Expires <= now {
+					due = append(due, w)
+					return true
+				}
+				return false
+			})
+			slices.SortFunc(due, func(x, y winningBid) int {
+				return cmp.Or(cmp.Compare(x.Expires, y.Expires), cmp.Compare(x.Auction, y.Auction))
+			})
+			for _, w := range due {
+				st.Last = append(st.Last, w.Price)
+				if len(st.Last) > q6Last {
+					st.Last = slices.Delete(st.Last, 0, len(st.Last)-q6Last)
+				}
+				var sum int64
+				for _, x := range st.Last {
+					sum += x
+				}
+				c.Emit(Q6{Seller: c.Key(), AvgPrice: float64(sum) / float64(len(st.Last))})
+			}
+		}, p.par())
+}
+
+// ---- q5, q7: windows, then the maximum per window ----
+
+// q5State is the running maximum of one window in q5.
+type q5State struct {
+	Start    int64   `msgpack:"s"` // ms
+	End      int64   `msgpack:"e"` // ms
+	Max      int64   `msgpack:"m"`
+	Auctions []int64 `msgpack:"a"` // those with Max bids
+}
+
+type q5Ctx = operators.ProcessContext[int64, q5State, Q5]
+
+// BuildQ5 is q5, hot items: the bids counted per auction in sliding windows
+// (WindowCount, p.WindowSize every p.WindowPeriod), then the counts keyed by
+// window into a Process that keeps the window's maximum and its auctions
+// and emits them when the watermark passes the window's last instant (every
+// count of the window has arrived by then: the counts carry that instant as
+// their event time).
+func BuildQ5(events operators.Stream[Event], p Params) operators.Stream[Q5] {
+	p = p.withDefaults()
+	byAuction := operators.KeyBy(bids(timestamped(events, "q5", p), "q5"), "q5.by-auction", func(b bidInfo) int64 { return b.Auction }, p.par())
+	counts := operators.WindowCount(byAuction, "q5.count", operators.Sliding(p.WindowSize, p.WindowPeriod))
+	byWindow := operators.KeyBy(counts, "q5.by-window", func(w operators.Windowed[int64, int64]) int64 { return w.Start.UnixMilli() }, p.par())
+	return operators.Process(byWindow, "q5.max",
+		func(c *q5Ctx, w operators.Windowed[int64, int64]) {
+			st := c.State()
+			switch {
+			case len(st.Auctions) == 0 || w.Value > st.Max:
+				st.Start, st.End, st.Max = w.Start.UnixMilli(), w.End.UnixMilli(), w.Value
+				st.Auctions = append(st.Auctions[:0], w.Key)
+				c.Timer(w.End.Add(-time.Nanosecond))
+			case w.Value == st.Max:
+				st.Auctions = append(st.Auctions, w.Key)
+			}
+		},
+		func(c *q5Ctx) {
+			st := c.State()
+			for _, a := range st.Auctions {
+				c.Emit(Q5{WindowStart: st.Start, WindowEnd: st.End, Auction: a, Count: st.Max})
+			}
+			c.Clear()
+		}, p.par())
+}
+
+// q7Max is the highest price of a window and the bids with it.
+type q7Max struct {
+	Start int64     `msgpack:"s"` // ms, in the per-window state
+	End   int64     `msgpack:"e"` // ms, in the per-window state
+	Max   int64     `msgpack:"m"`
+	Bids  []bidInfo `msgpack:"b"`
+}
+
+// add makes b one of the bids with the highest price, if it is.
+func (m q7Max) add(b bidInfo) q7Max {
+	switch {
+	case len(m.Bids) == 0 || b.Price > m.Max:
+		m.Max, m.Bids = b.Price, append(m.Bids[:0], b)
+	case b.Price == m.Max:
+		m.Bids = append(m.Bids, b)
+	}
+	return m
+}
+
+type q7Ctx = operators.ProcessContext[int64, q7Max, Q7]
+
+// q7Partitions is the number of partitions of q7's first stage.
+const q7Partitions = 128
+
+// BuildQ7 is q7, highest bid: in two stages, as a combiner. The bids are
+// partitioned by price (so equal prices meet) into tumbling windows of
+// p.WindowSize that keep the highest price and its bids (WindowAggregate);
+// then the partial maxima are keyed by window into a Process that merges
+// them and emits every bid with the window's highest price when the
+// watermark passes the window's last instant.
+func BuildQ7(events operators.Stream[Event], p Params) operators.Stream[Q7] {
+	p = p.withDefaults()
+	byPrice := operators.KeyBy(bids(timestamped(events, "q7", p), "q7"), "q7.by-price", func(b bidInfo) int64 { return b.Price % q7Partitions }, p.par())
+	partial := operators.WindowAggregate(byPrice, "q7.partial", operators.Tumbling(p.WindowSize),
+		func() q7Max { return q7Max{} }, q7Max.add, nil)
+	byWindow := operators.KeyBy(partial, "q7.by-window", func(w operators.Windowed[int64, q7Max]) int64 { return w.Start.UnixMilli() }, p.par())
+	return operators.Process(byWindow, "q7.max",
+		func(c *q7Ctx, w operators.Windowed[int64, q7Max]) {
+			st := c.State()
+			if len(st.Bids) == 0 {
+				st.Start, st.End = w.Start.UnixMilli(), w.End.UnixMilli()
+				c.Timer(w.End.Add(-time.Nanosecond))
+			}
+			for _, b := range w.Value.Bids {
+				*st = st.add(b)
+			}
+		},
+		func(c *q7Ctx) {
+			st := c.State()
+			for _, b := range st.Bids {
+				c.Emit(Q7{WindowStart: st.Start, WindowEnd: st.End, Auction: b.Auction, Bidder: b.Bidder, Price: b.Price, DateTime: b.DateTime})
+			}
+			c.Clear()
+		}, p.par())
+}
+
+// ---- q8: a windowed join ----
+
+// q8Person is what q8 keeps of a person.
+type q8Person struct {
+	ID   int64  `msgpack:"id"`
+	Name string `msgpack:"n"`
+}
+
+// q8Window is a person id's accumulator in one window: the names it joined
+// with, and whether it created an auction.
+type q8Window struct {
+	Names []string `msgpack:"n,omitempty"`
+	Sold  bool     `msgpack:"s"`
+}
+
+// BuildQ8 is q8, monitor new users: persons and auctions brought together
+// by person id = seller (KeyedUnion) into tumbling windows of p.WindowSize
+// (WindowAggregate) that note the names the id joined with and whether it
+// created an auction; a window with both gives each distinct (id, name)
+// once.
+func BuildQ8(events operators.Stream[Event], p Params) operators.Stream[Q8] {
+	p = p.withDefaults()
+	events = timestamped(events, "q8", p)
+	persons := operators.Map(operators.Filter(events, "q8.persons", isPerson), "q8.person", func(e Event) q8Person {
+		return q8Person{ID: e.Person.ID, Name: e.Person.Name}
+	})
+	sellers := operators.Map(operators.Filter(events, "q8.auctions", isAuction), "q8.seller", func(e Event) int64 { return e.Auction.Seller })
+	byID := operators.KeyedUnion(persons, sellers, "q8.by-person", func(x q8Person) int64 { return x.ID }, func(s int64) int64 { return s })
+	windows := operators.WindowAggregate(byID, "q8.window", operators.Tumbling(p.WindowSize),
+		func() q8Window { return q8Window{} },
+		func(w q8Window, e operators.Either[q8Person, int64]) q8Window {
+			if e.Right {
+				w.Sold = true
+			} else if !slices.Contains(w.Names, e.L.Name) {
+				w.Names = append(w.Names, e.L.Name)
+			}
+			return w
+		}, nil, p.par())
+	return operators.FlatMap(windows, "q8.result", func(w operators.Windowed[int64, q8Window]) []Q8 {
+		if !w.Value.Sold || len(w.Value.Names) == 0 {
+			return nil
+		}
+		out := make([]Q8, len(w.Value.Names))
+		for i, n := range w.Value.Names {
+			out[i] = Q8{ID: w.Key, Name: n, WindowStart: w.Start.UnixMilli()}
+		}
+		return out
+	})
+}
+
+// ---- q11: sessions ----
+
+// BuildQ11 is q11, user sessions: the bids keyed by bidder, counted in
+// session windows with a gap of p.WindowSize (WindowCount with
+// operators.Sessions): a session is [first bid, last bid + gap), and bids
+// less than the gap apart share one.
+func BuildQ11(events operators.Stream[Event], p Params) operators.Stream[Q11] {
+	p = p.withDefaults()
+	byBidder := operators.KeyBy(bids(timestamped(events, "q11", p), "q11"), "q11.by-bidder", func(b bidInfo) int64 { return b.Bidder }, p.par())
+	sessions := operators.WindowCount(byBidder, "q11.sessions", operators.Sessions(p.WindowSize))
+	return operators.Map(sessions, "q11.result", func(w operators.Windowed[int64, int64]) Q11 {
+		return Q11{Bidder: w.Key, Count: w.Value, SessionStart: w.Start.UnixMilli(), SessionEnd: w.End.UnixMilli()}
+	})
+}
