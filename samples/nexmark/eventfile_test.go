@@ -38,8 +38,8 @@ func TestEventFileEscapesLikeEncodingJSON(t *testing.T) {
 		if err := enc.Encode(s); err != nil {
 			t.Fatal(err)
 		}
-		if got := string(appendJSONString(nil, s)) + "\n"; got != want.String() {
-			t.Errorf("appendJSONString(%q) = %s, encoding/json %s", s, got, want.String())
+		if got := string(jsonAppendString(nil, s)) + "\n"; got != want.String() {
+			t.Errorf("jsonAppendString(%q) = %s, encoding/json %s", s, got, want.String())
 		}
 	}
 }
