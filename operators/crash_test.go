@@ -1,18 +1,15 @@
 package operators_test
 
 import (
-	"bufio"
 	"context"
 	"fmt"
-	"math/rand/v2"
 	"os"
-	"os/exec"
 	"path/filepath"
-	"strings"
 	"testing"
 	"time"
 
 	"github.com/sluicehq/sluice/actors"
+	"github.com/sluicehq/sluice/internal/crashtest"
 )
 
 const crashChildEnv = "SLUICE_CRASH_CHILD_DIR"
@@ -21,8 +18,8 @@ const crashChildEnv = "SLUICE_CRASH_CHILD_DIR"
 // runs the checkpointed counting topology on the store in the given folder
 // to its end. It is skipped unless the parent started it.
 func TestCheckpointCrashChild(t *testing.T) {
-	dir := os.Getenv(crashChildEnv)
-	if dir == "" {
+	dir, ok := crashtest.ChildEnv(crashChildEnv)
+	if !ok {
 		t.Skip("child of TestCheckpointCrash")
 	}
 	ctx := context.Background()
@@ -51,15 +48,10 @@ func TestCheckpointCrash(t *testing.T) {
 	if testing.Short() {
 		t.Skip("crash test: child processes")
 	}
-	seed := uint64(time.Now().UnixNano())
-	if s := os.Getenv("SLUICE_CRASH_SEED"); s != "" {
-		fmt.Sscan(s, &seed)
-	}
-	t.Logf("seed %d (replay with SLUICE_CRASH_SEED=%d)", seed, seed)
-	rng := rand.New(rand.NewPCG(seed, 1))
+	rng := crashtest.Seed(t, "SLUICE_CRASH_SEED")
 
 	reference := t.TempDir()
-	if _, done := runChild(t, reference, 0); !done {
+	if r := runChild(t, reference, -1); !r.Done {
 		t.Fatal("the reference run did not finish")
 	}
 	want := readParts(t, filepath.Join(reference, "out"))
@@ -70,15 +62,15 @@ func TestCheckpointCrash(t *testing.T) {
 		if runs > 200 {
 			t.Fatalf("no end after %d runs and %d kills", runs, kills)
 		}
-		delay := time.Duration(0)
+		delay := time.Duration(-1)
 		if kills < 20 {
 			delay = time.Duration(crashKillMin+rng.IntN(crashKillSpread)) * time.Millisecond
 		}
-		killed, done := runChild(t, dir, delay)
-		if killed {
+		r := runChild(t, dir, delay)
+		if r.Killed {
 			kills++
 		}
-		if done {
+		if r.Done {
 			break
 		}
 	}
@@ -91,58 +83,13 @@ func TestCheckpointCrash(t *testing.T) {
 	t.Logf("%d kills, output identical", kills)
 }
 
-// runChild runs the child on dir; with a delay it SIGKILLs the child that
-// long after it started its job, unless the job finished first.
-func runChild(t *testing.T, dir string, delay time.Duration) (killed, done bool) {
+// runChild runs the child on dir; with a delay of 0 or more it SIGKILLs the
+// child that long after it started its job, unless the job finished first.
+func runChild(t *testing.T, dir string, delay time.Duration) crashtest.Run {
 	t.Helper()
 	if err := os.MkdirAll(filepath.Join(dir, "out"), 0o700); err != nil {
 		t.Fatal(err)
 	}
-	cmd := exec.Command(os.Args[0], "-test.run=^TestCheckpointCrashChild$", "-test.v")
-	cmd.Env = append(os.Environ(), crashChildEnv+"="+dir)
-	out, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	cmd.Stderr = os.Stderr
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	lines := make(chan string)
-	go func() { // ends when the child's stdout closes
-		defer close(lines)
-		sc := bufio.NewScanner(out)
-		for sc.Scan() {
-			lines <- sc.Text()
-		}
-	}()
-	var timer <-chan time.Time
-	deadline := time.After(5 * time.Minute)
-	for {
-		select {
-		case line, ok := <-lines:
-			if !ok {
-				if err := cmd.Wait(); err != nil && !killed {
-					t.Fatalf("child failed: %v", err)
-				}
-				return killed, done
-			}
-			switch {
-			case line == "STARTED" && delay > 0:
-				timer = time.After(delay) // a random kill point, not a wait for an event
-			case line == "DONE":
-				done = true
-			case strings.HasPrefix(line, "--- FAIL"):
-				t.Errorf("child: %s", line)
-			}
-		case <-timer:
-			timer = nil
-			if !done {
-				killed = cmd.Process.Kill() == nil // SIGKILL
-			}
-		case <-deadline:
-			cmd.Process.Kill()
-			t.Fatal("child did not finish in 5 minutes")
-		}
-	}
+	child := crashtest.Child{Test: "TestCheckpointCrashChild", Env: []string{crashChildEnv + "=" + dir}, Timeout: 5 * time.Minute}
+	return child.Run(t, delay, nil)
 }

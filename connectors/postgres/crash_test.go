@@ -1,13 +1,10 @@
 package postgres_test
 
 import (
-	"bufio"
 	"context"
 	"encoding/json"
 	"fmt"
-	"math/rand/v2"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -23,6 +20,7 @@ import (
 	"github.com/sluicehq/sluice/connectors/internal/servicetest"
 	"github.com/sluicehq/sluice/connectors/jetstream"
 	"github.com/sluicehq/sluice/connectors/postgres"
+	"github.com/sluicehq/sluice/internal/crashtest"
 	"github.com/sluicehq/sluice/operators"
 )
 
@@ -62,8 +60,8 @@ func crashTopology(url, dsn, stream, table string) *operators.Topology {
 // runs the job to its end on the store in its folder, resuming from the
 // store's last checkpoint. It is skipped unless the parent started it.
 func TestCrashChild(t *testing.T) {
-	dir := os.Getenv(crashEnvDir)
-	if dir == "" {
+	dir, ok := crashtest.ChildEnv(crashEnvDir)
+	if !ok {
 		t.Skip("child of TestCrashJetStreamToPostgres")
 	}
 	ctx := context.Background()
@@ -98,12 +96,7 @@ func TestCrashJetStreamToPostgres(t *testing.T) {
 		t.Skip("crash test: child processes")
 	}
 	url, dsn := servicetest.NATS(t), servicetest.PG(t)
-	seed := uint64(time.Now().UnixNano())
-	if s := os.Getenv("SLUICE_CRASH_SEED"); s != "" {
-		fmt.Sscan(s, &seed)
-	}
-	t.Logf("seed %d (replay with SLUICE_CRASH_SEED=%d)", seed, seed)
-	rng := rand.New(rand.NewPCG(seed, 2))
+	rng := crashtest.Seed(t, "SLUICE_CRASH_SEED")
 	n := int64(80_000)
 	if s := os.Getenv("SLUICE_PGCRASH_EVENTS"); s != "" {
 		n, _ = strconv.ParseInt(s, 10, 64)
@@ -117,11 +110,11 @@ func TestCrashJetStreamToPostgres(t *testing.T) {
 	createTables(t, dsn, ref, out)
 
 	env := func(dir, table string) []string {
-		return append(os.Environ(), crashEnvDir+"="+dir, crashEnvNATS+"="+url, crashEnvPG+"="+dsn,
+		return append([]string{}, crashEnvDir+"="+dir, crashEnvNATS+"="+url, crashEnvPG+"="+dsn,
 			crashEnvStream+"="+stream, crashEnvTable+"="+table)
 	}
 	start := time.Now()
-	_, done, took := runChild(t, env(t.TempDir(), ref), 0)
+	_, done, took := runChild(t, env(t.TempDir(), ref), -1)
 	if !done {
 		t.Fatal("the uninterrupted run did not finish")
 	}
@@ -138,7 +131,7 @@ func TestCrashJetStreamToPostgres(t *testing.T) {
 		if runs > 100 {
 			t.Fatalf("no end after %d runs and %d kills", runs, kills)
 		}
-		delay := time.Duration(0)
+		delay := time.Duration(-1)
 		if kills < wantKills {
 			delay = lo + time.Duration(rng.Int64N(int64(hi-lo)))
 		}
@@ -166,64 +159,18 @@ func TestCrashJetStreamToPostgres(t *testing.T) {
 	t.Logf("%d kills in %d runs: %d rows, identical to the uninterrupted run, each count update once", kills, runs+1, len(gotOut))
 }
 
-// runChild runs the child with env; with a delay it SIGKILLs the child that
-// long after it started its job, unless the job finished first. took is
-// the time from STARTED to DONE.
+// runChild runs the child with env; with a delay of 0 or more it SIGKILLs
+// the child that long after it started its job, unless the job finished
+// first. took is the time from STARTED to DONE.
 func runChild(t *testing.T, env []string, delay time.Duration) (killed, done bool, took time.Duration) {
 	t.Helper()
-	cmd := exec.Command(os.Args[0], "-test.run=^TestCrashChild$", "-test.v")
-	cmd.Env = env
-	stdout, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	cmd.Stderr = os.Stderr
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	lines := make(chan string)
-	go func() { // ends when the child's stdout closes
-		defer close(lines)
-		sc := bufio.NewScanner(stdout)
-		for sc.Scan() {
-			lines <- sc.Text()
+	r := crashtest.Child{Test: "TestCrashChild", Env: env}.Run(t, delay, func(line string) bool {
+		if rest, ok := strings.CutPrefix(line, "RESTORED "); ok {
+			t.Logf("run to the end: restored %s", strings.ToLower(rest))
 		}
-	}()
-	var timer <-chan time.Time
-	var started time.Time
-	deadline := time.After(2 * time.Minute)
-	for {
-		select {
-		case line, ok := <-lines:
-			if !ok {
-				if err := cmd.Wait(); err != nil && !killed {
-					t.Fatalf("child failed: %v", err)
-				}
-				return killed, done, took
-			}
-			switch {
-			case line == "STARTED":
-				started = time.Now()
-				if delay > 0 {
-					timer = time.After(delay) // a random kill point, not a wait for an event
-				}
-			case line == "DONE":
-				done, took = true, time.Since(started)
-			case strings.HasPrefix(line, "RESTORED "):
-				t.Logf("run to the end: %s", strings.ToLower(line))
-			case strings.HasPrefix(line, "--- FAIL"), strings.Contains(line, "_test.go:"):
-				t.Errorf("child: %s", line)
-			}
-		case <-timer:
-			timer = nil
-			if !done {
-				killed = cmd.Process.Kill() == nil // SIGKILL
-			}
-		case <-deadline:
-			cmd.Process.Kill()
-			t.Fatal("child did not finish in 2 minutes")
-		}
-	}
+		return line == "STARTED"
+	})
+	return r.Killed, r.Done, r.Took
 }
 
 func publishClicks(t *testing.T, url, stream, subject string, n int64) {

@@ -1,18 +1,15 @@
 package nexmark
 
 import (
-	"bufio"
 	"context"
 	"fmt"
-	"math/rand/v2"
-	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/sluicehq/sluice/actors"
+	"github.com/sluicehq/sluice/internal/crashtest"
 	"github.com/sluicehq/sluice/operators"
 )
 
@@ -96,8 +93,8 @@ func (crashMarker) Commit(_ context.Context, checkpoint uint64) error {
 // job on the store in its folder to the end, resuming from the last
 // checkpoint if there is one. It is skipped unless the parent started it.
 func TestQueryCrashChild(t *testing.T) {
-	dir := os.Getenv(crashDirEnv)
-	if dir == "" {
+	dir, ok := crashtest.ChildEnv(crashDirEnv)
+	if !ok {
 		t.Skip("child of TestQueryCrash")
 	}
 	ctx := context.Background()
@@ -129,14 +126,7 @@ func TestQueryCrash(t *testing.T) {
 	if testing.Short() {
 		t.Skip("crash test: child processes")
 	}
-	seed := uint64(time.Now().UnixNano())
-	if s := os.Getenv(crashSeedEnv); s != "" {
-		if _, err := fmt.Sscan(s, &seed); err != nil {
-			t.Fatalf("%s=%q: %v", crashSeedEnv, s, err)
-		}
-	}
-	t.Logf("seed %d (replay with %s=%d)", seed, crashSeedEnv, seed)
-	rng := rand.New(rand.NewPCG(seed, 1))
+	rng := crashtest.Seed(t, crashSeedEnv)
 
 	var want map[string][]string // the models' outputs, computed once
 	kills, runs := 0, 0
@@ -190,62 +180,22 @@ type crashRun struct {
 // completed, unless the job finished first.
 func crashRunChild(t *testing.T, dir string, delay time.Duration) (r crashRun) {
 	t.Helper()
-	cmd := exec.Command(os.Args[0], "-test.run=^TestQueryCrashChild$", "-test.v")
-	cmd.Env = append(os.Environ(), crashDirEnv+"="+dir)
-	out, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	cmd.Stderr = os.Stderr
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	lines := make(chan string)
-	go func() { // ends when the child's stdout closes
-		defer close(lines)
-		sc := bufio.NewScanner(out)
-		for sc.Scan() {
-			lines <- sc.Text()
+	child := crashtest.Child{Test: "TestQueryCrashChild", Env: []string{crashDirEnv + "=" + dir}}
+	run := child.Run(t, delay, func(line string) bool {
+		rest, ok := strings.CutPrefix(line, "CHECKPOINT ")
+		if !ok {
+			return false
 		}
-	}()
-	var kill <-chan time.Time
-	deadline := time.NewTimer(2 * time.Minute)
-	defer deadline.Stop()
-	for {
-		select {
-		case line, ok := <-lines:
-			if !ok {
-				if err := cmd.Wait(); err != nil && !r.killed {
-					t.Fatalf("child failed: %v", err)
-				}
-				return r
-			}
-			var id uint64
-			switch {
-			case strings.HasPrefix(line, "CHECKPOINT "):
-				if _, err := fmt.Sscan(line[len("CHECKPOINT "):], &id); err != nil {
-					t.Fatalf("child: %q: %v", line, err)
-				}
-				if r.first == 0 {
-					r.first = id
-					if delay >= 0 {
-						kill = time.After(delay) // a random kill point, not a wait for an event
-					}
-				}
-				r.last = id
-			case line == "DONE":
-				r.done = true
-			case strings.HasPrefix(line, "--- FAIL"), strings.HasPrefix(line, "    "):
-				t.Errorf("child: %s", line)
-			}
-		case <-kill:
-			kill = nil
-			if !r.done {
-				r.killed = cmd.Process.Kill() == nil // SIGKILL
-			}
-		case <-deadline.C:
-			cmd.Process.Kill()
-			t.Fatal("child did not finish in 2 minutes")
+		var id uint64
+		if _, err := fmt.Sscan(rest, &id); err != nil {
+			t.Fatalf("child: %q: %v", line, err)
 		}
-	}
+		if r.first == 0 {
+			r.first = id
+		}
+		r.last = id
+		return true // the first completed checkpoint arms the kill
+	})
+	r.killed, r.done = run.Killed, run.Done
+	return r
 }
