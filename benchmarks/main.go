@@ -71,6 +71,7 @@ func suite() []benchmark {
 		{"journal", "bbolt journal: group commit vs a transaction per event; recovery of a 1M-event journal", benchJournal},
 		{"nexmark", "Nexmark q0-q9, q11 on the live generator: events/s per core vs Flink 1.11's published figures", benchNexmark},
 		{"connectors", "JetStream -> topology -> PostgreSQL (exactly-once) vs a plain nats.go consumer feeding pgx COPY", benchConnectors},
+		{"remote", "one hop between two nodes on loopback: sluice codec vs raw protoactor remote vs an in-process hop", benchRemote},
 	}
 }
 

@@ -56,5 +56,6 @@ func newRoot(stdout, stderr io.Writer) *cobra.Command {
 	root.AddCommand(storeCmd(g))
 	root.AddCommand(deadLettersCmd(g))
 	root.AddCommand(nexmarkCmd(g))
+	root.AddCommand(nodeCmd(g))
 	return root
 }

@@ -1,0 +1,450 @@
+package cluster_test
+
+import (
+	"bufio"
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/asynkron/protoactor-go/actor"
+
+	"github.com/sluicehq/sluice/cluster"
+	"github.com/sluicehq/sluice/persistence"
+	"github.com/sluicehq/sluice/supervision"
+)
+
+// childConfig configures a child process's node.
+type childConfig struct {
+	Name, Cluster  string
+	Port           int
+	Peers          []string
+	Store          string // store file; empty: temporary
+	CA, Cert, Key  string // PEM files: TLS when Cert is set
+	FailureTimeout time.Duration
+	// A ReplicatedCheckpointStore with these replicas (-1: none).
+	Replicas, Acks int
+	ReplicaPeers   []string
+	Namespace      string
+}
+
+// TestChildNode is the child process of the process tests: it runs one
+// node, prints what happens on stdout, one line each, and obeys commands
+// on stdin. It is skipped unless a test started it.
+//
+//	READY <address> <id>
+//	EVENT <joined|left|excluded> <name> <id>
+//	TRANSITION <log> <replica> <from> <to>
+//	COMPLETED <job> <checkpoint> | FAILED <job> <checkpoint> <error>
+//	LATEST <job> <checkpoint>
+//	REPLY <text> | ERROR <error>
+//	SENT <n>
+//
+// Commands: complete JOB ID | loop JOB MILLIS (complete 1, 2, ... until
+// stop) | stop | latest JOB | request ADDR ACTOR NAME | send ADDR ACTOR
+// FROM N | count ADDR ACTOR.
+func TestChildNode(t *testing.T) {
+	raw := os.Getenv(childEnv)
+	if raw == "" {
+		t.Skip("the child process of the process tests")
+	}
+	var cfg childConfig
+	if err := json.Unmarshal([]byte(raw), &cfg); err != nil {
+		t.Fatal(err)
+	}
+	var mu sync.Mutex
+	say := func(format string, args ...any) {
+		mu.Lock()
+		defer mu.Unlock()
+		fmt.Printf(format+"\n", args...)
+	}
+	ncfg := cluster.Config{
+		Name: cfg.Name, ClusterName: cfg.Cluster, Port: cfg.Port, Peers: cfg.Peers, Store: cfg.Store,
+		Registry: testRegistry(), Logger: logger(), FailureTimeout: cfg.FailureTimeout,
+	}
+	if cfg.Cert != "" {
+		tc, err := loadTLS(cfg.CA, cfg.Cert, cfg.Key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ncfg.TLS = tc
+	}
+	ctx := context.Background()
+	n, err := cluster.Start(ctx, ncfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer n.Stop(ctx)
+	n.Subscribe(func(ev cluster.MemberEvent) {
+		say("EVENT %v %s %s", ev.Kind, ev.Member.Name, ev.Member.ID)
+	})
+	for name, props := range map[string]*actor.Props{"echo": echoProps(), "sink": sinkProps()} {
+		if _, err := n.Spawn(name, props); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var store *cluster.ReplicatedCheckpointStore
+	if cfg.Replicas >= 0 {
+		store, err = cluster.NewReplicatedCheckpointStore(n, cluster.ReplicationConfig{
+			Replicas: cfg.Replicas, Acks: cfg.Acks, Peers: cfg.ReplicaPeers, Namespace: cfg.Namespace,
+			AckTimeout: 500 * time.Millisecond, MaxAttempts: 3,
+			Backoff: supervision.Backoff{Initial: 100 * time.Millisecond, Max: 400 * time.Millisecond},
+			OnTransition: func(tr cluster.ReplicaTransition) {
+				say("TRANSITION %s %s %s %s", tr.Log, tr.Replica, tr.From, tr.To)
+			},
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	say("READY %s %s", n.Address(), n.ID())
+
+	complete := func(job string, id uint64) error {
+		cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		defer cancel()
+		cp := persistence.Checkpoint{ID: id, Time: time.Unix(int64(id), 0).UTC(),
+			States: map[string][]byte{"count/0": []byte(fmt.Sprint("state-", id))}, Offsets: map[string]int64{"src/0": int64(id) * 10}}
+		err := store.Complete(cctx, job, cp)
+		if err != nil {
+			say("FAILED %s %d %v", job, id, err)
+		} else {
+			say("COMPLETED %s %d", job, id)
+		}
+		return err
+	}
+	var loopStop chan struct{}
+	var loopDone sync.WaitGroup
+	stopLoop := func() {
+		if loopStop != nil {
+			close(loopStop)
+			loopDone.Wait()
+			loopStop = nil
+		}
+	}
+	defer stopLoop()
+	sc := bufio.NewScanner(os.Stdin)
+	for sc.Scan() {
+		f := strings.Fields(sc.Text())
+		if len(f) == 0 {
+			continue
+		}
+		rctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		switch f[0] {
+		case "complete":
+			id, _ := strconv.ParseUint(f[2], 10, 64)
+			_ = complete(f[1], id)
+		case "loop":
+			stopLoop()
+			every, _ := strconv.Atoi(f[2])
+			loopStop = make(chan struct{})
+			loopDone.Add(1)
+			go func(job string, stop chan struct{}) {
+				defer loopDone.Done()
+				tick := time.NewTicker(time.Duration(every) * time.Millisecond)
+				defer tick.Stop()
+				for id := uint64(1); ; {
+					select {
+					case <-stop:
+						return
+					case <-tick.C:
+					}
+					if complete(job, id) == nil {
+						id++
+					}
+				}
+			}(f[1], loopStop)
+		case "stop":
+			stopLoop()
+			say("STOPPED")
+		case "latest":
+			cp, ok, err := store.Latest(rctx, f[1])
+			switch {
+			case err != nil:
+				say("ERROR %v", err)
+			case !ok:
+				say("LATEST %s 0", f[1])
+			default:
+				say("LATEST %s %d", f[1], cp.ID)
+			}
+		case "request":
+			r, err := n.Request(rctx, n.PID(f[1], f[2]), Greet{Name: f[3]})
+			if err != nil {
+				say("ERROR %v", err)
+			} else {
+				say("REPLY %s", r.(*Greeting).Text)
+			}
+		case "send":
+			count, _ := strconv.Atoi(f[4])
+			sent := 0
+			for i := 1; i <= count; i++ {
+				if err := n.Send(n.PID(f[1], f[2]), Greet{Name: f[3], Seq: i}); err == nil {
+					sent++
+				}
+			}
+			say("SENT %d", sent)
+		case "count":
+			r, err := n.Request(rctx, n.PID(f[1], f[2]), Count{})
+			if err != nil {
+				say("ERROR %v", err)
+			} else {
+				say("REPLY %d", r.(*Counted).N)
+			}
+		}
+		cancel()
+	}
+}
+
+func loadTLS(caFile, certFile, keyFile string) (*tls.Config, error) {
+	caPEM, err := os.ReadFile(caFile)
+	if err != nil {
+		return nil, err
+	}
+	pool := x509.NewCertPool()
+	if !pool.AppendCertsFromPEM(caPEM) {
+		return nil, fmt.Errorf("no CA certificate in %s", caFile)
+	}
+	cert, err := tls.LoadX509KeyPair(certFile, keyFile)
+	if err != nil {
+		return nil, err
+	}
+	return &tls.Config{Certificates: []tls.Certificate{cert}, RootCAs: pool}, nil
+}
+
+// child is a node in a child process.
+type child struct {
+	t       testing.TB
+	cfg     childConfig
+	cmd     *exec.Cmd
+	stdin   *os.File
+	lines   chan string
+	stderr  *os.File
+	Address string
+	ID      string
+	mu      sync.Mutex
+	seen    []string // every line so far
+	exited  chan struct{}
+	// readerDone is closed when all of the child's output has been read.
+	readerDone chan struct{}
+	exitErr    error // after exited
+	killed     bool
+}
+
+var (
+	siblingsMu sync.Mutex
+	siblings   = map[testing.TB][]*child{}
+)
+
+// startChild starts a child node and waits for it to listen.
+func startChild(t testing.TB, cfg childConfig) *child {
+	t.Helper()
+	if cfg.FailureTimeout == 0 {
+		cfg.FailureTimeout = 2 * time.Second
+	}
+	raw, _ := json.Marshal(cfg)
+	c := &child{t: t, cfg: cfg, lines: make(chan string, 1024), exited: make(chan struct{})}
+	c.cmd = exec.Command(os.Args[0], "-test.run=^TestChildNode$")
+	c.cmd.Env = append(os.Environ(), childEnv+"="+string(raw))
+	inR, inW, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	outR, outW, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.stderr, err = os.CreateTemp(t.TempDir(), cfg.Name+"-stderr-*")
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.cmd.Stdin, c.cmd.Stdout, c.cmd.Stderr = inR, outW, c.stderr
+	if err := c.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	inR.Close()
+	outW.Close()
+	c.stdin = inW
+	c.readerDone = make(chan struct{})
+	go func() { // ends when the child's stdout closes
+		defer close(c.readerDone)
+		defer close(c.lines)
+		sc := bufio.NewScanner(outR)
+		for sc.Scan() {
+			c.mu.Lock()
+			c.seen = append(c.seen, sc.Text())
+			c.mu.Unlock()
+			c.lines <- sc.Text()
+		}
+		outR.Close()
+	}()
+	go func() {
+		c.exitErr = c.cmd.Wait()
+		close(c.exited)
+	}()
+	siblingsMu.Lock()
+	siblings[t] = append(siblings[t], c)
+	siblingsMu.Unlock()
+	t.Cleanup(func() {
+		// Ask every child of the test to stop at once, then wait for this one.
+		siblingsMu.Lock()
+		for _, s := range siblings[t] {
+			s.stdin.Close()
+		}
+		delete(siblings, t)
+		siblingsMu.Unlock()
+		c.stop()
+		if !c.killed && c.exitErr != nil { // a data race in the child, say
+			t.Errorf("child %s: %v", cfg.Name, c.exitErr)
+		}
+		if t.Failed() {
+			c.mu.Lock()
+			t.Logf("child %s said:\n%s", cfg.Name, strings.Join(c.seen, "\n"))
+			c.mu.Unlock()
+			if b, _ := os.ReadFile(c.stderr.Name()); len(b) > 0 {
+				t.Logf("child %s stderr:\n%s", cfg.Name, b)
+			}
+		}
+	})
+	f := c.expect(10*time.Second, "READY")
+	c.Address, c.ID = f[1], f[2]
+	return c
+}
+
+// expect waits for a line starting with prefix and returns its fields.
+func (c *child) expect(d time.Duration, prefix string) []string {
+	c.t.Helper()
+	f, ok := c.await(d, prefix)
+	if !ok {
+		c.t.Fatalf("child %s: no %q within %v", c.cfg.Name, prefix, d)
+	}
+	return f
+}
+
+// await waits for a line starting with prefix (a line may be a prefix of
+// several words); false when d passes or the child exits first.
+func (c *child) await(d time.Duration, prefix string) ([]string, bool) {
+	timer := time.NewTimer(d)
+	defer timer.Stop()
+	for {
+		select {
+		case line, ok := <-c.lines:
+			if !ok {
+				return nil, false
+			}
+			if strings.HasPrefix(line, prefix) {
+				return strings.Fields(line), true
+			}
+		case <-timer.C:
+			return nil, false
+		}
+	}
+}
+
+func (c *child) send(cmd string) {
+	c.t.Helper()
+	if _, err := fmt.Fprintln(c.stdin, cmd); err != nil {
+		c.t.Fatalf("child %s: %s: %v", c.cfg.Name, cmd, err)
+	}
+}
+
+// kill SIGKILLs the child and waits for it to exit and for its last
+// lines (in seen; the ones not yet awaited are dropped).
+func (c *child) kill() {
+	c.killed = true
+	_ = c.cmd.Process.Signal(syscall.SIGKILL)
+	<-c.exited
+	for {
+		select {
+		case <-c.readerDone:
+			return
+		case <-c.lines:
+		}
+	}
+}
+
+// stop closes the child's stdin, which ends it, or kills it after a while.
+func (c *child) stop() {
+	c.stdin.Close()
+	select {
+	case <-c.exited:
+	case <-time.After(15 * time.Second):
+		c.kill()
+	}
+	for range c.lines { // drain, so that the reader ends
+	}
+}
+
+// storeIn returns a store file in a fresh folder.
+func storeIn(t testing.TB, name string) string {
+	return filepath.Join(t.TempDir(), name+".db")
+}
+
+// awaitLine waits for a line that match accepts and returns its fields.
+func (c *child) awaitLine(d time.Duration, what string, match func(f []string) bool) []string {
+	c.t.Helper()
+	timer := time.NewTimer(d)
+	defer timer.Stop()
+	for {
+		select {
+		case line, ok := <-c.lines:
+			if !ok {
+				c.t.Fatalf("child %s exited before %s", c.cfg.Name, what)
+			}
+			if f := strings.Fields(line); len(f) > 0 && match(f) {
+				return f
+			}
+		case <-timer.C:
+			c.t.Fatalf("child %s: no %s within %v", c.cfg.Name, what, d)
+		}
+	}
+}
+
+// awaitAll waits until the child has printed every one of lines (in any
+// order, among others).
+func (c *child) awaitAll(d time.Duration, lines ...string) {
+	c.t.Helper()
+	want := map[string]bool{}
+	for _, l := range lines {
+		want[l] = true
+	}
+	c.awaitLine(d, fmt.Sprint(lines), func(f []string) bool {
+		line := strings.Join(f, " ")
+		for l := range want {
+			if strings.HasPrefix(line, l) {
+				delete(want, l)
+			}
+		}
+		return len(want) == 0
+	})
+}
+
+// lastCompleted is the newest checkpoint the child reported completed.
+func (c *child) lastCompleted(job string) uint64 {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var last uint64
+	for _, line := range c.seen {
+		f := strings.Fields(line)
+		if len(f) == 3 && f[0] == "COMPLETED" && f[1] == job {
+			if id, err := strconv.ParseUint(f[2], 10, 64); err == nil && id > last {
+				last = id
+			}
+		}
+	}
+	return last
+}
+
+func (c *child) port() int {
+	_, p, _ := strings.Cut(c.Address, ":")
+	n, _ := strconv.Atoi(p)
+	return n
+}

@@ -1,0 +1,342 @@
+package cluster
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"reflect"
+	"sort"
+	"strings"
+	"sync"
+	"sync/atomic"
+
+	"github.com/asynkron/protoactor-go/actor"
+	"github.com/vmihailenco/msgpack/v5"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/reflect/protoreflect"
+	"google.golang.org/protobuf/reflect/protoregistry"
+	"google.golang.org/protobuf/types/known/anypb"
+
+	"github.com/sluicehq/sluice/internal/msgpacksafe"
+)
+
+// Errors of the codec, for errors.Is.
+var (
+	// ErrUnregistered: a value of a type that is not registered was to be
+	// sent to another node, or a message names a type this node has not
+	// registered.
+	ErrUnregistered = errors.New("cluster: type not registered")
+	// ErrUndecodable: a message names a registered type but its bytes do
+	// not decode as it.
+	ErrUndecodable = errors.New("cluster: message does not decode")
+)
+
+// Type URL prefixes of the values the codec packs into anypb.Any: msgpack
+// for Go values, protobuf for registered proto messages.
+const (
+	msgpackURL = "sluice.msgpack/"
+	protoURL   = "sluice.proto/"
+)
+
+// internalPrefix starts the names of the cluster's own message types.
+const internalPrefix = "sluice."
+
+// Registry names the Go types that travel between nodes. Every node of a
+// cluster registers the same names for the same types; a message naming
+// an unregistered type is refused and counted, never decoded into some
+// other type. Build one per application (there is no global registry):
+//
+//	reg := cluster.NewRegistry()
+//	cluster.Register[Order](reg, "shop.Order")
+//	cluster.Register[*Shipped](reg, "shop.Shipped") // pointers travel as pointers
+//
+// Values are encoded with msgpack (exported fields, by name), proto
+// messages (a T implementing proto.Message) with protobuf. The name is what
+// travels: renaming the Go type is safe, renaming its registered name is
+// not. Safe for concurrent use; register before the first message flows.
+type Registry struct {
+	mu     sync.RWMutex
+	byName map[string]regType
+	byType map[reflect.Type]string
+}
+
+type regType struct {
+	t     reflect.Type
+	proto bool
+}
+
+// NewRegistry returns an empty registry.
+func NewRegistry() *Registry {
+	return &Registry{byName: map[string]regType{}, byType: map[reflect.Type]string{}}
+}
+
+// Register adds type T to r under name. Names starting with "sluice." are
+// reserved for the cluster's own messages. Registering the same type under
+// the same name again is allowed; anything else that clashes is an error.
+func Register[T any](r *Registry, name string) error {
+	return r.register(reflect.TypeFor[T](), name, false)
+}
+
+func (r *Registry) register(t reflect.Type, name string, internal bool) error {
+	switch {
+	case name == "" || strings.ContainsAny(name, "/ \t\n"):
+		return fmt.Errorf("cluster: register %v: invalid name %q", t, name)
+	case !internal && strings.HasPrefix(name, internalPrefix):
+		return fmt.Errorf("cluster: register %v: name %q: the prefix %q is reserved", t, name, internalPrefix)
+	case t.Kind() == reflect.Interface:
+		return fmt.Errorf("cluster: register %q: %v is an interface, want a concrete type", name, t)
+	}
+	isProto := t.Implements(reflect.TypeFor[proto.Message]())
+	if t.Kind() != reflect.Pointer && reflect.PointerTo(t).Implements(reflect.TypeFor[proto.Message]()) {
+		return fmt.Errorf("cluster: register %q: proto message %v must be a pointer type", name, t)
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if old, ok := r.byName[name]; ok && old.t != t {
+		return fmt.Errorf("cluster: register %v: name %q is already %v", t, name, old.t)
+	}
+	if old, ok := r.byType[t]; ok && old != name {
+		return fmt.Errorf("cluster: register %q: %v is already registered as %q", name, t, old)
+	}
+	r.byName[name], r.byType[t] = regType{t: t, proto: isProto}, name
+	return nil
+}
+
+// Names lists the registered names, sorted.
+func (r *Registry) Names() []string {
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	out := make([]string, 0, len(r.byName))
+	for n := range r.byName {
+		out = append(out, n)
+	}
+	sort.Strings(out)
+	return out
+}
+
+func (r *Registry) nameOf(t reflect.Type) (string, bool) {
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	n, ok := r.byType[t]
+	return n, ok
+}
+
+func (r *Registry) typeOf(name string) (regType, bool) {
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	t, ok := r.byName[name]
+	return t, ok
+}
+
+// CodecStats counts what the codec of a node did.
+type CodecStats struct {
+	// Packed and Unpacked count the messages encoded for and decoded from
+	// other nodes.
+	Packed, Unpacked uint64
+	// Unregistered counts values refused for sending: their type is not
+	// registered (nor one of protoactor's own messages).
+	Unregistered uint64
+	// Unknown counts received messages naming a type not registered here.
+	Unknown uint64
+	// Undecodable counts received messages whose bytes did not decode.
+	Undecodable uint64
+	// Foreign counts remote messages dropped before decoding, at the
+	// connection: a protobuf type this node does not accept (it would
+	// crash protoactor), or an envelope pointing outside its batch.
+	Foreign uint64
+}
+
+// codec packs registered Go values into anypb.Any for other nodes and
+// unpacks them, refusing and counting everything else.
+type codec struct {
+	user, internal *Registry
+	log            *slog.Logger
+	local          func(*actor.PID) bool
+
+	// topoMu orders the membership's updates of protoactor's block list
+	// with the endpoint reader's reads of it (see guard.go).
+	topoMu sync.Mutex
+
+	packed, unpacked, unregistered, unknown, undecodable, foreign atomic.Uint64
+	warned                                                        sync.Map // type or name -> struct{}: warn once each
+}
+
+func newCodec(user *Registry, log *slog.Logger, local func(*actor.PID) bool) (*codec, error) {
+	if user == nil {
+		user = NewRegistry()
+	}
+	c := &codec{user: user, internal: NewRegistry(), log: log, local: local}
+	if err := registerInternal(c.internal); err != nil {
+		return nil, err
+	}
+	return c, nil
+}
+
+func (c *codec) stats() CodecStats {
+	return CodecStats{Packed: c.packed.Load(), Unpacked: c.unpacked.Load(), Unregistered: c.unregistered.Load(),
+		Unknown: c.unknown.Load(), Undecodable: c.undecodable.Load(), Foreign: c.foreign.Load()}
+}
+
+func (c *codec) warnOnce(key any, msg string, args ...any) {
+	if _, loaded := c.warned.LoadOrStore(key, struct{}{}); !loaded {
+		c.log.Warn(msg, args...)
+		return
+	}
+	c.log.Debug(msg, args...)
+}
+
+// protoactorMessage says whether m is one of protoactor's own messages
+// (PoisonPill, Terminated, cluster gossip, ...), which travel as they are.
+func protoactorMessage(m proto.Message) bool {
+	return protoactorType(string(proto.MessageName(m)))
+}
+
+func protoactorType(name string) bool {
+	return strings.HasPrefix(name, "actor.") || strings.HasPrefix(name, "remote.") || strings.HasPrefix(name, "cluster.")
+}
+
+// outgoing returns the form of msg that may go to another node: an
+// *anypb.Any for a registered value, protoactor's own messages as they are.
+func (c *codec) outgoing(msg any) (any, error) {
+	switch m := msg.(type) {
+	case *anypb.Any:
+		return m, nil
+	case proto.Message:
+		if protoactorMessage(m) {
+			return m, nil
+		}
+	}
+	return c.pack(msg)
+}
+
+// pack encodes a registered value.
+func (c *codec) pack(v any) (*anypb.Any, error) {
+	t := reflect.TypeOf(v)
+	if t == nil {
+		c.unregistered.Add(1)
+		return nil, fmt.Errorf("%w: nil message", ErrUnregistered)
+	}
+	name, ok := c.internal.nameOf(t)
+	if !ok {
+		name, ok = c.user.nameOf(t)
+	}
+	if !ok {
+		c.unregistered.Add(1)
+		return nil, fmt.Errorf("%w: %v", ErrUnregistered, t)
+	}
+	var (
+		data []byte
+		err  error
+		url  string
+	)
+	if pm, isProto := v.(proto.Message); isProto {
+		data, err = proto.Marshal(pm)
+		url = protoURL + name
+	} else {
+		data, err = msgpack.Marshal(v)
+		url = msgpackURL + name
+	}
+	if err != nil {
+		c.unregistered.Add(1)
+		return nil, fmt.Errorf("cluster: encode %q: %w", name, err)
+	}
+	c.packed.Add(1)
+	return &anypb.Any{TypeUrl: url, Value: data}, nil
+}
+
+// unpack decodes a received Any into the registered type it names.
+func (c *codec) unpack(a *anypb.Any) (v any, err error) {
+	url := a.GetTypeUrl()
+	var name string
+	var wantProto bool
+	switch {
+	case strings.HasPrefix(url, msgpackURL):
+		name = url[len(msgpackURL):]
+	case strings.HasPrefix(url, protoURL):
+		name, wantProto = url[len(protoURL):], true
+	default:
+		c.unknown.Add(1)
+		return nil, fmt.Errorf("%w: type URL %q", ErrUnregistered, url)
+	}
+	rt, ok := c.internal.typeOf(name)
+	if !ok {
+		rt, ok = c.user.typeOf(name)
+	}
+	if !ok || rt.proto != wantProto {
+		c.unknown.Add(1)
+		return nil, fmt.Errorf("%w: %q", ErrUnregistered, url)
+	}
+	defer func() { // a decoder must never take the node down
+		if r := recover(); r != nil {
+			c.undecodable.Add(1)
+			v, err = nil, fmt.Errorf("%w: %q: panic: %v", ErrUndecodable, name, r)
+		}
+	}()
+	base := rt.t
+	if base.Kind() == reflect.Pointer {
+		base = base.Elem()
+	}
+	ptr := reflect.New(base)
+	if wantProto {
+		err = proto.Unmarshal(a.GetValue(), ptr.Interface().(proto.Message))
+	} else if err = msgpacksafe.Check(a.GetValue()); err == nil {
+		err = msgpack.Unmarshal(a.GetValue(), ptr.Interface())
+	}
+	if err != nil {
+		c.undecodable.Add(1)
+		return nil, fmt.Errorf("%w: %q: %v", ErrUndecodable, name, err)
+	}
+	c.unpacked.Add(1)
+	if rt.t.Kind() == reflect.Pointer {
+		return ptr.Interface(), nil
+	}
+	return ptr.Elem().Interface(), nil
+}
+
+// senderMiddleware packs the messages that go to other nodes. A message
+// that cannot go is dropped and counted (Node.Send reports it as an error
+// instead, before sending).
+func (c *codec) senderMiddleware(next actor.SenderFunc) actor.SenderFunc {
+	return func(ctx actor.SenderContext, target *actor.PID, env *actor.MessageEnvelope) {
+		if target == nil || c.local(target) {
+			next(ctx, target, env)
+			return
+		}
+		out, err := c.outgoing(env.Message)
+		if err != nil {
+			c.warnOnce(reflect.TypeOf(env.Message), "cluster: message not sent", "to", target.String(), "err", err)
+			return
+		}
+		if out != env.Message {
+			env = &actor.MessageEnvelope{Header: env.Header, Message: out, Sender: env.Sender}
+		}
+		next(ctx, target, env)
+	}
+}
+
+// receiverMiddleware unpacks the messages that came from other nodes; one
+// that does not unpack is dropped and counted.
+func (c *codec) receiverMiddleware(next actor.ReceiverFunc) actor.ReceiverFunc {
+	return func(ctx actor.ReceiverContext, env *actor.MessageEnvelope) {
+		if a, ok := env.Message.(*anypb.Any); ok {
+			v, err := c.unpack(a)
+			if err != nil {
+				c.warnOnce(a.GetTypeUrl(), "cluster: message dropped", "at", ctx.Self().String(), "err", err)
+				return
+			}
+			env = &actor.MessageEnvelope{Header: env.Header, Message: v, Sender: env.Sender}
+		}
+		next(ctx, env)
+	}
+}
+
+// acceptsProto says whether a protobuf type may arrive from the network as
+// a top-level message: protoactor's own types and anypb.Any, and only
+// types linked into this binary (protoactor panics on any other).
+func (c *codec) acceptsProto(name string) bool {
+	if name != "google.protobuf.Any" && !protoactorType(name) {
+		return false
+	}
+	_, err := protoregistry.GlobalTypes.FindMessageByName(protoreflect.FullName(name))
+	return err == nil
+}

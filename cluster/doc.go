@@ -1,0 +1,101 @@
+// Package cluster runs sluice across processes and machines on
+// protoactor-go's remote and cluster layers: nodes that find each other, a
+// msgpack codec on the wire that decodes only registered types, remote
+// actors with request/response, and checkpoints replicated to other nodes
+// (the coordinator is the pure state machine of package replication).
+//
+// # A node
+//
+// Every process runs one node. Start it with a name, a port and the
+// addresses of one or more peers; it listens on one port only (remote and
+// membership share it), on 127.0.0.1 unless Config.Host says otherwise:
+//
+//	reg := cluster.NewRegistry()
+//	cluster.Register[Order](reg, "shop.Order") // on every node, same names
+//	cluster.Register[*Receipt](reg, "shop.Receipt")
+//
+//	n, err := cluster.Start(ctx, cluster.Config{
+//		Name:     "n1",
+//		Port:     7001,
+//		Peers:    []string{"127.0.0.1:7002", "127.0.0.1:7003"}, // the others' Host:Port
+//		Registry: reg,
+//		Store:    "/var/lib/sluice/n1.db", // replicated logs live here
+//	})
+//	if err != nil { ... }
+//	defer n.Stop(ctx)
+//
+//	cancel := n.Subscribe(func(ev cluster.MemberEvent) { log.Print(ev.Kind, ev.Member.Name) })
+//	members, err := n.AwaitMembers(ctx, 3)
+//
+// Membership with static peers: a node pings its peers every
+// FailureTimeout/4 through its own connection; a peer that has not
+// answered for FailureTimeout is declared lost (Left), and is fenced: its
+// member id can never rejoin, so a node that was declared lost while
+// alive (a long pause, a partition) sees Excluded and must restart, with a
+// new id. Peers are seeds: answers carry the addresses their senders know,
+// and a node that pings becomes a peer, so one live seed is enough. With a
+// discovery service instead, set Config.Provider to one of protoactor's
+// providers (see Provider).
+//
+// # Messages between nodes
+//
+// protoactor's remote carries protobuf only. The codec packs every value
+// sent to another node into an anypb.Any whose type URL names the type's
+// registered name ("sluice.msgpack/shop.Order"), msgpack inside (protobuf
+// for a registered proto message), and unpacks it on arrival, before the
+// actor sees it. A value of an unregistered type is refused when sent
+// (Send returns ErrUnregistered); a message naming an unregistered type,
+// or whose bytes do not decode, is dropped when received; each is counted
+// in Stats().Codec, none is ever decoded into another type, none panics.
+// Beneath the codec, a guard on every inbound connection drops protobuf
+// types other than protoactor's own and anypb.Any before protoactor's
+// deserializer would panic on them.
+//
+// Actors spawned with Node.Spawn (or from Node.Props, for children) have
+// the codec; any node addresses them as (member address, name):
+//
+//	n.Spawn("billing", actor.PropsFromProducer(newBilling))
+//	pid := n.PID(member.Address, "billing")
+//	err := n.Send(pid, Order{ID: 7})
+//	reply, err := n.Request(ctx, pid, Order{ID: 8}) // ctx bounds the wait
+//
+// Messages from one sender to one receiver keep their order (one
+// connection per pair of nodes). Headers travel with a message sent as an
+// *actor.MessageEnvelope: put W3C traceparent there. Node.SpawnOn starts
+// one of Config.Kinds on another node.
+//
+// # Replicated checkpoints
+//
+// ReplicatedCheckpointStore is a persistence.CheckpointStore: Complete
+// writes the checkpoint to the job's log in this node's store and returns
+// once Acks of Replicas other nodes hold it too; any node that held it can
+// restore it with Latest. The node that completes a job's checkpoints
+// leads its log, with an epoch that fences older leaders. Replica states
+// (syncing, in-sync, lagging, retrying, failed), their lag and the logs
+// each node holds are in Node.Stats; `sluice node status` prints them.
+//
+// # Security
+//
+// With Config.TLS, the listener and every outbound connection use mutual
+// TLS 1.3: a node without a certificate from the cluster's CA can neither
+// join nor send. Every listener binds Config.Host; protoactor's
+// automanaged provider is not used, since its health server binds
+// 0.0.0.0 (the static-peers provider replaces it).
+//
+// # Caveats
+//
+//   - One node per process: protoactor's remote sets gRPC's global logger
+//     whenever it starts, which races with another node's gRPC goroutines
+//     (the tests run extra nodes in child processes).
+//   - A node is hosted by an actors.System (Config.System, or its own).
+//     Stop the node before the System: the System does not know about
+//     remote and its Stop would leave the listener running.
+//   - protoactor's gossip is stopped (it reads the member list without
+//     its lock); grains and pub-sub, which need it, are not offered.
+//     protoactor also reads its block list without its lock when a node
+//     connects; the static-peers provider orders its updates with those
+//     reads, other providers update it from their own goroutines.
+//   - Messages from other nodes are posted to mailboxes from the
+//     connection's goroutine: a mailbox that blocks stalls the connection.
+//     Flow control across nodes belongs to the operators runtime (credits).
+package cluster
