@@ -3,13 +3,14 @@ package actors_test
 import (
 	"errors"
 	"slices"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
 
 	"github.com/sluicehq/sluice/actors"
+	"github.com/sluicehq/sluice/actors/actortest"
+	"github.com/sluicehq/sluice/clock/clocktest"
 	"github.com/sluicehq/sluice/mailbox"
 	"github.com/sluicehq/sluice/supervision"
 )
@@ -40,26 +41,21 @@ func (f *flaky) Receive(c actor.Context) {
 func TestSuperviseBacksOffThenStops(t *testing.T) {
 	sys := newSystem(t)
 	ctx := timeout(t)
-	var mu sync.Mutex
-	var delays []time.Duration
-	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	clock := clocktest.NewManual(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
 	strategy, err := supervision.NewStrategy(
 		supervision.WithBackoff(supervision.Backoff{Initial: 100 * time.Millisecond, Multiplier: 2, Jitter: supervision.NoJitter}),
 		supervision.WithRestartBudget(2, time.Hour))
 	if err != nil {
 		t.Fatal(err)
 	}
-	sup := supervision.ForActorsWithClock(strategy, func() time.Time { return now }, func(d time.Duration, f func()) {
-		mu.Lock()
-		delays = append(delays, d)
-		mu.Unlock()
-		f() // the delay elapses at once
-	})
 	starts := make(chan struct{}, 8)
-	ref, err := sys.Spawn("flaky", func() actor.Actor { return &flaky{starts: starts} }, actors.Supervise(sup))
+	ref, err := sys.Spawn("flaky", func() actor.Actor { return &flaky{starts: starts} },
+		actors.Supervise(supervision.ForActorsOnClock(strategy, clock)))
 	if err != nil {
 		t.Fatal(err)
 	}
+	probe := actortest.NewProbe(t, sys)
+	probe.Watch(ref.PID())
 	waitStart := func(what string) {
 		t.Helper()
 		select {
@@ -69,27 +65,36 @@ func TestSuperviseBacksOffThenStops(t *testing.T) {
 		}
 	}
 	waitStart("first")
+	var delays []time.Duration
 	for i := 1; i <= 2; i++ {
 		if err := ref.Send(ctx, "boom"); err != nil {
 			t.Fatal(err)
 		}
+		// The supervisor sets the restart's backoff timer on the clock.
+		if err := clock.WaitForTimers(ctx, 1); err != nil {
+			t.Fatal(err)
+		}
+		d, _ := clock.Next()
+		delays = append(delays, d)
+		clock.Advance(d - time.Millisecond)
+		if clock.Pending() != 1 || len(starts) != 0 {
+			t.Fatalf("restart %d: the actor restarted %v before its backoff delay of %v", i, time.Millisecond, d)
+		}
+		clock.Advance(time.Millisecond) // runs the restart
 		waitStart("after a restart")
+	}
+	if want := []time.Duration{100 * time.Millisecond, 200 * time.Millisecond}; !slices.Equal(delays, want) {
+		t.Fatalf("restart delays %v, want %v", delays, want)
 	}
 	if err := ref.Send(ctx, "boom"); err != nil { // the budget of 2 is spent: stop
 		t.Fatal(err)
 	}
-	deadline := time.After(waitTimeout)
-	for !errors.Is(ref.TrySend("hello"), mailbox.ErrClosed) {
-		select {
-		case <-deadline:
-			t.Fatal("the actor was not stopped after its budget was spent")
-		case <-time.After(time.Millisecond):
-		}
+	actortest.ExpectTerminated(probe, ref.PID(), waitTimeout)
+	if !errors.Is(ref.TrySend("hello"), mailbox.ErrClosed) {
+		t.Fatal("the actor's mailbox is open after its budget was spent")
 	}
-	mu.Lock()
-	defer mu.Unlock()
-	if want := []time.Duration{100 * time.Millisecond, 200 * time.Millisecond}; !slices.Equal(delays, want) {
-		t.Fatalf("restart delays %v, want %v", delays, want)
+	if n := clock.Pending(); n != 0 {
+		t.Fatalf("%d restart timers pending after the budget was spent, want none", n)
 	}
 	select {
 	case <-starts:

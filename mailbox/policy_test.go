@@ -16,6 +16,7 @@ import (
 
 	"github.com/asynkron/protoactor-go/actor"
 
+	"github.com/sluicehq/sluice/clock/clocktest"
 	"github.com/sluicehq/sluice/mailbox"
 )
 
@@ -249,25 +250,9 @@ func checkInvariant(st mailbox.Stats) error {
 	return nil
 }
 
-// fakeClock is a settable clock for Config.Now.
-type fakeClock struct {
-	mu  sync.Mutex
-	now time.Time
-}
-
-func newFakeClock() *fakeClock { return &fakeClock{now: time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC)} }
-
-func (c *fakeClock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.now
-}
-
-func (c *fakeClock) Advance(d time.Duration) {
-	c.mu.Lock()
-	c.now = c.now.Add(d)
-	c.mu.Unlock()
-}
+// clockStart is where the manual clocks of these tests start; Config.Now
+// reads them, and only Advance moves them.
+var clockStart = time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC)
 
 // openStore opens a spill store in the test's temporary directory.
 func openStore(t *testing.T) *mailbox.SpillStore {
@@ -314,7 +299,7 @@ func policies() []policy {
 		{name: "throttle", bounded: true, drops: []mailbox.Reason{mailbox.ReasonThrottled, mailbox.ReasonFull},
 			config: func(*testing.T) mailbox.Config {
 				cfg := mailbox.Throttle(conformanceCapacity, 50)
-				cfg.Now = newFakeClock().Now // time stands still: the burst, then nothing
+				cfg.Now = clocktest.NewManual(clockStart).Now // time stands still: the burst, then nothing
 				return cfg
 			}},
 	}
@@ -703,7 +688,7 @@ func TestSampleFullDropsNewest(t *testing.T) {
 }
 
 func TestThrottleAdmitsRateTimesElapsed(t *testing.T) {
-	clock := newFakeClock()
+	clock := clocktest.NewManual(clockStart)
 	cfg := mailbox.Throttle(1000, 100)
 	cfg.HighWater, cfg.Now = 10, clock.Now
 	r := newRig(t, cfg, 1024)
@@ -760,7 +745,7 @@ func TestThrottleAdmitsRateTimesElapsed(t *testing.T) {
 // TestThrottleBelowOneRecordPerSecond: a rate under 1/s admits one record
 // every 1/rate seconds.
 func TestThrottleBelowOneRecordPerSecond(t *testing.T) {
-	clock := newFakeClock()
+	clock := clocktest.NewManual(clockStart)
 	cfg := mailbox.Throttle(10, 0.5)
 	cfg.HighWater, cfg.Now = 1, clock.Now
 	r := newRig(t, cfg, 16)
@@ -779,8 +764,8 @@ func TestThrottleBelowOneRecordPerSecond(t *testing.T) {
 }
 
 // episodeRig builds a rig whose overflow episodes are sent to a channel.
-func episodeRig(t *testing.T, cfg mailbox.Config) (*rig, <-chan mailbox.Episode, *fakeClock) {
-	clock := newFakeClock()
+func episodeRig(t *testing.T, cfg mailbox.Config) (*rig, <-chan mailbox.Episode, *clocktest.Manual) {
+	clock := clocktest.NewManual(clockStart)
 	events := make(chan mailbox.Episode, 64)
 	cfg.Now = clock.Now
 	cfg.OnOverflow = func(e mailbox.Episode) { events <- e }

@@ -8,6 +8,7 @@ import (
 	"strings"
 
 	"github.com/sluicehq/sluice/operators"
+	"github.com/sluicehq/sluice/samples/bank"
 	"github.com/sluicehq/sluice/samples/jetstreamtopg"
 	"github.com/sluicehq/sluice/samples/nexmark"
 	"github.com/sluicehq/sluice/samples/wordcount"
@@ -31,6 +32,7 @@ func Catalog() []Sample {
 		wordcount.New(),
 		nexmark.New(),
 		jetstreamtopg.New(),
+		bank.New(),
 	}
 }
 
