@@ -78,6 +78,17 @@ func (c *ProcessContext[K, S, O]) Watermark() time.Time {
 	return time.Unix(0, c.s.wm).UTC()
 }
 
+// IsLate reports whether the record being handled is behind the watermark
+// (its event time is at or before it): Process receives late records like
+// any other, and the function decides what they mean.
+func (c *ProcessContext[K, S, O]) IsLate() bool {
+	return !c.proc && c.at != math.MinInt64 && c.s.wm != math.MinInt64 && c.at <= c.s.wm
+}
+
+// CountLate counts the record being handled as late in the operator's
+// statistics (OperatorStats.Late), for a function that drops or diverts it.
+func (c *ProcessContext[K, S, O]) CountLate() { c.s.sc.c.late.Add(1) }
+
 // Emit sends o downstream with the current event time.
 func (c *ProcessContext[K, S, O]) Emit(o O) { c.s.emit(o, c.at) }
 

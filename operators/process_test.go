@@ -95,3 +95,28 @@ func TestProcessingTimerSurvivesRestore(t *testing.T) {
 		t.Fatalf("reminders %v, want %v", got, want)
 	}
 }
+
+// A Process function sees late records as late and can count them.
+func TestProcessLateRecords(t *testing.T) {
+	h := optest.New(t, func(in operators.Stream[string]) operators.Stream[string] {
+		return operators.Process(operators.KeyBy(in, "by-key", func(s string) string { return s }), "late",
+			func(c *operators.ProcessContext[string, struct{}, string], s string) {
+				if c.IsLate() {
+					c.CountLate()
+					return
+				}
+				c.Emit(s)
+			}, nil)
+	})
+	h.PushAt("a", time.Unix(10, 0))
+	h.Watermark(time.Unix(20, 0))
+	h.PushAt("b", time.Unix(15, 0)) // behind the watermark
+	h.PushAt("c", time.Unix(25, 0))
+	got := h.Finish()
+	if !slices.Equal(got, []string{"a", "c"}) {
+		t.Fatalf("emitted %v", got)
+	}
+	if late := h.Stats("late").Late; late != 1 {
+		t.Fatalf("Late = %d, want 1", late)
+	}
+}
