@@ -11,6 +11,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/sluicehq/sluice/actors"
+	"github.com/sluicehq/sluice/dashboard"
 	"github.com/sluicehq/sluice/samples"
 	"github.com/sluicehq/sluice/telemetry"
 )
@@ -81,7 +82,8 @@ func planCmd(g *globals) *cobra.Command {
 func runCmd(g *globals) *cobra.Command {
 	var progress time.Duration
 	var trace bool
-	var traceEndpoint, metricsAddr string
+	var traceEndpoint, metricsAddr, uiAddr string
+	var uiWait bool
 	c := &cobra.Command{
 		Use:   "run SAMPLE [flags]",
 		Short: "run a sample, with a live progress line on stderr",
@@ -91,6 +93,8 @@ func runCmd(g *globals) *cobra.Command {
 	c.PersistentFlags().BoolVar(&trace, "trace", false, "export traces over OTLP (sampler from OTEL_TRACES_SAMPLER, default: every batch)")
 	c.PersistentFlags().StringVar(&traceEndpoint, "trace-endpoint", "127.0.0.1:4317", "OTLP gRPC endpoint for --trace (a local Jaeger)")
 	c.PersistentFlags().StringVar(&metricsAddr, "metrics", "", "serve Prometheus metrics at http://ADDR/metrics (e.g. "+telemetry.DefaultMetricsAddr+")")
+	c.PersistentFlags().StringVar(&uiAddr, "ui", "", "serve the live dashboard at http://ADDR/ while the sample runs (e.g. 127.0.0.1:8080; a port alone binds 127.0.0.1, a host written out is used as written)")
+	c.PersistentFlags().BoolVar(&uiWait, "ui-wait", false, "with --ui: after the job ends, keep serving its final state until interrupted (Ctrl-C)")
 	c.AddCommand(sampleCommands(g, "run", func(cmd *cobra.Command, s samples.Sample) error {
 		tp := telemetry.Noop()
 		if trace {
@@ -116,18 +120,61 @@ func runCmd(g *globals) *cobra.Command {
 			fmt.Fprintf(g.stderr, "metrics at http://%s/metrics\n", addr)
 			tp.Meter = mp
 		}
-		err := runSample(cmd.Context(), g, s, progress, tp)
+		var ui *dashboard.Dashboard
+		if uiAddr != "" {
+			d, stopUI, err := serveUI(g, uiAddr, trace, "sluice-"+s.Name())
+			if err != nil {
+				return err
+			}
+			defer stopUI()
+			ui = d
+		}
+		err := runSample(cmd.Context(), g, s, progress, tp, ui)
 		flush, cancel := context.WithTimeout(context.WithoutCancel(cmd.Context()), 5*time.Second)
 		defer cancel()
 		if ferr := tp.Shutdown(flush); ferr != nil && err == nil {
 			err = fmt.Errorf("flush traces to %s: %w", traceEndpoint, ferr)
+		}
+		if ui != nil && uiWait && cmd.Context().Err() == nil {
+			fmt.Fprintln(g.stderr, "job ended; the dashboard shows its final state until interrupted (Ctrl-C)")
+			<-cmd.Context().Done()
 		}
 		return err
 	})...)
 	return c
 }
 
-func runSample(ctx context.Context, g *globals, s samples.Sample, every time.Duration, tp telemetry.Providers) error {
+// serveUI serves a dashboard for `run --ui ADDR` (a port alone means
+// 127.0.0.1) and prints its URL; stop ends it. With tracing on, operators
+// link to their spans in the local Jaeger.
+func serveUI(g *globals, addr string, trace bool, service string) (d *dashboard.Dashboard, stop func(), err error) {
+	_, loopback, err := dashboard.ListenAddr(addr)
+	if err != nil {
+		return nil, nil, fmt.Errorf("--ui: %w", err)
+	}
+	opts := dashboard.Options{Title: service}
+	if trace {
+		opts.JaegerURL, opts.JaegerService = dashboard.DefaultJaegerURL, service
+	}
+	d, err = dashboard.New(opts)
+	if err != nil {
+		return nil, nil, err
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	url, wait, err := d.Serve(ctx, addr)
+	if err != nil {
+		cancel()
+		_ = d.Close()
+		return nil, nil, fmt.Errorf("--ui: %w", err)
+	}
+	fmt.Fprintf(g.stderr, "dashboard at %s\n", url)
+	if !loopback {
+		fmt.Fprintf(g.stderr, "warning: --ui %s is reachable beyond this machine, and the dashboard has no authentication\n", addr)
+	}
+	return d, func() { cancel(); _ = wait() }, nil
+}
+
+func runSample(ctx context.Context, g *globals, s samples.Sample, every time.Duration, tp telemetry.Providers, ui *dashboard.Dashboard) error {
 	log, err := g.logger()
 	if err != nil {
 		return err
@@ -148,6 +195,11 @@ func runSample(ctx context.Context, g *globals, s samples.Sample, every time.Dur
 	run, err := sys.Run(ctx, t)
 	if err != nil {
 		return err
+	}
+	if ui != nil {
+		if err := ui.Add(run); err != nil {
+			return err
+		}
 	}
 	p := newProgress(g.stderr, isTerminal(g.stderr))
 	var tick <-chan time.Time

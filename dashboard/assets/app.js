@@ -1,0 +1,401 @@
+// sluice dashboard: applies the snapshots that /events streams to the page.
+// Hand-written, no dependencies. The Go side lays the graph out; this file
+// draws it as SVG and updates the numbers in place.
+(function () {
+  'use strict';
+
+  var SVG = 'http://www.w3.org/2000/svg';
+  // The geometry of a task box; dashboard/layout.go computes box heights
+  // with the same numbers.
+  var HEADER_H = 26, OP_H = 38, BAR_H = 18;
+  var SPARK_N = 60;
+
+  var jobsEl = document.getElementById('jobs');
+  var emptyEl = document.getElementById('empty');
+  var statusEl = document.getElementById('status');
+  var updatedEl = document.getElementById('updated');
+  var titleEl = document.getElementById('title');
+  var views = new Map(); // job id -> view
+
+  // ---- formatting ----
+
+  function fmtCount(n) {
+    if (n === undefined || n === null) return '';
+    var a = Math.abs(n);
+    if (a >= 1e9) return (n / 1e9).toFixed(2) + 'G';
+    if (a >= 1e6) return (n / 1e6).toFixed(2) + 'M';
+    if (a >= 1e4) return (n / 1e3).toFixed(1) + 'k';
+    return String(Math.round(n));
+  }
+  function fmtRate(r) {
+    if (!r) return '0/s';
+    if (r < 10) return r.toFixed(1) + '/s';
+    return fmtCount(r) + '/s';
+  }
+  function fmtMS(ms) {
+    if (ms === undefined || ms === null || ms < 0) return '–';
+    if (ms === 0) return '0 ms';
+    if (ms < 1) return ms.toFixed(2) + ' ms';
+    if (ms < 1000) return Math.round(ms) + ' ms';
+    var s = ms / 1000;
+    if (s < 60) return s.toFixed(1) + ' s';
+    var m = Math.floor(s / 60);
+    if (m < 60) return m + 'm ' + Math.floor(s % 60) + 's';
+    return Math.floor(m / 60) + 'h ' + (m % 60) + 'm';
+  }
+  function fmtTime(iso) {
+    if (!iso) return '–';
+    var d = new Date(iso);
+    if (isNaN(d.getTime())) return iso;
+    return d.toISOString().replace('T', ' ').replace('Z', '').slice(0, 23);
+  }
+
+  // ---- DOM helpers ----
+
+  function el(tag, attrs, text) {
+    var e = document.createElement(tag);
+    if (attrs) for (var k in attrs) e.setAttribute(k, attrs[k]);
+    if (text !== undefined) e.textContent = text;
+    return e;
+  }
+  function sv(tag, attrs, text) {
+    var e = document.createElementNS(SVG, tag);
+    if (attrs) for (var k in attrs) e.setAttribute(k, attrs[k]);
+    if (text !== undefined) e.textContent = text;
+    return e;
+  }
+  function setText(e, text) {
+    if (e && e.textContent !== text) e.textContent = text;
+  }
+  function setValue(e, v) {
+    if (e) e.setAttribute('data-value', String(v));
+  }
+  function fill(ratio) {
+    return ratio >= 0.9 ? 'full' : ratio >= 0.5 ? 'warn' : '';
+  }
+  function byReason(m) {
+    if (!m) return '';
+    return Object.keys(m).sort().map(function (k) { return k + ' ' + fmtCount(m[k]); }).join(' · ');
+  }
+
+  // ---- one job ----
+
+  function newView(job) {
+    var sec = el('section', { 'class': 'job', 'data-job': job.id });
+    var head = el('div', { 'class': 'job-head' });
+    var h2 = el('h2', null, job.name);
+    var badge = el('span', { 'class': 'badge', 'data-field': 'state' });
+    var elapsed = el('span', { 'class': 'muted', 'data-field': 'elapsed' });
+    head.append(h2, badge, elapsed);
+    var err = el('div', { 'class': 'job-error', 'data-field': 'error' });
+
+    var facts = el('div', { 'class': 'facts' });
+    var f = {};
+    [['restarts', 'restarts'], ['cp-completed', 'checkpoints'], ['cp-last', 'last checkpoint'],
+      ['cp-duration', 'its duration'], ['cp-age', 'age'], ['cp-failed', 'failed checkpoints'],
+      ['cp-restored', 'restored from']].forEach(function (p) {
+      var d = el('div', { 'class': 'fact' });
+      d.append(el('span', { 'class': 'k' }, p[1]));
+      f[p[0]] = el('span', { 'class': 'v', 'data-field': p[0] }, '–');
+      d.append(f[p[0]]);
+      facts.append(d);
+    });
+
+    var graph = el('div', { 'class': 'graph' });
+    var table = el('table', { 'class': 'ops' });
+    var thead = el('thead');
+    var hr = el('tr');
+    ['operator', 'task', 'in', 'in/s', 'out', 'out/s', 'queue', 'dropped', 'spilled', 'back-pressure',
+      'late', 'watermark', 'dead letters', ''].forEach(function (h) { hr.append(el('th', null, h)); });
+    thead.append(hr);
+    var tbody = el('tbody');
+    table.append(thead, tbody);
+    var wrap = el('div', { 'class': 'table-wrap' });
+    wrap.append(table);
+    sec.append(head, err, facts, graph, wrap);
+    return { id: job.id, sec: sec, badge: badge, elapsed: elapsed, err: err, facts: f, graph: graph,
+      tbody: tbody, graphKey: '', rowsKey: '', rows: new Map(), svgOps: new Map(), svgTasks: new Map(),
+      history: new Map() };
+  }
+
+  // drawGraph draws the tasks and edges the layout placed.
+  function drawGraph(v, job) {
+    var g = job.graph;
+    v.svgOps.clear();
+    v.svgTasks.clear();
+    var svg = sv('svg', { width: g.width, height: g.height, viewBox: '0 0 ' + g.width + ' ' + g.height,
+      'class': 'topology', 'data-job': job.id });
+    var defs = sv('defs');
+    var marker = sv('marker', { id: 'arrow-' + job.id, viewBox: '0 0 10 10', refX: 9, refY: 5,
+      markerWidth: 8, markerHeight: 8, orient: 'auto-start-reverse' });
+    marker.append(sv('path', { d: 'M0,0 L10,5 L0,10 z' }));
+    defs.append(marker);
+    svg.append(defs);
+
+    var links = {};
+    job.operators.forEach(function (op) { links[op.name] = op.traces_url; });
+
+    (g.edges || []).forEach(function (e) {
+      var dx = Math.max(30, (e.x2 - e.x1) / 2);
+      var path = sv('path', {
+        'class': 'edge ' + e.partition, 'data-from': e.from, 'data-to': e.to,
+        d: 'M' + e.x1 + ',' + e.y1 + ' C' + (e.x1 + dx) + ',' + e.y1 + ' ' + (e.x2 - dx) + ',' + e.y2 + ' ' + e.x2 + ',' + e.y2,
+        'marker-end': 'url(#arrow-' + job.id + ')'
+      });
+      svg.append(path);
+      // The partitioning over the edge; the operator that chose it below.
+      var mx = (e.x1 + e.x2) / 2, my = (e.y1 + e.y2) / 2;
+      var label = sv('text', { 'class': 'edge-label', x: mx, y: my - 6, 'text-anchor': 'middle' }, e.partition);
+      label.setAttribute('data-label', e.partition + (e.via ? ' (' + e.via + ')' : ''));
+      svg.append(label);
+      if (e.via) {
+        svg.append(sv('text', { 'class': 'edge-label via', x: mx, y: my + 14, 'text-anchor': 'middle' }, e.via));
+      }
+    });
+
+    (g.tasks || []).forEach(function (t) {
+      var tg = sv('g', { 'class': 'task', 'data-task': t.id, transform: 'translate(' + t.x + ',' + t.y + ')' });
+      tg.append(sv('rect', { 'class': 'box', width: t.w, height: t.h, rx: 6 }));
+      tg.append(sv('rect', { 'class': 'head', x: 1, y: 1, width: t.w - 2, height: HEADER_H - 2, rx: 5 }));
+      tg.append(sv('text', { 'class': 'task-label', x: 8, y: 17 }, 'task ' + t.id + (t.operators.length > 1 ? ' (fused)' : '')));
+      tg.append(sv('text', { 'class': 'par', x: t.w - 8, y: 17, 'text-anchor': 'end' }, '×' + t.parallelism));
+      var y = HEADER_H;
+      var view = { g: tg };
+      if (t.mailbox) {
+        var bw = t.w - 16;
+        tg.append(sv('rect', { 'class': 'q-bg', x: 8, y: y + 2, width: bw, height: BAR_H - 6, rx: 2 }));
+        view.qFill = sv('rect', { 'class': 'q-fill', x: 8, y: y + 2, width: 0, height: BAR_H - 6, rx: 2 });
+        view.qText = sv('text', { 'class': 'q-text', x: 12, y: y + 11 }, '');
+        view.qWidth = bw;
+        tg.append(view.qFill, view.qText);
+        y += BAR_H;
+      }
+      t.operators.forEach(function (name, i) {
+        var og = sv('g', { 'class': 'op', 'data-op': name, transform: 'translate(0,' + y + ')' });
+        var title = sv('text', { 'class': 'op-name', x: 8, y: 15 });
+        title.textContent = name;
+        var kind = sv('tspan', { 'class': 'kind', dx: 6 }, t.kinds[i]);
+        title.append(kind);
+        if (links[name]) {
+          var a = sv('a', { href: links[name], target: '_blank', rel: 'noopener' });
+          a.append(sv('title', null, 'traces of ' + name + ' in Jaeger'));
+          a.append(title);
+          og.append(a);
+        } else {
+          og.append(title);
+        }
+        var rates = sv('text', { 'class': 'rates', x: 8, y: 31, 'data-field': 'rates' }, '');
+        var alert = sv('text', { 'class': 'alert', x: t.w - 8, y: 31, 'text-anchor': 'end', 'data-field': 'alert' }, '');
+        og.append(rates, alert);
+        tg.append(og);
+        v.svgOps.set(name, { rates: rates, alert: alert });
+        y += OP_H;
+      });
+      v.svgTasks.set(t.id, view);
+      svg.append(tg);
+    });
+    v.graph.replaceChildren(svg);
+  }
+
+  function newRow(v, op, links) {
+    var tr = el('tr', { 'data-op': op.name, 'data-task': op.task });
+    if (!op.head) tr.className = 'fused';
+    var cells = {};
+    function td(field, cls) {
+      var c = el('td', { 'data-field': field });
+      if (cls) c.className = cls;
+      tr.append(c);
+      cells[field] = c;
+      return c;
+    }
+    var name = td('name', 'name');
+    name.append(el('b', null, op.name), el('span', { 'class': 'kind' }, op.kind));
+    td('task', 'num').textContent = op.task + ' ×' + op.parallelism;
+    td('in', 'num');
+    var inRate = td('in_rate', 'num');
+    cells.inText = el('span');
+    cells.spark = sv('svg', { 'class': 'spark', width: SPARK_N, height: 16 });
+    cells.sparkLine = sv('polyline', { points: '' });
+    cells.spark.append(cells.sparkLine);
+    inRate.append(cells.inText, cells.spark);
+    td('out', 'num');
+    td('out_rate', 'num');
+    var q = td('queue');
+    if (op.head && op.capacity > 0) {
+      cells.bar = el('div', { 'class': 'bar', 'data-field': 'queue-bar' });
+      cells.barFill = el('div', { 'class': 'fill' });
+      cells.barText = el('div', { 'class': 'txt' });
+      cells.bar.append(cells.barFill, cells.barText);
+      cells.policy = el('span', { 'class': 'sub' });
+      q.append(cells.bar, cells.policy);
+    }
+    td('dropped', 'num');
+    td('spilled', 'num');
+    td('backpressure', 'num');
+    td('late', 'num');
+    td('watermark', 'num');
+    td('dead_lettered', 'num');
+    var tl = td('traces');
+    if (op.traces_url) {
+      tl.append(el('a', { 'class': 'traces', href: op.traces_url, target: '_blank', rel: 'noopener',
+        title: 'spans of ' + op.name + ' in Jaeger' }, 'traces ↗'));
+    }
+    return { tr: tr, cells: cells };
+  }
+
+  function spark(v, op, cells) {
+    var h = v.history.get(op.name);
+    if (!h) { h = []; v.history.set(op.name, h); }
+    h.push(op.in_rate || 0);
+    if (h.length > SPARK_N) h.shift();
+    var top = Math.max.apply(null, h) || 1;
+    var pts = h.map(function (r, i) {
+      return (SPARK_N - h.length + i) + ',' + (15 - 14 * r / top).toFixed(1);
+    });
+    cells.sparkLine.setAttribute('points', pts.join(' '));
+  }
+
+  function updateJob(v, job, snap) {
+    // State, elapsed, checkpoints.
+    setText(v.badge, job.state);
+    v.badge.className = 'badge ' + job.state;
+    v.badge.setAttribute('data-value', job.state);
+    setText(v.elapsed, fmtMS(job.elapsed_ms));
+    setText(v.err, job.error || '');
+    var cp = job.checkpoints;
+    setText(v.facts['restarts'], String(job.restarts)); setValue(v.facts['restarts'], job.restarts);
+    setText(v.facts['cp-completed'], fmtCount(cp.completed)); setValue(v.facts['cp-completed'], cp.completed);
+    setText(v.facts['cp-last'], cp.last_id ? '#' + cp.last_id : '–'); setValue(v.facts['cp-last'], cp.last_id);
+    setText(v.facts['cp-duration'], cp.last_id ? fmtMS(cp.last_duration_ms) : '–');
+    setText(v.facts['cp-age'], cp.age_ms >= 0 ? fmtMS(cp.age_ms) + ' ago' : '–');
+    setText(v.facts['cp-failed'], fmtCount(cp.failed));
+    setText(v.facts['cp-restored'], cp.restored_from ? '#' + cp.restored_from : '–');
+
+    // The graph, redrawn only when the plan changes.
+    var gk = JSON.stringify(job.graph) + '|' + job.operators.map(function (o) { return o.traces_url || ''; }).join();
+    if (gk !== v.graphKey) {
+      drawGraph(v, job);
+      v.graphKey = gk;
+    }
+    // The table rows, rebuilt only when the operators change.
+    var rk = job.operators.map(function (o) { return o.name + '/' + o.task + '/' + (o.traces_url || ''); }).join('|');
+    if (rk !== v.rowsKey) {
+      v.tbody.replaceChildren();
+      v.rows.clear();
+      job.operators.forEach(function (op) {
+        var r = newRow(v, op);
+        v.rows.set(op.name, r);
+        v.tbody.append(r.tr);
+      });
+      v.rowsKey = rk;
+    }
+
+    var byTask = new Map();
+    job.operators.forEach(function (op) {
+      if (op.head) byTask.set(op.task, op);
+      var r = v.rows.get(op.name);
+      if (!r) return;
+      var c = r.cells;
+      setText(c.in, fmtCount(op.in)); setValue(c.in, op.in);
+      setText(c.inText, fmtRate(op.in_rate)); setValue(c.in_rate, op.in_rate);
+      setText(c.out, fmtCount(op.out)); setValue(c.out, op.out);
+      setText(c.out_rate, fmtRate(op.out_rate)); setValue(c.out_rate, op.out_rate);
+      spark(v, op, c);
+      if (c.bar) {
+        var ratio = op.capacity > 0 ? Math.min(op.queued / op.capacity, 1) : 0;
+        c.barFill.style.width = (100 * ratio).toFixed(1) + '%';
+        c.bar.className = 'bar ' + fill(ratio);
+        c.bar.setAttribute('data-value', String(op.queued));
+        c.bar.setAttribute('data-capacity', String(op.capacity));
+        setText(c.barText, fmtCount(op.queued) + ' / ' + fmtCount(op.capacity));
+        setText(c.policy, op.policy + ' · high ' + fmtCount(op.queue_high_water));
+        setValue(c.queue, op.queued);
+      }
+      var dropped = op.dropped ? fmtCount(op.dropped) + (op.drop_rate ? ' (' + fmtRate(op.drop_rate) + ')' : '') : '0';
+      c.dropped.replaceChildren(document.createTextNode(dropped));
+      if (op.dropped) c.dropped.append(el('span', { 'class': 'sub' }, byReason(op.dropped_by)));
+      c.dropped.className = 'num' + (op.drop_rate > 0 ? ' bad' : '');
+      setValue(c.dropped, op.dropped);
+      setText(c.spilled, op.spilled ? fmtCount(op.spilled) + ' (' + fmtCount(op.spill_pending) + ' pending)' : '0');
+      setValue(c.spilled, op.spilled);
+      if (op.head) {
+        setText(c.backpressure, op.backpressured + '/' + op.parallelism + ' now · ' +
+          Math.round(100 * op.blocked_share) + '% · ' + fmtMS(op.blocked_ms));
+        c.backpressure.className = 'num' + (op.backpressured > 0 ? ' warn' : '');
+        setValue(c.backpressure, op.backpressured);
+      }
+      setText(c.late, fmtCount(op.late)); setValue(c.late, op.late);
+      // The time of day; the date is in the tooltip.
+      setText(c.watermark, op.watermark ? fmtTime(op.watermark).slice(11) : '–');
+      if (op.watermark) c.watermark.title = fmtTime(op.watermark) + ' UTC';
+      setText(c.dead_lettered, fmtCount(op.dead_lettered)); setValue(c.dead_lettered, op.dead_lettered);
+      c.dead_lettered.className = 'num' + (op.dead_lettered > 0 ? ' bad' : '');
+
+      var s = v.svgOps.get(op.name);
+      if (s) {
+        var rates = 'in ' + fmtRate(op.in_rate) + '  out ' + fmtRate(op.out_rate);
+        setText(s.rates, rates);
+        var alerts = [];
+        if (op.drop_rate > 0) alerts.push('drop ' + fmtRate(op.drop_rate));
+        else if (op.dropped > 0) alerts.push('dropped ' + fmtCount(op.dropped));
+        if (op.spill_pending > 0) alerts.push('spill ' + fmtCount(op.spill_pending));
+        if (op.late > 0) alerts.push('late ' + fmtCount(op.late));
+        if (op.dead_lettered > 0) alerts.push('dead ' + fmtCount(op.dead_lettered));
+        setText(s.alert, alerts.join(' '));
+      }
+    });
+    v.svgTasks.forEach(function (t, id) {
+      var head = byTask.get(id);
+      if (!head) return;
+      t.g.classList.toggle('bp', head.backpressured > 0);
+      t.g.classList.toggle('drops', head.drop_rate > 0);
+      if (t.qFill) {
+        var ratio = head.capacity > 0 ? Math.min(head.queued / head.capacity, 1) : 0;
+        t.qFill.setAttribute('width', (t.qWidth * ratio).toFixed(1));
+        t.qFill.setAttribute('class', 'q-fill ' + fill(ratio));
+        setText(t.qText, 'queue ' + fmtCount(head.queued) + ' / ' + fmtCount(head.capacity) + '  ' + head.policy);
+        t.g.setAttribute('data-queued', String(head.queued));
+      }
+    });
+  }
+
+  function apply(snap) {
+    if (snap.title) {
+      setText(titleEl, snap.title);
+      if (document.title !== snap.title) document.title = snap.title;
+    }
+    setText(updatedEl, 'updated ' + fmtTime(snap.time) + ' UTC · every ' + snap.interval_ms + ' ms');
+    updatedEl.setAttribute('data-seq', String(snap.seq));
+    var seen = new Set();
+    (snap.jobs || []).forEach(function (job) {
+      seen.add(job.id);
+      var v = views.get(job.id);
+      if (!v) {
+        v = newView(job);
+        views.set(job.id, v);
+        jobsEl.append(v.sec);
+      }
+      updateJob(v, job, snap);
+    });
+    views.forEach(function (v, id) {
+      if (!seen.has(id)) { v.sec.remove(); views.delete(id); }
+    });
+    emptyEl.hidden = views.size > 0;
+  }
+
+  function status(state) {
+    statusEl.className = 'status ' + state;
+    statusEl.setAttribute('data-state', state);
+    setText(statusEl, state);
+  }
+
+  // The browser reconnects by itself (the stream asks for a one-second
+  // retry); the page keeps the last snapshot meanwhile.
+  var es = new EventSource('events');
+  es.addEventListener('snapshot', function (e) {
+    status('live');
+    apply(JSON.parse(e.data));
+  });
+  es.onopen = function () { status('live'); };
+  es.onerror = function () { status(es.readyState === EventSource.CLOSED ? 'closed' : 'reconnecting'); };
+})();

@@ -1,0 +1,427 @@
+package dashboard
+
+import (
+	"context"
+	"embed"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"net"
+	"net/http"
+	"net/url"
+	"slices"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/sluicehq/sluice/actors"
+	"github.com/sluicehq/sluice/operators"
+)
+
+// DefaultInterval is how often a dashboard reads its jobs' statistics and
+// pushes a snapshot to the pages, unless Options.Interval says otherwise.
+const DefaultInterval = 500 * time.Millisecond
+
+// DefaultJaegerURL is where a local Jaeger serves its UI.
+const DefaultJaegerURL = "http://127.0.0.1:16686"
+
+// Errors.
+var (
+	// ErrClosed is returned by Add after Close.
+	ErrClosed = errors.New("dashboard: closed")
+	// ErrInvalid wraps every invalid option.
+	ErrInvalid = errors.New("dashboard: invalid options")
+)
+
+// Options configure a Dashboard. The zero value is valid.
+type Options struct {
+	// Title heads the page. Default "sluice".
+	Title string
+	// Interval is how often the statistics are read and pushed to every
+	// page: rates are computed over it. Default DefaultInterval; at most a
+	// minute.
+	Interval time.Duration
+	// JaegerURL is the base address of a Jaeger UI (DefaultJaegerURL for a
+	// local one). When set, every operator links to a search for its spans.
+	// Empty: no links, for jobs that are not traced.
+	JaegerURL string
+	// JaegerService is the service the traces are exported under (the
+	// service.name given to telemetry.NewOTLPTracerProvider; `sluice run`
+	// uses "sluice-SAMPLE"). Default "sluice".
+	JaegerService string
+}
+
+func (o Options) withDefaults() (Options, error) {
+	if o.Title == "" {
+		o.Title = "sluice"
+	}
+	switch {
+	case o.Interval == 0:
+		o.Interval = DefaultInterval
+	case o.Interval < 0 || o.Interval > time.Minute:
+		return o, fmt.Errorf("%w: Interval %v: want a positive duration up to a minute", ErrInvalid, o.Interval)
+	}
+	if o.JaegerURL != "" {
+		u, err := url.Parse(o.JaegerURL)
+		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+			return o, fmt.Errorf("%w: JaegerURL %q: want an http(s) address such as %s", ErrInvalid, o.JaegerURL, DefaultJaegerURL)
+		}
+	}
+	if o.JaegerService == "" {
+		o.JaegerService = "sluice"
+	}
+	return o, nil
+}
+
+// Dashboard follows running jobs and serves a live page of them. Create it
+// with New, give it jobs with Add, serve Handler, and Close it when done.
+// Its methods are safe for concurrent use.
+type Dashboard struct {
+	opts    Options
+	handler http.Handler
+
+	quit    chan struct{} // closed by Close
+	closing sync.Once
+	poller  sync.WaitGroup // the one polling goroutine
+	streams sync.WaitGroup // the /events handlers in progress
+
+	mu      sync.Mutex
+	closed  bool
+	active  int // event streams in progress
+	nextID  int
+	jobs    []*job
+	seq     uint64
+	data    []byte        // the latest Snapshot, as JSON
+	changed chan struct{} // closed and replaced by every publish
+}
+
+// job is a followed run and its last two samples.
+type job struct {
+	info  jobInfo
+	run   *actors.Run
+	links traceLinks
+	prev  *sample
+	cur   sample
+}
+
+// New returns a dashboard with its polling goroutine started.
+func New(opts Options) (*Dashboard, error) {
+	opts, err := opts.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	d := &Dashboard{opts: opts, quit: make(chan struct{}), changed: make(chan struct{})}
+	d.handler = d.routes()
+	d.publish(time.Now())
+	d.poller.Add(1)
+	go d.poll() // owned: ends at Close, which waits for it
+	return d, nil
+}
+
+// Add shows run on the page, from now until Remove or Close; a run that has
+// already ended shows its final state. A run added twice shows once.
+func (d *Dashboard) Add(run *actors.Run) error {
+	if run == nil {
+		return fmt.Errorf("%w: Add: nil run", ErrInvalid)
+	}
+	tasks, edges := planOf(run)
+	now := time.Now()
+	j := &job{
+		info:  jobInfo{name: run.Name(), graph: layout(tasks, edges)},
+		run:   run,
+		links: traceLinks{base: d.opts.JaegerURL, service: d.opts.JaegerService, topology: run.Name()},
+		cur:   read(run, now),
+	}
+
+	d.mu.Lock()
+	if d.closed {
+		d.mu.Unlock()
+		return ErrClosed
+	}
+	if slices.ContainsFunc(d.jobs, func(o *job) bool { return o.run == run }) {
+		d.mu.Unlock()
+		return nil
+	}
+	d.nextID++
+	j.info.id = strconv.Itoa(d.nextID)
+	d.jobs = append(d.jobs, j)
+	d.mu.Unlock()
+	d.publish(now)
+	return nil
+}
+
+// Remove stops showing run. It reports whether run was shown.
+func (d *Dashboard) Remove(run *actors.Run) bool {
+	d.mu.Lock()
+	n := len(d.jobs)
+	d.jobs = slices.DeleteFunc(d.jobs, func(j *job) bool { return j.run == run })
+	removed := len(d.jobs) != n
+	d.mu.Unlock()
+	if removed {
+		d.publish(time.Now())
+	}
+	return removed
+}
+
+// Snapshot returns the latest snapshot, as the pages last received it.
+func (d *Dashboard) Snapshot() Snapshot {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	// A deep copy through JSON: the caller may keep and change it.
+	var s Snapshot
+	_ = json.Unmarshal(d.data, &s)
+	return s
+}
+
+// Close stops the polling and ends every event stream, then waits for
+// them. The page keeps what it last showed. Close it before shutting down
+// the http.Server that serves the Handler (or from the server's
+// RegisterOnShutdown): Shutdown waits for handlers, and event streams end
+// only when the client goes or the dashboard closes. Close is idempotent.
+func (d *Dashboard) Close() error {
+	d.closing.Do(func() {
+		d.mu.Lock()
+		d.closed = true
+		d.mu.Unlock()
+		close(d.quit)
+	})
+	d.poller.Wait()
+	d.streams.Wait()
+	return nil
+}
+
+// streamStarted registers an event stream, unless the dashboard is closed.
+func (d *Dashboard) streamStarted() bool {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.closed {
+		return false
+	}
+	d.streams.Add(1)
+	d.active++
+	return true
+}
+
+// streamEnded unregisters an event stream.
+func (d *Dashboard) streamEnded() {
+	d.mu.Lock()
+	d.active--
+	d.mu.Unlock()
+	d.streams.Done()
+}
+
+// Streams reports how many event streams (open pages) are in progress.
+func (d *Dashboard) Streams() int {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.active
+}
+
+// latest returns the current snapshot as JSON, its sequence number, and a
+// channel closed when a newer one is published.
+func (d *Dashboard) latest() ([]byte, uint64, <-chan struct{}) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.data, d.seq, d.changed
+}
+
+// poll reads every job's statistics once per interval and publishes a
+// snapshot: one ticker for the dashboard, however many pages watch it.
+func (d *Dashboard) poll() {
+	defer d.poller.Done()
+	tick := time.NewTicker(d.opts.Interval)
+	defer tick.Stop()
+	for {
+		select {
+		case <-d.quit:
+			return
+		case now := <-tick.C:
+			d.sampleAll(now)
+			d.publish(now)
+		}
+	}
+}
+
+// sampleAll reads the statistics of every job still running; an ended job
+// is read once more after its end, then kept as it was.
+func (d *Dashboard) sampleAll(now time.Time) {
+	d.mu.Lock()
+	jobs := slices.Clone(d.jobs)
+	d.mu.Unlock()
+	for _, j := range jobs {
+		d.mu.Lock()
+		ended := j.cur.done
+		d.mu.Unlock()
+		if ended {
+			continue
+		}
+		s := read(j.run, now) // outside the lock: Stats takes the job's locks
+		d.mu.Lock()
+		prev := j.cur
+		j.prev, j.cur = &prev, s
+		d.mu.Unlock()
+	}
+}
+
+// read takes one sample of run.
+func read(run *actors.Run, now time.Time) sample {
+	s := sample{at: now}
+	select {
+	case <-run.Done():
+		s.done = true
+		s.err = run.Execution().Err()
+	default:
+	}
+	// After the end check: a job that ended meanwhile has final counters.
+	s.stats = run.Stats()
+	s.cp = operators.CheckpointStatsOf(run)
+	s.elapsed = run.Elapsed()
+	return s
+}
+
+// publish builds a snapshot of every job at now, and wakes the streams.
+func (d *Dashboard) publish(now time.Time) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	snap := Snapshot{Seq: d.seq + 1, Title: d.opts.Title, Time: now, IntervalMS: d.opts.Interval.Milliseconds(), Jobs: []Job{}}
+	for _, j := range d.jobs {
+		snap.Jobs = append(snap.Jobs, buildJob(j.info, j.prev, j.cur, j.links))
+		if j.cur.done {
+			// Later snapshots show the final counters, with no rates.
+			j.prev = nil
+		}
+	}
+	data, err := json.Marshal(snap)
+	if err != nil { // plain types only: cannot happen
+		return
+	}
+	d.seq, d.data = snap.Seq, data
+	close(d.changed)
+	d.changed = make(chan struct{})
+}
+
+//go:embed assets
+var assets embed.FS
+
+// Handler serves the page and its data:
+//
+//	/               the page (index.html, app.js, style.css, all embedded)
+//	/events         Server-Sent Events: a "snapshot" event with a Snapshot as JSON, once per interval
+//	/snapshot.json  the latest Snapshot
+//
+// Links within the page are relative, so the handler can be mounted under a
+// prefix with http.StripPrefix.
+func (d *Dashboard) Handler() http.Handler { return d.handler }
+
+func (d *Dashboard) routes() http.Handler {
+	static, err := fs.Sub(assets, "assets")
+	if err != nil {
+		panic(err) // the embedded tree is fixed at build time
+	}
+	files := http.FileServerFS(static)
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /events", d.serveEvents)
+	mux.HandleFunc("GET /snapshot.json", func(w http.ResponseWriter, r *http.Request) {
+		data, _, _ := d.latest()
+		w.Header().Set("Content-Type", "application/json")
+		w.Header().Set("Cache-Control", "no-cache")
+		_, _ = w.Write(data)
+	})
+	mux.HandleFunc("GET /{$}", func(w http.ResponseWriter, r *http.Request) {
+		page, err := assets.ReadFile("assets/index.html")
+		if err != nil {
+			http.Error(w, err.Error(), http.StatusInternalServerError)
+			return
+		}
+		w.Header().Set("Content-Type", "text/html; charset=utf-8")
+		w.Header().Set("Cache-Control", "no-cache")
+		_, _ = w.Write(page)
+	})
+	mux.Handle("GET /app.js", files)
+	mux.Handle("GET /style.css", files)
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		// Everything the page loads comes from here; nothing runs inline.
+		w.Header().Set("Content-Security-Policy",
+			"default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; connect-src 'self'; frame-ancestors 'self'")
+		w.Header().Set("X-Content-Type-Options", "nosniff")
+		if r.URL.Path == "" { // mounted with StripPrefix("/prefix/", ...)
+			r2 := *r
+			u := *r.URL
+			u.Path = "/"
+			r2.URL = &u
+			r = &r2
+		}
+		mux.ServeHTTP(w, r)
+	})
+}
+
+// ListenAddr returns the address to listen on for addr as a user wrote it:
+// a port alone (":8080" or "8080") means loopback, 127.0.0.1:PORT, never
+// every interface. A host written out is kept as written, loopback or not:
+// serving to the network is the user's explicit choice (the dashboard has
+// no authentication). Loopback reports whether the result is loopback only.
+func ListenAddr(addr string) (listen string, loopback bool, err error) {
+	if _, perr := strconv.Atoi(addr); perr == nil {
+		addr = ":" + addr
+	}
+	host, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		return "", false, fmt.Errorf("dashboard: address %q: want HOST:PORT or :PORT", addr)
+	}
+	if host == "" {
+		host = "127.0.0.1"
+	}
+	loopback = host == "localhost"
+	if ip := net.ParseIP(host); ip != nil {
+		loopback = ip.IsLoopback()
+	}
+	return net.JoinHostPort(host, port), loopback, nil
+}
+
+// Serve serves the dashboard's Handler at the root of addr (see ListenAddr)
+// until ctx ends, then closes the dashboard and shuts the server down. It
+// returns once the listener is open, with the page's URL on this machine
+// (127.0.0.1 when it listens on every interface) and a function that waits
+// for the server to stop.
+func (d *Dashboard) Serve(ctx context.Context, addr string) (string, func() error, error) {
+	listen, _, err := ListenAddr(addr)
+	if err != nil {
+		return "", nil, err
+	}
+	ln, err := net.Listen("tcp", listen)
+	if err != nil {
+		return "", nil, fmt.Errorf("dashboard: listen on %s: %w", listen, err)
+	}
+	srv := &http.Server{Handler: d.Handler(), ReadHeaderTimeout: 5 * time.Second}
+	served := make(chan struct{})   // closed when srv.Serve has returned
+	shutdown := make(chan struct{}) // closed when the server is shut down, or failed
+	var serveErr error
+	go func() { // owned: Serve returns when the server shuts down; wait waits for it
+		defer close(served)
+		if err := srv.Serve(ln); !errors.Is(err, http.ErrServerClosed) {
+			serveErr = err
+		}
+	}()
+	go func() { // owned: shuts the server down when ctx ends; wait waits for it
+		defer close(shutdown)
+		select {
+		case <-ctx.Done():
+			_ = d.Close() // ends the event streams, which Shutdown waits for
+			shut, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+			defer cancel()
+			_ = srv.Shutdown(shut)
+		case <-served:
+		}
+	}()
+	wait := func() error {
+		<-served
+		<-shutdown
+		return serveErr
+	}
+	host, port, _ := net.SplitHostPort(ln.Addr().String())
+	if ip := net.ParseIP(host); ip != nil && ip.IsUnspecified() {
+		host = "127.0.0.1" // every interface: this machine's URL
+	}
+	return "http://" + net.JoinHostPort(host, port) + "/", wait, nil
+}

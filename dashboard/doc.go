@@ -1,0 +1,70 @@
+// Package dashboard serves a live web page of running sluice jobs: the
+// physical topology as a graph, and per operator its rates, queue, drops,
+// spills, back-pressure, lateness, watermark and dead letters; per job its
+// restarts and checkpoints.
+//
+// # Basics
+//
+// A Dashboard follows the jobs given to Add and serves them with Handler, an
+// http.Handler to mount in your own server, under a prefix if you like:
+//
+//	d, err := dashboard.New(dashboard.Options{Title: "orders"})
+//	if err != nil { return err }
+//	defer d.Close()
+//
+//	run, err := sys.Run(ctx, topology) // sys is an *actors.System
+//	if err != nil { return err }
+//	d.Add(run)
+//
+//	mux := http.NewServeMux()
+//	mux.Handle("/sluice/", http.StripPrefix("/sluice", d.Handler()))
+//	srv := &http.Server{Addr: "127.0.0.1:8080", Handler: mux}
+//
+// and the page is at http://127.0.0.1:8080/sluice/. For a server of its
+// own, Serve listens on an address (a port alone means loopback) and stops
+// when its context ends; `sluice run SAMPLE --ui 127.0.0.1:8080` uses it.
+//
+// # What the page shows
+//
+// Each job is a section: its state (running, finished, failed with the
+// error), elapsed time, restarts, and checkpoints (how many completed, the
+// last one's id, duration and age, failures, the checkpoint it restored
+// from). Below it, the physical plan drawn as SVG, laid out by topological
+// depth from the sources on the left: each task is a box listing its fused
+// operators in chain order with its parallelism (×N), a bar of its input
+// queue against the capacity, and each operator's rates in and out; edges
+// carry their partitioning (forward, hash, rebalance, broadcast) and the
+// operator that chose it. A box turns orange while an instance is
+// back-pressured and red while it drops. A table then lists every operator:
+// records in and out with their rates per second (and a sparkline of the
+// last minute's input rate), queue depth and high-water mark against the
+// capacity and policy, drops in total, per second and by reason, spills
+// (total and pending), back-pressure (instances without credit now, the
+// share of the last interval spent without credit, the total time), late
+// records, watermark and dead letters. With Options.JaegerURL, every
+// operator links to a Jaeger search for its spans: sluice names each span
+// after its operator and tags it with the topology (see package telemetry).
+//
+// # Data
+//
+// One goroutine per dashboard reads every job's statistics once per
+// Options.Interval (half a second by default), however many pages are open,
+// computes rates from successive readings, and publishes a Snapshot. The
+// page receives each one over Server-Sent Events at /events (event type
+// "snapshot", the Snapshot as JSON) and updates itself in place; the latest
+// is also at /snapshot.json for scripts. Rates of a job that has ended are
+// zero; its final counters stay on the page until Remove or Close.
+//
+// The page, its script and its style sheet are embedded in the binary: no
+// CDN, no build step, nothing fetched from elsewhere (the page's Content
+// Security Policy allows only its own origin).
+//
+// # Caveats
+//
+// The dashboard has no authentication: serve it on loopback (ListenAddr and
+// Serve do when given a port alone) or behind your own. Close it before
+// shutting down the server that serves it, since event streams end only when
+// their client goes or the dashboard closes, and http.Server.Shutdown waits
+// for them. Counters that go down (a job restarted) give a rate of zero for
+// that interval, not a negative one.
+package dashboard
