@@ -151,6 +151,11 @@ func (t *Topology) Plan() (*Plan, error) {
 		if n.input != nil {
 			if err := checkInput(n); err != nil {
 				errs = append(errs, opErr(t, n.name, ErrInvalid, err.Error()))
+			} else if c := n.input.Capacity; c < t.cfg.batchSize && n.input.Overflow != mailbox.OverflowBlock {
+				// A batch is admitted whole into an empty mailbox, so such a
+				// mailbox would hold more than its capacity.
+				errs = append(errs, opErr(t, n.name, ErrInvalid, fmt.Sprintf(
+					"input capacity %d is below the topology's batch size %d: raise it, or lower BatchSize", c, t.cfg.batchSize)))
 			}
 		}
 		if n.role != roleSink && len(consumers[n]) == 0 {

@@ -5,6 +5,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/sluicehq/sluice/mailbox"
 	"github.com/sluicehq/sluice/operators"
 )
 
@@ -240,5 +241,23 @@ func TestPlanRebalanceOnParallelismChange(t *testing.T) {
 	}
 	if len(p.Tasks) != 2 || p.Edges[0].Partition != "rebalance" {
 		t.Fatalf("plan:\n%s\nwant src alone, then m -> out x2 over a rebalance edge", p)
+	}
+}
+
+// A shedding or spilling mailbox smaller than a batch would hold more than
+// its capacity: the topology is refused.
+func TestInputCapacityBelowBatchSize(t *testing.T) {
+	top := operators.NewTopology("small-mailbox", operators.BatchSize(256))
+	src := operators.Source(top, "numbers", operators.FromSlice([]int{1}))
+	operators.Sink(src, "out", operators.NewCollector[int](), operators.Input(mailbox.DropOldest(64)))
+	err := top.Validate()
+	if !errors.Is(err, operators.ErrInvalid) || !strings.Contains(err.Error(), `"out"`) || !strings.Contains(err.Error(), "below the topology's batch size 256") {
+		t.Fatalf("got %v", err)
+	}
+	ok := operators.NewTopology("small-batches", operators.BatchSize(64))
+	src = operators.Source(ok, "numbers", operators.FromSlice([]int{1}))
+	operators.Sink(src, "out", operators.NewCollector[int](), operators.Input(mailbox.DropOldest(64)))
+	if err := ok.Validate(); err != nil {
+		t.Fatalf("batches of 64 into 64: %v", err)
 	}
 }

@@ -9,8 +9,11 @@ import (
 
 	"github.com/sluicehq/sluice/operators"
 	"github.com/sluicehq/sluice/samples/bank"
+	"github.com/sluicehq/sluice/samples/clickstream"
+	"github.com/sluicehq/sluice/samples/fraud"
 	"github.com/sluicehq/sluice/samples/jetstreamtopg"
 	"github.com/sluicehq/sluice/samples/nexmark"
+	"github.com/sluicehq/sluice/samples/overload"
 	"github.com/sluicehq/sluice/samples/wordcount"
 )
 
@@ -33,6 +36,9 @@ func Catalog() []Sample {
 		nexmark.New(),
 		jetstreamtopg.New(),
 		bank.New(),
+		clickstream.New(),
+		fraud.New(),
+		overload.New(),
 	}
 }
 
