@@ -1,0 +1,269 @@
+package cluster
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"reflect"
+	"strconv"
+	"time"
+
+	"github.com/asynkron/protoactor-go/actor"
+
+	"github.com/sluicehq/sluice/actors"
+	"github.com/sluicehq/sluice/operators"
+	"github.com/sluicehq/sluice/supervision"
+)
+
+// Jobs names the topologies a cluster runs: every node is given the same
+// (the same binary), so that any node can build any job's topology and
+// host its instances. Each function returns a new topology.
+type Jobs map[string]func() *operators.Topology
+
+// jobsActorName is the actor on every node that hosts the instances of
+// distributed jobs.
+const jobsActorName = "sluice-jobs"
+
+// registerJobMessages registers the operators runtime's messages.
+func registerJobMessages(r *Registry) error {
+	var errs []error
+	add := func(v any, name string) {
+		errs = append(errs, r.register(reflect.TypeOf(v), internalPrefix+"op."+name, true))
+	}
+	add(&operators.WireRecords{}, "records")
+	add(&operators.WireCredit{}, "credit")
+	add(&operators.WireBarrier{}, "barrier")
+	add(&operators.WireAck{}, "ack")
+	add(&operators.WireCommitted{}, "committed")
+	add(&operators.WireFinished{}, "finished")
+	add(&operators.WireSourceDone{}, "sourceDone")
+	add(&operators.WireDrain{}, "drain")
+	add(&operators.WireFailed{}, "failed")
+	add(&operators.WireDeploy{}, "deploy")
+	add(&operators.WireDeployed{}, "deployed")
+	add(&operators.WireStopGen{}, "stopGen")
+	add(&operators.WireStopped{}, "stopped")
+	return errors.Join(errs...)
+}
+
+// RunOptions configure Run. The zero value is the defaults.
+type RunOptions struct {
+	// Checkpoints keeps the job's checkpoints. Default: a
+	// ReplicatedCheckpointStore replicating to two other members (as many
+	// as there are), returning once one holds each checkpoint.
+	Checkpoints *ReplicatedCheckpointStore
+	// Restart is the restart policy when the topology has none:
+	// RestartOnFailure(Backoff, MaxRestarts, Within). Defaults: 100 ms
+	// doubling to 2 s, 10 restarts within a minute.
+	Backoff     supervision.Backoff
+	MaxRestarts int
+	Within      time.Duration
+}
+
+// Run starts the job registered as name in Config.Jobs across the cluster,
+// with this node as its coordinator: its job actor (checkpoints, restarts)
+// and the tasks that read sources or write sinks run here; every other
+// task instance goes to a member chosen by rendezvous hashing of (job,
+// task, instance) over the live members' names, this one included. Every
+// member hosts what it is given (Config.Jobs must have the job).
+//
+// When a member that hosts instances leaves, the job stops the generation
+// and restarts on the members still there from its last completed
+// checkpoint, which the replicated store holds on the survivors. The
+// topology should take checkpoints (operators.Checkpoints); without them a
+// restart starts from the beginning.
+//
+// Wait on the returned handle for the job's end, as for a local run.
+func Run(ctx context.Context, n *Node, name string, opts RunOptions) (*actors.Run, error) {
+	build, ok := n.cfg.Jobs[name]
+	if !ok {
+		return nil, fmt.Errorf("cluster: run %q: no such job in Config.Jobs", name)
+	}
+	t := build()
+	if t.Name() != name {
+		return nil, fmt.Errorf("cluster: run %q: the topology is named %q: register it under its name", name, t.Name())
+	}
+	store := opts.Checkpoints
+	if store == nil {
+		replicas := min(2, len(n.Members())-1)
+		var err error
+		store, err = NewReplicatedCheckpointStore(n, ReplicationConfig{Replicas: max(0, replicas), Acks: min(1, max(0, replicas))})
+		if err != nil {
+			return nil, fmt.Errorf("cluster: run %q: %w", name, err)
+		}
+	}
+	if !t.RestartsOnFailure() {
+		b := opts.Backoff
+		if b.Initial == 0 {
+			b = supervision.Backoff{Initial: 100 * time.Millisecond, Max: 2 * time.Second, Multiplier: 2}
+		}
+		maxR, within := opts.MaxRestarts, opts.Within
+		if maxR == 0 {
+			maxR = 10
+		}
+		if within == 0 {
+			within = time.Minute
+		}
+		t.Configure(operators.RestartOnFailure(b, maxR, within))
+	}
+	t.Configure(operators.CheckpointStore(store), operators.Distribute(&distributor{n: n}))
+	return n.sys.Run(ctx, t)
+}
+
+// distributor is the cluster's operators.Distributor.
+type distributor struct{ n *Node }
+
+func (d *distributor) Address() string                   { return d.n.Address() }
+func (d *distributor) Root() *actor.RootContext          { return d.n.root }
+func (d *distributor) Props(p *actor.Props) *actor.Props { return d.n.Props(p) }
+func (d *distributor) StopOn(addr string, s *operators.WireStopGen) {
+	_ = d.n.Send(d.n.PID(addr, jobsActorName), s)
+}
+
+// Place pins sinks to this node and spreads the rest over the live members
+// by rendezvous hashing: a member that leaves moves only its instances.
+func (d *distributor) Place(job string, gen int, task operators.Task, instance int) string {
+	for _, k := range task.Kinds {
+		if k == "sink" {
+			return ""
+		}
+	}
+	members := d.n.Members()
+	names := make([]string, 0, len(members))
+	addrOf := make(map[string]string, len(members))
+	for _, m := range members {
+		names = append(names, m.Name)
+		addrOf[m.Name] = m.Address
+	}
+	if len(names) == 0 {
+		return ""
+	}
+	return addrOf[rendezvous(job+"/"+strconv.Itoa(task.ID)+"/"+strconv.Itoa(instance), names)[0]]
+}
+
+func (d *distributor) Deploy(ctx context.Context, addr string, w *operators.WireDeploy) error {
+	r, err := d.n.Request(ctx, d.n.PID(addr, jobsActorName), w)
+	if err != nil {
+		return err
+	}
+	resp, ok := r.(*operators.WireDeployed)
+	if !ok {
+		return fmt.Errorf("unexpected reply %T", r)
+	}
+	if resp.Err != "" {
+		return errors.New(resp.Err)
+	}
+	return nil
+}
+
+func (d *distributor) Watch(lost func(addr string)) (cancel func()) {
+	return d.n.Subscribe(func(ev MemberEvent) {
+		if ev.Kind == Left {
+			lost(ev.Member.Address)
+		}
+	})
+}
+
+// HostedGeneration is a generation of a distributed job whose instances
+// this node runs.
+type HostedGeneration struct {
+	Job         string
+	Coordinator string // the address of the job's coordinator
+	Gen         int
+	Instances   int
+}
+
+type genKey struct {
+	addr, id string
+	gen      int
+}
+
+type hosted struct {
+	pid  *actor.PID
+	info HostedGeneration
+}
+
+// jobsActor hosts the instances of distributed jobs on its node.
+type jobsActor struct {
+	n      *Node
+	gens   map[genKey]hosted
+	cancel func()
+}
+
+type coordinatorLost struct{ addr string }
+
+func (a *jobsActor) Receive(c actor.Context) {
+	n := a.n
+	switch m := c.Message().(type) {
+	case *actor.Started:
+		a.gens = map[genKey]hosted{}
+		self := c.Self()
+		a.cancel = n.Subscribe(func(ev MemberEvent) {
+			if ev.Kind == Left {
+				n.root.Send(self, &coordinatorLost{addr: ev.Member.Address})
+			}
+		})
+	case *actor.Stopping:
+		a.cancel()
+	case *operators.WireDeploy:
+		c.Respond(&operators.WireDeployed{Err: a.deploy(m)})
+	case *operators.WireStopGen:
+		k := genKey{m.JobAddress, m.JobID, m.Gen}
+		if h, ok := a.gens[k]; ok {
+			delete(a.gens, k)
+			n.root.Stop(h.pid) // it tells the job actor once its instances stopped
+			a.publish()
+			return
+		}
+		_ = n.Send(actor.NewPID(m.JobAddress, m.JobID), &operators.WireStopped{Address: n.Address(), Gen: m.Gen})
+	case *coordinatorLost: // nobody will stop them: the job moved or ended
+		for k, h := range a.gens {
+			if k.addr == m.addr {
+				delete(a.gens, k)
+				n.root.Stop(h.pid)
+			}
+		}
+		a.publish()
+	}
+}
+
+func (a *jobsActor) deploy(d *operators.WireDeploy) string {
+	n := a.n
+	build, ok := n.cfg.Jobs[d.Job]
+	if !ok {
+		return fmt.Sprintf("no job %q on node %q", d.Job, n.cfg.Name)
+	}
+	pid, err := operators.HostGeneration(n.sys, &distributor{n: n}, build(), d)
+	if err != nil {
+		return err.Error()
+	}
+	count := 0
+	for _, addr := range d.Placement {
+		if addr == n.Address() {
+			count++
+		}
+	}
+	a.gens[genKey{d.JobAddress, d.JobID, d.Gen}] = hosted{pid: pid,
+		info: HostedGeneration{Job: d.Job, Coordinator: d.JobAddress, Gen: d.Gen, Instances: count}}
+	n.log.Info("hosting a job's instances", "job", d.Job, "generation", d.Gen, "instances", count, "coordinator", d.JobAddress)
+	a.publish()
+	return ""
+}
+
+func (a *jobsActor) publish() {
+	out := make([]HostedGeneration, 0, len(a.gens))
+	for _, h := range a.gens {
+		out = append(out, h.info)
+	}
+	a.n.mu.Lock()
+	a.n.hosted = out
+	a.n.mu.Unlock()
+}
+
+// Hosted lists the generations of distributed jobs whose instances this
+// node runs now.
+func (n *Node) Hosted() []HostedGeneration {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return append([]HostedGeneration(nil), n.hosted...)
+}
