@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"hash/fnv"
 	"reflect"
 	"strconv"
 	"time"
@@ -128,17 +129,27 @@ func (d *distributor) Place(job string, gen int, task operators.Task, instance i
 			return ""
 		}
 	}
-	members := d.n.Members()
-	names := make([]string, 0, len(members))
-	addrOf := make(map[string]string, len(members))
-	for _, m := range members {
-		names = append(names, m.Name)
-		addrOf[m.Name] = m.Address
+	key := hash64(job + "/" + strconv.Itoa(task.ID) + "/" + strconv.Itoa(instance))
+	best, bestScore := "", uint64(0)
+	for _, m := range d.n.Members() {
+		if s := mix64(key ^ hash64(m.Name)); best == "" || s > bestScore {
+			best, bestScore = m.Address, s
+		}
 	}
-	if len(names) == 0 {
-		return ""
-	}
-	return addrOf[rendezvous(job+"/"+strconv.Itoa(task.ID)+"/"+strconv.Itoa(instance), names)[0]]
+	return best
+}
+
+func hash64(s string) uint64 {
+	h := fnv.New64a()
+	h.Write([]byte(s))
+	return h.Sum64()
+}
+
+// mix64 is splitmix64's finaliser: similar keys get unrelated scores.
+func mix64(z uint64) uint64 {
+	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9
+	z = (z ^ (z >> 27)) * 0x94d049bb133111eb
+	return z ^ (z >> 31)
 }
 
 func (d *distributor) Deploy(ctx context.Context, addr string, w *operators.WireDeploy) error {
