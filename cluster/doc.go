@@ -114,12 +114,14 @@
 // generations and jobs. Node.Hosted lists what a node hosts.
 //
 // Limits of this version: the coordinator is a single point of failure
-// (when it dies, the job stops; its checkpoints survive on the replicas,
-// and Run on another node resumes from them only if the sources can be
-// read there); Stats of a distributed run count only the coordinator's
-// instances; remote edges assume the Block policy (a batch from another
-// node counts as one message in the receiver's mailbox, so drop, sample
-// and spill policies do not see its records).
+// (when it dies the job stops; the nodes stop the instances they hosted
+// for it; its checkpoints survive on the replicas, but taking the job over
+// on another node is not built or tested); Stats of a distributed run count
+// only the coordinator's instances; remote edges assume the Block policy
+// (a batch from another node counts as one message in the receiver's
+// mailbox, so drop, sample and spill policies do not see its records); a
+// deployment to a member that is dying fails after RequestTimeout and
+// costs a restart.
 //
 // # Security
 //

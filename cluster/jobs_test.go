@@ -44,7 +44,28 @@ var (
 )
 
 func testJobs() cluster.Jobs {
-	return cluster.Jobs{"counting": func() *operators.Topology { return countingJob(jobN, jobDir) }}
+	return cluster.Jobs{
+		"counting":     func() *operators.Topology { return countingJob(jobN, jobDir) },
+		"backpressure": func() *operators.Topology { return slowJob(jobN, jobDir) },
+	}
+}
+
+// slowJob is countingJob with a slow operator of its own between the
+// source and the keys (half a millisecond a record), small batches and
+// small mailboxes: the source runs out of credits.
+func slowJob(n int64, dir string) *operators.Topology {
+	t := operators.NewTopology("backpressure", operators.Checkpoints(100*time.Millisecond), operators.BatchSize(16), operators.Capacity(64))
+	src := operators.Source(t, "numbers", operators.Generate(n, func(i int64) int64 { return i }))
+	keys := operators.Map(src, "slow", func(v int64) string {
+		time.Sleep(500 * time.Microsecond)
+		return "k" + strconv.Itoa(int(v*7%23))
+	}, operators.NoFusion())
+	by := operators.KeyBy(keys, "by-key", func(k string) string { return k }, operators.Parallelism(2))
+	counts := operators.Count(by, "count", operators.Emit(operators.EmitAtEnd))
+	operators.Sink(counts, "out", operators.File(filepath.Join(dir, "counts"), func(kv operators.KV[string, int64]) string {
+		return fmt.Sprintf("%s=%d", kv.Key, kv.Value)
+	}), operators.Parallelism(1))
+	return t
 }
 
 // wantCounts is the plain loop's answer.
@@ -77,6 +98,9 @@ func runJob(n *cluster.Node, args []string, say func(string, ...any)) {
 	for addr, count := range operators.PlacementOf(run) {
 		say("PLACED %s %d", addr, count)
 	}
+	if at := operators.AddressOf(run, "slow", 0); at != "" {
+		say("SLOW-AT %s", at)
+	}
 	done := make(chan error, 1)
 	go func() { done <- run.Wait(ctx) }()
 	tick := time.NewTicker(20 * time.Millisecond)
@@ -97,6 +121,11 @@ func runJob(n *cluster.Node, args []string, say func(string, ...any)) {
 			}
 			lines := strings.Fields(string(b))
 			sort.Strings(lines)
+			for _, st := range run.Stats() {
+				if st.Name == "numbers" {
+					say("SOURCE-BLOCKED %d", st.Blocked)
+				}
+			}
 			say("RESTARTS %d %d", st.Restarts, st.RestoredFrom)
 			say("RESULT %s", strings.Join(lines, ","))
 			return
@@ -218,4 +247,29 @@ func TestDistributedJobKilledNodeRejoins(t *testing.T) {
 	if got := a.expect(2*time.Minute, "RESULT"); got[1] != wantCounts(jobRecords/3) {
 		t.Fatalf("second run: %v, want %s", got, wantCounts(jobRecords/3))
 	}
+}
+
+// TestDistributedBackPressure: the only consumer of the source runs on
+// another node and is slow; the source must wait for its credits (it is
+// blocked for a good part of the run), and the result is exact.
+func TestDistributedBackPressure(t *testing.T) {
+	if testing.Short() {
+		t.Skip("child processes")
+	}
+	a, _, _, _ := jobCluster(t)
+	const n = 4000
+	a.send(fmt.Sprintf("run backpressure %d %s", n, t.TempDir()))
+	at := a.expect(20*time.Second, "SLOW-AT")
+	if at[1] == a.Address {
+		t.Fatalf("the slow operator runs on the coordinator (%s): the test needs it elsewhere", at[1])
+	}
+	blocked := a.expect(time.Minute, "SOURCE-BLOCKED")
+	d := time.Duration(atou(blocked[1]))
+	if d < 500*time.Millisecond { // the slow operator takes 2 s for the records
+		t.Errorf("the source was blocked for %v only: credits do not hold it back", d)
+	}
+	if got := a.expect(10*time.Second, "RESULT"); got[1] != wantCounts(n) {
+		t.Fatalf("result %v, want %s", got, wantCounts(n))
+	}
+	t.Logf("the slow operator ran on %s; the source waited for credits for %v", at[1], d)
 }

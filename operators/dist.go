@@ -447,3 +447,23 @@ func PlacementOf(run *actors.Run) map[string]int {
 	}
 	return out
 }
+
+// AddressOf reports the address of the process that runs instance
+// instance of the operator named op in a run's current generation ("" when
+// there is none).
+func AddressOf(run *actors.Run, op string, instance int) string {
+	x, ok := run.Execution().(*execution)
+	if !ok {
+		return ""
+	}
+	x.instMu.RLock()
+	defer x.instMu.RUnlock()
+	for id, chain := range x.plan.chains {
+		for _, n := range chain {
+			if n.name == op && id < len(x.instances) && instance < len(x.instances[id]) {
+				return x.instances[id][instance].self.Address
+			}
+		}
+	}
+	return ""
+}
