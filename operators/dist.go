@@ -82,10 +82,21 @@ func (t *Topology) RestartsOnFailure() bool { return t.cfg.restart != nil }
 // its codec (msgpack); nothing else should send them.
 type (
 	// WireRecords is an envelope (records or a control mark), encoded with
-	// the envelope codec of the receiving task.
-	WireRecords struct{ Data []byte }
-	// WireCredit returns N records of room to the sender's output Out.
-	WireCredit struct{ Out, N int }
+	// the envelope codec of the receiving task. Seq numbers the messages
+	// of one channel from 1: a gap means a message was lost between the
+	// processes, and the receiving instance fails (the job restarts from
+	// its last checkpoint) rather than go on without it.
+	WireRecords struct {
+		Seq  uint64
+		Data []byte
+	}
+	// WireCredit grants the sender's output Out room for Total records
+	// since the channel opened (a total, not an increment: a credit message
+	// lost between processes is made good by the next).
+	WireCredit struct {
+		Out   int
+		Total int64
+	}
 	// WireBarrier asks a source instance to start checkpoint ID.
 	WireBarrier struct{ ID uint64 }
 	// WireAck: an instance recorded its state for checkpoint ID.
@@ -147,8 +158,6 @@ type hostLost struct{ addr string }
 // toWire converts a runtime message for another process.
 func toWire(msg any) any {
 	switch m := msg.(type) {
-	case *credit:
-		return &WireCredit{Out: m.out, N: m.n}
 	case *cpAck:
 		return &WireAck{Gen: m.gen, ID: m.id, Instance: m.instance, States: m.states, Offsets: m.offsets}
 	case *cpCommitted:
@@ -168,8 +177,6 @@ func toWire(msg any) any {
 // fromWire converts a message from another process back (records aside).
 func fromWire(msg any) any {
 	switch m := msg.(type) {
-	case *WireCredit:
-		return &credit{out: m.Out, n: m.N}
 	case *WireAck:
 		return &cpAck{gen: m.Gen, id: m.ID, instance: m.Instance, states: m.States, offsets: m.Offsets}
 	case *WireCommitted:
@@ -207,10 +214,12 @@ func (in *instance) send(oc *outChan, env *actors.Envelope) {
 	if err != nil {
 		panic(fmt.Errorf("encode for %v: %w", oc.target, err))
 	}
-	in.c.Send(oc.target, &WireRecords{Data: data})
+	oc.wseq++
+	in.c.Send(oc.target, &WireRecords{Seq: oc.wseq, Data: data})
 }
 
-// fromRemote decodes the records of another process.
+// fromRemote decodes the records of another process and checks that none
+// was lost on the way.
 func (in *instance) fromRemote(m *WireRecords) *actors.Envelope {
 	if in.codec == nil {
 		in.codec = in.exec.plan.chains[in.task][0].newCodec()
@@ -219,7 +228,46 @@ func (in *instance) fromRemote(m *WireRecords) *actors.Envelope {
 	if err != nil {
 		panic(fmt.Errorf("decode records: %w", err))
 	}
-	return v.(*actors.Envelope)
+	env := v.(*actors.Envelope)
+	if env.Channel < 0 || env.Channel >= len(in.ins) {
+		panic(fmt.Errorf("records on channel %d, the instance has %d", env.Channel, len(in.ins)))
+	}
+	ch := &in.ins[env.Channel]
+	if m.Seq != ch.wseq+1 {
+		panic(fmt.Errorf("%w: channel from %v: message %d after %d", ErrLost, ch.sender, m.Seq, ch.wseq))
+	}
+	ch.wseq = m.Seq
+	return env
+}
+
+// ErrLost: a message between the processes of a distributed job was lost;
+// the job restarts from its last checkpoint.
+var ErrLost = errors.New("operators: a message from another process was lost")
+
+// grant returns the room env took to its sender.
+func (in *instance) grant(env *actors.Envelope) {
+	ch := &in.ins[env.Channel]
+	if in.exec.dist == nil || ch.sender.Address == in.self.Address {
+		in.c.Send(ch.sender, &credit{out: ch.out, n: env.Count})
+		return
+	}
+	ch.consumed += int64(env.Count)
+	in.c.Send(ch.sender, &WireCredit{Out: ch.out, Total: ch.consumed})
+}
+
+// remoteCredit turns a total granted by a receiver in another process into
+// the credit it adds (nil when it adds none: an older total).
+func (in *instance) remoteCredit(m *WireCredit) any {
+	if m.Out < 0 || m.Out >= len(in.outs) {
+		return nil
+	}
+	oc := in.outs[m.Out]
+	if m.Total <= oc.granted {
+		return nil
+	}
+	n := m.Total - oc.granted
+	oc.granted = m.Total
+	return &credit{out: m.Out, n: int(n)}
 }
 
 // local says whether pid is an actor of this process (always, when the job

@@ -95,12 +95,16 @@ type outChan struct {
 	queue    []*actors.Envelope
 	seq      uint64
 	codec    mailbox.Codec // the receiver's, when it is in another process
+	wseq     uint64        // messages sent to another process on this channel
+	granted  int64         // credits granted by a receiver in another process, in total
 }
 
 // inChan identifies the sender behind one input channel, to return credits.
 type inChan struct {
-	sender *actor.PID
-	out    int // the sender's output channel index
+	sender   *actor.PID
+	out      int    // the sender's output channel index
+	wseq     uint64 // a sender in another process: the last message received
+	consumed int64  // a sender in another process: records handled, in total
 }
 
 type flusher interface{ flush() }
@@ -307,9 +311,12 @@ func (in *instance) Receive(c actor.Context) {
 	in.c = c
 	msg := c.Message()
 	if in.exec.dist != nil {
-		if r, ok := msg.(*WireRecords); ok {
-			msg = in.fromRemote(r)
-		} else {
+		switch m := msg.(type) {
+		case *WireRecords:
+			msg = in.fromRemote(m)
+		case *WireCredit:
+			msg = in.remoteCredit(m)
+		default:
 			msg = fromWire(msg)
 		}
 	}
@@ -503,8 +510,7 @@ func (in *instance) handle(env *actors.Envelope) {
 		}
 		in.em.flush()
 		if in.credited {
-			ch := in.ins[env.Channel]
-			in.tell(ch.sender, &credit{out: ch.out, n: env.Count})
+			in.grant(env)
 		}
 	case actors.EndOfStream:
 		in.eosLeft--
