@@ -87,9 +87,10 @@
 //
 // Placement: the coordinator runs the job actor (checkpoint coordinator,
 // restarts) and the tasks that read sources or write sinks; every other
-// task instance goes to the live member with the highest rendezvous score
-// for (job, task, instance), the coordinator included, so a member that
-// leaves moves only its own instances. Each node builds the same plan, so
+// task's instances are dealt evenly over the live members, the
+// coordinator included, in the order of their rendezvous scores for (job,
+// task), so that tasks start on different members; a generation after a
+// member left is placed afresh over the rest. Each node builds the same plan, so
 // channel numbers and credit windows agree; a node spawns its instances
 // when the coordinator deploys a generation to it, before any source
 // starts.

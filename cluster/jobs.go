@@ -6,10 +6,13 @@ import (
 	"fmt"
 	"hash/fnv"
 	"reflect"
+	"slices"
+	"sort"
 	"strconv"
 	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
+	"github.com/asynkron/protoactor-go/remote"
 
 	"github.com/sluicehq/sluice/actors"
 	"github.com/sluicehq/sluice/operators"
@@ -64,9 +67,10 @@ type RunOptions struct {
 // Run starts the job registered as name in Config.Jobs across the cluster,
 // with this node as its coordinator: its job actor (checkpoints, restarts)
 // and the tasks that read sources or write sinks run here; every other
-// task instance goes to a member chosen by rendezvous hashing of (job,
-// task, instance) over the live members' names, this one included. Every
-// member hosts what it is given (Config.Jobs must have the job).
+// task's instances are spread evenly over the live members, this one
+// included, in an order given by rendezvous hashing of (job, task) over
+// their names (see distributor.Place). Every member hosts what it is given
+// (Config.Jobs must have the job).
 //
 // When a member that hosts instances leaves, the job stops the generation
 // and restarts on the members still there from its last completed
@@ -86,10 +90,8 @@ func Run(ctx context.Context, n *Node, name string, opts RunOptions) (*actors.Ru
 	}
 	store := opts.Checkpoints
 	if store == nil {
-		replicas := min(2, len(n.Members())-1)
 		var err error
-		store, err = NewReplicatedCheckpointStore(n, ReplicationConfig{Replicas: max(0, replicas), Acks: min(1, max(0, replicas))})
-		if err != nil {
+		if store, err = n.jobCheckpoints(); err != nil {
 			return nil, fmt.Errorf("cluster: run %q: %w", name, err)
 		}
 	}
@@ -121,22 +123,35 @@ func (d *distributor) StopOn(addr string, s *operators.WireStopGen) {
 	_ = d.n.Send(d.n.PID(addr, jobsActorName), s)
 }
 
-// Place pins sinks to this node and spreads the rest over the live members
-// by rendezvous hashing: a member that leaves moves only its instances.
+// Place pins sinks to this node and spreads each task's instances evenly
+// over the live members: the members in the order of their rendezvous
+// scores for (job, task), instance i on the (i mod n)th. Each task starts
+// on a different member, and the placement depends only on the job, the
+// task and the members' names. A restart (gen > 0) leaves out the members
+// whose last connection event was a failure: the one that died is often
+// still a member then, for up to FailureTimeout.
 func (d *distributor) Place(job string, gen int, task operators.Task, instance int) string {
 	for _, k := range task.Kinds {
 		if k == "sink" {
 			return ""
 		}
 	}
-	key := hash64(job + "/" + strconv.Itoa(task.ID) + "/" + strconv.Itoa(instance))
-	best, bestScore := "", uint64(0)
-	for _, m := range d.n.Members() {
-		if s := mix64(key ^ hash64(m.Name)); best == "" || s > bestScore {
-			best, bestScore = m.Address, s
-		}
+	members := d.n.Members()
+	if gen > 0 { // a restart: avoid members whose connection broke, they may be dying
+		members = slices.DeleteFunc(members, func(m Member) bool { return d.n.suspect(m.Address) })
 	}
-	return best
+	if len(members) == 0 {
+		return ""
+	}
+	key := hash64(job + "/" + strconv.Itoa(task.ID))
+	sort.Slice(members, func(i, j int) bool {
+		si, sj := mix64(key^hash64(members[i].Name)), mix64(key^hash64(members[j].Name))
+		if si != sj {
+			return si > sj
+		}
+		return members[i].Name < members[j].Name
+	})
+	return members[instance%len(members)].Address
 }
 
 func hash64(s string) uint64 {
@@ -167,12 +182,37 @@ func (d *distributor) Deploy(ctx context.Context, addr string, w *operators.Wire
 	return nil
 }
 
+// Watch reports members that leave and broken connections: protoactor
+// drops the messages queued on a connection that fails (even to a node
+// that is still there, as when a node comes back on the same address and
+// old connection attempts fail), so a job whose messages may have been
+// lost restarts from its checkpoint rather than wait for them.
 func (d *distributor) Watch(lost func(addr string)) (cancel func()) {
-	return d.n.Subscribe(func(ev MemberEvent) {
+	unsub := d.n.Subscribe(func(ev MemberEvent) {
 		if ev.Kind == Left {
 			lost(ev.Member.Address)
 		}
 	})
+	stopConn := d.n.watchConnections(func(addr string, up bool) {
+		if !up {
+			lost(addr)
+		}
+	})
+	return func() { unsub(); stopConn() }
+}
+
+// watchConnections calls fn on protoactor's publishing goroutine whenever
+// a connection to another node breaks (up false) or is made (up true).
+func (n *Node) watchConnections(fn func(addr string, up bool)) (cancel func()) {
+	sub := n.as.EventStream.Subscribe(func(evt any) {
+		switch e := evt.(type) {
+		case *remote.EndpointTerminatedEvent:
+			fn(e.Address, false)
+		case *remote.EndpointConnectedEvent:
+			fn(e.Address, true)
+		}
+	})
+	return func() { n.as.EventStream.Unsubscribe(sub) }
 }
 
 // HostedGeneration is a generation of a distributed job whose instances
@@ -190,18 +230,22 @@ type genKey struct {
 }
 
 type hosted struct {
-	pid  *actor.PID
-	info HostedGeneration
+	pid   *actor.PID
+	info  HostedGeneration
+	peers map[string]bool // the addresses of the generation's processes
 }
 
 // jobsActor hosts the instances of distributed jobs on its node.
 type jobsActor struct {
-	n      *Node
-	gens   map[genKey]hosted
-	cancel func()
+	n                *Node
+	gens             map[genKey]hosted
+	cancel, stopConn func()
 }
 
-type coordinatorLost struct{ addr string }
+type (
+	coordinatorLost struct{ addr string }
+	connectionLost  struct{ addr string }
+)
 
 func (a *jobsActor) Receive(c actor.Context) {
 	n := a.n
@@ -214,8 +258,24 @@ func (a *jobsActor) Receive(c actor.Context) {
 				n.root.Send(self, &coordinatorLost{addr: ev.Member.Address})
 			}
 		})
+		a.stopConn = n.watchConnections(func(addr string, up bool) {
+			if !up {
+				n.root.Send(self, &connectionLost{addr: addr})
+			}
+		})
 	case *actor.Stopping:
 		a.cancel()
+		a.stopConn()
+	case *connectionLost:
+		// Messages of the hosted instances may have been lost on it: the
+		// coordinators restart their jobs from their checkpoints.
+		for k, h := range a.gens {
+			if !h.peers[m.addr] {
+				continue
+			}
+			_ = n.Send(actor.NewPID(k.addr, k.id), &operators.WireFailed{Gen: k.gen, Address: n.Address(),
+				Message: fmt.Sprintf("node %s: the connection to %s broke (messages may have been lost)", n.cfg.Name, m.addr)})
+		}
 	case *operators.WireDeploy:
 		c.Respond(&operators.WireDeployed{Err: a.deploy(m)})
 	case *operators.WireStopGen:
@@ -248,13 +308,14 @@ func (a *jobsActor) deploy(d *operators.WireDeploy) string {
 	if err != nil {
 		return err.Error()
 	}
-	count := 0
+	count, peers := 0, map[string]bool{d.JobAddress: true}
 	for _, addr := range d.Placement {
 		if addr == n.Address() {
 			count++
 		}
+		peers[addr] = true
 	}
-	a.gens[genKey{d.JobAddress, d.JobID, d.Gen}] = hosted{pid: pid,
+	a.gens[genKey{d.JobAddress, d.JobID, d.Gen}] = hosted{pid: pid, peers: peers,
 		info: HostedGeneration{Job: d.Job, Coordinator: d.JobAddress, Gen: d.Gen, Instances: count}}
 	n.log.Info("hosting a job's instances", "job", d.Job, "generation", d.Gen, "instances", count, "coordinator", d.JobAddress)
 	a.publish()
@@ -277,4 +338,43 @@ func (n *Node) Hosted() []HostedGeneration {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	return append([]HostedGeneration(nil), n.hosted...)
+}
+
+// noteConnection records whether the last connection event of addr was a
+// failure.
+func (n *Node) noteConnection(addr string, up bool) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.suspects == nil {
+		n.suspects = map[string]bool{}
+	}
+	if up {
+		delete(n.suspects, addr)
+	} else {
+		n.suspects[addr] = true
+	}
+}
+
+// suspect says whether the last connection event of addr was a failure.
+func (n *Node) suspect(addr string) bool {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return n.suspects[addr]
+}
+
+// jobCheckpoints returns the node's default store for the checkpoints of
+// the jobs it coordinates (one per node: a store leads its jobs' logs).
+func (n *Node) jobCheckpoints() (*ReplicatedCheckpointStore, error) {
+	n.jobStoreMu.Lock()
+	defer n.jobStoreMu.Unlock()
+	if n.jobStore != nil {
+		return n.jobStore, nil
+	}
+	replicas := max(0, min(2, len(n.Members())-1))
+	s, err := NewReplicatedCheckpointStore(n, ReplicationConfig{Replicas: replicas, Acks: min(1, replicas)})
+	if err != nil {
+		return nil, err
+	}
+	n.jobStore = s
+	return s, nil
 }

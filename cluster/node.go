@@ -258,6 +258,13 @@ type Node struct {
 	lost map[string]bool
 	// hosted: the generations of distributed jobs hosted here
 	hosted []HostedGeneration
+	// suspects: addresses whose last connection event was a failure; the
+	// placement of distributed jobs avoids them
+	suspects map[string]bool
+	connSub  func()
+
+	jobStoreMu sync.Mutex
+	jobStore   *ReplicatedCheckpointStore // the default of Run
 }
 
 // Names of the node's own actors.
@@ -383,6 +390,7 @@ func (n *Node) startServices() error {
 		if n.replicaPID, n.servicesErr = n.root.SpawnNamed(props, replicaActorName); n.servicesErr != nil {
 			return
 		}
+		n.connSub = n.watchConnections(n.noteConnection)
 		props = n.Props(actor.PropsFromProducer(func() actor.Actor { return &jobsActor{n: n} }))
 		n.jobsPID, n.servicesErr = n.root.SpawnNamed(props, jobsActorName)
 	})
@@ -439,6 +447,9 @@ func (n *Node) shutdown(ctx context.Context) {
 		stopRemote(n.as, n.cl.Remote)
 	}
 	n.as.EventStream.Unsubscribe(n.sub)
+	if n.connSub != nil {
+		n.connSub()
+	}
 	close(n.dispatchStop)
 	<-n.dispDone
 }

@@ -58,8 +58,9 @@ type Distributor interface {
 	// StopOn asks the process at addr to stop its instances of a
 	// generation; it answers the job actor with WireStopped.
 	StopOn(addr string, s *WireStopGen)
-	// Watch calls lost with the address of every process that leaves,
-	// from now until cancel is called.
+	// Watch calls lost with the address of every process that leaves or
+	// whose connection broke (messages to it may have been lost), from now
+	// until cancel is called.
 	Watch(lost func(addr string)) (cancel func())
 }
 
@@ -190,7 +191,8 @@ func fromWire(msg any) any {
 	case *WireDrain:
 		return &drainMsg{}
 	case *WireFailed:
-		return &failed{child: actor.NewPID(m.Address, m.ID), reason: &stageFailure{op: m.Operator, err: errors.New(m.Message)}}
+		return &failed{child: actor.NewPID(m.Address, m.ID), reason: &stageFailure{op: m.Operator, err: errors.New(m.Message)},
+			remote: true, gen: m.Gen}
 	}
 	return msg
 }

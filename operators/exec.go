@@ -42,6 +42,8 @@ type (
 	failed   struct {
 		child  *actor.PID
 		reason any
+		remote bool // from another process: gen says which generation
+		gen    int
 	}
 	// credit returns n records of capacity to the sender's output out.
 	credit struct{ out, n int }
@@ -1461,7 +1463,7 @@ func Savepoint(ctx context.Context, run *actors.Run) (uint64, error) {
 func (j *jobActor) onFailure(c actor.Context, m *failed) {
 	x := j.x
 	in := x.byID[m.child.Id]
-	if in != nil && in.gen != x.gen || j.restarting {
+	if in != nil && in.gen != x.gen || m.remote && m.gen != x.gen || j.restarting {
 		return // a failure of a generation being replaced
 	}
 	j.restart(c, x.operatorError(m.child, m.reason), "")
