@@ -114,6 +114,14 @@
 // RunOptions' default); a member that comes back hosts instances of later
 // generations and jobs. Node.Hosted lists what a node hosts.
 //
+// protoactor drops the messages queued on a connection that fails, even
+// between nodes that stay up (it happens when a node comes back on the same
+// address: attempts to reach the dead one end the new connection). So a
+// broken connection between two processes of a generation fails it, and
+// the job restarts from its checkpoint rather than wait for a credit or a
+// notice that will never come; records also carry a sequence number per
+// channel, and a gap fails the receiver (operators.ErrLost).
+//
 // Limits of this version: the coordinator is a single point of failure
 // (when it dies the job stops; the nodes stop the instances they hosted
 // for it; its checkpoints survive on the replicas, but taking the job over
