@@ -273,8 +273,8 @@ func (a *jobsActor) Receive(c actor.Context) {
 			if !h.peers[m.addr] {
 				continue
 			}
-			_ = n.Send(actor.NewPID(k.addr, k.id), &operators.WireFailed{Gen: k.gen, Address: n.Address(),
-				Message: fmt.Sprintf("node %s: the connection to %s broke (messages may have been lost)", n.cfg.Name, m.addr)})
+			_ = n.Send(actor.NewPID(k.addr, k.id), &operators.WireFailed{Gen: k.gen, Address: n.Address(), ID: jobsActorName,
+				Operator: "connection " + n.Address() + " -> " + m.addr, Message: fmt.Sprintf("node %s: the connection to %s broke (messages may have been lost)", n.cfg.Name, m.addr)})
 		}
 	case *operators.WireDeploy:
 		c.Respond(&operators.WireDeployed{Err: a.deploy(m)})
