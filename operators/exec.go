@@ -1353,7 +1353,7 @@ func (j *jobActor) Receive(c actor.Context) {
 			j.alive--
 			j.maybeRelaunch(c)
 		case !j.restarting && x.hosts[m.addr]:
-			j.restart(c, fmt.Errorf("operators: topology %q: the process at %s, which runs instances of it, left", x.topo.name, m.addr), m.addr)
+			j.restart(c, fmt.Errorf("operators: topology %q: the process at %s, which runs instances of it, left or its connection broke", x.topo.name, m.addr), m.addr)
 		}
 	case *restartMsg:
 		if j.restarting && m.gen == x.gen {
