@@ -62,6 +62,10 @@ type RunOptions struct {
 	Backoff     supervision.Backoff
 	MaxRestarts int
 	Within      time.Duration
+	// OffCoordinator keeps the tasks that are not pinned here (sources,
+	// sinks) off this node while there are other members: the coordinator
+	// only reads, writes and coordinates.
+	OffCoordinator bool
 }
 
 // Run starts the job registered as name in Config.Jobs across the cluster,
@@ -109,12 +113,15 @@ func Run(ctx context.Context, n *Node, name string, opts RunOptions) (*actors.Ru
 		}
 		t.Configure(operators.RestartOnFailure(b, maxR, within))
 	}
-	t.Configure(operators.CheckpointStore(store), operators.Distribute(&distributor{n: n}))
+	t.Configure(operators.CheckpointStore(store), operators.Distribute(&distributor{n: n, offSelf: opts.OffCoordinator}))
 	return n.sys.Run(ctx, t)
 }
 
 // distributor is the cluster's operators.Distributor.
-type distributor struct{ n *Node }
+type distributor struct {
+	n       *Node
+	offSelf bool // place nothing unpinned on this node while others exist
+}
 
 func (d *distributor) Address() string                   { return d.n.Address() }
 func (d *distributor) Root() *actor.RootContext          { return d.n.root }
@@ -139,6 +146,10 @@ func (d *distributor) Place(job string, gen int, task operators.Task, instance i
 	members := d.n.Members()
 	if gen > 0 { // a restart: avoid members whose connection broke, they may be dying
 		members = slices.DeleteFunc(members, func(m Member) bool { return d.n.suspect(m.Address) })
+	}
+	if d.offSelf && len(members) > 1 {
+		self := d.n.Address()
+		members = slices.DeleteFunc(members, func(m Member) bool { return m.Address == self })
 	}
 	if len(members) == 0 {
 		return ""

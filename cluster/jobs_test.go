@@ -85,12 +85,13 @@ func wantCounts(n int64) string {
 // runJob runs a distributed job with this node as coordinator (command
 // "run JOB N DIR"): it prints PLACED <address> <instances> for the first
 // generation, CHECKPOINT <id> as checkpoints complete, then RESTARTS <n>
-// and RESULT <sorted lines of the output>, or JOBERROR <error>.
+// and RESULT <sorted lines of the output>, or JOBERROR <error>. With a
+// fourth argument "off", the coordinator hosts only sources and sinks.
 func runJob(n *cluster.Node, args []string, say func(string, ...any)) {
 	jobN, _ = strconv.ParseInt(args[1], 10, 64)
 	jobDir = args[2]
 	ctx := context.Background()
-	run, err := cluster.Run(ctx, n, args[0], cluster.RunOptions{})
+	run, err := cluster.Run(ctx, n, args[0], cluster.RunOptions{OffCoordinator: len(args) > 3 && args[3] == "off"})
 	if err != nil {
 		say("JOBERROR %v", err)
 		return
@@ -260,7 +261,7 @@ func TestDistributedBackPressure(t *testing.T) {
 	}
 	a, _, _, _ := jobCluster(t)
 	const n = 4000
-	a.send(fmt.Sprintf("run backpressure %d %s", n, t.TempDir()))
+	a.send(fmt.Sprintf("run backpressure %d %s off", n, t.TempDir()))
 	at := a.expect(20*time.Second, "SLOW-AT")
 	if at[1] == a.Address {
 		t.Fatalf("the slow operator runs on the coordinator (%s): the test needs it elsewhere", at[1])
