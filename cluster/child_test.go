@@ -52,7 +52,7 @@ type childConfig struct {
 //
 // Commands: complete JOB ID | loop JOB MILLIS (complete 1, 2, ... until
 // stop) | stop | latest JOB | request ADDR ACTOR NAME | send ADDR ACTOR
-// FROM N | count ADDR ACTOR.
+// FROM N | count ADDR ACTOR | run JOB N DIR (see runJob) | hosted.
 func TestChildNode(t *testing.T) {
 	raw := os.Getenv(childEnv)
 	if raw == "" {
@@ -71,6 +71,7 @@ func TestChildNode(t *testing.T) {
 	ncfg := cluster.Config{
 		Name: cfg.Name, ClusterName: cfg.Cluster, Port: cfg.Port, Peers: cfg.Peers, Store: cfg.Store,
 		Registry: testRegistry(), Logger: logger(), FailureTimeout: cfg.FailureTimeout,
+		Jobs: testJobs(),
 	}
 	if cfg.Cert != "" {
 		tc, err := loadTLS(cfg.CA, cfg.Cert, cfg.Key)
@@ -192,6 +193,13 @@ func TestChildNode(t *testing.T) {
 				}
 			}
 			say("SENT %d", sent)
+		case "run":
+			runJob(n, f[1:], say)
+		case "hosted":
+			for _, h := range n.Hosted() {
+				say("HOSTED %s %d %d", h.Job, h.Gen, h.Instances)
+			}
+			say("HOSTED-END")
 		case "count":
 			r, err := n.Request(rctx, n.PID(f[1], f[2]), Count{})
 			if err != nil {

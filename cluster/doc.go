@@ -74,6 +74,64 @@
 // (syncing, in-sync, lagging, retrying, failed), their lag and the logs
 // each node holds are in Node.Stats; `sluice node status` prints them.
 //
+// # Distributed jobs
+//
+// One topology can run across the cluster's members. Every node is given
+// the same Config.Jobs (name -> func() *operators.Topology: the same
+// binary), and any node starts a job with Run, becoming its coordinator:
+//
+//	jobs := cluster.Jobs{"wordcount": func() *operators.Topology { return wordCount() }}
+//	n, err := cluster.Start(ctx, cluster.Config{Name: "n1", Peers: peers, Jobs: jobs})
+//	run, err := cluster.Run(ctx, n, "wordcount", cluster.RunOptions{})
+//	err = run.Wait(ctx)
+//
+// Placement: the coordinator runs the job actor (checkpoint coordinator,
+// restarts) and the tasks that read sources or write sinks; every other
+// task's instances are dealt evenly over the live members, the
+// coordinator included, in the order of their rendezvous scores for (job,
+// task), so that tasks start on different members; a generation after a
+// member left is placed afresh over the rest. Each node builds the same plan, so
+// channel numbers and credit windows agree; a node spawns its instances
+// when the coordinator deploys a generation to it, before any source
+// starts.
+//
+// Between nodes, records travel as envelopes encoded with the receiving
+// task's envelope codec (the spill's) inside one registered message, on
+// the same credit-gated channels as in one process: a sender sends only as
+// far as its receiver granted credits, so a slow receiver slows its
+// senders up to the sources, and nothing blocks the connection's
+// goroutine (its mailbox never blocks a post; credits bound what is in
+// flight). Credits, checkpoint acknowledgements and commits, and finished
+// and failed notices are registered messages too; the types are
+// operators' Wire* messages, registered by the node itself.
+//
+// Checkpoints go to a ReplicatedCheckpointStore (RunOptions.Checkpoints,
+// or one replicating to two other members and returning after one holds
+// each checkpoint). When a member hosting instances leaves (noticed within
+// FailureTimeout), the coordinator stops the generation on the others and
+// restarts the job from its last completed checkpoint with a new placement
+// over the members still there (the job's RestartOnFailure budget, or
+// RunOptions' default); a member that comes back hosts instances of later
+// generations and jobs. Node.Hosted lists what a node hosts.
+//
+// protoactor drops the messages queued on a connection that fails, even
+// between nodes that stay up (it happens when a node comes back on the same
+// address: attempts to reach the dead one end the new connection). So a
+// broken connection between two processes of a generation fails it, and
+// the job restarts from its checkpoint rather than wait for a credit or a
+// notice that will never come; records also carry a sequence number per
+// channel, and a gap fails the receiver (operators.ErrLost).
+//
+// Limits of this version: the coordinator is a single point of failure
+// (when it dies the job stops; the nodes stop the instances they hosted
+// for it; its checkpoints survive on the replicas, but taking the job over
+// on another node is not built or tested); Stats of a distributed run count
+// only the coordinator's instances; remote edges assume the Block policy
+// (a batch from another node counts as one message in the receiver's
+// mailbox, so drop, sample and spill policies do not see its records); a
+// deployment to a member that is dying fails after RequestTimeout and
+// costs a restart.
+//
 // # Security
 //
 // With Config.TLS, the listener and every outbound connection use mutual

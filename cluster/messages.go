@@ -78,5 +78,6 @@ func registerInternal(r *Registry) error {
 	add(&spawnResponse{}, "spawnResponse")
 	add(&appendRequest{}, "appendRequest")
 	add(&appendResponse{}, "appendResponse")
+	errs = append(errs, registerJobMessages(r))
 	return errors.Join(errs...)
 }

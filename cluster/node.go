@@ -95,6 +95,9 @@ type Config struct {
 	Registry *Registry
 	// Kinds are the actors other nodes may spawn here with SpawnOn, by kind.
 	Kinds map[string]*actor.Props
+	// Jobs are the topologies this node can run (Run) and host instances
+	// of for other nodes: the same on every node.
+	Jobs Jobs
 	// System hosts the node. nil: the node creates its own (with Store and
 	// Logger) and stops it in Stop. A given System must not serve remote
 	// yet, and must be stopped after the node.
@@ -232,6 +235,7 @@ type Node struct {
 	gossipStopped          bool
 	services               sync.Once
 	nodePID, replicaPID    *actor.PID
+	jobsPID                *actor.PID
 	servicesErr            error
 	replicas               *replicaEndpoint
 	logsOnce               sync.Once
@@ -252,6 +256,15 @@ type Node struct {
 	// (protoactor blocks them). Kept here because protoactor's block list
 	// is read without its lock.
 	lost map[string]bool
+	// hosted: the generations of distributed jobs hosted here
+	hosted []HostedGeneration
+	// suspects: addresses whose last connection event was a failure; the
+	// placement of distributed jobs avoids them
+	suspects map[string]bool
+	connSub  func()
+
+	jobStoreMu sync.Mutex
+	jobStore   *ReplicatedCheckpointStore // the default of Run
 }
 
 // Names of the node's own actors.
@@ -374,7 +387,12 @@ func (n *Node) startServices() error {
 			return
 		}
 		props = n.Props(actor.PropsFromProducer(func() actor.Actor { return n.replicas }))
-		n.replicaPID, n.servicesErr = n.root.SpawnNamed(props, replicaActorName)
+		if n.replicaPID, n.servicesErr = n.root.SpawnNamed(props, replicaActorName); n.servicesErr != nil {
+			return
+		}
+		n.connSub = n.watchConnections(n.noteConnection)
+		props = n.Props(actor.PropsFromProducer(func() actor.Actor { return &jobsActor{n: n} }))
+		n.jobsPID, n.servicesErr = n.root.SpawnNamed(props, jobsActorName)
 	})
 	return n.servicesErr
 }
@@ -425,9 +443,13 @@ func (n *Node) shutdown(ctx context.Context) {
 		wait(n.as.NewLocalPID(pc.PubSubDeliveryName))
 		wait(n.nodePID)
 		wait(n.replicaPID)
+		wait(n.jobsPID)
 		stopRemote(n.as, n.cl.Remote)
 	}
 	n.as.EventStream.Unsubscribe(n.sub)
+	if n.connSub != nil {
+		n.connSub()
+	}
 	close(n.dispatchStop)
 	<-n.dispDone
 }

@@ -42,6 +42,8 @@ type (
 	failed   struct {
 		child  *actor.PID
 		reason any
+		remote bool // from another process: gen says which generation
+		gen    int
 	}
 	// credit returns n records of capacity to the sender's output out.
 	credit struct{ out, n int }
@@ -94,12 +96,17 @@ type outChan struct {
 	credits  int  // records the receiver can still take
 	queue    []*actors.Envelope
 	seq      uint64
+	codec    mailbox.Codec // the receiver's, when it is in another process
+	wseq     uint64        // messages sent to another process on this channel
+	granted  int64         // credits granted by a receiver in another process, in total
 }
 
 // inChan identifies the sender behind one input channel, to return credits.
 type inChan struct {
-	sender *actor.PID
-	out    int // the sender's output channel index
+	sender   *actor.PID
+	out      int    // the sender's output channel index
+	wseq     uint64 // a sender in another process: the last message received
+	consumed int64  // a sender in another process: records handled, in total
 }
 
 type flusher interface{ flush() }
@@ -272,6 +279,7 @@ type instance struct {
 	tr        *tracer      // nil when tracing is off
 
 	c        actor.Context
+	codec    mailbox.Codec // decodes records from other processes
 	stash    []*actors.Envelope
 	blockedN int
 	since    time.Time
@@ -303,7 +311,18 @@ type alignment struct {
 
 func (in *instance) Receive(c actor.Context) {
 	in.c = c
-	switch m := c.Message().(type) {
+	msg := c.Message()
+	if in.exec.dist != nil {
+		switch m := msg.(type) {
+		case *WireRecords:
+			msg = in.fromRemote(m)
+		case *WireCredit:
+			msg = in.remoteCredit(m)
+		default:
+			msg = fromWire(msg)
+		}
+	}
+	switch m := msg.(type) {
 	case *actors.Envelope:
 		in.stash = append(in.stash, m)
 		in.drain()
@@ -380,7 +399,7 @@ func (in *instance) maybeAligned() {
 	for _, oc := range in.outs {
 		in.enqueue(oc, &actors.Envelope{Kind: actors.Barrier, Mark: int64(id)})
 	}
-	in.c.Send(in.exec.jobPID, &cpAck{gen: in.gen, id: id, instance: in.num, states: states})
+	in.tell(in.exec.jobPID, &cpAck{gen: in.gen, id: id, instance: in.num, states: states})
 	in.stash = append(held, in.stash...)
 }
 
@@ -397,7 +416,7 @@ func (in *instance) sourceBarrier(id uint64) {
 	}
 	off := in.src.offset()
 	in.pendingAcks = append(in.pendingAcks, pendingAck{id, off})
-	in.c.Send(in.exec.jobPID, &cpAck{gen: in.gen, id: id, instance: in.num, states: states,
+	in.tell(in.exec.jobPID, &cpAck{gen: in.gen, id: id, instance: in.num, states: states,
 		offsets: map[string]int64{in.srcKey: off}})
 }
 
@@ -493,8 +512,7 @@ func (in *instance) handle(env *actors.Envelope) {
 		}
 		in.em.flush()
 		if in.credited {
-			ch := in.ins[env.Channel]
-			in.c.Send(ch.sender, &credit{out: ch.out, n: env.Count})
+			in.grant(env)
 		}
 	case actors.EndOfStream:
 		in.eosLeft--
@@ -631,7 +649,7 @@ func (in *instance) endOfInput() {
 func (in *instance) maybeReport() {
 	if in.done && in.blockedN == 0 && !in.reported {
 		in.reported = true
-		in.c.Send(in.exec.jobPID, &finished{in.task, in.idx, in.gen})
+		in.tell(in.exec.jobPID, &finished{in.task, in.idx, in.gen})
 	}
 }
 
@@ -641,7 +659,7 @@ func (in *instance) enqueue(oc *outChan, env *actors.Envelope) {
 	oc.seq += uint64(env.Count)
 	if !oc.credited || len(oc.queue) == 0 && (env.Kind != actors.Data || oc.credits >= env.Count) {
 		oc.credits -= env.Count
-		in.c.Send(oc.target, env)
+		in.send(oc, env)
 		return
 	}
 	if len(oc.queue) == 0 {
@@ -666,7 +684,7 @@ func (in *instance) onCredit(m *credit) {
 			return
 		}
 		oc.credits -= env.Count
-		in.c.Send(oc.target, env)
+		in.send(oc, env)
 		oc.queue[0] = nil
 		oc.queue = oc.queue[1:]
 	}
@@ -735,7 +753,7 @@ func (in *instance) step() {
 		return
 	}
 	if in.draining {
-		in.c.Send(in.exec.jobPID, &sourceDone{gen: in.gen})
+		in.tell(in.exec.jobPID, &sourceDone{gen: in.gen})
 		in.endOfInput()
 		return
 	}
@@ -745,7 +763,7 @@ func (in *instance) step() {
 	n, err := in.readTick()
 	switch {
 	case errors.Is(err, io.EOF):
-		in.c.Send(in.exec.jobPID, &sourceDone{gen: in.gen})
+		in.tell(in.exec.jobPID, &sourceDone{gen: in.gen})
 		in.endOfInput()
 	case err != nil:
 		panic(err)
@@ -805,8 +823,12 @@ type execution struct {
 	cancel context.CancelFunc
 
 	jobPID    *actor.PID
-	gen       int          // incremented by every restart
-	instMu    sync.RWMutex // guards instances against Stats during a restart
+	gen       int             // incremented by every restart
+	dist      Distributor     // nil: every instance runs in this process
+	placement []string        // distributed: the address of every instance, by number
+	hosts     map[string]bool // distributed: the other processes of the generation
+	jobParent string          // the id of the actor that parents the instances here
+	instMu    sync.RWMutex    // guards instances against Stats during a restart
 	instances [][]*instance
 	byID      map[string]*instance
 	counters  map[*node][]*counters
@@ -892,6 +914,9 @@ func (t *Topology) Start(ctx context.Context, sys *actors.System) (actors.Execut
 	}
 	props := actor.PropsFromProducer(func() actor.Actor { return &jobActor{x: x} },
 		actor.WithSupervisor(&failFast{x: x}), actor.WithGuardian(&jobGuardian{x: x}))
+	if x.dist = t.cfg.dist; x.dist != nil {
+		x.root, props = x.dist.Root(), x.dist.Props(props)
+	}
 	pid, err := x.root.SpawnNamed(props, fmt.Sprintf("job-%s-%d", t.name, jobSeq.Add(1)))
 	if err != nil {
 		x.cancel()
@@ -1053,6 +1078,10 @@ func (x *execution) build() error {
 	defer x.instMu.Unlock()
 	p, cfg := x.plan, x.topo.cfg
 	x.instances = make([][]*instance, len(p.chains))
+	if x.jobParent == "" {
+		x.jobParent = x.jobPID.Id
+	}
+	nums := 0
 	for id, chain := range p.chains {
 		par := p.par[chain[0]]
 		for i := 0; i < par; i++ {
@@ -1060,7 +1089,12 @@ func (x *execution) build() error {
 			if x.gen > 0 {
 				name += "g" + strconv.Itoa(x.gen)
 			}
-			in := &instance{exec: x, task: id, idx: i, gen: x.gen, self: actor.NewPID(x.jobPID.Address, x.jobPID.Id+"/"+name)}
+			addr, parent := x.jobPID.Address, x.jobPID.Id
+			if x.placement != nil && x.placement[nums] != addr {
+				addr, parent = x.placement[nums], remoteParent(x.jobPID, x.gen)
+			}
+			nums++
+			in := &instance{exec: x, task: id, idx: i, gen: x.gen, self: actor.NewPID(addr, parent+"/"+name)}
 			x.instances[id] = append(x.instances[id], in)
 			x.byID[in.self.Id] = in
 		}
@@ -1121,6 +1155,9 @@ func (x *execution) build() error {
 				}
 				ci := chanOf[key{e.to, ei, snd.idx, recv.idx}]
 				oc := &outChan{target: recv.self, channel: ci, credits: window(recv), credited: recv.credited}
+				if !x.local(recv.self) && x.local(snd.self) {
+					oc.codec = p.chains[e.to][0].newCodec()
+				}
 				recv.ins[ci].out = len(snd.outs)
 				snd.outs = append(snd.outs, oc)
 				spec.chans = append(spec.chans, oc)
@@ -1134,6 +1171,12 @@ func (x *execution) build() error {
 		for _, in := range x.instances[id] {
 			in.num = num
 			num++
+			if !x.local(in.self) { // wired for its senders, built where it runs
+				if tail := chain[len(chain)-1]; tail.role != roleSink {
+					outSpecs(in)
+				}
+				continue
+			}
 			in.tr = newTracer(x, in)
 			in.finishedIn = make([]bool, len(in.ins))
 			in.inWm = make([]int64, len(in.ins))
@@ -1172,7 +1215,7 @@ func (x *execution) build() error {
 					continue
 				}
 				next = n.newStage(next, sc)
-				if st, ok := next.(stateful); ok && x.cpStore != nil {
+				if st, ok := next.(stateful); ok && x.topo.cfg.cpInterval > 0 {
 					in.states = append([]stateSlot{{key: sc.key(), st: st}}, in.states...)
 				}
 				if r, ok := next.(interface{ restoreState([]byte) error }); ok && sc.restored {
@@ -1211,13 +1254,25 @@ type jobActor struct {
 	alive      int  // instances of the stopped generation not yet terminated
 	timerDone  bool // the restart backoff elapsed
 	stopTimer  func() bool
+
+	// distributed
+	unwatch   func()          // stops watching for lost processes
+	waitHosts map[string]bool // processes whose instances are stopping
 }
 
 func (j *jobActor) Receive(c actor.Context) {
 	x := j.x
-	switch m := c.Message().(type) {
+	msg := c.Message()
+	if x.dist != nil {
+		msg = fromWire(msg)
+	}
+	switch m := msg.(type) {
 	case *actor.Started:
 		x.jobPID = c.Self()
+		if x.dist != nil {
+			root, pid := x.root, c.Self()
+			j.unwatch = x.dist.Watch(func(addr string) { root.Send(pid, &hostLost{addr: addr}) })
+		}
 		err := j.launch(c)
 		x.launched <- err
 		if err != nil {
@@ -1285,6 +1340,21 @@ func (j *jobActor) Receive(c actor.Context) {
 				j.maybeRelaunch(c)
 			}
 		}
+	case *WireStopped:
+		if j.restarting && m.Gen == x.gen && j.waitHosts[m.Address] {
+			delete(j.waitHosts, m.Address)
+			j.alive--
+			j.maybeRelaunch(c)
+		}
+	case *hostLost:
+		switch {
+		case j.restarting && j.waitHosts[m.addr]:
+			delete(j.waitHosts, m.addr)
+			j.alive--
+			j.maybeRelaunch(c)
+		case !j.restarting && x.hosts[m.addr]:
+			j.restart(c, fmt.Errorf("operators: topology %q: the process at %s, which runs instances of it, left or its connection broke", x.topo.name, m.addr), m.addr)
+		}
 	case *restartMsg:
 		if j.restarting && m.gen == x.gen {
 			j.timerDone = true
@@ -1298,7 +1368,7 @@ func (j *jobActor) Receive(c actor.Context) {
 		for id, chain := range x.plan.chains {
 			if chain[0].role == roleSource {
 				for _, in := range x.instances[id] {
-					c.Send(in.self, &drainMsg{})
+					x.tellFrom(c, in.self, &drainMsg{})
 				}
 			}
 		}
@@ -1306,6 +1376,10 @@ func (j *jobActor) Receive(c actor.Context) {
 		x.setErr(ErrAborted)
 		c.Stop(c.Self())
 	case *actor.Stopped:
+		if x.dist != nil {
+			j.unwatch()
+			x.stopHosts(nil)
+		}
 		x.metrics.close()
 		if j.timer != nil {
 			j.timer()
@@ -1389,10 +1463,17 @@ func Savepoint(ctx context.Context, run *actors.Run) (uint64, error) {
 func (j *jobActor) onFailure(c actor.Context, m *failed) {
 	x := j.x
 	in := x.byID[m.child.Id]
-	if in != nil && in.gen != x.gen || j.restarting {
+	if in != nil && in.gen != x.gen || m.remote && m.gen != x.gen || j.restarting {
 		return // a failure of a generation being replaced
 	}
-	err := x.operatorError(m.child, m.reason)
+	j.restart(c, x.operatorError(m.child, m.reason), "")
+}
+
+// restart stops the generation and restarts the job after the backoff, or
+// stops it with err when it may not restart. lost is a process that left,
+// whose instances are not waited for.
+func (j *jobActor) restart(c actor.Context, err error, lost string) {
+	x := j.x
 	rp := x.topo.cfg.restart
 	if rp == nil {
 		x.setErr(err)
@@ -1421,11 +1502,17 @@ func (j *jobActor) onFailure(c actor.Context, m *failed) {
 	x.instMu.RLock()
 	for _, insts := range x.instances {
 		for _, in := range insts {
-			c.Stop(in.self)
-			j.alive++
+			if x.local(in.self) {
+				c.Stop(in.self)
+				j.alive++
+			}
 		}
 	}
 	x.instMu.RUnlock()
+	if x.dist != nil {
+		j.waitHosts = x.stopHosts(map[string]bool{lost: true})
+		j.alive += len(j.waitHosts)
+	}
 	root, pid, gen := x.root, x.jobPID, x.gen
 	j.stopTimer = x.topo.cfg.after(delay, func() { root.Send(pid, &restartMsg{gen: gen}) })
 }
@@ -1453,7 +1540,12 @@ func (j *jobActor) maybeRelaunch(c actor.Context) {
 	}
 	j.total = 0
 	if err := j.launch(c); err != nil {
-		x.setErr(fmt.Errorf("operators: topology %q: restart: %w", x.topo.name, err))
+		err = fmt.Errorf("operators: topology %q: restart: %w", x.topo.name, err)
+		if x.dist != nil { // a process may have left while it was deployed to
+			j.restart(c, err, "")
+			return
+		}
+		x.setErr(err)
 		c.Stop(c.Self())
 		return
 	}
@@ -1493,7 +1585,7 @@ func (j *jobActor) feed(c actor.Context, ev any) {
 			for id, chain := range x.plan.chains {
 				if chain[0].role == roleSource {
 					for _, in := range x.instances[id] {
-						c.Send(in.self, &barrierMsg{id: a.ID})
+						x.tellFrom(c, in.self, &barrierMsg{id: a.ID})
 					}
 				}
 			}
@@ -1514,7 +1606,7 @@ func (j *jobActor) feed(c actor.Context, ev any) {
 			j.savepointDone(c, a.ID)
 			for _, insts := range x.instances {
 				for _, in := range insts {
-					c.Send(in.self, &cpCommitted{gen: x.gen, id: a.ID})
+					x.tellFrom(c, in.self, &cpCommitted{gen: x.gen, id: a.ID})
 				}
 			}
 			x.sys.Logger().Debug("checkpoint completed", "job", x.topo.name, "checkpoint", a.ID, "duration", d)
@@ -1536,33 +1628,33 @@ func (j *jobActor) launch(c actor.Context) (err error) {
 			err = fmt.Errorf("operators: launching job %q: %v", x.topo.name, r)
 		}
 	}()
+	x.place()
 	if err := x.build(); err != nil {
 		return err
 	}
 	for _, insts := range x.instances {
 		for _, in := range insts {
-			in := in
-			mbCfg, err := x.mailboxFor(in)
-			if err != nil {
-				return err
-			}
-			mbp, err := mbCfg.Producer(func(mb *mailbox.Mailbox) { in.mb.Store(mb) })
-			if err != nil {
-				return err
-			}
-			props := actor.PropsFromProducer(func() actor.Actor { return in }, actor.WithMailbox(mbp))
-			name := in.self.Id[len(x.jobPID.Id)+1:]
-			if _, err := c.SpawnNamed(props, name); err != nil {
-				return fmt.Errorf("spawn %s: %w", name, err)
-			}
 			j.total++
+			if !x.local(in.self) {
+				continue
+			}
+			if err := x.spawn(c, in, x.jobPID.Id); err != nil {
+				return err
+			}
+		}
+	}
+	if x.dist != nil { // the other processes spawn and start theirs before any source starts
+		if err := x.deploy(); err != nil {
+			return err
 		}
 	}
 	// Start consumers before their producers: an instance's start must be
 	// queued before the first record reaches it.
 	for id := len(x.instances) - 1; id >= 0; id-- {
 		for _, in := range x.instances[id] {
-			c.Send(in.self, &startMsg{})
+			if x.local(in.self) {
+				c.Send(in.self, &startMsg{})
+			}
 		}
 	}
 	return nil

@@ -153,6 +153,7 @@ type runConfig struct {
 	cpStore     persistence.CheckpointStore
 	deadLetters supervision.DeadLetterStore
 	restart     *restartPolicy
+	dist        Distributor // nil: in this process
 	// after runs f once d has passed, and returns a function that cancels it
 	// (time.AfterFunc; tests replace it).
 	after func(d time.Duration, f func()) (stop func() bool)

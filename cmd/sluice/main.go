@@ -3,6 +3,7 @@
 //	sluice samples                     # list the samples
 //	sluice run wordcount [flags]       # run one, with a live progress line on stderr
 //	sluice plan wordcount [flags]      # print its physical plan (fused chains, parallelism, edges)
+//	sluice cluster-wordcount --nodes 3 # word count across 3 local node processes
 package main
 
 import (
@@ -56,6 +57,6 @@ func newRoot(stdout, stderr io.Writer) *cobra.Command {
 	root.AddCommand(storeCmd(g))
 	root.AddCommand(deadLettersCmd(g))
 	root.AddCommand(nexmarkCmd(g))
-	root.AddCommand(nodeCmd(g))
+	root.AddCommand(nodeCmd(g), clusterWordCountCmd(g))
 	return root
 }

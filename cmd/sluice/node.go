@@ -15,6 +15,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/sluicehq/sluice/cluster"
+	"github.com/sluicehq/sluice/samples/clusterwordcount"
 )
 
 // tlsFlags are the certificate files of a node or a client.
@@ -65,6 +66,7 @@ func nodeCmd(g *globals) *cobra.Command {
 		port                                 int
 		failure                              time.Duration
 		tf                                   tlsFlags
+		parallelism                          int
 	)
 	c := &cobra.Command{
 		Use:   "node --name N --port P --peers HOST:PORT,... --data DIR",
@@ -73,6 +75,8 @@ func nodeCmd(g *globals) *cobra.Command {
 --host:--port (loopback by default), finds the cluster through --peers (the
 host:port of other nodes; one live peer is enough) and keeps replicated
 checkpoints in --data. Membership changes are printed, one line each.
+The node hosts instances of the distributed jobs of this binary
+(cluster-wordcount) for the coordinator that runs them.
 A node that the others declared lost exits with an error: restart it.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -88,7 +92,8 @@ A node that the others declared lost exits with an error: restart it.`,
 				return err
 			}
 			cfg := cluster.Config{Name: name, ClusterName: clusterName, Host: host, Port: port, Peers: splitList(peers),
-				TLS: tc, Logger: log, FailureTimeout: failure}
+				TLS: tc, Logger: log, FailureTimeout: failure,
+				Jobs: clusterJobs(clusterwordcount.Options{Parallelism: parallelism})}
 			if data != "" {
 				if err := os.MkdirAll(data, 0o700); err != nil {
 					return err
@@ -130,6 +135,7 @@ A node that the others declared lost exits with an error: restart it.`,
 	c.Flags().StringVar(&data, "data", "", "folder of the node's store (default: a temporary store)")
 	c.Flags().StringVar(&clusterName, "cluster", cluster.DefaultClusterName, "the cluster's name: nodes of other clusters never join")
 	c.Flags().DurationVar(&failure, "failure-timeout", cluster.DefaultFailureTimeout, "how long a silent peer stays a member")
+	c.Flags().IntVar(&parallelism, "parallelism", 6, "the cluster word count's counting instances (as on its coordinator)")
 	tf.add(c)
 	c.AddCommand(nodeStatusCmd(g))
 	return c

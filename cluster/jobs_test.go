@@ -1,0 +1,278 @@
+package cluster_test
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/sluicehq/sluice/cluster"
+	"github.com/sluicehq/sluice/operators"
+)
+
+// The distributed-job tests: three child processes form a cluster; one
+// coordinates a counting topology whose keyed counters are spread over all
+// three, and a non-coordinator is SIGKILLed mid-stream.
+
+const jobRecords = 3_000_000
+
+// countingJob counts the records of n by key k00..k22; the counters (6
+// instances) are spread over the cluster, the sink stays on the
+// coordinator and commits on checkpoints (exactly once).
+func countingJob(n int64, dir string) *operators.Topology {
+	t := operators.NewTopology("counting", operators.Checkpoints(100*time.Millisecond), operators.BatchSize(256))
+	src := operators.Source(t, "numbers", operators.Generate(n, func(i int64) int64 { return i }))
+	keys := operators.Map(src, "key", func(v int64) string { return "k" + strconv.Itoa(int(v*7%23)) })
+	by := operators.KeyBy(keys, "by-key", func(k string) string { return k }, operators.Parallelism(6))
+	counts := operators.Count(by, "count", operators.Emit(operators.EmitAtEnd))
+	operators.Sink(counts, "out", operators.File(filepath.Join(dir, "counts"), func(kv operators.KV[string, int64]) string {
+		return fmt.Sprintf("%s=%d", kv.Key, kv.Value)
+	}), operators.Parallelism(1))
+	return t
+}
+
+// jobN and jobDir parameterise the "counting" job in a child process:
+// every node builds the same topology; only the coordinator's sink writes.
+var (
+	jobN   int64 = jobRecords
+	jobDir       = os.TempDir()
+)
+
+func testJobs() cluster.Jobs {
+	return cluster.Jobs{
+		"counting":     func() *operators.Topology { return countingJob(jobN, jobDir) },
+		"backpressure": func() *operators.Topology { return slowJob(jobN, jobDir) },
+	}
+}
+
+// slowJob is countingJob with a slow operator of its own between the
+// source and the keys (half a millisecond a record), small batches and
+// small mailboxes: the source runs out of credits.
+func slowJob(n int64, dir string) *operators.Topology {
+	t := operators.NewTopology("backpressure", operators.Checkpoints(100*time.Millisecond), operators.BatchSize(16), operators.Capacity(64))
+	src := operators.Source(t, "numbers", operators.Generate(n, func(i int64) int64 { return i }))
+	keys := operators.Map(src, "slow", func(v int64) string {
+		time.Sleep(500 * time.Microsecond)
+		return "k" + strconv.Itoa(int(v*7%23))
+	}, operators.NoFusion())
+	by := operators.KeyBy(keys, "by-key", func(k string) string { return k }, operators.Parallelism(2))
+	counts := operators.Count(by, "count", operators.Emit(operators.EmitAtEnd))
+	operators.Sink(counts, "out", operators.File(filepath.Join(dir, "counts"), func(kv operators.KV[string, int64]) string {
+		return fmt.Sprintf("%s=%d", kv.Key, kv.Value)
+	}), operators.Parallelism(1))
+	return t
+}
+
+// wantCounts is the plain loop's answer.
+func wantCounts(n int64) string {
+	m := map[string]int64{}
+	for v := range n {
+		m["k"+strconv.Itoa(int(v*7%23))]++
+	}
+	var lines []string
+	for k, c := range m {
+		lines = append(lines, fmt.Sprintf("%s=%d", k, c))
+	}
+	sort.Strings(lines)
+	return strings.Join(lines, ",")
+}
+
+// runJob runs a distributed job with this node as coordinator (command
+// "run JOB N DIR"): it prints PLACED <address> <instances> for the first
+// generation, CHECKPOINT <id> as checkpoints complete, then RESTARTS <n>
+// and RESULT <sorted lines of the output>, or JOBERROR <error>. With a
+// fourth argument "off", the coordinator hosts only sources and sinks.
+func runJob(n *cluster.Node, args []string, say func(string, ...any)) {
+	jobN, _ = strconv.ParseInt(args[1], 10, 64)
+	jobDir = args[2]
+	ctx := context.Background()
+	run, err := cluster.Run(ctx, n, args[0], cluster.RunOptions{OffCoordinator: len(args) > 3 && args[3] == "off"})
+	if err != nil {
+		say("JOBERROR %v", err)
+		return
+	}
+	for addr, count := range operators.PlacementOf(run) {
+		say("PLACED %s %d", addr, count)
+	}
+	if at := operators.AddressOf(run, "slow", 0); at != "" {
+		say("SLOW-AT %s", at)
+	}
+	done := make(chan error, 1)
+	go func() { done <- run.Wait(ctx) }()
+	tick := time.NewTicker(20 * time.Millisecond)
+	defer tick.Stop()
+	var last uint64
+	for {
+		select {
+		case err := <-done:
+			if err != nil {
+				say("JOBERROR %v", err)
+				return
+			}
+			st := operators.CheckpointStatsOf(run)
+			b, err := os.ReadFile(filepath.Join(jobDir, "counts"))
+			if err != nil {
+				say("JOBERROR %v", err)
+				return
+			}
+			lines := strings.Fields(string(b))
+			sort.Strings(lines)
+			for _, st := range run.Stats() {
+				if st.Name == "numbers" {
+					say("SOURCE-BLOCKED %d", st.Blocked)
+				}
+			}
+			say("RESTARTS %d %d", st.Restarts, st.RestoredFrom)
+			say("RESULT %s", strings.Join(lines, ","))
+			return
+		case <-tick.C:
+			if st := operators.CheckpointStatsOf(run); st.LastID != last {
+				last = st.LastID
+				say("CHECKPOINT %d", last)
+			}
+		}
+	}
+}
+
+// jobCluster starts three child nodes a (the coordinator), b and c.
+func jobCluster(t *testing.T) (a, b, c *child, cfg func(string, ...string) childConfig) {
+	cl := "job-" + strconv.FormatInt(time.Now().UnixNano(), 36)
+	cfg = func(name string, peers ...string) childConfig {
+		return childConfig{Name: name, Cluster: cl, Peers: peers, Store: storeIn(t, name), FailureTimeout: procFailureTimeout, Replicas: -1}
+	}
+	a = startChild(t, cfg("a"))
+	b = startChild(t, cfg("b", a.Address))
+	c = startChild(t, cfg("c", a.Address))
+	a.awaitAll(10*time.Second, "EVENT joined b", "EVENT joined c")
+	b.awaitAll(10*time.Second, "EVENT joined c")
+	return a, b, c, cfg
+}
+
+// placed reads the PLACED lines of a run (one per process, up to three).
+func placed(a *child, d time.Duration) map[string]int {
+	out := map[string]int{}
+	f := a.expect(d, "PLACED")
+	out[f[1]] = int(atou(f[2]))
+	for len(out) < 3 {
+		f, ok := a.await(200*time.Millisecond, "PLACED")
+		if !ok {
+			break
+		}
+		out[f[1]] = int(atou(f[2]))
+	}
+	return out
+}
+
+// TestDistributedJobSurvivesKill: a counting job runs over three
+// processes with checkpoints; a non-coordinator that hosts counters is
+// SIGKILLed mid-stream. The job restarts on the survivors from its last
+// checkpoint and its result equals the plain loop's exactly.
+func TestDistributedJobSurvivesKill(t *testing.T) {
+	if testing.Short() {
+		t.Skip("child processes")
+	}
+	a, b, c, _ := jobCluster(t)
+	want := wantCounts(jobRecords)
+	a.send(fmt.Sprintf("run counting %d %s", jobRecords, t.TempDir()))
+	where := placed(a, 20*time.Second)
+	t.Logf("placement: %v", where)
+	victim := b
+	if where[b.Address] == 0 {
+		victim = c
+	}
+	if where[victim.Address] == 0 {
+		t.Fatalf("no instance on b or c: %v", where)
+	}
+	a.awaitLine(30*time.Second, "checkpoint 3", func(f []string) bool { return len(f) == 2 && f[0] == "CHECKPOINT" && atou(f[1]) >= 3 })
+	victim.kill()
+	t.Logf("killed %s", victim.cfg.Name)
+	f := a.awaitLine(2*time.Minute, "the result", func(f []string) bool {
+		if f[0] == "JOBERROR" {
+			t.Fatalf("the job failed: %s", strings.Join(f[1:], " "))
+		}
+		return f[0] == "RESTARTS"
+	})
+	if f[1] == "0" {
+		t.Fatalf("the job finished before the kill landed (%v): make it longer", f)
+	}
+	t.Logf("restarts %s, restored from checkpoint %s", f[1], f[2])
+	got := a.expect(10*time.Second, "RESULT")
+	if len(got) != 2 || got[1] != want {
+		t.Fatalf("result after the kill:\n%v\nwant the plain loop's\n%s", got, want)
+	}
+}
+
+// TestDistributedJobKilledNodeRejoins: after a node hosting counters is
+// killed and the job has gone on without it, the node restarts on its
+// port, rejoins, and the next run of the job places instances on it again;
+// that run's result is exact too.
+func TestDistributedJobKilledNodeRejoins(t *testing.T) {
+	if testing.Short() {
+		t.Skip("child processes")
+	}
+	a, b, c, cfg := jobCluster(t)
+	want := wantCounts(jobRecords)
+	a.send(fmt.Sprintf("run counting %d %s", jobRecords, t.TempDir()))
+	where := placed(a, 20*time.Second)
+	victim := b
+	if where[b.Address] == 0 {
+		victim = c
+	}
+	a.awaitLine(30*time.Second, "checkpoint 2", func(f []string) bool { return len(f) == 2 && f[0] == "CHECKPOINT" && atou(f[1]) >= 2 })
+	port, store := victim.port(), victim.cfg.Store
+	victim.kill()
+	a.awaitLine(10*time.Second, "the victim's departure", func(f []string) bool {
+		return len(f) >= 3 && f[0] == "EVENT" && f[1] == "left" && f[2] == victim.cfg.Name
+	})
+	if got := a.expect(2*time.Minute, "RESULT"); got[1] != want {
+		t.Fatalf("first run: %v, want %s", got, want)
+	}
+
+	again := cfg(victim.cfg.Name, a.Address)
+	again.Port, again.Store = port, store
+	back := startChild(t, again)
+	a.awaitLine(20*time.Second, "the victim's return", func(f []string) bool {
+		return len(f) >= 3 && f[0] == "EVENT" && f[1] == "joined" && f[2] == victim.cfg.Name
+	})
+	a.send(fmt.Sprintf("run counting %d %s", jobRecords/3, t.TempDir()))
+	where = placed(a, 20*time.Second)
+	t.Logf("second run's placement: %v", where)
+	if where[back.Address] == 0 {
+		t.Fatalf("the restarted node hosts nothing: %v", where)
+	}
+	r := a.expect(2*time.Minute, "RESTARTS")
+	t.Logf("second run: %s restarts", r[1])
+	if got := a.expect(10*time.Second, "RESULT"); got[1] != wantCounts(jobRecords/3) {
+		t.Fatalf("second run: %v, want %s", got, wantCounts(jobRecords/3))
+	}
+}
+
+// TestDistributedBackPressure: the only consumer of the source runs on
+// another node and is slow; the source must wait for its credits (it is
+// blocked for a good part of the run), and the result is exact.
+func TestDistributedBackPressure(t *testing.T) {
+	if testing.Short() {
+		t.Skip("child processes")
+	}
+	a, _, _, _ := jobCluster(t)
+	const n = 4000
+	a.send(fmt.Sprintf("run backpressure %d %s off", n, t.TempDir()))
+	at := a.expect(20*time.Second, "SLOW-AT")
+	if at[1] == a.Address {
+		t.Fatalf("the slow operator runs on the coordinator (%s): the test needs it elsewhere", at[1])
+	}
+	blocked := a.expect(time.Minute, "SOURCE-BLOCKED")
+	d := time.Duration(atou(blocked[1]))
+	if d < 500*time.Millisecond { // the slow operator takes 2 s for the records
+		t.Errorf("the source was blocked for %v only: credits do not hold it back", d)
+	}
+	if got := a.expect(10*time.Second, "RESULT"); got[1] != wantCounts(n) {
+		t.Fatalf("result %v, want %s", got, wantCounts(n))
+	}
+	t.Logf("the slow operator ran on %s; the source waited for credits for %v", at[1], d)
+}

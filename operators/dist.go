@@ -1,0 +1,519 @@
+package operators
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+
+	"github.com/asynkron/protoactor-go/actor"
+
+	"github.com/sluicehq/sluice/actors"
+	"github.com/sluicehq/sluice/mailbox"
+	"github.com/sluicehq/sluice/persistence"
+)
+
+// Distributed execution: one topology whose instances run in several
+// processes (package cluster places and deploys them; this file is the
+// runtime's side of it).
+//
+// The process that starts the job runs its job actor (the coordinator: the
+// checkpoint coordinator, restarts by generation) and the instances of the
+// tasks that read sources, which are always placed there; the other
+// instances go where Distributor.Place says. Every process builds the same
+// plan from the same topology, so channel numbers, credit windows and
+// instance numbers agree without being sent. What crosses processes:
+//
+//   - records and control envelopes (watermarks, barriers, end of stream)
+//     as WireRecords, encoded with the receiving task's envelope codec, on
+//     the same credit-gated channels as in one process (per-edge order:
+//     one sender actor, one receiver actor, one connection);
+//   - credits, checkpoint acknowledgements and commits, finished and failed
+//     notices as the other Wire types.
+//
+// A generation's instances in another process are children of one actor
+// there (see HostGeneration); the coordinator deploys them before its
+// sources start and stops them on restart or at the end of the job. When a
+// process hosting instances leaves (Distributor.Watch), the coordinator
+// stops the generation and restarts the job from its last completed
+// checkpoint with a new placement over the processes still there.
+
+// Distributor places the instances of a distributed job on processes and
+// reaches them. Package cluster implements it.
+type Distributor interface {
+	// Address is this process's address.
+	Address() string
+	// Root is a root context whose sends reach other processes.
+	Root() *actor.RootContext
+	// Props attaches what actors need to talk to other processes.
+	Props(*actor.Props) *actor.Props
+	// Place returns the address of the process that runs instance instance
+	// of task in generation gen of job, among the processes alive now.
+	// Tasks that read sources run in this process whatever it says.
+	Place(job string, gen int, task Task, instance int) string
+	// Deploy asks the process at addr to run its instances of a generation
+	// (HostGeneration there) and returns once they are spawned.
+	Deploy(ctx context.Context, addr string, d *WireDeploy) error
+	// StopOn asks the process at addr to stop its instances of a
+	// generation; it answers the job actor with WireStopped.
+	StopOn(addr string, s *WireStopGen)
+	// Watch calls lost with the address of every process that leaves or
+	// whose connection broke (messages to it may have been lost), from now
+	// until cancel is called.
+	Watch(lost func(addr string)) (cancel func())
+}
+
+// Distribute runs the topology across processes with d (see Distributor).
+// Package cluster sets it; applications call cluster.Run.
+func Distribute(d Distributor) TopologyOption { return func(c *runConfig) { c.dist = d } }
+
+// Configure applies options to a topology after it was built: for a runner
+// (package cluster) that adds its own options to the user's topology.
+func (t *Topology) Configure(opts ...TopologyOption) {
+	for _, o := range opts {
+		o(&t.cfg)
+	}
+}
+
+// RestartsOnFailure says whether the topology was given RestartOnFailure.
+func (t *Topology) RestartsOnFailure() bool { return t.cfg.restart != nil }
+
+// The messages that cross processes. Package cluster registers them with
+// its codec (msgpack); nothing else should send them.
+type (
+	// WireRecords is an envelope (records or a control mark), encoded with
+	// the envelope codec of the receiving task. Seq numbers the messages
+	// of one channel from 1: a gap means a message was lost between the
+	// processes, and the receiving instance fails (the job restarts from
+	// its last checkpoint) rather than go on without it.
+	WireRecords struct {
+		Seq  uint64
+		Data []byte
+	}
+	// WireCredit grants the sender's output Out room for Total records
+	// since the channel opened (a total, not an increment: a credit message
+	// lost between processes is made good by the next).
+	WireCredit struct {
+		Out   int
+		Total int64
+	}
+	// WireBarrier asks a source instance to start checkpoint ID.
+	WireBarrier struct{ ID uint64 }
+	// WireAck: an instance recorded its state for checkpoint ID.
+	WireAck struct {
+		Gen      int
+		ID       uint64
+		Instance int
+		States   map[string][]byte
+		Offsets  map[string]int64
+	}
+	// WireCommitted: checkpoint ID completed.
+	WireCommitted struct {
+		Gen int
+		ID  uint64
+	}
+	// WireFinished: an instance finished its input.
+	WireFinished struct{ Task, Instance, Gen int }
+	// WireSourceDone: a source ended.
+	WireSourceDone struct{ Gen int }
+	// WireDrain asks a source to stop reading and finish.
+	WireDrain struct{}
+	// WireFailed: an instance failed; the job restarts or stops.
+	WireFailed struct {
+		Gen               int
+		Address, ID       string // the instance's PID
+		Operator, Message string
+	}
+	// WireDeploy asks a process to run its instances of one generation.
+	WireDeploy struct {
+		Job               string // the name the topology is registered under
+		JobAddress, JobID string // the job actor
+		Gen               int
+		Placement         []string // the address of every instance, by instance number
+		Checkpoint        *WireCheckpoint
+	}
+	// WireCheckpoint is the checkpoint a generation starts from.
+	WireCheckpoint struct {
+		ID      uint64
+		States  map[string][]byte
+		Offsets map[string]int64
+	}
+	// WireDeployed answers WireDeploy; Err is empty on success.
+	WireDeployed struct{ Err string }
+	// WireStopGen asks a process to stop its instances of a generation.
+	WireStopGen struct {
+		JobAddress, JobID string
+		Gen               int
+	}
+	// WireStopped: a process stopped its instances of generation Gen.
+	WireStopped struct {
+		Address string
+		Gen     int
+	}
+)
+
+// hostLost: a process of a distributed job left.
+type hostLost struct{ addr string }
+
+// toWire converts a runtime message for another process.
+func toWire(msg any) any {
+	switch m := msg.(type) {
+	case *cpAck:
+		return &WireAck{Gen: m.gen, ID: m.id, Instance: m.instance, States: m.states, Offsets: m.offsets}
+	case *cpCommitted:
+		return &WireCommitted{Gen: m.gen, ID: m.id}
+	case *finished:
+		return &WireFinished{Task: m.task, Instance: m.instance, Gen: m.gen}
+	case *sourceDone:
+		return &WireSourceDone{Gen: m.gen}
+	case *barrierMsg:
+		return &WireBarrier{ID: m.id}
+	case *drainMsg:
+		return &WireDrain{}
+	}
+	return msg
+}
+
+// fromWire converts a message from another process back (records aside).
+func fromWire(msg any) any {
+	switch m := msg.(type) {
+	case *WireAck:
+		return &cpAck{gen: m.Gen, id: m.ID, instance: m.Instance, states: m.States, offsets: m.Offsets}
+	case *WireCommitted:
+		return &cpCommitted{gen: m.Gen, id: m.ID}
+	case *WireFinished:
+		return &finished{task: m.Task, instance: m.Instance, gen: m.Gen}
+	case *WireSourceDone:
+		return &sourceDone{gen: m.Gen}
+	case *WireBarrier:
+		return &barrierMsg{id: m.ID}
+	case *WireDrain:
+		return &drainMsg{}
+	case *WireFailed:
+		return &failed{child: actor.NewPID(m.Address, m.ID), reason: &stageFailure{op: m.Operator, err: errors.New(m.Message)},
+			remote: true, gen: m.Gen}
+	}
+	return msg
+}
+
+// tell sends msg from an instance, converted when pid is in another process.
+func (in *instance) tell(pid *actor.PID, msg any) {
+	if in.exec.dist != nil && pid.Address != in.self.Address {
+		msg = toWire(msg)
+	}
+	in.c.Send(pid, msg)
+}
+
+// send sends an envelope on an output channel, encoded with the receiving
+// task's codec when the receiver is in another process.
+func (in *instance) send(oc *outChan, env *actors.Envelope) {
+	if oc.codec == nil {
+		in.c.Send(oc.target, env)
+		return
+	}
+	data, err := oc.codec.Encode(env)
+	if err != nil {
+		panic(fmt.Errorf("encode for %v: %w", oc.target, err))
+	}
+	oc.wseq++
+	in.c.Send(oc.target, &WireRecords{Seq: oc.wseq, Data: data})
+}
+
+// fromRemote decodes the records of another process and checks that none
+// was lost on the way.
+func (in *instance) fromRemote(m *WireRecords) *actors.Envelope {
+	if in.codec == nil {
+		in.codec = in.exec.plan.chains[in.task][0].newCodec()
+	}
+	v, err := in.codec.Decode(m.Data)
+	if err != nil {
+		panic(fmt.Errorf("decode records: %w", err))
+	}
+	env := v.(*actors.Envelope)
+	if env.Channel < 0 || env.Channel >= len(in.ins) {
+		panic(fmt.Errorf("records on channel %d, the instance has %d", env.Channel, len(in.ins)))
+	}
+	ch := &in.ins[env.Channel]
+	if m.Seq != ch.wseq+1 {
+		panic(fmt.Errorf("%w: channel from %v: message %d after %d", ErrLost, ch.sender, m.Seq, ch.wseq))
+	}
+	ch.wseq = m.Seq
+	return env
+}
+
+// ErrLost: a message between the processes of a distributed job was lost;
+// the job restarts from its last checkpoint.
+var ErrLost = errors.New("operators: a message from another process was lost")
+
+// grant returns the room env took to its sender.
+func (in *instance) grant(env *actors.Envelope) {
+	ch := &in.ins[env.Channel]
+	if in.exec.dist == nil || ch.sender.Address == in.self.Address {
+		in.c.Send(ch.sender, &credit{out: ch.out, n: env.Count})
+		return
+	}
+	ch.consumed += int64(env.Count)
+	in.c.Send(ch.sender, &WireCredit{Out: ch.out, Total: ch.consumed})
+}
+
+// remoteCredit turns a total granted by a receiver in another process into
+// the credit it adds (nil when it adds none: an older total).
+func (in *instance) remoteCredit(m *WireCredit) any {
+	if m.Out < 0 || m.Out >= len(in.outs) {
+		return nil
+	}
+	oc := in.outs[m.Out]
+	if m.Total <= oc.granted {
+		return nil
+	}
+	n := m.Total - oc.granted
+	oc.granted = m.Total
+	return &credit{out: m.Out, n: int(n)}
+}
+
+// local says whether pid is an actor of this process (always, when the job
+// is not distributed).
+func (x *execution) local(pid *actor.PID) bool {
+	return x.dist == nil || pid.Address == x.dist.Address()
+}
+
+// tellFrom sends msg from the job actor, converted for another process.
+func (x *execution) tellFrom(c actor.Context, pid *actor.PID, msg any) {
+	if !x.local(pid) {
+		msg = toWire(msg)
+	}
+	c.Send(pid, msg)
+}
+
+// place computes the placement of a generation: the address of every
+// instance, by instance number. Tasks that read sources stay here.
+func (x *execution) place() {
+	if x.dist == nil {
+		return
+	}
+	self := x.dist.Address()
+	x.placement = x.placement[:0]
+	x.hosts = map[string]bool{}
+	for id, chain := range x.plan.chains {
+		for i := range x.plan.par[chain[0]] {
+			addr := self
+			if chain[0].role != roleSource {
+				if a := x.dist.Place(x.topo.name, x.gen, x.plan.Tasks[id], i); a != "" {
+					addr = a
+				}
+			}
+			x.placement = append(x.placement, addr)
+			if addr != self {
+				x.hosts[addr] = true
+			}
+		}
+	}
+}
+
+// remoteParent is the name of the actor that parents a generation's
+// instances in another process.
+func remoteParent(jobPID *actor.PID, gen int) string {
+	return jobPID.Id + "@" + strings.ReplaceAll(jobPID.Address, ":", "_") + "-g" + strconv.Itoa(gen)
+}
+
+// deploy asks every other process of the placement to run its instances.
+func (x *execution) deploy() error {
+	d := &WireDeploy{Job: x.topo.name, JobAddress: x.jobPID.Address, JobID: x.jobPID.Id, Gen: x.gen, Placement: x.placement}
+	if x.restored != nil {
+		d.Checkpoint = &WireCheckpoint{ID: x.restored.ID, States: x.restored.States, Offsets: x.restored.Offsets}
+	}
+	for addr := range x.hosts {
+		if err := x.dist.Deploy(x.ctx, addr, d); err != nil {
+			return fmt.Errorf("deploy generation %d on %s: %w", x.gen, addr, err)
+		}
+	}
+	return nil
+}
+
+// stopHosts asks every other process of the placement to stop the
+// generation's instances; it returns the addresses asked.
+func (x *execution) stopHosts(skip map[string]bool) map[string]bool {
+	asked := map[string]bool{}
+	for addr := range x.hosts {
+		if skip[addr] {
+			continue
+		}
+		x.dist.StopOn(addr, &WireStopGen{JobAddress: x.jobPID.Address, JobID: x.jobPID.Id, Gen: x.gen})
+		asked[addr] = true
+	}
+	return asked
+}
+
+// HostGeneration runs in this process the instances of a distributed job's
+// generation that d places here, built from t (the topology registered
+// under d.Job, the same as the coordinator's). They are children of one
+// actor, whose PID it returns once they are spawned and started: stopping
+// it stops them, and then the job actor gets WireStopped. A failure of an
+// instance goes to the job actor as WireFailed.
+func HostGeneration(sys *actors.System, dist Distributor, t *Topology, d *WireDeploy) (*actor.PID, error) {
+	plan, err := t.Plan()
+	if err != nil {
+		return nil, err
+	}
+	x := &execution{topo: t, plan: plan, sys: sys, root: dist.Root(), dist: dist,
+		done: make(chan struct{}), launched: make(chan error, 1),
+		byID: make(map[string]*instance), counters: make(map[*node][]*counters)}
+	x.ctx, x.cancel = context.WithCancel(context.Background())
+	x.jobPID, x.gen, x.placement = actor.NewPID(d.JobAddress, d.JobID), d.Gen, d.Placement
+	if d.Checkpoint != nil {
+		x.restored = &persistence.Checkpoint{ID: d.Checkpoint.ID, States: d.Checkpoint.States, Offsets: d.Checkpoint.Offsets}
+	}
+	if n := plan.instanceCount(); len(d.Placement) != n {
+		x.cancel()
+		return nil, fmt.Errorf("operators: host %q generation %d: placement of %d instances, the plan has %d", t.name, d.Gen, len(d.Placement), n)
+	}
+	if err := x.openDeadLetters(); err != nil {
+		x.cancel()
+		return nil, err
+	}
+	props := actor.PropsFromProducer(func() actor.Actor { return &hostActor{x: x} },
+		actor.WithSupervisor(&hostSupervisor{x: x}))
+	pid, err := x.root.SpawnNamed(dist.Props(props), remoteParent(x.jobPID, d.Gen))
+	if err != nil {
+		x.cancel()
+		return nil, fmt.Errorf("operators: host %q generation %d: %w", t.name, d.Gen, err)
+	}
+	if err := <-x.launched; err != nil {
+		x.root.Stop(pid)
+		return nil, fmt.Errorf("operators: host %q generation %d: %w", t.name, d.Gen, err)
+	}
+	return pid, nil
+}
+
+func (p *Plan) instanceCount() int {
+	n := 0
+	for _, chain := range p.chains {
+		n += p.par[chain[0]]
+	}
+	return n
+}
+
+// hostActor parents one generation's instances in a process other than
+// the job actor's.
+type hostActor struct{ x *execution }
+
+func (h *hostActor) Receive(c actor.Context) {
+	x := h.x
+	switch c.Message().(type) {
+	case *actor.Started:
+		x.launched <- h.launch(c)
+	case *actor.Stopped:
+		x.cancel()
+		x.root.Send(x.jobPID, &WireStopped{Address: x.dist.Address(), Gen: x.gen})
+	}
+}
+
+func (h *hostActor) launch(c actor.Context) (err error) {
+	x := h.x
+	defer func() {
+		if r := recover(); r != nil {
+			err = fmt.Errorf("launch: %v", r)
+		}
+	}()
+	x.jobParent = c.Self().Id
+	if err := x.build(); err != nil {
+		return err
+	}
+	var local []*instance
+	for _, insts := range x.instances {
+		for _, in := range insts {
+			if in.self.Address != x.dist.Address() {
+				continue
+			}
+			if err := x.spawn(c, in, x.jobParent); err != nil {
+				return err
+			}
+			local = append(local, in)
+		}
+	}
+	for i := len(local) - 1; i >= 0; i-- { // consumers first, as launch does
+		c.Send(local[i].self, &startMsg{})
+	}
+	return nil
+}
+
+// hostSupervisor reports a failed instance to the job actor.
+type hostSupervisor struct{ x *execution }
+
+func (s *hostSupervisor) HandleFailure(_ *actor.ActorSystem, _ actor.Supervisor, child *actor.PID, _ *actor.RestartStatistics, reason, _ any) {
+	x := s.x
+	err := x.operatorError(child, reason)
+	m := &WireFailed{Gen: x.gen, Address: child.Address, ID: child.Id, Message: err.Error()}
+	var oe *OperatorError
+	if errors.As(err, &oe) {
+		m.Operator = oe.Operator
+		if oe.Err != nil {
+			m.Message = oe.Err.Error()
+		}
+	}
+	x.root.Send(x.jobPID, m)
+}
+
+// spawn starts instance in as a child of c named after its PID.
+func (x *execution) spawn(c actor.Context, in *instance, parent string) error {
+	mbCfg, err := x.mailboxFor(in)
+	if err != nil {
+		return err
+	}
+	mbp, err := mbCfg.Producer(func(mb *mailbox.Mailbox) { in.mb.Store(mb) })
+	if err != nil {
+		return err
+	}
+	props := actor.PropsFromProducer(func() actor.Actor { return in }, actor.WithMailbox(mbp))
+	if x.dist != nil {
+		props = x.dist.Props(props)
+	}
+	name := in.self.Id[len(parent)+1:]
+	if _, err := c.SpawnNamed(props, name); err != nil {
+		return fmt.Errorf("spawn %s: %w", name, err)
+	}
+	return nil
+}
+
+// PlacementOf reports where the instances of a distributed run's current
+// generation run: the number of instances by process address (nil for a
+// run in one process).
+func PlacementOf(run *actors.Run) map[string]int {
+	x, ok := run.Execution().(*execution)
+	if !ok {
+		return nil
+	}
+	x.instMu.RLock()
+	defer x.instMu.RUnlock()
+	if x.dist == nil {
+		return nil
+	}
+	out := map[string]int{}
+	for _, insts := range x.instances {
+		for _, in := range insts {
+			out[in.self.Address]++
+		}
+	}
+	return out
+}
+
+// AddressOf reports the address of the process that runs instance
+// instance of the operator named op in a run's current generation ("" when
+// there is none).
+func AddressOf(run *actors.Run, op string, instance int) string {
+	x, ok := run.Execution().(*execution)
+	if !ok {
+		return ""
+	}
+	x.instMu.RLock()
+	defer x.instMu.RUnlock()
+	for id, chain := range x.plan.chains {
+		for _, n := range chain {
+			if n.name == op && id < len(x.instances) && instance < len(x.instances[id]) {
+				return x.instances[id][instance].self.Address
+			}
+		}
+	}
+	return ""
+}

@@ -1,0 +1,89 @@
+package operators
+
+import (
+	"context"
+	"errors"
+	"testing"
+
+	"github.com/asynkron/protoactor-go/actor"
+
+	"github.com/sluicehq/sluice/actors"
+)
+
+// fakeDist is a Distributor for the wire checks: nothing is deployed.
+type fakeDist struct{ addr string }
+
+func (f fakeDist) Address() string                                 { return f.addr }
+func (fakeDist) Root() *actor.RootContext                          { return nil }
+func (fakeDist) Props(p *actor.Props) *actor.Props                 { return p }
+func (fakeDist) Place(string, int, Task, int) string               { return "" }
+func (fakeDist) Deploy(context.Context, string, *WireDeploy) error { return nil }
+func (fakeDist) StopOn(string, *WireStopGen)                       {}
+func (fakeDist) Watch(func(string)) func()                         { return func() {} }
+
+// remoteReceiver is an instance of the map task of a small topology whose
+// one input channel comes from another process.
+func remoteReceiver(t *testing.T) *instance {
+	t.Helper()
+	top := NewTopology("wire")
+	src := Source(top, "numbers", Generate(10, func(i int64) int64 { return i }))
+	m := Map(src, "double", func(v int64) int64 { return 2 * v }, NoFusion())
+	Sink(m, "out", SinkFunc(func(int64) error { return nil }))
+	p, err := top.Plan()
+	if err != nil {
+		t.Fatal(err)
+	}
+	x := &execution{topo: top, plan: p, dist: fakeDist{addr: "here:1"}}
+	return &instance{exec: x, task: 1, self: actor.NewPID("here:1", "t1.0"),
+		ins: []inChan{{sender: actor.NewPID("there:2", "t0.0")}}, outs: []*outChan{{}}}
+}
+
+func wire(t *testing.T, in *instance, seq uint64, vs ...int64) *WireRecords {
+	t.Helper()
+	data, err := in.exec.plan.chains[1][0].newCodec().Encode(&actors.Envelope{Kind: actors.Data, Count: len(vs), Payload: &batch[int64]{vs: vs}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &WireRecords{Seq: seq, Data: data}
+}
+
+// TestRemoteRecordsGapFails: records from another process decode with the
+// receiving task's codec, in sequence; a missing message fails the
+// receiver with ErrLost instead of being skipped.
+func TestRemoteRecordsGapFails(t *testing.T) {
+	in := remoteReceiver(t)
+	env := in.fromRemote(wire(t, in, 1, 1, 2, 3))
+	if b := env.Payload.(*batch[int64]); env.Count != 3 || len(b.vs) != 3 || b.vs[2] != 3 {
+		t.Fatalf("decoded %+v", env)
+	}
+	in.fromRemote(wire(t, in, 2, 4))
+	defer func() {
+		err, _ := recover().(error)
+		if !errors.Is(err, ErrLost) {
+			t.Fatalf("message 4 after 2: recovered %v, want ErrLost", err)
+		}
+	}()
+	in.fromRemote(wire(t, in, 4, 5))
+}
+
+// TestRemoteCreditTotals: credits from another process are totals, so a
+// lost credit message is made good by the next and a late one adds none.
+func TestRemoteCreditTotals(t *testing.T) {
+	in := remoteReceiver(t)
+	for _, c := range []struct {
+		total int64
+		want  int // 0: no credit
+	}{{10, 10}, {30, 20}, {25, 0}, {30, 0}, {31, 1}} {
+		got := in.remoteCredit(&WireCredit{Out: 0, Total: c.total})
+		n := 0
+		if cr, ok := got.(*credit); ok {
+			n = cr.n
+		}
+		if n != c.want {
+			t.Fatalf("total %d: credit %d, want %d", c.total, n, c.want)
+		}
+	}
+	if in.remoteCredit(&WireCredit{Out: 7, Total: 100}) != nil {
+		t.Fatal("a credit for an output that does not exist was taken")
+	}
+}
