@@ -164,7 +164,7 @@ func TestOptionsValidated(t *testing.T) {
 func TestAddRemoveAndFinalState(t *testing.T) {
 	sys, ctx := newSystem(t)
 	d := newDashboard(t, Options{Interval: 20 * time.Millisecond, JaegerURL: DefaultJaegerURL, JaegerService: "sluice-test"})
-	top := operators.NewTopology("small")
+	top := operators.NewTopology("small", operators.BatchSize(64))
 	src := operators.Source(top, "numbers", operators.Generate(1000, func(i int64) int64 { return i }))
 	operators.Sink(src, "out", operators.SinkFunc(func(int64) error { return nil }), operators.Input(mailbox.DropNewest(64)))
 	run, err := sys.Run(ctx, top)
