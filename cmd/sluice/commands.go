@@ -95,6 +95,9 @@ func runCmd(g *globals) *cobra.Command {
 	c.PersistentFlags().StringVar(&metricsAddr, "metrics", "", "serve Prometheus metrics at http://ADDR/metrics (e.g. "+telemetry.DefaultMetricsAddr+")")
 	c.PersistentFlags().StringVar(&uiAddr, "ui", "", "serve the live dashboard at http://ADDR/ while the sample runs (e.g. 127.0.0.1:8080; a port alone binds 127.0.0.1, a host written out is used as written)")
 	c.PersistentFlags().BoolVar(&uiWait, "ui-wait", false, "with --ui: after the job ends, keep serving its final state until interrupted (Ctrl-C)")
+	// The cluster word count starts node processes of its own: it is a
+	// command rather than a samples.Sample, reachable as a sample too.
+	c.AddCommand(clusterWordCountCmd(g))
 	c.AddCommand(sampleCommands(g, "run", func(cmd *cobra.Command, s samples.Sample) error {
 		tp := telemetry.Noop()
 		if trace {
