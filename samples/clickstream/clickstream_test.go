@@ -1,7 +1,6 @@
 package clickstream_test
 
 import (
-	"context"
 	"flag"
 	"reflect"
 	"slices"
@@ -9,51 +8,20 @@ import (
 	"testing"
 	"time"
 
-	"go.uber.org/goleak"
-
 	"github.com/sluicehq/sluice/actors"
 	"github.com/sluicehq/sluice/operators"
 	"github.com/sluicehq/sluice/operators/optest"
+	"github.com/sluicehq/sluice/samples/internal/sampletest"
 	"github.com/sluicehq/sluice/samples/clickstream"
 )
 
-// TestMain fails the package when a test leaves a goroutine behind. The
-// protoactor goroutines ignored are the dead-letter throttle's (see
-// actors/actors_test.go): bounded, owned by protoactor, not waitable.
-func TestMain(m *testing.M) {
-	goleak.VerifyTestMain(m,
-		goleak.IgnoreTopFunction("github.com/asynkron/protoactor-go/actor.NewDeadLetter.NewThrottle.func4.1"),
-		goleak.IgnoreTopFunction("github.com/asynkron/protoactor-go/actor.NewThrottle.func1.1"),
-	)
-}
+func TestMain(m *testing.M) { sampletest.VerifyTestMain(m) }
 
 // run runs the sample's topology to its end, as `sluice run` does, and
 // returns the statistics of its operators by name.
 func run(t *testing.T, s *clickstream.Sample) map[string]actors.OperatorStats {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
-	defer cancel()
-	top, err := s.Topology()
-	if err != nil {
-		t.Fatal(err)
-	}
-	sys, err := actors.NewSystem(actors.Config{Name: t.Name()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer sys.Stop(ctx)
-	r, err := sys.Run(ctx, top)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := r.Wait(ctx); err != nil {
-		t.Fatal(err)
-	}
-	stats := map[string]actors.OperatorStats{}
-	for _, st := range r.Stats() {
-		stats[st.Name] = st
-	}
-	return stats
+	return sampletest.Run(t, s.Topology)
 }
 
 // The sample, run small under several configurations, equals the direct
