@@ -11,8 +11,8 @@ import (
 	"github.com/sluicehq/sluice/actors"
 	"github.com/sluicehq/sluice/operators"
 	"github.com/sluicehq/sluice/operators/optest"
-	"github.com/sluicehq/sluice/samples/internal/sampletest"
 	"github.com/sluicehq/sluice/samples/clickstream"
+	"github.com/sluicehq/sluice/samples/internal/sampletest"
 )
 
 func TestMain(m *testing.M) { sampletest.VerifyTestMain(m) }

@@ -8,8 +8,8 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/actors"
-	"github.com/sluicehq/sluice/samples/internal/sampletest"
 	"github.com/sluicehq/sluice/samples/fraud"
+	"github.com/sluicehq/sluice/samples/internal/sampletest"
 )
 
 func TestMain(m *testing.M) { sampletest.VerifyTestMain(m) }
