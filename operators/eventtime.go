@@ -231,3 +231,39 @@ func (h *timeHeap[V]) due(t int64) (timed[V], bool) {
 	}
 	return heap.Pop(h).(timed[V]), true
 }
+
+// outBuf collects the outputs of a stage that emits at its own pace
+// (windows, joins, Process) with their event times, and hands them to the
+// next stage a batch at a time. An output without an event time
+// (math.MinInt64) makes its batch carry none.
+type outBuf[O any] struct {
+	b       batch[O]
+	untimed bool
+	next    pusher[O]
+	sc      *stageCtx
+}
+
+func newOutBuf[O any](next pusher[O], sc *stageCtx) outBuf[O] { return outBuf[O]{next: next, sc: sc} }
+
+func (o *outBuf[O]) add(v O, at int64) {
+	o.b.vs = append(o.b.vs, v)
+	o.b.ts = append(o.b.ts, at)
+	if at == math.MinInt64 {
+		o.untimed = true
+	}
+	if len(o.b.vs) >= o.sc.batch {
+		o.flush()
+	}
+}
+
+func (o *outBuf[O]) flush() {
+	if len(o.b.vs) == 0 {
+		return
+	}
+	if o.untimed {
+		o.b.ts = nil
+	}
+	o.sc.c.out.Add(int64(len(o.b.vs)))
+	o.next.push(&o.b)
+	o.b.vs, o.b.ts, o.untimed = o.b.vs[:0], o.b.ts[:0], false
+}

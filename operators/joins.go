@@ -114,7 +114,7 @@ func IntervalJoin[K comparable, L, R, O any](left Stream[L], right Stream[R], na
 	key := ks.key
 	nd.newStage = func(next any, sc *stageCtx) any {
 		return &intervalStage[K, L, R, O]{key: key, join: join, lower: int64(lower), upper: int64(upper), wm: math.MinInt64,
-			bufs: make(map[K]*intervalBuf[L, R]), next: next.(pusher[O]), sc: sc}
+			bufs: make(map[K]*intervalBuf[L, R]), out: newOutBuf(next.(pusher[O]), sc), next: next.(pusher[O]), sc: sc}
 	}
 	setTypedPlumbing[O](nd)
 	setInlet[Either[L, R]](nd)
@@ -140,7 +140,7 @@ type intervalStage[K comparable, L, R, O any] struct {
 	expiry       timeHeap[K] // when a key's records may be pruned
 	next         pusher[O]
 	sc           *stageCtx
-	out          batch[O]
+	out          outBuf[O]
 }
 
 func (s *intervalStage[K, L, R, O]) push(b *batch[Either[L, R]]) {
@@ -167,7 +167,7 @@ func (s *intervalStage[K, L, R, O]) push(b *batch[Either[L, R]]) {
 		if e.Right {
 			for _, l := range buf.Ls {
 				if t >= l.T+s.lower && t <= l.T+s.upper {
-					s.emit(s.join(l.V, e.R), max(t, l.T))
+					s.out.add(s.join(l.V, e.R), max(t, l.T))
 				}
 			}
 			buf.Rs = append(buf.Rs, stamped[R]{t, e.R})
@@ -175,31 +175,14 @@ func (s *intervalStage[K, L, R, O]) push(b *batch[Either[L, R]]) {
 		} else {
 			for _, r := range buf.Rs {
 				if r.T >= t+s.lower && r.T <= t+s.upper {
-					s.emit(s.join(e.L, r.V), max(t, r.T))
+					s.out.add(s.join(e.L, r.V), max(t, r.T))
 				}
 			}
 			buf.Ls = append(buf.Ls, stamped[L]{t, e.L})
 			s.expiry.add(t+s.upper, k)
 		}
 	}
-	s.flushOut()
-}
-
-func (s *intervalStage[K, L, R, O]) emit(o O, t int64) {
-	s.out.vs = append(s.out.vs, o)
-	s.out.ts = append(s.out.ts, t)
-	if len(s.out.vs) >= s.sc.batch {
-		s.flushOut()
-	}
-}
-
-func (s *intervalStage[K, L, R, O]) flushOut() {
-	if len(s.out.vs) == 0 {
-		return
-	}
-	s.sc.c.out.Add(int64(len(s.out.vs)))
-	s.next.push(&s.out)
-	s.out.vs, s.out.ts = s.out.vs[:0], s.out.ts[:0]
+	s.out.flush()
 }
 
 func (s *intervalStage[K, L, R, O]) watermark(wm int64) {
@@ -307,7 +290,7 @@ func Join[K comparable, L, R, O any](left Stream[L], right Stream[R], name strin
 	key := ks.key
 	nd.newStage = func(next any, sc *stageCtx) any {
 		return &joinStage[K, L, R, O]{key: key, join: join, ttl: int64(sc.node.ttl),
-			bufs: make(map[K]*joinBuf[L, R]), next: next.(pusher[O]), sc: sc}
+			bufs: make(map[K]*joinBuf[L, R]), out: newOutBuf(next.(pusher[O]), sc), next: next.(pusher[O]), sc: sc}
 	}
 	setTypedPlumbing[O](nd)
 	setInlet[Either[L, R]](nd)
@@ -332,8 +315,7 @@ type joinStage[K comparable, L, R, O any] struct {
 	sweeper bool // a TTL sweep is scheduled
 	next    pusher[O]
 	sc      *stageCtx
-	out     batch[O]
-	timed   bool
+	out     outBuf[O]
 }
 
 func (s *joinStage[K, L, R, O]) push(b *batch[Either[L, R]]) {
@@ -350,10 +332,9 @@ func (s *joinStage[K, L, R, O]) push(b *batch[Either[L, R]]) {
 			s.sc.after(time.Duration(s.ttl), s.sweep)
 		}
 	}
-	s.timed = b.ts != nil
 	for i, e := range b.vs {
-		var t int64
-		if s.timed {
+		t := int64(math.MinInt64) // the input carries no event times: nor do the results
+		if b.ts != nil {
 			t = b.ts[i]
 		}
 		k := s.key(e)
@@ -365,17 +346,17 @@ func (s *joinStage[K, L, R, O]) push(b *batch[Either[L, R]]) {
 		buf.Touched = now
 		if e.Right {
 			for _, l := range buf.Ls {
-				s.emit(s.join(l, e.R), t)
+				s.out.add(s.join(l, e.R), t)
 			}
 			buf.Rs = append(buf.Rs, e.R)
 		} else {
 			for _, r := range buf.Rs {
-				s.emit(s.join(e.L, r), t)
+				s.out.add(s.join(e.L, r), t)
 			}
 			buf.Ls = append(buf.Ls, e.L)
 		}
 	}
-	s.flushOut()
+	s.out.flush()
 }
 
 // sweep forgets the keys idle for longer than the TTL and runs again while
@@ -391,28 +372,6 @@ func (s *joinStage[K, L, R, O]) sweep() {
 	if s.sweeper {
 		s.sc.after(time.Duration(s.ttl), s.sweep)
 	}
-}
-
-func (s *joinStage[K, L, R, O]) emit(o O, t int64) {
-	s.out.vs = append(s.out.vs, o)
-	if s.timed {
-		s.out.ts = append(s.out.ts, t)
-	}
-	if len(s.out.vs) >= s.sc.batch {
-		s.flushOut()
-	}
-}
-
-func (s *joinStage[K, L, R, O]) flushOut() {
-	if len(s.out.vs) == 0 {
-		return
-	}
-	if !s.timed {
-		s.out.ts = nil
-	}
-	s.sc.c.out.Add(int64(len(s.out.vs)))
-	s.next.push(&s.out)
-	s.out.vs, s.out.ts = s.out.vs[:0], s.out.ts[:0]
 }
 
 func (s *joinStage[K, L, R, O]) watermark(wm int64) { s.next.watermark(wm) }

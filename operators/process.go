@@ -90,10 +90,10 @@ func (c *ProcessContext[K, S, O]) IsLate() bool {
 func (c *ProcessContext[K, S, O]) CountLate() { c.s.sc.c.late.Add(1) }
 
 // Emit sends o downstream with the current event time.
-func (c *ProcessContext[K, S, O]) Emit(o O) { c.s.emit(o, c.at) }
+func (c *ProcessContext[K, S, O]) Emit(o O) { c.s.out.add(o, c.at) }
 
 // EmitAt sends o downstream with event time t.
-func (c *ProcessContext[K, S, O]) EmitAt(o O, t time.Time) { c.s.emit(o, t.UnixNano()) }
+func (c *ProcessContext[K, S, O]) EmitAt(o O, t time.Time) { c.s.out.add(o, t.UnixNano()) }
 
 // Timer sets an event-time timer for the key: onTimer runs once the
 // watermark reaches t (at the latest at the end of the input). Setting the
@@ -132,7 +132,7 @@ func Process[K comparable, T, S, O any](ks KeyedStream[K, T], name string, onRec
 	key := ks.key
 	nd.newStage = func(next any, sc *stageCtx) any {
 		core := &procCore[K, S, O]{onTimer: onTimer, wm: math.MinInt64, state: make(map[K]*S),
-			timerSet: make(map[timerID[K]]struct{}), ptimers: make(map[timerID[K]]struct{}), next: next.(pusher[O]), sc: sc}
+			timerSet: make(map[timerID[K]]struct{}), ptimers: make(map[timerID[K]]struct{}), out: newOutBuf(next.(pusher[O]), sc), next: next.(pusher[O]), sc: sc}
 		return &processStage[K, T, S, O]{procCore: core, key: key, onRecord: onRecord}
 	}
 	setTypedPlumbing[O](nd)
@@ -164,7 +164,7 @@ func (s *processStage[K, T, S, O]) push(b *batch[T]) {
 		c.key = s.key(v)
 		s.onRecord(c, v)
 	}
-	s.flushOut()
+	s.out.flush()
 }
 
 func (s *processStage[K, T, S, O]) snapshotState(uint64) ([]byte, error) { return s.snapshot() }
@@ -182,31 +182,7 @@ type procCore[K comparable, S, O any] struct {
 	ctx      ProcessContext[K, S, O]
 	next     pusher[O]
 	sc       *stageCtx
-	out      batch[O]
-	untimed  bool // an output without event time was emitted in this batch
-}
-
-func (s *procCore[K, S, O]) emit(o O, at int64) {
-	s.out.vs = append(s.out.vs, o)
-	s.out.ts = append(s.out.ts, at)
-	if at == math.MinInt64 {
-		s.untimed = true
-	}
-	if len(s.out.vs) >= s.sc.batch {
-		s.flushOut()
-	}
-}
-
-func (s *procCore[K, S, O]) flushOut() {
-	if len(s.out.vs) == 0 {
-		return
-	}
-	if s.untimed {
-		s.out.ts = nil
-	}
-	s.sc.c.out.Add(int64(len(s.out.vs)))
-	s.next.push(&s.out)
-	s.out.vs, s.out.ts, s.untimed = s.out.vs[:0], s.out.ts[:0], false
+	out      outBuf[O]
 }
 
 // armProcessing asks the instance to run a processing-time timer.
@@ -227,7 +203,7 @@ func (s *procCore[K, S, O]) fireProcessing(id timerID[K]) {
 		s.onTimer(c)
 		c.proc = false
 	}
-	s.flushOut()
+	s.out.flush()
 }
 
 // open arms the processing-time timers of a restored state.
@@ -262,14 +238,14 @@ func (s *procCore[K, S, O]) watermark(wm int64) {
 	}
 	s.wm = wm
 	s.fire(wm)
-	s.flushOut()
+	s.out.flush()
 	s.next.watermark(wm)
 }
 
 func (s *procCore[K, S, O]) finish() {
 	defer s.sc.attribute()
 	s.fire(math.MaxInt64)
-	s.flushOut()
+	s.out.flush()
 	s.state = nil
 	s.next.finish()
 }

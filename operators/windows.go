@@ -210,7 +210,7 @@ type winStage[K comparable, T, A, O any] struct {
 	late *lateOutput[T]
 	next pusher[O]
 	sc   *stageCtx
-	out  batch[O]
+	out  outBuf[O]
 	at   int64 // the event time of the outputs being emitted
 
 	restoredProc []int64 // restored processing-time windows, armed at open
@@ -220,7 +220,7 @@ func newWinStage[K comparable, T, A, O any](fns winFns[K, T, A, O], w Windows, n
 	return &winStage[K, T, A, O]{fns: fns, kind: w.kind, size: int64(w.size), slide: int64(w.slide), gap: int64(w.gap),
 		lateness: int64(sc.node.lateness), proc: w.proc, wm: math.MinInt64,
 		panes: make(map[int64]*pane[K, A]), sess: make(map[K][]session[A]),
-		late: newLateOutput[T](sc), next: next, sc: sc}
+		late: newLateOutput[T](sc), out: newOutBuf(next, sc), next: next, sc: sc}
 }
 
 var errNoEventTime = errors.New("records carry no event time: add operators.Timestamps upstream, or use ProcessingTime windows")
@@ -254,7 +254,7 @@ func (s *winStage[K, T, A, O]) push(b *batch[T]) {
 		}
 	}
 	s.late.flush()
-	s.flushOut()
+	s.out.flush()
 }
 
 // addPanes adds a record to every window it belongs to that is still open
@@ -344,22 +344,7 @@ func cmpInt64(a, b int64) int {
 	return 0
 }
 
-func (s *winStage[K, T, A, O]) emitOne(o O) {
-	s.out.vs = append(s.out.vs, o)
-	s.out.ts = append(s.out.ts, s.at)
-	if len(s.out.vs) >= s.sc.batch {
-		s.flushOut()
-	}
-}
-
-func (s *winStage[K, T, A, O]) flushOut() {
-	if len(s.out.vs) == 0 {
-		return
-	}
-	s.sc.c.out.Add(int64(len(s.out.vs)))
-	s.next.push(&s.out)
-	s.out.vs, s.out.ts = s.out.vs[:0], s.out.ts[:0]
-}
+func (s *winStage[K, T, A, O]) emitOne(o O) { s.out.add(o, s.at) }
 
 func (s *winStage[K, T, A, O]) firePane(p *pane[K, A], end int64) {
 	s.at = end - 1
@@ -375,7 +360,7 @@ func (s *winStage[K, T, A, O]) fireProc(end int64) {
 		s.firePane(p, end)
 		delete(s.panes, end)
 	}
-	s.flushOut()
+	s.out.flush()
 }
 
 func (s *winStage[K, T, A, O]) watermark(wm int64) {
@@ -408,7 +393,7 @@ func (s *winStage[K, T, A, O]) watermark(wm int64) {
 			s.dropSessions(c.v)
 		}
 	}
-	s.flushOut()
+	s.out.flush()
 	s.next.watermark(wm)
 }
 
@@ -476,7 +461,7 @@ func (s *winStage[K, T, A, O]) finish() {
 		s.fns.emit(o.k, o.x.Start, o.x.End, o.x.Acc, s.emitOne)
 	}
 	s.panes, s.sess = nil, nil
-	s.flushOut()
+	s.out.flush()
 	s.late.finish()
 	s.next.finish()
 }
