@@ -74,14 +74,21 @@ type ReplicatedCheckpointStore struct {
 	n   *Node
 	cfg ReplicationConfig
 
+	// upTo: replicate to as many as Replicas members, fewer when the
+	// cluster has fewer (the default store of Run)
+	upTo bool
+
 	mu      sync.Mutex
 	stopped bool
 	leaders map[string]*leaderRef // by job
+	runs    map[string]*runRecord // the jobs run by Run with this store, by job
+	claimed map[string]uint64     // jobs taken over: the epoch won, for the next leader
 }
 
 type leaderRef struct {
 	pid    *actor.PID
 	status *leaderStatus
+	copies []string // this node and the replicas
 }
 
 // NewReplicatedCheckpointStore returns the store of node n.
@@ -107,7 +114,7 @@ func NewReplicatedCheckpointStore(n *Node, cfg ReplicationConfig) (*ReplicatedCh
 	if _, err := n.logs(); err != nil {
 		return nil, err
 	}
-	s := &ReplicatedCheckpointStore{n: n, cfg: cfg, leaders: map[string]*leaderRef{}}
+	s := &ReplicatedCheckpointStore{n: n, cfg: cfg, leaders: map[string]*leaderRef{}, runs: map[string]*runRecord{}, claimed: map[string]uint64{}}
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	if n.stopped {
@@ -130,10 +137,11 @@ func (s *ReplicatedCheckpointStore) logName(job string) string {
 	return "checkpoints/" + job
 }
 
-// Entry kinds of a checkpoint log.
+// Entry kinds of a checkpoint log. Kinds 1 and 2 are read, not written.
 const (
-	entryCheckpoint byte = 1
-	entryClear      byte = 2
+	entryCheckpoint byte = 1 // a checkpointRecord
+	entryClear      byte = 2 // no checkpoint
+	entryRecord     byte = 3 // a logRecord
 )
 
 // checkpointRecord is the msgpack form of a persistence.Checkpoint.
@@ -144,43 +152,92 @@ type checkpointRecord struct {
 	Offsets map[string]int64
 }
 
-func encodeEntry(cp *persistence.Checkpoint) ([]byte, error) {
-	if cp == nil {
-		return []byte{entryClear}, nil
+// logRecord is an entry of a job's checkpoint log. Every entry stands on
+// its own (a log is compacted to its last committed entry): the newest
+// checkpoint, and for a job started with Run, who coordinates it, so that
+// a node holding a copy can take the job over when its coordinator is lost.
+type logRecord struct {
+	Checkpoint *checkpointRecord `msgpack:",omitempty"` // nil: none
+	Run        *runRecord        `msgpack:",omitempty"` // nil: not run by Run
+}
+
+// runRecord describes the run of a job by a coordinator.
+type runRecord struct {
+	Coordinator   string // the coordinating node's name
+	CoordinatorID string // and member id (its incarnation)
+	// Copies names the nodes that hold the job's log: the coordinator and
+	// its replicas. A node takes the job over with the votes of a majority
+	// of them.
+	Copies    []string
+	Namespace string // of the coordinator's store
+	Running   bool   // false once the job ended, failed or was drained
+	Options   runOptionsRecord
+}
+
+// runOptionsRecord is the part of RunOptions a node taking over follows.
+type runOptionsRecord struct {
+	Initial, Max   time.Duration // of the restart backoff
+	Multiplier     float64
+	Jitter         supervision.Jitter
+	MaxRestarts    int
+	Within         time.Duration
+	OffCoordinator bool
+}
+
+func encodeRecord(cp *persistence.Checkpoint, run *runRecord) ([]byte, error) {
+	r := logRecord{Run: run}
+	if cp != nil {
+		r.Checkpoint = &checkpointRecord{ID: cp.ID, Time: cp.Time, States: cp.States, Offsets: cp.Offsets}
 	}
-	b, err := msgpack.Marshal(checkpointRecord{ID: cp.ID, Time: cp.Time, States: cp.States, Offsets: cp.Offsets})
+	b, err := msgpack.Marshal(r)
 	if err != nil {
 		return nil, err
 	}
-	return append([]byte{entryCheckpoint}, b...), nil
+	return append([]byte{entryRecord}, b...), nil
 }
 
-// decodeEntry returns the checkpoint of an entry, nil for a clear.
-func decodeEntry(data []byte) (*persistence.Checkpoint, error) {
+// decodeEntry returns the checkpoint of an entry (nil when it has none)
+// and its run (nil when the job was not run by Run).
+func decodeEntry(data []byte) (*persistence.Checkpoint, *runRecord, error) {
 	if len(data) == 0 {
-		return nil, errors.New("empty entry")
+		return nil, nil, errors.New("empty entry")
 	}
+	var cr *checkpointRecord
+	var run *runRecord
 	switch data[0] {
 	case entryClear:
-		return nil, nil
+		return nil, nil, nil
 	case entryCheckpoint:
 		if err := msgpacksafe.Check(data[1:]); err != nil {
-			return nil, err
+			return nil, nil, err
 		}
-		var r checkpointRecord
+		cr = new(checkpointRecord)
+		if err := msgpack.Unmarshal(data[1:], cr); err != nil {
+			return nil, nil, err
+		}
+	case entryRecord:
+		if err := msgpacksafe.Check(data[1:]); err != nil {
+			return nil, nil, err
+		}
+		var r logRecord
 		if err := msgpack.Unmarshal(data[1:], &r); err != nil {
-			return nil, err
+			return nil, nil, err
 		}
-		cp := &persistence.Checkpoint{ID: r.ID, Time: r.Time, States: r.States, Offsets: r.Offsets}
-		if cp.States == nil {
-			cp.States = map[string][]byte{}
-		}
-		if cp.Offsets == nil {
-			cp.Offsets = map[string]int64{}
-		}
-		return cp, nil
+		cr, run = r.Checkpoint, r.Run
+	default:
+		return nil, nil, fmt.Errorf("unknown entry kind %d", data[0])
 	}
-	return nil, fmt.Errorf("unknown entry kind %d", data[0])
+	if cr == nil {
+		return nil, run, nil
+	}
+	cp := &persistence.Checkpoint{ID: cr.ID, Time: cr.Time, States: cr.States, Offsets: cr.Offsets}
+	if cp.States == nil {
+		cp.States = map[string][]byte{}
+	}
+	if cp.Offsets == nil {
+		cp.Offsets = map[string]int64{}
+	}
+	return cp, run, nil
 }
 
 // Complete implements persistence.CheckpointStore: it appends cp to the
@@ -190,24 +247,23 @@ func decodeEntry(data []byte) (*persistence.Checkpoint, error) {
 // checkpoint older than the newest, or ctx's error. A checkpoint whose
 // Complete failed may still be the newest here and on some replicas.
 func (s *ReplicatedCheckpointStore) Complete(ctx context.Context, job string, cp persistence.Checkpoint) error {
-	data, err := encodeEntry(&cp)
-	if err != nil {
-		return fmt.Errorf("cluster: job %q checkpoint %d: encode: %w", job, cp.ID, err)
-	}
-	check := func(last []byte) error {
-		if last == nil {
-			return nil
+	err := s.write(ctx, job, func(last []byte, run *runRecord) ([]byte, error) {
+		if last != nil {
+			prev, _, err := decodeEntry(last)
+			if err != nil {
+				return nil, fmt.Errorf("cluster: job %q: newest checkpoint: %w", job, err)
+			}
+			if prev != nil && cp.ID < prev.ID {
+				return nil, fmt.Errorf("cluster: job %q checkpoint %d: older than checkpoint %d: %w", job, cp.ID, prev.ID, persistence.ErrStaleCheckpoint)
+			}
 		}
-		prev, err := decodeEntry(last)
+		data, err := encodeRecord(&cp, run)
 		if err != nil {
-			return fmt.Errorf("cluster: job %q: newest checkpoint: %w", job, err)
+			return nil, fmt.Errorf("encode: %w", err)
 		}
-		if prev != nil && cp.ID < prev.ID {
-			return fmt.Errorf("cluster: job %q checkpoint %d: older than checkpoint %d: %w", job, cp.ID, prev.ID, persistence.ErrStaleCheckpoint)
-		}
-		return nil
-	}
-	if err := s.write(ctx, job, data, check); err != nil {
+		return data, nil
+	})
+	if err != nil {
 		if errors.Is(err, persistence.ErrStaleCheckpoint) {
 			return err
 		}
@@ -217,10 +273,16 @@ func (s *ReplicatedCheckpointStore) Complete(ctx context.Context, job string, cp
 }
 
 // Clear implements persistence.CheckpointStore: a clear travels through
-// the log like a checkpoint, so that replicas forget the job too.
+// the log like a checkpoint, so that replicas forget the job too. The
+// runtime clears a job that ran to its end: a run of it is over.
 func (s *ReplicatedCheckpointStore) Clear(ctx context.Context, job string) error {
-	data, _ := encodeEntry(nil)
-	if err := s.write(ctx, job, data, nil); err != nil {
+	s.mu.Lock()
+	if r := s.runs[job]; r != nil {
+		r.Running = false
+	}
+	s.mu.Unlock()
+	err := s.write(ctx, job, func(_ []byte, run *runRecord) ([]byte, error) { return encodeRecord(nil, run) })
+	if err != nil {
 		return fmt.Errorf("cluster: job %q: clear checkpoints: %w", job, err)
 	}
 	return nil
@@ -232,17 +294,9 @@ func (s *ReplicatedCheckpointStore) Latest(ctx context.Context, job string) (per
 	if job == "" {
 		return persistence.Checkpoint{}, false, fmt.Errorf("cluster: checkpoint store: empty job name")
 	}
-	logs, err := s.n.logs()
+	cp, _, err := s.n.lastRecord(s.logName(job))
 	if err != nil {
-		return persistence.Checkpoint{}, false, err
-	}
-	e, ok, err := logs.last(s.logName(job))
-	if err != nil || !ok {
-		return persistence.Checkpoint{}, false, err
-	}
-	cp, err := decodeEntry(e.Data)
-	if err != nil {
-		return persistence.Checkpoint{}, false, fmt.Errorf("cluster: job %q entry %d: %w: %v", job, e.Index, persistence.ErrDecode, err)
+		return persistence.Checkpoint{}, false, fmt.Errorf("cluster: job %q: %w", job, err)
 	}
 	if cp == nil {
 		return persistence.Checkpoint{}, false, nil
@@ -250,7 +304,28 @@ func (s *ReplicatedCheckpointStore) Latest(ctx context.Context, job string) (per
 	return *cp, true, nil
 }
 
-func (s *ReplicatedCheckpointStore) write(ctx context.Context, job string, data []byte, check func([]byte) error) error {
+// lastRecord decodes the last entry of a log this node holds: its
+// checkpoint and run, nil when it has none.
+func (n *Node) lastRecord(log string) (*persistence.Checkpoint, *runRecord, error) {
+	logs, err := n.logs()
+	if err != nil {
+		return nil, nil, err
+	}
+	e, ok, err := logs.last(log)
+	if err != nil || !ok {
+		return nil, nil, err
+	}
+	cp, run, err := decodeEntry(e.Data)
+	if err != nil {
+		return nil, nil, fmt.Errorf("log %q entry %d: %w: %v", log, e.Index, persistence.ErrDecode, err)
+	}
+	return cp, run, nil
+}
+
+// write appends the entry that build returns to the job's log, through
+// its leader; build sees the data of the log's last entry (nil when none)
+// and the job's run as this store coordinates it (nil when it does not).
+func (s *ReplicatedCheckpointStore) write(ctx context.Context, job string, build func(last []byte, run *runRecord) ([]byte, error)) error {
 	if job == "" {
 		return errors.New("cluster: checkpoint store: empty job name")
 	}
@@ -258,8 +333,16 @@ func (s *ReplicatedCheckpointStore) write(ctx context.Context, job string, data 
 	if err != nil {
 		return err
 	}
+	s.mu.Lock()
+	var run *runRecord
+	if r := s.runs[job]; r != nil {
+		c := *r
+		c.Copies, c.Namespace = ref.copies, s.cfg.Namespace
+		run = &c
+	}
+	s.mu.Unlock()
 	done := make(chan error, 1)
-	s.n.root.Send(ref.pid, &writeRequest{data: data, check: check, done: done})
+	s.n.root.Send(ref.pid, &writeRequest{build: func(last []byte) ([]byte, error) { return build(last, run) }, done: done})
 	select {
 	case err := <-done:
 		return err
@@ -287,25 +370,91 @@ func (s *ReplicatedCheckpointStore) leaderFor(job string) (*leaderRef, error) {
 				names = append(names, m.Name)
 			}
 		}
-		if len(names) < s.cfg.Replicas {
+		want := s.cfg.Replicas
+		if s.upTo {
+			want = min(want, len(names))
+		}
+		if len(names) < want {
 			return nil, fmt.Errorf("%w: job %q needs %d replicas, the cluster has %d other members", ErrNotEnoughReplicas, job, s.cfg.Replicas, len(names))
 		}
-		replicas = rendezvous(job, names)[:s.cfg.Replicas]
+		replicas = rendezvous(job, names)[:want]
 	}
 	clk := s.cfg.Clock
 	if clk == nil {
 		clk = s.n.cfg.Clock
 	}
 	l := &leader{n: s.n, clock: clk, log: s.logName(job), cfg: s.cfg.replication(replicas), timers: map[string]timer{},
-		status: &leaderStatus{}, onChange: s.cfg.OnTransition}
+		status: &leaderStatus{}, onChange: s.cfg.OnTransition, claimed: s.claimed[job]}
+	delete(s.claimed, job)
 	l.status.st = LogStatus{Log: l.log, Role: "starting"}
 	pid, err := s.n.root.SpawnNamed(s.n.Props(actor.PropsFromProducer(func() actor.Actor { return l })), "sluice-leader/"+l.log)
 	if err != nil {
 		return nil, fmt.Errorf("cluster: job %q: start its leader: %w", job, err)
 	}
-	ref := &leaderRef{pid: pid, status: l.status}
+	ref := &leaderRef{pid: pid, status: l.status, copies: append([]string{s.n.Name()}, replicas...)}
 	s.leaders[job] = ref
 	return ref, nil
+}
+
+// claim prepares the store to lead job's log in epoch, which this node won
+// (see Node.claim): a leader it had for the job (fenced since) is stopped,
+// and the next one takes office in that epoch.
+func (s *ReplicatedCheckpointStore) claim(job string, epoch uint64) error {
+	s.mu.Lock()
+	if s.stopped {
+		s.mu.Unlock()
+		return ErrStopped
+	}
+	ref := s.leaders[job]
+	delete(s.leaders, job)
+	s.claimed[job] = epoch
+	s.mu.Unlock()
+	if ref != nil {
+		_ = s.n.as.Root.StopFuture(ref.pid).Wait()
+	}
+	return nil
+}
+
+// beginRun records that this node coordinates a run of job, in the job's
+// log (replicated like a checkpoint; the newest checkpoint stays), so that
+// the nodes holding copies can take it over if this node is lost.
+func (s *ReplicatedCheckpointStore) beginRun(ctx context.Context, job string, run runRecord) error {
+	run.Running = true
+	s.mu.Lock()
+	s.runs[job] = &run
+	s.mu.Unlock()
+	return s.rewrite(ctx, job)
+}
+
+// endRun records that the run of job is over (ended, failed or drained):
+// no node takes it over. The newest checkpoint stays.
+func (s *ReplicatedCheckpointStore) endRun(ctx context.Context, job string) error {
+	s.mu.Lock()
+	r := s.runs[job]
+	delete(s.runs, job)
+	s.mu.Unlock()
+	if r == nil {
+		return nil
+	}
+	r.Running = false
+	return s.write(ctx, job, func(last []byte, _ *runRecord) ([]byte, error) { return carry(last, r) })
+}
+
+// rewrite appends the newest checkpoint again with the job's run.
+func (s *ReplicatedCheckpointStore) rewrite(ctx context.Context, job string) error {
+	return s.write(ctx, job, carry)
+}
+
+// carry returns an entry with the checkpoint of last and run.
+func carry(last []byte, run *runRecord) ([]byte, error) {
+	var cp *persistence.Checkpoint
+	if last != nil {
+		var err error
+		if cp, _, err = decodeEntry(last); err != nil {
+			return nil, fmt.Errorf("newest entry: %w", err)
+		}
+	}
+	return encodeRecord(cp, run)
 }
 
 // rendezvous orders names by their hash with key, highest first: each key

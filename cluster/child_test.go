@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -36,6 +37,10 @@ type childConfig struct {
 	Replicas, Acks int
 	ReplicaPeers   []string
 	Namespace      string
+	// JobN and JobDir parameterise the test jobs (see testJobs) from the
+	// start, for a node that takes a job over.
+	JobN   int64
+	JobDir string
 }
 
 // TestChildNode is the child process of the process tests: it runs one
@@ -49,6 +54,7 @@ type childConfig struct {
 //	LATEST <job> <checkpoint>
 //	REPLY <text> | ERROR <error>
 //	SENT <n>
+//	TOOKOVER <job> <from> <checkpoint>, then what runJob prints
 //
 // Commands: complete JOB ID | loop JOB MILLIS (complete 1, 2, ... until
 // stop) | stop | latest JOB | request ADDR ACTOR NAME | send ADDR ACTOR
@@ -80,12 +86,27 @@ func TestChildNode(t *testing.T) {
 		}
 		ncfg.TLS = tc
 	}
+	if cfg.JobDir != "" {
+		jobN, jobDir = cfg.JobN, cfg.JobDir
+	}
 	ctx := context.Background()
 	n, err := cluster.Start(ctx, ncfg)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer n.Stop(ctx)
+	var reports sync.WaitGroup
+	defer reports.Wait()
+	n.SubscribeJobs(func(ev cluster.JobEvent) {
+		if ev.Kind == cluster.JobTakenOver {
+			say("TOOKOVER %s %s %d", ev.Job, ev.From, ev.Checkpoint)
+			reports.Add(1)
+			go func() {
+				defer reports.Done()
+				report(ev.Run, say)
+			}()
+		}
+	})
 	n.Subscribe(func(ev cluster.MemberEvent) {
 		say("EVENT %v %s %s", ev.Kind, ev.Member.Name, ev.Member.ID)
 	})
@@ -455,4 +476,11 @@ func (c *child) port() int {
 	_, p, _ := strings.Cut(c.Address, ":")
 	n, _ := strconv.Atoi(p)
 	return n
+}
+
+// seenLines returns every line the child printed so far.
+func (c *child) seenLines() []string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return slices.Clone(c.seen)
 }

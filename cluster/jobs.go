@@ -84,6 +84,12 @@ type RunOptions struct {
 //
 // Wait on the returned handle for the job's end, as for a local run.
 func Run(ctx context.Context, n *Node, name string, opts RunOptions) (*actors.Run, error) {
+	return n.runJob(ctx, name, opts, "")
+}
+
+// runJob runs the job with this node as its coordinator; from names the
+// coordinator it takes the job over from ("" for Run).
+func (n *Node) runJob(ctx context.Context, name string, opts RunOptions, from string) (*actors.Run, error) {
 	build, ok := n.cfg.Jobs[name]
 	if !ok {
 		return nil, fmt.Errorf("cluster: run %q: no such job in Config.Jobs", name)
@@ -99,22 +105,49 @@ func Run(ctx context.Context, n *Node, name string, opts RunOptions) (*actors.Ru
 			return nil, fmt.Errorf("cluster: run %q: %w", name, err)
 		}
 	}
+	b, maxR, within := opts.Backoff, opts.MaxRestarts, opts.Within
+	if b.Initial == 0 {
+		b = supervision.Backoff{Initial: 100 * time.Millisecond, Max: 2 * time.Second, Multiplier: 2}
+	}
+	if maxR == 0 {
+		maxR = 10
+	}
+	if within == 0 {
+		within = time.Minute
+	}
 	if !t.RestartsOnFailure() {
-		b := opts.Backoff
-		if b.Initial == 0 {
-			b = supervision.Backoff{Initial: 100 * time.Millisecond, Max: 2 * time.Second, Multiplier: 2}
-		}
-		maxR, within := opts.MaxRestarts, opts.Within
-		if maxR == 0 {
-			maxR = 10
-		}
-		if within == 0 {
-			within = time.Minute
-		}
 		t.Configure(operators.RestartOnFailure(b, maxR, within))
 	}
 	t.Configure(operators.CheckpointStore(store), operators.Distribute(&distributor{n: n, offSelf: opts.OffCoordinator}))
-	return n.sys.Run(ctx, t)
+	// Recorded in the job's log first: from now on, if this node is lost,
+	// a node holding a copy takes the job over.
+	rec := runRecord{Coordinator: n.cfg.Name, CoordinatorID: n.ID(),
+		Options: runOptionsRecord{Initial: b.Initial, Max: b.Max, Multiplier: b.Multiplier, Jitter: b.Jitter, MaxRestarts: maxR, Within: within, OffCoordinator: opts.OffCoordinator}}
+	if err := store.beginRun(ctx, name, rec); err != nil {
+		return nil, fmt.Errorf("cluster: run %q: record the run: %w", name, err)
+	}
+	n.lifeMu.Lock()
+	if n.life.Err() != nil {
+		n.lifeMu.Unlock()
+		return nil, fmt.Errorf("cluster: run %q: %w", name, ErrStopped)
+	}
+	n.lifeWG.Add(1)
+	n.lifeMu.Unlock()
+	run, err := n.sys.Run(ctx, t)
+	if err != nil {
+		n.lifeWG.Done()
+		ectx, cancel := context.WithTimeout(context.WithoutCancel(ctx), n.cfg.RequestTimeout)
+		defer cancel()
+		_ = store.endRun(ectx, name)
+		return nil, err
+	}
+	ev := JobEvent{Kind: JobStarted, Job: name, Run: run}
+	if from != "" {
+		ev.Kind, ev.From, ev.Checkpoint = JobTakenOver, from, operators.CheckpointStatsOf(run).RestoredFrom
+	}
+	n.emitJob(ev)
+	go n.watchRun(store, name, run)
+	return run, nil
 }
 
 // distributor is the cluster's operators.Distributor.
@@ -254,7 +287,7 @@ type jobsActor struct {
 }
 
 type (
-	coordinatorLost struct{ addr string }
+	coordinatorLost struct{ member Member }
 	connectionLost  struct{ addr string }
 )
 
@@ -266,7 +299,7 @@ func (a *jobsActor) Receive(c actor.Context) {
 		self := c.Self()
 		a.cancel = n.Subscribe(func(ev MemberEvent) {
 			if ev.Kind == Left {
-				n.root.Send(self, &coordinatorLost{addr: ev.Member.Address})
+				n.root.Send(self, &coordinatorLost{member: ev.Member})
 			}
 		})
 		a.stopConn = n.watchConnections(func(addr string, up bool) {
@@ -300,12 +333,14 @@ func (a *jobsActor) Receive(c actor.Context) {
 		_ = n.Send(actor.NewPID(m.JobAddress, m.JobID), &operators.WireStopped{Address: n.Address(), Gen: m.Gen})
 	case *coordinatorLost: // nobody will stop them: the job moved or ended
 		for k, h := range a.gens {
-			if k.addr == m.addr {
+			if k.addr == m.member.Address {
 				delete(a.gens, k)
 				n.root.Stop(h.pid)
 			}
 		}
 		a.publish()
+		// A job it coordinated may be this node's to take over.
+		n.considerTakeovers(m.member)
 	}
 }
 
@@ -381,11 +416,11 @@ func (n *Node) jobCheckpoints() (*ReplicatedCheckpointStore, error) {
 	if n.jobStore != nil {
 		return n.jobStore, nil
 	}
-	replicas := max(0, min(2, len(n.Members())-1))
-	s, err := NewReplicatedCheckpointStore(n, ReplicationConfig{Replicas: replicas, Acks: min(1, replicas)})
+	s, err := NewReplicatedCheckpointStore(n, ReplicationConfig{Replicas: 2, Acks: 1})
 	if err != nil {
 		return nil, err
 	}
+	s.upTo = true // as many as there are, up to two
 	n.jobStore = s
 	return s, nil
 }

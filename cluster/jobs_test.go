@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sluicehq/sluice/actors"
 	"github.com/sluicehq/sluice/cluster"
 	"github.com/sluicehq/sluice/operators"
 )
@@ -102,6 +103,13 @@ func runJob(n *cluster.Node, args []string, say func(string, ...any)) {
 	if at := operators.AddressOf(run, "slow", 0); at != "" {
 		say("SLOW-AT %s", at)
 	}
+	report(run, say)
+}
+
+// report waits for a run's end, printing CHECKPOINT <id> as checkpoints
+// complete, then SOURCE-BLOCKED, RESTARTS and RESULT (see runJob).
+func report(run *actors.Run, say func(string, ...any)) {
+	ctx := context.Background()
 	done := make(chan error, 1)
 	go func() { done <- run.Wait(ctx) }()
 	tick := time.NewTicker(20 * time.Millisecond)
@@ -139,11 +147,16 @@ func runJob(n *cluster.Node, args []string, say func(string, ...any)) {
 	}
 }
 
-// jobCluster starts three child nodes a (the coordinator), b and c.
-func jobCluster(t *testing.T) (a, b, c *child, cfg func(string, ...string) childConfig) {
+// jobCluster starts three child nodes a (the coordinator), b and c; opts
+// adjust their configurations.
+func jobCluster(t *testing.T, opts ...func(*childConfig)) (a, b, c *child, cfg func(string, ...string) childConfig) {
 	cl := "job-" + strconv.FormatInt(time.Now().UnixNano(), 36)
 	cfg = func(name string, peers ...string) childConfig {
-		return childConfig{Name: name, Cluster: cl, Peers: peers, Store: storeIn(t, name), FailureTimeout: procFailureTimeout, Replicas: -1}
+		c := childConfig{Name: name, Cluster: cl, Peers: peers, Store: storeIn(t, name), FailureTimeout: procFailureTimeout, Replicas: -1}
+		for _, o := range opts {
+			o(&c)
+		}
+		return c
 	}
 	a = startChild(t, cfg("a"))
 	b = startChild(t, cfg("b", a.Address))
@@ -275,4 +288,73 @@ func TestDistributedBackPressure(t *testing.T) {
 		t.Fatalf("result %v, want %s", got, wantCounts(n))
 	}
 	t.Logf("the slow operator ran on %s; the source waited for credits for %v", at[1], d)
+}
+
+// TestDistributedJobCoordinatorKilled: the coordinator of a counting job
+// (its job actor, source and sink) is SIGKILLed mid-stream. One of the two
+// survivors, elected by the copies of the job's log, takes the job over
+// from the newest checkpoint, which is at least the last one the
+// coordinator reported; the other does not; the result (written by the new
+// coordinator's sink into the shared folder) equals the plain loop's.
+func TestDistributedJobCoordinatorKilled(t *testing.T) {
+	if testing.Short() {
+		t.Skip("child processes")
+	}
+	dir := t.TempDir()
+	a, b, c, _ := jobCluster(t, func(c *childConfig) { c.JobN, c.JobDir = jobRecords, dir })
+	want := wantCounts(jobRecords)
+	a.send(fmt.Sprintf("run counting %d %s", jobRecords, dir))
+	t.Logf("placement: %v", placed(a, 20*time.Second))
+	f := a.awaitLine(30*time.Second, "checkpoint 3", func(f []string) bool { return len(f) == 2 && f[0] == "CHECKPOINT" && atou(f[1]) >= 3 })
+	a.kill()
+	// a may have completed a later checkpoint than it reported.
+	reported := atou(f[1])
+	for _, line := range a.seenLines() {
+		if g := strings.Fields(line); len(g) == 2 && g[0] == "CHECKPOINT" {
+			reported = max(reported, atou(g[1]))
+		}
+	}
+	winner, took := firstLine(t, 20*time.Second, "TOOKOVER", b, c)
+	loser := b
+	if winner == b {
+		loser = c
+	}
+	t.Logf("%s took the job over from %s at checkpoint %s (a reported %d)", winner.cfg.Name, took[2], took[3], reported)
+	if took[1] != "counting" || took[2] != "a" {
+		t.Fatalf("took over %v, want counting from a", took)
+	}
+	if cp := atou(took[3]); cp < reported {
+		t.Fatalf("resumed from checkpoint %d, older than checkpoint %d the coordinator completed", cp, reported)
+	}
+	r := winner.awaitLine(2*time.Minute, "the result", func(f []string) bool {
+		if f[0] == "JOBERROR" {
+			t.Fatalf("the job failed on %s: %s", winner.cfg.Name, strings.Join(f[1:], " "))
+		}
+		return f[0] == "RESTARTS"
+	})
+	t.Logf("after the takeover: %s restarts", r[1])
+	if got := winner.expect(10*time.Second, "RESULT"); len(got) != 2 || got[1] != want {
+		t.Fatalf("result after the coordinator's kill:\n%v\nwant the plain loop's\n%s", got, want)
+	}
+	for _, line := range loser.seenLines() {
+		if strings.HasPrefix(line, "TOOKOVER") {
+			t.Fatalf("both survivors took the job over: %s said %q", loser.cfg.Name, line)
+		}
+	}
+}
+
+// firstLine waits for the first of the children to print a line starting
+// with prefix, and returns it with the line's fields.
+func firstLine(t *testing.T, d time.Duration, prefix string, children ...*child) (*child, []string) {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	for time.Now().Before(deadline) {
+		for _, c := range children {
+			if f, ok := c.await(50*time.Millisecond, prefix); ok {
+				return c, f
+			}
+		}
+	}
+	t.Fatalf("no %q from any of the children within %v", prefix, d)
+	return nil, nil
 }

@@ -37,8 +37,9 @@ type LogStatus struct {
 // Messages of a leader actor (local, never on the wire).
 type (
 	writeRequest struct {
-		data  []byte
-		check func(last []byte) error
+		// build returns the entry to append, given the last one's data
+		// (nil when none); its error refuses the write.
+		build func(last []byte) ([]byte, error)
 		done  chan error
 	}
 	leaderTimer struct {
@@ -74,6 +75,7 @@ type leader struct {
 	status      *leaderStatus
 	onChange    func(ReplicaTransition)
 	transitions []ReplicaTransition // of the current step, reported after it
+	claimed     uint64              // >0: take office in this epoch, won by election
 }
 
 // leaderStatus is the leader's state as others may read it.
@@ -97,7 +99,11 @@ func (l *leader) Receive(ctx actor.Context) {
 		var epoch uint64
 		var info replication.LogInfo
 		if err == nil {
-			epoch, info, err = logs.takeOffice(l.log)
+			if l.claimed > 0 {
+				epoch, info, err = l.claimed, logs.info(l.log), logs.takeOfficeAt(l.log, l.claimed, l.n.cfg.Name)
+			} else {
+				epoch, info, err = logs.takeOffice(l.log)
+			}
 		}
 		if err != nil {
 			l.down = fmt.Errorf("cluster: log %q: take office: %w", l.log, err)
@@ -165,7 +171,7 @@ func (l *leader) write(ctx actor.Context, w *writeRequest) {
 	logs, err := l.n.logs()
 	var index uint64
 	if err == nil {
-		index, err = logs.appendEntry(l.log, l.state.Epoch, w.data, w.check)
+		index, err = logs.appendEntry(l.log, l.state.Epoch, w.build)
 	}
 	if errors.Is(err, ErrFenced) {
 		// A newer leader wrote to this node's copy as a replica.

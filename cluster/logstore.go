@@ -203,22 +203,43 @@ func (s *logStore) takeOffice(name string) (epoch uint64, info replication.LogIn
 	return epoch, info, err
 }
 
-// appendEntry appends data as the leader of epoch; check sees the data of
-// the last entry first (nil when none) and may refuse the append.
-func (s *logStore) appendEntry(name string, epoch uint64, data []byte, check func(last []byte) error) (index uint64, err error) {
+// takeOfficeAt makes this node (named self) the leader of the log in
+// epoch, which a majority of its copies promised it (see vote): this
+// node's own promise must still be that one.
+func (s *logStore) takeOfficeAt(name string, epoch uint64, self string) error {
+	return s.update(name, func(l *logTx) error {
+		if v := l.vote(); l.meta.promised != epoch || v.epoch != epoch || v.candidate != self {
+			return fmt.Errorf("%w: epoch %d was won here, the log has promised %d to %q since", ErrFenced, epoch, v.epoch, v.candidate)
+		}
+		return nil
+	})
+}
+
+// info returns the log's info (for a leader taking office).
+func (s *logStore) info(name string) (info replication.LogInfo) {
+	_ = s.view(name, func(l *logTx) error {
+		info = l.info()
+		return nil
+	})
+	return info
+}
+
+// appendEntry appends the entry build returns as the leader of epoch;
+// build sees the data of the last entry first (nil when none), and its
+// error refuses the append.
+func (s *logStore) appendEntry(name string, epoch uint64, build func(last []byte) ([]byte, error)) (index uint64, err error) {
 	err = s.update(name, func(l *logTx) error {
 		if l.meta.promised > epoch {
 			return fmt.Errorf("%w (epoch %d, the log promised %d)", ErrFenced, epoch, l.meta.promised)
 		}
 		last := l.Last()
-		if check != nil {
-			var prev []byte
-			if e, ok := l.entry(last); ok {
-				prev = e.Data
-			}
-			if err := check(prev); err != nil {
-				return err
-			}
+		var prev []byte
+		if e, ok := l.entry(last); ok {
+			prev = e.Data
+		}
+		data, err := build(prev)
+		if err != nil {
+			return err
 		}
 		index = last + 1
 		return l.put(replication.Entry{Index: index, Epoch: epoch, Data: data})
@@ -321,7 +342,7 @@ func (s *logStore) held() (out []HeldLog, err error) {
 				h.LastEpoch = l.meta.baseEpoch
 			}
 			if e, ok := l.entry(h.Last); ok && strings.HasPrefix(h.Log, "checkpoints/") {
-				if cp, err := decodeEntry(e.Data); err == nil && cp != nil {
+				if cp, _, err := decodeEntry(e.Data); err == nil && cp != nil {
 					h.Checkpoint = cp.ID
 				}
 			}

@@ -78,6 +78,8 @@ func registerInternal(r *Registry) error {
 	add(&spawnResponse{}, "spawnResponse")
 	add(&appendRequest{}, "appendRequest")
 	add(&appendResponse{}, "appendResponse")
+	add(&claimRequest{}, "claimRequest")
+	add(&claimResponse{}, "claimResponse")
 	errs = append(errs, registerJobMessages(r))
 	return errors.Join(errs...)
 }

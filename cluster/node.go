@@ -265,6 +265,14 @@ type Node struct {
 
 	jobStoreMu sync.Mutex
 	jobStore   *ReplicatedCheckpointStore // the default of Run
+
+	// life ends when Stop begins: the goroutines of failover (elections,
+	// watchers of runs) end with it, and lifeWG waits for them.
+	life       context.Context
+	lifeCancel context.CancelFunc
+	lifeMu     sync.Mutex // orders lifeWG.Add with Stop's Wait
+	lifeWG     sync.WaitGroup
+	jobReg     jobRegistry
 }
 
 // Names of the node's own actors.
@@ -310,6 +318,7 @@ func Start(ctx context.Context, cfg Config) (n *Node, err error) {
 	as.ID = cfg.Name + "." + as.ID
 	n = &Node{cfg: cfg, log: log, sys: sys, ownSys: own, as: as, subs: map[int]func(MemberEvent){}, lost: map[string]bool{},
 		dispatchStop: make(chan struct{}), dispDone: make(chan struct{}), wake: make(chan struct{}, 1)}
+	n.life, n.lifeCancel = context.WithCancel(context.WithoutCancel(ctx))
 	if n.codec, err = newCodec(cfg.Registry, log, n.isLocal); err != nil {
 		return fail(err)
 	}
@@ -409,6 +418,15 @@ func (n *Node) Stop(ctx context.Context) error {
 	n.stopped = true
 	stores := slices.Clone(n.stores)
 	n.mu.Unlock()
+	n.lifeMu.Lock()
+	n.lifeCancel()
+	n.lifeMu.Unlock()
+	for _, j := range n.Jobs() {
+		if j.From != "" { // taken over: the node's own
+			_ = j.Run.Stop(ctx)
+		}
+	}
+	n.lifeWG.Wait()
 	for _, s := range stores {
 		s.stop()
 	}

@@ -16,6 +16,10 @@ type replicaEndpoint struct{ n *Node }
 func newReplicaEndpoint(n *Node) *replicaEndpoint { return &replicaEndpoint{n: n} }
 
 func (r *replicaEndpoint) Receive(ctx actor.Context) {
+	if c, ok := ctx.Message().(*claimRequest); ok {
+		r.onClaim(ctx, c)
+		return
+	}
 	m, ok := ctx.Message().(*appendRequest)
 	if !ok {
 		return

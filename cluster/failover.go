@@ -1,0 +1,496 @@
+package cluster
+
+import (
+	"context"
+	"encoding/binary"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/asynkron/protoactor-go/actor"
+
+	"github.com/sluicehq/sluice/actors"
+	"github.com/sluicehq/sluice/operators"
+	"github.com/sluicehq/sluice/supervision"
+)
+
+// Coordinator failover.
+//
+// A job started with Run records in its checkpoint log who coordinates it
+// (runRecord): the coordinator's name and member id, and the nodes that
+// hold copies of the log (the coordinator and its replicas). When a member
+// leaves, every node looks through the logs it holds for jobs that member
+// was coordinating and that are still running. The copies still alive are
+// ranked by rendezvous hashing of the job's name; the first stands at once,
+// the next ones only if the job is still orphaned a FailureTimeout later
+// for each rank ahead of them.
+//
+// Standing is an election in the manner of Raft's: the candidate promises
+// itself the log's next epoch and asks the other copies for theirs. A copy
+// grants an epoch newer than any it promised, to a candidate whose copy of
+// the log is at least as up to date as its own (so the winner holds every
+// committed checkpoint: a checkpoint commits on a majority of the copies
+// with the default Acks), and only once the coordinator is no longer a
+// member in its own view (a coordinator that is alive keeps its job). A
+// promise is kept in the log's bucket: each epoch goes to one candidate at
+// most. With the votes of a majority of the copies, the winner leads the
+// log in that epoch (the old coordinator, should it come back, is fenced:
+// its checkpoints fail with ErrFenced) and runs the job, which resumes from
+// the newest checkpoint. A job that ended, failed or was drained is marked
+// so in its log and is never taken over.
+
+// Election messages, to a node's replica actor.
+type (
+	claimRequest struct {
+		Log       string
+		Epoch     uint64
+		Candidate string // the candidate node's name
+		// LastIndex and LastEpoch describe the candidate's copy of the log.
+		LastIndex, LastEpoch uint64
+	}
+	claimResponse struct {
+		Log, Voter string
+		Granted    bool
+		Promised   uint64 // the voter's promised epoch after the request
+		Reason     string // why it was refused
+	}
+)
+
+var voteKey = []byte("vote")
+
+// voteRecord is the candidate a log's copy promised its epoch to.
+type voteRecord struct {
+	epoch     uint64
+	candidate string
+}
+
+func (l *logTx) vote() voteRecord {
+	if l.b == nil {
+		return voteRecord{}
+	}
+	v := l.b.Get(voteKey)
+	if len(v) < 8 {
+		return voteRecord{}
+	}
+	return voteRecord{epoch: binary.BigEndian.Uint64(v), candidate: string(v[8:])}
+}
+
+func (l *logTx) promise(epoch uint64, candidate string) error {
+	l.meta.promised = epoch
+	if err := l.saveMeta(); err != nil {
+		return err
+	}
+	return l.b.Put(voteKey, append(binary.BigEndian.AppendUint64(nil, epoch), candidate...))
+}
+
+// lastEpoch is the epoch of the log's last entry.
+func (l *logTx) lastEpoch() uint64 {
+	last := l.Last()
+	if last == l.meta.baseIndex {
+		return l.meta.baseEpoch
+	}
+	e, _ := l.EpochAt(last)
+	return e
+}
+
+// stand promises the log's next epoch to this node (self), as a candidate,
+// and returns it with the state of its copy.
+func (s *logStore) stand(name, self string) (req claimRequest, err error) {
+	err = s.update(name, func(l *logTx) error {
+		req = claimRequest{Log: name, Epoch: l.meta.promised + 1, Candidate: self, LastIndex: l.Last(), LastEpoch: l.lastEpoch()}
+		return l.promise(req.Epoch, self)
+	})
+	return req, err
+}
+
+// grant decides a candidate's request on this node's copy of the log.
+func (s *logStore) grant(req *claimRequest) (resp claimResponse, err error) {
+	resp = claimResponse{Log: req.Log}
+	err = s.update(req.Log, func(l *logTx) error {
+		v := l.vote()
+		lastEpoch, last := l.lastEpoch(), l.Last()
+		switch {
+		case req.Epoch < l.meta.promised:
+			resp.Reason = fmt.Sprintf("epoch %d is older than the %d promised here", req.Epoch, l.meta.promised)
+		case req.Epoch == l.meta.promised:
+			resp.Granted = v.epoch == req.Epoch && v.candidate == req.Candidate
+			if !resp.Granted {
+				resp.Reason = fmt.Sprintf("epoch %d was promised to another", req.Epoch)
+			}
+		case req.LastEpoch < lastEpoch || req.LastEpoch == lastEpoch && req.LastIndex < last:
+			resp.Reason = fmt.Sprintf("the candidate's copy (entry %d of epoch %d) is behind this one (entry %d of epoch %d)",
+				req.LastIndex, req.LastEpoch, last, lastEpoch)
+		default:
+			resp.Granted = true
+			if err := l.promise(req.Epoch, req.Candidate); err != nil {
+				return err
+			}
+		}
+		resp.Promised = l.meta.promised
+		return nil
+	})
+	return resp, err
+}
+
+// onClaim answers a candidate (on the replica actor).
+func (r *replicaEndpoint) onClaim(ctx actor.Context, m *claimRequest) {
+	n := r.n
+	resp := &claimResponse{Log: m.Log, Voter: n.cfg.Name}
+	if _, run, err := n.lastRecord(m.Log); err == nil && run != nil && run.Running && n.isMemberID(run.CoordinatorID) {
+		resp.Reason = fmt.Sprintf("its coordinator %s is still a member here", run.Coordinator)
+	} else if logs, err := n.logs(); err != nil {
+		resp.Reason = err.Error()
+	} else if g, err := logs.grant(m); err != nil {
+		resp.Reason = err.Error()
+	} else {
+		g.Voter = n.cfg.Name
+		resp = &g
+	}
+	n.log.Info("failover: vote", "log", m.Log, "candidate", m.Candidate, "epoch", m.Epoch, "granted", resp.Granted, "reason", resp.Reason)
+	ctx.Respond(resp)
+}
+
+// isMemberID says whether a member with that id is in the cluster now.
+func (n *Node) isMemberID(id string) bool {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return slices.ContainsFunc(n.members, func(m Member) bool { return m.ID == id })
+}
+
+// JobEventKind says what happened to a job coordinated by a node.
+type JobEventKind int
+
+const (
+	// JobStarted: Run started the job here.
+	JobStarted JobEventKind = iota
+	// JobTakenOver: this node took the job over from a coordinator that
+	// left the cluster.
+	JobTakenOver
+	// JobEnded: the job coordinated here ended (Err says how).
+	JobEnded
+)
+
+func (k JobEventKind) String() string {
+	switch k {
+	case JobStarted:
+		return "started"
+	case JobTakenOver:
+		return "taken-over"
+	case JobEnded:
+		return "ended"
+	}
+	return fmt.Sprintf("JobEventKind(%d)", int(k))
+}
+
+// JobEvent reports a change of the jobs a node coordinates.
+type JobEvent struct {
+	Kind JobEventKind
+	Job  string
+	// Run is the job's handle on this node: wait on it, read its Stats.
+	Run *actors.Run
+	// From is the coordinator the job was taken over from (JobTakenOver).
+	From string
+	// Checkpoint is the checkpoint a taken-over job resumes from (0: the
+	// beginning).
+	Checkpoint uint64
+	// Err is the job's end (JobEnded): nil when it ran to its end.
+	Err error
+}
+
+// CoordinatedJob is a job this node coordinates now.
+type CoordinatedJob struct {
+	Job string
+	Run *actors.Run
+	// From is the coordinator it was taken over from ("" when Run started
+	// it here).
+	From string
+}
+
+// jobRegistry holds the jobs a node coordinates and the subscribers to
+// their events.
+type jobRegistry struct {
+	mu      sync.Mutex
+	jobs    map[string]CoordinatedJob
+	subs    map[int]func(JobEvent)
+	nextSub int
+	// standing: jobs this node is standing for
+	standing map[string]bool
+}
+
+// SubscribeJobs calls fn for every JobEvent of this node from now on, in
+// order, on a goroutine of the node's (fn must not block for long).
+func (n *Node) SubscribeJobs(fn func(JobEvent)) (cancel func()) {
+	r := &n.jobReg
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.subs == nil {
+		r.subs = map[int]func(JobEvent){}
+	}
+	id := r.nextSub
+	r.nextSub++
+	r.subs[id] = fn
+	return func() {
+		r.mu.Lock()
+		defer r.mu.Unlock()
+		delete(r.subs, id)
+	}
+}
+
+// Jobs lists the jobs this node coordinates now, started by Run or taken
+// over, by name.
+func (n *Node) Jobs() []CoordinatedJob {
+	r := &n.jobReg
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	out := make([]CoordinatedJob, 0, len(r.jobs))
+	for _, j := range r.jobs {
+		out = append(out, j)
+	}
+	slices.SortFunc(out, func(a, b CoordinatedJob) int { return strings.Compare(a.Job, b.Job) })
+	return out
+}
+
+// Job returns the run of a job this node coordinates now.
+func (n *Node) Job(name string) (*actors.Run, bool) {
+	r := &n.jobReg
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	j, ok := r.jobs[name]
+	return j.Run, ok
+}
+
+func (n *Node) emitJob(ev JobEvent) {
+	r := &n.jobReg
+	r.mu.Lock()
+	switch ev.Kind {
+	case JobStarted, JobTakenOver:
+		if r.jobs == nil {
+			r.jobs = map[string]CoordinatedJob{}
+		}
+		r.jobs[ev.Job] = CoordinatedJob{Job: ev.Job, Run: ev.Run, From: ev.From}
+	case JobEnded:
+		if j, ok := r.jobs[ev.Job]; ok && j.Run == ev.Run {
+			delete(r.jobs, ev.Job)
+		}
+	}
+	subs := make([]func(JobEvent), 0, len(r.subs))
+	for id := 0; id < r.nextSub; id++ {
+		if fn, ok := r.subs[id]; ok {
+			subs = append(subs, fn)
+		}
+	}
+	r.mu.Unlock()
+	for _, fn := range subs {
+		fn(ev)
+	}
+}
+
+// watchRun marks the run's end in its log when it ends by itself (not
+// when this node stops: then the job is for the others to take over), and
+// reports JobEnded.
+func (n *Node) watchRun(store *ReplicatedCheckpointStore, name string, run *actors.Run) {
+	defer n.lifeWG.Done()
+	select {
+	case <-run.Done():
+	case <-n.life.Done():
+		return
+	}
+	err := run.Wait(context.Background())
+	if n.life.Err() != nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(n.life, n.cfg.RequestTimeout)
+	defer cancel()
+	if e := store.endRun(ctx, name); e != nil && n.life.Err() == nil {
+		n.log.Warn("failover: could not mark the job's run as over", "job", name, "err", e)
+	}
+	n.emitJob(JobEvent{Kind: JobEnded, Job: name, Run: run, Err: err})
+}
+
+// orphans lists the running jobs of the default namespace whose
+// coordinator was lost, among the logs this node holds.
+func (n *Node) orphans(lost Member) []string {
+	logs, err := n.logs()
+	if err != nil {
+		return nil
+	}
+	held, err := logs.held()
+	if err != nil {
+		n.log.Warn("failover: list the logs held here", "err", err)
+		return nil
+	}
+	var out []string
+	for _, h := range held {
+		job, ok := strings.CutPrefix(h.Log, "checkpoints/")
+		if !ok {
+			continue
+		}
+		_, run, err := n.lastRecord(h.Log)
+		if err != nil || run == nil || !run.Running || run.CoordinatorID != lost.ID {
+			continue
+		}
+		if strings.Contains(job, "/") || run.Namespace != "" {
+			n.log.Warn("failover: a job of a namespaced store is not taken over", "log", h.Log, "coordinator", lost.Name)
+			continue
+		}
+		out = append(out, job)
+	}
+	return out
+}
+
+// considerTakeovers starts standing for the jobs lost coordinated.
+func (n *Node) considerTakeovers(lost Member) {
+	if len(n.cfg.Jobs) == 0 {
+		return
+	}
+	for _, job := range n.orphans(lost) {
+		if _, ok := n.cfg.Jobs[job]; !ok {
+			n.log.Warn("failover: an orphaned job is not in Config.Jobs here", "job", job, "coordinator", lost.Name)
+			continue
+		}
+		r := &n.jobReg
+		r.mu.Lock()
+		if r.standing == nil {
+			r.standing = map[string]bool{}
+		}
+		if r.standing[job] || n.life.Err() != nil {
+			r.mu.Unlock()
+			continue
+		}
+		r.standing[job] = true
+		n.lifeWG.Add(1)
+		r.mu.Unlock()
+		go n.stand(job, lost)
+	}
+}
+
+// stand tries to take job over from lost (see the top of this file).
+func (n *Node) stand(job string, lost Member) {
+	defer n.lifeWG.Done()
+	defer func() {
+		n.jobReg.mu.Lock()
+		delete(n.jobReg.standing, job)
+		n.jobReg.mu.Unlock()
+	}()
+	log := "checkpoints/" + job
+	ft := n.cfg.FailureTimeout
+	wait := func(d time.Duration) bool {
+		t := time.NewTimer(d)
+		defer t.Stop()
+		select {
+		case <-t.C:
+			return true
+		case <-n.life.Done():
+			return false
+		}
+	}
+	for attempt := 0; attempt < 10; attempt++ {
+		_, run, err := n.lastRecord(log)
+		if err != nil || run == nil || !run.Running || run.CoordinatorID != lost.ID {
+			return // taken over by another, or over
+		}
+		var live []string
+		for _, c := range run.Copies {
+			if m, ok := n.Member(c); ok && m.ID != lost.ID && (c == n.cfg.Name || !n.suspect(m.Address)) {
+				live = append(live, c)
+			}
+		}
+		rank := slices.Index(rendezvous(job, live), n.cfg.Name)
+		if rank < 0 {
+			return // not a copy, or not a member
+		}
+		delay := time.Duration(rank) * ft
+		if attempt > 0 {
+			delay += ft / 4
+		}
+		if !wait(delay) {
+			return
+		}
+		if _, run, err = n.lastRecord(log); err != nil || run == nil || !run.Running || run.CoordinatorID != lost.ID {
+			return
+		}
+		epoch, ok := n.claim(run, log)
+		if !ok {
+			continue
+		}
+		n.takeOver(job, run, lost, epoch)
+		return
+	}
+	n.log.Warn("failover: gave up standing for the job", "job", job, "coordinator", lost.Name)
+}
+
+// claim stands for the log's next epoch and asks the other copies; it
+// returns the epoch and true with the votes of a majority of them.
+func (n *Node) claim(run *runRecord, log string) (uint64, bool) {
+	logs, err := n.logs()
+	if err != nil {
+		return 0, false
+	}
+	req, err := logs.stand(log, n.cfg.Name)
+	if err != nil {
+		n.log.Warn("failover: stand", "log", log, "err", err)
+		return 0, false
+	}
+	need := len(run.Copies)/2 + 1
+	type answer struct {
+		from string
+		resp *claimResponse
+		err  error
+	}
+	answers := make(chan answer, len(run.Copies))
+	asked := 0
+	for _, c := range run.Copies {
+		m, ok := n.Member(c)
+		if c == n.cfg.Name || !ok {
+			continue
+		}
+		asked++
+		go func() {
+			ctx, cancel := context.WithTimeout(n.life, n.cfg.FailureTimeout)
+			defer cancel()
+			r, err := n.Request(ctx, actor.NewPID(m.Address, replicaActorName), &req)
+			resp, _ := r.(*claimResponse)
+			if err == nil && resp == nil {
+				err = fmt.Errorf("unexpected reply %T", r)
+			}
+			answers <- answer{from: c, resp: resp, err: err}
+		}()
+	}
+	votes := 1
+	for range asked {
+		a := <-answers
+		switch {
+		case a.err != nil:
+			n.log.Info("failover: no vote", "log", log, "from", a.from, "err", a.err)
+		case a.resp.Granted:
+			votes++
+		default:
+			n.log.Info("failover: vote refused", "log", log, "from", a.from, "reason", a.resp.Reason)
+		}
+	}
+	n.log.Info("failover: election", "log", log, "epoch", req.Epoch, "votes", votes, "of", len(run.Copies), "needed", need)
+	return req.Epoch, votes >= need
+}
+
+// takeOver runs job here, leading its log in the epoch won.
+func (n *Node) takeOver(job string, run *runRecord, lost Member, epoch uint64) {
+	store, err := n.jobCheckpoints()
+	if err == nil {
+		err = store.claim(job, epoch)
+	}
+	var r *actors.Run
+	if err == nil {
+		o := run.Options
+		r, err = n.runJob(n.life, job, RunOptions{Checkpoints: store,
+			Backoff: supervision.Backoff{Initial: o.Initial, Max: o.Max, Multiplier: o.Multiplier, Jitter: o.Jitter}, MaxRestarts: o.MaxRestarts,
+			Within: o.Within, OffCoordinator: o.OffCoordinator}, lost.Name)
+	}
+	if err != nil {
+		n.log.Error("failover: could not take the job over", "job", job, "from", lost.Name, "err", err)
+		return
+	}
+	cp := operators.CheckpointStatsOf(r).RestoredFrom
+	n.log.Info("failover: took the job over", "job", job, "from", lost.Name, "epoch", epoch, "checkpoint", cp)
+}
