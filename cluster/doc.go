@@ -122,15 +122,52 @@
 // notice that will never come; records also carry a sequence number per
 // channel, and a gap fails the receiver (operators.ErrLost).
 //
-// Limits of this version: the coordinator is a single point of failure
-// (when it dies the job stops; the nodes stop the instances they hosted
-// for it; its checkpoints survive on the replicas, but taking the job over
-// on another node is not built or tested); Stats of a distributed run count
-// only the coordinator's instances; remote edges assume the Block policy
-// (a batch from another node counts as one message in the receiver's
-// mailbox, so drop, sample and spill policies do not see its records); a
-// deployment to a member that is dying fails after RequestTimeout and
-// costs a restart.
+// # Coordinator failover
+//
+// Run records in the job's checkpoint log who coordinates the job (name
+// and member id) and which nodes hold copies of the log (the coordinator
+// and its replicas); every checkpoint entry carries it, and the job's end
+// (ran to its end, failed, drained, or stopped by its context) is recorded
+// too. When the coordinator leaves the cluster, the copies still alive
+// elect one of them to take the job over: the first in rendezvous order
+// for the job stands at once, the others a FailureTimeout apiece later if
+// the job is still orphaned. A candidate promises itself the log's next
+// epoch and needs the votes of a majority of the copies (itself
+// included); a copy votes once per epoch, only for a candidate whose copy
+// is at least as up to date as its own (so the winner holds every
+// committed checkpoint), and only once the old coordinator is no longer a
+// member in its own view. The winner leads the log in the epoch it won
+// (the old coordinator, if it is alive somewhere, is fenced: its
+// checkpoints fail with ErrFenced) and runs the job from the newest
+// checkpoint: sources resume from their checkpointed offsets on the new
+// coordinator, sinks reopen there (a sink must reach the same place from
+// any node: a shared folder, a database, a message broker). The
+// instances the old coordinator had placed on other nodes are stopped
+// there when it leaves.
+//
+//	n.SubscribeJobs(func(ev cluster.JobEvent) {
+//		if ev.Kind == cluster.JobTakenOver {
+//			log.Printf("took %s over from %s at checkpoint %d", ev.Job, ev.From, ev.Checkpoint)
+//			go func() { _ = ev.Run.Wait(ctx) }()
+//		}
+//	})
+//
+// Node.Jobs lists the jobs a node coordinates; Stats (and `sluice node
+// status`) show who runs the job of each log a node holds. A takeover needs
+// the job in the node's Config.Jobs, a majority of the copies alive (the
+// default store keeps three copies when the cluster has three members or
+// more; with two copies, neither can take over alone), and the default
+// checkpoint store (a job whose RunOptions.Checkpoints has a Namespace is
+// not taken over). A taken-over job's log is replicated to the members
+// present at the takeover; the RunOptions it runs with are the old
+// coordinator's.
+//
+// Limits of this version: Stats of a distributed run count only the
+// coordinator's instances; remote edges assume the Block policy (a batch
+// from another node counts as one message in the receiver's mailbox, so
+// drop, sample and spill policies do not see its records); a deployment
+// to a member that is dying fails after RequestTimeout and costs a
+// restart.
 //
 // # Security
 //

@@ -322,6 +322,11 @@ type HeldLog struct {
 	// Checkpoint is the id of the newest checkpoint in a checkpoint log
 	// (0: none, or cleared).
 	Checkpoint uint64
+	// Coordinator names the node that runs the job of a checkpoint log
+	// ("" when the job was not run by Run), and Running says whether its
+	// run goes on (if that node is lost, the copies elect another).
+	Coordinator string
+	Running     bool
 }
 
 // held lists the logs in the store.
@@ -342,8 +347,13 @@ func (s *logStore) held() (out []HeldLog, err error) {
 				h.LastEpoch = l.meta.baseEpoch
 			}
 			if e, ok := l.entry(h.Last); ok && strings.HasPrefix(h.Log, "checkpoints/") {
-				if cp, _, err := decodeEntry(e.Data); err == nil && cp != nil {
-					h.Checkpoint = cp.ID
+				if cp, run, err := decodeEntry(e.Data); err == nil {
+					if cp != nil {
+						h.Checkpoint = cp.ID
+					}
+					if run != nil {
+						h.Coordinator, h.Running = run.Coordinator, run.Running
+					}
 				}
 			}
 			out = append(out, h)

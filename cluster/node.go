@@ -685,6 +685,10 @@ type Stats struct {
 	Replication []LogStatus
 	// Held lists the replicated logs this node holds, led or replicated.
 	Held []HeldLog
+	// Coordinates lists the jobs this node coordinates now; TakenOver
+	// those it took over from a lost coordinator, by job.
+	Coordinates []string
+	TakenOver   map[string]string
 }
 
 // Stats returns a snapshot of the node's state.
@@ -699,6 +703,15 @@ func (n *Node) Stats() Stats {
 	}
 	if logs, err := n.logs(); err == nil {
 		st.Held, _ = logs.held()
+	}
+	for _, j := range n.Jobs() {
+		st.Coordinates = append(st.Coordinates, j.Job)
+		if j.From != "" {
+			if st.TakenOver == nil {
+				st.TakenOver = map[string]string{}
+			}
+			st.TakenOver[j.Job] = j.From
+		}
 	}
 	return st
 }

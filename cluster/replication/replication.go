@@ -519,9 +519,12 @@ func (m *machine) step(ev Event) bool {
 				m.setTimer(r, m.Config.ackTimeout())
 			}
 		case Syncing, Lagging:
-			if !progress && r.Match < m.Last {
+			if !progress && r.Match < m.Last && e.Seq != r.Seq {
 				break // a duplicate: the append in flight still counts
 			}
+			// (The answer to the latest append without progress: entries
+			// were written after it was sent, as when the leader writes
+			// while its first probe is in flight. They go next.)
 			r.Attempt = 0
 			if r.Match >= m.Last {
 				m.moveTo(r, InSync)

@@ -150,6 +150,33 @@ func TestCatchUpSendsExactlyTheMissingSuffix(t *testing.T) {
 	}
 }
 
+// TestWriteDuringFirstProbe: the leader writes an entry while its first
+// probe (sent when it took office, before the entry existed) is in
+// flight. The probe's answer shows no progress, but it answers the latest
+// append: the entry goes at once, not after the ack timeout.
+func TestWriteDuringFirstProbe(t *testing.T) {
+	s, acts := step(t, twoReplicas(0), replication.Start{})
+	probes := sends(acts)
+	s, acts = step(t, s, replication.Appended{Last: 1})
+	if got := sends(acts); len(got) != 0 {
+		t.Fatalf("sent %v to syncing replicas, want them to catch up after their probes", got)
+	}
+	for _, p := range probes {
+		s, acts = step(t, s, replication.Acked{Replica: p.Replica, Epoch: p.Epoch, Seq: p.Seq, Match: 0})
+		got := sends(acts)
+		if len(got) != 1 || got[0].From != 1 || got[0].To != 1 {
+			t.Fatalf("after %s's probe was answered: sent %v, want entry 1", p.Replica, got)
+		}
+		s, _ = step(t, s, replication.Acked{Replica: p.Replica, Epoch: got[0].Epoch, Seq: got[0].Seq, Match: 1})
+		if phase(t, s, p.Replica) != replication.InSync {
+			t.Fatalf("%s is %v, want in-sync", p.Replica, phase(t, s, p.Replica))
+		}
+	}
+	if s.Commit != 1 {
+		t.Fatalf("commit %d, want 1", s.Commit)
+	}
+}
+
 func TestDuplicateAndReorderedAcks(t *testing.T) {
 	s := syncedAt(t, 4)
 	var acts []replication.Action

@@ -35,7 +35,11 @@ func clusterWordCountCmd(g *globals) *cobra.Command {
 		Long: `Start a cluster of N nodes on loopback: this process is the coordinator and
 starts N-1 others ("sluice node"). The word count's source and sink run here,
 its counters on every node; checkpoints are replicated to the others, so the
-job goes on if a node other than this one is killed (try kill -9 on one).`,
+job goes on if a node other than this one is killed (try kill -9 on one).
+If this process is killed instead, the other nodes elect one of them to take
+the job over from the last checkpoint; it prints "took job cluster-wordcount
+over" and, at the end, "job cluster-wordcount ended", with the counts in
+--out (the nodes then keep running: stop them with kill).`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if nodes < 1 {
@@ -65,8 +69,10 @@ job goes on if a node other than this one is killed (try kill -9 on one).`,
 			}
 			for i := 2; i <= nodes; i++ {
 				p := exec.Command(self, "node", "--name", "n"+strconv.Itoa(i), "--cluster", name, "--peers", n.Address(),
-					"--failure-timeout", "2s", "--parallelism", strconv.Itoa(o.Parallelism), "--log-level", g.logLevel)
-				p.Stderr = g.stderr // its membership lines on stdout are not this command's output
+					"--failure-timeout", "2s", "--parallelism", strconv.Itoa(o.Parallelism), "--lines", strconv.FormatInt(o.Lines, 10),
+					"--out", o.Dir, "--log-level", g.logLevel)
+				// Its lines (membership, a takeover) are not this command's output.
+				p.Stdout, p.Stderr = g.stderr, g.stderr
 				if err := p.Start(); err != nil {
 					return err
 				}

@@ -67,6 +67,8 @@ func nodeCmd(g *globals) *cobra.Command {
 		failure                              time.Duration
 		tf                                   tlsFlags
 		parallelism                          int
+		lines                                int64
+		out                                  string
 	)
 	c := &cobra.Command{
 		Use:   "node --name N --port P --peers HOST:PORT,... --data DIR",
@@ -93,7 +95,7 @@ A node that the others declared lost exits with an error: restart it.`,
 			}
 			cfg := cluster.Config{Name: name, ClusterName: clusterName, Host: host, Port: port, Peers: splitList(peers),
 				TLS: tc, Logger: log, FailureTimeout: failure,
-				Jobs: clusterJobs(clusterwordcount.Options{Parallelism: parallelism})}
+				Jobs: clusterJobs(clusterwordcount.Options{Parallelism: parallelism, Lines: lines, Dir: out})}
 			if data != "" {
 				if err := os.MkdirAll(data, 0o700); err != nil {
 					return err
@@ -110,6 +112,28 @@ A node that the others declared lost exits with an error: restart it.`,
 				fmt.Fprintf(g.stdout, "%s %s %s %s (%d members)\n", ev.Time.Format(time.RFC3339), ev.Kind, ev.Member.Name, ev.Member.Address, len(ev.Members))
 				if ev.Kind == cluster.Excluded {
 					close(excluded)
+				}
+			})
+			n.SubscribeJobs(func(ev cluster.JobEvent) {
+				at := time.Now().Format(time.RFC3339)
+				switch {
+				case ev.Kind == cluster.JobTakenOver:
+					fmt.Fprintf(g.stdout, "%s took job %s over from %s, resuming from checkpoint %d\n", at, ev.Job, ev.From, ev.Checkpoint)
+				case ev.Kind == cluster.JobEnded && ev.Err != nil:
+					fmt.Fprintf(g.stdout, "%s job %s failed: %v\n", at, ev.Job, ev.Err)
+				case ev.Kind == cluster.JobEnded:
+					fmt.Fprintf(g.stdout, "%s job %s ended\n", at, ev.Job)
+					if ev.Job == clusterwordcount.Job && out != "" { // check the counts, as the coordinator would
+						got, err := clusterwordcount.Result(out)
+						if err == nil {
+							err = clusterwordcount.Compare(got, clusterwordcount.Want(lines))
+						}
+						if err != nil {
+							fmt.Fprintf(g.stdout, "%s job %s: %v\n", at, ev.Job, err)
+						} else {
+							fmt.Fprintf(g.stdout, "%s job %s: %d distinct words: the counts equal the plain loop's\n", at, ev.Job, len(got))
+						}
+					}
 				}
 			})
 			fmt.Fprintf(g.stdout, "node %s listening on %s (id %s)\n", n.Name(), n.Address(), n.ID())
@@ -136,6 +160,8 @@ A node that the others declared lost exits with an error: restart it.`,
 	c.Flags().StringVar(&clusterName, "cluster", cluster.DefaultClusterName, "the cluster's name: nodes of other clusters never join")
 	c.Flags().DurationVar(&failure, "failure-timeout", cluster.DefaultFailureTimeout, "how long a silent peer stays a member")
 	c.Flags().IntVar(&parallelism, "parallelism", 6, "the cluster word count's counting instances (as on its coordinator)")
+	c.Flags().Int64Var(&lines, "lines", 1_000_000, "the cluster word count's lines (as on its coordinator: for a takeover)")
+	c.Flags().StringVar(&out, "out", "", "the cluster word count's output folder (as on its coordinator: for a takeover)")
 	tf.add(c)
 	c.AddCommand(nodeStatusCmd(g))
 	return c
@@ -216,6 +242,20 @@ func printStatus(w io.Writer, st cluster.Stats) {
 		fmt.Fprintf(w, "  holds %s: entries %d..%d, epoch %d", h.Log, h.First, h.Last, h.Promised)
 		if h.Checkpoint > 0 {
 			fmt.Fprintf(w, ", checkpoint %d", h.Checkpoint)
+		}
+		if h.Coordinator != "" {
+			state := "over"
+			if h.Running {
+				state = "running"
+			}
+			fmt.Fprintf(w, ", run by %s (%s)", h.Coordinator, state)
+		}
+		fmt.Fprintln(w)
+	}
+	for _, j := range st.Coordinates {
+		fmt.Fprintf(w, "  coordinates %s", j)
+		if from := st.TakenOver[j]; from != "" {
+			fmt.Fprintf(w, " (taken over from %s)", from)
 		}
 		fmt.Fprintln(w)
 	}
