@@ -1,6 +1,7 @@
 package cluster
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -57,7 +58,7 @@ const internalPrefix = "sluice."
 type Registry struct {
 	mu     sync.RWMutex
 	byName map[string]regType
-	byType map[reflect.Type]string
+	byType map[reflect.Type]regName
 }
 
 type regType struct {
@@ -65,9 +66,12 @@ type regType struct {
 	proto bool
 }
 
+// regName is a registered type's name and the type URL it travels under.
+type regName struct{ name, url string }
+
 // NewRegistry returns an empty registry.
 func NewRegistry() *Registry {
-	return &Registry{byName: map[string]regType{}, byType: map[reflect.Type]string{}}
+	return &Registry{byName: map[string]regType{}, byType: map[reflect.Type]regName{}}
 }
 
 // Register adds type T to r under name. Names starting with "sluice." are
@@ -95,10 +99,14 @@ func (r *Registry) register(t reflect.Type, name string, internal bool) error {
 	if old, ok := r.byName[name]; ok && old.t != t {
 		return fmt.Errorf("cluster: register %v: name %q is already %v", t, name, old.t)
 	}
-	if old, ok := r.byType[t]; ok && old != name {
-		return fmt.Errorf("cluster: register %q: %v is already registered as %q", name, t, old)
+	if old, ok := r.byType[t]; ok && old.name != name {
+		return fmt.Errorf("cluster: register %q: %v is already registered as %q", name, t, old.name)
 	}
-	r.byName[name], r.byType[t] = regType{t: t, proto: isProto}, name
+	url := msgpackURL + name
+	if isProto {
+		url = protoURL + name
+	}
+	r.byName[name], r.byType[t] = regType{t: t, proto: isProto}, regName{name: name, url: url}
 	return nil
 }
 
@@ -114,7 +122,7 @@ func (r *Registry) Names() []string {
 	return out
 }
 
-func (r *Registry) nameOf(t reflect.Type) (string, bool) {
+func (r *Registry) nameOf(t reflect.Type) (regName, bool) {
 	r.mu.RLock()
 	defer r.mu.RUnlock()
 	n, ok := r.byType[t]
@@ -216,9 +224,9 @@ func (c *codec) pack(v any) (*anypb.Any, error) {
 		c.unregistered.Add(1)
 		return nil, fmt.Errorf("%w: nil message", ErrUnregistered)
 	}
-	name, ok := c.internal.nameOf(t)
+	rn, ok := c.internal.nameOf(t)
 	if !ok {
-		name, ok = c.user.nameOf(t)
+		rn, ok = c.user.nameOf(t)
 	}
 	if !ok {
 		c.unregistered.Add(1)
@@ -227,22 +235,50 @@ func (c *codec) pack(v any) (*anypb.Any, error) {
 	var (
 		data []byte
 		err  error
-		url  string
 	)
 	if pm, isProto := v.(proto.Message); isProto {
 		data, err = proto.Marshal(pm)
-		url = protoURL + name
 	} else {
-		data, err = msgpack.Marshal(v)
-		url = msgpackURL + name
+		e := encoders.Get().(*encoder)
+		e.buf.Reset()
+		if err = e.enc.Encode(v); err == nil {
+			data = bytes.Clone(e.buf.Bytes())
+		}
+		if e.buf.Cap() <= 64<<10 { // keep small buffers only
+			encoders.Put(e)
+		}
 	}
 	if err != nil {
 		c.unregistered.Add(1)
-		return nil, fmt.Errorf("cluster: encode %q: %w", name, err)
+		return nil, fmt.Errorf("cluster: encode %q: %w", rn.name, err)
 	}
 	c.packed.Add(1)
-	return &anypb.Any{TypeUrl: url, Value: data}, nil
+	return &anypb.Any{TypeUrl: rn.url, Value: data}, nil
 }
+
+// encoder is a msgpack encoder with its buffer, reused through encoders.
+type encoder struct {
+	enc *msgpack.Encoder
+	buf bytes.Buffer
+}
+
+// decoder is a msgpack decoder with its reader, reused through decoders.
+type decoder struct {
+	dec *msgpack.Decoder
+	r   bytes.Reader
+}
+
+var decoders = sync.Pool{New: func() any {
+	d := &decoder{dec: msgpack.NewDecoder(nil)}
+	d.dec.UsePreallocateValues(true)
+	return d
+}}
+
+var encoders = sync.Pool{New: func() any {
+	e := &encoder{}
+	e.enc = msgpack.NewEncoder(&e.buf)
+	return e
+}}
 
 // unpack decodes a received Any into the registered type it names.
 func (c *codec) unpack(a *anypb.Any) (v any, err error) {
@@ -280,7 +316,12 @@ func (c *codec) unpack(a *anypb.Any) (v any, err error) {
 	if wantProto {
 		err = proto.Unmarshal(a.GetValue(), ptr.Interface().(proto.Message))
 	} else if err = msgpacksafe.Check(a.GetValue()); err == nil {
-		err = msgpack.Unmarshal(a.GetValue(), ptr.Interface())
+		d := decoders.Get().(*decoder)
+		d.r.Reset(a.GetValue())
+		d.dec.Reset(&d.r)
+		err = d.dec.Decode(ptr.Interface())
+		d.r.Reset(nil)
+		decoders.Put(d)
 	}
 	if err != nil {
 		c.undecodable.Add(1)
