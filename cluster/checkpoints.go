@@ -267,7 +267,11 @@ func (s *ReplicatedCheckpointStore) Complete(ctx context.Context, job string, cp
 		if errors.Is(err, persistence.ErrStaleCheckpoint) {
 			return err
 		}
-		return fmt.Errorf("cluster: job %q checkpoint %d: %w", job, cp.ID, err)
+		err = fmt.Errorf("cluster: job %q checkpoint %d: %w", job, cp.ID, err)
+		if errors.Is(err, ErrFenced) { // a newer coordinator runs the job
+			s.n.abandon(job, err)
+		}
+		return err
 	}
 	return nil
 }

@@ -484,3 +484,19 @@ func (c *child) seenLines() []string {
 	defer c.mu.Unlock()
 	return slices.Clone(c.seen)
 }
+
+// pause stops the child (SIGSTOP) as a long garbage-collection pause or a
+// partition would; resume lets it go on (SIGCONT).
+func (c *child) pause() {
+	c.t.Helper()
+	if err := c.cmd.Process.Signal(syscall.SIGSTOP); err != nil {
+		c.t.Fatalf("child %s: SIGSTOP: %v", c.cfg.Name, err)
+	}
+}
+
+func (c *child) resume() {
+	c.t.Helper()
+	if err := c.cmd.Process.Signal(syscall.SIGCONT); err != nil {
+		c.t.Fatalf("child %s: SIGCONT: %v", c.cfg.Name, err)
+	}
+}

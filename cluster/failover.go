@@ -217,6 +217,8 @@ type jobRegistry struct {
 	nextSub int
 	// standing: jobs this node is standing for
 	standing map[string]bool
+	// abandoned: jobs stopped because another node takes them over, why
+	abandoned map[string]error
 }
 
 // SubscribeJobs calls fn for every JobEvent of this node from now on, in
@@ -299,6 +301,14 @@ func (n *Node) watchRun(store *ReplicatedCheckpointStore, name string, run *acto
 	}
 	err := run.Wait(context.Background())
 	if n.life.Err() != nil {
+		return
+	}
+	n.jobReg.mu.Lock()
+	why := n.jobReg.abandoned[name]
+	delete(n.jobReg.abandoned, name)
+	n.jobReg.mu.Unlock()
+	if why != nil { // the log is another node's now: nothing to record
+		n.emitJob(JobEvent{Kind: JobEnded, Job: name, Run: run, Err: why})
 		return
 	}
 	ctx, cancel := context.WithTimeout(n.life, n.cfg.RequestTimeout)
@@ -493,4 +503,37 @@ func (n *Node) takeOver(job string, run *runRecord, lost Member, epoch uint64) {
 	}
 	cp := operators.CheckpointStatsOf(r).RestoredFrom
 	n.log.Info("failover: took the job over", "job", job, "from", lost.Name, "epoch", epoch, "checkpoint", cp)
+}
+
+// abandon stops a job this node coordinates because another node takes
+// it over, or may: its log was fenced by a newer coordinator, or the
+// cluster declared this node lost. Its JobEnded event carries why.
+func (n *Node) abandon(job string, why error) {
+	r := &n.jobReg
+	r.mu.Lock()
+	j, ok := r.jobs[job]
+	if ok {
+		if r.abandoned == nil {
+			r.abandoned = map[string]error{}
+		}
+		if r.abandoned[job] != nil {
+			ok = false // already
+		} else {
+			r.abandoned[job] = why
+		}
+	}
+	r.mu.Unlock()
+	if !ok {
+		return
+	}
+	n.log.Error("stopping a job that another node takes over", "job", job, "reason", why)
+	j.Run.Execution().Abort()
+}
+
+// abandonAll stops every job this node coordinates: the cluster declared
+// it lost, and the others take its jobs over.
+func (n *Node) abandonAll() {
+	for _, j := range n.Jobs() {
+		n.abandon(j.Job, fmt.Errorf("cluster: job %q: %w: the cluster declared node %s lost; the others take its jobs over", j.Job, ErrFenced, n.cfg.Name))
+	}
 }

@@ -288,6 +288,7 @@ type jobsActor struct {
 
 type (
 	coordinatorLost struct{ member Member }
+	excluded        struct{}
 	connectionLost  struct{ addr string }
 )
 
@@ -298,8 +299,11 @@ func (a *jobsActor) Receive(c actor.Context) {
 		a.gens = map[genKey]hosted{}
 		self := c.Self()
 		a.cancel = n.Subscribe(func(ev MemberEvent) {
-			if ev.Kind == Left {
+			switch ev.Kind {
+			case Left:
 				n.root.Send(self, &coordinatorLost{member: ev.Member})
+			case Excluded:
+				n.root.Send(self, &excluded{})
 			}
 		})
 		a.stopConn = n.watchConnections(func(addr string, up bool) {
@@ -331,6 +335,15 @@ func (a *jobsActor) Receive(c actor.Context) {
 			return
 		}
 		_ = n.Send(actor.NewPID(m.JobAddress, m.JobID), &operators.WireStopped{Address: n.Address(), Gen: m.Gen})
+	case *excluded:
+		// The others declared this node lost: they restart what it hosted
+		// elsewhere and take over the jobs it coordinated.
+		for k, h := range a.gens {
+			delete(a.gens, k)
+			n.root.Stop(h.pid)
+		}
+		a.publish()
+		n.abandonAll()
 	case *coordinatorLost: // nobody will stop them: the job moved or ended
 		for k, h := range a.gens {
 			if k.addr == m.member.Address {

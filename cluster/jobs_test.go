@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -357,4 +358,38 @@ func firstLine(t *testing.T, d time.Duration, prefix string, children ...*child)
 	}
 	t.Fatalf("no %q from any of the children within %v", prefix, d)
 	return nil, nil
+}
+
+// TestDistributedJobPausedCoordinatorFenced: the coordinator is paused
+// (SIGSTOP) long enough for the others to declare it lost; a survivor
+// takes the job over. When the old coordinator resumes, it learns it was
+// excluded and stops its own run of the job (a zombie must not go on);
+// the survivor's result equals the plain loop's.
+func TestDistributedJobPausedCoordinatorFenced(t *testing.T) {
+	if testing.Short() {
+		t.Skip("child processes")
+	}
+	dir := t.TempDir()
+	a, b, c, _ := jobCluster(t, func(c *childConfig) { c.JobN, c.JobDir = jobRecords, dir })
+	want := wantCounts(jobRecords)
+	a.send(fmt.Sprintf("run counting %d %s", jobRecords, dir))
+	placed(a, 20*time.Second)
+	a.awaitLine(30*time.Second, "checkpoint 3", func(f []string) bool { return len(f) == 2 && f[0] == "CHECKPOINT" && atou(f[1]) >= 3 })
+	a.pause()
+	winner, took := firstLine(t, 20*time.Second, "TOOKOVER", b, c)
+	a.resume()
+	t.Logf("%s took the job over at checkpoint %s while a was paused", winner.cfg.Name, took[3])
+	f := a.awaitLine(30*time.Second, "the old coordinator's run to stop", func(f []string) bool {
+		if f[0] == "RESULT" {
+			t.Fatalf("the paused coordinator finished its run: %v", f)
+		}
+		return f[0] == "JOBERROR"
+	})
+	t.Logf("a: %s", strings.Join(f, " "))
+	if got := winner.expect(2*time.Minute, "RESULT"); len(got) != 2 || got[1] != want {
+		t.Fatalf("result after the takeover:\n%v\nwant the plain loop's\n%s", got, want)
+	}
+	if !slices.ContainsFunc(a.seenLines(), func(l string) bool { return strings.HasPrefix(l, "EVENT excluded") }) {
+		t.Errorf("a was never told it was excluded:\n%s", strings.Join(a.seenLines(), "\n"))
+	}
 }

@@ -200,7 +200,12 @@ func (m *membership) pong(ctx actor.Context, msg *pong) {
 		}
 	}
 	if msg.Excluded {
-		m.n.markExcluded()
+		if msg.Members >= len(m.members) {
+			m.n.markExcluded()
+		} else {
+			m.n.codec.warnOnce("excluded-by:"+msg.ID, "cluster: a peer that sees fewer members declared this node lost: ignored",
+				"peer", msg.Name, "its members", msg.Members, "ours", len(m.members))
+		}
 	}
 	m.publish()
 }

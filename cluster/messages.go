@@ -26,6 +26,11 @@ type (
 		// Excluded: the asker's member id was declared lost here; it must
 		// restart (with a new id) to rejoin.
 		Excluded bool
+		// Members is how many members the answering node sees (itself
+		// included): a node excluded by one that sees fewer members than
+		// itself ignores it (the answering node is the one cut off, as
+		// after a long pause).
+		Members int
 	}
 )
 

@@ -161,6 +161,7 @@ func (a *nodeActor) Receive(ctx actor.Context) {
 		if m.Cluster == n.cfg.ClusterName {
 			resp.Peers = n.knownPeers()
 			resp.Excluded = m.ID != "" && n.wasLost(m.ID)
+			resp.Members = len(n.Members())
 			if n.static != nil {
 				n.static.learned(m.From)
 			}
