@@ -130,7 +130,9 @@ func (r *Run) Wait(ctx context.Context) error {
 }
 
 // Drain asks the job's sources to stop, waits until in-flight records are
-// processed and sinks flushed, and returns the job's outcome. When ctx ends
+// processed and sinks flushed (for a topology with checkpoints, until its
+// final checkpoint is committed: see operators.Checkpoints), and returns the
+// job's outcome. When ctx ends
 // first, the job is asked to stop and ErrDrainTimeout is returned at once.
 func (r *Run) Drain(ctx context.Context) error {
 	r.exec.Drain()

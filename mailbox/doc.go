@@ -56,6 +56,14 @@
 // (at-least-once; what was only in memory is lost). MaxBytes caps the
 // spill; beyond it new records are dropped as ReasonSpillFull.
 //
+// When the disk fails, nothing is lost silently and memory stays bounded:
+// the records of a group that cannot be written, and of messages that cannot
+// be read back or decoded, are counted as dropped (ReasonUnspillable) and
+// the error, naming the queue and the store file, goes to Config.OnError
+// (a damaged group matches ErrSpillCorrupt). Control messages of a group
+// that failed stay in memory and are delivered in their place.
+// SpillOptions.WrapIO lets tests inject such failures (package mailboxtest).
+//
 // # Caveats
 //
 // A store file written by another program, by a newer sluice or damaged is

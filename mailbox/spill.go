@@ -18,6 +18,12 @@ import (
 // Spill store errors, for errors.Is.
 var (
 	ErrSpillFull = errors.New("mailbox: spill full")
+	// ErrSpillCorrupt: a group of spilled messages read back from the store
+	// does not parse (damaged on disk, or by SpillOptions.WrapIO in a
+	// test). The error names the queue, the store file and the sequence
+	// number; the messages that cannot be read are counted as dropped
+	// (ReasonUnspillable).
+	ErrSpillCorrupt = errors.New("mailbox: spill: corrupt group")
 	// ErrForeignFile, ErrNewerFile, ErrCorruptFile and ErrLockedFile describe
 	// a store file that cannot be used. Nothing in it is changed.
 	ErrForeignFile = store.ErrForeign
@@ -130,6 +136,84 @@ type SpillOptions struct {
 	// (a standalone actor restarting after a crash: at-least-once). Without
 	// it the queue starts empty.
 	Keep bool
+	// WrapIO, when set, wraps the queue's access to its store (see SpillIO)
+	// once, when the mailbox opens: for tests that make writes fail or
+	// reads come back damaged (mailboxtest.FaultySpill). Nil: the store as
+	// it is.
+	WrapIO func(SpillIO) SpillIO
+}
+
+// SpillIO is a spill queue's access to its store once the queue is open:
+// writing groups of messages and deleting processed ones, and reading
+// groups back. The store's bbolt file implements it; SpillOptions.WrapIO
+// puts a wrapper around it.
+//
+// What the mailbox does with a failure: a failed Commit loses the group's
+// records, which are counted as dropped (ReasonUnspillable) and reported
+// through Config.OnError, while its control messages stay in memory to be
+// delivered in order (they are never dropped); a failed or damaged Load
+// gives up the records it cannot read, counted and reported the same way,
+// and the actor goes on with the rest. Memory stays bounded either way.
+type SpillIO interface {
+	// Commit stores group (when not nil) under key and deletes the groups
+	// under the keys in del, in one transaction: all of it or nothing.
+	Commit(queue string, key uint64, group []byte, del []uint64) error
+	// Load returns the first group whose key is at or after from, and its
+	// key. The bytes are the caller's.
+	Load(queue string, from uint64) (key uint64, group []byte, err error)
+}
+
+// boltIO is SpillIO on the store's bbolt file.
+type boltIO struct {
+	st    *SpillStore
+	loads int // groups read, for releasing mapped pages
+}
+
+func (b *boltIO) Commit(queue string, key uint64, group []byte, del []uint64) error {
+	return b.st.db.Update(func(tx *bolt.Tx) error {
+		bk := tx.Bucket(spillBucket).Bucket([]byte(queue))
+		if bk == nil {
+			return errors.New("queue bucket vanished")
+		}
+		var k [8]byte
+		if group != nil {
+			binary.BigEndian.PutUint64(k[:], key)
+			if err := bk.Put(k[:], group); err != nil {
+				return err
+			}
+		}
+		for _, d := range del {
+			binary.BigEndian.PutUint64(k[:], d)
+			if err := bk.Delete(k[:]); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+}
+
+func (b *boltIO) Load(queue string, from uint64) (key uint64, group []byte, err error) {
+	err = b.st.db.View(func(tx *bolt.Tx) error {
+		bk := tx.Bucket(spillBucket).Bucket([]byte(queue))
+		if bk == nil {
+			return errors.New("queue bucket vanished")
+		}
+		var k [8]byte
+		binary.BigEndian.PutUint64(k[:], from)
+		kb, v := bk.Cursor().Seek(k[:])
+		if kb == nil {
+			return errors.New("committed group missing")
+		}
+		key, group = binary.BigEndian.Uint64(kb), bytes.Clone(v)
+		// The group was copied out: its pages of the memory map need not
+		// stay resident. Without this, reading a spill of gigabytes back
+		// would show as gigabytes of RSS (file pages, but counted).
+		if b.loads++; b.loads%dropMappedEvery == 0 {
+			_ = store.DropMapped(tx) // advisory: a failure costs only RSS
+		}
+		return nil
+	})
+	return key, group, err
 }
 
 func (o *SpillOptions) validate() error {
@@ -230,6 +314,7 @@ type group struct {
 // messages have been processed.
 type spillQueue struct {
 	opts     *SpillOptions
+	io       SpillIO
 	name     []byte
 	every    int
 	nextSeq  uint64
@@ -240,12 +325,11 @@ type spillQueue struct {
 	wbuf     []spilled
 	wbufSize int
 	wbufN    int
-	cur      []byte    // the rest of the group being handed out (a copy)
-	curSeq   uint64    // the sequence number of cur's first entry
-	reading  []group   // read back, not all processed
-	ackSeq   uint64    // highest processed sequence number
-	doomed   [][8]byte // keys of processed groups, deleted at the next commit
-	loads    int       // groups read back
+	cur      []byte   // the rest of the group being handed out (a copy)
+	curSeq   uint64   // the sequence number of cur's first entry
+	reading  []group  // read back, not all processed
+	ackSeq   uint64   // highest processed sequence number
+	doomed   []uint64 // keys of processed groups, deleted at the next commit
 }
 
 func openSpillQueue(o *SpillOptions) (*spillQueue, int, error) {
@@ -289,6 +373,10 @@ func openSpillQueue(o *SpillOptions) (*spillQueue, int, error) {
 	if err != nil {
 		return nil, 0, fmt.Errorf("mailbox: spill queue %q in %s: %w", o.Queue, o.Store.Path(), err)
 	}
+	q.io = &boltIO{st: o.Store}
+	if o.WrapIO != nil {
+		q.io = o.WrapIO(q.io)
+	}
 	return q, recovered, nil
 }
 
@@ -321,44 +409,45 @@ func (q *spillQueue) groupFull() bool {
 }
 
 // commit writes the pending group and deletes processed groups, in one
-// transaction. On failure the pending group is discarded (memory stays
-// bounded): the caller counts its wbufN records as lost.
+// transaction. On failure the group's records are discarded (memory stays
+// bounded): the caller counts its wbufN records as lost. Its control
+// messages are kept, renumbered in the place of the group, to go out with
+// the next commit or straight from memory: they are never dropped.
 func (q *spillQueue) commit() error {
 	if len(q.wbuf) == 0 && len(q.doomed) == 0 {
 		return nil
 	}
 	var value []byte
+	var key uint64
 	if len(q.wbuf) > 0 {
 		value = make([]byte, 0, q.wbufSize)
 		for _, s := range q.wbuf {
 			value = appendEntry(value, s)
 		}
+		key = q.wbuf[0].seq
 	}
-	err := q.opts.Store.db.Update(func(tx *bolt.Tx) error {
-		b := tx.Bucket(spillBucket).Bucket(q.name)
-		if b == nil {
-			return errors.New("queue bucket vanished")
-		}
-		if value != nil {
-			var key [8]byte
-			binary.BigEndian.PutUint64(key[:], q.wbuf[0].seq)
-			if err := b.Put(key[:], value); err != nil {
-				return err
-			}
-		}
-		for _, k := range q.doomed {
-			if err := b.Delete(k[:]); err != nil {
-				return err
-			}
-		}
-		return nil
-	})
+	err := q.io.Commit(q.opts.Queue, key, value, q.doomed)
 	msgs, records := len(q.wbuf), q.wbufN
+	if err != nil {
+		kept := q.wbuf[:0]
+		size := 0
+		for _, s := range q.wbuf {
+			if s.ctl {
+				s.seq = key + uint64(len(kept))
+				kept = append(kept, s)
+				size += s.size
+			}
+		}
+		clear(q.wbuf[len(kept):])
+		q.wbuf, q.wbufSize, q.wbufN = kept, size, 0
+		if len(q.wbuf) > 0 {
+			q.nextSeq = key + uint64(len(q.wbuf))
+		}
+		return fmt.Errorf("mailbox: spill queue %q in %s: commit %d messages (%d records): %w",
+			q.opts.Queue, q.opts.Store.Path(), msgs, records, err)
+	}
 	clear(q.wbuf) // keep the array for the next group, not the messages
 	q.wbuf, q.wbufSize, q.wbufN = q.wbuf[:0], 0, 0
-	if err != nil {
-		return fmt.Errorf("mailbox: spill queue %q in %s: commit: %w", q.opts.Queue, q.opts.Store.Path(), err)
-	}
 	q.doomed = nil
 	q.unread += msgs
 	q.unreadN += records
@@ -368,33 +457,18 @@ func (q *spillQueue) commit() error {
 
 // load reads the next committed group into cur.
 func (q *spillQueue) load() error {
-	return q.opts.Store.db.View(func(tx *bolt.Tx) error {
-		b := tx.Bucket(spillBucket).Bucket(q.name)
-		if b == nil {
-			return errors.New("queue bucket vanished")
-		}
-		var key [8]byte
-		binary.BigEndian.PutUint64(key[:], q.readKey)
-		k, v := b.Cursor().Seek(key[:])
-		if k == nil {
-			return errors.New("committed group missing")
-		}
-		first := binary.BigEndian.Uint64(k)
-		msgs, _, err := scanGroup(v)
-		if err != nil {
-			msgs = max(msgs, 1)
-		}
-		q.cur, q.curSeq = bytes.Clone(v), first
-		q.readKey = first + 1
-		q.reading = append(q.reading, group{key: first, last: first + uint64(msgs) - 1, size: len(v)})
-		// The group was copied out: its pages of the memory map need not
-		// stay resident. Without this, reading a spill of gigabytes back
-		// would show as gigabytes of RSS (file pages, but counted).
-		if q.loads++; q.loads%dropMappedEvery == 0 {
-			_ = store.DropMapped(tx) // advisory: a failure costs only RSS
-		}
-		return nil
-	})
+	first, v, err := q.io.Load(q.opts.Queue, q.readKey)
+	if err != nil {
+		return err
+	}
+	msgs, _, err := scanGroup(v)
+	if err != nil {
+		msgs = max(msgs, 1)
+	}
+	q.cur, q.curSeq = v, first
+	q.readKey = first + 1
+	q.reading = append(q.reading, group{key: first, last: first + uint64(msgs) - 1, size: len(v)})
+	return nil
 }
 
 // read brings back up to maxRecords records, and at least one message when
@@ -417,7 +491,7 @@ func (q *spillQueue) read(maxRecords int, force bool) (got []entry, dropped []in
 		ctl, n, data, rest, perr := nextEntry(q.cur)
 		if perr != nil {
 			// The rest of this group cannot be parsed: give it up.
-			errs = append(errs, fmt.Errorf("seq %d: %w", q.curSeq, perr))
+			errs = append(errs, fmt.Errorf("seq %d: %w: %w", q.curSeq, ErrSpillCorrupt, perr))
 			break
 		}
 		if (total > 0 || !force) && total+n > maxRecords {
@@ -478,9 +552,7 @@ func (q *spillQueue) ack(seq uint64) bool {
 		q.ackSeq = seq
 	}
 	for len(q.reading) > 0 && q.reading[0].last <= q.ackSeq && !(len(q.reading) == 1 && len(q.cur) > 0) {
-		var k [8]byte
-		binary.BigEndian.PutUint64(k[:], q.reading[0].key)
-		q.doomed = append(q.doomed, k)
+		q.doomed = append(q.doomed, q.reading[0].key)
 		q.diskSize -= int64(q.reading[0].size)
 		q.reading = q.reading[1:]
 	}

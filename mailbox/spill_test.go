@@ -12,6 +12,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -19,6 +20,7 @@ import (
 
 	"github.com/sluicehq/sluice/internal/store"
 	"github.com/sluicehq/sluice/mailbox"
+	"github.com/sluicehq/sluice/mailbox/mailboxtest"
 )
 
 func spillConfig(st *mailbox.SpillStore, queue string, capacity, commitEvery int) mailbox.Config {
@@ -764,4 +766,78 @@ func FuzzTypeCodecDecode(f *testing.F) {
 			t.Fatalf("%#v encodes to %x, decodes to %#v, which encodes to %x, %v", v, enc, v2, enc2, err)
 		}
 	})
+}
+
+// TestSpillWriteFailureIsCountedAndKeepsControl: when the disk fails under a
+// spill (here: full), the group's records are counted as dropped
+// (ReasonUnspillable) and the error, naming the queue and the store file,
+// goes to OnError; the group's control message is not lost but delivered in
+// its place; and once the disk is back the spill goes on.
+func TestSpillWriteFailureIsCountedAndKeepsControl(t *testing.T) {
+	st := openStore(t)
+	faults := mailboxtest.NewFaultySpill()
+	cfg := spillConfig(st, "enospc", 1, 1000)
+	cfg.Spill.WrapIO = faults.Wrap
+	errs := make(chan error, 4)
+	cfg.OnError = func(err error) { errs <- err }
+	r := newRig(t, cfg, 16)
+	release := r.hold()
+	r.put(rec{Seq: 0}, rec{Seq: 1}, mark{Seq: 100}, rec{Seq: 2}) // 0 in memory; 1, the mark and 2 pending in the spill
+	faults.FailCommits(syscall.ENOSPC)
+	err := r.mb.Sync()
+	if !errors.Is(err, syscall.ENOSPC) || !errors.Is(err, mailboxtest.ErrInjected) ||
+		!strings.Contains(err.Error(), st.Path()) || !strings.Contains(err.Error(), `"enospc"`) {
+		t.Fatalf("Sync on a full disk = %v, want ENOSPC naming the queue and %s", err, st.Path())
+	}
+	if got := wait(t, errs, "OnError"); got.Error() != err.Error() {
+		t.Fatalf("OnError(%v), want the commit's error %v", got, err)
+	}
+	wantStats(t, r.mb.Stats(), 4, 1, 1, map[mailbox.Reason]int64{mailbox.ReasonUnspillable: 2})
+
+	faults.Heal()
+	r.put(rec{Seq: 3}) // spilled after the mark, in order
+	if err := r.mb.Sync(); err != nil {
+		t.Fatalf("Sync after the disk healed = %v", err)
+	}
+	release()
+	r.expect(rec{Seq: 0}, mark{Seq: 100}, rec{Seq: 3})
+	r.fence()
+	r.expectNothingMore()
+	wantStats(t, r.mb.Stats(), 5, 3, 0, map[mailbox.Reason]int64{mailbox.ReasonUnspillable: 2})
+	if c := faults.Counts(); c.FailedCommits != 1 || c.Commits < 2 {
+		t.Fatalf("faults saw %+v, want one failed commit and a good one after it", c)
+	}
+	drained(t, r, st, cfg)
+}
+
+// TestSpillCorruptReadNamesTheStoreFile: a group that comes back damaged is
+// an error naming the queue, the store file and the message, matching
+// ErrSpillCorrupt; what cannot be read is counted as dropped and the actor
+// goes on.
+func TestSpillCorruptReadNamesTheStoreFile(t *testing.T) {
+	st := openStore(t)
+	faults := mailboxtest.NewFaultySpill()
+	cfg := spillConfig(st, "damaged", 1, 2)
+	cfg.Spill.WrapIO = faults.Wrap
+	errs := make(chan error, 4)
+	cfg.OnError = func(err error) { errs <- err }
+	r := newRig(t, cfg, 16)
+	release := r.hold()
+	r.put(recs(0, 0, 1, 2, 3, 4)...) // 0 in memory; groups 1-2 and 3-4 committed
+	faults.CorruptNextLoad()
+	release()
+	r.expect(rec{Seq: 0})
+	err := wait(t, errs, "OnError")
+	if !errors.Is(err, mailbox.ErrSpillCorrupt) || !strings.Contains(err.Error(), st.Path()) ||
+		!strings.Contains(err.Error(), `"damaged"`) || !strings.Contains(err.Error(), "seq 1") {
+		t.Fatalf("OnError(%v), want ErrSpillCorrupt naming the queue, %s and seq 1", err, st.Path())
+	}
+	r.fence()
+	r.expectNothingMore()
+	// Once a group does not parse, the queue's messages after it are given
+	// up too (counted) rather than read out of order.
+	wantStats(t, r.mb.Stats(), 6, 2, 0, map[mailbox.Reason]int64{mailbox.ReasonUnspillable: 4})
+	if c := faults.Counts(); c.Corrupted != 1 {
+		t.Fatalf("faults saw %+v, want one damaged load", c)
+	}
 }

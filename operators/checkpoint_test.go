@@ -11,7 +11,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sluicehq/sluice/actors"
 	"github.com/sluicehq/sluice/operators"
 	"github.com/sluicehq/sluice/persistence"
 )
@@ -102,8 +101,8 @@ func TestCheckpointRestoreIsExactlyOnce(t *testing.T) {
 	clean := &memCheckpoints{}
 	run := runToEnd(t, sys, ctx, countingTopology(clean, cleanDir, n, time.Hour))
 	want := readParts(t, cleanDir)
-	if st := operators.CheckpointStatsOf(run); st.Completed != 0 {
-		t.Fatalf("a one-hour interval completed %d checkpoints", st.Completed)
+	if st := operators.CheckpointStatsOf(run); st.Completed != 1 {
+		t.Fatalf("a one-hour interval completed %d checkpoints, want only the final one", st.Completed)
 	}
 
 	dir := t.TempDir()
@@ -161,18 +160,28 @@ func TestCheckpointsNeedReplayableSources(t *testing.T) {
 	}
 }
 
+// A failing checkpoint store does not stop the job while it runs: it
+// reads everything; only the final checkpoint, which would commit the
+// sinks' tail, fails it at the end, saying so.
 func TestFailedCheckpointStoreKeepsRunning(t *testing.T) {
 	sys, ctx := newSystem(t)
 	store := &memCheckpoints{fail: errors.New("disk on fire")}
-	top := countingTopology(store, t.TempDir(), 50_000, time.Millisecond)
+	const n = 50_000
+	top := countingTopology(store, t.TempDir(), n, time.Millisecond)
 	run, err := sys.Run(ctx, top)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := run.Wait(ctx); err != nil {
-		t.Fatalf("a failing checkpoint store failed the job: %v", err)
+	err = run.Wait(ctx)
+	if err == nil || !containsAll(err.Error(), "final checkpoint", "disk on fire") {
+		t.Fatalf("Wait() = %v, want the final checkpoint's failure", err)
 	}
-	_ = actors.OperatorStats{}
+	if in := stat(t, run, "count").In; in != n {
+		t.Fatalf("the job counted %d records before its end, want all %d: a failed checkpoint stopped it", in, n)
+	}
+	if st := operators.CheckpointStatsOf(run); st.Failed < 1 || st.Completed != 0 {
+		t.Fatalf("checkpoints: %d failed, %d completed; want failures counted, none completed", st.Failed, st.Completed)
+	}
 }
 
 // TestFinishedJobStartsAfresh: a job that ran to its end clears its

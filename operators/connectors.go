@@ -62,8 +62,15 @@ type Checkpointer interface {
 // RestorableSink.OpenAt and the PreCommit bytes of that checkpoint: the
 // writer must finish that commit if it had not happened (idempotently, e.g.
 // by keeping the last committed id in the same transaction), and discard
-// anything staged after it. Close, at the end of the stream, commits what is
-// left.
+// anything staged after it.
+//
+// At the end of the stream (the sources ended or the job was drained) a job
+// with checkpoints takes a final checkpoint before closing its sinks: the
+// last records are pre-committed and committed under its id like any
+// others, and Close follows with nothing left to commit. Close must still
+// commit what it holds, for a job without checkpoints (there is no other
+// commit then) and for a writer closed without a final checkpoint. When a
+// job stops early, Abort (if implemented) is called instead of Close.
 type TwoPhaseWriter interface {
 	PreCommit(checkpoint uint64) ([]byte, error)
 	Commit(ctx context.Context, checkpoint uint64) error
@@ -97,7 +104,10 @@ type SinkConnector[T any] interface {
 }
 
 // Writer writes records to one partition of a sink. Close is called at end
-// of stream and must flush; it is also called when the job stops early.
+// of stream and must flush; it is also called when the job stops early
+// (unless the writer is an Aborter). In a job with checkpoints, the Close of
+// a TwoPhaseWriter or Checkpointer waits for the final checkpoint, which
+// records and commits its last records first.
 type Writer[T any] interface {
 	Write(records []T) error
 	Close() error

@@ -10,6 +10,16 @@ import (
 // carry out. It does no I/O, reads no clock and starts no goroutine; the job
 // actor feeds it timer ticks and acknowledgements and performs its actions
 // (inject barriers at the sources, store a completed checkpoint).
+//
+// The final checkpoint: when a source ends or the job is drained the
+// coordinator stops starting checkpoints (evStopping); once every instance
+// has finished its input, the job feeds evFinal and the coordinator starts
+// one last checkpoint whose barrier goes to every instance at once (no
+// records are in flight any more, so any order is a consistent cut). Its
+// completion commits the two-phase sinks' tail through the ordinary
+// PreCommit/Commit path instead of at Close. A checkpoint still in flight at
+// that moment can no longer complete (a finished source answers no barrier
+// through its outputs) and is abandoned.
 
 // coordState is the coordinator's state.
 type coordState struct {
@@ -17,6 +27,7 @@ type coordState struct {
 	Next      uint64 // the id of the next checkpoint
 	Completed uint64 // the id of the last completed checkpoint, 0 if none
 	Stopping  bool   // the job is finishing: start no new checkpoint
+	Final     uint64 // the id of the final checkpoint once it started, 0 before
 	// InFlight is the checkpoint being taken, if any (one at a time).
 	InFlight *inFlight
 }
@@ -42,21 +53,32 @@ type (
 		Err error
 	}
 	evStopping struct{} // the job is draining or finishing
+	evFinal    struct{} // every instance finished its input: take the final checkpoint
 )
 
 // Actions.
 type (
-	actInject struct{ ID uint64 } // send barrier ID into every source
-	actStore  struct {            // record the completed checkpoint
+	// actInject: send barrier ID into every source or, for the final
+	// checkpoint, to every instance.
+	actInject struct {
+		ID    uint64
+		Final bool
+	}
+	actStore struct { // record the completed checkpoint
 		ID      uint64
 		States  map[string][]byte
 		Offsets map[string]int64
 	}
-	actCompleted struct{ ID uint64 } // tell the instances that ID is durable
-	actFailed    struct {            // a checkpoint could not be completed
-		ID  uint64
-		Err error
+	actCompleted struct { // tell the instances that ID is durable
+		ID    uint64
+		Final bool
 	}
+	actFailed struct { // a checkpoint could not be completed
+		ID    uint64
+		Err   error
+		Final bool
+	}
+	actAbandoned struct{ ID uint64 } // the final checkpoint replaced checkpoint ID in flight
 )
 
 // step is the coordinator's transition function.
@@ -96,14 +118,31 @@ func step(s coordState, ev any) (coordState, []any) {
 			return s, nil
 		}
 		s.InFlight = nil
+		final := e.ID == s.Final
 		if e.Err != nil {
-			return s, []any{actFailed{ID: e.ID, Err: e.Err}}
+			return s, []any{actFailed{ID: e.ID, Err: e.Err, Final: final}}
 		}
 		s.Completed = e.ID
-		return s, []any{actCompleted{ID: e.ID}}
+		return s, []any{actCompleted{ID: e.ID, Final: final}}
 	case evStopping:
 		s.Stopping = true
 		return s, nil
+	case evFinal:
+		if s.Final != 0 {
+			return s, nil // once
+		}
+		s.Stopping = true
+		var acts []any
+		if s.InFlight != nil {
+			acts = append(acts, actAbandoned{ID: s.InFlight.ID})
+		}
+		if s.Next == 0 {
+			s.Next = s.Completed + 1
+		}
+		s.Final = s.Next
+		s.Next++
+		s.InFlight = &inFlight{ID: s.Final, Acked: map[int]bool{}, States: map[string][]byte{}, Offsets: map[string]int64{}}
+		return s, append(acts, actInject{ID: s.Final, Final: true})
 	}
 	panic(fmt.Sprintf("coordinator: unknown event %T", ev))
 }

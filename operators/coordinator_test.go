@@ -45,6 +45,8 @@ func TestCoordinatorSteps(t *testing.T) {
 		{"stored completes", full(), evStored{ID: 5}, []any{actCompleted{ID: 5}}, 0, 5, false},
 		{"failed store fails it", full(), evStored{ID: 5, Err: errDisk}, []any{actFailed{ID: 5, Err: errDisk}}, 0, 4, false},
 		{"stored of another id is ignored", full(), evStored{ID: 4}, nil, 5, 4, false},
+		{"final from idle goes to every instance", idle, evFinal{}, []any{actInject{ID: 5, Final: true}}, 5, 4, true},
+		{"final abandons the checkpoint in flight", half(), evFinal{}, []any{actAbandoned{ID: 5}, actInject{ID: 6, Final: true}}, 6, 4, true},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -69,6 +71,27 @@ func TestCoordinatorSteps(t *testing.T) {
 	s, _ := step(idle, evStopping{})
 	if _, acts := step(s, evTick{}); acts != nil {
 		t.Errorf("tick after stopping = %v, want nothing", acts)
+	}
+	// The final checkpoint: acks complete it as any other, marked final;
+	// ticks and a second evFinal start nothing.
+	s, _ = step(half(), evFinal{})
+	if _, acts := step(s, evTick{}); acts != nil {
+		t.Errorf("tick during the final checkpoint = %v, want nothing", acts)
+	}
+	if _, acts := step(s, evFinal{}); acts != nil {
+		t.Errorf("a second evFinal = %v, want nothing", acts)
+	}
+	s, _ = step(s, evAck{ID: 5, Instance: 0}) // the abandoned checkpoint's: ignored
+	s, _ = step(s, evAck{ID: 6, Instance: 0})
+	s, acts := step(s, evAck{ID: 6, Instance: 1})
+	if len(acts) != 1 {
+		t.Fatalf("last ack of the final checkpoint = %v, want one store", acts)
+	}
+	if _, acts := step(s, evStored{ID: 6}); !reflect.DeepEqual(acts, []any{actCompleted{ID: 6, Final: true}}) {
+		t.Errorf("final stored = %v, want completed 6, final", acts)
+	}
+	if _, acts := step(s, evStored{ID: 6, Err: errDisk}); !reflect.DeepEqual(acts, []any{actFailed{ID: 6, Err: errDisk, Final: true}}) {
+		t.Errorf("final store failed = %v, want failed 6, final", acts)
 	}
 	// After a failure the next tick takes a new id.
 	s, _ = step(full(), evStored{ID: 5, Err: errDisk})

@@ -64,7 +64,14 @@
 // completed checkpoint: exactly-once state. The File sink is exactly-once
 // with checkpoints; the other sinks are at-least-once (the HTTP sink sends
 // an idempotency key per record, so that an idempotent server sees each
-// once).
+// once). When the input ends or the job is drained, a final checkpoint is
+// taken after every operator finished, so that sinks which commit with
+// checkpoints (TwoPhaseWriter) commit their last records through it; a
+// drained job keeps it to resume from, one that ran to its end forgets its
+// checkpoints. Windows fire at the end of the input, before that
+// checkpoint: a job resumed after a drain does not fire them again, and
+// records it reads later for the same window fill a new one. Keyed state
+// (Count, Aggregate) is kept and goes on from where it was.
 //
 // OnRecordFailure(n) retries a record whose function panics and then gives
 // it to the dead-letter store (DeadLetters; `sluice deadletters`), and

@@ -47,7 +47,10 @@ type (
 	}
 	// credit returns n records of capacity to the sender's output out.
 	credit struct{ out, n int }
-	// barrierMsg asks a source instance to start checkpoint id.
+	// barrierMsg asks a source instance to start checkpoint id. An instance
+	// that has finished its input answers it with its final state instead
+	// (see finalBarrier): that is how the final checkpoint reaches every
+	// instance.
 	barrierMsg struct{ id uint64 }
 	// cpAck: an instance recorded its state for checkpoint id.
 	cpAck struct {
@@ -57,7 +60,9 @@ type (
 		states   map[string][]byte
 		offsets  map[string]int64
 	}
-	// cpCommitted: checkpoint id completed; sinks commit, sources acknowledge.
+	// cpCommitted: checkpoint id completed; sinks commit, sources
+	// acknowledge, and a finished instance whose final state it covers
+	// closes its sinks and reports finished a second time.
 	cpCommitted struct {
 		gen int
 		id  uint64
@@ -285,6 +290,13 @@ type instance struct {
 	since    time.Time
 	done     bool
 	reported bool
+	// The final checkpoint (jobs with checkpoints): finalAt is the last
+	// checkpoint the instance answered after it finished, closed says its
+	// sinks closed once a commit covered finalAt, and closeReported that the
+	// job was told so (the second finished).
+	finalAt       uint64
+	closed        bool
+	closeReported bool
 
 	tickPending, waiting, draining, waiterActive bool
 
@@ -327,7 +339,11 @@ func (in *instance) Receive(c actor.Context) {
 		in.stash = append(in.stash, m)
 		in.drain()
 	case *barrierMsg:
-		in.sourceBarrier(m.id)
+		if in.done {
+			in.finalBarrier(m.id)
+		} else if in.src != nil {
+			in.sourceBarrier(m.id)
+		}
 	case *cpCommitted:
 		in.committed(m)
 	case *credit:
@@ -406,9 +422,6 @@ func (in *instance) maybeAligned() {
 // sourceBarrier starts checkpoint id at a source: its offset and chain state
 // are recorded, and the barrier follows the records emitted so far.
 func (in *instance) sourceBarrier(id uint64) {
-	if in.done {
-		return // ended: the job stops checkpointing
-	}
 	in.em.flush()
 	states := in.snapshot(id)
 	for _, oc := range in.outs {
@@ -420,13 +433,35 @@ func (in *instance) sourceBarrier(id uint64) {
 		offsets: map[string]int64{in.srcKey: off}})
 }
 
+// finalBarrier answers checkpoint id in an instance that has finished its
+// input: its state is final (aggregations have emitted, windows fired) and
+// its outputs have ended, so it records its state and, for a source, its
+// offset at the end, sends no barrier on, and acknowledges. Its sinks stay
+// open until a commit covers id (see committed). The job sends the final
+// checkpoint's barrier to every instance this way once all have finished; a
+// source that ended can also get a periodic checkpoint's barrier that was on
+// its way, and answers it the same way, which is as consistent a cut.
+func (in *instance) finalBarrier(id uint64) {
+	states := in.snapshot(id)
+	var offsets map[string]int64
+	if in.src != nil {
+		off := in.src.offset()
+		in.pendingAcks = append(in.pendingAcks, pendingAck{id, off})
+		offsets = map[string]int64{in.srcKey: off}
+	}
+	in.finalAt = id
+	in.tell(in.exec.jobPID, &cpAck{gen: in.gen, id: id, instance: in.num, states: states, offsets: offsets})
+}
+
 type pendingAck struct {
 	id     uint64
 	offset int64
 }
 
 // committed carries out what a completed checkpoint asks: two-phase sinks
-// commit, and the source acknowledges what the checkpoint covers.
+// commit, and the source acknowledges what the checkpoint covers. A
+// finished instance whose final state the checkpoint covers then closes its
+// sinks, which have nothing left to commit, and tells the job.
 func (in *instance) committed(m *cpCommitted) {
 	if m.gen != in.gen {
 		return
@@ -436,20 +471,27 @@ func (in *instance) committed(m *cpCommitted) {
 			c.commit(m.id)
 		}
 	}
-	if in.src == nil {
-		return
+	if in.src != nil {
+		n := 0
+		for n < len(in.pendingAcks) && in.pendingAcks[n].id <= m.id {
+			n++
+		}
+		if n > 0 {
+			off := in.pendingAcks[n-1].offset
+			in.pendingAcks = in.pendingAcks[n:]
+			if err := in.src.ack(off); err != nil {
+				panic(err)
+			}
+		}
 	}
-	n := 0
-	for n < len(in.pendingAcks) && in.pendingAcks[n].id <= m.id {
-		n++
-	}
-	if n == 0 {
-		return
-	}
-	off := in.pendingAcks[n-1].offset
-	in.pendingAcks = in.pendingAcks[n:]
-	if err := in.src.ack(off); err != nil {
-		panic(err)
+	if in.done && in.finalAt != 0 && m.id >= in.finalAt && !in.closed {
+		for _, s := range in.sinks {
+			if c, ok := s.(interface{ closeFinal() }); ok {
+				c.closeFinal() // a failure panics: the job hears of it, not of a close
+			}
+		}
+		in.closed = true
+		in.maybeReport()
 	}
 }
 
@@ -646,9 +688,16 @@ func (in *instance) endOfInput() {
 	in.maybeReport()
 }
 
+// maybeReport tells the job that the instance finished its input, once
+// everything it sent is out; in a job with checkpoints it reports finished a
+// second time once its sinks closed after the final checkpoint.
 func (in *instance) maybeReport() {
 	if in.done && in.blockedN == 0 && !in.reported {
 		in.reported = true
+		in.tell(in.exec.jobPID, &finished{in.task, in.idx, in.gen})
+	}
+	if in.reported && in.closed && !in.closeReported {
+		in.closeReported = true
 		in.tell(in.exec.jobPID, &finished{in.task, in.idx, in.gen})
 	}
 }
@@ -801,10 +850,10 @@ func (in *instance) release() {
 	if in.src != nil {
 		_ = in.src.close()
 	}
-	if !in.done {
-		for _, s := range in.sinks {
-			s.abort()
-		}
+	// Sinks still open (the job stopped early, or before its final
+	// checkpoint was committed) are aborted; closed ones are left alone.
+	for _, s := range in.sinks {
+		s.abort()
 	}
 }
 
@@ -1203,7 +1252,7 @@ func (x *execution) build() error {
 			for pos := len(chain) - 1; pos >= 0; pos-- {
 				n := chain[pos]
 				sc := &stageCtx{node: n, instance: in.idx, parts: p.par[n], ctx: x.ctx, c: x.counters[n][in.idx], batch: cfg.batchSize, tr: in.tr,
-					after: in.afterFunc, now: cfg.now}
+					after: in.afterFunc, now: cfg.now, finalCheckpoint: x.topo.cfg.cpInterval > 0}
 				if x.restored != nil {
 					sc.restore, sc.restored = x.restored.States[sc.key()]
 				}
@@ -1245,6 +1294,15 @@ type jobActor struct {
 	// savepoints waiting for a checkpoint at or after their id
 	savepoints []savepointWait
 	started    map[uint64]time.Time // when each checkpoint's barriers went out
+
+	// The end of a job with checkpoints: every instance reports finished
+	// twice, when its input ended and when its sinks closed after the final
+	// checkpoint (reported holds who reported once; closed counts the
+	// second reports, out of instances).
+	reported  map[[2]int]bool // by task and instance index
+	closed    int
+	instances int
+	finalDone bool // the final checkpoint completed
 
 	// restarts
 	budget     *supervision.Budget
@@ -1320,16 +1378,25 @@ func (j *jobActor) Receive(c actor.Context) {
 		if m.gen != x.gen || j.restarting {
 			return
 		}
+		if x.cpStore == nil {
+			j.total--
+			if j.total == 0 {
+				c.Stop(c.Self())
+			}
+			return
+		}
+		key := [2]int{m.task, m.instance}
+		if j.reported[key] { // its sinks closed after the final checkpoint
+			j.closed++
+			j.maybeEnd(c)
+			return
+		}
+		j.reported[key] = true
 		j.total--
 		if j.total == 0 {
-			// Ran to its end (not drained): the next run starts afresh. A
-			// drained job keeps its last checkpoint to resume from.
-			if x.cpStore != nil && !j.drained {
-				if err := x.cpStore.Clear(x.ctx, x.topo.name); err != nil {
-					x.sys.Logger().Error("clear checkpoints", "job", x.topo.name, "err", err)
-				}
-			}
-			c.Stop(c.Self())
+			// Every instance finished its input and nothing is in flight:
+			// take the final checkpoint, which commits the sinks' tail.
+			j.feed(c, evFinal{})
 		}
 	case *failed:
 		j.onFailure(c, m)
@@ -1391,6 +1458,23 @@ func (j *jobActor) Receive(c actor.Context) {
 		x.cancel()
 		close(x.done)
 	}
+}
+
+// maybeEnd stops a job with checkpoints once its final checkpoint completed
+// and every instance closed its sinks. A job that ran to its end clears its
+// checkpoints (the next run starts afresh); a drained one keeps them, the
+// final checkpoint last, to resume from.
+func (j *jobActor) maybeEnd(c actor.Context) {
+	x := j.x
+	if !j.finalDone || j.closed < j.instances {
+		return
+	}
+	if !j.drained {
+		if err := x.cpStore.Clear(x.ctx, x.topo.name); err != nil {
+			x.sys.Logger().Error("clear checkpoints", "job", x.topo.name, "err", err)
+		}
+	}
+	c.Stop(c.Self())
 }
 
 type (
@@ -1583,12 +1667,15 @@ func (j *jobActor) feed(c actor.Context, ev any) {
 		case actInject:
 			j.started[a.ID] = time.Now()
 			for id, chain := range x.plan.chains {
-				if chain[0].role == roleSource {
+				if chain[0].role == roleSource || a.Final {
 					for _, in := range x.instances[id] {
 						x.tellFrom(c, in.self, &barrierMsg{id: a.ID})
 					}
 				}
 			}
+		case actAbandoned:
+			delete(j.started, a.ID)
+			x.sys.Logger().Debug("checkpoint abandoned for the final checkpoint", "job", x.topo.name, "checkpoint", a.ID)
 		case actStore:
 			err := x.cpStore.Complete(x.ctx, x.topo.name, persistence.Checkpoint{
 				ID: a.ID, Time: time.Now(), States: a.States, Offsets: a.Offsets})
@@ -1609,14 +1696,29 @@ func (j *jobActor) feed(c actor.Context, ev any) {
 					x.tellFrom(c, in.self, &cpCommitted{gen: x.gen, id: a.ID})
 				}
 			}
-			x.sys.Logger().Debug("checkpoint completed", "job", x.topo.name, "checkpoint", a.ID, "duration", d)
+			x.sys.Logger().Debug("checkpoint completed", "job", x.topo.name, "checkpoint", a.ID, "duration", d, "final", a.Final)
+			if a.Final {
+				j.finalDone = true
+				j.maybeEnd(c)
+			}
 		case actFailed:
 			delete(j.started, a.ID)
 			j.endSavepoints(fmt.Errorf("operators: savepoint: checkpoint %d failed: %w", a.ID, a.Err))
 			x.cpStatsMu.Lock()
 			x.cpStats.Failed++
 			x.cpStatsMu.Unlock()
-			x.sys.Logger().Error("checkpoint failed", "job", x.topo.name, "checkpoint", a.ID, "err", a.Err)
+			x.sys.Logger().Error("checkpoint failed", "job", x.topo.name, "checkpoint", a.ID, "err", a.Err, "final", a.Final)
+			if a.Final {
+				// Without it the sinks' tail can only be committed outside any
+				// checkpoint: abort them instead (Aborter discards) and fail,
+				// or restart, from the last completed checkpoint.
+				since := "the start"
+				if j.cs.Completed > 0 {
+					since = "checkpoint " + strconv.FormatUint(j.cs.Completed, 10)
+				}
+				j.restart(c, fmt.Errorf("operators: topology %q: final checkpoint %d: %w (the sinks' records since %s are not committed)",
+					x.topo.name, a.ID, a.Err, since), "")
+			}
 		}
 	}
 }
@@ -1632,6 +1734,8 @@ func (j *jobActor) launch(c actor.Context) (err error) {
 	if err := x.build(); err != nil {
 		return err
 	}
+	j.reported, j.closed, j.finalDone = map[[2]int]bool{}, 0, false
+	defer func() { j.instances = j.total }()
 	for _, insts := range x.instances {
 		for _, in := range insts {
 			j.total++

@@ -94,6 +94,10 @@ type stageCtx struct {
 	// timers); now is the job's clock.
 	after func(d time.Duration, f func())
 	now   func() time.Time
+	// finalCheckpoint: the job takes a final checkpoint after its input
+	// ends, so a sink whose writer is a TwoPhaseWriter or a Checkpointer
+	// stays open at end of stream until that checkpoint is committed.
+	finalCheckpoint bool
 }
 
 // key names the stage's instance in checkpoints: "operator/instance".
@@ -408,6 +412,11 @@ type sinkStage[T any] struct {
 	conn SinkConnector[T]
 	w    Writer[T]
 	sc   *stageCtx
+	// ended: end of stream reached a writer kept open for the final
+	// checkpoint (see closeFinal). last is the state recorded at the last
+	// checkpoint, answered again for a checkpoint after the writer closed.
+	ended bool
+	last  []byte
 }
 
 func (s *sinkStage[T]) open() error {
@@ -438,7 +447,33 @@ func (s *sinkStage[T]) push(b *batch[T]) {
 
 func (s *sinkStage[T]) watermark(int64) {}
 
+// finish is the end of the stream. A writer whose position belongs in
+// checkpoints (TwoPhaseWriter, Checkpointer) stays open when the job takes a
+// final checkpoint: that checkpoint records it (PreCommit) and commits it,
+// and closeFinal closes it afterwards with nothing left to commit. Other
+// writers, and every writer of a job without checkpoints, close now: Close
+// flushes and, for a two-phase writer, commits what it holds.
 func (s *sinkStage[T]) finish() {
+	if s.sc.finalCheckpoint && s.w != nil {
+		switch s.w.(type) {
+		case TwoPhaseWriter, Checkpointer:
+			s.ended = true
+			return
+		}
+	}
+	s.close()
+}
+
+// closeFinal closes a writer kept open for the final checkpoint, once that
+// checkpoint has been committed.
+func (s *sinkStage[T]) closeFinal() {
+	if s.ended {
+		s.ended = false
+		s.close()
+	}
+}
+
+func (s *sinkStage[T]) close() {
 	w := s.w
 	s.w = nil
 	if w != nil {
@@ -449,14 +484,22 @@ func (s *sinkStage[T]) finish() {
 }
 
 func (s *sinkStage[T]) snapshotState(checkpoint uint64) ([]byte, error) {
-	if tp, ok := s.w.(TwoPhaseWriter); ok {
-		return tp.PreCommit(checkpoint)
+	if s.w == nil {
+		return s.last, nil // closed after a checkpoint covered everything it wrote
 	}
-	c, ok := s.w.(Checkpointer)
-	if !ok {
+	var b []byte
+	var err error
+	if tp, ok := s.w.(TwoPhaseWriter); ok {
+		b, err = tp.PreCommit(checkpoint)
+	} else if c, ok := s.w.(Checkpointer); ok {
+		b, err = c.Checkpoint()
+	} else {
 		return nil, nil // at-least-once: nothing to record
 	}
-	return c.Checkpoint()
+	if err == nil {
+		s.last = b
+	}
+	return b, err
 }
 
 // commit finishes the two-phase commit of a completed checkpoint.
@@ -470,7 +513,8 @@ func (s *sinkStage[T]) commit(checkpoint uint64) {
 
 // abort releases the writer without the end-of-stream guarantees: a
 // writer with an Abort method (a two-phase sink) discards what no
-// checkpoint covers instead of committing it.
+// checkpoint covers instead of committing it. A writer kept open for a
+// final checkpoint that never completed is aborted too.
 func (s *sinkStage[T]) abort() {
 	if s.w == nil {
 		return
@@ -480,7 +524,7 @@ func (s *sinkStage[T]) abort() {
 	} else {
 		_ = s.w.Close()
 	}
-	s.w = nil
+	s.w, s.ended = nil, false
 }
 
 // sourceRunner is the head of a source task.

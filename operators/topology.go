@@ -185,6 +185,16 @@ func Capacity(n int) TopologyOption { return func(c *runConfig) { c.capacity = n
 // in the system's store unless CheckpointStore names another. Sources must
 // be replayable (FromChannel and Ingress are not); per-key state must be
 // msgpack-encodable.
+//
+// When the sources end or the job is drained, no periodic checkpoint starts
+// any more, and once every operator has finished its input the job takes a
+// final checkpoint (as Flink does on drain and at the end of input): sinks
+// that commit with checkpoints (TwoPhaseWriter) commit their last records
+// through it, and only then close. A job that ran to its end then forgets
+// its checkpoints, so a rerun starts afresh; a drained job keeps the final
+// one and the next run resumes exactly where it stopped. If the final
+// checkpoint cannot be stored, the sinks are aborted and the job fails (or
+// restarts, with RestartOnFailure) from its last completed checkpoint.
 func Checkpoints(interval time.Duration) TopologyOption {
 	return func(c *runConfig) { c.cpInterval = interval }
 }

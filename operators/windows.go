@@ -136,7 +136,9 @@ func newLateOutput[T any](sc *stageCtx) *lateOutput[T] {
 	l := &lateOutput[T]{c: sc.c}
 	if conn, ok := sc.node.late.(SinkConnector[T]); ok {
 		lsc := *sc
-		lsc.c, lsc.tr = new(counters), nil
+		// Late records are at-least-once (in no checkpoint): the late sink
+		// closes at end of stream, before any final checkpoint.
+		lsc.c, lsc.tr, lsc.finalCheckpoint = new(counters), nil, false
 		l.sink = &sinkStage[T]{conn: conn, sc: &lsc}
 	}
 	return l

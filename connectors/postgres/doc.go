@@ -45,22 +45,29 @@
 //
 // # End of stream, and jobs without checkpoints
 //
-// Close, at the end of the stream, commits the records written since the
-// last checkpoint. They are not in any checkpoint, so if the job is
-// restored after that (it crashed before forgetting its checkpoints, or it
-// was drained and starts again), the replay writes them again, and the
-// position skips them only if the replay brings the same records in the
-// same order. That holds when each sink partition is fed by one upstream
-// instance (one source partition, and forward or keyed edges from it) and
-// the source replays deterministically (JetStream does); a sink partition
-// that interleaves several upstream instances may get a few rows twice, or
-// miss a few, in that case only. The same holds for FlushRows, which
-// commits without waiting for a checkpoint (for jobs that take none), for
-// the Close that the runtime also calls when a job fails or restarts (a
-// writer's Abort discards instead, for a runtime that calls it), and for a
-// job run again from scratch: the positions of the earlier run skip
-// its records (run from scratch over the same input, it writes nothing
-// twice); call Reset to write everything again.
+// With checkpoints, a job whose input ends, or that is drained, takes a
+// final checkpoint once every operator has finished: the records written
+// since the last periodic checkpoint become its segment and are committed
+// through it like any other, and Close then has nothing left to commit. A
+// drained job keeps that checkpoint and its next run resumes after the last
+// record, so nothing is written twice; a job that ran to its end forgets its
+// checkpoints. If the final checkpoint cannot be stored, the writer is
+// aborted and the job fails from its last completed checkpoint.
+//
+// Close commits what it holds when no checkpoint covered it: in a job
+// without checkpoints, and with FlushRows, which commits without waiting
+// for a checkpoint. Those records are in no checkpoint, so if the job is
+// restored after that, the replay writes them again, and the position skips
+// them only if the replay brings the same records in the same order. That
+// holds when each sink partition is fed by one upstream instance (one
+// source partition, and forward or keyed edges from it) and the source
+// replays deterministically (JetStream does); a sink partition that
+// interleaves several upstream instances may get a few rows twice, or miss
+// a few, in that case only. The same holds for a job run again from
+// scratch: the positions of the earlier run skip its records (run from
+// scratch over the same input, it writes nothing twice); call Reset to
+// write everything again. When a job fails, restarts or is stopped, the
+// runtime calls Abort, which discards what no checkpoint covers.
 //
 // With Key, a row that is written again replaces itself, so a table of
 // latest values (counts per key, as with operators.Count) ends exact even

@@ -376,7 +376,9 @@ func (w *writer[T]) commitAll() error {
 	return nil
 }
 
-// Close commits what is left (the end of the stream) and disconnects.
+// Close commits what is left and disconnects. In a job with checkpoints the
+// final checkpoint has committed everything by then; without checkpoints
+// this is the only commit of the records since the last FlushRows.
 func (w *writer[T]) Close() error {
 	err := w.commitAll()
 	w.disconnect()
