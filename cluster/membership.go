@@ -107,6 +107,8 @@ type membership struct {
 	stopped  bool
 	begun    bool          // pinging and publishing peers (see Start)
 	interval time.Duration // between pings of a peer
+	// excluders: the member ids of peers that declared this node lost
+	excluders map[string]bool
 }
 
 func (m *membership) Receive(ctx actor.Context) {
@@ -199,15 +201,35 @@ func (m *membership) pong(ctx actor.Context, msg *pong) {
 			m.pingNow(ctx, m.peers[addr])
 		}
 	}
-	if msg.Excluded {
-		if msg.Members >= len(m.members) {
-			m.n.markExcluded()
-		} else {
-			m.n.codec.warnOnce("excluded-by:"+msg.ID, "cluster: a peer that sees fewer members declared this node lost: ignored",
-				"peer", msg.Name, "its members", msg.Members, "ours", len(m.members))
-		}
+	if msg.Excluded && m.excludedBy(msg) {
+		m.n.markExcluded()
 	}
 	m.publish()
+}
+
+// excludedBy decides whether a peer's Excluded answer stands. After a
+// long pause both sides may have declared the other lost; the side that
+// yields is the one with fewer members behind it. The peer's members are
+// weighed against ours less those that excluded us: it stands when they
+// are more, or as many and the peer is one of our members (a peer we
+// declared lost ourselves does not exclude us on a tie).
+func (m *membership) excludedBy(msg *pong) bool {
+	if m.excluders == nil {
+		m.excluders = map[string]bool{}
+	}
+	m.excluders[msg.ID] = true
+	ours := 0
+	for _, id := range m.members {
+		if !m.excluders[id] {
+			ours++
+		}
+	}
+	if msg.Members > ours || msg.Members == ours && slices.Contains(m.members, msg.ID) {
+		return true
+	}
+	m.n.codec.warnOnce("excluded-by:"+msg.ID, "cluster: a peer declared this node lost, with no more members behind it: ignored",
+		"peer", msg.Name, "its members", msg.Members, "ours", ours)
+	return false
 }
 
 // publish hands the live peers to protoactor's member list when they

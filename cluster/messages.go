@@ -27,9 +27,7 @@ type (
 		// restart (with a new id) to rejoin.
 		Excluded bool
 		// Members is how many members the answering node sees (itself
-		// included): a node excluded by one that sees fewer members than
-		// itself ignores it (the answering node is the one cut off, as
-		// after a long pause).
+		// included); see membership.excludedBy.
 		Members int
 	}
 )
