@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"sync"
 
 	"github.com/asynkron/protoactor-go/actor"
 
@@ -62,6 +63,15 @@ type Distributor interface {
 	// whose connection broke (messages to it may have been lost), from now
 	// until cancel is called.
 	Watch(lost func(addr string)) (cancel func())
+	// Unpack returns the value carried by a message as another process's
+	// connection posts it to a mailbox (what the receiver middleware of
+	// Props would hand the actor), or msg itself when it is not packed.
+	// Instances call it on the connection's goroutine, before their
+	// mailbox's policy sees the message (see remoteInbox); it must be safe
+	// for concurrent use. An error means the message does not decode: Unpack
+	// has counted and logged it, and the message is dropped, as the
+	// middleware would drop it.
+	Unpack(msg any) (any, error)
 }
 
 // Distribute runs the topology across processes with d (see Distributor).
@@ -220,31 +230,124 @@ func (in *instance) send(oc *outChan, env *actors.Envelope) {
 	in.c.Send(oc.target, &WireRecords{Seq: oc.wseq, Data: data})
 }
 
-// fromRemote decodes the records of another process and checks that none
-// was lost on the way.
-func (in *instance) fromRemote(m *WireRecords) *actors.Envelope {
-	if in.codec == nil {
-		in.codec = in.exec.plan.chains[in.task][0].newCodec()
-	}
-	v, err := in.codec.Decode(m.Data)
-	if err != nil {
-		panic(fmt.Errorf("decode records: %w", err))
-	}
-	env := v.(*actors.Envelope)
-	if env.Channel < 0 || env.Channel >= len(in.ins) {
-		panic(fmt.Errorf("records on channel %d, the instance has %d", env.Channel, len(in.ins)))
-	}
-	ch := &in.ins[env.Channel]
-	if m.Seq != ch.wseq+1 {
-		panic(fmt.Errorf("%w: channel from %v: message %d after %d", ErrLost, ch.sender, m.Seq, ch.wseq))
-	}
-	ch.wseq = m.Seq
-	return env
-}
-
 // ErrLost: a message between the processes of a distributed job was lost;
 // the job restarts from its last checkpoint.
 var ErrLost = errors.New("operators: a message from another process was lost")
+
+// remoteInbox is the mailbox of an instance with senders in other
+// processes. protoactor's connection goroutines post those senders'
+// messages to it (one goroutine per connection, concurrently with each
+// other and with the actor). It unpacks them there, before the mailbox
+// admits them, and turns WireRecords back into the envelope it carries, so
+// that the overflow policy sees exactly what it sees on an edge within one
+// process: a batch of records it can count, drop, sample or spill record by
+// record, or a control envelope (barrier, watermark, end of stream) that it
+// never drops.
+//
+// It also checks the sequence of every channel from another process, in
+// the order the connection delivers, before any policy can discard
+// anything: a policy's drops leave no gap, and a gap means a message was
+// lost between the processes. Then the instance fails with ErrLost (the
+// job restarts from its last checkpoint) through an inboxFailure message,
+// and the inbox ignores that instance's records from then on.
+//
+// Credits need nothing here: only Block edges are credit-gated, and a Block
+// mailbox never discards, so the receiver grants back every record it
+// handles (grant); under the other policies senders hold no credits and
+// are never slowed, across processes as within one.
+type remoteInbox struct {
+	*mailbox.Mailbox
+	unpack  func(any) (any, error)
+	senders []*actor.PID // by input channel
+
+	mu     sync.Mutex    // orders the connections' posts; guards what follows
+	codec  mailbox.Codec // the task's envelope codec
+	wseq   []uint64      // by input channel: the last message received
+	failed bool          // a message was lost: the instance is failing
+}
+
+// inboxFailure fails the instance whose inbox posted it. It is a control
+// message: no policy drops it.
+type inboxFailure struct{ err error }
+
+func (*inboxFailure) IsControl() bool { return true }
+
+func newRemoteInbox(mb *mailbox.Mailbox, in *instance) *remoteInbox {
+	b := &remoteInbox{Mailbox: mb, unpack: in.exec.dist.Unpack,
+		codec: in.exec.plan.chains[in.task][0].newCodec(), wseq: make([]uint64, len(in.ins))}
+	for _, ch := range in.ins {
+		b.senders = append(b.senders, ch.sender)
+	}
+	return b
+}
+
+// PostUserMessage implements actor.Mailbox: records from another process
+// reach the mailbox as envelopes, everything else as the value it carries.
+func (b *remoteInbox) PostUserMessage(msg any) {
+	m := msg
+	env, wrapped := msg.(*actor.MessageEnvelope)
+	if wrapped {
+		m = env.Message
+	}
+	v, err := b.unpack(m)
+	if err != nil {
+		return // counted and logged by Unpack; a lost WireRecords shows as a gap
+	}
+	if rec, ok := v.(*WireRecords); ok {
+		b.records(rec)
+		return
+	}
+	if v != m {
+		if wrapped {
+			v = &actor.MessageEnvelope{Header: env.Header, Message: v, Sender: env.Sender}
+		}
+		msg = v
+	}
+	b.Mailbox.PostUserMessage(msg)
+}
+
+// records decodes the envelope of rec, checks its channel's sequence and
+// posts it.
+func (b *remoteInbox) records(rec *WireRecords) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.failed {
+		return
+	}
+	v, err := b.codec.Decode(rec.Data)
+	if err != nil {
+		b.fail(fmt.Errorf("operators: records from another process (message %d): decode: %w", rec.Seq, err))
+		return
+	}
+	env := v.(*actors.Envelope)
+	ch := env.Channel
+	if ch < 0 || ch >= len(b.wseq) {
+		b.fail(fmt.Errorf("operators: records from another process on channel %d, the instance has %d", ch, len(b.wseq)))
+		return
+	}
+	if rec.Seq != b.wseq[ch]+1 {
+		b.fail(fmt.Errorf("%w: channel %d from %s: message %d after %d", ErrLost, ch, b.senders[ch].Address+"/"+b.senders[ch].Id, rec.Seq, b.wseq[ch]))
+		return
+	}
+	b.wseq[ch] = rec.Seq
+	b.Mailbox.PostUserMessage(env)
+}
+
+func (b *remoteInbox) fail(err error) {
+	b.failed = true
+	b.Mailbox.PostUserMessage(&inboxFailure{err: err})
+}
+
+// hasRemoteSender says whether an input channel of in comes from another
+// process.
+func (in *instance) hasRemoteSender() bool {
+	for _, ch := range in.ins {
+		if !in.exec.local(ch.sender) {
+			return true
+		}
+	}
+	return false
+}
 
 // grant returns the room env took to its sender.
 func (in *instance) grant(env *actors.Envelope) {
@@ -464,6 +567,10 @@ func (x *execution) spawn(c actor.Context, in *instance, parent string) error {
 	mbp, err := mbCfg.Producer(func(mb *mailbox.Mailbox) { in.mb.Store(mb) })
 	if err != nil {
 		return err
+	}
+	if x.dist != nil && in.hasRemoteSender() {
+		local := mbp
+		mbp = func() actor.Mailbox { return newRemoteInbox(local().(*mailbox.Mailbox), in) }
 	}
 	props := actor.PropsFromProducer(func() actor.Actor { return in }, actor.WithMailbox(mbp))
 	if x.dist != nil {

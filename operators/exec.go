@@ -104,9 +104,8 @@ type outChan struct {
 // inChan identifies the sender behind one input channel, to return credits.
 type inChan struct {
 	sender   *actor.PID
-	out      int    // the sender's output channel index
-	wseq     uint64 // a sender in another process: the last message received
-	consumed int64  // a sender in another process: records handled, in total
+	out      int   // the sender's output channel index
+	consumed int64 // a sender in another process: records handled, in total
 }
 
 type flusher interface{ flush() }
@@ -279,7 +278,6 @@ type instance struct {
 	tr        *tracer      // nil when tracing is off
 
 	c        actor.Context
-	codec    mailbox.Codec // decodes records from other processes
 	stash    []*actors.Envelope
 	blockedN int
 	since    time.Time
@@ -314,8 +312,6 @@ func (in *instance) Receive(c actor.Context) {
 	msg := c.Message()
 	if in.exec.dist != nil {
 		switch m := msg.(type) {
-		case *WireRecords:
-			msg = in.fromRemote(m)
 		case *WireCredit:
 			msg = in.remoteCredit(m)
 		default:
@@ -351,6 +347,8 @@ func (in *instance) Receive(c actor.Context) {
 			in.draining = true
 			in.scheduleTick()
 		}
+	case *inboxFailure:
+		panic(m.err)
 	case *actor.Stopping:
 		in.release()
 	}
