@@ -48,6 +48,7 @@ func registerJobMessages(r *Registry) error {
 	add(&operators.WireDeployed{}, "deployed")
 	add(&operators.WireStopGen{}, "stopGen")
 	add(&operators.WireStopped{}, "stopped")
+	add(&operators.WireStats{}, "stats")
 	return errors.Join(errs...)
 }
 

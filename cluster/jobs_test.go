@@ -47,6 +47,7 @@ func testJobs() cluster.Jobs {
 	return cluster.Jobs{
 		"counting":     func() *operators.Topology { return countingJob(jobN, jobDir) },
 		"backpressure": func() *operators.Topology { return slowJob(jobN, jobDir) },
+		"dropping":     func() *operators.Topology { return droppingJob(jobN, jobDir) }, // policy_test.go
 	}
 }
 
@@ -123,6 +124,7 @@ func runJob(n *cluster.Node, args []string, say func(string, ...any)) {
 			lines := strings.Fields(string(b))
 			sort.Strings(lines)
 			for _, st := range run.Stats() {
+				say("STAT %s %d %d %d", st.Name, st.In, st.Out, st.Dropped) // policy_test.go
 				if st.Name == "numbers" {
 					say("SOURCE-BLOCKED %d", st.Blocked)
 				}

@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
 
@@ -123,8 +124,38 @@ type (
 		Gen int
 		ID  uint64
 	}
-	// WireFinished: an instance finished its input.
-	WireFinished struct{ Task, Instance, Gen int }
+	// WireFinished: an instance finished its input. Stats are its final
+	// counters, so that the job's statistics are complete when it ends.
+	WireFinished struct {
+		Task, Instance, Gen int
+		Stats               *WireInstanceStats
+	}
+	// WireStats reports the counters of a generation's instances in one
+	// process to the job actor: every hostStatsInterval while they run, and
+	// once more (Final) after they stopped. Counts are totals since the
+	// generation started, so a lost report is made good by the next.
+	WireStats struct {
+		Gen       int
+		Address   string
+		Final     bool
+		Instances []WireInstanceStats
+	}
+	// WireInstanceStats are the counters of one instance.
+	WireInstanceStats struct {
+		Task, Instance int
+		Final          bool          // the instance finished or stopped: no later report changes it
+		Ops            []WireOpStats // by position in the task's chain
+		// Its input mailbox (none for a source).
+		Policy                     string
+		Capacity, Depth, HighWater int
+		Dropped                    []int64 // by mailbox.Reason
+		Spilled, SpillPending      int64
+		Blocked                    int64 // nanoseconds without credit to send, the current episode included
+		Backpressured              bool  // without credit now
+		Watermark                  int64 // the instance's event time (Unix ns), 0 before the first
+	}
+	// WireOpStats are the counters of one operator of an instance's chain.
+	WireOpStats struct{ In, Out, DeadLettered, Late int64 }
 	// WireSourceDone: a source ended.
 	WireSourceDone struct{ Gen int }
 	// WireDrain asks a source to stop reading and finish.
@@ -163,6 +194,16 @@ type (
 	}
 )
 
+// The messages other processes send to instances besides records are
+// control messages, as their local counterparts (credit, barrierMsg,
+// cpCommitted, drainMsg) are: an overflow policy must never count or drop
+// them. A dropped credit would leave its sender waiting for room the
+// receiver already granted.
+func (*WireCredit) IsControl() bool    { return true }
+func (*WireBarrier) IsControl() bool   { return true }
+func (*WireCommitted) IsControl() bool { return true }
+func (*WireDrain) IsControl() bool     { return true }
+
 // hostLost: a process of a distributed job left.
 type hostLost struct{ addr string }
 
@@ -174,7 +215,7 @@ func toWire(msg any) any {
 	case *cpCommitted:
 		return &WireCommitted{Gen: m.gen, ID: m.id}
 	case *finished:
-		return &WireFinished{Task: m.task, Instance: m.instance, Gen: m.gen}
+		return &WireFinished{Task: m.task, Instance: m.instance, Gen: m.gen, Stats: m.stats}
 	case *sourceDone:
 		return &WireSourceDone{Gen: m.gen}
 	case *barrierMsg:
@@ -193,7 +234,7 @@ func fromWire(msg any) any {
 	case *WireCommitted:
 		return &cpCommitted{gen: m.Gen, id: m.ID}
 	case *WireFinished:
-		return &finished{task: m.Task, instance: m.Instance, gen: m.Gen}
+		return &finished{task: m.Task, instance: m.Instance, gen: m.Gen, stats: m.Stats}
 	case *WireSourceDone:
 		return &sourceDone{gen: m.Gen}
 	case *WireBarrier:
@@ -498,18 +539,122 @@ func (p *Plan) instanceCount() int {
 }
 
 // hostActor parents one generation's instances in a process other than
-// the job actor's.
-type hostActor struct{ x *execution }
+// the job actor's. It reports their counters to the job actor every
+// hostStatsInterval, and a last time once they have stopped, before
+// WireStopped (the job actor waits for that before a restart, so the
+// counts of a stopped generation are in before the next one starts).
+type hostActor struct {
+	x         *execution
+	stopTimer func() bool // the next report's timer, nil when none
+}
+
+// hostStatsInterval is how often a process hosting instances of a
+// distributed job reports their counters (the dashboard's default
+// refresh).
+const hostStatsInterval = 500 * time.Millisecond
+
+// hostStatsTick: time for hostActor's next report.
+type hostStatsTick struct{}
 
 func (h *hostActor) Receive(c actor.Context) {
 	x := h.x
 	switch c.Message().(type) {
 	case *actor.Started:
-		x.launched <- h.launch(c)
-	case *actor.Stopped:
+		err := h.launch(c)
+		x.launched <- err
+		if err == nil {
+			h.arm(c.Self())
+		}
+	case *hostStatsTick:
+		h.stopTimer = nil
+		x.root.Send(x.jobPID, x.hostStats(false))
+		h.arm(c.Self())
+	case *actor.Stopping:
+		if h.stopTimer != nil {
+			h.stopTimer()
+			h.stopTimer = nil
+		}
+	case *actor.Stopped: // after its children: the counts are final
 		x.cancel()
+		x.root.Send(x.jobPID, x.hostStats(true))
 		x.root.Send(x.jobPID, &WireStopped{Address: x.dist.Address(), Gen: x.gen})
 	}
+}
+
+func (h *hostActor) arm(self *actor.PID) {
+	root := h.x.root
+	h.stopTimer = h.x.topo.cfg.after(hostStatsInterval, func() { root.Send(self, &hostStatsTick{}) })
+}
+
+// hostStats reports the counters of the instances that run here.
+func (x *execution) hostStats(final bool) *WireStats {
+	x.instMu.RLock()
+	defer x.instMu.RUnlock()
+	ws := &WireStats{Gen: x.gen, Address: x.dist.Address(), Final: final}
+	for _, insts := range x.instances {
+		for _, in := range insts {
+			if x.local(in.self) {
+				s := x.instanceStats(in)
+				s.Final = final
+				ws.Instances = append(ws.Instances, s)
+			}
+		}
+	}
+	return ws
+}
+
+// instanceStats reads the counters of an instance of this process. It is
+// safe from any goroutine.
+func (x *execution) instanceStats(in *instance) WireInstanceStats {
+	chain := x.plan.chains[in.task]
+	s := WireInstanceStats{Task: in.task, Instance: in.idx, Ops: make([]WireOpStats, len(chain)),
+		Blocked: in.blocked.Load(), Watermark: in.evTime.Load()}
+	for pos, n := range chain {
+		if cs := x.counters[n]; in.idx < len(cs) {
+			c := cs[in.idx]
+			s.Ops[pos] = WireOpStats{In: c.in.Load(), Out: c.out.Load(), DeadLettered: c.dead.Load(), Late: c.late.Load()}
+		}
+	}
+	if mb := in.mb.Load(); mb != nil && chain[0].role != roleSource {
+		ms := mb.Stats()
+		s.Policy, s.Capacity, s.Depth, s.HighWater = ms.Policy, ms.Capacity, ms.Depth, ms.HighWater
+		s.Dropped, s.Spilled, s.SpillPending = ms.Dropped[:], ms.Spilled, ms.SpillPending
+	}
+	if since := in.blockedSince.Load(); since != 0 {
+		s.Blocked += int64(time.Since(time.Unix(0, since)))
+		s.Backpressured = true
+	}
+	return s
+}
+
+// onStats keeps a process's report (the job actor calls it).
+func (x *execution) onStats(m *WireStats) {
+	for i := range m.Instances {
+		x.noteStats(m.Gen, &m.Instances[i])
+	}
+}
+
+// statsKey names the reports of one instance of one generation.
+type statsKey struct{ gen, task, instance int }
+
+// noteStats keeps the latest report of an instance in another process
+// (the job actor calls it). A report after the instance's final one is
+// older than it and ignored.
+func (x *execution) noteStats(gen int, s *WireInstanceStats) {
+	if s == nil || s.Task < 0 || s.Task >= len(x.plan.chains) || len(s.Ops) != len(x.plan.chains[s.Task]) ||
+		s.Instance < 0 || s.Instance >= x.plan.par[x.plan.chains[s.Task][0]] {
+		return // not of this plan
+	}
+	k := statsKey{gen, s.Task, s.Instance}
+	x.statsMu.Lock()
+	defer x.statsMu.Unlock()
+	if old, ok := x.remoteStats[k]; ok && old.Final && !s.Final {
+		return
+	}
+	if x.remoteStats == nil {
+		x.remoteStats = map[statsKey]*WireInstanceStats{}
+	}
+	x.remoteStats[k] = s
 }
 
 func (h *hostActor) launch(c actor.Context) (err error) {

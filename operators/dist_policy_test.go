@@ -214,3 +214,37 @@ func TestRemoteRecordsGapFails(t *testing.T) {
 	}
 	t.Logf("the receiver fails with: %v", f.err)
 }
+
+// TestRemoteControlNeverDropped: what else other processes send an
+// instance (credits, barriers for sources, commits, drain) reaches a full
+// dropping mailbox as control messages: never counted as records, never
+// dropped. A dropped credit would stall its sender for good.
+func TestRemoteControlNeverDropped(t *testing.T) {
+	in := remoteReceiver(t)
+	mb, err := mailbox.New(mailbox.DropNewest(3))
+	if err != nil {
+		t.Fatal(err)
+	}
+	inbox := newRemoteInbox(mb, in)
+	inbox.PostUserMessage(packed{wire(t, in, 1, 1, 2, 3)}) // full
+	controls := []any{&WireCredit{Out: 0, Total: 64}, &WireBarrier{ID: 1}, &WireCommitted{ID: 1}, &WireDrain{}}
+	for _, m := range controls {
+		inbox.PostUserMessage(&actor.MessageEnvelope{Message: packed{m}})
+	}
+	inbox.PostUserMessage(packed{wire(t, in, 2, 4)}) // dropped
+	if st := mb.Stats(); st.Posted != 4 || st.DroppedTotal() != 1 {
+		t.Fatalf("posted %d records, dropped %d: want 4 and 1 (control messages are not records)", st.Posted, st.DroppedTotal())
+	}
+	r := &recorder{}
+	inbox.RegisterHandlers(r, inline{})
+	inbox.Start()
+	if len(r.got) != 1+len(controls) {
+		t.Fatalf("delivered %v, want the batch and every control message", r.got)
+	}
+	for i, m := range controls {
+		env, ok := r.got[1+i].(*actor.MessageEnvelope)
+		if !ok || env.Message != m {
+			t.Fatalf("delivered %v, want %T %v unpacked in its envelope", r.got[1+i], m, m)
+		}
+	}
+}

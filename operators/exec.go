@@ -38,8 +38,11 @@ type (
 	}
 	drainMsg struct{}
 	abortMsg struct{}
-	finished struct{ task, instance, gen int }
-	failed   struct {
+	finished struct {
+		task, instance, gen int
+		stats               *WireInstanceStats // from another process: the instance's final counters
+	}
+	failed struct {
 		child  *actor.PID
 		reason any
 		remote bool // from another process: gen says which generation
@@ -647,7 +650,13 @@ func (in *instance) endOfInput() {
 func (in *instance) maybeReport() {
 	if in.done && in.blockedN == 0 && !in.reported {
 		in.reported = true
-		in.tell(in.exec.jobPID, &finished{in.task, in.idx, in.gen})
+		f := &finished{task: in.task, instance: in.idx, gen: in.gen}
+		if x := in.exec; !x.local(x.jobPID) { // the job actor reads the counters of its own process
+			s := x.instanceStats(in)
+			s.Final = true
+			f.stats = &s
+		}
+		in.tell(in.exec.jobPID, f)
 	}
 }
 
@@ -832,6 +841,12 @@ type execution struct {
 	counters  map[*node][]*counters
 	launched  chan error
 
+	// The latest counters reported by instances in other processes, of
+	// every generation: a generation's counts stay in the job's totals
+	// after it is replaced, as the shared counters of local instances do.
+	statsMu     sync.Mutex
+	remoteStats map[statsKey]*WireInstanceStats
+
 	done     chan struct{}
 	mu       sync.Mutex
 	err      error
@@ -965,10 +980,18 @@ func (x *execution) setErr(err error) {
 	x.mu.Unlock()
 }
 
-// Stats implements actors.Execution.
+// Stats implements actors.Execution. A distributed job's statistics cover
+// its instances in every process: the counters of records (in, out, dead
+// letters, late) are totals over every generation, as in one process, from
+// the shared counters of this process's instances and the latest reports of
+// the others (WireStats, WireFinished); the mailboxes, blocked time and
+// watermarks are those of the current generation's instances, reported up
+// to hostStatsInterval ago when they run in another process.
 func (x *execution) Stats() []actors.OperatorStats {
 	x.instMu.RLock()
 	defer x.instMu.RUnlock()
+	x.statsMu.Lock()
+	defer x.statsMu.Unlock()
 	var out []actors.OperatorStats
 	for id, chain := range x.plan.chains {
 		for pos, n := range chain {
@@ -979,33 +1002,22 @@ func (x *execution) Stats() []actors.OperatorStats {
 				st.DeadLettered += c.dead.Load()
 				st.Late += c.late.Load()
 			}
+			for k, r := range x.remoteStats {
+				if k.task == id {
+					o := r.Ops[pos]
+					st.In += o.In
+					st.Out += o.Out
+					st.DeadLettered += o.DeadLettered
+					st.Late += o.Late
+				}
+			}
 			if pos == 0 && id < len(x.instances) {
 				for _, in := range x.instances[id] {
-					if mb := in.mb.Load(); mb != nil && n.role != roleSource {
-						ms := mb.Stats()
-						st.Policy = ms.Policy
-						st.Capacity += ms.Capacity
-						st.Queued += ms.Depth
-						st.QueueHighWater = max(st.QueueHighWater, ms.HighWater)
-						st.Dropped += ms.DroppedTotal()
-						st.Spilled += ms.Spilled
-						st.SpillPending += ms.SpillPending
-						for _, r := range mailbox.Reasons() {
-							if ms.Dropped[r] > 0 {
-								if st.DroppedBy == nil {
-									st.DroppedBy = map[string]int64{}
-								}
-								st.DroppedBy[r.String()] += ms.Dropped[r]
-							}
-						}
-					}
-					if wm := in.evTime.Load(); wm != 0 && (st.Watermark.IsZero() || time.Unix(0, wm).Before(st.Watermark)) {
-						st.Watermark = time.Unix(0, wm)
-					}
-					st.Blocked += time.Duration(in.blocked.Load())
-					if since := in.blockedSince.Load(); since != 0 {
-						st.Blocked += time.Since(time.Unix(0, since))
-						st.Backpressured++
+					if x.local(in.self) {
+						s := x.instanceStats(in)
+						addInstanceStats(&st, &s)
+					} else if r := x.remoteStats[statsKey{in.gen, id, in.idx}]; r != nil {
+						addInstanceStats(&st, r)
 					}
 				}
 			}
@@ -1013,6 +1025,36 @@ func (x *execution) Stats() []actors.OperatorStats {
 		}
 	}
 	return out
+}
+
+// addInstanceStats adds what an instance says of its mailbox, blocked time
+// and event time to the statistics of its task's first operator.
+func addInstanceStats(st *actors.OperatorStats, s *WireInstanceStats) {
+	if s.Policy != "" {
+		st.Policy = s.Policy
+		st.Capacity += s.Capacity
+		st.Queued += s.Depth
+		st.QueueHighWater = max(st.QueueHighWater, s.HighWater)
+		st.Spilled += s.Spilled
+		st.SpillPending += s.SpillPending
+		for i, d := range s.Dropped {
+			if d == 0 {
+				continue
+			}
+			st.Dropped += d
+			if st.DroppedBy == nil {
+				st.DroppedBy = map[string]int64{}
+			}
+			st.DroppedBy[mailbox.Reason(i).String()] += d
+		}
+	}
+	if wm := s.Watermark; wm != 0 && (st.Watermark.IsZero() || time.Unix(0, wm).Before(st.Watermark)) {
+		st.Watermark = time.Unix(0, wm)
+	}
+	st.Blocked += time.Duration(s.Blocked)
+	if s.Backpressured {
+		st.Backpressured++
+	}
 }
 
 // openDeadLetters finds the dead-letter store when an operator needs one.
@@ -1314,7 +1356,10 @@ func (j *jobActor) Receive(c actor.Context) {
 		if x.cpStore != nil && m.gen == x.gen {
 			j.feed(c, evStopping{})
 		}
+	case *WireStats:
+		x.onStats(m)
 	case *finished:
+		x.noteStats(m.gen, m.stats)
 		if m.gen != x.gen || j.restarting {
 			return
 		}
