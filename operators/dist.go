@@ -32,7 +32,13 @@ import (
 //     the same credit-gated channels as in one process (per-edge order:
 //     one sender actor, one receiver actor, one connection);
 //   - credits, checkpoint acknowledgements and commits, finished and failed
-//     notices as the other Wire types.
+//     notices as the other Wire types;
+//   - the counters of the instances, for the job's Stats (WireStats, and
+//     the final ones with WireFinished).
+//
+// An instance with senders in other processes decodes their records
+// before its mailbox admits them (remoteInbox), so that every overflow
+// policy works across processes as within one.
 //
 // A generation's instances in another process are children of one actor
 // there (see HostGeneration); the coordinator deploys them before its
