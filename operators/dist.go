@@ -552,6 +552,7 @@ func (p *Plan) instanceCount() int {
 type hostActor struct {
 	x         *execution
 	stopTimer func() bool // the next report's timer, nil when none
+	stopping  bool        // no timer after Stopping: the last report comes with Stopped
 }
 
 // hostStatsInterval is how often a process hosting instances of a
@@ -573,9 +574,12 @@ func (h *hostActor) Receive(c actor.Context) {
 		}
 	case *hostStatsTick:
 		h.stopTimer = nil
-		x.root.Send(x.jobPID, x.hostStats(false))
-		h.arm(c.Self())
+		if !h.stopping { // a tick that fired as the actor began to stop
+			x.root.Send(x.jobPID, x.hostStats(false))
+			h.arm(c.Self())
+		}
 	case *actor.Stopping:
+		h.stopping = true
 		if h.stopTimer != nil {
 			h.stopTimer()
 			h.stopTimer = nil
