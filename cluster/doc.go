@@ -97,8 +97,9 @@
 //
 // Between nodes, records travel as envelopes encoded with the receiving
 // task's envelope codec (the spill's) inside one registered message, on
-// the same credit-gated channels as in one process: a sender sends only as
-// far as its receiver granted credits, so a slow receiver slows its
+// the same channels as in one process. Under the Block policy (the
+// default) they are credit-gated: a sender sends only as far as its
+// receiver granted credits, so a slow receiver slows its
 // senders up to the sources, and nothing blocks the connection's
 // goroutine (its mailbox never blocks a post; credits bound what is in
 // flight). Credits, checkpoint acknowledgements and commits, and finished
@@ -121,6 +122,21 @@
 // the job restarts from its checkpoint rather than wait for a credit or a
 // notice that will never come; records also carry a sequence number per
 // channel, and a gap fails the receiver (operators.ErrLost).
+//
+// Every overflow policy works on an edge between nodes as within one: the
+// receiving instance's mailbox decodes a batch from another node on the
+// connection's goroutine, checks its channel's sequence, and only then
+// admits it, so a drop, sample, throttle or spill policy sees its records
+// one by one and never drops a control envelope, a credit or a commit, and
+// its drops leave no sequence gap.
+//
+// The coordinator's Run.Stats (and so the dashboard and the metrics) cover
+// the instances on every node: each node reports its instances' counters
+// to the job actor every half second, when an instance finishes, and when
+// a generation stops. Record counts are totals over restarts, as in one
+// process; queues, drops, spills, blocked time and watermarks are the
+// current generation's, up to half a second old for another node's
+// instances.
 //
 // # Coordinator failover
 //
@@ -162,12 +178,10 @@
 // present at the takeover; the RunOptions it runs with are the old
 // coordinator's.
 //
-// Limits of this version: Stats of a distributed run count only the
-// coordinator's instances; remote edges assume the Block policy (a batch
-// from another node counts as one message in the receiver's mailbox, so
-// drop, sample and spill policies do not see its records); a deployment
-// to a member that is dying fails after RequestTimeout and costs a
-// restart.
+// Limits of this version: the counts of a node that dies stop at its
+// last report (up to half a second of them are missing from the totals);
+// a deployment to a member that is dying fails after RequestTimeout and
+// costs a restart.
 //
 // # Security
 //

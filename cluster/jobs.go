@@ -13,6 +13,7 @@ import (
 
 	"github.com/asynkron/protoactor-go/actor"
 	"github.com/asynkron/protoactor-go/remote"
+	"google.golang.org/protobuf/types/known/anypb"
 
 	"github.com/sluicehq/sluice/actors"
 	"github.com/sluicehq/sluice/operators"
@@ -47,6 +48,7 @@ func registerJobMessages(r *Registry) error {
 	add(&operators.WireDeployed{}, "deployed")
 	add(&operators.WireStopGen{}, "stopGen")
 	add(&operators.WireStopped{}, "stopped")
+	add(&operators.WireStats{}, "stats")
 	return errors.Join(errs...)
 }
 
@@ -159,6 +161,21 @@ type distributor struct {
 func (d *distributor) Address() string                   { return d.n.Address() }
 func (d *distributor) Root() *actor.RootContext          { return d.n.root }
 func (d *distributor) Props(p *actor.Props) *actor.Props { return d.n.Props(p) }
+
+// Unpack decodes a message from another node where it is posted to a
+// mailbox, as the receiver middleware would before the actor sees it.
+func (d *distributor) Unpack(msg any) (any, error) {
+	a, ok := msg.(*anypb.Any)
+	if !ok {
+		return msg, nil
+	}
+	v, err := d.n.codec.unpack(a)
+	if err != nil {
+		d.n.codec.warnOnce(a.GetTypeUrl(), "cluster: message dropped", "err", err)
+	}
+	return v, err
+}
+
 func (d *distributor) StopOn(addr string, s *operators.WireStopGen) {
 	_ = d.n.Send(d.n.PID(addr, jobsActorName), s)
 }

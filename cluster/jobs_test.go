@@ -49,6 +49,7 @@ func testJobs() cluster.Jobs {
 	return cluster.Jobs{
 		"counting":     func() *operators.Topology { return countingJob(jobN, jobDir) },
 		"backpressure": func() *operators.Topology { return slowJob(jobN, jobDir) },
+		"dropping":     func() *operators.Topology { return droppingJob(jobN, jobDir) }, // policy_test.go
 	}
 }
 
@@ -132,6 +133,7 @@ func report(run *actors.Run, say func(string, ...any)) {
 			lines := strings.Fields(string(b))
 			sort.Strings(lines)
 			for _, st := range run.Stats() {
+				say("STAT %s %d %d %d", st.Name, st.In, st.Out, st.Dropped) // policy_test.go
 				if st.Name == "numbers" {
 					say("SOURCE-BLOCKED %d", st.Blocked)
 				}

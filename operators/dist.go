@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"sync"
+	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
 
@@ -30,7 +32,13 @@ import (
 //     the same credit-gated channels as in one process (per-edge order:
 //     one sender actor, one receiver actor, one connection);
 //   - credits, checkpoint acknowledgements and commits, finished and failed
-//     notices as the other Wire types.
+//     notices as the other Wire types;
+//   - the counters of the instances, for the job's Stats (WireStats, and
+//     the final ones with WireFinished).
+//
+// An instance with senders in other processes decodes their records
+// before its mailbox admits them (remoteInbox), so that every overflow
+// policy works across processes as within one.
 //
 // A generation's instances in another process are children of one actor
 // there (see HostGeneration); the coordinator deploys them before its
@@ -62,6 +70,15 @@ type Distributor interface {
 	// whose connection broke (messages to it may have been lost), from now
 	// until cancel is called.
 	Watch(lost func(addr string)) (cancel func())
+	// Unpack returns the value carried by a message as another process's
+	// connection posts it to a mailbox (what the receiver middleware of
+	// Props would hand the actor), or msg itself when it is not packed.
+	// Instances call it on the connection's goroutine, before their
+	// mailbox's policy sees the message (see remoteInbox); it must be safe
+	// for concurrent use. An error means the message does not decode: Unpack
+	// has counted and logged it, and the message is dropped, as the
+	// middleware would drop it.
+	Unpack(msg any) (any, error)
 }
 
 // Distribute runs the topology across processes with d (see Distributor).
@@ -113,8 +130,38 @@ type (
 		Gen int
 		ID  uint64
 	}
-	// WireFinished: an instance finished its input.
-	WireFinished struct{ Task, Instance, Gen int }
+	// WireFinished: an instance finished its input. Stats are its final
+	// counters, so that the job's statistics are complete when it ends.
+	WireFinished struct {
+		Task, Instance, Gen int
+		Stats               *WireInstanceStats
+	}
+	// WireStats reports the counters of a generation's instances in one
+	// process to the job actor: every hostStatsInterval while they run, and
+	// once more (Final) after they stopped. Counts are totals since the
+	// generation started, so a lost report is made good by the next.
+	WireStats struct {
+		Gen       int
+		Address   string
+		Final     bool
+		Instances []WireInstanceStats
+	}
+	// WireInstanceStats are the counters of one instance.
+	WireInstanceStats struct {
+		Task, Instance int
+		Final          bool          // the instance finished or stopped: no later report changes it
+		Ops            []WireOpStats // by position in the task's chain
+		// Its input mailbox (none for a source).
+		Policy                     string
+		Capacity, Depth, HighWater int
+		Dropped                    []int64 // by mailbox.Reason
+		Spilled, SpillPending      int64
+		Blocked                    int64 // nanoseconds without credit to send, the current episode included
+		Backpressured              bool  // without credit now
+		Watermark                  int64 // the instance's event time (Unix ns), 0 before the first
+	}
+	// WireOpStats are the counters of one operator of an instance's chain.
+	WireOpStats struct{ In, Out, DeadLettered, Late int64 }
 	// WireSourceDone: a source ended.
 	WireSourceDone struct{ Gen int }
 	// WireDrain asks a source to stop reading and finish.
@@ -153,6 +200,16 @@ type (
 	}
 )
 
+// The messages other processes send to instances besides records are
+// control messages, as their local counterparts (credit, barrierMsg,
+// cpCommitted, drainMsg) are: an overflow policy must never count or drop
+// them. A dropped credit would leave its sender waiting for room the
+// receiver already granted.
+func (*WireCredit) IsControl() bool    { return true }
+func (*WireBarrier) IsControl() bool   { return true }
+func (*WireCommitted) IsControl() bool { return true }
+func (*WireDrain) IsControl() bool     { return true }
+
 // hostLost: a process of a distributed job left.
 type hostLost struct{ addr string }
 
@@ -164,7 +221,7 @@ func toWire(msg any) any {
 	case *cpCommitted:
 		return &WireCommitted{Gen: m.gen, ID: m.id}
 	case *finished:
-		return &WireFinished{Task: m.task, Instance: m.instance, Gen: m.gen}
+		return &WireFinished{Task: m.task, Instance: m.instance, Gen: m.gen, Stats: m.stats}
 	case *sourceDone:
 		return &WireSourceDone{Gen: m.gen}
 	case *barrierMsg:
@@ -183,7 +240,7 @@ func fromWire(msg any) any {
 	case *WireCommitted:
 		return &cpCommitted{gen: m.Gen, id: m.ID}
 	case *WireFinished:
-		return &finished{task: m.Task, instance: m.Instance, gen: m.Gen}
+		return &finished{task: m.Task, instance: m.Instance, gen: m.Gen, stats: m.Stats}
 	case *WireSourceDone:
 		return &sourceDone{gen: m.Gen}
 	case *WireBarrier:
@@ -220,31 +277,124 @@ func (in *instance) send(oc *outChan, env *actors.Envelope) {
 	in.c.Send(oc.target, &WireRecords{Seq: oc.wseq, Data: data})
 }
 
-// fromRemote decodes the records of another process and checks that none
-// was lost on the way.
-func (in *instance) fromRemote(m *WireRecords) *actors.Envelope {
-	if in.codec == nil {
-		in.codec = in.exec.plan.chains[in.task][0].newCodec()
-	}
-	v, err := in.codec.Decode(m.Data)
-	if err != nil {
-		panic(fmt.Errorf("decode records: %w", err))
-	}
-	env := v.(*actors.Envelope)
-	if env.Channel < 0 || env.Channel >= len(in.ins) {
-		panic(fmt.Errorf("records on channel %d, the instance has %d", env.Channel, len(in.ins)))
-	}
-	ch := &in.ins[env.Channel]
-	if m.Seq != ch.wseq+1 {
-		panic(fmt.Errorf("%w: channel from %v: message %d after %d", ErrLost, ch.sender, m.Seq, ch.wseq))
-	}
-	ch.wseq = m.Seq
-	return env
-}
-
 // ErrLost: a message between the processes of a distributed job was lost;
 // the job restarts from its last checkpoint.
 var ErrLost = errors.New("operators: a message from another process was lost")
+
+// remoteInbox is the mailbox of an instance with senders in other
+// processes. protoactor's connection goroutines post those senders'
+// messages to it (one goroutine per connection, concurrently with each
+// other and with the actor). It unpacks them there, before the mailbox
+// admits them, and turns WireRecords back into the envelope it carries, so
+// that the overflow policy sees exactly what it sees on an edge within one
+// process: a batch of records it can count, drop, sample or spill record by
+// record, or a control envelope (barrier, watermark, end of stream) that it
+// never drops.
+//
+// It also checks the sequence of every channel from another process, in
+// the order the connection delivers, before any policy can discard
+// anything: a policy's drops leave no gap, and a gap means a message was
+// lost between the processes. Then the instance fails with ErrLost (the
+// job restarts from its last checkpoint) through an inboxFailure message,
+// and the inbox ignores that instance's records from then on.
+//
+// Credits need nothing here: only Block edges are credit-gated, and a Block
+// mailbox never discards, so the receiver grants back every record it
+// handles (grant); under the other policies senders hold no credits and
+// are never slowed, across processes as within one.
+type remoteInbox struct {
+	*mailbox.Mailbox
+	unpack  func(any) (any, error)
+	senders []*actor.PID // by input channel
+
+	mu     sync.Mutex    // orders the connections' posts; guards what follows
+	codec  mailbox.Codec // the task's envelope codec
+	wseq   []uint64      // by input channel: the last message received
+	failed bool          // a message was lost: the instance is failing
+}
+
+// inboxFailure fails the instance whose inbox posted it. It is a control
+// message: no policy drops it.
+type inboxFailure struct{ err error }
+
+func (*inboxFailure) IsControl() bool { return true }
+
+func newRemoteInbox(mb *mailbox.Mailbox, in *instance) *remoteInbox {
+	b := &remoteInbox{Mailbox: mb, unpack: in.exec.dist.Unpack,
+		codec: in.exec.plan.chains[in.task][0].newCodec(), wseq: make([]uint64, len(in.ins))}
+	for _, ch := range in.ins {
+		b.senders = append(b.senders, ch.sender)
+	}
+	return b
+}
+
+// PostUserMessage implements actor.Mailbox: records from another process
+// reach the mailbox as envelopes, everything else as the value it carries.
+func (b *remoteInbox) PostUserMessage(msg any) {
+	m := msg
+	env, wrapped := msg.(*actor.MessageEnvelope)
+	if wrapped {
+		m = env.Message
+	}
+	v, err := b.unpack(m)
+	if err != nil {
+		return // counted and logged by Unpack; a lost WireRecords shows as a gap
+	}
+	if rec, ok := v.(*WireRecords); ok {
+		b.records(rec)
+		return
+	}
+	if v != m {
+		if wrapped {
+			v = &actor.MessageEnvelope{Header: env.Header, Message: v, Sender: env.Sender}
+		}
+		msg = v
+	}
+	b.Mailbox.PostUserMessage(msg)
+}
+
+// records decodes the envelope of rec, checks its channel's sequence and
+// posts it.
+func (b *remoteInbox) records(rec *WireRecords) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.failed {
+		return
+	}
+	v, err := b.codec.Decode(rec.Data)
+	if err != nil {
+		b.fail(fmt.Errorf("operators: records from another process (message %d): decode: %w", rec.Seq, err))
+		return
+	}
+	env := v.(*actors.Envelope)
+	ch := env.Channel
+	if ch < 0 || ch >= len(b.wseq) {
+		b.fail(fmt.Errorf("operators: records from another process on channel %d, the instance has %d", ch, len(b.wseq)))
+		return
+	}
+	if rec.Seq != b.wseq[ch]+1 {
+		b.fail(fmt.Errorf("%w: channel %d from %s: message %d after %d", ErrLost, ch, b.senders[ch].Address+"/"+b.senders[ch].Id, rec.Seq, b.wseq[ch]))
+		return
+	}
+	b.wseq[ch] = rec.Seq
+	b.Mailbox.PostUserMessage(env)
+}
+
+func (b *remoteInbox) fail(err error) {
+	b.failed = true
+	b.Mailbox.PostUserMessage(&inboxFailure{err: err})
+}
+
+// hasRemoteSender says whether an input channel of in comes from another
+// process.
+func (in *instance) hasRemoteSender() bool {
+	for _, ch := range in.ins {
+		if !in.exec.local(ch.sender) {
+			return true
+		}
+	}
+	return false
+}
 
 // grant returns the room env took to its sender.
 func (in *instance) grant(env *actors.Envelope) {
@@ -395,18 +545,126 @@ func (p *Plan) instanceCount() int {
 }
 
 // hostActor parents one generation's instances in a process other than
-// the job actor's.
-type hostActor struct{ x *execution }
+// the job actor's. It reports their counters to the job actor every
+// hostStatsInterval, and a last time once they have stopped, before
+// WireStopped (the job actor waits for that before a restart, so the
+// counts of a stopped generation are in before the next one starts).
+type hostActor struct {
+	x         *execution
+	stopTimer func() bool // the next report's timer, nil when none
+	stopping  bool        // no timer after Stopping: the last report comes with Stopped
+}
+
+// hostStatsInterval is how often a process hosting instances of a
+// distributed job reports their counters (the dashboard's default
+// refresh).
+const hostStatsInterval = 500 * time.Millisecond
+
+// hostStatsTick: time for hostActor's next report.
+type hostStatsTick struct{}
 
 func (h *hostActor) Receive(c actor.Context) {
 	x := h.x
 	switch c.Message().(type) {
 	case *actor.Started:
-		x.launched <- h.launch(c)
-	case *actor.Stopped:
+		err := h.launch(c)
+		x.launched <- err
+		if err == nil {
+			h.arm(c.Self())
+		}
+	case *hostStatsTick:
+		h.stopTimer = nil
+		if !h.stopping { // a tick that fired as the actor began to stop
+			x.root.Send(x.jobPID, x.hostStats(false))
+			h.arm(c.Self())
+		}
+	case *actor.Stopping:
+		h.stopping = true
+		if h.stopTimer != nil {
+			h.stopTimer()
+			h.stopTimer = nil
+		}
+	case *actor.Stopped: // after its children: the counts are final
 		x.cancel()
+		x.root.Send(x.jobPID, x.hostStats(true))
 		x.root.Send(x.jobPID, &WireStopped{Address: x.dist.Address(), Gen: x.gen})
 	}
+}
+
+func (h *hostActor) arm(self *actor.PID) {
+	root := h.x.root
+	h.stopTimer = h.x.topo.cfg.after(hostStatsInterval, func() { root.Send(self, &hostStatsTick{}) })
+}
+
+// hostStats reports the counters of the instances that run here.
+func (x *execution) hostStats(final bool) *WireStats {
+	x.instMu.RLock()
+	defer x.instMu.RUnlock()
+	ws := &WireStats{Gen: x.gen, Address: x.dist.Address(), Final: final}
+	for _, insts := range x.instances {
+		for _, in := range insts {
+			if x.local(in.self) {
+				s := x.instanceStats(in)
+				s.Final = final
+				ws.Instances = append(ws.Instances, s)
+			}
+		}
+	}
+	return ws
+}
+
+// instanceStats reads the counters of an instance of this process. It is
+// safe from any goroutine.
+func (x *execution) instanceStats(in *instance) WireInstanceStats {
+	chain := x.plan.chains[in.task]
+	s := WireInstanceStats{Task: in.task, Instance: in.idx, Ops: make([]WireOpStats, len(chain)),
+		Blocked: in.blocked.Load(), Watermark: in.evTime.Load()}
+	for pos, n := range chain {
+		if cs := x.counters[n]; in.idx < len(cs) {
+			c := cs[in.idx]
+			s.Ops[pos] = WireOpStats{In: c.in.Load(), Out: c.out.Load(), DeadLettered: c.dead.Load(), Late: c.late.Load()}
+		}
+	}
+	if mb := in.mb.Load(); mb != nil && chain[0].role != roleSource {
+		ms := mb.Stats()
+		s.Policy, s.Capacity, s.Depth, s.HighWater = ms.Policy, ms.Capacity, ms.Depth, ms.HighWater
+		s.Dropped, s.Spilled, s.SpillPending = ms.Dropped[:], ms.Spilled, ms.SpillPending
+	}
+	if since := in.blockedSince.Load(); since != 0 {
+		s.Blocked += int64(time.Since(time.Unix(0, since)))
+		s.Backpressured = true
+	}
+	return s
+}
+
+// onStats keeps a process's report (the job actor calls it).
+func (x *execution) onStats(m *WireStats) {
+	for i := range m.Instances {
+		x.noteStats(m.Gen, &m.Instances[i])
+	}
+}
+
+// statsKey names the reports of one instance of one generation.
+type statsKey struct{ gen, task, instance int }
+
+// noteStats keeps the latest report of an instance in another process
+// (the job actor calls it). A report after the instance's final one is
+// older than it and ignored.
+func (x *execution) noteStats(gen int, s *WireInstanceStats) {
+	if s == nil || s.Task < 0 || s.Task >= len(x.plan.chains) || len(s.Ops) != len(x.plan.chains[s.Task]) ||
+		s.Instance < 0 || s.Instance >= x.plan.par[x.plan.chains[s.Task][0]] {
+		return // not of this plan
+	}
+	k := statsKey{gen, s.Task, s.Instance}
+	x.statsMu.Lock()
+	defer x.statsMu.Unlock()
+	if old, ok := x.remoteStats[k]; ok && old.Final && !s.Final {
+		return
+	}
+	if x.remoteStats == nil {
+		x.remoteStats = map[statsKey]*WireInstanceStats{}
+	}
+	x.remoteStats[k] = s
 }
 
 func (h *hostActor) launch(c actor.Context) (err error) {
@@ -464,6 +722,10 @@ func (x *execution) spawn(c actor.Context, in *instance, parent string) error {
 	mbp, err := mbCfg.Producer(func(mb *mailbox.Mailbox) { in.mb.Store(mb) })
 	if err != nil {
 		return err
+	}
+	if x.dist != nil && in.hasRemoteSender() {
+		local := mbp
+		mbp = func() actor.Mailbox { return newRemoteInbox(local().(*mailbox.Mailbox), in) }
 	}
 	props := actor.PropsFromProducer(func() actor.Actor { return in }, actor.WithMailbox(mbp))
 	if x.dist != nil {

@@ -38,8 +38,11 @@ type (
 	}
 	drainMsg struct{}
 	abortMsg struct{}
-	finished struct{ task, instance, gen int }
-	failed   struct {
+	finished struct {
+		task, instance, gen int
+		stats               *WireInstanceStats // from another process: the instance's final counters
+	}
+	failed struct {
 		child  *actor.PID
 		reason any
 		remote bool // from another process: gen says which generation
@@ -109,9 +112,8 @@ type outChan struct {
 // inChan identifies the sender behind one input channel, to return credits.
 type inChan struct {
 	sender   *actor.PID
-	out      int    // the sender's output channel index
-	wseq     uint64 // a sender in another process: the last message received
-	consumed int64  // a sender in another process: records handled, in total
+	out      int   // the sender's output channel index
+	consumed int64 // a sender in another process: records handled, in total
 }
 
 type flusher interface{ flush() }
@@ -284,7 +286,6 @@ type instance struct {
 	tr        *tracer      // nil when tracing is off
 
 	c        actor.Context
-	codec    mailbox.Codec // decodes records from other processes
 	stash    []*actors.Envelope
 	blockedN int
 	since    time.Time
@@ -326,8 +327,6 @@ func (in *instance) Receive(c actor.Context) {
 	msg := c.Message()
 	if in.exec.dist != nil {
 		switch m := msg.(type) {
-		case *WireRecords:
-			msg = in.fromRemote(m)
 		case *WireCredit:
 			msg = in.remoteCredit(m)
 		default:
@@ -367,6 +366,8 @@ func (in *instance) Receive(c actor.Context) {
 			in.draining = true
 			in.scheduleTick()
 		}
+	case *inboxFailure:
+		panic(m.err)
 	case *actor.Stopping:
 		in.release()
 	}
@@ -694,12 +695,24 @@ func (in *instance) endOfInput() {
 func (in *instance) maybeReport() {
 	if in.done && in.blockedN == 0 && !in.reported {
 		in.reported = true
-		in.tell(in.exec.jobPID, &finished{in.task, in.idx, in.gen})
+		in.tell(in.exec.jobPID, in.finishedMsg())
 	}
 	if in.reported && in.closed && !in.closeReported {
 		in.closeReported = true
-		in.tell(in.exec.jobPID, &finished{in.task, in.idx, in.gen})
+		in.tell(in.exec.jobPID, in.finishedMsg())
 	}
+}
+
+// finishedMsg reports the instance finished; from another process, with
+// its final counters (the job actor reads those of its own process).
+func (in *instance) finishedMsg() *finished {
+	f := &finished{task: in.task, instance: in.idx, gen: in.gen}
+	if x := in.exec; !x.local(x.jobPID) {
+		s := x.instanceStats(in)
+		s.Final = true
+		f.stats = &s
+	}
+	return f
 }
 
 func (in *instance) enqueue(oc *outChan, env *actors.Envelope) {
@@ -883,6 +896,12 @@ type execution struct {
 	counters  map[*node][]*counters
 	launched  chan error
 
+	// The latest counters reported by instances in other processes, of
+	// every generation: a generation's counts stay in the job's totals
+	// after it is replaced, as the shared counters of local instances do.
+	statsMu     sync.Mutex
+	remoteStats map[statsKey]*WireInstanceStats
+
 	done     chan struct{}
 	mu       sync.Mutex
 	err      error
@@ -1016,10 +1035,18 @@ func (x *execution) setErr(err error) {
 	x.mu.Unlock()
 }
 
-// Stats implements actors.Execution.
+// Stats implements actors.Execution. A distributed job's statistics cover
+// its instances in every process: the counters of records (in, out, dead
+// letters, late) are totals over every generation, as in one process, from
+// the shared counters of this process's instances and the latest reports of
+// the others (WireStats, WireFinished); the mailboxes, blocked time and
+// watermarks are those of the current generation's instances, reported up
+// to hostStatsInterval ago when they run in another process.
 func (x *execution) Stats() []actors.OperatorStats {
 	x.instMu.RLock()
 	defer x.instMu.RUnlock()
+	x.statsMu.Lock()
+	defer x.statsMu.Unlock()
 	var out []actors.OperatorStats
 	for id, chain := range x.plan.chains {
 		for pos, n := range chain {
@@ -1030,33 +1057,22 @@ func (x *execution) Stats() []actors.OperatorStats {
 				st.DeadLettered += c.dead.Load()
 				st.Late += c.late.Load()
 			}
+			for k, r := range x.remoteStats {
+				if k.task == id {
+					o := r.Ops[pos]
+					st.In += o.In
+					st.Out += o.Out
+					st.DeadLettered += o.DeadLettered
+					st.Late += o.Late
+				}
+			}
 			if pos == 0 && id < len(x.instances) {
 				for _, in := range x.instances[id] {
-					if mb := in.mb.Load(); mb != nil && n.role != roleSource {
-						ms := mb.Stats()
-						st.Policy = ms.Policy
-						st.Capacity += ms.Capacity
-						st.Queued += ms.Depth
-						st.QueueHighWater = max(st.QueueHighWater, ms.HighWater)
-						st.Dropped += ms.DroppedTotal()
-						st.Spilled += ms.Spilled
-						st.SpillPending += ms.SpillPending
-						for _, r := range mailbox.Reasons() {
-							if ms.Dropped[r] > 0 {
-								if st.DroppedBy == nil {
-									st.DroppedBy = map[string]int64{}
-								}
-								st.DroppedBy[r.String()] += ms.Dropped[r]
-							}
-						}
-					}
-					if wm := in.evTime.Load(); wm != 0 && (st.Watermark.IsZero() || time.Unix(0, wm).Before(st.Watermark)) {
-						st.Watermark = time.Unix(0, wm)
-					}
-					st.Blocked += time.Duration(in.blocked.Load())
-					if since := in.blockedSince.Load(); since != 0 {
-						st.Blocked += time.Since(time.Unix(0, since))
-						st.Backpressured++
+					if x.local(in.self) {
+						s := x.instanceStats(in)
+						addInstanceStats(&st, &s)
+					} else if r := x.remoteStats[statsKey{in.gen, id, in.idx}]; r != nil {
+						addInstanceStats(&st, r)
 					}
 				}
 			}
@@ -1064,6 +1080,36 @@ func (x *execution) Stats() []actors.OperatorStats {
 		}
 	}
 	return out
+}
+
+// addInstanceStats adds what an instance says of its mailbox, blocked time
+// and event time to the statistics of its task's first operator.
+func addInstanceStats(st *actors.OperatorStats, s *WireInstanceStats) {
+	if s.Policy != "" {
+		st.Policy = s.Policy
+		st.Capacity += s.Capacity
+		st.Queued += s.Depth
+		st.QueueHighWater = max(st.QueueHighWater, s.HighWater)
+		st.Spilled += s.Spilled
+		st.SpillPending += s.SpillPending
+		for i, d := range s.Dropped {
+			if d == 0 {
+				continue
+			}
+			st.Dropped += d
+			if st.DroppedBy == nil {
+				st.DroppedBy = map[string]int64{}
+			}
+			st.DroppedBy[mailbox.Reason(i).String()] += d
+		}
+	}
+	if wm := s.Watermark; wm != 0 && (st.Watermark.IsZero() || time.Unix(0, wm).Before(st.Watermark)) {
+		st.Watermark = time.Unix(0, wm)
+	}
+	st.Blocked += time.Duration(s.Blocked)
+	if s.Backpressured {
+		st.Backpressured++
+	}
 }
 
 // openDeadLetters finds the dead-letter store when an operator needs one.
@@ -1374,7 +1420,10 @@ func (j *jobActor) Receive(c actor.Context) {
 		if x.cpStore != nil && m.gen == x.gen {
 			j.feed(c, evStopping{})
 		}
+	case *WireStats:
+		x.onStats(m)
 	case *finished:
+		x.noteStats(m.gen, m.stats)
 		if m.gen != x.gen || j.restarting {
 			return
 		}

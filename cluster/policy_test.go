@@ -1,0 +1,122 @@
+package cluster_test
+
+import (
+	"fmt"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/sluicehq/sluice/mailbox"
+	"github.com/sluicehq/sluice/operators"
+)
+
+// Overflow policies and statistics of distributed runs, over three child
+// processes (see jobs_test.go).
+
+// droppingJob sends n numbers from the coordinator to a slow operator
+// whose input mailbox drops the newest records when full: the source is
+// never slowed by it, most records are dropped, and checkpoint barriers and
+// end of stream must pass the full mailbox all the same.
+func droppingJob(n int64, dir string) *operators.Topology {
+	t := operators.NewTopology("dropping", operators.Checkpoints(50*time.Millisecond), operators.BatchSize(64))
+	src := operators.Source(t, "numbers", operators.Generate(n, func(i int64) int64 { return i }))
+	// The source's own work, a millisecond per 1000 records, makes it emit
+	// for a second or more: several checkpoints run meanwhile, each barrier
+	// behind a full mailbox of the slow operator.
+	paced := operators.Map(src, "pace", func(v int64) int64 {
+		if v%1000 == 0 {
+			time.Sleep(time.Millisecond)
+		}
+		return v
+	})
+	slow := operators.Map(paced, "slow", func(v int64) string {
+		time.Sleep(20 * time.Microsecond) // the work of a slow operator, not a wait
+		return "k" + strconv.Itoa(int(v*7%23))
+	}, operators.Parallelism(2), operators.Input(mailbox.DropNewest(64)))
+	by := operators.KeyBy(slow, "by-key", func(k string) string { return k }, operators.Parallelism(2))
+	counts := operators.Count(by, "count", operators.Emit(operators.EmitAtEnd))
+	operators.Sink(counts, "out", operators.File(filepath.Join(dir, "counts"), func(kv operators.KV[string, int64]) string {
+		return fmt.Sprintf("%s=%d", kv.Key, kv.Value)
+	}), operators.Parallelism(1))
+	return t
+}
+
+// jobStats reads the STAT lines runJob prints after a job's end, until its
+// RESTARTS line: records in, out and dropped by operator.
+func jobStats(t *testing.T, a *child) (stats map[string][3]int64, restarts string, checkpoints int) {
+	t.Helper()
+	stats = map[string][3]int64{}
+	a.awaitLine(2*time.Minute, "the job's statistics", func(f []string) bool {
+		switch f[0] {
+		case "JOBERROR":
+			t.Fatalf("the job failed: %s", strings.Join(f[1:], " "))
+		case "CHECKPOINT":
+			checkpoints++
+		case "STAT":
+			if len(f) == 5 {
+				stats[f[1]] = [3]int64{int64(atou(f[2])), int64(atou(f[3])), int64(atou(f[4]))}
+			}
+		case "RESTARTS":
+			restarts = f[1]
+			return true
+		}
+		return false
+	})
+	return stats, restarts, checkpoints
+}
+
+// TestDistributedRunStats: the coordinator's Stats of a distributed run
+// cover the instances in every process. The counters run only on the two
+// other nodes ("off"), yet the coordinator's count operator reports every
+// record in. Then a slow operator on the other nodes, behind a
+// drop-newest mailbox, drops most records: every record is either counted
+// in or counted dropped (as records, not as batches), checkpoints still
+// complete (no barrier is dropped), the job ends (nor is end of stream),
+// and there is no restart (the drops leave no sequence gap, no ErrLost).
+func TestDistributedRunStats(t *testing.T) {
+	if testing.Short() {
+		t.Skip("child processes")
+	}
+	a, _, _, _ := jobCluster(t)
+
+	const n = 300_000
+	a.send(fmt.Sprintf("run counting %d %s off", n, t.TempDir()))
+	where := placed(a, 20*time.Second)
+	if where[a.Address] > 2 { // the source and the sink
+		t.Fatalf("the coordinator hosts %d instances (%v): the test needs the counters elsewhere", where[a.Address], where)
+	}
+	stats, restarts, _ := jobStats(t, a)
+	if restarts != "0" {
+		t.Fatalf("the counting job restarted %s times", restarts)
+	}
+	if got := stats["count"]; got[0] != n {
+		t.Fatalf("count reports %d records in, want all %d (stats %v, placement %v)", got[0], n, stats, where)
+	}
+	if got := stats["key"]; got[1] != n {
+		t.Fatalf("key reports %d records out, want %d", got[1], n)
+	}
+	if got := a.expect(10*time.Second, "RESULT"); got[1] != wantCounts(n) {
+		t.Fatalf("result %v, want %s", got, wantCounts(n))
+	}
+
+	const m = 1_000_000
+	a.send(fmt.Sprintf("run dropping %d %s off", m, t.TempDir()))
+	stats, restarts, checkpoints := jobStats(t, a)
+	a.expect(10*time.Second, "RESULT")
+	slow := stats["slow"]
+	t.Logf("slow: %d in, %d dropped; %d checkpoints; restarts %s", slow[0], slow[2], checkpoints, restarts)
+	if restarts != "0" {
+		t.Fatalf("the dropping job restarted %s times: a policy's drops must not look like lost messages", restarts)
+	}
+	if slow[0]+slow[2] != m || slow[2] == 0 {
+		t.Fatalf("slow: %d in + %d dropped, want %d with drops", slow[0], slow[2], m)
+	}
+	if c := stats["count"]; c[0] != slow[1] {
+		t.Fatalf("count got %d records, slow sent %d", c[0], slow[1])
+	}
+	if checkpoints < 2 { // checkpoints stop when the source ends: these ran while records were dropped
+		t.Fatalf("%d checkpoints completed while the slow operator's mailbox dropped records, want several", checkpoints)
+	}
+}
