@@ -32,7 +32,11 @@
 // answered for FailureTimeout is declared lost (Left), and is fenced: its
 // member id can never rejoin, so a node that was declared lost while
 // alive (a long pause, a partition) sees Excluded and must restart, with a
-// new id. Peers are seeds: answers carry the addresses their senders know,
+// new id; it stops the jobs it coordinates and the instances it hosts, for
+// the others take them over. After a pause both sides may have declared
+// the other lost: an Excluded answer stands only from a peer with more
+// members behind it (or as many, and one of ours), so a node that wakes
+// from a pause does not exclude the majority. Peers are seeds: answers carry the addresses their senders know,
 // and a node that pings becomes a peer, so one live seed is enough. With a
 // discovery service instead, set Config.Provider to one of protoactor's
 // providers (see Provider).

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/binary"
 	"fmt"
+	"math/rand/v2"
 	"slices"
 	"strings"
 	"sync"
@@ -396,7 +397,12 @@ func (n *Node) stand(job string, lost Member) {
 			return false
 		}
 	}
-	for attempt := 0; attempt < 10; attempt++ {
+	// Rank k waits k FailureTimeouts before its first attempt; attempts
+	// that lose are retried after a random quarter to three quarters of a
+	// FailureTimeout (candidates that split the votes do not meet again),
+	// for as long as the job is orphaned, up to 30 FailureTimeouts.
+	deadline := time.Now().Add(30 * ft)
+	for attempt := 0; time.Now().Before(deadline); attempt++ {
 		_, run, err := n.lastRecord(log)
 		if err != nil || run == nil || !run.Running || run.CoordinatorID != lost.ID {
 			return // taken over by another, or over
@@ -413,7 +419,7 @@ func (n *Node) stand(job string, lost Member) {
 		}
 		delay := time.Duration(rank) * ft
 		if attempt > 0 {
-			delay += ft / 4
+			delay = ft/4 + rand.N(ft/2)
 		}
 		if !wait(delay) {
 			return
@@ -422,13 +428,11 @@ func (n *Node) stand(job string, lost Member) {
 			return
 		}
 		epoch, ok := n.claim(run, log)
-		if !ok {
-			continue
+		if ok && n.takeOver(job, run, lost, epoch) {
+			return
 		}
-		n.takeOver(job, run, lost, epoch)
-		return
 	}
-	n.log.Warn("failover: gave up standing for the job", "job", job, "coordinator", lost.Name)
+	n.log.Error("failover: gave up standing for the job", "job", job, "coordinator", lost.Name)
 }
 
 // claim stands for the log's next epoch and asks the other copies; it
@@ -485,7 +489,7 @@ func (n *Node) claim(run *runRecord, log string) (uint64, bool) {
 }
 
 // takeOver runs job here, leading its log in the epoch won.
-func (n *Node) takeOver(job string, run *runRecord, lost Member, epoch uint64) {
+func (n *Node) takeOver(job string, run *runRecord, lost Member, epoch uint64) bool {
 	store, err := n.jobCheckpoints()
 	if err == nil {
 		err = store.claim(job, epoch)
@@ -498,11 +502,12 @@ func (n *Node) takeOver(job string, run *runRecord, lost Member, epoch uint64) {
 			Within: o.Within, OffCoordinator: o.OffCoordinator}, lost.Name)
 	}
 	if err != nil {
-		n.log.Error("failover: could not take the job over", "job", job, "from", lost.Name, "err", err)
-		return
+		n.log.Warn("failover: could not take the job over", "job", job, "from", lost.Name, "epoch", epoch, "err", err)
+		return false
 	}
 	cp := operators.CheckpointStatsOf(r).RestoredFrom
 	n.log.Info("failover: took the job over", "job", job, "from", lost.Name, "epoch", epoch, "checkpoint", cp)
+	return true
 }
 
 // abandon stops a job this node coordinates because another node takes
@@ -527,7 +532,7 @@ func (n *Node) abandon(job string, why error) {
 		return
 	}
 	n.log.Error("stopping a job that another node takes over", "job", job, "reason", why)
-	j.Run.Execution().Abort()
+	operators.Abort(j.Run, why)
 }
 
 // abandonAll stops every job this node coordinates: the cluster declared

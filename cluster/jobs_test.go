@@ -303,12 +303,8 @@ func TestDistributedJobCoordinatorKilled(t *testing.T) {
 	if testing.Short() {
 		t.Skip("child processes")
 	}
-	dir := t.TempDir()
-	a, b, c, _ := jobCluster(t, func(c *childConfig) { c.JobN, c.JobDir = jobRecords, dir })
+	a, b, c, f := countingOnThree(t)
 	want := wantCounts(jobRecords)
-	a.send(fmt.Sprintf("run counting %d %s", jobRecords, dir))
-	t.Logf("placement: %v", placed(a, 20*time.Second))
-	f := a.awaitLine(30*time.Second, "checkpoint 3", func(f []string) bool { return len(f) == 2 && f[0] == "CHECKPOINT" && atou(f[1]) >= 3 })
 	a.kill()
 	// a may have completed a later checkpoint than it reported.
 	reported := atou(f[1])
@@ -346,6 +342,19 @@ func TestDistributedJobCoordinatorKilled(t *testing.T) {
 	}
 }
 
+// countingOnThree starts three nodes that can all run the counting job
+// (its sink writes into one shared folder) and runs it with a as the
+// coordinator until checkpoint 3 has completed; it returns a's CHECKPOINT
+// line.
+func countingOnThree(t *testing.T) (a, b, c *child, cp []string) {
+	dir := t.TempDir()
+	a, b, c, _ = jobCluster(t, func(c *childConfig) { c.JobN, c.JobDir = jobRecords, dir })
+	a.send(fmt.Sprintf("run counting %d %s", jobRecords, dir))
+	t.Logf("placement: %v", placed(a, 20*time.Second))
+	cp = a.awaitLine(30*time.Second, "checkpoint 3", func(f []string) bool { return len(f) == 2 && f[0] == "CHECKPOINT" && atou(f[1]) >= 3 })
+	return a, b, c, cp
+}
+
 // firstLine waits for the first of the children to print a line starting
 // with prefix, and returns it with the line's fields.
 func firstLine(t *testing.T, d time.Duration, prefix string, children ...*child) (*child, []string) {
@@ -371,12 +380,8 @@ func TestDistributedJobPausedCoordinatorFenced(t *testing.T) {
 	if testing.Short() {
 		t.Skip("child processes")
 	}
-	dir := t.TempDir()
-	a, b, c, _ := jobCluster(t, func(c *childConfig) { c.JobN, c.JobDir = jobRecords, dir })
+	a, b, c, _ := countingOnThree(t)
 	want := wantCounts(jobRecords)
-	a.send(fmt.Sprintf("run counting %d %s", jobRecords, dir))
-	placed(a, 20*time.Second)
-	a.awaitLine(30*time.Second, "checkpoint 3", func(f []string) bool { return len(f) == 2 && f[0] == "CHECKPOINT" && atou(f[1]) >= 3 })
 	a.pause()
 	winner, took := firstLine(t, 20*time.Second, "TOOKOVER", b, c)
 	a.resume()
@@ -388,7 +393,13 @@ func TestDistributedJobPausedCoordinatorFenced(t *testing.T) {
 		return f[0] == "JOBERROR"
 	})
 	t.Logf("a: %s", strings.Join(f, " "))
-	if got := winner.expect(2*time.Minute, "RESULT"); len(got) != 2 || got[1] != want {
+	got := winner.awaitLine(2*time.Minute, "the result", func(f []string) bool {
+		if f[0] == "JOBERROR" {
+			t.Fatalf("the job failed on %s: %s", winner.cfg.Name, strings.Join(f[1:], " "))
+		}
+		return f[0] == "RESULT"
+	})
+	if len(got) != 2 || got[1] != want {
 		t.Fatalf("result after the takeover:\n%v\nwant the plain loop's\n%s", got, want)
 	}
 	if !slices.ContainsFunc(a.seenLines(), func(l string) bool { return strings.HasPrefix(l, "EVENT excluded") }) {

@@ -241,8 +241,8 @@ func (m *membership) publish() {
 	members := pc.Members{m.self}
 	ids := []string{m.self.Id}
 	for _, p := range m.peers {
-		if p.id == "" || now.Sub(p.lastOK) >= live {
-			continue
+		if p.id == "" || now.Sub(p.lastOK) >= live || m.n.wasLost(p.id) {
+			continue // a member declared lost never comes back (under that id)
 		}
 		host, port, ok := splitHostPort(p.addr)
 		if !ok {

@@ -37,7 +37,7 @@ type (
 		f  func()
 	}
 	drainMsg struct{}
-	abortMsg struct{}
+	abortMsg struct{ cause error }
 	finished struct {
 		task, instance, gen int
 		stats               *WireInstanceStats // from another process: the instance's final counters
@@ -1017,6 +1017,18 @@ func (x *execution) Err() error {
 func (x *execution) Drain() { x.tell(&drainMsg{}) }
 func (x *execution) Abort() { x.tell(&abortMsg{}) }
 
+// Abort stops a run now, as Run.Stop does without waiting, with cause as
+// its outcome (wrapping ErrAborted): for a runner that stops a job for a
+// reason of its own, such as a coordinator that was fenced. It does not
+// wait; a run of another kind is stopped with ErrAborted.
+func Abort(run *actors.Run, cause error) {
+	if x, ok := run.Execution().(*execution); ok {
+		x.tell(&abortMsg{cause: cause})
+		return
+	}
+	run.Execution().Abort()
+}
+
 // tell sends msg to the job actor unless the job has already ended.
 func (x *execution) tell(msg any) {
 	select {
@@ -1489,7 +1501,11 @@ func (j *jobActor) Receive(c actor.Context) {
 			}
 		}
 	case *abortMsg:
-		x.setErr(ErrAborted)
+		if m.cause != nil {
+			x.setErr(fmt.Errorf("%w: %w", ErrAborted, m.cause))
+		} else {
+			x.setErr(ErrAborted)
+		}
 		c.Stop(c.Self())
 	case *actor.Stopped:
 		if x.dist != nil {

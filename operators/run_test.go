@@ -396,6 +396,19 @@ func TestStopAborts(t *testing.T) {
 	}
 }
 
+// TestAbortWithCause: a runner's reason for stopping a job is its outcome,
+// wrapped in ErrAborted.
+func TestAbortWithCause(t *testing.T) {
+	sys, ctx := newSystem(t)
+	_, run, _ := runEndless(t, sys, ctx, "abort-cause")
+	cause := errors.New("fenced by a newer coordinator")
+	operators.Abort(run, cause)
+	err := run.Wait(ctx)
+	if !errors.Is(err, operators.ErrAborted) || !errors.Is(err, cause) {
+		t.Fatalf("Wait() after Abort = %v, want ErrAborted and the cause", err)
+	}
+}
+
 func TestSystemStopDrainsRunningJobs(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
