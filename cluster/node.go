@@ -421,12 +421,12 @@ func (n *Node) Stop(ctx context.Context) error {
 	n.lifeMu.Lock()
 	n.lifeCancel()
 	n.lifeMu.Unlock()
+	n.lifeWG.Wait() // elections and takeovers in progress end
 	for _, j := range n.Jobs() {
 		if j.From != "" { // taken over: the node's own
 			_ = j.Run.Stop(ctx)
 		}
 	}
-	n.lifeWG.Wait()
 	for _, s := range stores {
 		s.stop()
 	}
