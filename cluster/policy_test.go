@@ -116,7 +116,7 @@ func TestDistributedRunStats(t *testing.T) {
 	if c := stats["count"]; c[0] != slow[1] {
 		t.Fatalf("count got %d records, slow sent %d", c[0], slow[1])
 	}
-	if checkpoints < 2 { // checkpoints stop when the source ends: these ran while records were dropped
+	if checkpoints < 2 { // the job ends soon after its one source: these ran while records were dropped
 		t.Fatalf("%d checkpoints completed while the slow operator's mailbox dropped records, want several", checkpoints)
 	}
 }

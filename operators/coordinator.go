@@ -11,22 +11,29 @@ import (
 // actor feeds it timer ticks and acknowledgements and performs its actions
 // (inject barriers at the sources, store a completed checkpoint).
 //
-// The final checkpoint: when a source ends or the job is drained the
-// coordinator stops starting checkpoints (evStopping); once every instance
-// has finished its input, the job feeds evFinal and the coordinator starts
-// one last checkpoint whose barrier goes to every instance at once (no
-// records are in flight any more, so any order is a consistent cut). Its
-// completion commits the two-phase sinks' tail through the ordinary
-// PreCommit/Commit path instead of at Close. A checkpoint still in flight at
-// that moment can no longer complete (a finished source answers no barrier
-// through its outputs) and is abandoned.
+// Checkpoints after sources finished (as Flink's FLIP-147): a source that
+// reaches its end does not stop checkpoints. The job announces every
+// checkpoint to every instance; running sources start it, instances that
+// have finished their input answer with their final state (a source with
+// its end offset), and the others align it on their inputs, counting an
+// ended input as aligned. So a job whose small bounded source ended keeps
+// checkpointing its unbounded ones.
+//
+// The final checkpoint: when the job is drained the coordinator stops
+// starting checkpoints (evStopping); once every instance has finished its
+// input, the job feeds evFinal and the coordinator starts one last
+// checkpoint, which every instance answers as finished (no records are in
+// flight any more, so any order is a consistent cut). Its completion
+// commits the two-phase sinks' tail through the ordinary PreCommit/Commit
+// path instead of at Close. A checkpoint still in flight at that moment is
+// abandoned for it.
 
 // coordState is the coordinator's state.
 type coordState struct {
 	Instances int    // operator instances that must acknowledge a checkpoint
 	Next      uint64 // the id of the next checkpoint
 	Completed uint64 // the id of the last completed checkpoint, 0 if none
-	Stopping  bool   // the job is finishing: start no new checkpoint
+	Stopping  bool   // the job is draining or finishing: start no new checkpoint
 	Final     uint64 // the id of the final checkpoint once it started, 0 before
 	// InFlight is the checkpoint being taken, if any (one at a time).
 	InFlight *inFlight
@@ -52,14 +59,14 @@ type (
 		ID  uint64
 		Err error
 	}
-	evStopping struct{} // the job is draining or finishing
+	evStopping struct{} // the job is draining
 	evFinal    struct{} // every instance finished its input: take the final checkpoint
 )
 
 // Actions.
 type (
-	// actInject: send barrier ID into every source or, for the final
-	// checkpoint, to every instance.
+	// actInject: announce checkpoint ID to every instance (running
+	// sources inject its barrier); Final says it is the final checkpoint.
 	actInject struct {
 		ID    uint64
 		Final bool

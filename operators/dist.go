@@ -162,7 +162,7 @@ type (
 	}
 	// WireOpStats are the counters of one operator of an instance's chain.
 	WireOpStats struct{ In, Out, DeadLettered, Late int64 }
-	// WireSourceDone: a source ended.
+	// WireSourceDone: a source ended (sent by older versions; ignored).
 	WireSourceDone struct{ Gen int }
 	// WireDrain asks a source to stop reading and finish.
 	WireDrain struct{}
@@ -222,8 +222,6 @@ func toWire(msg any) any {
 		return &WireCommitted{Gen: m.gen, ID: m.id}
 	case *finished:
 		return &WireFinished{Task: m.task, Instance: m.instance, Gen: m.gen, Stats: m.stats}
-	case *sourceDone:
-		return &WireSourceDone{Gen: m.gen}
 	case *barrierMsg:
 		return &WireBarrier{ID: m.id}
 	case *drainMsg:

@@ -50,9 +50,13 @@ type (
 	}
 	// credit returns n records of capacity to the sender's output out.
 	credit struct{ out, n int }
-	// barrierMsg asks a source instance to start checkpoint id. An instance
-	// that has finished its input answers it with its final state instead
-	// (see finalBarrier): that is how the final checkpoint reaches every
+	// barrierMsg announces checkpoint id to every instance. A running
+	// source starts it (see sourceBarrier); an instance that has finished
+	// its input answers it with its final state (see finalBarrier); any
+	// other instance aligns the barrier arriving on its inputs, or answers
+	// as a finished instance if its input ends first. That is how
+	// checkpoints go on while some sources have finished and others run
+	// (as Flink's FLIP-147), and how the final checkpoint reaches every
 	// instance.
 	barrierMsg struct{ id uint64 }
 	// cpAck: an instance recorded its state for checkpoint id.
@@ -70,8 +74,11 @@ type (
 		gen int
 		id  uint64
 	}
-	cpTick     struct{}          // the checkpoint interval elapsed
-	sourceDone struct{ gen int } // a source reached its end: checkpoints stop
+	cpTick struct{} // the checkpoint interval elapsed
+	// sourceDone was sent by a source at its end, to stop checkpoints; a
+	// finished source now answers barriers instead. It is only decoded from
+	// the wire (an older process may send it) and ignored.
+	sourceDone struct{ gen int }
 	restartMsg struct{ gen int } // the restart backoff elapsed
 )
 
@@ -269,6 +276,19 @@ type instance struct {
 	finishedIn  []bool       // input channels that delivered end-of-stream
 	align       alignment    // the checkpoint barrier being aligned
 	pendingAcks []pendingAck // a source's offsets at checkpoints not yet completed
+	// Checkpoints of a job where some instances finished: want is the
+	// latest checkpoint the job announced to this instance (answered when
+	// its input ends before the barrier arrives), answered the latest it
+	// acknowledged. finKey is the key of the marker that says, in a
+	// checkpoint, that the instance had finished its input; restoredDone
+	// that the checkpoint the job resumed from says so (the instance then
+	// ends at once, without finishing its chain again). drainedEnd: its
+	// input ended because the job was drained, not at the sources' end, so
+	// its checkpoints carry no marker (a resumed job reads on).
+	want, answered uint64
+	finKey         string
+	restoredDone   bool
+	drainedEnd     bool
 
 	// Event time: each input channel's watermark, whether it is idle, and
 	// the instance's event time, the lowest over its active channels.
@@ -338,10 +358,14 @@ func (in *instance) Receive(c actor.Context) {
 		in.stash = append(in.stash, m)
 		in.drain()
 	case *barrierMsg:
-		if in.done {
+		switch {
+		case m.id <= in.answered: // it came through the inputs first
+		case in.done:
 			in.finalBarrier(m.id)
-		} else if in.src != nil {
+		case in.src != nil:
 			in.sourceBarrier(m.id)
+		default: // the barrier follows on the inputs, or they end first
+			in.want = max(in.want, m.id)
 		}
 	case *cpCommitted:
 		in.committed(m)
@@ -411,6 +435,7 @@ func (in *instance) maybeAligned() {
 	}
 	id, held := in.align.id, in.align.held
 	in.align = alignment{}
+	in.answered = max(in.answered, id)
 	in.em.flush()
 	states := in.snapshot(id)
 	for _, oc := range in.outs {
@@ -423,6 +448,7 @@ func (in *instance) maybeAligned() {
 // sourceBarrier starts checkpoint id at a source: its offset and chain state
 // are recorded, and the barrier follows the records emitted so far.
 func (in *instance) sourceBarrier(id uint64) {
+	in.answered = id
 	in.em.flush()
 	states := in.snapshot(id)
 	for _, oc := range in.outs {
@@ -438,17 +464,25 @@ func (in *instance) sourceBarrier(id uint64) {
 // input: its state is final (aggregations have emitted, windows fired) and
 // its outputs have ended, so it records its state and, for a source, its
 // offset at the end, sends no barrier on, and acknowledges. Its sinks stay
-// open until a commit covers id (see committed). The job sends the final
-// checkpoint's barrier to every instance this way once all have finished; a
-// source that ended can also get a periodic checkpoint's barrier that was on
-// its way, and answers it the same way, which is as consistent a cut.
+// open until a commit covers id (see committed). Every instance that has
+// finished answers periodic checkpoints this way while other sources run,
+// and the final checkpoint once all have finished. The cut is consistent:
+// everything the instance will ever send is already on its way before the
+// barrier would have been, so its consumers count the ended channel as
+// aligned. Unless a drain ended its input, the checkpoint also records that
+// the instance finished (finKey), so that a job restored from it ends the
+// instance at once instead of finishing its chain a second time.
 func (in *instance) finalBarrier(id uint64) {
+	in.answered = id
 	states := in.snapshot(id)
-	var offsets map[string]int64
+	offsets := map[string]int64{}
 	if in.src != nil {
 		off := in.src.offset()
 		in.pendingAcks = append(in.pendingAcks, pendingAck{id, off})
-		offsets = map[string]int64{in.srcKey: off}
+		offsets[in.srcKey] = off
+	}
+	if !in.drainedEnd {
+		offsets[in.finKey] = 1
 	}
 	in.finalAt = id
 	in.tell(in.exec.jobPID, &cpAck{gen: in.gen, id: id, instance: in.num, states: states, offsets: offsets})
@@ -521,6 +555,10 @@ func (in *instance) start() {
 		if err := in.src.open(in.srcOffset); err != nil {
 			panic(err)
 		}
+		if in.restoredDone { // at its end already: nothing to read again
+			in.endOfInput()
+			return
+		}
 		in.scheduleTick()
 	}
 	if in.src == nil && in.eosLeft == 0 {
@@ -560,6 +598,9 @@ func (in *instance) handle(env *actors.Envelope) {
 	case actors.EndOfStream:
 		in.eosLeft--
 		in.finishedIn[env.Channel] = true
+		if env.Mark == eosDrained {
+			in.drainedEnd = true
+		}
 		in.maybeAligned()
 		if in.eosLeft == 0 {
 			in.endOfInput()
@@ -670,23 +711,44 @@ func (in *instance) afterFunc(d time.Duration, f func()) {
 	in.timers[id] = in.exec.topo.cfg.after(d, func() { root.Send(self, &timerMsg{id: id, f: f}) })
 }
 
+// eosDrained is the Mark of an end-of-stream that a drain caused.
+const eosDrained = 1
+
 // endOfInput finishes the chain (aggregations emit, sinks flush) and sends
-// end-of-stream on every output.
+// end-of-stream on every output. An instance that the restored checkpoint
+// says had finished does not finish its chain again (its aggregations
+// emitted before the checkpoint); only its sinks learn that the stream
+// ended. A checkpoint announced to the instance that did not reach it
+// through its inputs is answered now.
 func (in *instance) endOfInput() {
 	if in.done {
 		return
 	}
-	if in.src != nil {
+	switch {
+	case in.restoredDone:
+		for _, s := range in.sinks {
+			if e, ok := s.(interface{ endRestored() }); ok {
+				e.endRestored()
+			}
+		}
+	case in.src != nil:
 		in.src.finish()
-	} else {
+	default:
 		in.head.finish()
 	}
 	in.em.flush()
+	var mark int64
+	if in.drainedEnd {
+		mark = eosDrained
+	}
 	for _, oc := range in.outs {
-		in.enqueue(oc, &actors.Envelope{Kind: actors.EndOfStream})
+		in.enqueue(oc, &actors.Envelope{Kind: actors.EndOfStream, Mark: mark})
 	}
 	in.done = true
 	in.maybeReport()
+	if in.want > in.answered {
+		in.finalBarrier(in.want)
+	}
 }
 
 // maybeReport tells the job that the instance finished its input, once
@@ -815,7 +877,7 @@ func (in *instance) step() {
 		return
 	}
 	if in.draining {
-		in.tell(in.exec.jobPID, &sourceDone{gen: in.gen})
+		in.drainedEnd = true
 		in.endOfInput()
 		return
 	}
@@ -825,7 +887,6 @@ func (in *instance) step() {
 	n, err := in.readTick()
 	switch {
 	case errors.Is(err, io.EOF):
-		in.tell(in.exec.jobPID, &sourceDone{gen: in.gen})
 		in.endOfInput()
 	case err != nil:
 		panic(err)
@@ -1294,6 +1355,8 @@ func (x *execution) build() error {
 			in.curWm = math.MinInt64
 			in.idleAfter = chain[0].idleAfter
 			in.lastData = cfg.now()
+			in.finKey = chain[0].name + "/" + strconv.Itoa(in.idx) + "#finished"
+			in.restoredDone = x.restored != nil && x.restored.Offsets[in.finKey] != 0
 			if chain[0].role == roleSource {
 				in.srcKey = chain[0].name + "/" + strconv.Itoa(in.idx)
 				if x.restored != nil {
@@ -1427,10 +1490,6 @@ func (j *jobActor) Receive(c actor.Context) {
 	case *cpAck:
 		if m.gen == x.gen {
 			j.feed(c, evAck{ID: m.id, Instance: m.instance, States: m.states, Offsets: m.offsets})
-		}
-	case *sourceDone:
-		if x.cpStore != nil && m.gen == x.gen {
-			j.feed(c, evStopping{})
 		}
 	case *WireStats:
 		x.onStats(m)
@@ -1730,12 +1789,12 @@ func (j *jobActor) feed(c actor.Context, ev any) {
 		acts = acts[1:]
 		switch a := a.(type) {
 		case actInject:
+			// Every instance hears of the checkpoint: running sources
+			// start it, finished instances answer it (see barrierMsg).
 			j.started[a.ID] = time.Now()
-			for id, chain := range x.plan.chains {
-				if chain[0].role == roleSource || a.Final {
-					for _, in := range x.instances[id] {
-						x.tellFrom(c, in.self, &barrierMsg{id: a.ID})
-					}
+			for _, insts := range x.instances {
+				for _, in := range insts {
+					x.tellFrom(c, in.self, &barrierMsg{id: a.ID})
 				}
 			}
 		case actAbandoned:

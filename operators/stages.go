@@ -464,6 +464,11 @@ func (s *sinkStage[T]) finish() {
 	s.close()
 }
 
+// endRestored is the end of the stream in an instance that had finished
+// before the checkpoint the job was restored from: nothing more will be
+// written, and the writer ends as at finish.
+func (s *sinkStage[T]) endRestored() { s.finish() }
+
 // closeFinal closes a writer kept open for the final checkpoint, once that
 // checkpoint has been committed.
 func (s *sinkStage[T]) closeFinal() {

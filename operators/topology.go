@@ -186,9 +186,13 @@ func Capacity(n int) TopologyOption { return func(c *runConfig) { c.capacity = n
 // be replayable (FromChannel and Ingress are not); per-key state must be
 // msgpack-encodable.
 //
-// When the sources end or the job is drained, no periodic checkpoint starts
-// any more, and once every operator has finished its input the job takes a
-// final checkpoint (as Flink does on drain and at the end of input): sinks
+// Checkpoints go on while some sources have ended and others run: an
+// operator instance that has finished its input answers each checkpoint
+// with its final state (a source with its end offset), and a job restored
+// from such a checkpoint ends those instances at once, without reading or
+// emitting their records again. When the job is drained no periodic
+// checkpoint starts any more, and once every operator has finished its
+// input the job takes a final checkpoint (as Flink does on drain and at the end of input): sinks
 // that commit with checkpoints (TwoPhaseWriter) commit their last records
 // through it, and only then close. A job that ran to its end then forgets
 // its checkpoints, so a rerun starts afresh; a drained job keeps the final

@@ -75,7 +75,7 @@ type Checkpoint struct {
 	ID      uint64
 	Time    time.Time
 	States  map[string][]byte // by operator instance ("count/2")
-	Offsets map[string]int64  // by source partition ("lines/0")
+	Offsets map[string]int64  // by source partition ("lines/0"); operators also mark finished instances ("count/2#finished")
 }
 
 // CheckpointStore records the completed checkpoints of jobs.
