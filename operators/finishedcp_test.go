@@ -179,6 +179,29 @@ func TestCheckpointsContinueAfterASourceFinished(t *testing.T) {
 		t.Fatal(err)
 	}
 	checkMixedOutput(t, ctx, store, dir, dimOut)
+
+	// A run resumed from the drained job's final checkpoint reads on from
+	// the facts' offset, while the dims stay finished: nothing read or
+	// emitted again on their side.
+	cp, _, _ = store.Latest(ctx, "finished-sources")
+	again := operators.NewCollector[operators.KV[int64, int64]]()
+	run, err = sys.Run(ctx, mixedTopology(dir, again, nil, operators.Checkpoints(time.Hour), operators.CheckpointStore(store)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := operators.Savepoint(ctx, run); err != nil {
+		t.Fatalf("savepoint in the resumed run: %v", err)
+	}
+	if err := run.Drain(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if got := stat(t, run, "dims"); got.Out != 0 || again.Len() != 0 {
+		t.Errorf("the resumed run read %d dims and emitted %v; want none", got.Out, again.Items())
+	}
+	next, _, _ := store.Latest(ctx, "finished-sources")
+	if next.Offsets["dims/0"] != dimN || next.Offsets["facts/0"] <= cp.Offsets["facts/0"] {
+		t.Errorf("resumed run's final offsets %v, want dims at %d and facts past %d", next.Offsets, dimN, cp.Offsets["facts/0"])
+	}
 }
 
 // A restart after the bounded source ended restores a checkpoint taken
