@@ -88,7 +88,6 @@ type ReplicatedCheckpointStore struct {
 type leaderRef struct {
 	pid    *actor.PID
 	status *leaderStatus
-	copies []string // this node and the replicas
 }
 
 // NewReplicatedCheckpointStore returns the store of node n.
@@ -341,12 +340,17 @@ func (s *ReplicatedCheckpointStore) write(ctx context.Context, job string, build
 	var run *runRecord
 	if r := s.runs[job]; r != nil {
 		c := *r
-		c.Copies, c.Namespace = ref.copies, s.cfg.Namespace
+		c.Namespace = s.cfg.Namespace
 		run = &c
 	}
 	s.mu.Unlock()
 	done := make(chan error, 1)
-	s.n.root.Send(ref.pid, &writeRequest{build: func(last []byte) ([]byte, error) { return build(last, run) }, done: done})
+	s.n.root.Send(ref.pid, &writeRequest{build: func(last []byte, replicas []string) ([]byte, error) {
+		if run != nil { // the copies as the leader replicates now
+			run.Copies = append([]string{s.n.Name()}, replicas...)
+		}
+		return build(last, run)
+	}, done: done})
 	select {
 	case err := <-done:
 		return err
@@ -389,13 +393,16 @@ func (s *ReplicatedCheckpointStore) leaderFor(job string) (*leaderRef, error) {
 	}
 	l := &leader{n: s.n, clock: clk, log: s.logName(job), cfg: s.cfg.replication(replicas), timers: map[string]timer{},
 		status: &leaderStatus{}, onChange: s.cfg.OnTransition, claimed: s.claimed[job]}
+	if s.upTo && len(s.cfg.Peers) == 0 {
+		l.want = s.cfg.Replicas // members that join later become replicas, up to that many
+	}
 	delete(s.claimed, job)
 	l.status.st = LogStatus{Log: l.log, Role: "starting"}
 	pid, err := s.n.root.SpawnNamed(s.n.Props(actor.PropsFromProducer(func() actor.Actor { return l })), "sluice-leader/"+l.log)
 	if err != nil {
 		return nil, fmt.Errorf("cluster: job %q: start its leader: %w", job, err)
 	}
-	ref := &leaderRef{pid: pid, status: l.status, copies: append([]string{s.n.Name()}, replicas...)}
+	ref := &leaderRef{pid: pid, status: l.status}
 	s.leaders[job] = ref
 	return ref, nil
 }

@@ -406,3 +406,66 @@ func TestDistributedJobPausedCoordinatorFenced(t *testing.T) {
 		t.Errorf("a was never told it was excluded:\n%s", strings.Join(a.seenLines(), "\n"))
 	}
 }
+
+// TestDistributedJobTwoFailovers: the coordinator is killed and a survivor
+// takes the job over; the killed node restarts (a new member id and port,
+// its old store) and the new coordinator makes it a copy of the job's log again;
+// then the new coordinator is killed too, and one of the two others takes
+// the job over in turn. The result equals the plain loop's.
+func TestDistributedJobTwoFailovers(t *testing.T) {
+	if testing.Short() {
+		t.Skip("child processes")
+	}
+	const n = 2 * jobRecords
+	dir := t.TempDir()
+	a, b, c, cfg := jobCluster(t, func(c *childConfig) { c.JobN, c.JobDir = n, dir })
+	a.send(fmt.Sprintf("run counting %d %s", n, dir))
+	placed(a, 20*time.Second)
+	a.awaitLine(30*time.Second, "checkpoint 3", func(f []string) bool { return len(f) == 2 && f[0] == "CHECKPOINT" && atou(f[1]) >= 3 })
+	store := a.cfg.Store
+	a.kill()
+	first, took := firstLine(t, 20*time.Second, "TOOKOVER", b, c)
+	other := b
+	if first == b {
+		other = c
+	}
+	t.Logf("%s took the job over from a at checkpoint %s", first.cfg.Name, took[3])
+
+	// On another port: protoactor's connections to the old address can
+	// fail the new one's for a while (see the package doc).
+	again := cfg("a", first.Address)
+	again.Store = store
+	back := startChild(t, again)
+	first.awaitLine(20*time.Second, "a's return", func(f []string) bool {
+		return len(f) >= 3 && f[0] == "EVENT" && f[1] == "joined" && f[2] == "a"
+	})
+	checkpoints := 0 // two more: entries that name a as a copy, replicated to it
+	f := first.awaitLine(30*time.Second, "two checkpoints after a's return", func(f []string) bool {
+		if f[0] == "RESULT" || f[0] == "JOBERROR" {
+			t.Fatalf("the job ended before the second kill (%v): make it longer", f)
+		}
+		if f[0] == "CHECKPOINT" {
+			checkpoints++
+		}
+		return checkpoints >= 2
+	})
+	first.kill()
+	t.Logf("killed %s after checkpoint %s", first.cfg.Name, f[1])
+	second, took := firstLine(t, 30*time.Second, "TOOKOVER", other, back)
+	if took[2] != first.cfg.Name {
+		t.Fatalf("%s took the job over from %s, want from %s", second.cfg.Name, took[2], first.cfg.Name)
+	}
+	if cp := atou(took[3]); cp < atou(f[1]) {
+		t.Fatalf("resumed from checkpoint %d, older than checkpoint %s the second coordinator completed", cp, f[1])
+	}
+	t.Logf("%s took the job over from %s at checkpoint %s", second.cfg.Name, first.cfg.Name, took[3])
+	got := second.awaitLine(2*time.Minute, "the result", func(f []string) bool {
+		if f[0] == "JOBERROR" {
+			t.Fatalf("the job failed on %s: %s", second.cfg.Name, strings.Join(f[1:], " "))
+		}
+		return f[0] == "RESULT"
+	})
+	if want := wantCounts(n); len(got) != 2 || got[1] != want {
+		t.Fatalf("result after two failovers:\n%v\nwant the plain loop's\n%s", got, want)
+	}
+}

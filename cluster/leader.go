@@ -38,8 +38,9 @@ type LogStatus struct {
 type (
 	writeRequest struct {
 		// build returns the entry to append, given the last one's data
-		// (nil when none); its error refuses the write.
-		build func(last []byte) ([]byte, error)
+		// (nil when none) and the log's replicas now; its error refuses
+		// the write.
+		build func(last []byte, replicas []string) ([]byte, error)
 		done  chan error
 	}
 	leaderTimer struct {
@@ -76,6 +77,7 @@ type leader struct {
 	onChange    func(ReplicaTransition)
 	transitions []ReplicaTransition // of the current step, reported after it
 	claimed     uint64              // >0: take office in this epoch, won by election
+	want        int                 // >0: add members that join as replicas, up to this many
 }
 
 // leaderStatus is the leader's state as others may read it.
@@ -135,14 +137,19 @@ func (l *leader) Receive(ctx actor.Context) {
 	case *actor.DeadLetterResponse:
 		// The replica's node has no replica actor, or cannot be reached.
 		if m.Target != nil {
-			for _, r := range l.cfg.Replicas {
+			for _, r := range l.state.Config.Replicas {
 				if mem, ok := l.n.Member(r); ok && mem.Address == m.Target.Address {
 					l.step(ctx, replication.Unreachable{Replica: r})
 				}
 			}
 		}
 	case leaderMember:
-		if !slices.Contains(l.cfg.Replicas, m.ev.Member.Name) {
+		name := m.ev.Member.Name
+		if !slices.Contains(l.state.Config.Replicas, name) {
+			if m.ev.Kind == Joined && name != l.n.cfg.Name && len(l.state.Config.Replicas) < l.want && l.down == nil {
+				l.n.log.Info("replication: a member joined: replicating to it", "log", l.log, "replica", name)
+				l.step(ctx, replication.AddReplica{Replica: name})
+			}
 			return
 		}
 		switch m.ev.Kind {
@@ -171,7 +178,8 @@ func (l *leader) write(ctx actor.Context, w *writeRequest) {
 	logs, err := l.n.logs()
 	var index uint64
 	if err == nil {
-		index, err = logs.appendEntry(l.log, l.state.Epoch, w.build)
+		replicas := slices.Clone(l.state.Config.Replicas)
+		index, err = logs.appendEntry(l.log, l.state.Epoch, func(last []byte) ([]byte, error) { return w.build(last, replicas) })
 	}
 	if errors.Is(err, ErrFenced) {
 		// A newer leader wrote to this node's copy as a replica.

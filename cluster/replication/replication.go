@@ -304,6 +304,10 @@ type (
 	Unreachable struct{ Replica string }
 	// Reachable: the replica's node is (back) in the cluster.
 	Reachable struct{ Replica string }
+	// AddReplica: replicate to one more node (a member that joined while
+	// the log had fewer replicas than wanted). It starts syncing at once;
+	// Config.Acks does not change.
+	AddReplica struct{ Replica string }
 )
 
 func (Start) event()       {}
@@ -315,6 +319,7 @@ func (Rejected) event()    {}
 func (TimerFired) event()  {}
 func (Unreachable) event() {}
 func (Reachable) event()   {}
+func (AddReplica) event()  {}
 
 func (Start) String() string       { return "start" }
 func (e Appended) String() string  { return fmt.Sprintf("appended through %d", e.Last) }
@@ -330,7 +335,8 @@ func (e TimerFired) String() string { return fmt.Sprintf("%s timer %d fired", e.
 func (e Unreachable) String() string {
 	return fmt.Sprintf("%s unreachable", e.Replica)
 }
-func (e Reachable) String() string { return fmt.Sprintf("%s reachable", e.Replica) }
+func (e Reachable) String() string  { return fmt.Sprintf("%s reachable", e.Replica) }
+func (e AddReplica) String() string { return fmt.Sprintf("add replica %s", e.Replica) }
 
 // Action is an output of Step.
 type Action interface {
@@ -596,6 +602,18 @@ func (m *machine) step(ev Event) bool {
 			return false
 		}
 		m.fail(r) // the attempt in flight, if any, is lost
+		return true
+
+	case AddReplica:
+		if e.Replica == "" || m.replica(e.Replica) != nil {
+			return false
+		}
+		m.Config.Replicas = append(slices.Clone(m.Config.Replicas), e.Replica)
+		m.Replicas = append(m.Replicas, Replica{Name: e.Replica, Phase: Syncing, Next: m.Last + 1})
+		r := &m.Replicas[len(m.Replicas)-1]
+		m.send(r, m.Last+1)
+		r.Probe = r.Seq
+		m.setTimer(r, m.Config.ackTimeout())
 		return true
 
 	case Reachable:

@@ -386,6 +386,45 @@ func TestConfigValidate(t *testing.T) {
 	}
 }
 
+// TestAddReplica: a replica added to a leader that is in sync with two
+// others is probed at once, catches up on its answer (a mismatch: it holds
+// nothing), then gets the new entries like the others; the commit rule
+// (Acks) does not change, and adding it twice changes nothing.
+func TestAddReplica(t *testing.T) {
+	s := syncedAt(t, 4)
+	s, acts := step(t, s, replication.AddReplica{Replica: "c"})
+	probe := sends(acts)
+	if len(probe) != 1 || probe[0].Replica != "c" || probe[0].Prev != 4 || probe[0].To >= probe[0].From {
+		t.Fatalf("adding c sent %v, want a probe after 4", probe)
+	}
+	if phase(t, s, "c") != replication.Syncing {
+		t.Fatalf("c is %v, want syncing", phase(t, s, "c"))
+	}
+	if _, again := step(t, s, replication.AddReplica{Replica: "c"}); len(again) != 0 {
+		t.Fatalf("adding c twice gave %v", again)
+	}
+	s, acts = step(t, s, replication.Nacked{Replica: "c", Epoch: 2, Seq: probe[0].Seq, Prev: 4, Last: 0})
+	got := sends(acts)
+	if len(got) != 1 || got[0].From != 1 || got[0].To != 4 {
+		t.Fatalf("after c's mismatch sent %v, want entries 1..4", got)
+	}
+	s, _ = step(t, s, replication.Acked{Replica: "c", Epoch: 2, Seq: got[0].Seq, Match: 4})
+	if phase(t, s, "c") != replication.InSync {
+		t.Fatalf("c is %v after catching up, want in-sync", phase(t, s, "c"))
+	}
+	s, acts = step(t, s, replication.Appended{Last: 5})
+	to := map[string]bool{}
+	for _, snd := range sends(acts) {
+		to[snd.Replica] = snd.From == 5 && snd.To == 5
+	}
+	if !to["a"] || !to["b"] || !to["c"] {
+		t.Fatalf("entry 5 went to %v, want a, b and c", to)
+	}
+	if len(s.Config.Replicas) != 3 {
+		t.Fatalf("config replicas %v", s.Config.Replicas)
+	}
+}
+
 func TestNoReplicasCommitsAtOnce(t *testing.T) {
 	s := replication.New(replication.Config{}, 1, replication.LogInfo{})
 	s, _ = step(t, s, replication.Start{})
