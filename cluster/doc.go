@@ -178,9 +178,12 @@
 // default store keeps three copies when the cluster has three members or
 // more; with two copies, neither can take over alone), and the default
 // checkpoint store (a job whose RunOptions.Checkpoints has a Namespace is
-// not taken over). A taken-over job's log is replicated to the members
-// present at the takeover; the RunOptions it runs with are the old
-// coordinator's.
+// not taken over). A job's log is replicated to the members present when
+// its coordinator starts leading it, and to members that join later while
+// it has fewer replicas than the store wants (two, for the default store):
+// a node that comes back after a failover becomes a copy again, so the job
+// survives the next one. The RunOptions a taken-over job runs with are the
+// old coordinator's.
 //
 // Limits of this version: the counts of a node that dies stop at its
 // last report (up to half a second of them are missing from the totals);
