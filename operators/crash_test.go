@@ -5,14 +5,22 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/sluicehq/sluice/actors"
 	"github.com/sluicehq/sluice/internal/crashtest"
+	"github.com/sluicehq/sluice/operators"
 )
 
-const crashChildEnv = "SLUICE_CRASH_CHILD_DIR"
+const (
+	crashChildEnv      = "SLUICE_CRASH_CHILD_DIR"
+	crashChildSmallEnv = "SLUICE_CRASH_CHILD_SMALL" // run countingTwoSources
+	crashSmall         = 5000                       // records of its bounded small source
+)
 
 // TestCheckpointCrashChild is the child process of TestCheckpointCrash: it
 // runs the checkpointed counting topology on the store in the given folder
@@ -29,11 +37,15 @@ func TestCheckpointCrashChild(t *testing.T) {
 	}
 	defer sys.Stop(ctx)
 	top := countingTopology(nil, filepath.Join(dir, "out"), crashRecords, 100*time.Millisecond)
+	if os.Getenv(crashChildSmallEnv) != "" {
+		top = countingTwoSources(filepath.Join(dir, "out"), crashRecords, crashSmall, 100*time.Millisecond)
+	}
 	run, err := sys.Run(ctx, top)
 	if err != nil {
 		t.Fatal(err)
 	}
 	fmt.Println("STARTED")
+	fmt.Printf("RESTORED %d\n", operators.CheckpointStatsOf(run).RestoredFrom)
 	if err := run.Wait(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -85,11 +97,106 @@ func TestCheckpointCrash(t *testing.T) {
 
 // runChild runs the child on dir; with a delay of 0 or more it SIGKILLs the
 // child that long after it started its job, unless the job finished first.
-func runChild(t *testing.T, dir string, delay time.Duration) crashtest.Run {
+func runChild(t *testing.T, dir string, delay time.Duration, env ...string) crashtest.Run {
+	t.Helper()
+	r, _ := runChildRestored(t, dir, delay, env...)
+	return r
+}
+
+// runChildRestored is runChild that also returns the checkpoint the
+// child's job restored (0: none).
+func runChildRestored(t *testing.T, dir string, delay time.Duration, env ...string) (crashtest.Run, uint64) {
 	t.Helper()
 	if err := os.MkdirAll(filepath.Join(dir, "out"), 0o700); err != nil {
 		t.Fatal(err)
 	}
-	child := crashtest.Child{Test: "TestCheckpointCrashChild", Env: []string{crashChildEnv + "=" + dir}, Timeout: 5 * time.Minute}
-	return child.Run(t, delay, nil)
+	var restored uint64
+	child := crashtest.Child{Test: "TestCheckpointCrashChild", Env: append([]string{crashChildEnv + "=" + dir}, env...), Timeout: 5 * time.Minute}
+	r := child.Run(t, delay, func(line string) bool {
+		if id, ok := strings.CutPrefix(line, "RESTORED "); ok {
+			restored, _ = strconv.ParseUint(id, 10, 64)
+		}
+		return line == "STARTED"
+	})
+	return r, restored
+}
+
+// countingTwoSources is the counting topology with a second, small bounded
+// source merged in: it finishes within the first checkpoint or two, and
+// every later checkpoint records it as finished.
+func countingTwoSources(dir string, n, small int64, interval time.Duration) *operators.Topology {
+	t := operators.NewTopology("counting2", operators.Checkpoints(interval), operators.BatchSize(32))
+	big := operators.Source(t, "numbers", operators.Generate(n, func(i int64) int64 { return i }))
+	little := operators.Source(t, "small", operators.Generate(small, func(i int64) int64 { return i }))
+	keys := operators.Map(operators.Merge("both", big, little), "key", func(v int64) string { return fmt.Sprintf("k%02d", v*7%23) })
+	by := operators.KeyBy(keys, "by-key", func(k string) string { return k }, operators.Parallelism(3))
+	counts := operators.Count(by, "count")
+	operators.Sink(counts, "out", operators.File(filepath.Join(dir, "counts"), func(kv operators.KV[string, int64]) string {
+		return fmt.Sprintf("%s=%d", kv.Key, kv.Value)
+	}))
+	return t
+}
+
+// TestCheckpointCrashAfterASourceFinished is TestCheckpointCrash with a
+// second, small source that finishes at once: the job is killed 20 times
+// after it finished, each restart restores a checkpoint that records it as
+// finished (it must not read its records again, nor count them twice).
+// The two sources interleave differently from run to run, so each output
+// part is compared as a sorted set of lines: every running count of every
+// key exactly once, as in the run that was never killed.
+func TestCheckpointCrashAfterASourceFinished(t *testing.T) {
+	if testing.Short() {
+		t.Skip("crash test: child processes")
+	}
+	rng := crashtest.Seed(t, "SLUICE_CRASH_SEED")
+	env := crashChildSmallEnv + "=1"
+	reference := t.TempDir()
+	if r := runChild(t, reference, -1, env); !r.Done {
+		t.Fatal("the reference run did not finish")
+	}
+	want := sortedParts(t, filepath.Join(reference, "out"))
+	dir := t.TempDir()
+	kills := 0
+	var newest uint64
+	for runs := 0; ; runs++ {
+		if runs > 200 {
+			t.Fatalf("no end after %d runs and %d kills", runs, kills)
+		}
+		delay := time.Duration(-1)
+		if kills < 20 {
+			delay = time.Duration(crashKillMin+rng.IntN(crashKillSpread)) * time.Millisecond
+		}
+		r, restored := runChildRestored(t, dir, delay, env)
+		newest = max(newest, restored)
+		if r.Killed {
+			kills++
+		}
+		if r.Done {
+			break
+		}
+	}
+	if kills < 20 {
+		t.Fatalf("only %d kills landed before the job finished: make the job longer", kills)
+	}
+	// The small source ends within the first checkpoint interval: restores
+	// from later checkpoints mean checkpoints went on after it finished.
+	if newest < 3 {
+		t.Fatalf("the restarts restored checkpoint %d at most: checkpoints stopped when the small source finished", newest)
+	}
+	if got := sortedParts(t, filepath.Join(dir, "out")); got != want {
+		t.Fatalf("after %d kills the output differs from the run that was never killed (%d vs %d bytes)", kills, len(got), len(want))
+	}
+	t.Logf("%d kills, restores up to checkpoint %d, output identical as sets of lines", kills, newest)
+}
+
+// sortedParts is readParts with each part's lines sorted.
+func sortedParts(t *testing.T, dir string) string {
+	t.Helper()
+	var out []string
+	for _, part := range strings.Split(readParts(t, dir), "== part ") {
+		lines := strings.Split(strings.TrimSpace(part), "\n")
+		slices.Sort(lines)
+		out = append(out, strings.Join(lines, "\n"))
+	}
+	return strings.Join(out, "\n==\n")
 }
