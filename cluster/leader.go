@@ -186,8 +186,8 @@ func (l *leader) write(ctx actor.Context, w *writeRequest) {
 		l.down = fmt.Errorf("cluster: log %q: %w", l.log, err)
 		l.fail(l.down)
 		l.stopTimers()
+		l.publish() // before the writer hears of it: its Status shows it
 		w.done <- l.down
-		l.publish()
 		return
 	}
 	if err != nil {

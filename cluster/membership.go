@@ -201,7 +201,7 @@ func (m *membership) pong(ctx actor.Context, msg *pong) {
 			m.pingNow(ctx, m.peers[addr])
 		}
 	}
-	if msg.Excluded && m.excludedBy(msg) {
+	if msg.Excluded && msg.To == m.n.as.ID && m.excludedBy(msg) {
 		m.n.markExcluded()
 	}
 	m.publish()

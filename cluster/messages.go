@@ -29,6 +29,9 @@ type (
 		// Members is how many members the answering node sees (itself
 		// included); see membership.excludedBy.
 		Members int
+		// To is the member id of the asker: an answer to a ping of an
+		// earlier run of a node on the same address is not for this one.
+		To string
 	}
 )
 

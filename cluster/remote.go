@@ -161,7 +161,7 @@ func (a *nodeActor) Receive(ctx actor.Context) {
 		if m.Cluster == n.cfg.ClusterName {
 			resp.Peers = n.knownPeers()
 			resp.Excluded = m.ID != "" && n.wasLost(m.ID)
-			resp.Members = len(n.Members())
+			resp.Members, resp.To = len(n.Members()), m.ID
 			if n.static != nil {
 				n.static.learned(m.From)
 			}
