@@ -207,12 +207,7 @@ func TestDistributedJobSurvivesKill(t *testing.T) {
 	a.awaitLine(30*time.Second, "checkpoint 3", func(f []string) bool { return len(f) == 2 && f[0] == "CHECKPOINT" && atou(f[1]) >= 3 })
 	victim.kill()
 	t.Logf("killed %s", victim.cfg.Name)
-	f := a.awaitLine(2*time.Minute, "the result", func(f []string) bool {
-		if f[0] == "JOBERROR" {
-			t.Fatalf("the job failed: %s", strings.Join(f[1:], " "))
-		}
-		return f[0] == "RESTARTS"
-	})
+	f := a.jobLine(2*time.Minute, "RESTARTS")
 	if f[1] == "0" {
 		t.Fatalf("the job finished before the kill landed (%v): make it longer", f)
 	}
@@ -325,12 +320,7 @@ func TestDistributedJobCoordinatorKilled(t *testing.T) {
 	if cp := atou(took[3]); cp < reported {
 		t.Fatalf("resumed from checkpoint %d, older than checkpoint %d the coordinator completed", cp, reported)
 	}
-	r := winner.awaitLine(2*time.Minute, "the result", func(f []string) bool {
-		if f[0] == "JOBERROR" {
-			t.Fatalf("the job failed on %s: %s", winner.cfg.Name, strings.Join(f[1:], " "))
-		}
-		return f[0] == "RESTARTS"
-	})
+	r := winner.jobLine(2*time.Minute, "RESTARTS")
 	t.Logf("after the takeover: %s restarts", r[1])
 	if got := winner.expect(10*time.Second, "RESULT"); len(got) != 2 || got[1] != want {
 		t.Fatalf("result after the coordinator's kill:\n%v\nwant the plain loop's\n%s", got, want)
@@ -353,6 +343,18 @@ func countingOnThree(t *testing.T) (a, b, c *child, cp []string) {
 	t.Logf("placement: %v", placed(a, 20*time.Second))
 	cp = a.awaitLine(30*time.Second, "checkpoint 3", func(f []string) bool { return len(f) == 2 && f[0] == "CHECKPOINT" && atou(f[1]) >= 3 })
 	return a, b, c, cp
+}
+
+// jobLine waits for the child's line starting with prefix (RESTARTS,
+// RESULT) and returns its fields; a JOBERROR line first fails the test.
+func (c *child) jobLine(d time.Duration, prefix string) []string {
+	c.t.Helper()
+	return c.awaitLine(d, prefix, func(f []string) bool {
+		if f[0] == "JOBERROR" {
+			c.t.Fatalf("the job failed on %s: %s", c.cfg.Name, strings.Join(f[1:], " "))
+		}
+		return f[0] == prefix
+	})
 }
 
 // firstLine waits for the first of the children to print a line starting
@@ -393,12 +395,7 @@ func TestDistributedJobPausedCoordinatorFenced(t *testing.T) {
 		return f[0] == "JOBERROR"
 	})
 	t.Logf("a: %s", strings.Join(f, " "))
-	got := winner.awaitLine(2*time.Minute, "the result", func(f []string) bool {
-		if f[0] == "JOBERROR" {
-			t.Fatalf("the job failed on %s: %s", winner.cfg.Name, strings.Join(f[1:], " "))
-		}
-		return f[0] == "RESULT"
-	})
+	got := winner.jobLine(2*time.Minute, "RESULT")
 	if len(got) != 2 || got[1] != want {
 		t.Fatalf("result after the takeover:\n%v\nwant the plain loop's\n%s", got, want)
 	}
@@ -459,12 +456,7 @@ func TestDistributedJobTwoFailovers(t *testing.T) {
 		t.Fatalf("resumed from checkpoint %d, older than checkpoint %s the second coordinator completed", cp, f[1])
 	}
 	t.Logf("%s took the job over from %s at checkpoint %s", second.cfg.Name, first.cfg.Name, took[3])
-	got := second.awaitLine(2*time.Minute, "the result", func(f []string) bool {
-		if f[0] == "JOBERROR" {
-			t.Fatalf("the job failed on %s: %s", second.cfg.Name, strings.Join(f[1:], " "))
-		}
-		return f[0] == "RESULT"
-	})
+	got := second.jobLine(2*time.Minute, "RESULT")
 	if want := wantCounts(n); len(got) != 2 || got[1] != want {
 		t.Fatalf("result after two failovers:\n%v\nwant the plain loop's\n%s", got, want)
 	}
