@@ -154,6 +154,8 @@ func TestChildNode(t *testing.T) {
 		}
 	}
 	defer stopLoop()
+	var jobs sync.WaitGroup // runs started by "run"; the node stops after them
+	defer jobs.Wait()
 	sc := bufio.NewScanner(os.Stdin)
 	for sc.Scan() {
 		f := strings.Fields(sc.Text())
@@ -214,8 +216,15 @@ func TestChildNode(t *testing.T) {
 				}
 			}
 			say("SENT %d", sent)
-		case "run":
-			runJob(n, f[1:], say)
+		case "run": // in the background: "open" must reach a gated job
+			jobs.Add(1)
+			go func(args []string) {
+				defer jobs.Done()
+				runJob(n, args, say)
+			}(f[1:])
+		case "open": // open NAME: see gates
+			gates[f[1]]()
+			say("OPENED")
 		case "hosted":
 			for _, h := range n.Hosted() {
 				say("HOSTED %s %d %d", h.Job, h.Gen, h.Instances)
@@ -255,13 +264,20 @@ type child struct {
 	cfg     childConfig
 	cmd     *exec.Cmd
 	stdin   *os.File
-	lines   chan string
 	stderr  *os.File
 	Address string
 	ID      string
-	mu      sync.Mutex
-	seen    []string // every line so far
-	exited  chan struct{}
+	// The child's output is a log that every wait searches: a line is
+	// found wherever it comes in the stream, never passed over because
+	// another was awaited first.
+	mu     sync.Mutex
+	seen   []string      // every line so far
+	taken  []bool        // taken[i]: a wait returned seen[i]; no later wait returns it
+	base   int           // waits look at seen[base:] only (see skipTo)
+	last   int           // index of the line the last successful wait returned
+	grew   chan struct{} // closed and replaced when a line comes or the output ends
+	ended  bool          // all output read
+	exited chan struct{}
 	// readerDone is closed when all of the child's output has been read.
 	readerDone chan struct{}
 	exitErr    error // after exited
@@ -280,7 +296,7 @@ func startChild(t testing.TB, cfg childConfig) *child {
 		cfg.FailureTimeout = 2 * time.Second
 	}
 	raw, _ := json.Marshal(cfg)
-	c := &child{t: t, cfg: cfg, lines: make(chan string, 1024), exited: make(chan struct{})}
+	c := &child{t: t, cfg: cfg, grew: make(chan struct{}), exited: make(chan struct{})}
 	c.cmd = exec.Command(os.Args[0], "-test.run=^TestChildNode$")
 	c.cmd.Env = append(os.Environ(), childEnv+"="+string(raw))
 	inR, inW, err := os.Pipe()
@@ -305,15 +321,20 @@ func startChild(t testing.TB, cfg childConfig) *child {
 	c.readerDone = make(chan struct{})
 	go func() { // ends when the child's stdout closes
 		defer close(c.readerDone)
-		defer close(c.lines)
 		sc := bufio.NewScanner(outR)
 		for sc.Scan() {
 			c.mu.Lock()
 			c.seen = append(c.seen, sc.Text())
+			c.taken = append(c.taken, false)
+			close(c.grew)
+			c.grew = make(chan struct{})
 			c.mu.Unlock()
-			c.lines <- sc.Text()
 		}
 		outR.Close()
+		c.mu.Lock()
+		c.ended = true
+		close(c.grew)
+		c.mu.Unlock()
 	}()
 	go func() {
 		c.exitErr = c.cmd.Wait()
@@ -359,23 +380,72 @@ func (c *child) expect(d time.Duration, prefix string) []string {
 }
 
 // await waits for a line starting with prefix (a line may be a prefix of
-// several words); false when d passes or the child exits first.
+// several words); false when d passes or the child's output ends first.
 func (c *child) await(d time.Duration, prefix string) ([]string, bool) {
+	f, err := c.find(d, func(f []string) bool { return strings.HasPrefix(strings.Join(f, " "), prefix) })
+	return f, err == nil
+}
+
+// find waits until the log holds a line, not taken by an earlier wait and
+// at or after the base, that match accepts; it takes that line (the first
+// such) and returns its fields. It fails when d passes or the output ends
+// with no such line.
+func (c *child) find(d time.Duration, match func(f []string) bool) ([]string, error) {
 	timer := time.NewTimer(d)
 	defer timer.Stop()
+	next := 0
 	for {
+		c.mu.Lock()
+		for i := max(next, c.base); i < len(c.seen); i++ {
+			if c.taken[i] {
+				continue
+			}
+			if f := strings.Fields(c.seen[i]); len(f) > 0 && match(f) {
+				c.taken[i], c.last = true, i
+				c.mu.Unlock()
+				return f, nil
+			}
+		}
+		next = len(c.seen)
+		ended, grew := c.ended, c.grew
+		c.mu.Unlock()
+		if ended {
+			return nil, errEnded
+		}
 		select {
-		case line, ok := <-c.lines:
-			if !ok {
-				return nil, false
-			}
-			if strings.HasPrefix(line, prefix) {
-				return strings.Fields(line), true
-			}
+		case <-grew:
 		case <-timer.C:
-			return nil, false
+			return nil, errTimedOut
 		}
 	}
+}
+
+var (
+	errEnded    = fmt.Errorf("the child's output ended")
+	errTimedOut = fmt.Errorf("timed out")
+)
+
+// skipTo makes the waits that follow look only at lines from index i on
+// (lenSeen for the lines still to come; lastMatch+1 for those after the
+// line the last wait returned).
+func (c *child) skipTo(i int) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.base = i
+}
+
+// lenSeen is the number of lines the child printed so far.
+func (c *child) lenSeen() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return len(c.seen)
+}
+
+// lastMatch is the index of the line the last successful wait returned.
+func (c *child) lastMatch() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.last
 }
 
 func (c *child) send(cmd string) {
@@ -391,13 +461,7 @@ func (c *child) kill() {
 	c.killed = true
 	_ = c.cmd.Process.Signal(syscall.SIGKILL)
 	<-c.exited
-	for {
-		select {
-		case <-c.readerDone:
-			return
-		case <-c.lines:
-		}
-	}
+	<-c.readerDone
 }
 
 // stop closes the child's stdin, which ends it, or kills it after a while.
@@ -408,8 +472,7 @@ func (c *child) stop() {
 	case <-time.After(15 * time.Second):
 		c.kill()
 	}
-	for range c.lines { // drain, so that the reader ends
-	}
+	<-c.readerDone
 }
 
 // storeIn returns a store file in a fresh folder.
@@ -420,40 +483,28 @@ func storeIn(t testing.TB, name string) string {
 // awaitLine waits for a line that match accepts and returns its fields.
 func (c *child) awaitLine(d time.Duration, what string, match func(f []string) bool) []string {
 	c.t.Helper()
-	timer := time.NewTimer(d)
-	defer timer.Stop()
-	for {
-		select {
-		case line, ok := <-c.lines:
-			if !ok {
-				c.t.Fatalf("child %s exited before %s", c.cfg.Name, what)
-			}
-			if f := strings.Fields(line); len(f) > 0 && match(f) {
-				return f
-			}
-		case <-timer.C:
-			c.t.Fatalf("child %s: no %s within %v", c.cfg.Name, what, d)
-		}
+	f, err := c.find(d, match)
+	switch err {
+	case nil:
+		return f
+	case errEnded:
+		c.t.Fatalf("child %s exited before %s", c.cfg.Name, what)
+	default:
+		c.t.Fatalf("child %s: no %s within %v", c.cfg.Name, what, d)
 	}
+	return nil
 }
 
 // awaitAll waits until the child has printed every one of lines (in any
 // order, among others).
 func (c *child) awaitAll(d time.Duration, lines ...string) {
 	c.t.Helper()
-	want := map[string]bool{}
+	deadline := time.Now().Add(d)
 	for _, l := range lines {
-		want[l] = true
+		c.awaitLine(time.Until(deadline), fmt.Sprintf("%q (of %q)", l, lines), func(f []string) bool {
+			return strings.HasPrefix(strings.Join(f, " "), l)
+		})
 	}
-	c.awaitLine(d, fmt.Sprint(lines), func(f []string) bool {
-		line := strings.Join(f, " ")
-		for l := range want {
-			if strings.HasPrefix(line, l) {
-				delete(want, l)
-			}
-		}
-		return len(want) == 0
-	})
 }
 
 // lastCompleted is the newest checkpoint the child reported completed.

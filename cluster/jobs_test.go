@@ -9,6 +9,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -23,12 +24,65 @@ import (
 
 const jobRecords = 3_000_000
 
+// heldSource is Generate's numbers 0 .. n-1, held after the first hold of
+// them until the test opens the gate (command "open"): a job cannot end
+// before the test has done what it must do while the job runs (a kill, a
+// pause), however fast the machine (the gate is sourceGate). A held source idles as a dry source
+// does: checkpoints go on.
+type heldSource struct{ n, hold int64 }
+
+func (s heldSource) Open(ctx context.Context, part, parts int, offset int64) (operators.Reader[int64], error) {
+	r, err := operators.Generate(s.n, func(i int64) int64 { return i }).Open(ctx, part, parts, offset)
+	if err != nil {
+		return nil, err
+	}
+	return &heldReader{Reader: r, hold: s.hold / int64(parts)}, nil
+}
+
+type heldReader struct {
+	operators.Reader[int64]
+	hold int64 // records of this partition read before the gate
+}
+
+func (r *heldReader) Read(buf []int64) (int, error) {
+	select {
+	case <-sourceGate:
+		return r.Reader.Read(buf)
+	default:
+	}
+	left := r.hold - r.Offset() // the offset counts the partition's records read
+	if left <= 0 {
+		return 0, nil // dry until the gate opens: Wait
+	}
+	return r.Reader.Read(buf[:min(int64(len(buf)), left)])
+}
+
+func (r *heldReader) Wait(ctx context.Context) error {
+	select {
+	case <-sourceGate:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// openGates opens the named gate in each child and waits until each says
+// so.
+func openGates(name string, children ...*child) {
+	for _, ch := range children {
+		ch.send("open " + name)
+	}
+	for _, ch := range children {
+		ch.expect(10*time.Second, "OPENED")
+	}
+}
+
 // countingJob counts the records of n by key k00..k22; the counters (6
 // instances) are spread over the cluster, the sink stays on the
 // coordinator and commits on checkpoints (exactly once).
 func countingJob(n int64, dir string) *operators.Topology {
 	t := operators.NewTopology("counting", operators.Checkpoints(100*time.Millisecond), operators.BatchSize(256))
-	src := operators.Source(t, "numbers", operators.Generate(n, func(i int64) int64 { return i }))
+	src := operators.Source(t, "numbers", heldSource{n: n, hold: n / 2})
 	keys := operators.Map(src, "key", func(v int64) string { return "k" + strconv.Itoa(int(v*7%23)) })
 	by := operators.KeyBy(keys, "by-key", func(k string) string { return k }, operators.Parallelism(6))
 	counts := operators.Count(by, "count", operators.Emit(operators.EmitAtEnd))
@@ -53,14 +107,27 @@ func testJobs() cluster.Jobs {
 	}
 }
 
-// slowJob is countingJob with a slow operator of its own between the
-// source and the keys (half a millisecond a record), small batches and
-// small mailboxes: the source runs out of credits.
+// Gates the test opens in a child (command "open NAME"): sourceGate holds
+// the counting job's source half way (see heldSource); slowGate holds the
+// slow operators of the "backpressure" and "dropping" jobs: an operator
+// that takes no record in until then is slower than any source, at any
+// machine speed.
+var (
+	sourceGate, slowGate = make(chan struct{}), make(chan struct{})
+	gates                = map[string]func(){
+		"source": sync.OnceFunc(func() { close(sourceGate) }),
+		"slow":   sync.OnceFunc(func() { close(slowGate) }),
+	}
+)
+
+// slowJob is countingJob with an operator of its own between the source
+// and the keys that waits for the gate, small batches and small mailboxes:
+// the source runs out of credits while the gate is closed.
 func slowJob(n int64, dir string) *operators.Topology {
 	t := operators.NewTopology("backpressure", operators.Checkpoints(100*time.Millisecond), operators.BatchSize(16), operators.Capacity(64))
 	src := operators.Source(t, "numbers", operators.Generate(n, func(i int64) int64 { return i }))
 	keys := operators.Map(src, "slow", func(v int64) string {
-		time.Sleep(500 * time.Microsecond)
+		<-slowGate
 		return "k" + strconv.Itoa(int(v*7%23))
 	}, operators.NoFusion())
 	by := operators.KeyBy(keys, "by-key", func(k string) string { return k }, operators.Parallelism(2))
@@ -117,6 +184,7 @@ func report(run *actors.Run, say func(string, ...any)) {
 	tick := time.NewTicker(20 * time.Millisecond)
 	defer tick.Stop()
 	var last uint64
+	var waiting, dropping bool // said SOURCE-WAITING, SLOW-DROPPING
 	for {
 		select {
 		case err := <-done:
@@ -146,6 +214,16 @@ func report(run *actors.Run, say func(string, ...any)) {
 				last = st.LastID
 				say("CHECKPOINT %d", last)
 			}
+			for _, st := range run.Stats() {
+				switch {
+				case st.Name == "numbers" && st.Blocked > 0 && !waiting:
+					waiting = true
+					say("SOURCE-WAITING %d", st.Out) // out of credits, having sent Out records
+				case st.Name == "slow" && st.Dropped > 0 && !dropping:
+					dropping = true
+					say("SLOW-DROPPING %d", st.Dropped)
+				}
+			}
 		}
 	}
 }
@@ -167,6 +245,14 @@ func jobCluster(t *testing.T, opts ...func(*childConfig)) (a, b, c *child, cfg f
 	a.awaitAll(10*time.Second, "EVENT joined b", "EVENT joined c")
 	b.awaitAll(10*time.Second, "EVENT joined c")
 	return a, b, c, cfg
+}
+
+// survivor is the one of b and c that is not the victim.
+func survivor(victim, b, c *child) *child {
+	if victim == b {
+		return c
+	}
+	return b
 }
 
 // placed reads the PLACED lines of a run (one per process, up to three).
@@ -207,6 +293,7 @@ func TestDistributedJobSurvivesKill(t *testing.T) {
 	a.awaitLine(30*time.Second, "checkpoint 3", func(f []string) bool { return len(f) == 2 && f[0] == "CHECKPOINT" && atou(f[1]) >= 3 })
 	victim.kill()
 	t.Logf("killed %s", victim.cfg.Name)
+	openGates("source", a, survivor(victim, b, c))
 	f := a.jobLine(2*time.Minute, "RESTARTS")
 	if f[1] == "0" {
 		t.Fatalf("the job finished before the kill landed (%v): make it longer", f)
@@ -238,17 +325,21 @@ func TestDistributedJobKilledNodeRejoins(t *testing.T) {
 	port, store := victim.port(), victim.cfg.Store
 	victim.kill()
 	a.awaitLine(10*time.Second, "the victim's departure", func(f []string) bool {
-		return len(f) >= 3 && f[0] == "EVENT" && f[1] == "left" && f[2] == victim.cfg.Name
+		return len(f) == 4 && f[0] == "EVENT" && f[1] == "left" && f[3] == victim.ID
 	})
+	openGates("source", a, survivor(victim, b, c)) // the first run goes on without the victim
 	if got := a.expect(2*time.Minute, "RESULT"); got[1] != want {
 		t.Fatalf("first run: %v, want %s", got, want)
 	}
+	// The first run printed everything before its RESULT: the waits for
+	// the second run look only at what comes after.
+	a.skipTo(a.lastMatch() + 1)
 
 	again := cfg(victim.cfg.Name, a.Address)
 	again.Port, again.Store = port, store
 	back := startChild(t, again)
 	a.awaitLine(20*time.Second, "the victim's return", func(f []string) bool {
-		return len(f) >= 3 && f[0] == "EVENT" && f[1] == "joined" && f[2] == victim.cfg.Name
+		return len(f) == 4 && f[0] == "EVENT" && f[1] == "joined" && f[3] == back.ID // not its first incarnation's join
 	})
 	a.send(fmt.Sprintf("run counting %d %s", jobRecords/3, t.TempDir()))
 	where = placed(a, 20*time.Second)
@@ -264,28 +355,31 @@ func TestDistributedJobKilledNodeRejoins(t *testing.T) {
 }
 
 // TestDistributedBackPressure: the only consumer of the source runs on
-// another node and is slow; the source must wait for its credits (it is
-// blocked for a good part of the run), and the result is exact.
+// another node and takes nothing in until the test opens its gate; the
+// source must run out of credits (it waits, having sent fewer than all
+// its records), and once the gate opens the result is exact.
 func TestDistributedBackPressure(t *testing.T) {
 	if testing.Short() {
 		t.Skip("child processes")
 	}
-	a, _, _, _ := jobCluster(t)
+	a, b, c, _ := jobCluster(t)
 	const n = 4000
 	a.send(fmt.Sprintf("run backpressure %d %s off", n, t.TempDir()))
 	at := a.expect(20*time.Second, "SLOW-AT")
 	if at[1] == a.Address {
 		t.Fatalf("the slow operator runs on the coordinator (%s): the test needs it elsewhere", at[1])
 	}
-	blocked := a.expect(time.Minute, "SOURCE-BLOCKED")
-	d := time.Duration(atou(blocked[1]))
-	if d < 500*time.Millisecond { // the slow operator takes 2 s for the records
-		t.Errorf("the source was blocked for %v only: credits do not hold it back", d)
+	w := a.jobLine(time.Minute, "SOURCE-WAITING")
+	if sent := atou(w[1]); sent >= n {
+		t.Fatalf("the source sent all %d records before it waited: credits do not hold it back", sent)
 	}
+	openGates("slow", a, b, c)
+	blocked := a.jobLine(time.Minute, "SOURCE-BLOCKED")
 	if got := a.expect(10*time.Second, "RESULT"); got[1] != wantCounts(n) {
 		t.Fatalf("result %v, want %s", got, wantCounts(n))
 	}
-	t.Logf("the slow operator ran on %s; the source waited for credits for %v", at[1], d)
+	t.Logf("the slow operator ran on %s; the source waited after %s of %d records, for %v in all",
+		at[1], w[1], n, time.Duration(atou(blocked[1])))
 }
 
 // TestDistributedJobCoordinatorKilled: the coordinator of a counting job
@@ -313,6 +407,7 @@ func TestDistributedJobCoordinatorKilled(t *testing.T) {
 	if winner == b {
 		loser = c
 	}
+	openGates("source", b, c)
 	t.Logf("%s took the job over from %s at checkpoint %s (a reported %d)", winner.cfg.Name, took[2], took[3], reported)
 	if took[1] != "counting" || took[2] != "a" {
 		t.Fatalf("took over %v, want counting from a", took)
@@ -395,6 +490,7 @@ func TestDistributedJobPausedCoordinatorFenced(t *testing.T) {
 		return f[0] == "JOBERROR"
 	})
 	t.Logf("a: %s", strings.Join(f, " "))
+	openGates("source", b, c)
 	got := winner.jobLine(2*time.Minute, "RESULT")
 	if len(got) != 2 || got[1] != want {
 		t.Fatalf("result after the takeover:\n%v\nwant the plain loop's\n%s", got, want)
@@ -434,8 +530,9 @@ func TestDistributedJobTwoFailovers(t *testing.T) {
 	again.Store = store
 	back := startChild(t, again)
 	first.awaitLine(20*time.Second, "a's return", func(f []string) bool {
-		return len(f) >= 3 && f[0] == "EVENT" && f[1] == "joined" && f[2] == "a"
+		return len(f) == 4 && f[0] == "EVENT" && f[1] == "joined" && f[3] == back.ID // not the first a's join
 	})
+	first.skipTo(first.lastMatch() + 1)
 	checkpoints := 0 // two more: entries that name a as a copy, replicated to it
 	f := first.awaitLine(30*time.Second, "two checkpoints after a's return", func(f []string) bool {
 		if f[0] == "RESULT" || f[0] == "JOBERROR" {
@@ -456,6 +553,7 @@ func TestDistributedJobTwoFailovers(t *testing.T) {
 		t.Fatalf("resumed from checkpoint %d, older than checkpoint %s the second coordinator completed", cp, f[1])
 	}
 	t.Logf("%s took the job over from %s at checkpoint %s", second.cfg.Name, first.cfg.Name, took[3])
+	openGates("source", other, back)
 	got := second.jobLine(2*time.Minute, "RESULT")
 	if want := wantCounts(n); len(got) != 2 || got[1] != want {
 		t.Fatalf("result after two failovers:\n%v\nwant the plain loop's\n%s", got, want)

@@ -16,9 +16,10 @@ import (
 // processes (see jobs_test.go).
 
 // droppingJob sends n numbers from the coordinator to a slow operator
-// whose input mailbox drops the newest records when full: the source is
-// never slowed by it, most records are dropped, and checkpoint barriers and
-// end of stream must pass the full mailbox all the same.
+// (held by the gate until the test has seen it drop) whose input mailbox
+// drops the newest records when full: the source is never slowed by it,
+// records are dropped, and checkpoint barriers and end of stream must pass
+// the full mailbox all the same.
 func droppingJob(n int64, dir string) *operators.Topology {
 	t := operators.NewTopology("dropping", operators.Checkpoints(50*time.Millisecond), operators.BatchSize(64))
 	src := operators.Source(t, "numbers", operators.Generate(n, func(i int64) int64 { return i }))
@@ -32,7 +33,7 @@ func droppingJob(n int64, dir string) *operators.Topology {
 		return v
 	})
 	slow := operators.Map(paced, "slow", func(v int64) string {
-		time.Sleep(20 * time.Microsecond) // the work of a slow operator, not a wait
+		<-slowGate // closed until the test has seen drops (jobs_test.go)
 		return "k" + strconv.Itoa(int(v*7%23))
 	}, operators.Parallelism(2), operators.Input(mailbox.DropNewest(64)))
 	by := operators.KeyBy(slow, "by-key", func(k string) string { return k }, operators.Parallelism(2))
@@ -79,9 +80,10 @@ func TestDistributedRunStats(t *testing.T) {
 	if testing.Short() {
 		t.Skip("child processes")
 	}
-	a, _, _, _ := jobCluster(t)
+	a, b, c, _ := jobCluster(t)
 
 	const n = 300_000
+	openGates("source", a, b, c) // the counting run waits for nothing of the test's
 	a.send(fmt.Sprintf("run counting %d %s off", n, t.TempDir()))
 	where := placed(a, 20*time.Second)
 	if where[a.Address] > 2 { // the source and the sink
@@ -100,9 +102,14 @@ func TestDistributedRunStats(t *testing.T) {
 	if got := a.expect(10*time.Second, "RESULT"); got[1] != wantCounts(n) {
 		t.Fatalf("result %v, want %s", got, wantCounts(n))
 	}
+	a.skipTo(a.lastMatch() + 1) // the first run printed everything before its RESULT
 
 	const m = 1_000_000
 	a.send(fmt.Sprintf("run dropping %d %s off", m, t.TempDir()))
+	// The gate holds the slow operator until its full mailbox drops:
+	// checkpoint barriers injected meanwhile wait behind the full mailbox.
+	a.jobLine(time.Minute, "SLOW-DROPPING")
+	openGates("slow", a, b, c)
 	stats, restarts, checkpoints := jobStats(t, a)
 	a.expect(10*time.Second, "RESULT")
 	slow := stats["slow"]
@@ -116,7 +123,11 @@ func TestDistributedRunStats(t *testing.T) {
 	if c := stats["count"]; c[0] != slow[1] {
 		t.Fatalf("count got %d records, slow sent %d", c[0], slow[1])
 	}
-	if checkpoints < 2 { // the job ends soon after its one source: these ran while records were dropped
-		t.Fatalf("%d checkpoints completed while the slow operator's mailbox dropped records, want several", checkpoints)
+	// The source emits for a second or more (its pacing); the first
+	// checkpoint starts 50 ms in, while the gate is closed, so its barrier
+	// waits behind the full, dropping mailbox: it completes once the gate
+	// opens unless a barrier was dropped.
+	if checkpoints < 1 {
+		t.Fatalf("no checkpoint completed: a barrier behind the dropping mailbox was lost")
 	}
 }

@@ -373,10 +373,24 @@ func TestSourceWaitsWithoutSpinning(t *testing.T) {
 	}
 	waited := make(chan error, 1)
 	go func() { waited <- r.(operators.Waiter).Wait(context.Background()) }()
+	// Wait outlives its pulls: two expire with nothing, are renewed, and
+	// Wait has not returned (an event to wait for, not a time window).
+	deadline := time.After(30 * time.Second)
+	tick := time.NewTicker(10 * time.Millisecond)
+	defer tick.Stop()
+	for src.Stats().Expired < 2 {
+		select {
+		case err := <-waited:
+			t.Fatalf("Wait returned %v on an idle stream after %d expired pulls", err, src.Stats().Expired)
+		case <-deadline:
+			t.Fatalf("no two pulls expired within 30 s (PollWait 200 ms)")
+		case <-tick.C:
+		}
+	}
 	select {
 	case err := <-waited:
 		t.Fatalf("Wait returned %v on an idle stream", err)
-	case <-time.After(300 * time.Millisecond): // longer than one pull: Wait renews it
+	default:
 	}
 	f.publish(t, f.subject+".x", 7, 8)
 	select {

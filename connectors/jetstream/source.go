@@ -84,6 +84,7 @@ type SourceStats struct {
 	Acks        int64 // acknowledgements sent (one per completed checkpoint and partition, at most)
 	AckErrors   int64 // acknowledgements that failed (the next one covers them: AckAll)
 	Recreated   int64 // consumers created again after the server lost them
+	Expired     int64 // pulls of Wait that expired with nothing (Wait renews them)
 }
 
 // Source reads a JetStream stream. Create it with NewSource; it is an
@@ -93,7 +94,7 @@ type Source[T any] struct {
 	cfg SourceConfig[T]
 	err error // invalid configuration, reported by Open
 
-	read, redelivered, acks, ackErrors, recreated atomic.Int64
+	read, redelivered, acks, ackErrors, recreated, expired atomic.Int64
 }
 
 // NewSource returns a source for cfg. An invalid configuration is reported
@@ -138,7 +139,7 @@ func (s *Source[T]) Err() error { return s.err }
 // Stats returns the source's counters.
 func (s *Source[T]) Stats() SourceStats {
 	return SourceStats{Read: s.read.Load(), Redelivered: s.redelivered.Load(), Acks: s.acks.Load(),
-		AckErrors: s.ackErrors.Load(), Recreated: s.recreated.Load()}
+		AckErrors: s.ackErrors.Load(), Recreated: s.recreated.Load(), Expired: s.expired.Load()}
 }
 
 // ConsumerName is the name of the consumer that partition part of parts
@@ -498,6 +499,7 @@ func (r *reader[T]) Wait(ctx context.Context) error {
 			return nil
 		}
 		if err == nil {
+			r.s.expired.Add(1)
 			continue // the pull expired: renew it
 		}
 		if ctx.Err() != nil || r.ctx.Err() != nil {
