@@ -3,6 +3,7 @@ package operators_test
 import (
 	"context"
 	"fmt"
+	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"slices"
@@ -68,31 +69,52 @@ func TestCheckpointCrash(t *testing.T) {
 	}
 	want := readParts(t, filepath.Join(reference, "out"))
 
-	dir := t.TempDir()
-	kills := 0
-	for runs := 0; ; runs++ {
-		if runs > 200 {
-			t.Fatalf("no end after %d runs and %d kills", runs, kills)
+	kills, _ := crashRounds(t, rng, func(dir string) {
+		if got := readParts(t, filepath.Join(dir, "out")); got != want {
+			t.Fatalf("after kills the output in %s differs from the run that was never killed (%d vs %d bytes)", dir, len(got), len(want))
 		}
-		delay := time.Duration(-1)
-		if kills < 20 {
-			delay = time.Duration(crashKillMin+rng.IntN(crashKillSpread)) * time.Millisecond
-		}
-		r := runChild(t, dir, delay)
-		if r.Killed {
-			kills++
-		}
-		if r.Done {
-			break
-		}
-	}
-	if kills < 20 {
-		t.Fatalf("only %d kills landed before the job finished: make the job longer", kills)
-	}
-	if got := readParts(t, filepath.Join(dir, "out")); got != want {
-		t.Fatalf("after %d kills the output differs from the run that was never killed (%d vs %d bytes)", kills, len(got), len(want))
-	}
+	})
 	t.Logf("%d kills, output identical", kills)
+}
+
+// crashKills is how many SIGKILLs a crash test lands; crashMaxRounds bounds
+// the rounds it may take.
+const crashKills, crashMaxRounds = 20, 10
+
+// crashRounds runs the child's job in a fresh folder, SIGKILLing it at
+// random points and restarting it until it finishes, then calls check
+// with the folder; on a machine fast enough to finish the job before
+// crashKills kills have landed, another round lands the rest (so the
+// test holds at any speed). It returns the kills and the newest
+// checkpoint a run restored.
+func crashRounds(t *testing.T, rng *rand.Rand, check func(dir string), env ...string) (kills int, newest uint64) {
+	t.Helper()
+	for round := 1; kills < crashKills; round++ {
+		if round > crashMaxRounds {
+			t.Fatalf("only %d kills landed in %d rounds: make the job longer", kills, crashMaxRounds)
+		}
+		dir := t.TempDir()
+		for runs := 0; ; runs++ {
+			if runs > 200 {
+				t.Fatalf("round %d: no end after %d runs and %d kills", round, runs, kills)
+			}
+			delay := time.Duration(-1)
+			if kills < crashKills {
+				delay = time.Duration(crashKillMin+rng.IntN(crashKillSpread)) * time.Millisecond
+			}
+			r, restored := runChildRestored(t, dir, delay, env...)
+			newest = max(newest, restored)
+			if r.Killed {
+				kills++
+			}
+			if r.Done {
+				break
+			}
+		}
+		check(dir)
+		t.Logf("round %d: %d kills in all so far, output checked", round, kills)
+	}
+	return kills, newest
 }
 
 // runChild runs the child on dir; with a delay of 0 or more it SIGKILLs the
@@ -155,36 +177,15 @@ func TestCheckpointCrashAfterASourceFinished(t *testing.T) {
 		t.Fatal("the reference run did not finish")
 	}
 	want := sortedParts(t, filepath.Join(reference, "out"))
-	dir := t.TempDir()
-	kills := 0
-	var newest uint64
-	for runs := 0; ; runs++ {
-		if runs > 200 {
-			t.Fatalf("no end after %d runs and %d kills", runs, kills)
+	kills, newest := crashRounds(t, rng, func(dir string) {
+		if got := sortedParts(t, filepath.Join(dir, "out")); got != want {
+			t.Fatalf("after kills the output in %s differs from the run that was never killed (%d vs %d bytes)", dir, len(got), len(want))
 		}
-		delay := time.Duration(-1)
-		if kills < 20 {
-			delay = time.Duration(crashKillMin+rng.IntN(crashKillSpread)) * time.Millisecond
-		}
-		r, restored := runChildRestored(t, dir, delay, env)
-		newest = max(newest, restored)
-		if r.Killed {
-			kills++
-		}
-		if r.Done {
-			break
-		}
-	}
-	if kills < 20 {
-		t.Fatalf("only %d kills landed before the job finished: make the job longer", kills)
-	}
+	}, env)
 	// The small source ends within the first checkpoint interval: restores
 	// from later checkpoints mean checkpoints went on after it finished.
 	if newest < 3 {
 		t.Fatalf("the restarts restored checkpoint %d at most: checkpoints stopped when the small source finished", newest)
-	}
-	if got := sortedParts(t, filepath.Join(dir, "out")); got != want {
-		t.Fatalf("after %d kills the output differs from the run that was never killed (%d vs %d bytes)", kills, len(got), len(want))
 	}
 	t.Logf("%d kills, restores up to checkpoint %d, output identical as sets of lines", kills, newest)
 }
