@@ -15,7 +15,9 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/sluicehq/sluice/actors"
+	"github.com/sluicehq/sluice/clock"
 	"github.com/sluicehq/sluice/mailbox"
+	"github.com/sluicehq/sluice/supervision"
 )
 
 // TestMain fails the package when a test leaves a goroutine behind: actors'
@@ -44,9 +46,12 @@ var _ mailbox.Control = (*actors.Envelope)(nil)
 // is fake, so it only fires when the bubble is deadlocked.
 const waitTimeout = 10 * time.Second
 
-func newSystem(t *testing.T) *actors.System {
+func newSystem(t *testing.T) *actors.System { return newSystemOn(t, nil) }
+
+// newSystemOn is newSystem on clock c (nil: the real clock).
+func newSystemOn(t *testing.T, c clock.Clock) *actors.System {
 	t.Helper()
-	sys, err := actors.NewSystem(actors.Config{})
+	sys, err := actors.NewSystem(actors.Config{Clock: c})
 	if err != nil {
 		t.Fatalf("NewSystem: %v", err)
 	}
@@ -361,8 +366,11 @@ func TestSupervisorGovernsChildren(t *testing.T) {
 	sys := newSystem(t)
 	terminated := make(chan string, 1)
 	p := &parent{terminated: terminated}
-	stopOnFailure := actor.NewOneForOneStrategy(10, time.Minute, func(any) actor.Directive { return actor.StopDirective })
-	ref, err := sys.Spawn("parent", func() actor.Actor { return p }, actors.Supervisor(stopOnFailure))
+	stopOnFailure, err := supervision.NewStrategy(supervision.WithDecider(func(error) supervision.Directive { return supervision.Stop }))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ref, err := sys.Spawn("parent", func() actor.Actor { return p }, actors.SuperviseChildren(stopOnFailure))
 	if err != nil {
 		t.Fatalf("Spawn: %v", err)
 	}

@@ -4,10 +4,12 @@ import (
 	"context"
 	"fmt"
 	"sync"
+	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
 
 	"github.com/sluicehq/sluice/mailbox"
+	"github.com/sluicehq/sluice/supervision"
 )
 
 // DefaultCapacity is the mailbox capacity of an actor spawned without the
@@ -18,9 +20,8 @@ const DefaultCapacity = 1024
 type SpawnOption func(*spawnConfig)
 
 type spawnConfig struct {
-	mailbox    mailbox.Config
-	supervisor actor.SupervisorStrategy
-	guardian   actor.SupervisorStrategy
+	mailbox        mailbox.Config
+	self, children *supervision.Strategy
 }
 
 // Capacity sets the capacity of the actor's bounded mailbox (default
@@ -34,29 +35,20 @@ func Capacity(n int) SpawnOption { return func(c *spawnConfig) { c.mailbox.Capac
 // an error wrapping mailbox.ErrDropped when the policy discarded the message.
 func Mailbox(cfg mailbox.Config) SpawnOption { return func(c *spawnConfig) { c.mailbox = cfg } }
 
-// Supervisor sets the protoactor supervisor strategy that governs the actor's
-// children. The actor itself is supervised by the System: a panic restarts it
-// (protoactor's default, state reset; the failing message is lost).
-func Supervisor(s actor.SupervisorStrategy) SpawnOption {
-	return func(c *spawnConfig) { c.supervisor = s }
+// Supervise says how the actor itself is supervised when it fails (a panic
+// in Receive): s's directive (restart after its backoff, resume, stop,
+// escalate) within its restart budget, on the System's clock; a spent
+// budget stops the actor, and Ref.Err then gives the last failure. The
+// default is protoactor's: restart at once, up to 10 times in 10 s.
+func Supervise(s supervision.Strategy) SpawnOption {
+	return func(c *spawnConfig) { c.self = &s }
 }
 
-// Supervise sets how the actor itself is supervised when it fails (a panic
-// in Receive). The default is protoactor's: restart, up to 10 times in 10 s.
-// supervision.ForActors turns a supervision.Strategy (exponential backoff
-// with jitter, a restart budget, resume / restart / stop / escalate) into
-// one.
-func Supervise(s actor.SupervisorStrategy) SpawnOption {
-	return func(c *spawnConfig) { c.guardian = s }
-}
-
-// Ref is a handle to an actor spawned on a System.
-type Ref struct {
-	sys *System
-	pid *actor.PID
-
-	mu sync.Mutex
-	mb *mailbox.Mailbox // replaced if protoactor builds a new mailbox
+// SuperviseChildren says how the actor supervises the children it spawns
+// itself (with its actor.Context), on the System's clock. The default is
+// protoactor's: restart at once, up to 10 times in 10 s.
+func SuperviseChildren(s supervision.Strategy) SpawnOption {
+	return func(c *spawnConfig) { c.children = &s }
 }
 
 // Spawn starts an actor named name. Names are unique within the system.
@@ -74,7 +66,8 @@ func (s *System) Spawn(name string, producer func() actor.Actor, opts ...SpawnOp
 	if s.isStopped() {
 		return nil, fmt.Errorf("actors: spawn %q: %w", name, ErrStopped)
 	}
-	ref := &Ref{sys: s}
+	ref := &Ref{sys: s, name: name, spill: cfg.mailbox.Overflow == mailbox.OverflowSpill,
+		done: make(chan struct{}), requests: map[string]*actor.PID{}}
 	mbProducer, err := cfg.mailbox.Producer(func(mb *mailbox.Mailbox) {
 		ref.mu.Lock()
 		ref.mb = mb
@@ -83,12 +76,17 @@ func (s *System) Spawn(name string, producer func() actor.Actor, opts ...SpawnOp
 	if err != nil {
 		return nil, fmt.Errorf("actors: spawn %q: %w", name, err)
 	}
-	props := actor.PropsFromProducer(producer, actor.WithMailbox(mbProducer))
-	if cfg.supervisor != nil {
-		props.Configure(actor.WithSupervisor(cfg.supervisor))
+	// The actor always has a guardian of ours: it sees every failure's
+	// reason (for Ref.Err, and to fail the request that caused it) before
+	// the strategy decides.
+	own := actor.NewOneForOneStrategy(10, 10*time.Second, actor.DefaultDecider)
+	if cfg.self != nil {
+		own = supervision.ForActors(*cfg.self, s.cfg.Clock)
 	}
-	if cfg.guardian != nil {
-		props.Configure(actor.WithGuardian(cfg.guardian))
+	props := actor.PropsFromProducer(producer, actor.WithMailbox(mbProducer),
+		actor.WithGuardian(observed{inner: own, ref: ref}))
+	if cfg.children != nil {
+		props.Configure(actor.WithSupervisor(supervision.ForActors(*cfg.children, s.cfg.Clock)))
 	}
 	pid, err := s.root.SpawnNamed(props, name)
 	if err != nil {
@@ -99,74 +97,8 @@ func (s *System) Spawn(name string, producer func() actor.Actor, opts ...SpawnOp
 		_ = stopAndWait(context.Background(), s.root, pid)
 		return nil, fmt.Errorf("actors: spawn %q: %w", name, err)
 	}
+	ref.watch()
 	return ref, nil
-}
-
-// PID returns the actor's protoactor PID, for sends from inside other actors.
-func (r *Ref) PID() *actor.PID { return r.pid }
-
-func (r *Ref) mailbox() *mailbox.Mailbox {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return r.mb
-}
-
-// Send delivers msg, waiting while the mailbox is full until ctx ends. Call
-// it from application goroutines, never from inside an actor's Receive (use
-// the actor.Context's Send there).
-func (r *Ref) Send(ctx context.Context, msg any) error {
-	if err := r.mailbox().Put(ctx, msg); err != nil {
-		return fmt.Errorf("actors: send to %s: %w", r.pid.Id, err)
-	}
-	return nil
-}
-
-// TrySend delivers msg if the mailbox has room and returns an error wrapping
-// mailbox.ErrFull otherwise.
-func (r *Ref) TrySend(msg any) error {
-	if err := r.mailbox().TryPut(msg); err != nil {
-		return fmt.Errorf("actors: send to %s: %w", r.pid.Id, err)
-	}
-	return nil
-}
-
-// Request sends msg with a reply address and waits for the actor's
-// ctx.Respond, until ctx ends. It waits for mailbox room like Send.
-func (r *Ref) Request(ctx context.Context, msg any) (any, error) {
-	reply := make(chan any, 1)
-	tmp := r.sys.root.Spawn(actor.PropsFromFunc(func(c actor.Context) {
-		switch m := c.Message().(type) {
-		case actor.SystemMessage, actor.AutoReceiveMessage:
-		default:
-			select {
-			case reply <- m:
-			default: // a second reply is not wanted
-			}
-		}
-	}))
-	defer r.sys.root.Stop(tmp)
-	env := &actor.MessageEnvelope{Message: msg, Sender: tmp}
-	if err := r.mailbox().Put(ctx, env); err != nil {
-		return nil, fmt.Errorf("actors: request to %s: %w", r.pid.Id, err)
-	}
-	select {
-	case v := <-reply:
-		return v, nil
-	case <-ctx.Done():
-		return nil, fmt.Errorf("actors: request to %s: %w", r.pid.Id, context.Cause(ctx))
-	}
-}
-
-// Stats returns the actor's mailbox statistics.
-func (r *Ref) Stats() mailbox.Stats { return r.mailbox().Stats() }
-
-// Stop stops the actor and waits until it has stopped or ctx ends.
-func (r *Ref) Stop(ctx context.Context) error {
-	if err := stopAndWait(ctx, r.sys.root, r.pid); err != nil {
-		return err
-	}
-	r.sys.untrackRef(r)
-	return nil
 }
 
 // stopAndWait stops pid and waits for its Terminated through a short-lived

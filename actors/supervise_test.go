@@ -39,9 +39,9 @@ func (f *flaky) Receive(c actor.Context) {
 }
 
 func TestSuperviseBacksOffThenStops(t *testing.T) {
-	sys := newSystem(t)
-	ctx := timeout(t)
 	clock := clocktest.NewManual(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
+	sys := newSystemOn(t, clock)
+	ctx := timeout(t)
 	strategy, err := supervision.NewStrategy(
 		supervision.WithBackoff(supervision.Backoff{Initial: 100 * time.Millisecond, Multiplier: 2, Jitter: supervision.NoJitter}),
 		supervision.WithRestartBudget(2, time.Hour))
@@ -50,7 +50,7 @@ func TestSuperviseBacksOffThenStops(t *testing.T) {
 	}
 	starts := make(chan struct{}, 8)
 	ref, err := sys.Spawn("flaky", func() actor.Actor { return &flaky{starts: starts} },
-		actors.Supervise(supervision.ForActorsOnClock(strategy, clock)))
+		actors.Supervise(strategy))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -111,7 +111,7 @@ func TestSuperviseResumeKeepsState(t *testing.T) {
 		t.Fatal(err)
 	}
 	starts := make(chan struct{}, 8)
-	ref, err := sys.Spawn("resumer", func() actor.Actor { return &flaky{starts: starts} }, actors.Supervise(supervision.ForActors(strategy)))
+	ref, err := sys.Spawn("resumer", func() actor.Actor { return &flaky{starts: starts} }, actors.Supervise(strategy))
 	if err != nil {
 		t.Fatal(err)
 	}

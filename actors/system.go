@@ -16,6 +16,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 	tracenoop "go.opentelemetry.io/otel/trace/noop"
 
+	"github.com/sluicehq/sluice/clock"
 	"github.com/sluicehq/sluice/internal/store"
 	"github.com/sluicehq/sluice/mailbox"
 )
@@ -28,13 +29,17 @@ var ErrStopped = errors.New("actors: system stopped")
 type Config struct {
 	// Name identifies the system in logs and telemetry. Default "sluice".
 	Name string
-	// Logger receives the system's logs, protoactor's included. Default: a
-	// logger that discards everything.
+	// Logger receives the system's logs, protoactor's included. Default:
+	// warnings and errors (an actor's failures, a supervisor's final stop)
+	// as text on standard error.
 	Logger *slog.Logger
 	// TracerProvider and MeterProvider are used for spans and metrics.
 	// Default: no-op providers; sluice never reads the global ones.
 	TracerProvider trace.TracerProvider
 	MeterProvider  metric.MeterProvider
+	// Clock is the time of the system's timers: supervision backoffs and
+	// restart budgets, jobs' checkpoints and restarts. Default clock.Real().
+	Clock clock.Clock
 	// Store is the path of the bbolt file that holds durable state (spilled
 	// messages now; journals and snapshots with persistence). It is created
 	// with mode 0600; a file written by another program, by a newer sluice or
@@ -55,6 +60,9 @@ type System struct {
 	tempDir string // of a temporary store, removed by Stop
 	spill   *mailbox.SpillStore
 
+	life    context.Context // ended by Stop: the lifetime of actors' I/O
+	endLife context.CancelCauseFunc
+
 	mu      sync.Mutex
 	stopped bool
 	runs    map[*Run]struct{}
@@ -67,7 +75,10 @@ func NewSystem(cfg Config) (*System, error) {
 		cfg.Name = "sluice"
 	}
 	if cfg.Logger == nil {
-		cfg.Logger = slog.New(slog.DiscardHandler)
+		cfg.Logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	}
+	if cfg.Clock == nil {
+		cfg.Clock = clock.Real()
 	}
 	if cfg.TracerProvider == nil {
 		cfg.TracerProvider = tracenoop.NewTracerProvider()
@@ -87,9 +98,11 @@ func NewSystem(cfg Config) (*System, error) {
 		runs: make(map[*Run]struct{}),
 		refs: make(map[*Ref]struct{}),
 	}
+	s.life, s.endLife = context.WithCancelCause(context.Background())
 	if cfg.Store != "" {
 		f, err := store.Open(cfg.Store)
 		if err != nil {
+			s.endLife(err)
 			sys.Shutdown()
 			return nil, fmt.Errorf("actors: %w", err)
 		}
@@ -117,6 +130,11 @@ func (s *System) ActorSystem() *actor.ActorSystem { return s.sys }
 
 // Root returns sluice's own root context (not the shared sys.Root).
 func (s *System) Root() *actor.RootContext { return s.root }
+
+// Context is the system's lifetime: it ends when Stop is called, with
+// ErrStopped as its cause. Actors' I/O (journals, snapshots) runs under it,
+// so that Stop interrupts a write that hangs.
+func (s *System) Context() context.Context { return s.life }
 
 // Config returns the configuration the system runs with, defaults filled in.
 func (s *System) Config() Config { return s.cfg }
@@ -156,7 +174,9 @@ func (s *System) Stop(ctx context.Context) error {
 	}
 	// Embedded actors stop too; their mailboxes close, so that a producer
 	// waiting in Ref.Send gets mailbox.ErrClosed.
+	s.endLife(ErrStopped)
 	for _, r := range refs {
+		r.stopWith(ErrStopped)
 		_ = r.Stop(ctx)
 	}
 	s.sys.Shutdown()

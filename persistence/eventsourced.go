@@ -5,11 +5,11 @@ import (
 	"errors"
 	"fmt"
 	"math"
-	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
 	"github.com/vmihailenco/msgpack/v5"
 
+	"github.com/sluicehq/sluice/clock"
 	"github.com/sluicehq/sluice/internal/msgpacksafe"
 )
 
@@ -49,6 +49,12 @@ type Behavior[S, C, E any] struct {
 	// SnapshotWhen takes a snapshot when it returns true, after the events
 	// of a command have been applied; seq is the last event's (nil: never).
 	SnapshotWhen func(state S, seq uint64) bool
+	// Context bounds the actor's journal and snapshot I/O: pass the
+	// System's lifetime (actors.System.Context) so that System.Stop
+	// interrupts a write that hangs. Nil: context.Background().
+	Context context.Context
+	// Clock stamps events and snapshots. Nil: clock.Real().
+	Clock clock.Clock
 }
 
 func (b *Behavior[S, C, E]) validate() error {
@@ -103,6 +109,12 @@ func EventSourced[S, C, E any](b Behavior[S, C, E]) (actor.Producer, error) {
 	if err := b.validate(); err != nil {
 		return nil, err
 	}
+	if b.Context == nil {
+		b.Context = context.Background()
+	}
+	if b.Clock == nil {
+		b.Clock = clock.Real()
+	}
 	return func() actor.Actor { return &eventSourced[S, C, E]{b: &b} }, nil
 }
 
@@ -140,7 +152,7 @@ func (a *eventSourced[S, C, E]) fail(seq uint64, err error) {
 
 // recoverState loads the newest snapshot and replays the events after it.
 func (a *eventSourced[S, C, E]) recoverState() {
-	ctx := context.Background()
+	ctx := a.b.Context
 	id := a.b.ID
 	if a.b.Initial != nil {
 		a.state = a.b.Initial()
@@ -237,7 +249,7 @@ func (a *eventSourced[S, C, E]) command(ctx actor.Context, cmd C) {
 	}
 	if len(events) > 0 {
 		batch := make([]Event, len(events))
-		now := time.Now()
+		now := a.b.Clock.Now()
 		for i, e := range events {
 			typ, data, err := a.b.Events.Encode(e)
 			if err != nil {
@@ -246,7 +258,7 @@ func (a *eventSourced[S, C, E]) command(ctx actor.Context, cmd C) {
 			}
 			batch[i] = Event{Seq: a.seq + 1 + uint64(i), Type: typ, Data: data, Time: now}
 		}
-		if err := a.b.Journal.Append(context.Background(), a.b.ID, batch); err != nil {
+		if err := a.b.Journal.Append(a.b.Context, a.b.ID, batch); err != nil {
 			respond(ctx, err)
 			a.checkJournal()
 			return
@@ -270,7 +282,7 @@ func (a *eventSourced[S, C, E]) command(ctx actor.Context, cmd C) {
 // after it landed), the state is stale, and the actor fails so that its
 // restart recovers.
 func (a *eventSourced[S, C, E]) checkJournal() {
-	h, err := a.b.Journal.HighestSeq(context.Background(), a.b.ID)
+	h, err := a.b.Journal.HighestSeq(a.b.Context, a.b.ID)
 	if err == nil && h != a.seq {
 		panic(fmt.Errorf("persistence: %q: the journal is at seq %d and the state at %d: restart to recover", a.b.ID, h, a.seq))
 	}
@@ -292,10 +304,10 @@ func (a *eventSourced[S, C, E]) snapshot(ctx actor.Context, n uint64) {
 	if !due {
 		return
 	}
-	bg := context.Background()
+	bg := a.b.Context
 	data, err := msgpack.Marshal(a.state)
 	if err == nil {
-		err = a.b.Snapshots.Save(bg, a.b.ID, Snapshot{Seq: a.seq, Data: data, Time: time.Now()})
+		err = a.b.Snapshots.Save(bg, a.b.ID, Snapshot{Seq: a.seq, Data: data, Time: a.b.Clock.Now()})
 	}
 	if err != nil {
 		a.snapDue = true

@@ -11,11 +11,11 @@ import (
 	"testing"
 	"time"
 
-	"github.com/asynkron/protoactor-go/actor"
 	bolt "go.etcd.io/bbolt"
 
 	"github.com/sluicehq/sluice/actors"
 	"github.com/sluicehq/sluice/persistence"
+	"github.com/sluicehq/sluice/supervision"
 )
 
 const wait = 10 * time.Second
@@ -103,6 +103,19 @@ func request(t *testing.T, ref *actors.Ref, msg any) any {
 	return reply
 }
 
+// requestErr sends msg and returns the request's error (a rejected
+// command's, say); the test fails when the request succeeds.
+func requestErr(t *testing.T, ref *actors.Ref, msg any) error {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), wait)
+	defer cancel()
+	reply, err := ref.Request(ctx, msg)
+	if err == nil {
+		t.Fatalf("request %T%v replied %v, want an error", msg, msg, reply)
+	}
+	return err
+}
+
 func state(t *testing.T, ref *actors.Ref) Account {
 	t.Helper()
 	s, ok := request(t, ref, persistence.GetState{}).(Account)
@@ -129,7 +142,7 @@ func TestEventSourcedAccountRecovers(t *testing.T) {
 			t.Fatalf("Deposit{%d} replied %v, want %v", i, reply, want)
 		}
 	}
-	if err, _ := request(t, ref, Withdraw{1000}).(error); !errors.Is(err, ErrInsufficientFunds) {
+	if err := requestErr(t, ref, Withdraw{1000}); !errors.Is(err, ErrInsufficientFunds) {
 		t.Fatalf("Withdraw{1000} replied %v, want ErrInsufficientFunds", err)
 	}
 	if reply := request(t, ref, Withdraw{7}); reply != (Account{48, 11}) {
@@ -204,7 +217,7 @@ func TestEventSourcedFailingJournal(t *testing.T) {
 	ref := spawn(t, sys, "acct", accountBehavior("acct", j, nil, &applied))
 	request(t, ref, Deposit{5})
 	j.fail.Store(true)
-	if err, _ := request(t, ref, Deposit{10}).(error); !errors.Is(err, errDiskFull) {
+	if err := requestErr(t, ref, Deposit{10}); !errors.Is(err, errDiskFull) {
 		t.Fatalf("Deposit with a failing journal replied %v, want the journal's error", err)
 	}
 	if s := state(t, ref); s != (Account{5, 1}) {
@@ -249,10 +262,10 @@ func TestEventSourcedRejectsWithoutPersisting(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err, _ := request(t, ref, Deposit{-3}).(error); err == nil || !strings.Contains(err.Error(), "must be positive") {
+	if err := requestErr(t, ref, Deposit{-3}); err == nil || !strings.Contains(err.Error(), "must be positive") {
 		t.Errorf("Deposit{-3} replied %v, want the handler's error", err)
 	}
-	if err, _ := request(t, ref, Withdraw{1}).(error); err == nil || !strings.Contains(err.Error(), "not a command") {
+	if err := requestErr(t, ref, Withdraw{1}); err == nil || !strings.Contains(err.Error(), "not a command") {
 		t.Errorf("Withdraw to a Deposit-only actor replied %v, want an error", err)
 	}
 	if h, _ := j.HighestSeq(context.Background(), "typed"); h != 0 {
@@ -260,27 +273,6 @@ func TestEventSourcedRejectsWithoutPersisting(t *testing.T) {
 	}
 	if reply := request(t, ref, Deposit{3}); reply != (Account{3, 1}) {
 		t.Errorf("Deposit{3} replied %v", reply)
-	}
-}
-
-// recordingStrategy is a supervisor strategy that records the reasons of
-// its children's failures and stops them.
-type recordingStrategy struct{ reasons chan any }
-
-func (r *recordingStrategy) HandleFailure(_ *actor.ActorSystem, sup actor.Supervisor, child *actor.PID, _ *actor.RestartStatistics, reason, _ any) {
-	select {
-	case r.reasons <- reason:
-	default:
-	}
-	sup.StopChildren(child)
-}
-
-// parent spawns one child when started.
-type parent struct{ child *actor.Props }
-
-func (p *parent) Receive(c actor.Context) {
-	if _, ok := c.Message().(*actor.Started); ok {
-		c.Spawn(p.child)
 	}
 }
 
@@ -330,17 +322,21 @@ func TestRecoveryFailureReachesSupervisor(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			strategy := &recordingStrategy{reasons: make(chan any, 1)}
-			if _, err := sys.Spawn("parent", func() actor.Actor { return &parent{child: actor.PropsFromProducer(p)} }, actors.Supervisor(strategy)); err != nil {
+			stopAtOnce, err := supervision.NewStrategy(supervision.WithDecider(func(error) supervision.Directive { return supervision.Stop }))
+			if err != nil {
+				t.Fatal(err)
+			}
+			ref, err = sys.Spawn("acct-9", p, actors.Supervise(stopAtOnce))
+			if err != nil {
 				t.Fatal(err)
 			}
 			select {
-			case reason := <-strategy.reasons:
-				re, ok := reason.(*persistence.RecoveryError)
-				if !ok {
-					t.Fatalf("supervisor got %T %v, want a *RecoveryError", reason, reason)
+			case <-ref.Done():
+				var re *persistence.RecoveryError
+				if !errors.As(ref.Err(), &re) {
+					t.Fatalf("the actor ended with %v, want a *RecoveryError", ref.Err())
 				}
-				t.Log(re)
+				t.Log(ref.Err())
 				mention := c.mention
 				if mention == path0 {
 					mention = path
@@ -351,7 +347,7 @@ func TestRecoveryFailureReachesSupervisor(t *testing.T) {
 					t.Errorf("reason %q (id %q, seq %d), want id acct-9, seq %d, decode error %v, mentioning %q", re, re.ID, re.Seq, c.seq, c.decode, mention)
 				}
 			case <-time.After(wait):
-				t.Fatal("the supervisor heard of no failure")
+				t.Fatal("the actor did not end after its failed recovery")
 			}
 		})
 	}
@@ -483,7 +479,7 @@ func TestStaleWriterIsFencedAndRecovers(t *testing.T) {
 		t.Fatalf("stale recovered %+v", s)
 	}
 	request(t, a, Deposit{1}) // seq 2, unknown to stale
-	if err, _ := request(t, stale, Deposit{1000}).(error); !errors.Is(err, persistence.ErrSeqConflict) {
+	if err := requestErr(t, stale, Deposit{1000}); !errors.Is(err, persistence.ErrSeqConflict) {
 		t.Fatalf("the stale writer's Deposit replied %v, want ErrSeqConflict", err)
 	}
 	if s := state(t, stale); s != (Account{106, 2}) { // restarted and recovered

@@ -95,12 +95,16 @@ func ExampleEventSourced() {
 		return
 	}
 	for _, cmd := range []any{Deposit{100}, Withdraw{30}, Withdraw{500}} {
-		reply, err := ref.Request(ctx, cmd)
+		state, err := actors.Ask[Account](ctx, ref, cmd) // the new state, typed
+		if errors.Is(err, ErrInsufficientFunds) {        // a rejected command is an error
+			fmt.Printf("%T%v rejected: %v\n", cmd, cmd, err)
+			continue
+		}
 		if err != nil {
 			fmt.Println(err)
 			return
 		}
-		fmt.Printf("%T%v -> %v\n", cmd, cmd, reply) // the new state, or the command's error
+		fmt.Printf("%T%v -> %+v\n", cmd, cmd, state)
 	}
 	_ = ref.Stop(ctx)
 
@@ -118,8 +122,8 @@ func ExampleEventSourced() {
 	seq, _ := journal.HighestSeq(ctx, "account-42")
 	fmt.Printf("recovered %+v at seq %d\n", state, seq)
 	// Output:
-	// persistence_test.Deposit{100} -> {100 1}
-	// persistence_test.Withdraw{30} -> {70 2}
-	// persistence_test.Withdraw{500} -> withdraw 500 of 70: insufficient funds
+	// persistence_test.Deposit{100} -> {Balance:100 Ops:1}
+	// persistence_test.Withdraw{30} -> {Balance:70 Ops:2}
+	// persistence_test.Withdraw{500} rejected: withdraw 500 of 70: insufficient funds
 	// recovered {Balance:70 Ops:2} at seq 2
 }

@@ -15,7 +15,14 @@ import (
 // protoactor's own (linear, nanosecond jitter, never giving up):
 //
 //	sup, _ := supervision.NewStrategy(supervision.WithBackoff(b), supervision.WithRestartBudget(5, time.Minute))
-//	ref, _ := sys.Spawn("worker", newWorker, actors.Supervise(supervision.ForActors(sup)))
+//	props := actor.PropsFromProducer(newWorker, actor.WithSupervisor(supervision.ForActors(sup, clk)))
+//
+// (An actor spawned with actors.System.Spawn takes the Strategy itself:
+// actors.Supervise for its own failures, actors.SuperviseChildren for its
+// children's, both on the System's clock.) The restart budget reads c.Now
+// and the backoff waits on c.AfterFunc; nil is clock.Real(). Tests pass a
+// clocktest.Manual, wait for the restart's timer with WaitForTimers and
+// advance the clock past it.
 //
 // Restart waits the backoff's delay (a timer, never a sleep on an actor's
 // goroutine; the failed actor's mailbox stays suspended meanwhile, so no
@@ -24,23 +31,12 @@ import (
 // failure to the supervisor's own supervisor. A spent budget stops the
 // actor. Under AllForOne the directive applies to every child of the
 // supervisor, and the budget is shared.
-func ForActors(s Strategy) actor.SupervisorStrategy {
-	return &actorStrategy{s: s, budgets: map[string]*Budget{}, now: time.Now,
-		after: func(d time.Duration, f func()) { time.AfterFunc(d, f) }}
-}
-
-// ForActorsWithClock is ForActors with an injected clock and timer, for
-// tests: after must run f once d has passed (it may run it at once).
-func ForActorsWithClock(s Strategy, now func() time.Time, after func(d time.Duration, f func())) actor.SupervisorStrategy {
-	return &actorStrategy{s: s, budgets: map[string]*Budget{}, now: now, after: after}
-}
-
-// ForActorsOnClock is ForActors on the clock c: the restart budget reads
-// c.Now and the backoff waits on c.AfterFunc. Tests pass a
-// clocktest.Manual, wait for the restart's timer with WaitForTimers and
-// advance the clock past it. ForActors is ForActorsOnClock(s, clock.Real()).
-func ForActorsOnClock(s Strategy, c clock.Clock) actor.SupervisorStrategy {
-	return ForActorsWithClock(s, c.Now, func(d time.Duration, f func()) { c.AfterFunc(d, f) })
+func ForActors(s Strategy, c clock.Clock) actor.SupervisorStrategy {
+	if c == nil {
+		c = clock.Real()
+	}
+	return &actorStrategy{s: s, budgets: map[string]*Budget{}, now: c.Now,
+		after: func(d time.Duration, f func()) { c.AfterFunc(d, f) }}
 }
 
 type actorStrategy struct {

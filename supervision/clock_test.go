@@ -150,7 +150,8 @@ func (c *crasher) Receive(ctx actor.Context) {
 // 400 ms, each observed as a timer and let go by advancing the clock; the
 // restart budget's window slides on the same clock.
 func TestForActorsOnClockBacksOff(t *testing.T) {
-	sys, err := actors.NewSystem(actors.Config{})
+	c := clocktest.NewManual(t0)
+	sys, err := actors.NewSystem(actors.Config{Clock: c})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -161,7 +162,6 @@ func TestForActorsOnClockBacksOff(t *testing.T) {
 			t.Error(err)
 		}
 	})
-	c := clocktest.NewManual(t0)
 	strategy, err := supervision.NewStrategy(
 		supervision.WithBackoff(supervision.Backoff{Initial: 100 * time.Millisecond, Jitter: supervision.NoJitter}),
 		supervision.WithRestartBudget(3, time.Second))
@@ -170,7 +170,7 @@ func TestForActorsOnClockBacksOff(t *testing.T) {
 	}
 	starts := make(chan struct{}, 8)
 	ref, err := sys.Spawn("crasher", func() actor.Actor { return &crasher{starts: starts} },
-		actors.Supervise(supervision.ForActorsOnClock(strategy, c)))
+		actors.Supervise(strategy))
 	if err != nil {
 		t.Fatal(err)
 	}

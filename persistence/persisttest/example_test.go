@@ -77,7 +77,7 @@ func ExampleFaults_CorruptNextRead() {
 	_ = first.Stop(ctx)
 
 	j.CorruptNextRead() // the first event replayed comes back corrupt
-	if _, err := sys.Spawn("second", producer, actors.Supervise(supervision.ForActors(strategy))); err != nil {
+	if _, err := sys.Spawn("second", producer, actors.Supervise(strategy)); err != nil {
 		fmt.Println(err)
 		return
 	}

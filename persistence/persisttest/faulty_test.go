@@ -358,7 +358,7 @@ func spawnCounter(t *testing.T, sys *actors.System, name string, b persistence.B
 	if err != nil {
 		t.Fatal(err)
 	}
-	ref, err := sys.Spawn(name, p, actors.Supervise(supervision.ForActors(strategy)))
+	ref, err := sys.Spawn(name, p, actors.Supervise(strategy))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -461,7 +461,9 @@ func TestEventSourcedFailedAppend(t *testing.T) {
 	ref, _ := spawnCounter(t, sys, "counter", counterBehavior(j, nil, 0))
 	request(t, ref, 5)
 	j.FailAfterBytes(0, syscall.ENOSPC)
-	if err, _ := request(t, ref, 7).(error); !errors.Is(err, syscall.ENOSPC) {
+	ctx, cancel := context.WithTimeout(context.Background(), wait)
+	defer cancel()
+	if _, err := ref.Request(ctx, 7); !errors.Is(err, syscall.ENOSPC) {
 		t.Fatalf("command on a full disk replied %v, want ENOSPC", err)
 	}
 	if got := request(t, ref, persistence.GetState{}); got != (counter{5}) {

@@ -12,7 +12,6 @@ import (
 	"github.com/asynkron/protoactor-go/eventstream"
 
 	"github.com/sluicehq/sluice/actors"
-	"github.com/sluicehq/sluice/clock"
 	"github.com/sluicehq/sluice/persistence"
 	"github.com/sluicehq/sluice/supervision"
 )
@@ -45,10 +44,8 @@ type Config struct {
 	// recovery failed, or the journal moved under it. Nil: restart after
 	// 100 ms (doubling, with jitter), at most 3 times a minute, then stop.
 	// A stopped account answers every call with the failure's reason.
+	// The supervisor runs on the System's clock (actors.Config.Clock).
 	Supervision *supervision.Strategy
-	// Clock is the supervisor's clock (restart budget, backoff delays).
-	// Nil: clock.Real().
-	Clock clock.Clock
 }
 
 // Bank is an application of event-sourced accounts on an actors.System,
@@ -61,7 +58,7 @@ type Config struct {
 type Bank struct {
 	sys      *actors.System
 	cfg      Config
-	strategy actor.SupervisorStrategy
+	strategy supervision.Strategy
 	sub      *eventstream.Subscription
 	applied  atomic.Int64
 
@@ -94,9 +91,6 @@ func NewBank(sys *actors.System, cfg Config) (*Bank, error) {
 	case cfg.SnapshotEvery > 0 && cfg.Snapshots == nil:
 		return nil, errors.New("bank: SnapshotEvery without a Snapshots store")
 	}
-	if cfg.Clock == nil {
-		cfg.Clock = clock.Real()
-	}
 	var strategy supervision.Strategy
 	if cfg.Supervision != nil {
 		strategy = *cfg.Supervision
@@ -112,7 +106,7 @@ func NewBank(sys *actors.System, cfg Config) (*Bank, error) {
 			return nil, fmt.Errorf("bank: %w", err)
 		}
 	}
-	b := &Bank{sys: sys, cfg: cfg, strategy: supervision.ForActorsOnClock(strategy, cfg.Clock),
+	b := &Bank{sys: sys, cfg: cfg, strategy: strategy,
 		accounts: map[string]*account{}, byPID: map[string]*account{}}
 	// The supervisor publishes its decisions: an account it stops fails
 	// the calls waiting on it, and every later one, with the reason.

@@ -262,7 +262,7 @@ func TestCorruptJournalReachesTheSupervisor(t *testing.T) {
 		t.Fatal(err)
 	}
 	journal.CorruptNextRead() // the first event replayed
-	again, err := sys.Spawn("carol-again", carol, actors.Supervise(supervision.ForActors(strategy)))
+	again, err := sys.Spawn("carol-again", carol, actors.Supervise(strategy))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -281,20 +281,20 @@ func TestCorruptJournalReachesTheSupervisor(t *testing.T) {
 func TestBankRecoveryFailureReachesTheCaller(t *testing.T) {
 	ctx, cancel := context.WithTimeout(t.Context(), wait)
 	defer cancel()
-	sys, err := actors.NewSystem(actors.Config{})
+	clock := clocktest.NewManual(bank.Epoch)
+	sys, err := actors.NewSystem(actors.Config{Clock: clock})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { sys.Stop(context.Background()) })
 	journal := persisttest.NewFaultyJournal(nil)
-	clock := clocktest.NewManual(bank.Epoch)
 	strategy, err := supervision.NewStrategy(
 		supervision.WithBackoff(supervision.Backoff{Initial: time.Second, Jitter: supervision.NoJitter}),
 		supervision.WithRestartBudget(1, time.Minute))
 	if err != nil {
 		t.Fatal(err)
 	}
-	cfg := bank.Config{Journal: journal, Supervision: &strategy, Clock: clock}
+	cfg := bank.Config{Journal: journal, Supervision: &strategy}
 	b, err := bank.NewBank(sys, cfg)
 	if err != nil {
 		t.Fatal(err)

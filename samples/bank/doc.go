@@ -60,7 +60,7 @@
 // A failed journal write is the command's reply and changes nothing. A
 // recovery that fails (a corrupt or missing event) makes the actor panic
 // with a *persistence.RecoveryError; the supervisor (Config.Supervision,
-// on Config.Clock) restarts it after a backoff, and stops it when its
+// on the System's clock) restarts it after a backoff, and stops it when its
 // restart budget is spent. The Bank then answers the calls on that
 // account, those waiting included, with the RecoveryError.
 //
