@@ -59,11 +59,11 @@ type Ref struct {
 	spill bool // its mailbox spills: no requests
 
 	mu       sync.Mutex
-	mb       *mailbox.Mailbox // replaced if protoactor builds a new mailbox
-	done     chan struct{}    // closed when the actor has ended
-	err      error            // why; set before done closes
-	failure  error            // the last failure its guardian saw
-	stopping error            // the cause of a stop asked by Stop or System.Stop
+	mb       *mailbox.Mailbox      // replaced if protoactor builds a new mailbox
+	done     chan struct{}         // closed when the actor has ended
+	err      error                 // why; set before done closes
+	failure  error                 // the last failure its guardian saw
+	stopping error                 // the cause of a stop asked by Stop or System.Stop
 	requests map[string]*actor.PID // the reply actors of requests waiting, by id
 }
 
