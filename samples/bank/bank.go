@@ -8,9 +8,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/asynkron/protoactor-go/actor"
-	"github.com/asynkron/protoactor-go/eventstream"
-
 	"github.com/sluicehq/sluice/actors"
 	"github.com/sluicehq/sluice/persistence"
 	"github.com/sluicehq/sluice/supervision"
@@ -59,13 +56,11 @@ type Bank struct {
 	sys      *actors.System
 	cfg      Config
 	strategy supervision.Strategy
-	sub      *eventstream.Subscription
 	applied  atomic.Int64
 
 	mu       sync.Mutex
 	closed   bool
 	accounts map[string]*account // by account ID
-	byPID    map[string]*account // by actor PID Id, for supervisor events
 }
 
 // account is a spawned account actor.
@@ -75,10 +70,6 @@ type account struct {
 	// sending serialises the transfers that the account sends (a buffered
 	// channel of one: a lock that honours ctx).
 	sending chan struct{}
-	// stopped ends, with the failure as its cause, when the supervisor
-	// stops the actor.
-	stopped context.Context
-	stop    context.CancelCauseFunc
 }
 
 // NewBank returns a Bank on sys. It validates cfg.
@@ -106,24 +97,7 @@ func NewBank(sys *actors.System, cfg Config) (*Bank, error) {
 			return nil, fmt.Errorf("bank: %w", err)
 		}
 	}
-	b := &Bank{sys: sys, cfg: cfg, strategy: strategy,
-		accounts: map[string]*account{}, byPID: map[string]*account{}}
-	// The supervisor publishes its decisions: an account it stops fails
-	// the calls waiting on it, and every later one, with the reason.
-	b.sub = sys.ActorSystem().EventStream.Subscribe(func(evt any) {
-		if e, ok := evt.(*actor.SupervisorEvent); ok && e.Directive == actor.StopDirective && e.Child != nil {
-			b.mu.Lock()
-			a := b.byPID[e.Child.Id]
-			b.mu.Unlock()
-			if a != nil {
-				reason, ok := e.Reason.(error)
-				if !ok {
-					reason = fmt.Errorf("panic: %v", e.Reason)
-				}
-				a.stop(reason)
-			}
-		}
-	})
+	b := &Bank{sys: sys, cfg: cfg, strategy: strategy, accounts: map[string]*account{}}
 	return b, nil
 }
 
@@ -149,16 +123,12 @@ func (b *Bank) account(id string) (*account, error) {
 	if err != nil {
 		return nil, err
 	}
-	// Spawned under the lock: a failure of its recovery, published by the
-	// supervisor on another goroutine, waits for it to be in byPID.
 	ref, err := b.sys.Spawn(PersistenceID(id), producer, actors.Supervise(b.strategy))
 	if err != nil {
 		return nil, fmt.Errorf("bank: account %q: %w", id, err)
 	}
 	a := &account{id: id, ref: ref, sending: make(chan struct{}, 1)}
-	a.stopped, a.stop = context.WithCancelCause(context.Background())
 	b.accounts[id] = a
-	b.byPID[ref.PID().Id] = a
 	return a, nil
 }
 
@@ -181,24 +151,19 @@ func (b *Bank) request(ctx context.Context, id string, msg any) (Account, error)
 	if err != nil {
 		return Account{}, err
 	}
-	ctx, cancel := context.WithCancelCause(ctx)
-	defer cancel(nil)
-	stop := context.AfterFunc(a.stopped, func() { cancel(context.Cause(a.stopped)) })
-	defer stop()
-	reply, err := a.ref.Request(ctx, msg)
+	// A request to an account that its supervisor stopped (or stops
+	// meanwhile) fails at once with the reason; a refused command is the
+	// request's error.
+	acct, err := actors.Ask[Account](ctx, a.ref, msg)
 	if err != nil {
-		if a.stopped.Err() != nil {
-			return Account{}, fmt.Errorf("bank: account %q is stopped: %w", id, context.Cause(a.stopped))
+		select {
+		case <-a.ref.Done():
+			return Account{}, fmt.Errorf("bank: account %q is stopped: %w", id, a.ref.Err())
+		default:
 		}
 		return Account{}, err
 	}
-	switch r := reply.(type) {
-	case Account:
-		return r, nil
-	case error:
-		return Account{}, r
-	}
-	return Account{}, fmt.Errorf("bank: account %q: unexpected reply %T", id, reply)
+	return acct, nil
 }
 
 // Open opens the account id with an initial balance (cents).
@@ -354,15 +319,15 @@ func (b *Bank) Close(ctx context.Context) error {
 		accounts = append(accounts, a)
 	}
 	b.mu.Unlock()
-	b.sys.ActorSystem().EventStream.Unsubscribe(b.sub)
 	var errs []error
 	for _, a := range accounts {
-		if a.stopped.Err() == nil {
+		select {
+		case <-a.ref.Done(): // stopped by its supervisor
+		default:
 			if err := a.ref.Stop(ctx); err != nil {
 				errs = append(errs, err)
 			}
 		}
-		a.stop(ErrClosed)
 	}
 	return errors.Join(errs...)
 }
