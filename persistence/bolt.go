@@ -1,6 +1,7 @@
 package persistence
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -164,6 +165,80 @@ func (s *BoltSnapshotStore) Latest(ctx context.Context, id string) (snap Snapsho
 		return Snapshot{}, false, fmt.Errorf("persistence: snapshot %q%s: latest: %w", id, s.where, err)
 	}
 	return snap, ok, nil
+}
+
+// Select implements SnapshotStore. It walks back from the newest snapshot
+// at or below c.MaxSeq; one that does not decode is an error (a
+// *DecodeError).
+func (s *BoltSnapshotStore) Select(ctx context.Context, id string, c SnapshotCriteria) (snap Snapshot, ok bool, err error) {
+	err = s.db.View(func(tx *bolt.Tx) error {
+		root := tx.Bucket(snapshotsBucket)
+		if root == nil {
+			return nil
+		}
+		b := root.Bucket([]byte(id))
+		if b == nil {
+			return nil
+		}
+		cur := b.Cursor()
+		var k, v []byte
+		switch {
+		case c.MaxSeq == 0:
+			k, v = cur.Last()
+		default:
+			want := seqKey(c.MaxSeq)
+			k, v = cur.Seek(want) // the first key at or past MaxSeq
+			switch {
+			case k == nil: // every snapshot is below MaxSeq
+				k, v = cur.Last()
+			case !bytes.Equal(k, want):
+				k, v = cur.Prev()
+			}
+		}
+		for ; k != nil; k, v = cur.Prev() {
+			seq, err := keySeq(k)
+			if err != nil {
+				return &DecodeError{File: s.db.Path(), What: "snapshot", ID: id, Err: err}
+			}
+			got, err := decodeSnapshot(v)
+			if err != nil {
+				return &DecodeError{File: s.db.Path(), What: "snapshot", ID: id, Seq: seq, Err: err}
+			}
+			got.Seq = seq
+			if c.admits(got) {
+				snap, ok = got, true
+				return nil
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		var de *DecodeError
+		if errors.As(err, &de) {
+			return Snapshot{}, false, err
+		}
+		return Snapshot{}, false, fmt.Errorf("persistence: snapshot %q%s: select: %w", id, s.where, err)
+	}
+	return snap, ok, nil
+}
+
+// Delete implements SnapshotStore.
+func (s *BoltSnapshotStore) Delete(ctx context.Context, id string, seq uint64) error {
+	err := s.db.Update(func(tx *bolt.Tx) error {
+		root := tx.Bucket(snapshotsBucket)
+		if root == nil {
+			return nil
+		}
+		b := root.Bucket([]byte(id))
+		if b == nil {
+			return nil
+		}
+		return b.Delete(seqKey(seq))
+	})
+	if err != nil {
+		return fmt.Errorf("persistence: snapshot %q seq %d%s: delete: %w", id, seq, s.where, err)
+	}
+	return nil
 }
 
 // DeleteTo implements SnapshotStore.

@@ -49,6 +49,19 @@ type Behavior[S, C, E any] struct {
 	// SnapshotWhen takes a snapshot when it returns true, after the events
 	// of a command have been applied; seq is the last event's (nil: never).
 	SnapshotWhen func(state S, seq uint64) bool
+	// KeepSnapshots is how many snapshots to keep, the newest (0: 1). Older
+	// ones are deleted after each snapshot.
+	KeepSnapshots int
+	// DeleteEventsOnSnapshot deletes, after each snapshot, the journal's
+	// events that the oldest snapshot kept covers: recovery no longer
+	// needs them. Recovering to a point before that snapshot (RecoverTo)
+	// is then impossible.
+	DeleteEventsOnSnapshot bool
+	// RecoverTo, when not zero, recovers an older state: the newest
+	// snapshot it admits, then the events after it up to RecoverTo.MaxSeq
+	// and RecoverTo.MaxTime. Such an actor answers GetState, and refuses
+	// commands with ErrRecoveredToPast (its journal goes on beyond it).
+	RecoverTo SnapshotCriteria
 	// Context bounds the actor's journal and snapshot I/O: pass the
 	// System's lifetime (actors.System.Context) so that System.Stop
 	// interrupts a write that hangs. Nil: context.Background().
@@ -78,6 +91,12 @@ func (b *Behavior[S, C, E]) validate() error {
 	}
 	if b.Snapshots == nil && (b.SnapshotEvery > 0 || b.SnapshotWhen != nil) {
 		problems = append(problems, errors.New("SnapshotEvery or SnapshotWhen without a Snapshots store"))
+	}
+	if b.KeepSnapshots < 0 {
+		problems = append(problems, fmt.Errorf("KeepSnapshots %d: want 0 or more", b.KeepSnapshots))
+	}
+	if b.DeleteEventsOnSnapshot && b.Snapshots == nil {
+		problems = append(problems, errors.New("DeleteEventsOnSnapshot without a Snapshots store"))
 	}
 	if len(problems) > 0 {
 		return fmt.Errorf("persistence: event-sourced actor %q: %w", b.ID, errors.Join(problems...))
@@ -124,7 +143,11 @@ type eventSourced[S, C, E any] struct {
 	seq     uint64 // the last event persisted and applied
 	snapSeq uint64 // the newest snapshot saved or loaded
 	snapDue bool   // a snapshot failed: try again after the next events
+	past    bool   // recovered to an older point (RecoverTo): read only
 }
+
+// errReplayEnd ends a replay at RecoverTo.MaxTime.
+var errReplayEnd = errors.New("persistence: replay reached RecoverTo")
 
 func (a *eventSourced[S, C, E]) Receive(ctx actor.Context) {
 	switch msg := ctx.Message().(type) {
@@ -158,7 +181,7 @@ func (a *eventSourced[S, C, E]) recoverState() {
 		a.state = a.b.Initial()
 	}
 	if a.b.Snapshots != nil {
-		snap, ok, err := a.b.Snapshots.Latest(ctx, id)
+		snap, ok, err := a.b.Snapshots.Select(ctx, id, a.b.RecoverTo)
 		if err != nil {
 			var de *DecodeError
 			if errors.As(err, &de) {
@@ -174,7 +197,14 @@ func (a *eventSourced[S, C, E]) recoverState() {
 			a.state, a.seq, a.snapSeq = s, snap.Seq, snap.Seq
 		}
 	}
-	err := a.b.Journal.Replay(ctx, id, a.seq+1, math.MaxUint64, -1, func(ev Event) error {
+	to, past := uint64(math.MaxUint64), a.b.RecoverTo != (SnapshotCriteria{})
+	if a.b.RecoverTo.MaxSeq > 0 {
+		to = a.b.RecoverTo.MaxSeq
+	}
+	err := a.b.Journal.Replay(ctx, id, a.seq+1, to, -1, func(ev Event) error {
+		if t := a.b.RecoverTo.MaxTime; !t.IsZero() && ev.Time.After(t) {
+			return errReplayEnd
+		}
 		if ev.Seq != a.seq+1 {
 			return &RecoveryError{ID: id, Seq: a.seq + 1, Err: fmt.Errorf("events %d to %d are missing (replay went on at %d)", a.seq+1, ev.Seq-1, ev.Seq)}
 		}
@@ -188,6 +218,9 @@ func (a *eventSourced[S, C, E]) recoverState() {
 		a.seq = ev.Seq
 		return nil
 	})
+	if errors.Is(err, errReplayEnd) {
+		err = nil
+	}
 	if err != nil {
 		var re *RecoveryError
 		if errors.As(err, &re) {
@@ -199,6 +232,10 @@ func (a *eventSourced[S, C, E]) recoverState() {
 			seq = de.Seq
 		}
 		a.fail(seq, err)
+	}
+	if past {
+		a.past = true
+		return
 	}
 	h, err := a.b.Journal.HighestSeq(ctx, id)
 	if err != nil {
@@ -242,6 +279,10 @@ func decodeState(data []byte, s any) error {
 }
 
 func (a *eventSourced[S, C, E]) command(ctx actor.Context, cmd C) {
+	if a.past {
+		respond(ctx, fmt.Errorf("persistence: %q at seq %d: %w", a.b.ID, a.seq, ErrRecoveredToPast))
+		return
+	}
 	events, reply, err := a.b.Handle(a.state, cmd)
 	if err != nil {
 		respond(ctx, err)
@@ -315,11 +356,45 @@ func (a *eventSourced[S, C, E]) snapshot(ctx actor.Context, n uint64) {
 		return
 	}
 	a.snapDue = false
-	older := a.snapSeq > 0
+	hadOlder := a.snapSeq > 0 // saved or recovered before this one
 	a.snapSeq = a.seq
-	if older { // keep the newest snapshot only
-		if err := a.b.Snapshots.DeleteTo(bg, a.b.ID, a.seq-1); err != nil {
-			ctx.Logger().Warn("persistence: deleting older snapshots failed", "id", a.b.ID, "seq", a.seq, "error", err)
+	oldest, err := a.retain(bg, hadOlder)
+	if err != nil {
+		ctx.Logger().Warn("persistence: deleting older snapshots failed", "id", a.b.ID, "seq", a.seq, "error", err)
+		return
+	}
+	if a.b.DeleteEventsOnSnapshot {
+		if err := a.b.Journal.DeleteTo(bg, a.b.ID, oldest); err != nil {
+			ctx.Logger().Warn("persistence: deleting the events snapshots cover failed", "id", a.b.ID, "to", oldest, "error", err)
 		}
 	}
+}
+
+// retain deletes the snapshots older than the newest KeepSnapshots and
+// returns the seq of the oldest one kept. hadOlder says whether the actor
+// knows of an older snapshot (with none, keeping one deletes nothing).
+func (a *eventSourced[S, C, E]) retain(ctx context.Context, hadOlder bool) (uint64, error) {
+	oldest := a.seq
+	if !hadOlder {
+		return oldest, nil
+	}
+	for kept := 1; kept < max(a.b.KeepSnapshots, 1); kept++ {
+		if oldest <= 1 {
+			return oldest, nil
+		}
+		s, ok, err := a.b.Snapshots.Select(ctx, a.b.ID, SnapshotCriteria{MaxSeq: oldest - 1})
+		if err != nil {
+			return 0, err
+		}
+		if !ok {
+			return oldest, nil // fewer than KeepSnapshots: nothing to delete
+		}
+		oldest = s.Seq
+	}
+	if oldest > 1 {
+		if err := a.b.Snapshots.DeleteTo(ctx, a.b.ID, oldest-1); err != nil {
+			return 0, err
+		}
+	}
+	return oldest, nil
 }

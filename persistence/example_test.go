@@ -127,3 +127,70 @@ func ExampleEventSourced() {
 	// persistence_test.Withdraw{500} rejected: withdraw 500 of 70: insufficient funds
 	// recovered {Balance:70 Ops:2} at seq 2
 }
+
+// Snapshots with retention: a snapshot every 2 events, the newest 2 kept,
+// and the events the oldest kept snapshot covers deleted. A second actor
+// recovers an older state: the newest snapshot at or below seq 3, then the
+// events up to 3; it is read only.
+func ExampleBehavior_snapshotRetention() {
+	ctx := context.Background()
+	sys, err := actors.NewSystem(actors.Config{})
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer sys.Stop(ctx)
+	journal, snapshots := persistence.NewMemoryJournal(), persistence.NewMemorySnapshotStore()
+	behavior := persistence.Behavior[Account, any, AccountEvent]{
+		ID: "account-7", Journal: journal, Snapshots: snapshots, Events: accountEvents(),
+		Handle:        handleAccount,
+		Apply:         func(s Account, e AccountEvent) Account { return e.apply(s) },
+		SnapshotEvery: 2, KeepSnapshots: 2, DeleteEventsOnSnapshot: true,
+		Context: sys.Context(),
+	}
+	account, err := persistence.EventSourced(behavior)
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	ref, err := sys.Spawn("account-7", account)
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	for i := int64(1); i <= 6; i++ {
+		if _, err := actors.Ask[Account](ctx, ref, Deposit{i}); err != nil {
+			fmt.Println(err)
+			return
+		}
+	}
+	for _, seq := range []uint64{2, 4, 6} {
+		if s, ok, _ := snapshots.Select(ctx, "account-7", persistence.SnapshotCriteria{MaxSeq: seq}); ok {
+			fmt.Printf("newest snapshot at or below %d: seq %d\n", seq, s.Seq)
+		} else {
+			fmt.Printf("newest snapshot at or below %d: none\n", seq)
+		}
+	}
+	var first uint64
+	_ = journal.Replay(ctx, "account-7", 1, 100, 1, func(e persistence.Event) error { first = e.Seq; return nil })
+	fmt.Println("first event in the journal:", first)
+
+	behavior.RecoverTo = persistence.SnapshotCriteria{MaxSeq: 5}
+	past, _ := persistence.EventSourced(behavior)
+	old, err := sys.Spawn("account-7-at-5", past)
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	state, err := actors.Ask[Account](ctx, old, persistence.GetState{})
+	fmt.Printf("state at seq 5: %+v, %v\n", state, err)
+	_, err = old.Request(ctx, Deposit{1})
+	fmt.Println(errors.Is(err, persistence.ErrRecoveredToPast))
+	// Output:
+	// newest snapshot at or below 2: none
+	// newest snapshot at or below 4: seq 4
+	// newest snapshot at or below 6: seq 6
+	// first event in the journal: 5
+	// state at seq 5: {Balance:15 Ops:5}, <nil>
+	// true
+}

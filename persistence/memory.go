@@ -190,6 +190,33 @@ func (s *MemorySnapshotStore) Latest(ctx context.Context, id string) (Snapshot, 
 	return snap, true, nil
 }
 
+// Select implements SnapshotStore.
+func (s *MemorySnapshotStore) Select(ctx context.Context, id string, c SnapshotCriteria) (Snapshot, bool, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	l := s.snaps[id]
+	for i := len(l) - 1; i >= 0; i-- {
+		if c.admits(l[i]) {
+			snap := l[i]
+			snap.Data = bytes.Clone(snap.Data)
+			return snap, true, nil
+		}
+	}
+	return Snapshot{}, false, nil
+}
+
+// Delete implements SnapshotStore.
+func (s *MemorySnapshotStore) Delete(ctx context.Context, id string, seq uint64) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	l := s.snaps[id]
+	i := sort.Search(len(l), func(i int) bool { return l[i].Seq >= seq })
+	if i < len(l) && l[i].Seq == seq {
+		s.snaps[id] = append(l[:i:i], l[i+1:]...)
+	}
+	return nil
+}
+
 // DeleteTo implements SnapshotStore.
 func (s *MemorySnapshotStore) DeleteTo(ctx context.Context, id string, to uint64) error {
 	s.mu.Lock()

@@ -11,6 +11,9 @@ var (
 	// ErrSeqConflict: an Append whose first sequence number is not the
 	// journal's highest plus one (a stale writer, or a gap).
 	ErrSeqConflict = errors.New("persistence: sequence number conflict")
+	// ErrRecoveredToPast: a command to an event-sourced actor recovered to
+	// an older point (Behavior.RecoverTo), which is read only.
+	ErrRecoveredToPast = errors.New("persistence: recovered to an older point: read only")
 	// ErrClosed: the store was closed.
 	ErrClosed = errors.New("persistence: closed")
 	// ErrDecode: a stored event, snapshot or checkpoint does not decode.
@@ -66,6 +69,24 @@ type SnapshotStore interface {
 	Latest(ctx context.Context, id string) (Snapshot, bool, error)
 	// DeleteTo removes the snapshots of id with Seq <= to.
 	DeleteTo(ctx context.Context, id string, to uint64) error
+	// Select returns the newest snapshot of id that c admits (Seq at most
+	// c.MaxSeq, Time at most c.MaxTime), and false when there is none.
+	Select(ctx context.Context, id string, c SnapshotCriteria) (Snapshot, bool, error)
+	// Delete removes the snapshot of id at seq; none there is no error.
+	Delete(ctx context.Context, id string, seq uint64) error
+}
+
+// SnapshotCriteria selects snapshots: those with Seq <= MaxSeq and Time
+// <= MaxTime. A zero field does not bound (the zero value selects every
+// snapshot, so the newest).
+type SnapshotCriteria struct {
+	MaxSeq  uint64
+	MaxTime time.Time
+}
+
+// admits says whether c selects s.
+func (c SnapshotCriteria) admits(s Snapshot) bool {
+	return (c.MaxSeq == 0 || s.Seq <= c.MaxSeq) && (c.MaxTime.IsZero() || !s.Time.After(c.MaxTime))
 }
 
 // Checkpoint is a completed checkpoint of a job: the state of every

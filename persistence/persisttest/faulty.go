@@ -330,6 +330,27 @@ func (s *FaultySnapshotStore) Latest(ctx context.Context, id string) (persistenc
 	return snap, ok, err
 }
 
+// Select implements persistence.SnapshotStore (a read, as Latest).
+func (s *FaultySnapshotStore) Select(ctx context.Context, id string, c persistence.SnapshotCriteria) (persistence.Snapshot, bool, error) {
+	if err := s.beginRead(fmt.Sprintf("snapshot %q: select", id)); err != nil {
+		return persistence.Snapshot{}, false, err
+	}
+	snap, ok, err := s.inner.Select(ctx, id, c)
+	if err == nil && ok && s.corrupting() {
+		snap.Data = Corrupt(snap.Data)
+	}
+	return snap, ok, err
+}
+
+// Delete implements persistence.SnapshotStore (a write).
+func (s *FaultySnapshotStore) Delete(ctx context.Context, id string, seq uint64) error {
+	done, err := s.beginWrite(fmt.Sprintf("snapshot %q seq %d: delete", id, seq), 0)
+	if err != nil {
+		return err
+	}
+	return done(s.inner.Delete(ctx, id, seq))
+}
+
 // DeleteTo implements persistence.SnapshotStore.
 func (s *FaultySnapshotStore) DeleteTo(ctx context.Context, id string, to uint64) error {
 	done, err := s.beginWrite(fmt.Sprintf("snapshot %q: delete to %d", id, to), 0)

@@ -512,6 +512,71 @@ func TestSnapshotStore(t *testing.T, newStore func(t *testing.T) persistence.Sna
 		sameSnapshot(t, got, ok, snap(16))
 	})
 
+	t.Run("SelectBySeqAndTime", func(t *testing.T) {
+		s := newStore(t)
+		for _, seq := range []uint64{5, 10, 15} {
+			save(t, s, "a", snap(seq)) // at t0 + seq minutes
+		}
+		sel := func(c persistence.SnapshotCriteria) (persistence.Snapshot, bool) {
+			t.Helper()
+			got, ok, err := s.Select(ctx, "a", c)
+			if err != nil {
+				t.Fatalf("Select(%+v) = %v", c, err)
+			}
+			return got, ok
+		}
+		for _, c := range []struct {
+			crit persistence.SnapshotCriteria
+			want uint64 // 0: none
+		}{
+			{persistence.SnapshotCriteria{}, 15},
+			{persistence.SnapshotCriteria{MaxSeq: 100}, 15},
+			{persistence.SnapshotCriteria{MaxSeq: 15}, 15},
+			{persistence.SnapshotCriteria{MaxSeq: 14}, 10},
+			{persistence.SnapshotCriteria{MaxSeq: 10}, 10},
+			{persistence.SnapshotCriteria{MaxSeq: 4}, 0},
+			{persistence.SnapshotCriteria{MaxTime: t0.Add(12 * time.Minute)}, 10},
+			{persistence.SnapshotCriteria{MaxTime: t0.Add(5 * time.Minute)}, 5},
+			{persistence.SnapshotCriteria{MaxTime: t0.Add(time.Minute)}, 0},
+			{persistence.SnapshotCriteria{MaxSeq: 14, MaxTime: t0.Add(7 * time.Minute)}, 5},
+		} {
+			got, ok := sel(c.crit)
+			if c.want == 0 {
+				if ok {
+					t.Errorf("Select(%+v) found seq %d, want none", c.crit, got.Seq)
+				}
+				continue
+			}
+			sameSnapshot(t, got, ok, snap(c.want))
+		}
+		if _, ok, err := s.Select(ctx, "unknown", persistence.SnapshotCriteria{}); ok || err != nil {
+			t.Errorf("Select of an unknown id = %v, %v", ok, err)
+		}
+	})
+
+	t.Run("DeleteOne", func(t *testing.T) {
+		s := newStore(t)
+		for _, seq := range []uint64{5, 10, 15} {
+			save(t, s, "a", snap(seq))
+		}
+		if err := s.Delete(ctx, "a", 15); err != nil {
+			t.Fatal(err)
+		}
+		got, ok := latestSnapshot(t, s, "a")
+		sameSnapshot(t, got, ok, snap(10))
+		if err := s.Delete(ctx, "a", 7); err != nil { // none at 7
+			t.Errorf("Delete of a missing seq = %v", err)
+		}
+		if err := s.Delete(ctx, "unknown", 1); err != nil {
+			t.Errorf("Delete of an unknown id = %v", err)
+		}
+		got, ok, err := s.Select(ctx, "a", persistence.SnapshotCriteria{MaxSeq: 9})
+		if err != nil {
+			t.Fatal(err)
+		}
+		sameSnapshot(t, got, ok, snap(5))
+	})
+
 	t.Run("DataIsCopiedAndLarge", func(t *testing.T) {
 		s := newStore(t)
 		big := persistence.Snapshot{Seq: 1, Data: bytes.Repeat([]byte("0123456789abcdef"), 1<<16), Time: t0}
