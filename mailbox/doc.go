@@ -64,6 +64,11 @@
 // that failed stay in memory and are delivered in their place.
 // SpillOptions.WrapIO lets tests inject such failures (package mailboxtest).
 //
+// Only messages a Codec can encode may spill: a request (protoactor's
+// envelope with its reply address) cannot, so an embedded actor with a
+// Spill mailbox refuses requests at the call (actors.ErrRequestThroughSpill)
+// rather than losing them later.
+//
 // # Caveats
 //
 // A store file written by another program, by a newer sluice or damaged is
