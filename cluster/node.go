@@ -579,13 +579,20 @@ func (n *Node) AwaitMembers(ctx context.Context, count int) ([]Member, error) {
 	}
 }
 
-// memberOf converts protoactor's member.
+// memberOf converts protoactor's member. Its Id is the node's actor
+// system id ("name.random"); protoactor's etcd provider prefixes it with
+// the cluster's name ("cluster@name.random"), which the Member does not
+// carry, so that a member has one id whatever the provider.
 func memberOf(m *pc.Member) Member {
-	name := m.Id
+	id := m.Id
+	if i := strings.LastIndexByte(id, '@'); i >= 0 {
+		id = id[i+1:]
+	}
+	name := id
 	if i := strings.LastIndexByte(name, '.'); i > 0 {
 		name = name[:i]
 	}
-	return Member{Name: name, ID: m.Id, Address: m.Address()}
+	return Member{Name: name, ID: id, Address: m.Address()}
 }
 
 // onEvent receives the actor system's events: topology changes become
