@@ -219,9 +219,8 @@ func TestSystemStopInterruptsAHungWrite(t *testing.T) {
 	j := &hangingJournal{Journal: persistence.NewMemoryJournal(), appending: make(chan struct{})}
 	p, err := persistence.EventSourced(persistence.Behavior[int, int, int]{
 		ID: "acct", Journal: j, Events: persistence.NewRegistry().Register("added", 0),
-		Handle:  func(s int, c int) ([]int, any, error) { return []int{c}, nil, nil },
-		Apply:   func(s int, e int) int { return s + e },
-		Context: sys.Context(),
+		Handle: func(s int, c int) ([]int, any, error) { return []int{c}, nil, nil },
+		Apply:  func(s int, e int) int { return s + e }, // no Context: the System's lifetime
 	})
 	if err != nil {
 		t.Fatal(err)

@@ -10,6 +10,7 @@ import (
 	"sync"
 
 	"github.com/asynkron/protoactor-go/actor"
+	"github.com/asynkron/protoactor-go/extensions"
 	bolt "go.etcd.io/bbolt"
 	"go.opentelemetry.io/otel/metric"
 	metricnoop "go.opentelemetry.io/otel/metric/noop"
@@ -99,6 +100,7 @@ func NewSystem(cfg Config) (*System, error) {
 		refs: make(map[*Ref]struct{}),
 	}
 	s.life, s.endLife = context.WithCancelCause(context.Background())
+	sys.Extensions.Register(&lifetime{ctx: s.life})
 	if cfg.Store != "" {
 		f, err := store.Open(cfg.Store)
 		if err != nil {
@@ -135,6 +137,28 @@ func (s *System) Root() *actor.RootContext { return s.root }
 // ErrStopped as its cause. Actors' I/O (journals, snapshots) runs under it,
 // so that Stop interrupts a write that hangs.
 func (s *System) Context() context.Context { return s.life }
+
+// Lifetime returns the lifetime (System.Context) of the System that owns
+// the protoactor actor system as, for code that runs inside an actor
+// (ctx.ActorSystem()); context.Background() for an actor system that no
+// System owns.
+func Lifetime(as *actor.ActorSystem) context.Context {
+	if as != nil {
+		if l, ok := as.Extensions.Get(lifetimeID).(*lifetime); ok {
+			return l.ctx
+		}
+	}
+	return context.Background()
+}
+
+// lifetime is the protoactor extension that carries a System's Context.
+type lifetime struct{ ctx context.Context }
+
+// lifetimeID is the extension's slot in protoactor's Extensions, allocated
+// once as protoactor's extensions are.
+var lifetimeID = extensions.NextExtensionID()
+
+func (*lifetime) ExtensionID() extensions.ExtensionID { return lifetimeID }
 
 // Config returns the configuration the system runs with, defaults filled in.
 func (s *System) Config() Config { return s.cfg }

@@ -9,6 +9,7 @@ import (
 	"github.com/asynkron/protoactor-go/actor"
 	"github.com/vmihailenco/msgpack/v5"
 
+	"github.com/sluicehq/sluice/actors"
 	"github.com/sluicehq/sluice/clock"
 	"github.com/sluicehq/sluice/internal/msgpacksafe"
 )
@@ -62,9 +63,9 @@ type Behavior[S, C, E any] struct {
 	// and RecoverTo.MaxTime. Such an actor answers GetState, and refuses
 	// commands with ErrRecoveredToPast (its journal goes on beyond it).
 	RecoverTo SnapshotCriteria
-	// Context bounds the actor's journal and snapshot I/O: pass the
-	// System's lifetime (actors.System.Context) so that System.Stop
-	// interrupts a write that hangs. Nil: context.Background().
+	// Context bounds the actor's journal and snapshot I/O. Nil: the
+	// lifetime of the System that runs the actor (actors.System.Context),
+	// so that System.Stop interrupts a write that hangs.
 	Context context.Context
 	// Clock stamps events and snapshots. Nil: clock.Real().
 	Clock clock.Clock
@@ -128,9 +129,6 @@ func EventSourced[S, C, E any](b Behavior[S, C, E]) (actor.Producer, error) {
 	if err := b.validate(); err != nil {
 		return nil, err
 	}
-	if b.Context == nil {
-		b.Context = context.Background()
-	}
 	if b.Clock == nil {
 		b.Clock = clock.Real()
 	}
@@ -140,10 +138,11 @@ func EventSourced[S, C, E any](b Behavior[S, C, E]) (actor.Producer, error) {
 type eventSourced[S, C, E any] struct {
 	b       *Behavior[S, C, E]
 	state   S
-	seq     uint64 // the last event persisted and applied
-	snapSeq uint64 // the newest snapshot saved or loaded
-	snapDue bool   // a snapshot failed: try again after the next events
-	past    bool   // recovered to an older point (RecoverTo): read only
+	seq     uint64          // the last event persisted and applied
+	snapSeq uint64          // the newest snapshot saved or loaded
+	snapDue bool            // a snapshot failed: try again after the next events
+	past    bool            // recovered to an older point (RecoverTo): read only
+	ctx     context.Context // of its I/O: Behavior.Context or the System's lifetime
 }
 
 // errReplayEnd ends a replay at RecoverTo.MaxTime.
@@ -152,6 +151,10 @@ var errReplayEnd = errors.New("persistence: replay reached RecoverTo")
 func (a *eventSourced[S, C, E]) Receive(ctx actor.Context) {
 	switch msg := ctx.Message().(type) {
 	case *actor.Started:
+		a.ctx = a.b.Context
+		if a.ctx == nil {
+			a.ctx = actors.Lifetime(ctx.ActorSystem())
+		}
 		a.recoverState()
 	case actor.SystemMessage, actor.AutoReceiveMessage:
 	case GetState, *GetState:
@@ -175,7 +178,7 @@ func (a *eventSourced[S, C, E]) fail(seq uint64, err error) {
 
 // recoverState loads the newest snapshot and replays the events after it.
 func (a *eventSourced[S, C, E]) recoverState() {
-	ctx := a.b.Context
+	ctx := a.ctx
 	id := a.b.ID
 	if a.b.Initial != nil {
 		a.state = a.b.Initial()
@@ -299,7 +302,7 @@ func (a *eventSourced[S, C, E]) command(ctx actor.Context, cmd C) {
 			}
 			batch[i] = Event{Seq: a.seq + 1 + uint64(i), Type: typ, Data: data, Time: now}
 		}
-		if err := a.b.Journal.Append(a.b.Context, a.b.ID, batch); err != nil {
+		if err := a.b.Journal.Append(a.ctx, a.b.ID, batch); err != nil {
 			respond(ctx, err)
 			a.checkJournal()
 			return
@@ -323,7 +326,7 @@ func (a *eventSourced[S, C, E]) command(ctx actor.Context, cmd C) {
 // after it landed), the state is stale, and the actor fails so that its
 // restart recovers.
 func (a *eventSourced[S, C, E]) checkJournal() {
-	h, err := a.b.Journal.HighestSeq(a.b.Context, a.b.ID)
+	h, err := a.b.Journal.HighestSeq(a.ctx, a.b.ID)
 	if err == nil && h != a.seq {
 		panic(fmt.Errorf("persistence: %q: the journal is at seq %d and the state at %d: restart to recover", a.b.ID, h, a.seq))
 	}
@@ -345,7 +348,7 @@ func (a *eventSourced[S, C, E]) snapshot(ctx actor.Context, n uint64) {
 	if !due {
 		return
 	}
-	bg := a.b.Context
+	bg := a.ctx
 	data, err := msgpack.Marshal(a.state)
 	if err == nil {
 		err = a.b.Snapshots.Save(bg, a.b.ID, Snapshot{Seq: a.seq, Data: data, Time: a.b.Clock.Now()})

@@ -146,7 +146,6 @@ func ExampleBehavior_snapshotRetention() {
 		Handle:        handleAccount,
 		Apply:         func(s Account, e AccountEvent) Account { return e.apply(s) },
 		SnapshotEvery: 2, KeepSnapshots: 2, DeleteEventsOnSnapshot: true,
-		Context: sys.Context(),
 	}
 	account, err := persistence.EventSourced(behavior)
 	if err != nil {
