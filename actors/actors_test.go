@@ -15,6 +15,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/sluicehq/sluice/actors"
+	"github.com/sluicehq/sluice/actors/actortest"
 	"github.com/sluicehq/sluice/clock"
 	"github.com/sluicehq/sluice/mailbox"
 	"github.com/sluicehq/sluice/supervision"
@@ -22,22 +23,9 @@ import (
 
 // TestMain fails the package when a test leaves a goroutine behind: actors'
 // mailbox goroutines, Run's watcher goroutine, Request's and Stop's
-// short-lived helper actors.
-//
-// One protoactor goroutine is ignored. When a message goes to a stopped PID
-// (a second Ref.Stop; a Terminated reaching the watcher of a Ref.Stop that
-// timed out), protoactor logs a dead letter through the throttle built in
-// actor.NewDeadLetter, and the first event of each period starts a goroutine
-// that waits one tick of a time.Ticker (DeadLetterThrottleInterval, 1s by
-// default, not configurable through actors.Config) and then exits. It is
-// bounded, owned by protoactor and cannot be waited for. Its name depends on
-// inlining: NewThrottle is normally inlined into NewDeadLetter.
-func TestMain(m *testing.M) {
-	goleak.VerifyTestMain(m,
-		goleak.IgnoreTopFunction("github.com/asynkron/protoactor-go/actor.NewDeadLetter.NewThrottle.func4.1"),
-		goleak.IgnoreTopFunction("github.com/asynkron/protoactor-go/actor.NewThrottle.func1.1"),
-	)
-}
+// short-lived helper actors (protoactor's dead-letter throttle aside: see
+// actortest.LeakOptions).
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m, actortest.LeakOptions()...) }
 
 // Every *Envelope is a mailbox.Control.
 var _ mailbox.Control = (*actors.Envelope)(nil)

@@ -29,7 +29,8 @@ import (
 func TestHostileRemoteMessages(t *testing.T) {
 	p := parent(t)
 	got := make(chan any, 10)
-	if _, err := p.Spawn("guarded", actor.PropsFromFunc(func(c actor.Context) {
+	guarded := fresh("guarded") // the parent node outlives the test (-count)
+	if _, err := p.Spawn(guarded, actor.PropsFromFunc(func(c actor.Context) {
 		switch m := c.Message().(type) {
 		case actor.SystemMessage, actor.AutoReceiveMessage:
 		default:
@@ -57,7 +58,7 @@ func TestHostileRemoteMessages(t *testing.T) {
 	if _, err := stream.Recv(); err != nil {
 		t.Fatal(err)
 	}
-	target := &actor.PID{Address: p.Address(), Id: "guarded"}
+	target := &actor.PID{Address: p.Address(), Id: guarded}
 	send := func(typeName string, msg proto.Message, edit func(*remote.MessageEnvelope)) {
 		t.Helper()
 		data, err := proto.Marshal(msg)

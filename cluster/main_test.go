@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"os"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -130,6 +131,14 @@ func parent(t testing.TB) *cluster.Node {
 	}
 	return sharedNode
 }
+
+// fresh returns base with a suffix of its own: an actor name that no
+// earlier run of a test (go test -count) used on the shared parent node.
+func fresh(base string) string {
+	return fmt.Sprintf("%s-%d", base, freshSeq.Add(1))
+}
+
+var freshSeq atomic.Int64
 
 // echoProps answers a Greet with a Greeting that repeats its name and the
 // traceparent header it came with.

@@ -64,10 +64,11 @@ func TestRequestAcrossNodes(t *testing.T) {
 		t.Fatalf("reply %#v, want *Greeting echo ann", r)
 	}
 	// And back: the child asks the parent's echo, spawned here.
-	if _, err := p.Spawn("echo-req", echoProps()); err != nil {
+	echoReq := fresh("echo-req") // the parent node outlives the test (-count)
+	if _, err := p.Spawn(echoReq, echoProps()); err != nil {
 		t.Fatal(err)
 	}
-	b.send(fmt.Sprintf("request %s echo-req bob", p.Address()))
+	b.send(fmt.Sprintf("request %s %s bob", p.Address(), echoReq))
 	if f := b.expect(10*time.Second, "REPLY"); strings.Join(f[1:], " ") != "echo bob" {
 		t.Errorf("child's reply %v", f)
 	}
@@ -102,7 +103,7 @@ func TestUnregisteredRefused(t *testing.T) {
 	}
 	// Locally, any value goes.
 	got := make(chan secret, 1)
-	local, err := p.Spawn("local-secret", actor.PropsFromFunc(func(c actor.Context) {
+	local, err := p.Spawn(fresh("local-secret"), actor.PropsFromFunc(func(c actor.Context) {
 		if m, ok := c.Message().(secret); ok {
 			got <- m
 		}
@@ -178,14 +179,15 @@ func TestSpawnOn(t *testing.T) {
 	p := parent(t)
 	b := startChild(t, childConfig{Name: "b", Cluster: "spawn", Replicas: -1})
 	// The child spawns one of the parent's kinds on the parent.
-	pid, err := p.SpawnOn(timeout(t), p.Address(), "echo", "spawned-echo")
+	name := fresh("spawned-echo") // the parent node outlives the test (-count)
+	pid, err := p.SpawnOn(timeout(t), p.Address(), "echo", name)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if pid.Address != p.Address() || pid.Id != "spawned-echo" {
-		t.Errorf("spawned %v, want %s/spawned-echo", pid, p.Address())
+	if pid.Address != p.Address() || pid.Id != name {
+		t.Errorf("spawned %v, want %s/%s", pid, p.Address(), name)
 	}
-	b.send(fmt.Sprintf("request %s spawned-echo z", p.Address()))
+	b.send(fmt.Sprintf("request %s %s z", p.Address(), name))
 	if f := b.expect(10*time.Second, "REPLY"); strings.Join(f[1:], " ") != "echo z" {
 		t.Errorf("reply from the spawned actor: %v", f)
 	}

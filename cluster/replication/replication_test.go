@@ -448,6 +448,7 @@ func TestRandomNetworks(t *testing.T) {
 	}
 	t.Logf("seed %d", seed)
 	rng := rand.New(rand.NewPCG(seed, 7))
+	stats.rounds, stats.takeovers, stats.commits = 0, 0, 0 // of this run (go test -count)
 	for round := 0; round < 200; round++ {
 		randomRound(t, rng, seed, round)
 		if t.Failed() {
