@@ -74,11 +74,17 @@ type QueueInfo struct {
 	Messages int
 	Groups   int // messages are stored in groups, one bbolt value each
 	Bytes    int64
+	// Damaged counts the groups that do not parse; their messages are not
+	// in Messages (Queues reports each in its error).
+	Damaged int
 }
 
-// Queues lists the store's spill queues.
+// Queues lists the store's spill queues. Damaged groups are counted in
+// QueueInfo.Damaged and reported in the error (wrapping ErrSpillCorrupt,
+// naming the queue and the group), along with the list.
 func (s *SpillStore) Queues() ([]QueueInfo, error) {
 	var out []QueueInfo
+	var errs []error
 	err := s.db.View(func(tx *bolt.Tx) error {
 		root := tx.Bucket(spillBucket)
 		if root == nil {
@@ -86,17 +92,28 @@ func (s *SpillStore) Queues() ([]QueueInfo, error) {
 		}
 		return root.ForEachBucket(func(name []byte) error {
 			qi := QueueInfo{Name: string(name)}
-			_ = root.Bucket(name).ForEach(func(_, v []byte) error {
-				msgs, _, _ := scanGroup(v)
-				qi.Messages += msgs
+			_ = root.Bucket(name).ForEach(func(k, v []byte) error {
 				qi.Groups++
 				qi.Bytes += int64(len(v))
+				msgs, _, err := scanGroup(v)
+				if err == nil && len(k) != 8 {
+					err = fmt.Errorf("key %x is not a group's", k)
+				}
+				if err != nil {
+					qi.Damaged++
+					errs = append(errs, fmt.Errorf("queue %q, group %x: %w: %w", name, k, ErrSpillCorrupt, err))
+					return nil
+				}
+				qi.Messages += msgs
 				return nil
 			})
 			out = append(out, qi)
 			return nil
 		})
 	})
+	if err == nil && len(errs) > 0 {
+		err = fmt.Errorf("mailbox: spill store %s: %w", s.Path(), errors.Join(errs...))
+	}
 	return out, err
 }
 
@@ -268,6 +285,11 @@ func appendEntry(dst []byte, s spilled) []byte {
 	return append(dst, s.data...)
 }
 
+// maxEntryRecords bounds the record count of one spilled message (a batch):
+// a damaged count must not make Posted or SpillPending negative or wrap
+// the sums of a queue's records.
+const maxEntryRecords = 1<<31 - 1
+
 // nextEntry splits the first entry off a group's bytes.
 func nextEntry(b []byte) (ctl bool, n int, data, rest []byte, err error) {
 	if len(b) < 3 {
@@ -276,6 +298,9 @@ func nextEntry(b []byte) (ctl bool, n int, data, rest []byte, err error) {
 	rn, w1 := binary.Uvarint(b[1:])
 	if w1 <= 0 {
 		return false, 0, nil, nil, errors.New("corrupt record count")
+	}
+	if rn > maxEntryRecords {
+		return false, 0, nil, nil, fmt.Errorf("record count %d: more than a message can hold (%d)", rn, maxEntryRecords)
 	}
 	l, w2 := binary.Uvarint(b[1+w1:])
 	if w2 <= 0 || uint64(len(b)-1-w1-w2) < l {
@@ -618,20 +643,13 @@ func (c *TypeCodec) Decode(data []byte) (any, error) {
 	if !ok {
 		return nil, fmt.Errorf("type %q is not registered with the codec", name)
 	}
-	if err := checkMsgpack(data[w+int(l):]); err != nil {
-		return nil, fmt.Errorf("type %q: %w", name, err)
-	}
 	ptr := t.Kind() == reflect.Pointer
 	base := t
 	if ptr {
 		base = t.Elem()
 	}
 	v := reflect.New(base)
-	dec := msgpack.GetDecoder()
-	dec.Reset(bytes.NewReader(data[w+int(l):]))
-	err := dec.Decode(v.Interface())
-	msgpack.PutDecoder(dec)
-	if err != nil {
+	if err := msgpacksafe.Decode(data[w+int(l):], v.Interface(), msgpacksafe.Limits{Source: "spill"}); err != nil {
 		return nil, fmt.Errorf("type %q: %w", name, err)
 	}
 	if ptr {

@@ -223,10 +223,7 @@ func (a *eventSourced[S, C, E]) applyRecovered(e E) (err error) {
 }
 
 func decodeState(data []byte, s any) error {
-	if err := msgpacksafe.Check(data); err != nil {
-		return err
-	}
-	return msgpack.Unmarshal(data, s)
+	return msgpacksafe.Decode(data, s, msgpacksafe.Limits{Source: "snapshot"})
 }
 
 func (a *eventSourced[S, C, E]) command(ctx actor.Context, cmd C) {

@@ -64,9 +64,9 @@ func inspectStore(w io.Writer, path string) (err error) {
 	if err != nil {
 		return err
 	}
-	queues, err := mailbox.NewSpillStore(db).Queues()
-	if err != nil {
-		return fmt.Errorf("store %s: spill queues: %w", path, err)
+	queues, qerr := mailbox.NewSpillStore(db).Queues()
+	if qerr != nil && queues == nil {
+		return fmt.Errorf("store %s: spill queues: %w", path, qerr)
 	}
 	var size int64
 	_ = db.View(func(tx *bolt.Tx) error { size = tx.Size(); return nil })
@@ -122,12 +122,18 @@ func inspectStore(w io.Writer, path string) (err error) {
 		}
 	}
 	if section("spill queues", len(queues)) {
-		fmt.Fprintln(tw, "  QUEUE\tMESSAGES\tGROUPS\tBYTES")
+		fmt.Fprintln(tw, "  QUEUE\tMESSAGES\tGROUPS\tBYTES\tDAMAGED")
 		for _, q := range queues {
-			fmt.Fprintf(tw, "  %s\t%d\t%d\t%d\n", q.Name, q.Messages, q.Groups, q.Bytes)
+			fmt.Fprintf(tw, "  %s\t%d\t%d\t%d\t%d\n", q.Name, q.Messages, q.Groups, q.Bytes, q.Damaged)
 		}
 	}
-	return tw.Flush()
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	if qerr != nil {
+		return fmt.Errorf("store %s: spill queues: %w", path, qerr)
+	}
+	return nil
 }
 
 func bytesHuman(n int64) string {

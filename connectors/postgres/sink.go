@@ -272,10 +272,7 @@ const stateVersion = 1
 
 func decodeState[T any](b []byte) (state[T], error) {
 	var st state[T]
-	if err := msgpacksafe.Check(b); err != nil {
-		return st, err
-	}
-	if err := msgpack.Unmarshal(b, &st); err != nil {
+	if err := msgpacksafe.Decode(b, &st, msgpacksafe.Limits{Source: "sink state"}); err != nil {
 		return st, err
 	}
 	if st.Version != stateVersion {
