@@ -54,7 +54,8 @@
 // messages of a group are removed only after they were all processed, and
 // survive a crash of the process: after a restart they are delivered again
 // (at-least-once; what was only in memory is lost). MaxBytes caps the
-// spill; beyond it new records are dropped as ReasonSpillFull.
+// spill (DefaultSpillMaxBytes, 1 GiB, unless set; negative for no cap);
+// beyond it new records are dropped as ReasonSpillFull.
 //
 // When the disk fails, nothing is lost silently and memory stays bounded:
 // the records of a group that cannot be written, and of messages that cannot

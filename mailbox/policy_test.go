@@ -928,10 +928,8 @@ func TestValidatePolicies(t *testing.T) {
 		{"spill without store", spill(mailbox.SpillOptions{Queue: "q", Codec: c}), "mailbox: spill: no store"},
 		{"spill without queue", spill(mailbox.SpillOptions{Store: st, Codec: c}), "mailbox: spill: empty queue name"},
 		{"spill without codec", spill(mailbox.SpillOptions{Store: st, Queue: "q"}), `mailbox: spill queue "q": no codec`},
-		{"spill negative MaxBytes", spill(mailbox.SpillOptions{Store: st, Queue: "q", Codec: c, MaxBytes: -1}),
-			`mailbox: spill queue "q": MaxBytes and CommitEvery must not be negative`},
 		{"spill negative CommitEvery", spill(mailbox.SpillOptions{Store: st, Queue: "q", Codec: c, CommitEvery: -1}),
-			`mailbox: spill queue "q": MaxBytes and CommitEvery must not be negative`},
+			`mailbox: spill queue "q": CommitEvery must not be negative`},
 		{"unknown policy", mailbox.Config{Capacity: 4, Overflow: 99}, "mailbox: unknown overflow policy 99"},
 	}
 	for _, tt := range tests {

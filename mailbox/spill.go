@@ -142,9 +142,11 @@ type SpillOptions struct {
 	Queue string
 	// Codec encodes spilled messages. Required.
 	Codec Codec
-	// MaxBytes caps the encoded bytes in the queue (0: no cap). When it is
-	// reached, new messages are dropped and counted as ReasonSpillFull until
-	// the actor catches up: memory stays bounded and nothing blocks.
+	// MaxBytes caps the encoded bytes in the queue: 0 means
+	// DefaultSpillMaxBytes (1 GiB), a negative value no cap (the disk is
+	// the limit). When it is reached, new messages are dropped and counted
+	// as ReasonSpillFull until the actor catches up: the disk stays bounded
+	// and nothing blocks.
 	MaxBytes int64
 	// CommitEvery is how many spilled messages share one transaction (group
 	// commit, one fsync). Default 4096; a group also commits at 1 MiB.
@@ -241,10 +243,25 @@ func (o *SpillOptions) validate() error {
 		return errors.New("mailbox: spill: empty queue name")
 	case o.Codec == nil:
 		return fmt.Errorf("mailbox: spill queue %q: no codec", o.Queue)
-	case o.MaxBytes < 0 || o.CommitEvery < 0:
-		return fmt.Errorf("mailbox: spill queue %q: MaxBytes and CommitEvery must not be negative", o.Queue)
+	case o.CommitEvery < 0:
+		return fmt.Errorf("mailbox: spill queue %q: CommitEvery must not be negative", o.Queue)
 	}
 	return nil
+}
+
+// DefaultSpillMaxBytes is the cap of a spill queue whose
+// SpillOptions.MaxBytes is 0: 1 GiB of encoded messages.
+const DefaultSpillMaxBytes = 1 << 30
+
+// maxBytes is the queue's cap in bytes, 0 for none.
+func (o *SpillOptions) maxBytes() int64 {
+	switch {
+	case o.MaxBytes == 0:
+		return DefaultSpillMaxBytes
+	case o.MaxBytes < 0:
+		return 0
+	}
+	return o.MaxBytes
 }
 
 const groupBytes = 1 << 20
@@ -418,7 +435,7 @@ func (q *spillQueue) write(msg any, n int, ctl bool) error {
 		return fmt.Errorf("mailbox: spill queue %q: encode %T: %w", q.opts.Queue, msg, err)
 	}
 	size := entrySize(n, len(data))
-	if !ctl && q.opts.MaxBytes > 0 && q.bytes()+int64(size) > q.opts.MaxBytes {
+	if limit := q.opts.maxBytes(); !ctl && limit > 0 && q.bytes()+int64(size) > limit {
 		return ErrSpillFull
 	}
 	q.wbuf = append(q.wbuf, spilled{seq: q.nextSeq, msg: msg, data: data, n: n, ctl: ctl, size: size})
