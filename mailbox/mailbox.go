@@ -211,8 +211,10 @@ func (m *Mailbox) Put(ctx context.Context, msg any) error {
 }
 
 // PostUserMessage implements actor.Mailbox: the path of every send from
-// another actor. It never waits: a Block mailbox admits a message beyond
-// capacity and counts it as overfilled; other policies apply themselves.
+// another actor. It never waits: a Block mailbox without room refuses the
+// message and counts its records as Dropped[ReasonRefused] (sluice
+// operators, which send within their credits, never meet this); other
+// policies apply themselves.
 func (m *Mailbox) PostUserMessage(msg any) {
 	n, ctl := classify(msg)
 	m.mu.Lock()
@@ -287,10 +289,17 @@ func (m *Mailbox) admitLocked(msg any, n int, ctl bool) (error, []Episode) {
 	c := m.cfg.Capacity
 	switch m.cfg.Overflow {
 	case OverflowBlock:
+		// Put waits and TryPut refuses before they get here: only a
+		// message posted through protoactor (PostUserMessage, an actor's
+		// ctx.Send) can find no room. It is refused, whole, and counted;
+		// sluice operators send within their credits and never are. A
+		// message larger than the capacity is admitted into an empty
+		// mailbox, so that it is not refused forever.
 		if m.depth+n > c && m.depth > 0 {
-			m.st.Overfilled += int64(n)
 			started = m.overflowLocked()
-			m.ep.Overfilled += int64(n)
+			m.dropLocked(n, ReasonRefused)
+			err = fmt.Errorf("%w: %w", ErrDropped, ErrFull)
+			break
 		}
 		m.push(msg, n, false)
 	case OverflowDropNewest:

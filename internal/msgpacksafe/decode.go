@@ -57,8 +57,11 @@ type Limits struct {
 	Configure func(*msgpack.Decoder)
 }
 
-// budget returns the decoded-size budget for n input bytes.
-func (l Limits) budget(n int) int64 {
+// Budget returns the decoded-size budget for n input bytes: Factor × n +
+// Slack. A decoder that allocates by itself before handing bytes to
+// Decode (a count read from a header of its own, times the element size)
+// checks its allocation against it.
+func (l Limits) Budget(n int) int64 {
 	f, s := l.Factor, l.Slack
 	if f <= 0 {
 		f = DefaultFactor
@@ -178,7 +181,7 @@ func CheckFor(data []byte, t reflect.Type, lim Limits) error {
 	if maxIn <= 0 {
 		maxIn = DefaultMaxInput
 	}
-	w := &walker{data: data, budget: lim.budget(len(data)), maxDepth: lim.MaxDepth, pending: 1}
+	w := &walker{data: data, budget: lim.Budget(len(data)), maxDepth: lim.MaxDepth, pending: 1}
 	if w.maxDepth <= 0 {
 		w.maxDepth = MaxDepth
 	}

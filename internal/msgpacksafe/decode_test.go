@@ -284,3 +284,12 @@ func ExampleDecode() {
 	// t1 1970 <nil>
 	// msgpack: decode msgpacksafe_test.Reading from example: at .At byte 4: nil where a time.Time is expected
 }
+
+func TestBudget(t *testing.T) {
+	if got := (msgpacksafe.Limits{}).Budget(1 << 20); got != 4<<20+64<<10 {
+		t.Fatalf("default Budget(1 MiB) = %d", got)
+	}
+	if got := (msgpacksafe.Limits{Factor: 2, Slack: 10}).Budget(100); got != 210 {
+		t.Fatalf("Budget = %d, want 210", got)
+	}
+}
