@@ -76,3 +76,31 @@ func FuzzDecodeRecordSnapshot(f *testing.F) {
 		_ = decodeState(data, &s)
 	})
 }
+
+// A run or log entry of 1 MiB of two-byte records (empty binaries) made
+// the framing allocate a 24-byte slice header per record, 12 times the
+// input; it is refused within the budget.
+func TestHostileRunAndGroup(t *testing.T) {
+	const n = (1<<20 - 16) / 2
+	body := make([]byte, 0, 2*n)
+	for range n {
+		body = append(body, 0xc4, 0x00)
+	}
+	arr := func(k int) []byte { return []byte{0xdd, byte(k >> 24), byte(k >> 16), byte(k >> 8), byte(k)} }
+	run := append(append([]byte{0x92, recordVersion}, arr(n)...), body...)
+	var err error
+	got := mst.Allocated(func() { _, err = decodeRun(run) })
+	if err == nil || !strings.Contains(err.Error(), "budget") || got >= 8<<20 {
+		t.Fatalf("decodeRun: %v, %d bytes allocated; want refused within the budget, < 8 MiB", err, got)
+	}
+	group := append(append([]byte{0x92, recordVersion, 0x91, 0x93, 0xa1, 'a', 0x01}, arr(n)...), body...)
+	got = mst.Allocated(func() { _, err = decodeGroup(group) })
+	if err == nil || !strings.Contains(err.Error(), "budget") || got >= 8<<20 {
+		t.Fatalf("decodeGroup: %v, %d bytes allocated; want refused within the budget, < 8 MiB", err, got)
+	}
+	// What this package writes passes.
+	rec := encodeEvent(Event{Type: "e", Data: []byte{0xc0}})
+	if _, err := decodeRun(encodeRun([][]byte{rec, rec, rec})); err != nil {
+		t.Fatal(err)
+	}
+}
