@@ -303,7 +303,10 @@ var encoders = sync.Pool{New: func() any {
 }}
 
 // unpack decodes a received Any into the registered type it names.
-func (c *codec) unpack(a *anypb.Any) (v any, err error) {
+func (c *codec) unpack(a *anypb.Any) (v any, err error) { return c.unpackFrom(a, nil) }
+
+// unpackFrom is unpack naming the sender, when known, in its errors.
+func (c *codec) unpackFrom(a *anypb.Any, from *actor.PID) (v any, err error) {
 	url := a.GetTypeUrl()
 	var name string
 	var wantProto bool
@@ -340,7 +343,11 @@ func (c *codec) unpack(a *anypb.Any) (v any, err error) {
 	} else {
 		// The one safe decode path: bounded decoded size, no panic, an
 		// error naming the field and byte at fault.
-		err = msgpacksafe.Decode(a.GetValue(), ptr.Interface(), msgpacksafe.Limits{Source: "a remote message"})
+		source := "a remote message"
+		if from != nil {
+			source += " from " + from.GetAddress()
+		}
+		err = msgpacksafe.Decode(a.GetValue(), ptr.Interface(), msgpacksafe.Limits{Source: source})
 	}
 	if err != nil {
 		c.undecodable.Add(1)
@@ -379,7 +386,7 @@ func (c *codec) senderMiddleware(next actor.SenderFunc) actor.SenderFunc {
 func (c *codec) receiverMiddleware(next actor.ReceiverFunc) actor.ReceiverFunc {
 	return func(ctx actor.ReceiverContext, env *actor.MessageEnvelope) {
 		if a, ok := env.Message.(*anypb.Any); ok {
-			v, err := c.unpack(a)
+			v, err := c.unpackFrom(a, env.Sender)
 			if err != nil {
 				c.warnOnce(a.GetTypeUrl(), "cluster: message dropped", "at", ctx.Self().String(), "err", err)
 				return

@@ -76,6 +76,11 @@ func TestUnpackNilTime(t *testing.T) {
 	if st := c.stats(); st.Undecodable != 1 || st.Unpacked != 0 {
 		t.Fatalf("stats %+v, want 1 undecodable", st)
 	}
+	// The receiving middleware names the sender.
+	_, err = c.unpackFrom(&anypb.Any{TypeUrl: msgpackURL + "web.Click", Value: data}, actor.NewPID("10.0.0.2:4000", "job"))
+	if !strings.Contains(err.Error(), "from a remote message from 10.0.0.2:4000") {
+		t.Fatalf("error %q does not name the sender", err)
+	}
 }
 
 // A 1 MiB message of one-byte elements for the slice of structs allocated
