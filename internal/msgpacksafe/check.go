@@ -14,11 +14,11 @@
 // vmihailenco/msgpack#401); nesting deeper than MaxDepth; a nil where the
 // type cannot take one (msgpack v5.4.1 panics on a nil time.Time); and a
 // decoded size over the budget: slice counts times the destination
-// element's size, map entries, pointer targets and strings together may be
-// at most Limits.Factor (4) times the input plus Limits.Slack (64 KiB), so
-// a 1 MiB array of one-byte elements meant for a slice of 300-byte
-// structs is refused instead of allocating 300 MB. Bytes after the value
-// are refused too.
+// element's size, map tables, pointer targets and strings, estimated as
+// msgpack allocates them, together may be at most Limits.Factor (6) times
+// the input plus Limits.Slack (1 MiB), so a 1 MiB array of one-byte
+// elements meant for a slice of 300-byte structs is refused instead of
+// allocating 600 MB. Bytes after the value are refused too.
 //
 // Check is the older, type-blind structural check (lengths and nesting
 // only); new code calls Decode.

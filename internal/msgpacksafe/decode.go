@@ -16,13 +16,17 @@ const (
 	// DefaultMaxInput bounds the encoded size of one value: 64 MiB.
 	DefaultMaxInput = 64 << 20
 	// DefaultFactor and DefaultSlack bound the decoded size: what decoding
-	// allocates (slice backing arrays, map entries, pointer targets,
-	// strings) may be at most DefaultFactor times the input plus
-	// DefaultSlack bytes. Records written by msgpack stay well within it
-	// (field names and headers take bytes too); a hostile array of
-	// one-byte elements decoding into large structs does not.
-	DefaultFactor = 4
-	DefaultSlack  = 64 << 10
+	// allocates (slice backing arrays, which msgpack allocates twice, map
+	// tables, pointer targets, strings) may be at most DefaultFactor times
+	// the input plus DefaultSlack bytes. A 1 MiB input can thus allocate at
+	// most about 7 MiB, however it is made; a message of up to a few
+	// hundred KiB always fits, and records written by msgpack fit at any
+	// size unless they are dominated by maps or fixed arrays (a map of one
+	// entry costs a table of 8 slots), for which a caller raises Factor
+	// (snapshots of state do). A hostile array of one-byte elements meant
+	// for a slice of large structs is refused.
+	DefaultFactor = 6
+	DefaultSlack  = 1 << 20
 )
 
 // Errors of Decode, for errors.Is; every error Decode returns is an *Error
@@ -389,7 +393,7 @@ func (w *walker) typed(s *shape, h header, depth int) {
 			return
 		}
 		if s.kind == kSlice && !w.spend(int64(h.count)*s.size,
-			fmt.Sprintf("%d elements of %v (%d bytes each)", h.count, s.t.Elem(), s.size)) {
+			fmt.Sprintf("%d elements of %v (%d bytes each as decoded)", h.count, s.t.Elem(), s.size)) {
 			return
 		}
 		for k := range h.count {
@@ -405,8 +409,8 @@ func (w *walker) typed(s *shape, h header, depth int) {
 			w.generic(h, depth, s.reach, false)
 			return
 		}
-		if !w.spend(mapBase+int64(h.count)*s.size,
-			fmt.Sprintf("%d entries of %v (%d bytes each)", h.count, s.t, s.size)) {
+		if !w.spend(mapCost(s.size, h.count),
+			fmt.Sprintf("a %v of %d entries", s.t, h.count)) {
 			return
 		}
 		for k := range h.count {
@@ -526,7 +530,11 @@ func (w *walker) generic(h header, depth int, cost int64, skipped bool) {
 			w.fail(ErrTooLarge, fmt.Errorf("nested deeper than %d", w.maxDepth))
 			return
 		}
-		if !w.spend(per(mapBase)+int64(h.count)*per(mapEntry), fmt.Sprintf("a map of %d entries", h.count)) {
+		var n int64
+		if !skipped {
+			n = max(mapCost(mapEntry, h.count), cost*int64(1+h.count))
+		}
+		if !w.spend(n, fmt.Sprintf("a map of %d entries", h.count)) {
 			return
 		}
 		for k := range 2 * h.count {

@@ -215,7 +215,9 @@ func TestDecodeHostileAllocation(t *testing.T) {
 		{"[]int64", 0x01, func() any { return new([]int64) }, true},
 		{"[]any", 0x01, func() any { return new([]any) }, true},
 		{"struct field []Item", 0x80, func() any { return new(Order) }, true},
+		{"[]int32", 0x01, func() any { return new([]int32) }, true},
 		{"[]int16", 0x01, func() any { return new([]int16) }, false},
+		{"[]uint8 as an array", 0x01, func() any { return new([]uint8) }, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			data := hostile(n, tc.elem)
@@ -286,7 +288,7 @@ func ExampleDecode() {
 }
 
 func TestBudget(t *testing.T) {
-	if got := (msgpacksafe.Limits{}).Budget(1 << 20); got != 4<<20+64<<10 {
+	if got := (msgpacksafe.Limits{}).Budget(1 << 20); got != 7<<20 {
 		t.Fatalf("default Budget(1 MiB) = %d", got)
 	}
 	if got := (msgpacksafe.Limits{Factor: 2, Slack: 10}).Budget(100); got != 210 {
