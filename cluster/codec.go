@@ -152,7 +152,16 @@ type CodecStats struct {
 	// connection: a protobuf type this node does not accept (it would
 	// crash protoactor), or an envelope pointing outside its batch.
 	Foreign uint64
+	// WarningsUnkeyed counts warnings logged at debug level only because
+	// maxWarnKeys distinct ones had already been warned about once (keys
+	// are chosen by peers: type names, addresses).
+	WarningsUnkeyed uint64
 }
+
+// maxWarnKeys bounds the codec's warn-once memory: past it, one line says
+// so and further new warnings are counted (CodecStats.WarningsUnkeyed)
+// and logged at debug level.
+const maxWarnKeys = 1024
 
 // codec packs registered Go values into anypb.Any for other nodes and
 // unpacks them, refusing and counting everything else.
@@ -166,14 +175,19 @@ type codec struct {
 	topoMu sync.Mutex
 
 	packed, unpacked, unregistered, unknown, undecodable, foreign atomic.Uint64
-	warned                                                        sync.Map // type or name -> struct{}: warn once each
+
+	warnMu   sync.Mutex
+	warned   map[any]struct{} // type or name: warn once each, up to maxWarnKeys
+	unkeyed  atomic.Uint64    // warnings past maxWarnKeys
+	warnKeys int              // the cap (maxWarnKeys; tests lower it)
 }
 
 func newCodec(user *Registry, log *slog.Logger, local func(*actor.PID) bool) (*codec, error) {
 	if user == nil {
 		user = NewRegistry()
 	}
-	c := &codec{user: user, internal: NewRegistry(), log: log, local: local}
+	c := &codec{user: user, internal: NewRegistry(), log: log, local: local,
+		warned: map[any]struct{}{}, warnKeys: maxWarnKeys}
 	if err := registerInternal(c.internal); err != nil {
 		return nil, err
 	}
@@ -182,15 +196,35 @@ func newCodec(user *Registry, log *slog.Logger, local func(*actor.PID) bool) (*c
 
 func (c *codec) stats() CodecStats {
 	return CodecStats{Packed: c.packed.Load(), Unpacked: c.unpacked.Load(), Unregistered: c.unregistered.Load(),
-		Unknown: c.unknown.Load(), Undecodable: c.undecodable.Load(), Foreign: c.foreign.Load()}
+		Unknown: c.unknown.Load(), Undecodable: c.undecodable.Load(), Foreign: c.foreign.Load(),
+		WarningsUnkeyed: c.unkeyed.Load()}
 }
 
+// warnOnce logs msg at warning level the first time key is seen, at
+// debug level after. It remembers at most warnKeys keys: past them, one
+// warning says so and the rest are counted and logged at debug level.
 func (c *codec) warnOnce(key any, msg string, args ...any) {
-	if _, loaded := c.warned.LoadOrStore(key, struct{}{}); !loaded {
-		c.log.Warn(msg, args...)
-		return
+	c.warnMu.Lock()
+	_, seen := c.warned[key]
+	full := !seen && len(c.warned) >= c.warnKeys
+	first := false
+	if !seen && !full {
+		c.warned[key] = struct{}{}
 	}
-	c.log.Debug(msg, args...)
+	if full {
+		first = c.unkeyed.Add(1) == 1
+	}
+	c.warnMu.Unlock()
+	switch {
+	case !seen && !full:
+		c.log.Warn(msg, args...)
+	case first:
+		c.log.Warn("cluster: too many distinct warnings: further new ones are counted (Stats().Codec.WarningsUnkeyed) and logged at debug level",
+			"distinct", c.warnKeys)
+		c.log.Debug(msg, args...)
+	default:
+		c.log.Debug(msg, args...)
+	}
 }
 
 // protoactorMessage says whether m is one of protoactor's own messages
@@ -262,18 +296,6 @@ type encoder struct {
 	buf bytes.Buffer
 }
 
-// decoder is a msgpack decoder with its reader, reused through decoders.
-type decoder struct {
-	dec *msgpack.Decoder
-	r   bytes.Reader
-}
-
-var decoders = sync.Pool{New: func() any {
-	d := &decoder{dec: msgpack.NewDecoder(nil)}
-	d.dec.UsePreallocateValues(true)
-	return d
-}}
-
 var encoders = sync.Pool{New: func() any {
 	e := &encoder{}
 	e.enc = msgpack.NewEncoder(&e.buf)
@@ -281,7 +303,10 @@ var encoders = sync.Pool{New: func() any {
 }}
 
 // unpack decodes a received Any into the registered type it names.
-func (c *codec) unpack(a *anypb.Any) (v any, err error) {
+func (c *codec) unpack(a *anypb.Any) (v any, err error) { return c.unpackFrom(a, nil) }
+
+// unpackFrom is unpack naming the sender, when known, in its errors.
+func (c *codec) unpackFrom(a *anypb.Any, from *actor.PID) (v any, err error) {
 	url := a.GetTypeUrl()
 	var name string
 	var wantProto bool
@@ -315,17 +340,18 @@ func (c *codec) unpack(a *anypb.Any) (v any, err error) {
 	ptr := reflect.New(base)
 	if wantProto {
 		err = proto.Unmarshal(a.GetValue(), ptr.Interface().(proto.Message))
-	} else if err = msgpacksafe.Check(a.GetValue()); err == nil {
-		d := decoders.Get().(*decoder)
-		d.r.Reset(a.GetValue())
-		d.dec.Reset(&d.r)
-		err = d.dec.Decode(ptr.Interface())
-		d.r.Reset(nil)
-		decoders.Put(d)
+	} else {
+		// The one safe decode path: bounded decoded size, no panic, an
+		// error naming the field and byte at fault.
+		source := "a remote message"
+		if from != nil {
+			source += " from " + from.GetAddress()
+		}
+		err = msgpacksafe.Decode(a.GetValue(), ptr.Interface(), msgpacksafe.Limits{Source: source})
 	}
 	if err != nil {
 		c.undecodable.Add(1)
-		return nil, fmt.Errorf("%w: %q: %v", ErrUndecodable, name, err)
+		return nil, fmt.Errorf("%w: %q: %w", ErrUndecodable, name, err)
 	}
 	c.unpacked.Add(1)
 	if rt.t.Kind() == reflect.Pointer {
@@ -360,7 +386,7 @@ func (c *codec) senderMiddleware(next actor.SenderFunc) actor.SenderFunc {
 func (c *codec) receiverMiddleware(next actor.ReceiverFunc) actor.ReceiverFunc {
 	return func(ctx actor.ReceiverContext, env *actor.MessageEnvelope) {
 		if a, ok := env.Message.(*anypb.Any); ok {
-			v, err := c.unpack(a)
+			v, err := c.unpackFrom(a, env.Sender)
 			if err != nil {
 				c.warnOnce(a.GetTypeUrl(), "cluster: message dropped", "at", ctx.Self().String(), "err", err)
 				return

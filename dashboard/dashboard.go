@@ -12,6 +12,7 @@ import (
 	"net/url"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -50,7 +51,23 @@ type Options struct {
 	// service.name given to telemetry.NewOTLPTracerProvider; `sluice run`
 	// uses "sluice-SAMPLE"). Default "sluice".
 	JaegerService string
+	// AllowedHosts lists the host names (without port) the page may be
+	// requested under, besides IP addresses and localhost, which are
+	// always allowed: a request whose Host header names another host gets
+	// 403. This defeats DNS rebinding, where a page on another site points
+	// its own name at 127.0.0.1 to read the dashboard. Behind a reverse
+	// proxy or under a DNS name, list that name ("ops.example.com").
+	AllowedHosts []string
+	// MaxStreams caps the event streams (open pages) served at once; one
+	// more gets 503. Default DefaultMaxStreams.
+	MaxStreams int
 }
+
+// DefaultMaxStreams is the default of Options.MaxStreams.
+const DefaultMaxStreams = 64
+
+// IdleTimeout is how long Serve's server keeps an idle connection open.
+const IdleTimeout = 2 * time.Minute
 
 func (o Options) withDefaults() (Options, error) {
 	if o.Title == "" {
@@ -71,6 +88,17 @@ func (o Options) withDefaults() (Options, error) {
 	if o.JaegerService == "" {
 		o.JaegerService = "sluice"
 	}
+	switch {
+	case o.MaxStreams == 0:
+		o.MaxStreams = DefaultMaxStreams
+	case o.MaxStreams < 0:
+		return o, fmt.Errorf("%w: MaxStreams %d: want a positive number", ErrInvalid, o.MaxStreams)
+	}
+	for _, h := range o.AllowedHosts {
+		if h == "" || strings.ContainsAny(h, ":/ ") {
+			return o, fmt.Errorf("%w: AllowedHosts %q: want a host name without port", ErrInvalid, h)
+		}
+	}
 	return o, nil
 }
 
@@ -86,9 +114,12 @@ type Dashboard struct {
 	poller  sync.WaitGroup // the one polling goroutine
 	streams sync.WaitGroup // the /events handlers in progress
 
+	hosts map[string]bool // Options.AllowedHosts, lower case
+
 	mu      sync.Mutex
 	closed  bool
 	active  int // event streams in progress
+	refused struct{ hosts, streams uint64 }
 	nextID  int
 	jobs    []*job
 	seq     uint64
@@ -111,7 +142,10 @@ func New(opts Options) (*Dashboard, error) {
 	if err != nil {
 		return nil, err
 	}
-	d := &Dashboard{opts: opts, quit: make(chan struct{}), changed: make(chan struct{})}
+	d := &Dashboard{opts: opts, quit: make(chan struct{}), changed: make(chan struct{}), hosts: map[string]bool{}}
+	for _, h := range opts.AllowedHosts {
+		d.hosts[strings.ToLower(strings.TrimSuffix(h, "."))] = true
+	}
 	d.handler = d.routes()
 	d.publish(time.Now())
 	d.poller.Add(1)
@@ -191,16 +225,49 @@ func (d *Dashboard) Close() error {
 	return nil
 }
 
-// streamStarted registers an event stream, unless the dashboard is closed.
-func (d *Dashboard) streamStarted() bool {
+// streamStarted registers an event stream, unless the dashboard is closed
+// (503 "closed") or serves MaxStreams already (503 "too many").
+func (d *Dashboard) streamStarted() (ok bool, why string) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	if d.closed {
-		return false
+	switch {
+	case d.closed:
+		return false, "dashboard: closed"
+	case d.active >= d.opts.MaxStreams:
+		d.refused.streams++
+		return false, fmt.Sprintf("dashboard: %d event streams open already (Options.MaxStreams)", d.active)
 	}
 	d.streams.Add(1)
 	d.active++
-	return true
+	return true, ""
+}
+
+// Refused counts the requests refused: a Host not allowed (403), an event
+// stream beyond MaxStreams (503).
+type Refused struct{ Hosts, Streams uint64 }
+
+// Refused returns the counts of refused requests.
+func (d *Dashboard) Refused() Refused {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return Refused{Hosts: d.refused.hosts, Streams: d.refused.streams}
+}
+
+// hostAllowed says whether a request's Host header may reach the page: an
+// IP address, localhost (or a name under .localhost), or an allowed host.
+func (d *Dashboard) hostAllowed(hostport string) bool {
+	host := hostport
+	if h, _, err := net.SplitHostPort(hostport); err == nil {
+		host = h
+	}
+	host = strings.ToLower(strings.TrimSuffix(strings.Trim(host, "[]"), "."))
+	switch {
+	case host == "":
+		return false
+	case net.ParseIP(host) != nil, host == "localhost", strings.HasSuffix(host, ".localhost"):
+		return true
+	}
+	return d.hosts[host]
 }
 
 // streamEnded unregisters an event stream.
@@ -345,6 +412,13 @@ func (d *Dashboard) routes() http.Handler {
 		w.Header().Set("Content-Security-Policy",
 			"default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; connect-src 'self'; frame-ancestors 'self'")
 		w.Header().Set("X-Content-Type-Options", "nosniff")
+		if !d.hostAllowed(r.Host) {
+			d.mu.Lock()
+			d.refused.hosts++
+			d.mu.Unlock()
+			http.Error(w, fmt.Sprintf("dashboard: host %q is not allowed (Options.AllowedHosts)", r.Host), http.StatusForbidden)
+			return
+		}
 		if r.URL.Path == "" { // mounted with StripPrefix("/prefix/", ...)
 			r2 := *r
 			u := *r.URL
@@ -393,7 +467,9 @@ func (d *Dashboard) Serve(ctx context.Context, addr string) (string, func() erro
 	if err != nil {
 		return "", nil, fmt.Errorf("dashboard: listen on %s: %w", listen, err)
 	}
-	srv := &http.Server{Handler: d.Handler(), ReadHeaderTimeout: 5 * time.Second}
+	// No ReadTimeout or WriteTimeout: event streams are long responses
+	// (each write has its own deadline, see serveEvents).
+	srv := &http.Server{Handler: d.Handler(), ReadHeaderTimeout: 5 * time.Second, IdleTimeout: IdleTimeout}
 	served := make(chan struct{})   // closed when srv.Serve has returned
 	shutdown := make(chan struct{}) // closed when the server is shut down, or failed
 	var serveErr error

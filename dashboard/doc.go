@@ -62,7 +62,13 @@
 // # Caveats
 //
 // The dashboard has no authentication: serve it on loopback (ListenAddr and
-// Serve do when given a port alone) or behind your own. Close it before
+// Serve do when given a port alone) or behind your own. It answers only
+// requests whose Host header is an IP address, localhost or one of
+// Options.AllowedHosts (403 otherwise), so that a page on another site
+// cannot read it by pointing its own DNS name at 127.0.0.1 (DNS
+// rebinding); it serves at most Options.MaxStreams event streams at once
+// (503 beyond), and Serve's server closes connections idle for
+// IdleTimeout. Close it before
 // shutting down the server that serves it, since event streams end only when
 // their client goes or the dashboard closes, and http.Server.Shutdown waits
 // for them. Counters that go down (a job restarted) give a rate of zero for

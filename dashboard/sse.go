@@ -44,8 +44,9 @@ func writeEvent(w io.Writer, event string, id uint64, data []byte) error {
 // "snapshot" event, starting with the latest. It returns when the client
 // goes away, a write fails, or the dashboard closes.
 func (d *Dashboard) serveEvents(w http.ResponseWriter, r *http.Request) {
-	if !d.streamStarted() {
-		http.Error(w, "dashboard: closed", http.StatusServiceUnavailable)
+	if ok, why := d.streamStarted(); !ok {
+		w.Header().Set("Retry-After", "5")
+		http.Error(w, why, http.StatusServiceUnavailable)
 		return
 	}
 	defer d.streamEnded()

@@ -88,10 +88,13 @@ const (
 	ReasonThrottled                 // Throttle shed it above the high-water mark
 	ReasonSpillFull                 // the spill reached MaxBytes
 	ReasonUnspillable               // the codec could not encode it, or the spill write failed
+	// ReasonRefused: a Block mailbox at capacity refused a message posted
+	// through protoactor (an actor's ctx.Send), which cannot wait.
+	ReasonRefused
 	numReasons
 )
 
-var reasonNames = [numReasons]string{"full", "evicted", "sampled", "throttled", "spill-full", "unspillable"}
+var reasonNames = [numReasons]string{"full", "evicted", "sampled", "throttled", "spill-full", "unspillable", "refused"}
 
 func (r Reason) String() string {
 	if r < numReasons {
@@ -232,8 +235,9 @@ type Stats struct {
 	Posted    int64 // records offered to the mailbox (control messages excluded)
 	Delivered int64 // records handed to the actor
 	Dropped   [numReasons]int64
-	// Overfilled counts records admitted beyond capacity by a Block mailbox
-	// from a sender that cannot wait (an actor without credits).
+	// Overfilled counted records admitted beyond capacity by a Block
+	// mailbox from a sender that cannot wait. A Block mailbox now refuses
+	// them (Dropped[ReasonRefused]): it stays 0.
 	Overfilled int64
 	// Refused counts TryPut calls that returned ErrFull.
 	Refused int64

@@ -25,10 +25,16 @@
 // while honouring its context, or TryPut, which returns ErrFull at once.
 // Under the other policies neither ever waits; they return ErrDropped when
 // the policy discarded the very message. Messages posted by protoactor
-// (PostUserMessage, the path of every actor-to-actor send) are never
-// refused: between sluice operators the sender holds credits for the
-// receiver's free capacity, so a Block mailbox never overfills; a send from
-// an actor without credits is admitted and counted in Stats.Overfilled.
+// (PostUserMessage, the path of every actor-to-actor send, ctx.Send) cannot
+// wait: between sluice operators the sender holds credits for the
+// receiver's free capacity, so they always fit; a message from an actor
+// without credits that finds a Block mailbox full is refused, whole, and its
+// records are counted as dropped (Stats.Dropped[ReasonRefused], reported as
+// an overflow episode). A Block mailbox is thus bounded on every path: Put
+// waits, TryPut returns ErrFull, and ctx.Send is refused at capacity (only a
+// single message larger than the capacity is admitted, into an empty
+// mailbox). An actor that must not lose what it sends to a Block mailbox
+// sends from a goroutine with Put, or uses credits as operators do.
 //
 // A message that implements Batch carries several records (sluice's
 // envelopes do): capacity and every count are in records, and a policy
@@ -54,7 +60,8 @@
 // messages of a group are removed only after they were all processed, and
 // survive a crash of the process: after a restart they are delivered again
 // (at-least-once; what was only in memory is lost). MaxBytes caps the
-// spill; beyond it new records are dropped as ReasonSpillFull.
+// spill (DefaultSpillMaxBytes, 1 GiB, unless set; negative for no cap);
+// beyond it new records are dropped as ReasonSpillFull.
 //
 // When the disk fails, nothing is lost silently and memory stays bounded:
 // the records of a group that cannot be written, and of messages that cannot

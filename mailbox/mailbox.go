@@ -47,6 +47,7 @@ type Mailbox struct {
 	invoker    actor.MessageInvoker
 	dispatcher actor.Dispatcher
 	registered atomic.Bool // dispatcher is set
+	refuse     error       // set by refusing: every record is dropped
 }
 
 // New builds a mailbox from a validated configuration; with OverflowSpill it
@@ -72,30 +73,52 @@ func New(cfg Config) (*Mailbox, error) {
 	return m, nil
 }
 
-// Producer returns a protoactor mailbox producer that builds a new Mailbox
-// for every spawn and reports it to onCreate (which may be nil). It checks
-// the configuration first and returns its error.
+// Producer returns a protoactor mailbox producer that builds a Mailbox for
+// every spawn and reports it to onCreate (which may be nil). It checks the
+// configuration and builds the first mailbox at once, so that a spill
+// queue that cannot open (its store closed, the disk failing) fails here,
+// and with it the spawn, with an error naming the queue and the file: it
+// never turns silently into another policy. That first mailbox goes to the
+// first spawn; a later spawn with the same producer builds its own, and
+// should its spill queue fail to open then, it gets a mailbox that refuses
+// every message (counted as dropped, ReasonUnspillable) and the error goes
+// to Config.OnError.
 func (c Config) Producer(onCreate func(*Mailbox)) (actor.MailboxProducer, error) {
 	if err := c.Validate(); err != nil {
 		return nil, err
 	}
+	first, err := New(c)
+	if err != nil {
+		return nil, err
+	}
+	var used atomic.Bool
 	return func() actor.Mailbox {
-		mb, err := New(c)
-		if err != nil {
-			// Only a spill queue can fail here (validated above); the error is
-			// reported and the actor gets a mailbox that drops its overflow.
-			if c.OnError != nil {
-				c.OnError(err)
+		mb := first
+		if used.Swap(true) {
+			var err error
+			if mb, err = New(c); err != nil {
+				if c.OnError != nil {
+					c.OnError(err)
+				}
+				mb = refusing(c, err)
 			}
-			fallback := c
-			fallback.Overflow, fallback.Spill = OverflowDropNewest, nil
-			mb, _ = New(fallback)
 		}
 		if onCreate != nil {
 			onCreate(mb)
 		}
 		return mb
 	}, nil
+}
+
+// refusing returns a mailbox that delivers control and system messages
+// and drops every record, counted as ReasonUnspillable: the mailbox of an
+// actor whose spill queue did not open.
+func refusing(c Config, err error) *Mailbox {
+	fallback := c
+	fallback.Overflow, fallback.Spill, fallback.Capacity = OverflowDropNewest, nil, 1
+	mb, _ := New(fallback)
+	mb.refuse = err
+	return mb
 }
 
 func classify(msg any) (n int, ctl bool) {
@@ -188,8 +211,10 @@ func (m *Mailbox) Put(ctx context.Context, msg any) error {
 }
 
 // PostUserMessage implements actor.Mailbox: the path of every send from
-// another actor. It never waits: a Block mailbox admits a message beyond
-// capacity and counts it as overfilled; other policies apply themselves.
+// another actor. It never waits: a Block mailbox without room refuses the
+// message and counts its records as Dropped[ReasonRefused] (sluice
+// operators, which send within their credits, never meet this); other
+// policies apply themselves.
 func (m *Mailbox) PostUserMessage(msg any) {
 	n, ctl := classify(msg)
 	m.mu.Lock()
@@ -255,15 +280,26 @@ func (m *Mailbox) admitLocked(msg any, n int, ctl bool) (error, []Episode) {
 		return nil, nil
 	}
 	m.st.Posted += int64(n)
+	if m.refuse != nil {
+		m.dropLocked(n, ReasonUnspillable)
+		return fmt.Errorf("%w: %w", ErrDropped, m.refuse), nil
+	}
 	var started *Episode
 	var err error
 	c := m.cfg.Capacity
 	switch m.cfg.Overflow {
 	case OverflowBlock:
+		// Put waits and TryPut refuses before they get here: only a
+		// message posted through protoactor (PostUserMessage, an actor's
+		// ctx.Send) can find no room. It is refused, whole, and counted;
+		// sluice operators send within their credits and never are. A
+		// message larger than the capacity is admitted into an empty
+		// mailbox, so that it is not refused forever.
 		if m.depth+n > c && m.depth > 0 {
-			m.st.Overfilled += int64(n)
 			started = m.overflowLocked()
-			m.ep.Overfilled += int64(n)
+			m.dropLocked(n, ReasonRefused)
+			err = fmt.Errorf("%w: %w", ErrDropped, ErrFull)
+			break
 		}
 		m.push(msg, n, false)
 	case OverflowDropNewest:

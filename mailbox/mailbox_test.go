@@ -375,22 +375,25 @@ func TestControlMessagesDoNotUseCapacity(t *testing.T) {
 	h.expectNothingMore()
 }
 
-func TestPostUserMessageOverfillsAndCounts(t *testing.T) {
+// TestPostUserMessageRefusedWhenFull: an actor's ctx.Send into a full
+// Block mailbox (PostUserMessage, which cannot wait) was admitted beyond
+// capacity; now it is refused and counted: the mailbox is bounded on every
+// path.
+func TestPostUserMessageRefusedWhenFull(t *testing.T) {
 	h := newHarness(t, mailbox.Config{Capacity: 2}, 8)
 	release := h.hold()
-	want := []any{"a", "b", "c", "d", "e"}
-	for _, m := range want {
-		h.root.Send(h.pid, m) // never refused
+	for _, m := range []any{"a", "b", "c", "d", "e"} {
+		h.root.Send(h.pid, m)
 	}
-	h.root.Send(h.pid, ctl{"eos", true}) // control is never overfill
-	want = append(want, ctl{"eos", true})
+	h.root.Send(h.pid, ctl{"eos", true}) // control is never refused
+	want := []any{"a", "b", ctl{"eos", true}}
 
 	st := h.mb.Stats()
-	if st.Overfilled != 3 || st.Depth != 5 || st.HighWater != 5 || st.Refused != 0 || st.Episodes != 1 {
-		t.Fatalf("Stats = %+v, want Overfilled 3, Depth 5 (data only), HighWater 5, Refused 0, one episode", st)
+	if st.Overfilled != 0 || st.Depth != 2 || st.HighWater != 2 || st.Dropped[mailbox.ReasonRefused] != 3 || st.Episodes != 1 {
+		t.Fatalf("Stats = %+v, want Depth 2, HighWater 2, 3 refused, one episode", st)
 	}
 	if err := h.mb.TryPut("f"); !errors.Is(err, mailbox.ErrFull) {
-		t.Fatalf("TryPut on an overfilled mailbox = %v, want ErrFull", err)
+		t.Fatalf("TryPut on a full mailbox = %v, want ErrFull", err)
 	}
 	release()
 	h.expect(want...)

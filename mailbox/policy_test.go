@@ -284,7 +284,10 @@ const conformanceCapacity = 16
 
 func policies() []policy {
 	return []policy{
-		{name: "block", config: func(*testing.T) mailbox.Config { return mailbox.Block(conformanceCapacity) }},
+		// Put waits, TryPut is not used, ctx.Send (PostUserMessage) is
+		// refused at capacity: bounded on every path.
+		{name: "block", bounded: true, drops: []mailbox.Reason{mailbox.ReasonRefused},
+			config: func(*testing.T) mailbox.Config { return mailbox.Block(conformanceCapacity) }},
 		{name: "drop-newest", bounded: true, drops: []mailbox.Reason{mailbox.ReasonFull},
 			config: func(*testing.T) mailbox.Config { return mailbox.DropNewest(conformanceCapacity) }},
 		{name: "drop-oldest", bounded: true, drops: []mailbox.Reason{mailbox.ReasonEvicted},
@@ -416,7 +419,7 @@ func TestPolicyConformance(t *testing.T) {
 						var err error
 						switch {
 						case p%3 == 1:
-							r.root.Send(r.pid, msg) // PostUserMessage: never refused
+							r.root.Send(r.pid, msg) // PostUserMessage: cannot wait
 						case p%3 == 0 && !block:
 							err = r.mb.TryPut(msg)
 						default:
@@ -811,7 +814,9 @@ func TestOverflowEpisodes(t *testing.T) {
 					r.root.Send(r.pid, rec{Seq: i})
 				}
 			},
-			start: counts{overfilled: 1}, end: counts{overfilled: 6}, startDepth: 5, endDepth: 2,
+			// ctx.Send into a full Block mailbox: refused and counted.
+			start: counts{dropped: map[mailbox.Reason]int64{mailbox.ReasonRefused: 1}},
+			end:   counts{dropped: map[mailbox.Reason]int64{mailbox.ReasonRefused: 6}}, startDepth: 4, endDepth: 2,
 		},
 		{
 			name: "drop-newest", cfg: func(*testing.T) mailbox.Config { return mailbox.DropNewest(4) },
@@ -928,10 +933,8 @@ func TestValidatePolicies(t *testing.T) {
 		{"spill without store", spill(mailbox.SpillOptions{Queue: "q", Codec: c}), "mailbox: spill: no store"},
 		{"spill without queue", spill(mailbox.SpillOptions{Store: st, Codec: c}), "mailbox: spill: empty queue name"},
 		{"spill without codec", spill(mailbox.SpillOptions{Store: st, Queue: "q"}), `mailbox: spill queue "q": no codec`},
-		{"spill negative MaxBytes", spill(mailbox.SpillOptions{Store: st, Queue: "q", Codec: c, MaxBytes: -1}),
-			`mailbox: spill queue "q": MaxBytes and CommitEvery must not be negative`},
 		{"spill negative CommitEvery", spill(mailbox.SpillOptions{Store: st, Queue: "q", Codec: c, CommitEvery: -1}),
-			`mailbox: spill queue "q": MaxBytes and CommitEvery must not be negative`},
+			`mailbox: spill queue "q": CommitEvery must not be negative`},
 		{"unknown policy", mailbox.Config{Capacity: 4, Overflow: 99}, "mailbox: unknown overflow policy 99"},
 	}
 	for _, tt := range tests {

@@ -74,11 +74,17 @@ type QueueInfo struct {
 	Messages int
 	Groups   int // messages are stored in groups, one bbolt value each
 	Bytes    int64
+	// Damaged counts the groups that do not parse; their messages are not
+	// in Messages (Queues reports each in its error).
+	Damaged int
 }
 
-// Queues lists the store's spill queues.
+// Queues lists the store's spill queues. Damaged groups are counted in
+// QueueInfo.Damaged and reported in the error (wrapping ErrSpillCorrupt,
+// naming the queue and the group), along with the list.
 func (s *SpillStore) Queues() ([]QueueInfo, error) {
 	var out []QueueInfo
+	var errs []error
 	err := s.db.View(func(tx *bolt.Tx) error {
 		root := tx.Bucket(spillBucket)
 		if root == nil {
@@ -86,17 +92,28 @@ func (s *SpillStore) Queues() ([]QueueInfo, error) {
 		}
 		return root.ForEachBucket(func(name []byte) error {
 			qi := QueueInfo{Name: string(name)}
-			_ = root.Bucket(name).ForEach(func(_, v []byte) error {
-				msgs, _, _ := scanGroup(v)
-				qi.Messages += msgs
+			_ = root.Bucket(name).ForEach(func(k, v []byte) error {
 				qi.Groups++
 				qi.Bytes += int64(len(v))
+				msgs, _, err := scanGroup(v)
+				if err == nil && len(k) != 8 {
+					err = fmt.Errorf("key %x is not a group's", k)
+				}
+				if err != nil {
+					qi.Damaged++
+					errs = append(errs, fmt.Errorf("queue %q, group %x: %w: %w", name, k, ErrSpillCorrupt, err))
+					return nil
+				}
+				qi.Messages += msgs
 				return nil
 			})
 			out = append(out, qi)
 			return nil
 		})
 	})
+	if err == nil && len(errs) > 0 {
+		err = fmt.Errorf("mailbox: spill store %s: %w", s.Path(), errors.Join(errs...))
+	}
 	return out, err
 }
 
@@ -125,9 +142,11 @@ type SpillOptions struct {
 	Queue string
 	// Codec encodes spilled messages. Required.
 	Codec Codec
-	// MaxBytes caps the encoded bytes in the queue (0: no cap). When it is
-	// reached, new messages are dropped and counted as ReasonSpillFull until
-	// the actor catches up: memory stays bounded and nothing blocks.
+	// MaxBytes caps the encoded bytes in the queue: 0 means
+	// DefaultSpillMaxBytes (1 GiB), a negative value no cap (the disk is
+	// the limit). When it is reached, new messages are dropped and counted
+	// as ReasonSpillFull until the actor catches up: the disk stays bounded
+	// and nothing blocks.
 	MaxBytes int64
 	// CommitEvery is how many spilled messages share one transaction (group
 	// commit, one fsync). Default 4096; a group also commits at 1 MiB.
@@ -224,10 +243,25 @@ func (o *SpillOptions) validate() error {
 		return errors.New("mailbox: spill: empty queue name")
 	case o.Codec == nil:
 		return fmt.Errorf("mailbox: spill queue %q: no codec", o.Queue)
-	case o.MaxBytes < 0 || o.CommitEvery < 0:
-		return fmt.Errorf("mailbox: spill queue %q: MaxBytes and CommitEvery must not be negative", o.Queue)
+	case o.CommitEvery < 0:
+		return fmt.Errorf("mailbox: spill queue %q: CommitEvery must not be negative", o.Queue)
 	}
 	return nil
+}
+
+// DefaultSpillMaxBytes is the cap of a spill queue whose
+// SpillOptions.MaxBytes is 0: 1 GiB of encoded messages.
+const DefaultSpillMaxBytes = 1 << 30
+
+// maxBytes is the queue's cap in bytes, 0 for none.
+func (o *SpillOptions) maxBytes() int64 {
+	switch {
+	case o.MaxBytes == 0:
+		return DefaultSpillMaxBytes
+	case o.MaxBytes < 0:
+		return 0
+	}
+	return o.MaxBytes
 }
 
 const groupBytes = 1 << 20
@@ -268,6 +302,11 @@ func appendEntry(dst []byte, s spilled) []byte {
 	return append(dst, s.data...)
 }
 
+// maxEntryRecords bounds the record count of one spilled message (a batch):
+// a damaged count must not make Posted or SpillPending negative or wrap
+// the sums of a queue's records.
+const maxEntryRecords = 1<<31 - 1
+
 // nextEntry splits the first entry off a group's bytes.
 func nextEntry(b []byte) (ctl bool, n int, data, rest []byte, err error) {
 	if len(b) < 3 {
@@ -276,6 +315,9 @@ func nextEntry(b []byte) (ctl bool, n int, data, rest []byte, err error) {
 	rn, w1 := binary.Uvarint(b[1:])
 	if w1 <= 0 {
 		return false, 0, nil, nil, errors.New("corrupt record count")
+	}
+	if rn > maxEntryRecords {
+		return false, 0, nil, nil, fmt.Errorf("record count %d: more than a message can hold (%d)", rn, maxEntryRecords)
 	}
 	l, w2 := binary.Uvarint(b[1+w1:])
 	if w2 <= 0 || uint64(len(b)-1-w1-w2) < l {
@@ -393,7 +435,7 @@ func (q *spillQueue) write(msg any, n int, ctl bool) error {
 		return fmt.Errorf("mailbox: spill queue %q: encode %T: %w", q.opts.Queue, msg, err)
 	}
 	size := entrySize(n, len(data))
-	if !ctl && q.opts.MaxBytes > 0 && q.bytes()+int64(size) > q.opts.MaxBytes {
+	if limit := q.opts.maxBytes(); !ctl && limit > 0 && q.bytes()+int64(size) > limit {
 		return ErrSpillFull
 	}
 	q.wbuf = append(q.wbuf, spilled{seq: q.nextSeq, msg: msg, data: data, n: n, ctl: ctl, size: size})
@@ -618,20 +660,13 @@ func (c *TypeCodec) Decode(data []byte) (any, error) {
 	if !ok {
 		return nil, fmt.Errorf("type %q is not registered with the codec", name)
 	}
-	if err := checkMsgpack(data[w+int(l):]); err != nil {
-		return nil, fmt.Errorf("type %q: %w", name, err)
-	}
 	ptr := t.Kind() == reflect.Pointer
 	base := t
 	if ptr {
 		base = t.Elem()
 	}
 	v := reflect.New(base)
-	dec := msgpack.GetDecoder()
-	dec.Reset(bytes.NewReader(data[w+int(l):]))
-	err := dec.Decode(v.Interface())
-	msgpack.PutDecoder(dec)
-	if err != nil {
+	if err := msgpacksafe.Decode(data[w+int(l):], v.Interface(), msgpacksafe.Limits{Source: "spill"}); err != nil {
 		return nil, fmt.Errorf("type %q: %w", name, err)
 	}
 	if ptr {

@@ -274,11 +274,12 @@ func (a *eventSourced[S, C, E]) applyRecovered(e E) (err error) {
 	return nil
 }
 
+// stateLimits bound the decode of a snapshot: states are often maps
+// (counts by key), which Go decodes to about ten times their encoded size.
+var stateLimits = msgpacksafe.Limits{Source: "snapshot", Factor: 32}
+
 func decodeState(data []byte, s any) error {
-	if err := msgpacksafe.Check(data); err != nil {
-		return err
-	}
-	return msgpack.Unmarshal(data, s)
+	return msgpacksafe.Decode(data, s, stateLimits)
 }
 
 func (a *eventSourced[S, C, E]) command(ctx actor.Context, cmd C) {

@@ -8,6 +8,7 @@ import (
 	"maps"
 	"slices"
 	"time"
+	"unsafe"
 
 	"github.com/vmihailenco/msgpack/v5"
 
@@ -175,6 +176,9 @@ func decodeRun(data []byte) ([][]byte, error) {
 	if r.err == nil && n < 1 {
 		return nil, errors.New("an empty run")
 	}
+	if err := withinBudget(int64(n)*sliceHeader, len(data), "a run's records"); err != nil {
+		return nil, err
+	}
 	recs := make([][]byte, 0, max(n, 0))
 	for i := 0; i < n && r.err == nil; i++ {
 		recs = append(recs, r.bin())
@@ -186,6 +190,19 @@ func decodeRun(data []byte) ([][]byte, error) {
 		return nil, fmt.Errorf("%d bytes after the record", len(data)-r.i)
 	}
 	return recs, nil
+}
+
+// sliceHeader is what one record of a run or log entry costs decoded.
+const sliceHeader = int64(unsafe.Sizeof([]byte(nil)))
+
+// withinBudget refuses a decoded size over msgpacksafe's budget for n
+// input bytes: the framing's own allocations (a slice header per record)
+// are bounded like every other decode.
+func withinBudget(size int64, n int, what string) error {
+	if b := (msgpacksafe.Limits{}).Budget(n); size > b {
+		return fmt.Errorf("%s would take %d bytes decoded, more than the budget of %d for %d input bytes", what, size, b, n)
+	}
+	return nil
 }
 
 // logAppend is one append within a log entry: its events' records, as
@@ -233,6 +250,10 @@ func decodeGroup(data []byte) ([]logAppend, error) {
 		return nil, fmt.Errorf("log entry version %d: %v", v, r.err)
 	}
 	n := r.arrayLen()
+	spent := int64(n) * int64(unsafe.Sizeof(logAppend{}))
+	if err := withinBudget(spent, len(data), "a log entry's appends"); err != nil {
+		return nil, err
+	}
 	apps := make([]logAppend, 0, max(n, 0))
 	for i := 0; i < n && r.err == nil; i++ {
 		if m := r.arrayLen(); r.err == nil && m != 3 {
@@ -245,6 +266,10 @@ func decodeGroup(data []byte) ([]logAppend, error) {
 		}
 		if m < 1 || a.first == 0 || a.first+uint64(m-1) < a.first {
 			return nil, fmt.Errorf("append %d: %d events from seq %d", i, m, a.first)
+		}
+		spent += int64(m) * sliceHeader
+		if err := withinBudget(spent, len(data), fmt.Sprintf("append %d's records", i)); err != nil {
+			return nil, err
 		}
 		a.recs = make([][]byte, m)
 		for k := range m {

@@ -100,15 +100,12 @@ func (r *Registry) Decode(name string, data []byte) (any, error) {
 	if !ok {
 		return nil, errorf(ErrDecode, "event type %q is not registered", name)
 	}
-	if err := msgpacksafe.Check(data); err != nil {
-		return nil, errorf(ErrDecode, "decode %q: %w", name, err)
-	}
 	base := t
 	if t.Kind() == reflect.Pointer {
 		base = t.Elem()
 	}
 	v := reflect.New(base)
-	if err := msgpack.Unmarshal(data, v.Interface()); err != nil {
+	if err := msgpacksafe.Decode(data, v.Interface(), msgpacksafe.Limits{Source: "event " + name}); err != nil {
 		return nil, errorf(ErrDecode, "decode %q: %w", name, err)
 	}
 	if t.Kind() == reflect.Pointer {

@@ -88,19 +88,11 @@ func (d DeadLetter) DecodePayload() (any, error) {
 	if len(d.Payload) == 0 {
 		return nil, nil
 	}
-	if err := msgpacksafe.Check(d.Payload); err != nil {
-		return nil, fmt.Errorf("supervision: dead letter %d: payload: %w", d.Seq, err)
-	}
-	r := bytes.NewReader(d.Payload)
-	dec := msgpack.NewDecoder(r)
-	dec.SetMapDecoder(decodeStringMap)
+	// Text that starts like a small msgpack value ("{...", a digit) is
+	// not msgpack: Decode refuses the bytes after the value.
 	var v any
-	err := noPanic(func() (err error) { v, err = dec.DecodeInterface(); return err })
-	if err == nil && r.Len() > 0 {
-		// Text that starts like a small msgpack value ("{...", a digit)
-		// is not msgpack.
-		err = fmt.Errorf("%d bytes after the msgpack value", r.Len())
-	}
+	err := msgpacksafe.Decode(d.Payload, &v, msgpacksafe.Limits{Source: "dead-letter payload",
+		Configure: func(dec *msgpack.Decoder) { dec.SetMapDecoder(decodeStringMap) }})
 	if err != nil {
 		return nil, fmt.Errorf("supervision: dead letter %d: payload: %w", d.Seq, err)
 	}
@@ -152,19 +144,6 @@ func jsonable(v any) any {
 	return v
 }
 
-// noPanic runs a msgpack decode and turns a panic into an error: msgpack
-// v5.4.1 panics on some malformed input, e.g. nil where a time.Time is
-// expected ("reflect: call of reflect.Value.IsNil on struct Value", found by
-// FuzzDecodeDeadLetter; see testdata/fuzz).
-func noPanic(decode func() error) (err error) {
-	defer func() {
-		if r := recover(); r != nil {
-			err = fmt.Errorf("msgpack: decoder panicked: %v", r)
-		}
-	}()
-	return decode()
-}
-
 // deadLetterFormat is the first byte of a stored dead letter, before its
 // msgpack map: the record format's version.
 const deadLetterFormat = 1
@@ -191,14 +170,10 @@ func decodeDeadLetter(b []byte) (DeadLetter, error) {
 		return d, fmt.Errorf("record format %d, this build reads %d", b[0], deadLetterFormat)
 	}
 	body := b[1:]
-	if err := msgpacksafe.Check(body); err != nil {
-		return d, err
-	}
 	if len(body) == 0 || body[0]&0xf0 != 0x80 && body[0] != 0xde && body[0] != 0xdf {
 		return d, errors.New("not a msgpack map")
 	}
-	dec := msgpack.NewDecoder(bytes.NewReader(body))
-	if err := noPanic(func() error { return dec.Decode(&d) }); err != nil {
+	if err := msgpacksafe.Decode(body, &d, msgpacksafe.Limits{Source: "dead-letter record"}); err != nil {
 		return DeadLetter{}, err
 	}
 	d.Payload = bytes.Clone(d.Payload) // do not alias the caller's buffer

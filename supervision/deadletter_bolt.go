@@ -5,6 +5,8 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"sync"
+	"sync/atomic"
 
 	bolt "go.etcd.io/bbolt"
 
@@ -13,23 +15,109 @@ import (
 
 // deadLetterBucket is the top-level bucket of dead letters in a store file:
 // keys are big-endian sequence numbers, values encodeDeadLetter's bytes.
-var deadLetterBucket = []byte("deadletters")
+// usageBucket holds, under usageKey, the count and bytes of the dead
+// letters and the count dropped at the cap (three big-endian uint64s),
+// kept in the same transactions.
+var (
+	deadLetterBucket = []byte("deadletters")
+	usageBucket      = []byte("deadletters.usage")
+	usageKey         = []byte("usage")
+)
+
+// Defaults of BoltOptions.
+const (
+	DefaultMaxDeadLetters     = 100_000
+	DefaultMaxDeadLetterBytes = 256 << 20
+)
+
+// WhenFull says what Add does at a BoltDeadLetters' cap.
+type WhenFull int
+
+const (
+	// FailWhenFull: Add returns an error wrapping ErrFull; the operator
+	// that dead-lettered the record fails (its job restarts or fails, by
+	// its supervision). Nothing is lost without a trace. The default.
+	FailWhenFull WhenFull = iota
+	// DropWhenFull: Add drops the dead letter, returns Seq 0 and a nil
+	// error, and counts it (Usage().Dropped, kept in the file).
+	DropWhenFull
+)
+
+// BoltOptions bound a BoltDeadLetters.
+type BoltOptions struct {
+	// MaxCount caps the dead letters kept (0: DefaultMaxDeadLetters;
+	// negative: no cap).
+	MaxCount int
+	// MaxBytes caps their stored bytes (0: DefaultMaxDeadLetterBytes;
+	// negative: no cap).
+	MaxBytes int64
+	// WhenFull chooses between a failed Add and a counted drop at the cap.
+	WhenFull WhenFull
+}
+
+func (o BoltOptions) withDefaults() (BoltOptions, error) {
+	if o.WhenFull != FailWhenFull && o.WhenFull != DropWhenFull {
+		return o, errorf(ErrInvalidConfig, "supervision: dead letters: WhenFull %d", o.WhenFull)
+	}
+	if o.MaxCount == 0 {
+		o.MaxCount = DefaultMaxDeadLetters
+	}
+	if o.MaxBytes == 0 {
+		o.MaxBytes = DefaultMaxDeadLetterBytes
+	}
+	return o, nil
+}
+
+// Usage is what a BoltDeadLetters holds, and what it dropped at its cap.
+type Usage struct {
+	Count   int
+	Bytes   int64
+	Dropped uint64
+}
 
 // BoltDeadLetters is a DeadLetterStore in a bbolt database, in its
 // top-level "deadletters" bucket (one sluice store file holds it with the
-// spill queues and journals). Every Add is its own transaction: dead
-// letters are rare, and each one is durable when Add returns.
+// spill queues and journals). Each dead letter is durable when Add
+// returns; concurrent Adds share one transaction (group commit: the first
+// caller commits for everyone waiting, without delay), so parallel
+// operator instances do not pay an fsync each. The store is capped
+// (BoltOptions: count and bytes, then a failed Add or a counted drop).
 type BoltDeadLetters struct {
 	db       *bolt.DB
 	file     *store.File // set when OpenDeadLetters opened the file
 	readOnly bool
+	opts     BoltOptions
+
+	mu      sync.Mutex
+	pending []*addReq // Adds waiting for a commit
+	leading bool      // an Add is committing for the others
+
+	commits atomic.Uint64 // write transactions of Add, for tests
+}
+
+// addReq is one Add waiting for its group's commit.
+type addReq struct {
+	v    []byte
+	seq  uint64
+	err  error
+	done chan struct{} // closed when committed (or failed)
+	lead chan struct{} // signalled when this Add is to commit next
 }
 
 // NewBoltDeadLetters keeps dead letters in db, which the caller owns and
-// closes. On a writable db it creates the bucket; a read-only db without
-// one reads as empty.
+// closes, with the default caps. On a writable db it creates the bucket;
+// a read-only db without one reads as empty.
 func NewBoltDeadLetters(db *bolt.DB) (*BoltDeadLetters, error) {
-	s := &BoltDeadLetters{db: db, readOnly: db.IsReadOnly()}
+	return NewBoltDeadLettersWith(db, BoltOptions{})
+}
+
+// NewBoltDeadLettersWith is NewBoltDeadLetters with caps of its own.
+func NewBoltDeadLettersWith(db *bolt.DB, opts BoltOptions) (*BoltDeadLetters, error) {
+	opts, err := opts.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	s := &BoltDeadLetters{db: db, readOnly: db.IsReadOnly(), opts: opts}
 	if s.readOnly {
 		return s, nil
 	}
@@ -47,11 +135,16 @@ func NewBoltDeadLetters(db *bolt.DB) (*BoltDeadLetters, error) {
 // refused and left as it was) and keeps dead letters in it. Close closes
 // the file.
 func OpenDeadLetters(path string) (*BoltDeadLetters, error) {
+	return OpenDeadLettersWith(path, BoltOptions{})
+}
+
+// OpenDeadLettersWith is OpenDeadLetters with caps of its own.
+func OpenDeadLettersWith(path string, opts BoltOptions) (*BoltDeadLetters, error) {
 	f, err := store.Open(path)
 	if err != nil {
 		return nil, fmt.Errorf("supervision: dead letters: %w", err)
 	}
-	s, err := NewBoltDeadLetters(f.DB)
+	s, err := NewBoltDeadLettersWith(f.DB, opts)
 	if err != nil {
 		f.Close()
 		return nil, err
@@ -71,7 +164,8 @@ func OpenDeadLettersReadOnly(path string) (*BoltDeadLetters, error) {
 	if err != nil {
 		return nil, fmt.Errorf("supervision: dead letters: %w", err)
 	}
-	return &BoltDeadLetters{db: f.DB, file: f, readOnly: true}, nil
+	opts, _ := BoltOptions{}.withDefaults()
+	return &BoltDeadLetters{db: f.DB, file: f, readOnly: true, opts: opts}, nil
 }
 
 // Close closes the file if OpenDeadLetters or OpenDeadLettersReadOnly
@@ -92,7 +186,7 @@ func (s *BoltDeadLetters) errorf(kind error, format string, args ...any) error {
 	return errorf(kind, "supervision: dead letters in %s: "+format, append([]any{s.Path()}, args...)...)
 }
 
-func (s *BoltDeadLetters) update(what string, fn func(b *bolt.Bucket) error) error {
+func (s *BoltDeadLetters) update(what string, fn func(b *bolt.Bucket, u *Usage) error) error {
 	if s.readOnly {
 		return s.errorf(ErrReadOnly, "%s: the store is open read-only", what)
 	}
@@ -101,7 +195,15 @@ func (s *BoltDeadLetters) update(what string, fn func(b *bolt.Bucket) error) err
 		if err != nil {
 			return err
 		}
-		return fn(b)
+		ub, err := tx.CreateBucketIfNotExists(usageBucket)
+		if err != nil {
+			return err
+		}
+		u := readUsage(b, ub)
+		if err := fn(b, &u); err != nil {
+			return err
+		}
+		return ub.Put(usageKey, writeUsage(u))
 	})
 	if err != nil && !errors.Is(err, ErrNotFound) && !errors.Is(err, ErrCorrupt) {
 		return fmt.Errorf("supervision: dead letters in %s: %s: %w", s.Path(), what, err)
@@ -135,24 +237,124 @@ func (s *BoltDeadLetters) decode(k, v []byte) (DeadLetter, error) {
 	return d, nil
 }
 
-// Add implements DeadLetterStore.
-func (s *BoltDeadLetters) Add(d DeadLetter) (uint64, error) {
-	var seq uint64
-	err := s.update("add", func(b *bolt.Bucket) error {
-		var err error
-		if seq, err = b.NextSequence(); err != nil {
-			return err
+// readUsage returns the usage recorded in ub, or counts it in b (a file
+// written before usage was recorded).
+func readUsage(b, ub *bolt.Bucket) Usage {
+	if v := ub.Get(usageKey); len(v) == 24 {
+		return Usage{Count: int(binary.BigEndian.Uint64(v)), Bytes: int64(binary.BigEndian.Uint64(v[8:])),
+			Dropped: binary.BigEndian.Uint64(v[16:])}
+	}
+	var u Usage
+	_ = b.ForEach(func(_, v []byte) error {
+		u.Count++
+		u.Bytes += int64(len(v))
+		return nil
+	})
+	return u
+}
+
+func writeUsage(u Usage) []byte {
+	v := binary.BigEndian.AppendUint64(nil, uint64(max(u.Count, 0)))
+	v = binary.BigEndian.AppendUint64(v, uint64(max(u.Bytes, 0)))
+	return binary.BigEndian.AppendUint64(v, u.Dropped)
+}
+
+// Usage returns what the store holds and what it dropped at its cap.
+func (s *BoltDeadLetters) Usage() (Usage, error) {
+	var u Usage
+	err := s.db.View(func(tx *bolt.Tx) error {
+		b := tx.Bucket(deadLetterBucket)
+		if b == nil {
+			return nil
 		}
-		v, err := encodeDeadLetter(d)
-		if err != nil {
-			return fmt.Errorf("encode: %w", err)
+		if ub := tx.Bucket(usageBucket); ub != nil {
+			u = readUsage(b, ub)
+			return nil
 		}
-		return b.Put(seqKey(seq), v)
+		u = readUsage(b, b) // no usage recorded: count
+		return nil
 	})
 	if err != nil {
-		return 0, err
+		return Usage{}, fmt.Errorf("supervision: dead letters in %s: usage: %w", s.Path(), err)
 	}
-	return seq, nil
+	return u, nil
+}
+
+// Add implements DeadLetterStore. At the cap it fails with ErrFull or
+// drops the dead letter (Seq 0, counted in Usage().Dropped), as
+// BoltOptions.WhenFull says.
+func (s *BoltDeadLetters) Add(d DeadLetter) (uint64, error) {
+	if s.readOnly {
+		return 0, s.errorf(ErrReadOnly, "add: the store is open read-only")
+	}
+	v, err := encodeDeadLetter(d)
+	if err != nil {
+		return 0, s.errorf(ErrInvalidConfig, "add: encode: %w", err)
+	}
+	r := &addReq{v: v, done: make(chan struct{}), lead: make(chan struct{}, 1)}
+	s.mu.Lock()
+	s.pending = append(s.pending, r)
+	if s.leading {
+		s.mu.Unlock()
+		select {
+		case <-r.done:
+			return r.seq, r.err
+		case <-r.lead: // the previous committer handed over to r
+		}
+		s.mu.Lock()
+	}
+	s.leading = true
+	batch := s.pending
+	s.pending = nil
+	s.mu.Unlock()
+
+	s.commit(batch)
+
+	s.mu.Lock()
+	if len(s.pending) > 0 {
+		s.pending[0].lead <- struct{}{} // the first waiter commits next
+	} else {
+		s.leading = false
+	}
+	s.mu.Unlock()
+	return r.seq, r.err
+}
+
+// commit adds a group of dead letters in one transaction and tells each
+// of its Adds.
+func (s *BoltDeadLetters) commit(batch []*addReq) {
+	s.commits.Add(1)
+	err := s.update("add", func(b *bolt.Bucket, u *Usage) error {
+		for _, r := range batch {
+			r.seq, r.err = 0, nil // bbolt does not retry, but stay idempotent
+			if (s.opts.MaxCount > 0 && u.Count+1 > s.opts.MaxCount) || (s.opts.MaxBytes > 0 && u.Bytes+int64(len(r.v)) > s.opts.MaxBytes) {
+				if s.opts.WhenFull == DropWhenFull {
+					u.Dropped++
+					continue
+				}
+				r.err = s.errorf(ErrFull, "full at its cap of %d dead letters or %d bytes (holds %d, %d bytes)",
+					s.opts.MaxCount, s.opts.MaxBytes, u.Count, u.Bytes)
+				continue
+			}
+			seq, err := b.NextSequence()
+			if err != nil {
+				return err
+			}
+			if err := b.Put(seqKey(seq), r.v); err != nil {
+				return err
+			}
+			r.seq = seq
+			u.Count++
+			u.Bytes += int64(len(r.v))
+		}
+		return nil
+	})
+	for _, r := range batch {
+		if err != nil {
+			r.seq, r.err = 0, err
+		}
+		close(r.done)
+	}
 }
 
 // Get implements DeadLetterStore.
@@ -210,11 +412,14 @@ func (s *BoltDeadLetters) List(f Filter, limit int) ([]DeadLetter, error) {
 // Delete implements DeadLetterStore. It removes the record whether it
 // decodes or not.
 func (s *BoltDeadLetters) Delete(seq uint64) error {
-	return s.update(fmt.Sprintf("delete seq %d", seq), func(b *bolt.Bucket) error {
+	return s.update(fmt.Sprintf("delete seq %d", seq), func(b *bolt.Bucket, u *Usage) error {
 		k := seqKey(seq)
-		if b.Get(k) == nil {
+		v := b.Get(k)
+		if v == nil {
 			return s.errorf(ErrNotFound, "seq %d: not found", seq)
 		}
+		u.Count--
+		u.Bytes -= int64(len(v))
 		return b.Delete(k)
 	})
 }
@@ -225,7 +430,7 @@ func (s *BoltDeadLetters) Delete(seq uint64) error {
 func (s *BoltDeadLetters) Purge(f Filter) (int, error) {
 	var doomed [][]byte
 	var bad []error
-	err := s.update("purge", func(b *bolt.Bucket) error {
+	err := s.update("purge", func(b *bolt.Bucket, u *Usage) error {
 		doomed, bad = doomed[:0], bad[:0] // bbolt may not retry, but stay idempotent
 		c := b.Cursor()
 		for k, v := c.First(); k != nil; k, v = c.Next() {
@@ -240,6 +445,8 @@ func (s *BoltDeadLetters) Purge(f Filter) (int, error) {
 				}
 			}
 			doomed = append(doomed, bytes.Clone(k))
+			u.Count--
+			u.Bytes -= int64(len(v))
 		}
 		// Deleting while a cursor walks the bucket skips keys: delete after.
 		for _, k := range doomed {

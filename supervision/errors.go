@@ -28,7 +28,8 @@ var (
 	// ErrCorrupt: a stored dead letter does not decode. The error names
 	// the file and the sequence number.
 	ErrCorrupt = errors.New("supervision: corrupt dead letter")
-	// ErrFull: the Add of a MemoryDeadLetters at its capacity.
+	// ErrFull: the Add of a MemoryDeadLetters at its capacity, or of a
+	// BoltDeadLetters at its cap with FailWhenFull.
 	ErrFull = errors.New("supervision: dead-letter store full")
 	// ErrReadOnly: a write to a store opened with OpenDeadLettersReadOnly.
 	ErrReadOnly = errors.New("supervision: dead-letter store is read-only")

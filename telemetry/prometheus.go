@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"strconv"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -30,12 +31,40 @@ func NewPrometheus() (*sdkmetric.MeterProvider, http.Handler, error) {
 	return mp, promhttp.HandlerFor(reg, promhttp.HandlerOpts{}), nil
 }
 
-// ServeMetrics serves handler at /metrics on addr (DefaultMetricsAddr when
-// empty) until ctx ends; it returns once the listener is open, with the
-// address it listens on and a function that waits for the server to stop.
-func ServeMetrics(ctx context.Context, addr string, handler http.Handler) (string, func() error, error) {
+// MetricsListenAddr returns the address to listen on for addr as a user
+// wrote it: empty means DefaultMetricsAddr, a port alone (":9464" or
+// "9464") means loopback, 127.0.0.1:PORT, never every interface; a host
+// written out is kept as written. Loopback reports whether the result is
+// reachable from this machine only.
+func MetricsListenAddr(addr string) (listen string, loopback bool, err error) {
 	if addr == "" {
 		addr = DefaultMetricsAddr
+	}
+	if _, perr := strconv.Atoi(addr); perr == nil {
+		addr = ":" + addr
+	}
+	host, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		return "", false, fmt.Errorf("telemetry: metrics address %q: want HOST:PORT or :PORT", addr)
+	}
+	if host == "" {
+		host = "127.0.0.1"
+	}
+	loopback = host == "localhost"
+	if ip := net.ParseIP(host); ip != nil {
+		loopback = ip.IsLoopback()
+	}
+	return net.JoinHostPort(host, port), loopback, nil
+}
+
+// ServeMetrics serves handler at /metrics on addr (see MetricsListenAddr:
+// a port alone binds loopback) until ctx ends; it returns once the
+// listener is open, with the address it listens on and a function that
+// waits for the server to stop.
+func ServeMetrics(ctx context.Context, addr string, handler http.Handler) (string, func() error, error) {
+	addr, _, err := MetricsListenAddr(addr)
+	if err != nil {
+		return "", nil, err
 	}
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
@@ -43,7 +72,8 @@ func ServeMetrics(ctx context.Context, addr string, handler http.Handler) (strin
 	}
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", handler)
-	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second, ReadTimeout: 30 * time.Second,
+		WriteTimeout: time.Minute, IdleTimeout: 2 * time.Minute}
 	stopped := make(chan struct{})
 	var serveErr error
 	go func() { // owned: Serve returns when the server shuts down

@@ -48,3 +48,44 @@ func TestPrometheusEndpoint(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// A port alone binds loopback, as --ui does; a host written out is kept.
+func TestMetricsListenAddr(t *testing.T) {
+	for in, want := range map[string]struct {
+		listen   string
+		loopback bool
+	}{
+		"":             {"127.0.0.1:9464", true},
+		":9464":        {"127.0.0.1:9464", true},
+		"9464":         {"127.0.0.1:9464", true},
+		"localhost:1":  {"localhost:1", true},
+		"[::1]:9464":   {"[::1]:9464", true},
+		"0.0.0.0:9464": {"0.0.0.0:9464", false},
+		"10.1.2.3:80":  {"10.1.2.3:80", false},
+	} {
+		listen, loopback, err := telemetry.MetricsListenAddr(in)
+		if err != nil || listen != want.listen || loopback != want.loopback {
+			t.Errorf("MetricsListenAddr(%q) = %q, %v, %v; want %q, %v", in, listen, loopback, err, want.listen, want.loopback)
+		}
+	}
+	if _, _, err := telemetry.MetricsListenAddr("nonsense"); err == nil {
+		t.Error("MetricsListenAddr(nonsense) succeeded")
+	}
+	// ServeMetrics with a port alone listens on 127.0.0.1.
+	_, handler, err := telemetry.NewPrometheus()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, stop := context.WithCancel(context.Background())
+	addr, wait, err := telemetry.ServeMetrics(ctx, ":0", handler)
+	if err != nil {
+		t.Fatal(err)
+	}
+	stop()
+	if err := wait(); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.HasPrefix(addr, "127.0.0.1:") {
+		t.Fatalf("ServeMetrics(:0) listened on %s, want 127.0.0.1", addr)
+	}
+}

@@ -92,7 +92,7 @@ func runCmd(g *globals) *cobra.Command {
 	c.PersistentFlags().DurationVar(&progress, "progress", 500*time.Millisecond, "progress line interval (0: none)")
 	c.PersistentFlags().BoolVar(&trace, "trace", false, "export traces over OTLP (sampler from OTEL_TRACES_SAMPLER, default: every batch)")
 	c.PersistentFlags().StringVar(&traceEndpoint, "trace-endpoint", "127.0.0.1:4317", "OTLP gRPC endpoint for --trace (a local Jaeger)")
-	c.PersistentFlags().StringVar(&metricsAddr, "metrics", "", "serve Prometheus metrics at http://ADDR/metrics (e.g. "+telemetry.DefaultMetricsAddr+")")
+	c.PersistentFlags().StringVar(&metricsAddr, "metrics", "", "serve Prometheus metrics at http://ADDR/metrics (e.g. "+telemetry.DefaultMetricsAddr+"; a port alone binds 127.0.0.1, a host written out is used as written)")
 	c.PersistentFlags().StringVar(&uiAddr, "ui", "", "serve the live dashboard at http://ADDR/ while the sample runs (e.g. 127.0.0.1:8080; a port alone binds 127.0.0.1, a host written out is used as written)")
 	c.PersistentFlags().BoolVar(&uiWait, "ui-wait", false, "with --ui: after the job ends, keep serving its final state until interrupted (Ctrl-C)")
 	// The cluster word count starts node processes of its own: it is a
@@ -113,6 +113,10 @@ func runCmd(g *globals) *cobra.Command {
 				return err
 			}
 			defer mp.Shutdown(context.WithoutCancel(cmd.Context()))
+			_, loopback, err := telemetry.MetricsListenAddr(metricsAddr)
+			if err != nil {
+				return fmt.Errorf("--metrics: %w", err)
+			}
 			serveCtx, stop := context.WithCancel(cmd.Context())
 			addr, wait, err := telemetry.ServeMetrics(serveCtx, metricsAddr, handler)
 			if err != nil {
@@ -121,6 +125,9 @@ func runCmd(g *globals) *cobra.Command {
 			}
 			defer func() { stop(); _ = wait() }()
 			fmt.Fprintf(g.stderr, "metrics at http://%s/metrics\n", addr)
+			if !loopback {
+				fmt.Fprintf(g.stderr, "warning: --metrics %s is reachable beyond this machine, without authentication\n", metricsAddr)
+			}
 			tp.Meter = mp
 		}
 		var ui *dashboard.Dashboard

@@ -114,6 +114,9 @@ func dlListCmd(g *globals) *cobra.Command {
 			if err := tw.Flush(); err != nil {
 				return err
 			}
+			if u, err := s.Usage(); err == nil && u.Dropped > 0 {
+				fmt.Fprintf(g.stderr, "%d dead letters were dropped at the store's cap\n", u.Dropped)
+			}
 			return listErr // records that do not decode, named by seq
 		},
 	}

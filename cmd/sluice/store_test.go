@@ -183,3 +183,50 @@ func TestStoreInspectLocked(t *testing.T) {
 		t.Errorf("inspect of an open store = %v, want ErrLocked", err)
 	}
 }
+
+func TestStoreCheck(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "sluice.db")
+	sampleStore(t, path)
+	before := fileDigest(t, path)
+	out, _, err := execute(t, "store", "check", path)
+	if err != nil || !strings.Contains(out, "sluice.db: ok (") {
+		t.Fatalf("store check = %q, %v", out, err)
+	}
+	if fileDigest(t, path) != before {
+		t.Error("check changed the file")
+	}
+	// Garble the key sizes of a leaf page of the journal.
+	data, _ := os.ReadFile(path)
+	const pageSize = 4096
+	damaged := false
+	for off := 2 * pageSize; off+pageSize <= len(data) && !damaged; off += pageSize {
+		page := data[off : off+pageSize]
+		if page[8] != 0x02 || page[9] != 0 || page[10] == 0 { // a leaf with elements
+			continue
+		}
+		for i := range int(page[10]) {
+			copy(page[16+16*i+8:], []byte{0xf0, 0xff, 0xff, 0xff})
+		}
+		damaged = true
+	}
+	if !damaged {
+		t.Fatal("no leaf page to damage")
+	}
+	if err := os.WriteFile(path, data, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	before = fileDigest(t, path)
+	_, _, err = execute(t, "store", "check", path)
+	if !errors.Is(err, store.ErrCorrupt) {
+		t.Fatalf("store check of a damaged file = %v, want ErrCorrupt", err)
+	}
+	t.Logf("store check: %v", err)
+	if fileDigest(t, path) != before {
+		t.Error("check changed the file")
+	}
+	empty := filepath.Join(t.TempDir(), "empty.db")
+	os.WriteFile(empty, nil, 0o600)
+	if _, _, err := execute(t, "store", "check", empty); err == nil {
+		t.Fatal("store check of an empty file passed")
+	}
+}

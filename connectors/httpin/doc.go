@@ -35,6 +35,13 @@
 //   - 400 Bad Request: a line that does not decode; the message names the
 //     line ("line 3: ..."), and none of the request's records was taken.
 //   - 405 Method Not Allowed: anything but POST.
+//   - 403 Forbidden: a cross-site request from a browser: an Origin header
+//     not in AllowedOrigins, or Sec-Fetch-Site: cross-site.
+//   - 401 Unauthorized: Token is set and the request has no
+//     "Authorization: Bearer <Token>".
+//   - 415 Unsupported Media Type: a Content-Type other than
+//     application/json or application/x-ndjson (a web page can send
+//     text/plain across sites without asking; it cannot send these).
 //
 // A request is all or nothing, so a client can retry a refused request
 // whole. Stats counts every request once, by outcome, and records the
@@ -43,7 +50,20 @@
 // # Bounds
 //
 // Memory is bounded by Capacity accepted records waiting for the topology,
-// plus at most MaxConcurrent requests of MaxBodyBytes being read. Behind the
+// plus the bodies being read (MaxBodyBytes each) and at most MaxConcurrent
+// requests being decoded. A body is read before the request takes one of
+// the MaxConcurrent slots, so slow clients hold connections (until the
+// server's ReadTimeout of a minute), not slots; behind your own server,
+// bound connections there (Handler).
+//
+// # Browsers
+//
+// Browsers attach an Origin header to cross-site POSTs, and Sec-Fetch-Site;
+// the ingress refuses both unless the origin is in AllowedOrigins, and it
+// accepts only JSON content types, which a page on another site cannot send
+// without the browser asking first (CORS preflight, which the ingress does
+// not answer). Clients that are not browsers (curl, services) send neither
+// header. Set Token to require a bearer token from every client. Behind the
 // buffer, the topology's own mailboxes are bounded and apply back-pressure:
 // when the sinks are slow, the source stops reading the buffer, the buffer
 // fills, and the ingress answers 429.

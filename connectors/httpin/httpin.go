@@ -4,13 +4,16 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"crypto/subtle"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
+	"mime"
 	"net"
 	"net/http"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -57,11 +60,22 @@ type Config[T any] struct {
 	RetryAfter time.Duration
 	// Decode turns one line into a record. Default: encoding/json into a T.
 	Decode func(line []byte) (T, error)
+	// AllowedOrigins lists the origins ("https://app.example.com") whose
+	// browser pages may POST here. A request with an Origin header not in
+	// it, or marked Sec-Fetch-Site: cross-site by the browser (and no
+	// allowed Origin), gets 403: a web page on another site cannot feed
+	// the topology through a user's browser. Clients that are not
+	// browsers send neither header and are not affected. Default: none.
+	AllowedOrigins []string
+	// Token, if set, is required as "Authorization: Bearer <Token>";
+	// without it a request gets 401. Compared in constant time.
+	Token string
 }
 
 // Stats count what the ingress did with its requests. Every request is
 // counted once in Requests and once in exactly one of Accepted, Refused,
-// Unavailable, TooLarge and BadRequest.
+// Unavailable, TooLarge, BadRequest, Forbidden, Unauthorized and
+// UnsupportedType.
 type Stats struct {
 	Requests        int64
 	Accepted        int64 // 202: every record of the request entered the topology
@@ -70,6 +84,9 @@ type Stats struct {
 	Unavailable     int64 // 503: too many requests at once, or the stream has ended
 	TooLarge        int64 // 413: body or record count over its bound
 	BadRequest      int64 // 400 (a line that does not decode) or 405 (not a POST)
+	Forbidden       int64 // 403: a cross-site request (Origin not allowed, Sec-Fetch-Site: cross-site)
+	Unauthorized    int64 // 401: Token is set and the request lacks it
+	UnsupportedType int64 // 415: a Content-Type other than JSON or NDJSON
 	Queued          int   // records waiting for the topology now
 	QueueHighWater  int   // the most records that ever waited
 }
@@ -95,7 +112,9 @@ type Ingress[T any] struct {
 	closed  bool
 
 	requests, accepted, acceptedRecs, refused, unavailable, tooLarge, bad atomic.Int64
+	forbidden, unauthorized, unsupported                                  atomic.Int64
 	highWater                                                             atomic.Int64
+	origins                                                               map[string]bool
 }
 
 // New returns an ingress for cfg, not yet listening.
@@ -137,6 +156,10 @@ func New[T any](cfg Config[T]) (*Ingress[T], error) {
 	g := &Ingress[T]{cfg: cfg, in: operators.NewIngress[T](cfg.Capacity),
 		sem: make(chan struct{}, cfg.MaxConcurrent), send: make(chan struct{}, 1), space: make(chan struct{})}
 	g.conn = &connector[T]{Ingress: g.in, g: g}
+	g.origins = map[string]bool{}
+	for _, o := range cfg.AllowedOrigins {
+		g.origins[strings.TrimSuffix(o, "/")] = true
+	}
 	return g, nil
 }
 
@@ -232,7 +255,8 @@ func (g *Ingress[T]) Close(ctx context.Context) error {
 func (g *Ingress[T]) Stats() Stats {
 	return Stats{Requests: g.requests.Load(), Accepted: g.accepted.Load(), AcceptedRecords: g.acceptedRecs.Load(),
 		Refused: g.refused.Load(), Unavailable: g.unavailable.Load(), TooLarge: g.tooLarge.Load(),
-		BadRequest: g.bad.Load(), Queued: g.in.Len(), QueueHighWater: int(g.highWater.Load())}
+		BadRequest: g.bad.Load(), Forbidden: g.forbidden.Load(), Unauthorized: g.unauthorized.Load(),
+		UnsupportedType: g.unsupported.Load(), Queued: g.in.Len(), QueueHighWater: int(g.highWater.Load())}
 }
 
 func (g *Ingress[T]) retryAfter(w http.ResponseWriter) {
@@ -256,6 +280,44 @@ func (g *Ingress[T]) serve(w http.ResponseWriter, r *http.Request) {
 		reply(w, http.StatusMethodNotAllowed, "POST JSON lines, one record a line")
 		return
 	}
+	if msg := g.crossSite(r); msg != "" {
+		g.forbidden.Add(1)
+		reply(w, http.StatusForbidden, msg)
+		return
+	}
+	if g.cfg.Token != "" {
+		got, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+		if !ok || subtle.ConstantTimeCompare([]byte(got), []byte(g.cfg.Token)) != 1 {
+			g.unauthorized.Add(1)
+			w.Header().Set("WWW-Authenticate", `Bearer realm="sluice ingress"`)
+			reply(w, http.StatusUnauthorized, "a bearer token is required")
+			return
+		}
+	}
+	if mt, _, err := mime.ParseMediaType(r.Header.Get("Content-Type")); err != nil || mt != "application/json" && mt != "application/x-ndjson" {
+		g.unsupported.Add(1)
+		reply(w, http.StatusUnsupportedMediaType, fmt.Sprintf("Content-Type %q: send application/json or application/x-ndjson", r.Header.Get("Content-Type")))
+		return
+	}
+	if r.ContentLength > g.cfg.MaxBodyBytes {
+		g.tooLarge.Add(1)
+		reply(w, http.StatusRequestEntityTooLarge, fmt.Sprintf("body of %d bytes, more than %d", r.ContentLength, g.cfg.MaxBodyBytes))
+		return
+	}
+	// Read the bounded body first: a slow client holds its connection (up
+	// to the server's ReadTimeout), not one of the MaxConcurrent slots.
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, g.cfg.MaxBodyBytes))
+	if err != nil {
+		var mbe *http.MaxBytesError
+		if errors.As(err, &mbe) {
+			g.tooLarge.Add(1)
+			reply(w, http.StatusRequestEntityTooLarge, fmt.Sprintf("body over %d bytes", mbe.Limit))
+			return
+		}
+		g.bad.Add(1)
+		reply(w, http.StatusBadRequest, fmt.Sprintf("read the body: %v", err))
+		return
+	}
 	select {
 	case g.sem <- struct{}{}:
 		defer func() { <-g.sem }()
@@ -265,12 +327,7 @@ func (g *Ingress[T]) serve(w http.ResponseWriter, r *http.Request) {
 		reply(w, http.StatusServiceUnavailable, fmt.Sprintf("more than %d requests at once", g.cfg.MaxConcurrent))
 		return
 	}
-	if r.ContentLength > g.cfg.MaxBodyBytes {
-		g.tooLarge.Add(1)
-		reply(w, http.StatusRequestEntityTooLarge, fmt.Sprintf("body of %d bytes, more than %d", r.ContentLength, g.cfg.MaxBodyBytes))
-		return
-	}
-	recs, code, msg := g.decode(http.MaxBytesReader(w, r.Body, g.cfg.MaxBodyBytes))
+	recs, code, msg := g.decode(bytes.NewReader(body))
 	if code != 0 {
 		if code == http.StatusRequestEntityTooLarge {
 			g.tooLarge.Add(1)
@@ -295,6 +352,22 @@ func (g *Ingress[T]) serve(w http.ResponseWriter, r *http.Request) {
 		g.retryAfter(w)
 		reply(w, http.StatusTooManyRequests, fmt.Sprintf("the topology cannot take %d records now (%d of %d waiting)", len(recs), g.in.Len(), g.cfg.Capacity))
 	}
+}
+
+// crossSite returns why r is refused as a cross-site request from a
+// browser, or "".
+func (g *Ingress[T]) crossSite(r *http.Request) string {
+	origin := r.Header.Get("Origin")
+	if origin != "" {
+		if !g.origins[strings.TrimSuffix(origin, "/")] {
+			return fmt.Sprintf("origin %q is not allowed (AllowedOrigins)", origin)
+		}
+		return ""
+	}
+	if r.Header.Get("Sec-Fetch-Site") == "cross-site" {
+		return "a cross-site request (Sec-Fetch-Site: cross-site)"
+	}
+	return ""
 }
 
 // decode reads the body's lines into records; on failure it returns the

@@ -366,6 +366,7 @@ func TestCloseEndsStream(t *testing.T) {
 	}
 	rec := &recorder{h: http.Header{}}
 	req, _ := http.NewRequest(http.MethodPost, "/", strings.NewReader(lines("a")))
+	req.Header.Set("Content-Type", "application/x-ndjson")
 	g.Handler().ServeHTTP(rec, req)
 	if rec.code != http.StatusServiceUnavailable {
 		t.Fatalf("after Close: %d", rec.code)
@@ -391,3 +392,114 @@ type recorder struct {
 func (r *recorder) Header() http.Header         { return r.h }
 func (r *recorder) Write(b []byte) (int, error) { return len(b), nil }
 func (r *recorder) WriteHeader(code int)        { r.code = code }
+
+// do sends a POST with the given headers and returns the status.
+func do(t *testing.T, c *http.Client, url string, header map[string]string) int {
+	t.Helper()
+	req, err := http.NewRequest(http.MethodPost, url, strings.NewReader(lines("x")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for k, v := range header {
+		req.Header.Set(k, v)
+	}
+	resp, err := c.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	return resp.StatusCode
+}
+
+// TestCrossSiteRefused: a cross-site POST with Content-Type text/plain
+// (what any web page can send without a preflight) got 202 and its
+// records entered the topology; now it gets 403, and a wrong content type
+// 415, and nothing enters.
+func TestCrossSiteRefused(t *testing.T) {
+	g := start(t, httpin.Config[event]{AllowedOrigins: []string{"https://app.example.com"}})
+	c := client(t)
+	for _, tc := range []struct {
+		name   string
+		header map[string]string
+		want   int
+	}{
+		{"cross-site text/plain", map[string]string{"Origin": "https://evil.example", "Sec-Fetch-Site": "cross-site", "Content-Type": "text/plain"}, http.StatusForbidden},
+		{"foreign origin, JSON", map[string]string{"Origin": "https://evil.example", "Content-Type": "application/json"}, http.StatusForbidden},
+		{"null origin", map[string]string{"Origin": "null", "Content-Type": "application/json"}, http.StatusForbidden},
+		{"Sec-Fetch-Site cross-site", map[string]string{"Sec-Fetch-Site": "cross-site", "Content-Type": "application/json"}, http.StatusForbidden},
+		{"text/plain", map[string]string{"Content-Type": "text/plain"}, http.StatusUnsupportedMediaType},
+		{"form", map[string]string{"Content-Type": "application/x-www-form-urlencoded"}, http.StatusUnsupportedMediaType},
+		{"no content type", map[string]string{}, http.StatusUnsupportedMediaType},
+	} {
+		if got := do(t, c, g.URL(), tc.header); got != tc.want {
+			t.Errorf("%s: %d, want %d", tc.name, got, tc.want)
+		}
+	}
+	if st := g.Stats(); st.Queued != 0 || st.Forbidden != 4 || st.UnsupportedType != 3 || st.Requests != 7 {
+		t.Fatalf("stats %+v: want nothing queued, 4 forbidden, 3 unsupported", st)
+	}
+	for _, h := range []map[string]string{
+		{"Origin": "https://app.example.com", "Sec-Fetch-Site": "cross-site", "Content-Type": "application/json"},
+		{"Content-Type": "application/x-ndjson; charset=utf-8", "Sec-Fetch-Site": "same-site"},
+		{"Content-Type": "application/json"},
+	} {
+		if got := do(t, c, g.URL(), h); got != http.StatusAccepted {
+			t.Errorf("%v: %d, want 202", h, got)
+		}
+	}
+}
+
+func TestBearerToken(t *testing.T) {
+	g := start(t, httpin.Config[event]{Token: "s3cret"})
+	c := client(t)
+	ct := "application/x-ndjson"
+	if got := do(t, c, g.URL(), map[string]string{"Content-Type": ct}); got != http.StatusUnauthorized {
+		t.Fatalf("no token: %d, want 401", got)
+	}
+	if got := do(t, c, g.URL(), map[string]string{"Content-Type": ct, "Authorization": "Bearer wrong"}); got != http.StatusUnauthorized {
+		t.Fatalf("wrong token: %d, want 401", got)
+	}
+	if got := do(t, c, g.URL(), map[string]string{"Content-Type": ct, "Authorization": "Bearer s3cret"}); got != http.StatusAccepted {
+		t.Fatalf("right token: %d, want 202", got)
+	}
+	if st := g.Stats(); st.Unauthorized != 2 || st.Accepted != 1 {
+		t.Fatalf("stats %+v", st)
+	}
+}
+
+// TestSlowBodyHoldsNoSlot: with MaxConcurrent 1, a client that has sent
+// its headers and is still sending its body does not make another
+// client's request get 503.
+func TestSlowBodyHoldsNoSlot(t *testing.T) {
+	g := start(t, httpin.Config[event]{MaxConcurrent: 1})
+	c := client(t)
+	pr, pw := io.Pipe()
+	slow := make(chan int, 1)
+	go func() {
+		req, _ := http.NewRequest(http.MethodPost, g.URL(), pr)
+		req.Header.Set("Content-Type", "application/x-ndjson")
+		resp, err := c.Do(req)
+		if err != nil {
+			slow <- 0
+			return
+		}
+		resp.Body.Close()
+		slow <- resp.StatusCode
+	}()
+	if _, err := pw.Write([]byte(lines("slow-1"))); err != nil { // the slow request has arrived
+		t.Fatal(err)
+	}
+	poll := time.NewTicker(time.Millisecond)
+	defer poll.Stop()
+	for g.Stats().Requests < 1 {
+		<-poll.C
+	}
+	if got := do(t, c, g.URL(), map[string]string{"Content-Type": "application/json"}); got != http.StatusAccepted {
+		t.Fatalf("a request beside a slow body: %d, want 202", got)
+	}
+	pw.Close()
+	if code := <-slow; code != http.StatusAccepted {
+		t.Fatalf("the slow request: %d", code)
+	}
+}

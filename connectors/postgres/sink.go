@@ -272,10 +272,9 @@ const stateVersion = 1
 
 func decodeState[T any](b []byte) (state[T], error) {
 	var st state[T]
-	if err := msgpacksafe.Check(b); err != nil {
-		return st, err
-	}
-	if err := msgpack.Unmarshal(b, &st); err != nil {
+	// Staged records may hold maps, which decode to several times their
+	// encoded size: a larger factor than the default, still bounded.
+	if err := msgpacksafe.Decode(b, &st, msgpacksafe.Limits{Source: "sink state", Factor: 32}); err != nil {
 		return st, err
 	}
 	if st.Version != stateVersion {

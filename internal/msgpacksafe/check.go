@@ -1,8 +1,27 @@
-// Package msgpacksafe checks msgpack data before it is decoded: msgpack v5.4
-// allocates a slice as long as an array header says before reading its
-// elements (vmihailenco/msgpack#401), so a damaged or hostile input of a few
-// bytes could make it allocate gigabytes. Every decoder of data from disk or
-// the network runs Check first.
+// Package msgpacksafe is the one decode path for msgpack bytes that come
+// from the network or a file. Decode checks the input along the
+// destination type before msgpack sees it, then decodes and recovers any
+// panic:
+//
+//	var o Order
+//	err := msgpacksafe.Decode(data, &o, msgpacksafe.Limits{Source: "peer n2"})
+//	// err is nil, or an *Error that names the type, the source, the
+//	// field path and byte offset, and wraps ErrMalformed, ErrTooLarge or
+//	// ErrPanic.
+//
+// What it refuses before decoding: lengths the data cannot hold (msgpack
+// v5.4 allocates a slice as long as an array header says,
+// vmihailenco/msgpack#401); nesting deeper than MaxDepth; a nil where the
+// type cannot take one (msgpack v5.4.1 panics on a nil time.Time); and a
+// decoded size over the budget: slice counts times the destination
+// element's size, map tables, pointer targets and strings, estimated as
+// msgpack allocates them, together may be at most Limits.Factor (6) times
+// the input plus Limits.Slack (1 MiB), so a 1 MiB array of one-byte
+// elements meant for a slice of 300-byte structs is refused instead of
+// allocating 600 MB. Bytes after the value are refused too.
+//
+// Check is the older, type-blind structural check (lengths and nesting
+// only); new code calls Decode.
 package msgpacksafe
 
 import "fmt"

@@ -13,6 +13,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"math"
 	"os"
 	"runtime/debug"
 	"syscall"
@@ -45,10 +46,37 @@ type File struct {
 	Path string
 }
 
-// Open opens or creates the store at path (mode 0600). An existing file is
-// first checked read-only, so that a foreign, newer or corrupt file is
-// refused without a single byte written to it.
-func Open(path string) (f *File, err error) {
+// DefaultCheckUpTo is the largest file whose B+tree Open checks in full
+// (Options.CheckUpTo): 64 MiB, a fraction of a second to read.
+const DefaultCheckUpTo = 64 << 20
+
+// Options tune OpenWith.
+type Options struct {
+	// CheckUpTo: an existing file up to this many bytes gets a full
+	// consistency check before it is opened for writing (every bucket
+	// and key read, then bbolt's tx.Check: page references, the freelist,
+	// key order); a damaged page is refused with ErrCorrupt instead of
+	// panicking the first reader. 0: DefaultCheckUpTo; negative: never.
+	// Larger files can be checked on demand with Check (sluice store
+	// check FILE).
+	CheckUpTo int64
+	// Existing: the caller expects a store there (it has written one
+	// before, say a restore from a checkpoint): a missing or empty (0
+	// bytes) file is refused with ErrCorrupt instead of initialised as a
+	// new store.
+	Existing bool
+}
+
+// Open opens or creates the store at path (mode 0600) with the default
+// Options: an existing file is first checked read-only, so that a foreign,
+// newer or corrupt file is refused without a single byte written to it,
+// and up to DefaultCheckUpTo its B+tree is checked in full. A missing or
+// empty file becomes a new store; use OpenWith with Options.Existing where
+// one is expected.
+func Open(path string) (*File, error) { return OpenWith(path, Options{}) }
+
+// OpenWith is Open with options.
+func OpenWith(path string, o Options) (f *File, err error) {
 	// bbolt reads the file through a memory map: a page beyond the end of a
 	// damaged file faults, which would kill the process. Make such a fault a
 	// panic on this goroutine, and the panic an error.
@@ -63,9 +91,13 @@ func Open(path string) (f *File, err error) {
 	case statErr == nil && st.IsDir():
 		return nil, fmt.Errorf("store %s: is a directory", path)
 	case statErr == nil && st.Size() > 0:
-		if err := check(path, st.Size()); err != nil {
+		if err := check(path, st.Size(), o.checkUpTo()); err != nil {
 			return nil, err
 		}
+	case statErr == nil && o.Existing:
+		return nil, fmt.Errorf("store %s: %w: empty file (0 bytes) where a store is expected", path, ErrCorrupt)
+	case errors.Is(statErr, os.ErrNotExist) && o.Existing:
+		return nil, fmt.Errorf("store %s: %w: missing where a store is expected", path, ErrCorrupt)
 	case statErr != nil && !errors.Is(statErr, os.ErrNotExist):
 		return nil, fmt.Errorf("store %s: %w", path, statErr)
 	}
@@ -95,17 +127,29 @@ func Open(path string) (f *File, err error) {
 	return &File{DB: db, Path: path}, nil
 }
 
+func (o Options) checkUpTo() int64 {
+	if o.CheckUpTo == 0 {
+		return DefaultCheckUpTo
+	}
+	return o.CheckUpTo
+}
+
 // check opens an existing file of size bytes read-only and verifies its
-// marker.
-func check(path string, size int64) error {
+// marker, and its B+tree when size is at most upTo.
+func check(path string, size, upTo int64) error {
 	db, err := bolt.Open(path, 0o600, &bolt.Options{ReadOnly: true, Timeout: time.Second})
 	if err != nil {
 		return describe(path, err)
 	}
 	defer db.Close()
 	return db.View(func(tx *bolt.Tx) error {
-		_, err := verify(tx, path, size, true)
-		return err
+		if _, err := verify(tx, path, size, true); err != nil {
+			return err
+		}
+		if upTo >= 0 && size <= upTo {
+			return consistent(tx, path)
+		}
+		return nil
 	})
 }
 
@@ -141,9 +185,16 @@ func verify(tx *bolt.Tx, path string, size int64, fresh bool) (version int, err 
 
 // OpenReadOnly opens an existing store for reading only, for inspection
 // (sluice store inspect, sluice deadletters list): nothing is ever written
-// to the file, and a foreign, newer, damaged or missing file is refused with
-// the same errors as Open. It returns the file's format version.
+// to the file, and a foreign, newer, damaged, empty or missing file is
+// refused with the same errors as Open (its B+tree is checked up to
+// DefaultCheckUpTo). It returns the file's format version.
 func OpenReadOnly(path string) (f *File, version int, err error) {
+	return openReadOnly(path, DefaultCheckUpTo)
+}
+
+// openReadOnly is OpenReadOnly, checking the B+tree of files up to upTo
+// bytes.
+func openReadOnly(path string, upTo int64) (f *File, version int, err error) {
 	defer debug.SetPanicOnFault(debug.SetPanicOnFault(true))
 	var db *bolt.DB
 	defer func() {
@@ -168,8 +219,13 @@ func OpenReadOnly(path string) (f *File, version int, err error) {
 		return nil, 0, describe(path, err)
 	}
 	err = db.View(func(tx *bolt.Tx) error {
-		version, err = verify(tx, path, st.Size(), false)
-		return err
+		if version, err = verify(tx, path, st.Size(), false); err != nil {
+			return err
+		}
+		if st.Size() <= upTo {
+			return consistent(tx, path)
+		}
+		return nil
 	})
 	if err != nil {
 		db.Close()
@@ -196,3 +252,88 @@ func describe(path string, err error) error {
 
 // Close closes the file.
 func (f *File) Close() error { return f.DB.Close() }
+
+// Check checks the store at path in full, whatever its size, read-only:
+// its marker and version, then every bucket and key read (a damaged page
+// panics or faults bbolt, made an error here), then bbolt's consistency
+// check (tx.Check: page references, the freelist, key order). A damaged
+// file is an error wrapping ErrCorrupt that lists what was found.
+func Check(path string) error {
+	f, _, err := openReadOnly(path, math.MaxInt64)
+	if err != nil {
+		return err
+	}
+	return f.Close()
+}
+
+// maxReported bounds the problems a consistency check lists.
+const maxReported = 10
+
+// consistent reads every bucket and key of tx, then runs bbolt's tx.Check.
+// The reading comes first and runs on the caller's goroutine, which has
+// debug.SetPanicOnFault set and recovers: a page reference beyond the file
+// or a garbled element panics there instead of in tx.Check's goroutine,
+// where a fault could not be recovered.
+func consistent(tx *bolt.Tx, path string) error {
+	if err := walk(tx); err != nil {
+		return fmt.Errorf("store %s: %w: %w", path, ErrCorrupt, err)
+	}
+	var found []error
+	n := 0
+	for err := range tx.Check() {
+		if n++; n <= maxReported {
+			found = append(found, err)
+		}
+	}
+	if n == 0 {
+		return nil
+	}
+	if n > maxReported {
+		found = append(found, fmt.Errorf("and %d more", n-maxReported))
+	}
+	return fmt.Errorf("store %s: %w: consistency check: %w", path, ErrCorrupt, errors.Join(found...))
+}
+
+// walk reads every key and value of every bucket, nested ones included,
+// touching their first and last bytes.
+func walk(tx *bolt.Tx) (err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			err = fmt.Errorf("reading the B+tree: %v", r)
+		}
+	}()
+	var sum byte
+	touch := func(b []byte) {
+		if len(b) > 0 {
+			sum ^= b[0] ^ b[len(b)-1]
+		}
+	}
+	var visit func(b *bolt.Bucket, path string, depth int) error
+	visit = func(b *bolt.Bucket, path string, depth int) error {
+		if depth > 64 {
+			return fmt.Errorf("bucket %s: nested deeper than 64", path)
+		}
+		c := b.Cursor()
+		for k, v := c.First(); k != nil; k, v = c.Next() {
+			touch(k)
+			touch(v)
+			if v != nil {
+				continue
+			}
+			child := b.Bucket(k)
+			if child == nil {
+				return fmt.Errorf("bucket %s: key %q holds neither a value nor a bucket", path, k)
+			}
+			if err := visit(child, path+"/"+string(k), depth+1); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	err = tx.ForEach(func(name []byte, b *bolt.Bucket) error {
+		touch(name)
+		return visit(b, string(name), 0)
+	})
+	_ = sum
+	return err
+}
