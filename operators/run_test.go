@@ -15,6 +15,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/sluicehq/sluice/actors"
+	"github.com/sluicehq/sluice/internal/engine"
 	"github.com/sluicehq/sluice/operators"
 )
 
@@ -402,7 +403,7 @@ func TestAbortWithCause(t *testing.T) {
 	sys, ctx := newSystem(t)
 	_, run, _ := runEndless(t, sys, ctx, "abort-cause")
 	cause := errors.New("fenced by a newer coordinator")
-	operators.Abort(run, cause)
+	engine.Abort(run, cause)
 	err := run.Wait(ctx)
 	if !errors.Is(err, operators.ErrAborted) || !errors.Is(err, cause) {
 		t.Fatalf("Wait() after Abort = %v, want ErrAborted and the cause", err)

@@ -1,4 +1,4 @@
-package operators
+package engine
 
 import (
 	"fmt"
@@ -155,7 +155,7 @@ func (s *flatMapStage[In, Out]) guardedFrom(b *batch[In], i int) (next int) {
 	return i
 }
 
-func (s *keyedStage[K, T, A]) guardedFrom(b *batch[T], i int) (next int) {
+func (s *keyedStage[K, T, A, O]) guardedFrom(b *batch[T], i int) (next int) {
 	h := s.sc.failures
 	defer func() { afterPanic(h, recover(), b.vs, i, &next) }()
 	for ; i < len(b.vs); i++ {

@@ -1,4 +1,4 @@
-package operators
+package engine
 
 import (
 	"context"
@@ -17,6 +17,7 @@ import (
 	"go.opentelemetry.io/otel/attribute"
 
 	"github.com/sluicehq/sluice/actors"
+	"github.com/sluicehq/sluice/internal/wire"
 	"github.com/sluicehq/sluice/mailbox"
 	"github.com/sluicehq/sluice/persistence"
 	"github.com/sluicehq/sluice/supervision"
@@ -26,8 +27,9 @@ import (
 // ErrAborted is the outcome of a job that was stopped before it finished.
 var ErrAborted = errors.New("operators: job stopped before it finished")
 
-// Messages between the job actor and its instances. The ones that are not
-// records are control messages: they never count against mailbox capacity.
+// Messages of the job actor and its instances within this process (the
+// protocol between them is package wire). The ones that are not records are
+// control messages: they never count against mailbox capacity.
 type (
 	startMsg struct{}
 	tickMsg  struct{ waiter bool }
@@ -36,60 +38,14 @@ type (
 		id uint64
 		f  func()
 	}
-	drainMsg struct{}
 	abortMsg struct{ cause error }
-	finished struct {
-		task, instance, gen int
-		stats               *WireInstanceStats // from another process: the instance's final counters
-	}
-	failed struct {
-		child  *actor.PID
-		reason any
-		remote bool // from another process: gen says which generation
-		gen    int
-	}
-	// credit returns n records of capacity to the sender's output out.
-	credit struct{ out, n int }
-	// barrierMsg announces checkpoint id to every instance. A running
-	// source starts it (see sourceBarrier); an instance that has finished
-	// its input answers it with its final state (see finalBarrier); any
-	// other instance aligns the barrier arriving on its inputs, or answers
-	// as a finished instance if its input ends first. That is how
-	// checkpoints go on while some sources have finished and others run
-	// (as Flink's FLIP-147), and how the final checkpoint reaches every
-	// instance.
-	barrierMsg struct{ id uint64 }
-	// cpAck: an instance recorded its state for checkpoint id.
-	cpAck struct {
-		gen      int
-		id       uint64
-		instance int
-		states   map[string][]byte
-		offsets  map[string]int64
-	}
-	// cpCommitted: checkpoint id completed; sinks commit, sources
-	// acknowledge, and a finished instance whose final state it covers
-	// closes its sinks and reports finished a second time.
-	cpCommitted struct {
-		gen int
-		id  uint64
-	}
 	cpTick struct{} // the checkpoint interval elapsed
-	// sourceDone was sent by a source at its end, to stop checkpoints; a
-	// finished source now answers barriers instead. It is only decoded from
-	// the wire (an older process may send it) and ignored.
-	sourceDone struct{ gen int }
 	restartMsg struct{ gen int } // the restart backoff elapsed
 )
-
-func (*barrierMsg) IsControl() bool { return true }
 
 func (*tickMsg) IsControl() bool     { return true }
 func (*timerMsg) IsControl() bool    { return true }
 func (*cpTick) IsControl() bool      { return true }
-func (*drainMsg) IsControl() bool    { return true }
-func (*credit) IsControl() bool      { return true }
-func (*cpCommitted) IsControl() bool { return true }
 func (*startMsg) IsControl() bool    { return true }
 
 // outputSpec is one output edge of an instance: how records are partitioned
@@ -113,14 +69,14 @@ type outChan struct {
 	seq      uint64
 	codec    mailbox.Codec // the receiver's, when it is in another process
 	wseq     uint64        // messages sent to another process on this channel
-	granted  int64         // credits granted by a receiver in another process, in total
+	granted  int64         // records the receiver granted room for, in total (wire.Credit)
 }
 
 // inChan identifies the sender behind one input channel, to return credits.
 type inChan struct {
 	sender   *actor.PID
 	out      int   // the sender's output channel index
-	consumed int64 // a sender in another process: records handled, in total
+	consumed int64 // records handled, in total: the credit granted back (wire.Credit)
 }
 
 type flusher interface{ flush() }
@@ -344,32 +300,23 @@ type alignment struct {
 
 func (in *instance) Receive(c actor.Context) {
 	in.c = c
-	msg := c.Message()
-	if in.exec.dist != nil {
-		switch m := msg.(type) {
-		case *WireCredit:
-			msg = in.remoteCredit(m)
-		default:
-			msg = fromWire(msg)
-		}
-	}
-	switch m := msg.(type) {
+	switch m := c.Message().(type) {
 	case *actors.Envelope:
 		in.stash = append(in.stash, m)
 		in.drain()
-	case *barrierMsg:
+	case *wire.Barrier:
 		switch {
-		case m.id <= in.answered: // it came through the inputs first
+		case m.ID <= in.answered: // it came through the inputs first
 		case in.done:
-			in.finalBarrier(m.id)
+			in.finalBarrier(m.ID)
 		case in.src != nil:
-			in.sourceBarrier(m.id)
+			in.sourceBarrier(m.ID)
 		default: // the barrier follows on the inputs, or they end first
-			in.want = max(in.want, m.id)
+			in.want = max(in.want, m.ID)
 		}
-	case *cpCommitted:
+	case *wire.Committed:
 		in.committed(m)
-	case *credit:
+	case *wire.Credit:
 		in.onCredit(m)
 	case *tickMsg:
 		if m.waiter {
@@ -385,7 +332,7 @@ func (in *instance) Receive(c actor.Context) {
 		}
 	case *startMsg:
 		in.start()
-	case *drainMsg:
+	case *wire.Drain:
 		if in.src != nil && !in.done {
 			in.draining = true
 			in.scheduleTick()
@@ -441,7 +388,7 @@ func (in *instance) maybeAligned() {
 	for _, oc := range in.outs {
 		in.enqueue(oc, &actors.Envelope{Kind: actors.Barrier, Mark: int64(id)})
 	}
-	in.tell(in.exec.jobPID, &cpAck{gen: in.gen, id: id, instance: in.num, states: states})
+	in.tell(in.exec.jobPID, &wire.Ack{Gen: in.gen, ID: id, Instance: in.num, States: states})
 	in.stash = append(held, in.stash...)
 }
 
@@ -456,8 +403,8 @@ func (in *instance) sourceBarrier(id uint64) {
 	}
 	off := in.src.offset()
 	in.pendingAcks = append(in.pendingAcks, pendingAck{id, off})
-	in.tell(in.exec.jobPID, &cpAck{gen: in.gen, id: id, instance: in.num, states: states,
-		offsets: map[string]int64{in.srcKey: off}})
+	in.tell(in.exec.jobPID, &wire.Ack{Gen: in.gen, ID: id, Instance: in.num, States: states,
+		Offsets: map[string]int64{in.srcKey: off}})
 }
 
 // finalBarrier answers checkpoint id in an instance that has finished its
@@ -485,7 +432,7 @@ func (in *instance) finalBarrier(id uint64) {
 		offsets[in.finKey] = 1
 	}
 	in.finalAt = id
-	in.tell(in.exec.jobPID, &cpAck{gen: in.gen, id: id, instance: in.num, states: states, offsets: offsets})
+	in.tell(in.exec.jobPID, &wire.Ack{Gen: in.gen, ID: id, Instance: in.num, States: states, Offsets: offsets})
 }
 
 type pendingAck struct {
@@ -497,18 +444,18 @@ type pendingAck struct {
 // commit, and the source acknowledges what the checkpoint covers. A
 // finished instance whose final state the checkpoint covers then closes its
 // sinks, which have nothing left to commit, and tells the job.
-func (in *instance) committed(m *cpCommitted) {
-	if m.gen != in.gen {
+func (in *instance) committed(m *wire.Committed) {
+	if m.Gen != in.gen {
 		return
 	}
 	for _, s := range in.sinks {
 		if c, ok := s.(interface{ commit(uint64) }); ok {
-			c.commit(m.id)
+			c.commit(m.ID)
 		}
 	}
 	if in.src != nil {
 		n := 0
-		for n < len(in.pendingAcks) && in.pendingAcks[n].id <= m.id {
+		for n < len(in.pendingAcks) && in.pendingAcks[n].id <= m.ID {
 			n++
 		}
 		if n > 0 {
@@ -519,7 +466,7 @@ func (in *instance) committed(m *cpCommitted) {
 			}
 		}
 	}
-	if in.done && in.finalAt != 0 && m.id >= in.finalAt && !in.closed {
+	if in.done && in.finalAt != 0 && m.ID >= in.finalAt && !in.closed {
 		for _, s := range in.sinks {
 			if c, ok := s.(interface{ closeFinal() }); ok {
 				c.closeFinal() // a failure panics: the job hears of it, not of a close
@@ -767,12 +714,12 @@ func (in *instance) maybeReport() {
 
 // finishedMsg reports the instance finished; from another process, with
 // its final counters (the job actor reads those of its own process).
-func (in *instance) finishedMsg() *finished {
-	f := &finished{task: in.task, instance: in.idx, gen: in.gen}
+func (in *instance) finishedMsg() *wire.Finished {
+	f := &wire.Finished{Task: in.task, Instance: in.idx, Gen: in.gen}
 	if x := in.exec; !x.local(x.jobPID) {
 		s := x.instanceStats(in)
 		s.Final = true
-		f.stats = &s
+		f.Stats = &s
 	}
 	return f
 }
@@ -796,9 +743,18 @@ func (in *instance) enqueue(oc *outChan, env *actors.Envelope) {
 	oc.queue = append(oc.queue, env)
 }
 
-func (in *instance) onCredit(m *credit) {
-	oc := in.outs[m.out]
-	oc.credits += m.n
+// onCredit adds the room a receiver granted: m.Total counts every record
+// granted on the channel since it opened, so an older total adds nothing.
+func (in *instance) onCredit(m *wire.Credit) {
+	if m.Out < 0 || m.Out >= len(in.outs) {
+		return
+	}
+	oc := in.outs[m.Out]
+	if m.Total <= oc.granted {
+		return
+	}
+	oc.credits += int(m.Total - oc.granted)
+	oc.granted = m.Total
 	if len(oc.queue) == 0 {
 		return
 	}
@@ -961,7 +917,7 @@ type execution struct {
 	// every generation: a generation's counts stay in the job's totals
 	// after it is replaced, as the shared counters of local instances do.
 	statsMu     sync.Mutex
-	remoteStats map[statsKey]*WireInstanceStats
+	remoteStats map[statsKey]*wire.InstanceStats
 
 	done     chan struct{}
 	mu       sync.Mutex
@@ -1075,7 +1031,7 @@ func (x *execution) Err() error {
 	return x.err
 }
 
-func (x *execution) Drain() { x.tell(&drainMsg{}) }
+func (x *execution) Drain() { x.tell(&wire.Drain{}) }
 func (x *execution) Abort() { x.tell(&abortMsg{}) }
 
 // Abort stops a run now, as Run.Stop does without waiting, with cause as
@@ -1112,7 +1068,7 @@ func (x *execution) setErr(err error) {
 // its instances in every process: the counters of records (in, out, dead
 // letters, late) are totals over every generation, as in one process, from
 // the shared counters of this process's instances and the latest reports of
-// the others (WireStats, WireFinished); the mailboxes, blocked time and
+// the others (wire.Stats, wire.Finished); the mailboxes, blocked time and
 // watermarks are those of the current generation's instances, reported up
 // to hostStatsInterval ago when they run in another process.
 func (x *execution) Stats() []actors.OperatorStats {
@@ -1157,7 +1113,7 @@ func (x *execution) Stats() []actors.OperatorStats {
 
 // addInstanceStats adds what an instance says of its mailbox, blocked time
 // and event time to the statistics of its task's first operator.
-func addInstanceStats(st *actors.OperatorStats, s *WireInstanceStats) {
+func addInstanceStats(st *actors.OperatorStats, s *wire.InstanceStats) {
 	if s.Policy != "" {
 		st.Policy = s.Policy
 		st.Capacity += s.Capacity
@@ -1441,11 +1397,7 @@ type jobActor struct {
 
 func (j *jobActor) Receive(c actor.Context) {
 	x := j.x
-	msg := c.Message()
-	if x.dist != nil {
-		msg = fromWire(msg)
-	}
-	switch m := msg.(type) {
+	switch m := c.Message().(type) {
 	case *actor.Started:
 		x.jobPID = c.Self()
 		if x.dist != nil {
@@ -1487,15 +1439,15 @@ func (j *jobActor) Receive(c actor.Context) {
 		}
 		j.savepoints = append(j.savepoints, savepointWait{min: min, reply: m.reply})
 		j.feed(c, evTick{})
-	case *cpAck:
-		if m.gen == x.gen {
-			j.feed(c, evAck{ID: m.id, Instance: m.instance, States: m.states, Offsets: m.offsets})
+	case *wire.Ack:
+		if m.Gen == x.gen {
+			j.feed(c, evAck{ID: m.ID, Instance: m.Instance, States: m.States, Offsets: m.Offsets})
 		}
-	case *WireStats:
+	case *wire.Stats:
 		x.onStats(m)
-	case *finished:
-		x.noteStats(m.gen, m.stats)
-		if m.gen != x.gen || j.restarting {
+	case *wire.Finished:
+		x.noteStats(m.Gen, m.Stats)
+		if m.Gen != x.gen || j.restarting {
 			return
 		}
 		if x.cpStore == nil {
@@ -1505,7 +1457,7 @@ func (j *jobActor) Receive(c actor.Context) {
 			}
 			return
 		}
-		key := [2]int{m.task, m.instance}
+		key := [2]int{m.Task, m.Instance}
 		if j.reported[key] { // its sinks closed after the final checkpoint
 			j.closed++
 			j.maybeEnd(c)
@@ -1518,7 +1470,7 @@ func (j *jobActor) Receive(c actor.Context) {
 			// take the final checkpoint, which commits the sinks' tail.
 			j.feed(c, evFinal{})
 		}
-	case *failed:
+	case *wire.Failed:
 		j.onFailure(c, m)
 	case *actor.Terminated:
 		if j.restarting {
@@ -1527,7 +1479,7 @@ func (j *jobActor) Receive(c actor.Context) {
 				j.maybeRelaunch(c)
 			}
 		}
-	case *WireStopped:
+	case *wire.Stopped:
 		if j.restarting && m.Gen == x.gen && j.waitHosts[m.Address] {
 			delete(j.waitHosts, m.Address)
 			j.alive--
@@ -1547,7 +1499,7 @@ func (j *jobActor) Receive(c actor.Context) {
 			j.timerDone = true
 			j.maybeRelaunch(c)
 		}
-	case *drainMsg:
+	case *wire.Drain:
 		j.drained = true
 		if x.cpStore != nil {
 			j.feed(c, evStopping{})
@@ -1555,15 +1507,15 @@ func (j *jobActor) Receive(c actor.Context) {
 		for id, chain := range x.plan.chains {
 			if chain[0].role == roleSource {
 				for _, in := range x.instances[id] {
-					x.tellFrom(c, in.self, &drainMsg{})
+					x.tellFrom(c, in.self, &wire.Drain{})
 				}
 			}
 		}
 	case *abortMsg:
 		if m.cause != nil {
-			x.setErr(fmt.Errorf("%w: %w", ErrAborted, m.cause))
+			x.setErr(fmt.Errorf("%w: %w", x.topo.kit.Aborted, m.cause))
 		} else {
-			x.setErr(ErrAborted)
+			x.setErr(x.topo.kit.Aborted)
 		}
 		c.Stop(c.Self())
 	case *actor.Stopped:
@@ -1575,7 +1527,7 @@ func (j *jobActor) Receive(c actor.Context) {
 		if j.timer != nil {
 			j.timer()
 		}
-		j.endSavepoints(ErrAborted)
+		j.endSavepoints(j.x.topo.kit.Aborted)
 		if j.stopTimer != nil {
 			j.stopTimer()
 		}
@@ -1659,7 +1611,7 @@ func Savepoint(ctx context.Context, run *actors.Run) (uint64, error) {
 			return r.id, r.err
 		default:
 		}
-		return 0, fmt.Errorf("operators: savepoint: the job ended: %w", ErrAborted)
+		return 0, fmt.Errorf("operators: savepoint: the job ended: %w", x.topo.kit.Aborted)
 	case <-ctx.Done():
 		return 0, ctx.Err()
 	}
@@ -1668,13 +1620,18 @@ func Savepoint(ctx context.Context, run *actors.Run) (uint64, error) {
 // onFailure handles a failed instance: the job stops with the operator's
 // error, or, with RestartOnFailure and budget left, restarts from its last
 // completed checkpoint after the backoff's delay.
-func (j *jobActor) onFailure(c actor.Context, m *failed) {
+func (j *jobActor) onFailure(c actor.Context, m *wire.Failed) {
 	x := j.x
-	in := x.byID[m.child.Id]
-	if in != nil && in.gen != x.gen || m.remote && m.gen != x.gen || j.restarting {
+	remote := m.Reason == nil // from another process: Gen says which generation
+	in := x.byID[m.ID]
+	if in != nil && in.gen != x.gen || remote && m.Gen != x.gen || j.restarting {
 		return // a failure of a generation being replaced
 	}
-	j.restart(c, x.operatorError(m.child, m.reason), "")
+	reason := m.Reason
+	if remote {
+		reason = &stageFailure{op: m.Operator, err: errors.New(m.Message)}
+	}
+	j.restart(c, x.operatorError(actor.NewPID(m.Address, m.ID), reason), "")
 }
 
 // restart stops the generation and restarts the job after the backoff, or
@@ -1794,7 +1751,7 @@ func (j *jobActor) feed(c actor.Context, ev any) {
 			j.started[a.ID] = time.Now()
 			for _, insts := range x.instances {
 				for _, in := range insts {
-					x.tellFrom(c, in.self, &barrierMsg{id: a.ID})
+					x.tellFrom(c, in.self, &wire.Barrier{ID: a.ID})
 				}
 			}
 		case actAbandoned:
@@ -1817,7 +1774,7 @@ func (j *jobActor) feed(c actor.Context, ev any) {
 			j.savepointDone(c, a.ID)
 			for _, insts := range x.instances {
 				for _, in := range insts {
-					x.tellFrom(c, in.self, &cpCommitted{gen: x.gen, id: a.ID})
+					x.tellFrom(c, in.self, &wire.Committed{Gen: x.gen, ID: a.ID})
 				}
 			}
 			x.sys.Logger().Debug("checkpoint completed", "job", x.topo.name, "checkpoint", a.ID, "duration", d, "final", a.Final)
@@ -1934,21 +1891,28 @@ func (x *execution) mailboxFor(in *instance) (mailbox.Config, error) {
 	return cfg, nil
 }
 
+// operatorError is the error of the failed instance child: the operator
+// that failed, the instance and the cause.
 func (x *execution) operatorError(child *actor.PID, reason any) error {
-	in := x.byID[child.Id]
-	oe := &OperatorError{Topology: x.topo.name, Operator: child.Id}
-	if in != nil {
-		oe.Operator, oe.Instance = x.plan.Tasks[in.task].Name(), in.idx
+	op, instance, err := x.failureOf(child, reason)
+	return x.topo.kit.Operator(x.topo.name, op, instance, err)
+}
+
+// failureOf names the operator and instance of a failure and its cause.
+func (x *execution) failureOf(child *actor.PID, reason any) (op string, instance int, err error) {
+	op = child.Id
+	if in := x.byID[child.Id]; in != nil {
+		op, instance = x.plan.Tasks[in.task].Name(), in.idx
 	}
 	switch r := reason.(type) {
 	case *stageFailure:
-		oe.Operator, oe.Err = r.op, r.err
+		op, err = r.op, r.err
 	case error:
-		oe.Err = r
+		err = r
 	default:
-		oe.Err = &PanicError{Value: r}
+		err = x.topo.kit.Panic(r)
 	}
-	return oe
+	return op, instance, err
 }
 
 // failFast is the supervision of this foundation: the first failure of any
@@ -1957,7 +1921,10 @@ func (x *execution) operatorError(child *actor.PID, reason any) error {
 type failFast struct{ x *execution }
 
 func (f *failFast) HandleFailure(_ *actor.ActorSystem, _ actor.Supervisor, child *actor.PID, _ *actor.RestartStatistics, reason, _ any) {
-	f.x.root.Send(f.x.jobPID, &failed{child: child, reason: reason})
+	if reason == nil {
+		reason = errors.New("failed without a reason")
+	}
+	f.x.root.Send(f.x.jobPID, &wire.Failed{Gen: -1, Address: child.Address, ID: child.Id, Reason: reason})
 }
 
 // jobGuardian handles a failure of the job actor itself (a bug in sluice):

@@ -1,4 +1,4 @@
-package operators
+package engine
 
 import (
 	"errors"
@@ -12,6 +12,7 @@ import (
 	"github.com/asynkron/protoactor-go/actor"
 
 	"github.com/sluicehq/sluice/actors"
+	"github.com/sluicehq/sluice/internal/wire"
 	"github.com/sluicehq/sluice/mailbox"
 )
 
@@ -79,7 +80,7 @@ func stream() ([]*actors.Envelope, int) {
 }
 
 // TestRemoteEdgePolicies feeds the same stream to a mailbox directly (a
-// local edge) and through a remote receiver's inbox as WireRecords (packed
+// local edge) and through a remote receiver's inbox as wire.Records (packed
 // as the cluster's connection posts them, some inside a
 // MessageEnvelope), with the actor stuck until everything is posted, under
 // every overflow policy. The statistics and what the actor gets must be
@@ -136,7 +137,7 @@ func TestRemoteEdgePolicies(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				var msg any = packed{&WireRecords{Seq: uint64(i + 1), Data: data}}
+				var msg any = packed{&wire.Records{Seq: uint64(i + 1), Data: data}}
 				if i%3 == 0 {
 					msg = &actor.MessageEnvelope{Header: map[string]string{"k": "v"}, Message: msg}
 				}
@@ -191,11 +192,11 @@ func TestRemoteRecordsGapFails(t *testing.T) {
 		t.Fatal(err)
 	}
 	inbox := newRemoteInbox(mb, in)
-	inbox.PostUserMessage(packed{wire(t, in, 1, 1, 2, 3)})
-	inbox.PostUserMessage(wire(t, in, 2, 4)) // not packed: as a local send
+	inbox.PostUserMessage(packed{records(t, in, 1, 1, 2, 3)})
+	inbox.PostUserMessage(records(t, in, 2, 4)) // not packed: as a local send
 	inbox.PostUserMessage(packed{nil})       // does not decode: dropped
-	inbox.PostUserMessage(packed{wire(t, in, 4, 5)})
-	inbox.PostUserMessage(packed{wire(t, in, 5, 6)})
+	inbox.PostUserMessage(packed{records(t, in, 4, 5)})
+	inbox.PostUserMessage(packed{records(t, in, 5, 6)})
 	r := &recorder{}
 	inbox.RegisterHandlers(r, inline{})
 	inbox.Start()
@@ -226,12 +227,12 @@ func TestRemoteControlNeverDropped(t *testing.T) {
 		t.Fatal(err)
 	}
 	inbox := newRemoteInbox(mb, in)
-	inbox.PostUserMessage(packed{wire(t, in, 1, 1, 2, 3)}) // full
-	controls := []any{&WireCredit{Out: 0, Total: 64}, &WireBarrier{ID: 1}, &WireCommitted{ID: 1}, &WireDrain{}}
+	inbox.PostUserMessage(packed{records(t, in, 1, 1, 2, 3)}) // full
+	controls := []any{&wire.Credit{Out: 0, Total: 64}, &wire.Barrier{ID: 1}, &wire.Committed{ID: 1}, &wire.Drain{}}
 	for _, m := range controls {
 		inbox.PostUserMessage(&actor.MessageEnvelope{Message: packed{m}})
 	}
-	inbox.PostUserMessage(packed{wire(t, in, 2, 4)}) // dropped
+	inbox.PostUserMessage(packed{records(t, in, 2, 4)}) // dropped
 	if st := mb.Stats(); st.Posted != 4 || st.DroppedTotal() != 1 {
 		t.Fatalf("posted %d records, dropped %d: want 4 and 1 (control messages are not records)", st.Posted, st.DroppedTotal())
 	}

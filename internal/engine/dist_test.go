@@ -1,4 +1,4 @@
-package operators
+package engine
 
 import (
 	"context"
@@ -8,18 +8,19 @@ import (
 	"github.com/asynkron/protoactor-go/actor"
 
 	"github.com/sluicehq/sluice/actors"
+	"github.com/sluicehq/sluice/internal/wire"
 )
 
 // fakeDist is a Distributor for the wire checks: nothing is deployed.
 type fakeDist struct{ addr string }
 
-func (f fakeDist) Address() string                                 { return f.addr }
-func (fakeDist) Root() *actor.RootContext                          { return nil }
-func (fakeDist) Props(p *actor.Props) *actor.Props                 { return p }
-func (fakeDist) Place(string, int, Task, int) string               { return "" }
-func (fakeDist) Deploy(context.Context, string, *WireDeploy) error { return nil }
-func (fakeDist) StopOn(string, *WireStopGen)                       {}
-func (fakeDist) Watch(func(string)) func()                         { return func() {} }
+func (f fakeDist) Address() string                                  { return f.addr }
+func (fakeDist) Root() *actor.RootContext                           { return nil }
+func (fakeDist) Props(p *actor.Props) *actor.Props                  { return p }
+func (fakeDist) Place(string, int, Task, int) string                { return "" }
+func (fakeDist) Deploy(context.Context, string, *wire.Deploy) error { return nil }
+func (fakeDist) StopOn(string, *wire.StopGen)                       {}
+func (fakeDist) Watch(func(string)) func()                          { return func() {} }
 
 // Unpack stands for the cluster codec: a packed message is unwrapped, one
 // whose value is nil does not decode.
@@ -41,9 +42,9 @@ type packed struct{ v any }
 func remoteReceiver(t *testing.T) *instance {
 	t.Helper()
 	top := NewTopology("wire")
-	src := Source(top, "numbers", Generate(10, func(i int64) int64 { return i }))
+	src := Source[int64](top, "numbers", numbers(10))
 	m := Map(src, "double", func(v int64) int64 { return 2 * v }, NoFusion())
-	Sink(m, "out", SinkFunc(func(int64) error { return nil }))
+	Sink[int64](m, "out", discard{})
 	p, err := top.Plan()
 	if err != nil {
 		t.Fatal(err)
@@ -53,33 +54,33 @@ func remoteReceiver(t *testing.T) *instance {
 		ins: []inChan{{sender: actor.NewPID("there:2", "t0.0")}}, outs: []*outChan{{}}}
 }
 
-func wire(t *testing.T, in *instance, seq uint64, vs ...int64) *WireRecords {
+func records(t *testing.T, in *instance, seq uint64, vs ...int64) *wire.Records {
 	t.Helper()
 	data, err := in.exec.plan.chains[1][0].newCodec().Encode(&actors.Envelope{Kind: actors.Data, Count: len(vs), Payload: &batch[int64]{vs: vs}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	return &WireRecords{Seq: seq, Data: data}
+	return &wire.Records{Seq: seq, Data: data}
 }
 
-// TestRemoteCreditTotals: credits from another process are totals, so a
-// lost credit message is made good by the next and a late one adds none.
-func TestRemoteCreditTotals(t *testing.T) {
+// TestCreditTotals: credits are totals, so a lost credit message is made
+// good by the next and a late one adds none.
+func TestCreditTotals(t *testing.T) {
 	in := remoteReceiver(t)
+	oc := in.outs[0]
 	for _, c := range []struct {
 		total int64
-		want  int // 0: no credit
+		want  int // credit added
 	}{{10, 10}, {30, 20}, {25, 0}, {30, 0}, {31, 1}} {
-		got := in.remoteCredit(&WireCredit{Out: 0, Total: c.total})
-		n := 0
-		if cr, ok := got.(*credit); ok {
-			n = cr.n
-		}
-		if n != c.want {
+		before := oc.credits
+		in.onCredit(&wire.Credit{Out: 0, Total: c.total})
+		if n := oc.credits - before; n != c.want {
 			t.Fatalf("total %d: credit %d, want %d", c.total, n, c.want)
 		}
 	}
-	if in.remoteCredit(&WireCredit{Out: 7, Total: 100}) != nil {
+	before := oc.credits
+	in.onCredit(&wire.Credit{Out: 7, Total: 100})
+	if oc.credits != before {
 		t.Fatal("a credit for an output that does not exist was taken")
 	}
 }

@@ -1,4 +1,4 @@
-package operators
+package engine
 
 import (
 	"context"

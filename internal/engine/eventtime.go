@@ -1,4 +1,4 @@
-package operators
+package engine
 
 import (
 	"container/heap"
@@ -183,15 +183,6 @@ func AllowedLateness(d time.Duration) Option { return func(nd *node) { nd.latene
 // counting them. Its type must be the windowed operator's input type. The
 // sink runs in the windowed operator's instances, at-least-once.
 func LateTo[T any](sink SinkConnector[T]) Option { return func(nd *node) { nd.late = sink } }
-
-// Windowed is the result of a windowed aggregation: a key's value in one
-// window [Start, End).
-type Windowed[K comparable, V any] struct {
-	Key   K
-	Start time.Time
-	End   time.Time
-	Value V
-}
 
 // floorDiv is floor(a / b) for b > 0.
 func floorDiv(a, b int64) int64 {

@@ -1,4 +1,4 @@
-package operators
+package engine
 
 import (
 	"slices"
@@ -9,6 +9,7 @@ import (
 	"github.com/vmihailenco/msgpack/v5"
 
 	"github.com/sluicehq/sluice/actors"
+	"github.com/sluicehq/sluice/internal/wire"
 	"github.com/sluicehq/sluice/mailbox"
 )
 
@@ -119,9 +120,9 @@ func TestDistributedStats(t *testing.T) {
 	coord.instances[1][0] = &instance{exec: coord, task: 1, gen: 1, self: actor.NewPID("there:3", "t")}
 	coord.instMu.Unlock()
 	seen = append(seen, opStats(t, coord, "double").In)
-	fin := fromWire(overWire(t, &WireFinished{Task: 1, Instance: 0, Gen: 1, Stats: &WireInstanceStats{
-		Task: 1, Ops: []WireOpStats{{In: 7, Out: 7}}, Policy: "drop-newest", Capacity: 10, Dropped: []int64{2}, Final: true}})).(*finished)
-	coord.noteStats(fin.gen, fin.stats)
+	fin := overWire(t, &wire.Finished{Task: 1, Instance: 0, Gen: 1, Stats: &wire.InstanceStats{
+		Task: 1, Ops: []wire.OpStats{{In: 7, Out: 7}}, Policy: "drop-newest", Capacity: 10, Dropped: []int64{2}, Final: true}})
+	coord.noteStats(fin.Gen, fin.Stats)
 	st = opStats(t, coord, "double")
 	seen = append(seen, st.In)
 	if want := []int64{40, 50, 50, 50, 57}; !slices.Equal(seen, want) {
@@ -131,8 +132,8 @@ func TestDistributedStats(t *testing.T) {
 		t.Fatalf("the mailbox of the current generation only, as in one process: %+v", st)
 	}
 	// A report of another plan is ignored.
-	coord.noteStats(1, &WireInstanceStats{Task: 7, Ops: []WireOpStats{{In: 1}}})
-	coord.noteStats(1, &WireInstanceStats{Task: 1, Instance: 3, Ops: []WireOpStats{{In: 1}}})
+	coord.noteStats(1, &wire.InstanceStats{Task: 7, Ops: []wire.OpStats{{In: 1}}})
+	coord.noteStats(1, &wire.InstanceStats{Task: 1, Instance: 3, Ops: []wire.OpStats{{In: 1}}})
 	if got := opStats(t, coord, "double").In; got != 57 {
 		t.Fatalf("a report for no instance of the plan was counted: in %d", got)
 	}

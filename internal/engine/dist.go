@@ -1,4 +1,4 @@
-package operators
+package engine
 
 import (
 	"context"
@@ -12,74 +12,20 @@ import (
 	"github.com/asynkron/protoactor-go/actor"
 
 	"github.com/sluicehq/sluice/actors"
+	"github.com/sluicehq/sluice/internal/dist"
+	"github.com/sluicehq/sluice/internal/wire"
 	"github.com/sluicehq/sluice/mailbox"
 	"github.com/sluicehq/sluice/persistence"
 )
 
-// Distributed execution: one topology whose instances run in several
-// processes (package cluster places and deploys them; this file is the
-// runtime's side of it).
-//
-// The process that starts the job runs its job actor (the coordinator: the
-// checkpoint coordinator, restarts by generation) and the instances of the
-// tasks that read sources, which are always placed there; the other
-// instances go where Distributor.Place says. Every process builds the same
-// plan from the same topology, so channel numbers, credit windows and
-// instance numbers agree without being sent. What crosses processes:
-//
-//   - records and control envelopes (watermarks, barriers, end of stream)
-//     as WireRecords, encoded with the receiving task's envelope codec, on
-//     the same credit-gated channels as in one process (per-edge order:
-//     one sender actor, one receiver actor, one connection);
-//   - credits, checkpoint acknowledgements and commits, finished and failed
-//     notices as the other Wire types;
-//   - the counters of the instances, for the job's Stats (WireStats, and
-//     the final ones with WireFinished).
-//
-// An instance with senders in other processes decodes their records
-// before its mailbox admits them (remoteInbox), so that every overflow
-// policy works across processes as within one.
-//
-// A generation's instances in another process are children of one actor
-// there (see HostGeneration); the coordinator deploys them before its
-// sources start and stops them on restart or at the end of the job. When a
-// process hosting instances leaves (Distributor.Watch), the coordinator
-// stops the generation and restarts the job from its last completed
-// checkpoint with a new placement over the processes still there.
+// Distributed execution: the runtime's side of package dist (which tells
+// the whole story); package cluster implements dist.Distributor.
 
-// Distributor places the instances of a distributed job on processes and
-// reaches them. Package cluster implements it.
-type Distributor interface {
-	// Address is this process's address.
-	Address() string
-	// Root is a root context whose sends reach other processes.
-	Root() *actor.RootContext
-	// Props attaches what actors need to talk to other processes.
-	Props(*actor.Props) *actor.Props
-	// Place returns the address of the process that runs instance instance
-	// of task in generation gen of job, among the processes alive now.
-	// Tasks that read sources run in this process whatever it says.
-	Place(job string, gen int, task Task, instance int) string
-	// Deploy asks the process at addr to run its instances of a generation
-	// (HostGeneration there) and returns once they are spawned.
-	Deploy(ctx context.Context, addr string, d *WireDeploy) error
-	// StopOn asks the process at addr to stop its instances of a
-	// generation; it answers the job actor with WireStopped.
-	StopOn(addr string, s *WireStopGen)
-	// Watch calls lost with the address of every process that leaves or
-	// whose connection broke (messages to it may have been lost), from now
-	// until cancel is called.
-	Watch(lost func(addr string)) (cancel func())
-	// Unpack returns the value carried by a message as another process's
-	// connection posts it to a mailbox (what the receiver middleware of
-	// Props would hand the actor), or msg itself when it is not packed.
-	// Instances call it on the connection's goroutine, before their
-	// mailbox's policy sees the message (see remoteInbox); it must be safe
-	// for concurrent use. An error means the message does not decode: Unpack
-	// has counted and logged it, and the message is dropped, as the
-	// middleware would drop it.
-	Unpack(msg any) (any, error)
-}
+// Distributor places the instances of a distributed job (dist.Distributor).
+type Distributor = dist.Distributor
+
+// Task is a chain of operators fused into one actor per instance.
+type Task = dist.Task
 
 // Distribute runs the topology across processes with d (see Distributor).
 // Package cluster sets it; applications call cluster.Run.
@@ -96,169 +42,11 @@ func (t *Topology) Configure(opts ...TopologyOption) {
 // RestartsOnFailure says whether the topology was given RestartOnFailure.
 func (t *Topology) RestartsOnFailure() bool { return t.cfg.restart != nil }
 
-// The messages that cross processes. Package cluster registers them with
-// its codec (msgpack); nothing else should send them.
-type (
-	// WireRecords is an envelope (records or a control mark), encoded with
-	// the envelope codec of the receiving task. Seq numbers the messages
-	// of one channel from 1: a gap means a message was lost between the
-	// processes, and the receiving instance fails (the job restarts from
-	// its last checkpoint) rather than go on without it.
-	WireRecords struct {
-		Seq  uint64
-		Data []byte
-	}
-	// WireCredit grants the sender's output Out room for Total records
-	// since the channel opened (a total, not an increment: a credit message
-	// lost between processes is made good by the next).
-	WireCredit struct {
-		Out   int
-		Total int64
-	}
-	// WireBarrier asks a source instance to start checkpoint ID.
-	WireBarrier struct{ ID uint64 }
-	// WireAck: an instance recorded its state for checkpoint ID.
-	WireAck struct {
-		Gen      int
-		ID       uint64
-		Instance int
-		States   map[string][]byte
-		Offsets  map[string]int64
-	}
-	// WireCommitted: checkpoint ID completed.
-	WireCommitted struct {
-		Gen int
-		ID  uint64
-	}
-	// WireFinished: an instance finished its input. Stats are its final
-	// counters, so that the job's statistics are complete when it ends.
-	WireFinished struct {
-		Task, Instance, Gen int
-		Stats               *WireInstanceStats
-	}
-	// WireStats reports the counters of a generation's instances in one
-	// process to the job actor: every hostStatsInterval while they run, and
-	// once more (Final) after they stopped. Counts are totals since the
-	// generation started, so a lost report is made good by the next.
-	WireStats struct {
-		Gen       int
-		Address   string
-		Final     bool
-		Instances []WireInstanceStats
-	}
-	// WireInstanceStats are the counters of one instance.
-	WireInstanceStats struct {
-		Task, Instance int
-		Final          bool          // the instance finished or stopped: no later report changes it
-		Ops            []WireOpStats // by position in the task's chain
-		// Its input mailbox (none for a source).
-		Policy                     string
-		Capacity, Depth, HighWater int
-		Dropped                    []int64 // by mailbox.Reason
-		Spilled, SpillPending      int64
-		Blocked                    int64 // nanoseconds without credit to send, the current episode included
-		Backpressured              bool  // without credit now
-		Watermark                  int64 // the instance's event time (Unix ns), 0 before the first
-	}
-	// WireOpStats are the counters of one operator of an instance's chain.
-	WireOpStats struct{ In, Out, DeadLettered, Late int64 }
-	// WireSourceDone: a source ended (sent by older versions; ignored).
-	WireSourceDone struct{ Gen int }
-	// WireDrain asks a source to stop reading and finish.
-	WireDrain struct{}
-	// WireFailed: an instance failed; the job restarts or stops.
-	WireFailed struct {
-		Gen               int
-		Address, ID       string // the instance's PID
-		Operator, Message string
-	}
-	// WireDeploy asks a process to run its instances of one generation.
-	WireDeploy struct {
-		Job               string // the name the topology is registered under
-		JobAddress, JobID string // the job actor
-		Gen               int
-		Placement         []string // the address of every instance, by instance number
-		Checkpoint        *WireCheckpoint
-	}
-	// WireCheckpoint is the checkpoint a generation starts from.
-	WireCheckpoint struct {
-		ID      uint64
-		States  map[string][]byte
-		Offsets map[string]int64
-	}
-	// WireDeployed answers WireDeploy; Err is empty on success.
-	WireDeployed struct{ Err string }
-	// WireStopGen asks a process to stop its instances of a generation.
-	WireStopGen struct {
-		JobAddress, JobID string
-		Gen               int
-	}
-	// WireStopped: a process stopped its instances of generation Gen.
-	WireStopped struct {
-		Address string
-		Gen     int
-	}
-)
-
-// The messages other processes send to instances besides records are
-// control messages, as their local counterparts (credit, barrierMsg,
-// cpCommitted, drainMsg) are: an overflow policy must never count or drop
-// them. A dropped credit would leave its sender waiting for room the
-// receiver already granted.
-func (*WireCredit) IsControl() bool    { return true }
-func (*WireBarrier) IsControl() bool   { return true }
-func (*WireCommitted) IsControl() bool { return true }
-func (*WireDrain) IsControl() bool     { return true }
-
 // hostLost: a process of a distributed job left.
 type hostLost struct{ addr string }
 
-// toWire converts a runtime message for another process.
-func toWire(msg any) any {
-	switch m := msg.(type) {
-	case *cpAck:
-		return &WireAck{Gen: m.gen, ID: m.id, Instance: m.instance, States: m.states, Offsets: m.offsets}
-	case *cpCommitted:
-		return &WireCommitted{Gen: m.gen, ID: m.id}
-	case *finished:
-		return &WireFinished{Task: m.task, Instance: m.instance, Gen: m.gen, Stats: m.stats}
-	case *barrierMsg:
-		return &WireBarrier{ID: m.id}
-	case *drainMsg:
-		return &WireDrain{}
-	}
-	return msg
-}
-
-// fromWire converts a message from another process back (records aside).
-func fromWire(msg any) any {
-	switch m := msg.(type) {
-	case *WireAck:
-		return &cpAck{gen: m.Gen, id: m.ID, instance: m.Instance, states: m.States, offsets: m.Offsets}
-	case *WireCommitted:
-		return &cpCommitted{gen: m.Gen, id: m.ID}
-	case *WireFinished:
-		return &finished{task: m.Task, instance: m.Instance, gen: m.Gen, stats: m.Stats}
-	case *WireSourceDone:
-		return &sourceDone{gen: m.Gen}
-	case *WireBarrier:
-		return &barrierMsg{id: m.ID}
-	case *WireDrain:
-		return &drainMsg{}
-	case *WireFailed:
-		return &failed{child: actor.NewPID(m.Address, m.ID), reason: &stageFailure{op: m.Operator, err: errors.New(m.Message)},
-			remote: true, gen: m.Gen}
-	}
-	return msg
-}
-
-// tell sends msg from an instance, converted when pid is in another process.
-func (in *instance) tell(pid *actor.PID, msg any) {
-	if in.exec.dist != nil && pid.Address != in.self.Address {
-		msg = toWire(msg)
-	}
-	in.c.Send(pid, msg)
-}
+// tell sends msg from an instance, to an actor of this process or another.
+func (in *instance) tell(pid *actor.PID, msg any) { in.c.Send(pid, msg) }
 
 // send sends an envelope on an output channel, encoded with the receiving
 // task's codec when the receiver is in another process.
@@ -272,7 +60,7 @@ func (in *instance) send(oc *outChan, env *actors.Envelope) {
 		panic(fmt.Errorf("encode for %v: %w", oc.target, err))
 	}
 	oc.wseq++
-	in.c.Send(oc.target, &WireRecords{Seq: oc.wseq, Data: data})
+	in.c.Send(oc.target, &wire.Records{Seq: oc.wseq, Data: data})
 }
 
 // ErrLost: a message between the processes of a distributed job was lost;
@@ -283,7 +71,7 @@ var ErrLost = errors.New("operators: a message from another process was lost")
 // processes. protoactor's connection goroutines post those senders'
 // messages to it (one goroutine per connection, concurrently with each
 // other and with the actor). It unpacks them there, before the mailbox
-// admits them, and turns WireRecords back into the envelope it carries, so
+// admits them, and turns wire.Records back into the envelope it carries, so
 // that the overflow policy sees exactly what it sees on an edge within one
 // process: a batch of records it can count, drop, sample or spill record by
 // record, or a control envelope (barrier, watermark, end of stream) that it
@@ -336,9 +124,9 @@ func (b *remoteInbox) PostUserMessage(msg any) {
 	}
 	v, err := b.unpack(m)
 	if err != nil {
-		return // counted and logged by Unpack; a lost WireRecords shows as a gap
+		return // counted and logged by Unpack; a lost wire.Records shows as a gap
 	}
-	if rec, ok := v.(*WireRecords); ok {
+	if rec, ok := v.(*wire.Records); ok {
 		b.records(rec)
 		return
 	}
@@ -353,7 +141,7 @@ func (b *remoteInbox) PostUserMessage(msg any) {
 
 // records decodes the envelope of rec, checks its channel's sequence and
 // posts it.
-func (b *remoteInbox) records(rec *WireRecords) {
+func (b *remoteInbox) records(rec *wire.Records) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if b.failed {
@@ -394,30 +182,12 @@ func (in *instance) hasRemoteSender() bool {
 	return false
 }
 
-// grant returns the room env took to its sender.
+// grant returns the room env took to its sender, as the total of records
+// handled on the channel (see wire.Credit).
 func (in *instance) grant(env *actors.Envelope) {
 	ch := &in.ins[env.Channel]
-	if in.exec.dist == nil || ch.sender.Address == in.self.Address {
-		in.c.Send(ch.sender, &credit{out: ch.out, n: env.Count})
-		return
-	}
 	ch.consumed += int64(env.Count)
-	in.c.Send(ch.sender, &WireCredit{Out: ch.out, Total: ch.consumed})
-}
-
-// remoteCredit turns a total granted by a receiver in another process into
-// the credit it adds (nil when it adds none: an older total).
-func (in *instance) remoteCredit(m *WireCredit) any {
-	if m.Out < 0 || m.Out >= len(in.outs) {
-		return nil
-	}
-	oc := in.outs[m.Out]
-	if m.Total <= oc.granted {
-		return nil
-	}
-	n := m.Total - oc.granted
-	oc.granted = m.Total
-	return &credit{out: m.Out, n: int(n)}
+	in.c.Send(ch.sender, &wire.Credit{Out: ch.out, Total: ch.consumed})
 }
 
 // local says whether pid is an actor of this process (always, when the job
@@ -426,13 +196,8 @@ func (x *execution) local(pid *actor.PID) bool {
 	return x.dist == nil || pid.Address == x.dist.Address()
 }
 
-// tellFrom sends msg from the job actor, converted for another process.
-func (x *execution) tellFrom(c actor.Context, pid *actor.PID, msg any) {
-	if !x.local(pid) {
-		msg = toWire(msg)
-	}
-	c.Send(pid, msg)
-}
+// tellFrom sends msg from the job actor.
+func (x *execution) tellFrom(c actor.Context, pid *actor.PID, msg any) { c.Send(pid, msg) }
 
 // place computes the placement of a generation: the address of every
 // instance, by instance number. Tasks that read sources stay here.
@@ -467,9 +232,9 @@ func remoteParent(jobPID *actor.PID, gen int) string {
 
 // deploy asks every other process of the placement to run its instances.
 func (x *execution) deploy() error {
-	d := &WireDeploy{Job: x.topo.name, JobAddress: x.jobPID.Address, JobID: x.jobPID.Id, Gen: x.gen, Placement: x.placement}
+	d := &wire.Deploy{Job: x.topo.name, JobAddress: x.jobPID.Address, JobID: x.jobPID.Id, Gen: x.gen, Placement: x.placement}
 	if x.restored != nil {
-		d.Checkpoint = &WireCheckpoint{ID: x.restored.ID, States: x.restored.States, Offsets: x.restored.Offsets}
+		d.Checkpoint = &wire.Checkpoint{ID: x.restored.ID, States: x.restored.States, Offsets: x.restored.Offsets}
 	}
 	for addr := range x.hosts {
 		if err := x.dist.Deploy(x.ctx, addr, d); err != nil {
@@ -487,7 +252,7 @@ func (x *execution) stopHosts(skip map[string]bool) map[string]bool {
 		if skip[addr] {
 			continue
 		}
-		x.dist.StopOn(addr, &WireStopGen{JobAddress: x.jobPID.Address, JobID: x.jobPID.Id, Gen: x.gen})
+		x.dist.StopOn(addr, &wire.StopGen{JobAddress: x.jobPID.Address, JobID: x.jobPID.Id, Gen: x.gen})
 		asked[addr] = true
 	}
 	return asked
@@ -497,9 +262,9 @@ func (x *execution) stopHosts(skip map[string]bool) map[string]bool {
 // generation that d places here, built from t (the topology registered
 // under d.Job, the same as the coordinator's). They are children of one
 // actor, whose PID it returns once they are spawned and started: stopping
-// it stops them, and then the job actor gets WireStopped. A failure of an
-// instance goes to the job actor as WireFailed.
-func HostGeneration(sys *actors.System, dist Distributor, t *Topology, d *WireDeploy) (*actor.PID, error) {
+// it stops them, and then the job actor gets wire.Stopped. A failure of an
+// instance goes to the job actor as wire.Failed.
+func HostGeneration(sys *actors.System, dist Distributor, t *Topology, d *wire.Deploy) (*actor.PID, error) {
 	plan, err := t.Plan()
 	if err != nil {
 		return nil, err
@@ -545,7 +310,7 @@ func (p *Plan) instanceCount() int {
 // hostActor parents one generation's instances in a process other than
 // the job actor's. It reports their counters to the job actor every
 // hostStatsInterval, and a last time once they have stopped, before
-// WireStopped (the job actor waits for that before a restart, so the
+// wire.Stopped (the job actor waits for that before a restart, so the
 // counts of a stopped generation are in before the next one starts).
 type hostActor struct {
 	x         *execution
@@ -585,7 +350,7 @@ func (h *hostActor) Receive(c actor.Context) {
 	case *actor.Stopped: // after its children: the counts are final
 		x.cancel()
 		x.root.Send(x.jobPID, x.hostStats(true))
-		x.root.Send(x.jobPID, &WireStopped{Address: x.dist.Address(), Gen: x.gen})
+		x.root.Send(x.jobPID, &wire.Stopped{Address: x.dist.Address(), Gen: x.gen})
 	}
 }
 
@@ -595,10 +360,10 @@ func (h *hostActor) arm(self *actor.PID) {
 }
 
 // hostStats reports the counters of the instances that run here.
-func (x *execution) hostStats(final bool) *WireStats {
+func (x *execution) hostStats(final bool) *wire.Stats {
 	x.instMu.RLock()
 	defer x.instMu.RUnlock()
-	ws := &WireStats{Gen: x.gen, Address: x.dist.Address(), Final: final}
+	ws := &wire.Stats{Gen: x.gen, Address: x.dist.Address(), Final: final}
 	for _, insts := range x.instances {
 		for _, in := range insts {
 			if x.local(in.self) {
@@ -613,14 +378,14 @@ func (x *execution) hostStats(final bool) *WireStats {
 
 // instanceStats reads the counters of an instance of this process. It is
 // safe from any goroutine.
-func (x *execution) instanceStats(in *instance) WireInstanceStats {
+func (x *execution) instanceStats(in *instance) wire.InstanceStats {
 	chain := x.plan.chains[in.task]
-	s := WireInstanceStats{Task: in.task, Instance: in.idx, Ops: make([]WireOpStats, len(chain)),
+	s := wire.InstanceStats{Task: in.task, Instance: in.idx, Ops: make([]wire.OpStats, len(chain)),
 		Blocked: in.blocked.Load(), Watermark: in.evTime.Load()}
 	for pos, n := range chain {
 		if cs := x.counters[n]; in.idx < len(cs) {
 			c := cs[in.idx]
-			s.Ops[pos] = WireOpStats{In: c.in.Load(), Out: c.out.Load(), DeadLettered: c.dead.Load(), Late: c.late.Load()}
+			s.Ops[pos] = wire.OpStats{In: c.in.Load(), Out: c.out.Load(), DeadLettered: c.dead.Load(), Late: c.late.Load()}
 		}
 	}
 	if mb := in.mb.Load(); mb != nil && chain[0].role != roleSource {
@@ -636,7 +401,7 @@ func (x *execution) instanceStats(in *instance) WireInstanceStats {
 }
 
 // onStats keeps a process's report (the job actor calls it).
-func (x *execution) onStats(m *WireStats) {
+func (x *execution) onStats(m *wire.Stats) {
 	for i := range m.Instances {
 		x.noteStats(m.Gen, &m.Instances[i])
 	}
@@ -648,7 +413,7 @@ type statsKey struct{ gen, task, instance int }
 // noteStats keeps the latest report of an instance in another process
 // (the job actor calls it). A report after the instance's final one is
 // older than it and ignored.
-func (x *execution) noteStats(gen int, s *WireInstanceStats) {
+func (x *execution) noteStats(gen int, s *wire.InstanceStats) {
 	if s == nil || s.Task < 0 || s.Task >= len(x.plan.chains) || len(s.Ops) != len(x.plan.chains[s.Task]) ||
 		s.Instance < 0 || s.Instance >= x.plan.par[x.plan.chains[s.Task][0]] {
 		return // not of this plan
@@ -660,7 +425,7 @@ func (x *execution) noteStats(gen int, s *WireInstanceStats) {
 		return
 	}
 	if x.remoteStats == nil {
-		x.remoteStats = map[statsKey]*WireInstanceStats{}
+		x.remoteStats = map[statsKey]*wire.InstanceStats{}
 	}
 	x.remoteStats[k] = s
 }
@@ -699,16 +464,8 @@ type hostSupervisor struct{ x *execution }
 
 func (s *hostSupervisor) HandleFailure(_ *actor.ActorSystem, _ actor.Supervisor, child *actor.PID, _ *actor.RestartStatistics, reason, _ any) {
 	x := s.x
-	err := x.operatorError(child, reason)
-	m := &WireFailed{Gen: x.gen, Address: child.Address, ID: child.Id, Message: err.Error()}
-	var oe *OperatorError
-	if errors.As(err, &oe) {
-		m.Operator = oe.Operator
-		if oe.Err != nil {
-			m.Message = oe.Err.Error()
-		}
-	}
-	x.root.Send(x.jobPID, m)
+	op, _, err := x.failureOf(child, reason)
+	x.root.Send(x.jobPID, &wire.Failed{Gen: x.gen, Address: child.Address, ID: child.Id, Operator: op, Message: err.Error()})
 }
 
 // spawn starts instance in as a child of c named after its PID.

@@ -1,4 +1,4 @@
-package operators
+package engine
 
 import (
 	"context"
@@ -122,7 +122,7 @@ func (sc *stageCtx) attribute() {
 		if _, ok := r.(*stageFailure); ok {
 			panic(r)
 		}
-		panic(&stageFailure{op: sc.node.name, err: &PanicError{Value: r}})
+		panic(&stageFailure{op: sc.node.name, err: sc.node.topo.kit.Panic(r)})
 	}
 }
 
@@ -295,7 +295,7 @@ type keyedState[K comparable, A any] struct {
 	Accs []A `msgpack:"a"`
 }
 
-func (s *keyedStage[K, T, A]) snapshotState(uint64) ([]byte, error) {
+func (s *keyedStage[K, T, A, O]) snapshotState(uint64) ([]byte, error) {
 	st := keyedState[K, A]{Keys: s.order, Accs: make([]A, len(s.order))}
 	for i, k := range s.order {
 		st.Accs[i] = s.state[k]
@@ -307,7 +307,7 @@ func (s *keyedStage[K, T, A]) snapshotState(uint64) ([]byte, error) {
 	return b, nil
 }
 
-func (s *keyedStage[K, T, A]) restoreState(b []byte) error {
+func (s *keyedStage[K, T, A, O]) restoreState(b []byte) error {
 	var st keyedState[K, A]
 	if err := msgpacksafe.Check(b); err != nil {
 		return err
@@ -326,19 +326,20 @@ func (s *keyedStage[K, T, A]) restoreState(b []byte) error {
 	return nil
 }
 
-type keyedStage[K comparable, T, A any] struct {
+type keyedStage[K comparable, T, A, O any] struct {
 	links []trace.Link // the traced inputs of the results not yet emitted (EmitAtEnd)
 	key   func(T) K
 	step  func(acc A, seen bool, v T) A
+	kv    func(K, A) O // the result of a key
 	emit  EmitMode
-	next  pusher[KV[K, A]]
+	next  pusher[O]
 	sc    *stageCtx
 	state map[K]A
 	order []K // keys in first-seen order, so that EmitAtEnd is deterministic
-	out   batch[KV[K, A]]
+	out   batch[O]
 }
 
-func (s *keyedStage[K, T, A]) push(b *batch[T]) {
+func (s *keyedStage[K, T, A, O]) push(b *batch[T]) {
 	defer s.sc.attribute()
 	if end := s.sc.traced(len(b.vs)); end != nil {
 		defer end()
@@ -368,7 +369,7 @@ func (s *keyedStage[K, T, A]) push(b *batch[T]) {
 }
 
 // fold adds one record to its key's accumulator.
-func (s *keyedStage[K, T, A]) fold(v T) {
+func (s *keyedStage[K, T, A, O]) fold(v T) {
 	k := s.key(v)
 	acc, seen := s.state[k]
 	acc = s.step(acc, seen, v) // may panic: nothing changed yet
@@ -377,13 +378,13 @@ func (s *keyedStage[K, T, A]) fold(v T) {
 	}
 	s.state[k] = acc
 	if s.emit == EmitUpdates {
-		s.out.vs = append(s.out.vs, KV[K, A]{k, acc})
+		s.out.vs = append(s.out.vs, s.kv(k, acc))
 	}
 }
 
-func (s *keyedStage[K, T, A]) watermark(wm int64) { s.next.watermark(wm) }
+func (s *keyedStage[K, T, A, O]) watermark(wm int64) { s.next.watermark(wm) }
 
-func (s *keyedStage[K, T, A]) finish() {
+func (s *keyedStage[K, T, A, O]) finish() {
 	defer s.sc.attribute()
 	if tr := s.sc.tr; tr != nil && len(s.links) > 0 {
 		// The results are built from many inputs: their span links to the
@@ -399,7 +400,7 @@ func (s *keyedStage[K, T, A]) finish() {
 		for i := 0; i < len(s.order); i += s.sc.batch {
 			s.out.vs = s.out.vs[:0]
 			for _, k := range s.order[i:min(i+s.sc.batch, len(s.order))] {
-				s.out.vs = append(s.out.vs, KV[K, A]{k, s.state[k]})
+				s.out.vs = append(s.out.vs, s.kv(k, s.state[k]))
 			}
 			s.sc.c.out.Add(int64(len(s.out.vs)))
 			s.next.push(&s.out)
