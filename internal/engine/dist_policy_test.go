@@ -194,7 +194,7 @@ func TestRemoteRecordsGapFails(t *testing.T) {
 	inbox := newRemoteInbox(mb, in)
 	inbox.PostUserMessage(packed{records(t, in, 1, 1, 2, 3)})
 	inbox.PostUserMessage(records(t, in, 2, 4)) // not packed: as a local send
-	inbox.PostUserMessage(packed{nil})       // does not decode: dropped
+	inbox.PostUserMessage(packed{nil})          // does not decode: dropped
 	inbox.PostUserMessage(packed{records(t, in, 4, 5)})
 	inbox.PostUserMessage(packed{records(t, in, 5, 6)})
 	r := &recorder{}
