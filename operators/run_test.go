@@ -220,10 +220,8 @@ func TestFanOutMergeBroadcastRebalance(t *testing.T) {
 	run := runToEnd(t, sys, ctx, top)
 
 	for name, c := range map[string]*operators.Collector[int64]{"copy-a": copyA, "copy-b": copyB} {
-		got := c.Items()
-		slices.Sort(got)
-		if len(got) != 2*n || got[0] != 0 || got[2*n-1] != 2*n-1 || slices.Compact(got) != nil && len(slices.Compact(got)) != 2*n {
-			t.Errorf("%s: %d records, want every one of 0..%d once", name, len(got), 2*n-1)
+		if err := everyOnce(c.Items(), 2*n); err != nil {
+			t.Errorf("%s: %v", name, err)
 		}
 	}
 	if got := bc.Len(); got != 3*n {
@@ -513,6 +511,42 @@ func TestFanOutOfParallelSourceIntoJoin(t *testing.T) {
 	for _, p := range got {
 		if p[1] != p[0]+1 {
 			t.Fatalf("pair %v", p)
+		}
+	}
+}
+
+// everyOnce says whether vs holds each of 0..n-1 exactly once, in any
+// order: it sorts a copy and checks every adjacent pair.
+func everyOnce(vs []int64, n int64) error {
+	s := slices.Clone(vs)
+	slices.Sort(s)
+	if int64(len(s)) != n {
+		return fmt.Errorf("%d records, want every one of 0..%d once", len(s), n-1)
+	}
+	if len(s) > 0 && (s[0] != 0 || s[len(s)-1] != n-1) {
+		return fmt.Errorf("records from %d to %d, want 0..%d", s[0], s[len(s)-1], n-1)
+	}
+	for i := 1; i < len(s); i++ {
+		if s[i] == s[i-1] {
+			return fmt.Errorf("record %d twice", s[i])
+		}
+		if s[i] != s[i-1]+1 {
+			return fmt.Errorf("records %d..%d missing", s[i-1]+1, s[i]-1)
+		}
+	}
+	return nil
+}
+
+// TestEveryOnce: the check catches a duplicate that replaces a missing
+// record (0 1 1 3), which a check on length and ends alone would pass.
+func TestEveryOnce(t *testing.T) {
+	for _, c := range []struct {
+		vs []int64
+		ok bool
+	}{{[]int64{0, 1, 2, 3}, true}, {[]int64{3, 1, 0, 2}, true}, {[]int64{0, 1, 1, 3}, false},
+		{[]int64{0, 1, 2}, false}, {[]int64{0, 2, 2, 3}, false}, {[]int64{1, 1, 2, 3}, false}} {
+		if err := everyOnce(c.vs, 4); (err == nil) != c.ok {
+			t.Errorf("everyOnce(%v, 4) = %v, want ok %v", c.vs, err, c.ok)
 		}
 	}
 }
