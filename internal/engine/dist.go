@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -246,6 +247,16 @@ func (x *execution) deploy() error {
 
 // stopHosts asks every other process of the placement to stop the
 // generation's instances; it returns the addresses asked.
+// hostList is the other processes of the generation, sorted.
+func (x *execution) hostList() []string {
+	hosts := make([]string, 0, len(x.hosts))
+	for addr := range x.hosts {
+		hosts = append(hosts, addr)
+	}
+	slices.Sort(hosts)
+	return hosts
+}
+
 func (x *execution) stopHosts(skip map[string]bool) map[string]bool {
 	asked := map[string]bool{}
 	for addr := range x.hosts {

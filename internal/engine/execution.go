@@ -123,7 +123,7 @@ func (t *Topology) Start(ctx context.Context, sys *actors.System) (actors.Execut
 		x.cancel()
 		return nil, fmt.Errorf("operators: start %q: metrics: %w", t.name, err)
 	}
-	props := actor.PropsFromProducer(func() actor.Actor { return &jobActor{x: x} },
+	props := actor.PropsFromProducer(func() actor.Actor { return newJobActor(x) },
 		actor.WithSupervisor(&failFast{x: x}), actor.WithGuardian(&jobGuardian{x: x}))
 	if x.dist = t.cfg.dist; x.dist != nil {
 		x.root, props = x.dist.Root(), x.dist.Props(props)

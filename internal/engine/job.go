@@ -9,48 +9,39 @@ import (
 
 	"github.com/asynkron/protoactor-go/actor"
 	"github.com/sluicehq/sluice/actors"
+	"github.com/sluicehq/sluice/internal/coord"
 	"github.com/sluicehq/sluice/internal/wire"
 	"github.com/sluicehq/sluice/persistence"
-	"github.com/sluicehq/sluice/supervision"
 	"go.opentelemetry.io/otel/attribute"
 )
 
-// jobActor supervises the instances of one execution and drives the
-// checkpoint coordinator.
+// jobActor supervises the instances of one execution. It drives two pure
+// machines of package coord, the checkpoint coordinator (cs) and the job's
+// lifecycle (life): it translates its messages into their events, with the
+// time of the job's clock, and carries out their actions.
 type jobActor struct {
 	x     *execution
-	total int
-	cs    coordState
+	cs    coord.Checkpoints
+	life  coord.Job
 	timer func() bool // stops the checkpoint interval's timer
 	// savepoints waiting for a checkpoint at or after their id
 	savepoints []savepointWait
 	started    map[uint64]time.Time // when each checkpoint's barriers went out
+	stopTimer  func() bool          // stops the restart backoff's timer
+	unwatch    func()               // distributed: stops watching for lost processes
+}
 
-	// The end of a job with checkpoints: every instance reports finished
-	// twice, when its input ended and when its sinks closed after the final
-	// checkpoint (reported holds who reported once; closed counts the
-	// second reports, out of instances).
-	reported  map[[2]int]bool // by task and instance index
-	closed    int
-	instances int
-	finalDone bool // the final checkpoint completed
-
-	// restarts
-	budget     *supervision.Budget
-	restarts   int
-	restarting bool
-	drained    bool // Drain was asked: the job keeps its last checkpoint
-	alive      int  // instances of the stopped generation not yet terminated
-	timerDone  bool // the restart backoff elapsed
-	stopTimer  func() bool
-
-	// distributed
-	unwatch   func()          // stops watching for lost processes
-	waitHosts map[string]bool // processes whose instances are stopping
+func newJobActor(x *execution) *jobActor {
+	j := &jobActor{x: x, life: coord.Job{Name: x.topo.name, Checkpoints: x.cpStore != nil, Distributed: x.dist != nil}}
+	if rp := x.topo.cfg.restart; rp != nil {
+		j.life.Restart = &coord.Budget{Max: rp.budget, Within: rp.within}
+	}
+	return j
 }
 
 func (j *jobActor) Receive(c actor.Context) {
 	x := j.x
+	now := x.topo.cfg.now()
 	switch m := c.Message().(type) {
 	case *actor.Started:
 		x.jobPID = c.Self()
@@ -58,26 +49,19 @@ func (j *jobActor) Receive(c actor.Context) {
 			root, pid := x.root, c.Self()
 			j.unwatch = x.dist.Watch(func(addr string) { root.Send(pid, &hostLost{addr: addr}) })
 		}
-		err := j.launch(c)
+		total, local, err := j.launch(c)
 		x.launched <- err
 		if err != nil {
 			x.setErr(err)
 			c.Stop(c.Self())
 			return
 		}
-		if x.cpStore != nil {
-			j.cs = coordState{Instances: j.total}
-			if x.restored != nil {
-				j.cs.Completed = x.restored.ID
-			}
-			j.started = map[uint64]time.Time{}
-			j.arm()
-		}
+		j.launched(c, now, total, local)
 	case *cpTick:
-		j.feed(c, evTick{})
+		j.feed(c, coord.Tick{})
 		j.arm()
 	case *savepointTick:
-		j.feed(c, evTick{})
+		j.feed(c, coord.Tick{})
 	case *savepointMsg:
 		if x.cpStore == nil {
 			m.reply <- savepointResult{err: errors.New("operators: savepoint: the job takes no checkpoints (use the Checkpoints option)")}
@@ -87,91 +71,37 @@ func (j *jobActor) Receive(c actor.Context) {
 			m.reply <- savepointResult{err: errors.New("operators: savepoint: the job is finishing")}
 			return
 		}
-		min := j.cs.Next
-		if min == 0 {
-			min = j.cs.Completed + 1
-		}
-		j.savepoints = append(j.savepoints, savepointWait{min: min, reply: m.reply})
-		j.feed(c, evTick{})
+		j.savepoints = append(j.savepoints, savepointWait{min: j.cs.MinSavepoint(), reply: m.reply})
+		j.feed(c, coord.Tick{})
 	case *wire.Ack:
 		if m.Gen == x.gen {
-			j.feed(c, evAck{ID: m.ID, Instance: m.Instance, States: m.States, Offsets: m.Offsets})
+			j.feed(c, coord.Acked{ID: m.ID, Instance: m.Instance, States: m.States, Offsets: m.Offsets})
 		}
 	case *wire.Stats:
 		x.onStats(m)
 	case *wire.Finished:
 		x.noteStats(m.Gen, m.Stats)
-		if m.Gen != x.gen || j.restarting {
-			return
-		}
-		if x.cpStore == nil {
-			j.total--
-			if j.total == 0 {
-				c.Stop(c.Self())
-			}
-			return
-		}
-		key := [2]int{m.Task, m.Instance}
-		if j.reported[key] { // its sinks closed after the final checkpoint
-			j.closed++
-			j.maybeEnd(c)
-			return
-		}
-		j.reported[key] = true
-		j.total--
-		if j.total == 0 {
-			// Every instance finished its input and nothing is in flight:
-			// take the final checkpoint, which commits the sinks' tail.
-			j.feed(c, evFinal{})
-		}
+		j.step(c, coord.InstanceFinished{At: now, Gen: m.Gen, Slot: coord.Slot{Task: m.Task, Instance: m.Instance}})
 	case *wire.Failed:
-		j.onFailure(c, m)
+		j.onFailure(c, now, m)
 	case *actor.Terminated:
-		if j.restarting {
-			if in := x.byID[m.Who.Id]; in != nil && in.gen == x.gen {
-				j.alive--
-				j.maybeRelaunch(c)
-			}
+		if in := x.byID[m.Who.Id]; in != nil {
+			j.step(c, coord.InstanceTerminated{At: now, Gen: in.gen})
 		}
 	case *wire.Stopped:
-		if j.restarting && m.Gen == x.gen && j.waitHosts[m.Address] {
-			delete(j.waitHosts, m.Address)
-			j.alive--
-			j.maybeRelaunch(c)
-		}
+		j.step(c, coord.HostStopped{At: now, Gen: m.Gen, Addr: m.Address})
 	case *hostLost:
-		switch {
-		case j.restarting && j.waitHosts[m.addr]:
-			delete(j.waitHosts, m.addr)
-			j.alive--
-			j.maybeRelaunch(c)
-		case !j.restarting && x.hosts[m.addr]:
-			j.restart(c, fmt.Errorf("operators: topology %q: the process at %s, which runs instances of it, left or its connection broke", x.topo.name, m.addr), m.addr)
-		}
+		j.step(c, coord.HostLost{At: now, Addr: m.addr})
 	case *restartMsg:
-		if j.restarting && m.gen == x.gen {
-			j.timerDone = true
-			j.maybeRelaunch(c)
-		}
+		j.step(c, coord.BackoffElapsed{At: now, Gen: m.gen})
 	case *wire.Drain:
-		j.drained = true
-		if x.cpStore != nil {
-			j.feed(c, evStopping{})
-		}
-		for id, chain := range x.plan.chains {
-			if chain[0].role == roleSource {
-				for _, in := range x.instances[id] {
-					x.tellFrom(c, in.self, &wire.Drain{})
-				}
-			}
-		}
+		j.step(c, coord.DrainAsked{At: now})
 	case *abortMsg:
+		err := x.topo.kit.Aborted
 		if m.cause != nil {
-			x.setErr(fmt.Errorf("%w: %w", x.topo.kit.Aborted, m.cause))
-		} else {
-			x.setErr(x.topo.kit.Aborted)
+			err = fmt.Errorf("%w: %w", x.topo.kit.Aborted, m.cause)
 		}
-		c.Stop(c.Self())
+		j.step(c, coord.AbortAsked{At: now, Err: err})
 	case *actor.Stopped:
 		if x.dist != nil {
 			j.unwatch()
@@ -190,21 +120,146 @@ func (j *jobActor) Receive(c actor.Context) {
 	}
 }
 
-// maybeEnd stops a job with checkpoints once its final checkpoint completed
-// and every instance closed its sinks. A job that ran to its end clears its
-// checkpoints (the next run starts afresh); a drained one keeps them, the
-// final checkpoint last, to resume from.
-func (j *jobActor) maybeEnd(c actor.Context) {
+// launched starts the checkpoint coordinator of a generation just launched
+// (total instances, local of them here) and tells the lifecycle.
+func (j *jobActor) launched(c actor.Context, now time.Time, total, local int) {
 	x := j.x
-	if !j.finalDone || j.closed < j.instances {
-		return
+	if x.cpStore != nil {
+		j.cs = coord.Checkpoints{Instances: total}
+		if x.restored != nil {
+			j.cs.Completed = x.restored.ID
+		}
+		j.started = map[uint64]time.Time{}
+		j.arm()
 	}
-	if !j.drained {
-		if err := x.cpStore.Clear(x.ctx, x.topo.name); err != nil {
-			x.sys.Logger().Error("clear checkpoints", "job", x.topo.name, "err", err)
+	j.step(c, coord.Launched{At: now, Instances: total, Local: local, Hosts: x.hostList()})
+}
+
+// onFailure tells the lifecycle of a failed instance, with its generation:
+// its own for an instance known here, else the one the message says.
+func (j *jobActor) onFailure(c actor.Context, now time.Time, m *wire.Failed) {
+	x := j.x
+	remote := m.Reason == nil // from another process: Gen says which generation
+	gen := x.gen
+	if in := x.byID[m.ID]; in != nil {
+		gen = in.gen
+	}
+	reason := m.Reason
+	if remote {
+		if m.Gen != x.gen {
+			gen = m.Gen
+		}
+		reason = &stageFailure{op: m.Operator, err: errors.New(m.Message)}
+	}
+	j.step(c, coord.InstanceFailed{At: now, Gen: gen, Err: x.operatorError(actor.NewPID(m.Address, m.ID), reason)})
+}
+
+// step steps the lifecycle and carries out its actions.
+func (j *jobActor) step(c actor.Context, ev coord.JobEvent) {
+	x := j.x
+	var acts []coord.JobAction
+	j.life, acts = j.life.Step(ev)
+	for len(acts) > 0 {
+		a := acts[0]
+		acts = acts[1:]
+		switch a := a.(type) {
+		case coord.StopGeneration:
+			if j.timer != nil {
+				j.timer()
+			}
+			x.instMu.RLock()
+			for _, insts := range x.instances {
+				for _, in := range insts {
+					if x.local(in.self) {
+						c.Stop(in.self)
+					}
+				}
+			}
+			x.instMu.RUnlock()
+			if x.dist != nil {
+				x.stopHosts(map[string]bool{a.Lost: true})
+			}
+		case coord.ScheduleRelaunch:
+			delay := x.topo.cfg.restart.backoff.Delay(a.Restart)
+			x.noteRestart(delay)
+			x.traceEvent("sluice.job", "restart", attribute.Int("sluice.restart", a.Restart),
+				attribute.String("sluice.delay", delay.String()), attribute.String("error", a.Err.Error()))
+			x.sys.Logger().Warn("operator failed; restarting the job from its last checkpoint", "job", x.topo.name,
+				"err", a.Err, "restart", a.Restart, "delay", delay)
+			root, pid, gen := x.root, x.jobPID, a.Gen
+			j.stopTimer = x.topo.cfg.after(delay, func() { root.Send(pid, &restartMsg{gen: gen}) })
+		case coord.Relaunch:
+			acts = append(acts, j.relaunch(c, a.Gen)...)
+		case coord.TakeFinalCheckpoint:
+			j.feed(c, coord.TakeFinal{})
+		case coord.StopCheckpoints:
+			j.feed(c, coord.Stop{})
+		case coord.DrainSources:
+			for id, chain := range x.plan.chains {
+				if chain[0].role == roleSource {
+					for _, in := range x.instances[id] {
+						x.tellFrom(c, in.self, &wire.Drain{})
+					}
+				}
+			}
+		case coord.ClearCheckpoints:
+			if err := x.cpStore.Clear(x.ctx, x.topo.name); err != nil {
+				x.sys.Logger().Error("clear checkpoints", "job", x.topo.name, "err", err)
+			}
+		case coord.Fail:
+			x.setErr(a.Err)
+			c.Stop(c.Self())
+		case coord.End:
+			c.Stop(c.Self())
 		}
 	}
-	c.Stop(c.Self())
+}
+
+// relaunch launches generation gen from the latest checkpoint and returns
+// the lifecycle's actions on the outcome.
+func (j *jobActor) relaunch(c actor.Context, gen int) []coord.JobAction {
+	x := j.x
+	now := x.topo.cfg.now()
+	x.gen = gen
+	if x.cpStore != nil {
+		cp, ok, err := x.cpStore.Latest(x.ctx, x.topo.name)
+		if err != nil {
+			return j.stepped(coord.LaunchFailed{At: now, Err: fmt.Errorf("operators: topology %q: restart: load the latest checkpoint: %w", x.topo.name, err)})
+		}
+		x.restored = nil
+		if ok {
+			x.restored = &cp
+		}
+	}
+	total, local, err := j.launch(c)
+	if err != nil {
+		// In a distributed job a process may have left while it was
+		// deployed to: restart again.
+		return j.stepped(coord.LaunchFailed{At: now, Err: fmt.Errorf("operators: topology %q: restart: %w", x.topo.name, err),
+			Retryable: true, Local: local, Hosts: x.hostList()})
+	}
+	if x.restored != nil {
+		x.cpStatsMu.Lock()
+		x.cpStats.RestoredFrom = x.restored.ID
+		x.cpStatsMu.Unlock()
+	}
+	if x.cpStore != nil {
+		j.cs = coord.Checkpoints{Instances: total}
+		if x.restored != nil {
+			j.cs.Completed = x.restored.ID
+		}
+		j.started = map[uint64]time.Time{}
+		j.arm()
+	}
+	return j.stepped(coord.Launched{At: now, Instances: total, Local: local, Hosts: x.hostList()})
+}
+
+// stepped steps the lifecycle with ev and returns its actions, for step to
+// carry out.
+func (j *jobActor) stepped(ev coord.JobEvent) []coord.JobAction {
+	var acts []coord.JobAction
+	j.life, acts = j.life.Step(ev)
+	return acts
 }
 
 type (
@@ -271,116 +326,6 @@ func Savepoint(ctx context.Context, run *actors.Run) (uint64, error) {
 	}
 }
 
-// onFailure handles a failed instance: the job stops with the operator's
-// error, or, with RestartOnFailure and budget left, restarts from its last
-// completed checkpoint after the backoff's delay.
-func (j *jobActor) onFailure(c actor.Context, m *wire.Failed) {
-	x := j.x
-	remote := m.Reason == nil // from another process: Gen says which generation
-	in := x.byID[m.ID]
-	if in != nil && in.gen != x.gen || remote && m.Gen != x.gen || j.restarting {
-		return // a failure of a generation being replaced
-	}
-	reason := m.Reason
-	if remote {
-		reason = &stageFailure{op: m.Operator, err: errors.New(m.Message)}
-	}
-	j.restart(c, x.operatorError(actor.NewPID(m.Address, m.ID), reason), "")
-}
-
-// restart stops the generation and restarts the job after the backoff, or
-// stops it with err when it may not restart. lost is a process that left,
-// whose instances are not waited for.
-func (j *jobActor) restart(c actor.Context, err error, lost string) {
-	x := j.x
-	rp := x.topo.cfg.restart
-	if rp == nil {
-		x.setErr(err)
-		c.Stop(c.Self())
-		return
-	}
-	if j.budget == nil {
-		j.budget, _ = supervision.NewBudget(rp.budget, rp.within)
-	}
-	if j.budget == nil || !j.budget.Allow(time.Now()) {
-		x.setErr(fmt.Errorf("operators: topology %q: %d restarts within %v spent, giving up: %w", x.topo.name, rp.budget, rp.within, err))
-		c.Stop(c.Self())
-		return
-	}
-	j.restarts++
-	delay := rp.backoff.Delay(j.restarts)
-	x.noteRestart(delay)
-	x.traceEvent("sluice.job", "restart", attribute.Int("sluice.restart", j.restarts),
-		attribute.String("sluice.delay", delay.String()), attribute.String("error", err.Error()))
-	x.sys.Logger().Warn("operator failed; restarting the job from its last checkpoint", "job", x.topo.name,
-		"err", err, "restart", j.restarts, "delay", delay)
-	j.restarting, j.timerDone, j.alive = true, false, 0
-	if j.timer != nil {
-		j.timer()
-	}
-	x.instMu.RLock()
-	for _, insts := range x.instances {
-		for _, in := range insts {
-			if x.local(in.self) {
-				c.Stop(in.self)
-				j.alive++
-			}
-		}
-	}
-	x.instMu.RUnlock()
-	if x.dist != nil {
-		j.waitHosts = x.stopHosts(map[string]bool{lost: true})
-		j.alive += len(j.waitHosts)
-	}
-	root, pid, gen := x.root, x.jobPID, x.gen
-	j.stopTimer = x.topo.cfg.after(delay, func() { root.Send(pid, &restartMsg{gen: gen}) })
-}
-
-// maybeRelaunch starts the next generation once the old one has stopped and
-// the backoff has elapsed.
-func (j *jobActor) maybeRelaunch(c actor.Context) {
-	x := j.x
-	if !j.restarting || j.alive > 0 || !j.timerDone {
-		return
-	}
-	j.restarting = false
-	x.gen++
-	if x.cpStore != nil {
-		cp, ok, err := x.cpStore.Latest(x.ctx, x.topo.name)
-		if err != nil {
-			x.setErr(fmt.Errorf("operators: topology %q: restart: load the latest checkpoint: %w", x.topo.name, err))
-			c.Stop(c.Self())
-			return
-		}
-		x.restored = nil
-		if ok {
-			x.restored = &cp
-		}
-	}
-	j.total = 0
-	if err := j.launch(c); err != nil {
-		err = fmt.Errorf("operators: topology %q: restart: %w", x.topo.name, err)
-		if x.dist != nil { // a process may have left while it was deployed to
-			j.restart(c, err, "")
-			return
-		}
-		x.setErr(err)
-		c.Stop(c.Self())
-		return
-	}
-	if x.cpStore != nil {
-		j.cs = coordState{Instances: j.total}
-		if x.restored != nil {
-			j.cs.Completed = x.restored.ID
-			x.cpStatsMu.Lock()
-			x.cpStats.RestoredFrom = x.restored.ID
-			x.cpStatsMu.Unlock()
-		}
-		j.started = map[uint64]time.Time{}
-		j.arm()
-	}
-}
-
 // arm schedules the next checkpoint tick.
 func (j *jobActor) arm() {
 	if j.cs.Stopping {
@@ -391,33 +336,33 @@ func (j *jobActor) arm() {
 }
 
 // feed steps the coordinator and carries out its actions.
-func (j *jobActor) feed(c actor.Context, ev any) {
+func (j *jobActor) feed(c actor.Context, ev coord.CheckpointEvent) {
 	x := j.x
-	var acts []any
-	j.cs, acts = step(j.cs, ev)
+	var acts []coord.CheckpointAction
+	j.cs, acts = j.cs.Step(ev)
 	for len(acts) > 0 {
 		a := acts[0]
 		acts = acts[1:]
 		switch a := a.(type) {
-		case actInject:
+		case coord.Inject:
 			// Every instance hears of the checkpoint: running sources
-			// start it, finished instances answer it (see barrierMsg).
+			// start it, finished instances answer it (see wire.Barrier).
 			j.started[a.ID] = time.Now()
 			for _, insts := range x.instances {
 				for _, in := range insts {
 					x.tellFrom(c, in.self, &wire.Barrier{ID: a.ID})
 				}
 			}
-		case actAbandoned:
+		case coord.Abandoned:
 			delete(j.started, a.ID)
 			x.sys.Logger().Debug("checkpoint abandoned for the final checkpoint", "job", x.topo.name, "checkpoint", a.ID)
-		case actStore:
+		case coord.Store:
 			err := x.cpStore.Complete(x.ctx, x.topo.name, persistence.Checkpoint{
 				ID: a.ID, Time: time.Now(), States: a.States, Offsets: a.Offsets})
-			var more []any
-			j.cs, more = step(j.cs, evStored{ID: a.ID, Err: err})
+			var more []coord.CheckpointAction
+			j.cs, more = j.cs.Step(coord.Stored{ID: a.ID, Err: err})
 			acts = append(acts, more...)
-		case actCompleted:
+		case coord.Completed:
 			d := time.Since(j.started[a.ID])
 			delete(j.started, a.ID)
 			x.cpStatsMu.Lock()
@@ -433,10 +378,9 @@ func (j *jobActor) feed(c actor.Context, ev any) {
 			}
 			x.sys.Logger().Debug("checkpoint completed", "job", x.topo.name, "checkpoint", a.ID, "duration", d, "final", a.Final)
 			if a.Final {
-				j.finalDone = true
-				j.maybeEnd(c)
+				j.step(c, coord.FinalCheckpointDone{At: x.topo.cfg.now()})
 			}
-		case actFailed:
+		case coord.CheckpointFailed:
 			delete(j.started, a.ID)
 			j.endSavepoints(fmt.Errorf("operators: savepoint: checkpoint %d failed: %w", a.ID, a.Err))
 			x.cpStatsMu.Lock()
@@ -451,14 +395,16 @@ func (j *jobActor) feed(c actor.Context, ev any) {
 				if j.cs.Completed > 0 {
 					since = "checkpoint " + strconv.FormatUint(j.cs.Completed, 10)
 				}
-				j.restart(c, fmt.Errorf("operators: topology %q: final checkpoint %d: %w (the sinks' records since %s are not committed)",
-					x.topo.name, a.ID, a.Err, since), "")
+				j.step(c, coord.FinalCheckpointFailed{At: x.topo.cfg.now(), Err: fmt.Errorf("operators: topology %q: final checkpoint %d: %w (the sinks' records since %s are not committed)",
+					x.topo.name, a.ID, a.Err, since)})
 			}
 		}
 	}
 }
 
-func (j *jobActor) launch(c actor.Context) (err error) {
+// launch builds and starts a generation: total instances in all, local of
+// them in this process.
+func (j *jobActor) launch(c actor.Context) (total, local int, err error) {
 	x := j.x
 	defer func() { // a panic while building must reach Start as an error, not hang it
 		if r := recover(); r != nil {
@@ -467,24 +413,29 @@ func (j *jobActor) launch(c actor.Context) (err error) {
 	}()
 	x.place()
 	if err := x.build(); err != nil {
-		return err
+		return 0, 0, err
 	}
-	j.reported, j.closed, j.finalDone = map[[2]int]bool{}, 0, false
-	defer func() { j.instances = j.total }()
 	for _, insts := range x.instances {
 		for _, in := range insts {
-			j.total++
+			total++
+			if x.local(in.self) {
+				local++
+			}
+		}
+	}
+	for _, insts := range x.instances {
+		for _, in := range insts {
 			if !x.local(in.self) {
 				continue
 			}
 			if err := x.spawn(c, in, x.jobPID.Id); err != nil {
-				return err
+				return total, local, err
 			}
 		}
 	}
 	if x.dist != nil { // the other processes spawn and start theirs before any source starts
 		if err := x.deploy(); err != nil {
-			return err
+			return total, local, err
 		}
 	}
 	// Start consumers before their producers: an instance's start must be
@@ -496,5 +447,5 @@ func (j *jobActor) launch(c actor.Context) (err error) {
 			}
 		}
 	}
-	return nil
+	return total, local, nil
 }
