@@ -297,4 +297,3 @@ func listArg(t *testing.T, d *datadriven.TestData, key string) []string {
 func errArg(t *testing.T, d *datadriven.TestData) error {
 	return errors.New(strings.ReplaceAll(strArg(t, d, "err"), "-", " "))
 }
-
