@@ -308,3 +308,16 @@ func Of(t any) (*Topology, bool) {
 func WithTimer(after func(d time.Duration, f func()) (stop func() bool)) TopologyOption {
 	return func(c *runConfig) { c.after = after }
 }
+
+// With returns a copy of t whose run settings are t's with opts applied;
+// t is unchanged. The copy shares t's operators: build nothing more on
+// either.
+func (t *Topology) With(opts ...TopologyOption) *Topology {
+	c := *t
+	for _, o := range opts {
+		if o != nil {
+			o(&c.cfg)
+		}
+	}
+	return &c
+}
