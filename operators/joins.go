@@ -41,7 +41,7 @@ func KeyedUnion[K comparable, L, R any](left Stream[L], right Stream[R], name st
 // their event time. Tumbling and sliding windows, in event or processing
 // time. The operators it adds besides name are named name.left,
 // name.right, name.union and name.key.
-func WindowJoin[K comparable, L, R, O any](left Stream[L], right Stream[R], name string, lkey func(L) K, rkey func(R) K, w Windows, join func(L, R) O, opts ...Option) Stream[O] {
+func WindowJoin[K comparable, L, R, O any](left Stream[L], right Stream[R], name string, lkey func(L) K, rkey func(R) K, w Windows, join func(L, R) O, opts ...TimedJoinOption) Stream[O] {
 	return Stream[O]{engine.WindowJoin(left.s, right.s, name, lkey, rkey, w.w, join, unwrap(opts)...)}
 }
 
@@ -52,7 +52,7 @@ func WindowJoin[K comparable, L, R, O any](left Stream[L], right Stream[R], name
 // still arrive: a left one until the watermark passes l+upper, a right one
 // until it passes r-lower. A record at or behind the watermark when it
 // arrives is late: counted (OperatorStats.Late) and dropped.
-func IntervalJoin[K comparable, L, R, O any](left Stream[L], right Stream[R], name string, lkey func(L) K, rkey func(R) K, lower, upper time.Duration, join func(L, R) O, opts ...Option) Stream[O] {
+func IntervalJoin[K comparable, L, R, O any](left Stream[L], right Stream[R], name string, lkey func(L) K, rkey func(R) K, lower, upper time.Duration, join func(L, R) O, opts ...TimedJoinOption) Stream[O] {
 	return Stream[O]{engine.IntervalJoin(left.s, right.s, name, lkey, rkey, lower, upper, join, unwrap(opts)...)}
 }
 
@@ -60,7 +60,7 @@ func IntervalJoin[K comparable, L, R, O any](left Stream[L], right Stream[R], na
 // seen no record for d of processing time (as Flink's state TTL), so that
 // its state stays bounded when keys stop appearing. Without it the join
 // keeps every record.
-func StateTTL(d time.Duration) Option { return Option{engine.StateTTL(d)} }
+func StateTTL(d time.Duration) TTLOption { return TTLOption{engine.StateTTL(d)} }
 
 // Join is the unbounded (regular) inner join of two keyed streams: every
 // left record is joined with every right record of the same key that came
@@ -68,6 +68,6 @@ func StateTTL(d time.Duration) Option { return Option{engine.StateTTL(d)} }
 // Its state grows with its inputs unless StateTTL bounds it. Results carry
 // the event time of the record that completed the pair, when the inputs
 // carry event times.
-func Join[K comparable, L, R, O any](left Stream[L], right Stream[R], name string, lkey func(L) K, rkey func(R) K, join func(L, R) O, opts ...Option) Stream[O] {
+func Join[K comparable, L, R, O any](left Stream[L], right Stream[R], name string, lkey func(L) K, rkey func(R) K, join func(L, R) O, opts ...JoinOption) Stream[O] {
 	return Stream[O]{engine.Join(left.s, right.s, name, lkey, rkey, join, unwrap(opts)...)}
 }

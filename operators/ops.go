@@ -15,7 +15,7 @@ func kv[K comparable, V any](k K, v V) KV[K, V] { return KV[K, V]{k, v} }
 // Source adds an operator that reads records from src. Sources run with
 // parallelism 1 unless Parallelism says otherwise; each instance reads one
 // partition of the connector.
-func Source[T any](t *Topology, name string, src SourceConnector[T], opts ...Option) Stream[T] {
+func Source[T any](t *Topology, name string, src SourceConnector[T], opts ...SourceOption) Stream[T] {
 	eo := unwrap(opts)
 	if _, once := src.(interface{ notReplayable() }); once {
 		eo = append(eo, engine.NotReplayable())
@@ -24,18 +24,18 @@ func Source[T any](t *Topology, name string, src SourceConnector[T], opts ...Opt
 }
 
 // Map applies f to every record.
-func Map[In, Out any](s Stream[In], name string, f func(In) Out, opts ...Option) Stream[Out] {
+func Map[In, Out any](s Stream[In], name string, f func(In) Out, opts ...MapOption) Stream[Out] {
 	return Stream[Out]{engine.Map(s.s, name, f, unwrap(opts)...)}
 }
 
 // Filter keeps the records for which keep returns true.
-func Filter[T any](s Stream[T], name string, keep func(T) bool, opts ...Option) Stream[T] {
+func Filter[T any](s Stream[T], name string, keep func(T) bool, opts ...MapOption) Stream[T] {
 	return Stream[T]{engine.Filter(s.s, name, keep, unwrap(opts)...)}
 }
 
 // FlatMap replaces every record with the records f returns (none, one or
 // many). strings.Fields is a FlatMap function from string to string.
-func FlatMap[In, Out any](s Stream[In], name string, f func(In) []Out, opts ...Option) Stream[Out] {
+func FlatMap[In, Out any](s Stream[In], name string, f func(In) []Out, opts ...MapOption) Stream[Out] {
 	return Stream[Out]{engine.FlatMap(s.s, name, f, unwrap(opts)...)}
 }
 
@@ -43,18 +43,18 @@ func FlatMap[In, Out any](s Stream[In], name string, f func(In) []Out, opts ...O
 // instance of the next operator. Partitioning hashes the key with a function
 // that is stable across runs and machines. Parallelism on KeyBy sets the
 // parallelism of its consumers.
-func KeyBy[T any, K comparable](s Stream[T], name string, key func(T) K, opts ...Option) KeyedStream[K, T] {
+func KeyBy[T any, K comparable](s Stream[T], name string, key func(T) K, opts ...PartitionOption) KeyedStream[K, T] {
 	return KeyedStream[K, T]{engine.KeyBy(s.s, name, key, unwrap(opts)...)}
 }
 
 // Broadcast sends every record of s to every instance of the next operator.
-func Broadcast[T any](s Stream[T], name string, opts ...Option) Stream[T] {
+func Broadcast[T any](s Stream[T], name string, opts ...PartitionOption) Stream[T] {
 	return Stream[T]{engine.Broadcast(s.s, name, unwrap(opts)...)}
 }
 
 // Rebalance distributes the records of s round-robin, a batch at a time,
 // over the instances of the next operator.
-func Rebalance[T any](s Stream[T], name string, opts ...Option) Stream[T] {
+func Rebalance[T any](s Stream[T], name string, opts ...PartitionOption) Stream[T] {
 	return Stream[T]{engine.Rebalance(s.s, name, unwrap(opts)...)}
 }
 
@@ -80,23 +80,23 @@ const (
 
 // Emit sets when a per-key aggregation (Count, Reduce, Aggregate) emits.
 // The default is EmitUpdates.
-func Emit(m EmitMode) Option {
+func Emit(m EmitMode) EmitOption {
 	em := engine.EmitUpdates
 	if m == EmitAtEnd {
 		em = engine.EmitAtEnd
 	}
-	return Option{engine.Emit(em)}
+	return EmitOption{engine.Emit(em)}
 }
 
 // Count counts the records per key.
-func Count[K comparable, T any](ks KeyedStream[K, T], name string, opts ...Option) Stream[KV[K, int64]] {
+func Count[K comparable, T any](ks KeyedStream[K, T], name string, opts ...AggregateOption) Stream[KV[K, int64]] {
 	return Stream[KV[K, int64]]{engine.Keyed(ks.s, name, "count", false,
 		func(acc int64, _ bool, _ T) int64 { return acc + 1 }, kv[K, int64], unwrap(opts)...)}
 }
 
 // Reduce combines the records of each key with f, starting from the key's
 // first record.
-func Reduce[K comparable, T any](ks KeyedStream[K, T], name string, f func(acc, v T) T, opts ...Option) Stream[KV[K, T]] {
+func Reduce[K comparable, T any](ks KeyedStream[K, T], name string, f func(acc, v T) T, opts ...AggregateOption) Stream[KV[K, T]] {
 	return Stream[KV[K, T]]{engine.Keyed(ks.s, name, "reduce", f == nil, func(acc T, seen bool, v T) T {
 		if !seen {
 			return v
@@ -107,7 +107,7 @@ func Reduce[K comparable, T any](ks KeyedStream[K, T], name string, f func(acc, 
 
 // Aggregate folds the records of each key into an accumulator that starts as
 // zero() and is updated with add.
-func Aggregate[K comparable, T, A any](ks KeyedStream[K, T], name string, zero func() A, add func(acc A, v T) A, opts ...Option) Stream[KV[K, A]] {
+func Aggregate[K comparable, T, A any](ks KeyedStream[K, T], name string, zero func() A, add func(acc A, v T) A, opts ...AggregateOption) Stream[KV[K, A]] {
 	return Stream[KV[K, A]]{engine.Keyed(ks.s, name, "aggregate", zero == nil || add == nil, func(acc A, seen bool, v T) A {
 		if !seen {
 			acc = zero()
@@ -117,6 +117,6 @@ func Aggregate[K comparable, T, A any](ks KeyedStream[K, T], name string, zero f
 }
 
 // Sink adds an operator that writes every record of s to sink.
-func Sink[T any](s Stream[T], name string, sink SinkConnector[T], opts ...Option) {
+func Sink[T any](s Stream[T], name string, sink SinkConnector[T], opts ...SinkOption) {
 	engine.Sink(s.s, name, sink, unwrap(opts)...)
 }

@@ -70,7 +70,7 @@ func (c *ProcessContext[K, S, O]) Timer(t time.Time) { c.c.Timer(t) }
 // through the context. State and timers are checkpointed. At the end of the
 // input every timer still set fires, in time order. onTimer may be nil when
 // no timers are set.
-func Process[K comparable, T, S, O any](ks KeyedStream[K, T], name string, onRecord func(c *ProcessContext[K, S, O], v T), onTimer func(c *ProcessContext[K, S, O]), opts ...Option) Stream[O] {
+func Process[K comparable, T, S, O any](ks KeyedStream[K, T], name string, onRecord func(c *ProcessContext[K, S, O], v T), onTimer func(c *ProcessContext[K, S, O]), opts ...ProcessOption) Stream[O] {
 	var rec func(*engine.ProcessContext[K, S, O], T)
 	if onRecord != nil {
 		rec = func(c *engine.ProcessContext[K, S, O], v T) { onRecord(&ProcessContext[K, S, O]{c}, v) }

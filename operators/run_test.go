@@ -86,18 +86,18 @@ func TestStatelessChainInOrder(t *testing.T) {
 	for _, fused := range []bool{true, false} {
 		t.Run(fmt.Sprintf("fused=%v", fused), func(t *testing.T) {
 			sys, ctx := newSystem(t)
-			var opts []operators.Option
+			var opt operators.Option // the zero Option changes nothing
 			if !fused {
-				opts = append(opts, operators.NoFusion())
+				opt = operators.NoFusion()
 			}
 			const n = 10_000
 			top := operators.NewTopology("chain", operators.BatchSize(64), operators.Capacity(256))
-			src := operators.Source(top, "src", operators.Generate(n, func(i int64) int64 { return i }), opts...)
-			m := operators.Map(src, "triple", func(v int64) int64 { return 3 * v }, opts...)
-			f := operators.Filter(m, "even", func(v int64) bool { return v%2 == 0 }, opts...)
-			fm := operators.FlatMap(f, "twice", func(v int64) []int64 { return []int64{v, v + 1} }, opts...)
+			src := operators.Source(top, "src", operators.Generate(n, func(i int64) int64 { return i }), opt)
+			m := operators.Map(src, "triple", func(v int64) int64 { return 3 * v }, opt)
+			f := operators.Filter(m, "even", func(v int64) bool { return v%2 == 0 }, opt)
+			fm := operators.FlatMap(f, "twice", func(v int64) []int64 { return []int64{v, v + 1} }, opt)
 			col := operators.NewCollector[int64]()
-			operators.Sink(fm, "out", col, opts...)
+			operators.Sink(fm, "out", col, opt)
 			run := runToEnd(t, sys, ctx, top)
 
 			var want []int64

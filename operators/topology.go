@@ -74,19 +74,6 @@ type KeyedStream[K comparable, T any] struct{ s engine.KeyedStream[K, T] }
 // Name returns the name of the KeyBy that produced the stream.
 func (s KeyedStream[K, T]) Name() string { return s.s.Name() }
 
-// Option configures one operator at its call site.
-type Option struct{ o engine.Option }
-
-func unwrap(opts []Option) []engine.Option {
-	out := make([]engine.Option, 0, len(opts))
-	for _, o := range opts {
-		if o.o != nil {
-			out = append(out, o.o)
-		}
-	}
-	return out
-}
-
 // Parallelism sets how many instances (actors) run the operator. The default
 // is the parallelism of the operator's first input (1 for sources). On KeyBy
 // it sets the parallelism of the keyed consumers.
@@ -101,7 +88,7 @@ func Parallelism(n int) Option { return Option{engine.Parallelism(n)} }
 // and a codec for the operator's input type, whose values must be msgpack
 // encodable. An operator with its own Input is never fused with its
 // predecessor.
-func Input(cfg mailbox.Config) Option { return Option{engine.Input(cfg)} }
+func Input(cfg mailbox.Config) InputOption { return InputOption{engine.Input(cfg)} }
 
 // NoFusion keeps the operator in an actor of its own instead of fusing it
 // with its neighbours into one chain.
@@ -114,7 +101,9 @@ func NoFusion() Option { return Option{engine.NoFusion()} }
 // panic fails the operator (and the job restarts or stops, see
 // RestartOnFailure). It covers Map, Filter, FlatMap and the per-key
 // aggregations (their key and fold functions).
-func OnRecordFailure(attempts int) Option { return Option{engine.OnRecordFailure(attempts)} }
+func OnRecordFailure(attempts int) RecordFailureOption {
+	return RecordFailureOption{engine.OnRecordFailure(attempts)}
+}
 
 // TopologyOption configures how a topology runs.
 type TopologyOption struct{ o engine.TopologyOption }
@@ -190,6 +179,6 @@ func RestartOnFailure(backoff supervision.Backoff, maxRestarts int, within time.
 // Topology.Connect: for topologies assembled from parts, or by name from
 // configuration. It passes every record through unchanged. A declared input
 // that is never connected makes the topology invalid.
-func Declare[T any](t *Topology, name string, opts ...Option) Stream[T] {
+func Declare[T any](t *Topology, name string, opts ...PartitionOption) Stream[T] {
 	return Stream[T]{engine.Declare[T](t.t, name, unwrap(opts)...)}
 }

@@ -13,19 +13,19 @@ import (
 // see AllowedLateness and LateTo. Watermarks from upstream are replaced by
 // the ones Timestamps generates. It is stateless and fuses with its
 // neighbours.
-func Timestamps[T any](s Stream[T], name string, ts func(T) time.Time, opts ...Option) Stream[T] {
+func Timestamps[T any](s Stream[T], name string, ts func(T) time.Time, opts ...TimestampsOption) Stream[T] {
 	return Stream[T]{engine.Timestamps(s.s, name, ts, unwrap(opts)...)}
 }
 
 // OutOfOrderness sets how far behind the latest event time a record may
 // arrive and still be on time (Timestamps): the watermark trails the
 // largest event time seen by d.
-func OutOfOrderness(d time.Duration) Option { return Option{engine.OutOfOrderness(d)} }
+func OutOfOrderness(d time.Duration) OrderOption { return OrderOption{engine.OutOfOrderness(d)} }
 
 // IdleAfter marks a source instance idle when it has read nothing for d:
 // downstream event time stops waiting for it (otherwise one quiet partition
 // holds every window back) until it reads again. For sources only.
-func IdleAfter(d time.Duration) Option { return Option{engine.IdleAfter(d)} }
+func IdleAfter(d time.Duration) IdleOption { return IdleOption{engine.IdleAfter(d)} }
 
 // Windows says how a windowed operator groups records in time: Tumbling,
 // Sliding or Sessions, in event time unless ProcessingTime says otherwise.
@@ -56,13 +56,13 @@ func (w Windows) String() string { return w.w.String() }
 // a record that arrives that late still updates the window, which fires
 // again with the new result. Records later than that are late: they are
 // counted (OperatorStats.Late) and go to LateTo's sink, or are dropped.
-func AllowedLateness(d time.Duration) Option { return Option{engine.AllowedLateness(d)} }
+func AllowedLateness(d time.Duration) LateOption { return LateOption{engine.AllowedLateness(d)} }
 
 // LateTo sends the records that arrive after every window they belong to
 // has closed (past the allowed lateness) to sink, a side output, besides
 // counting them. Its type must be the windowed operator's input type. The
 // sink runs in the windowed operator's instances, at-least-once.
-func LateTo[T any](sink SinkConnector[T]) Option { return Option{engine.LateTo(sink)} }
+func LateTo[T any](sink SinkConnector[T]) LateOption { return LateOption{engine.LateTo(sink)} }
 
 // Windowed is the result of a windowed aggregation: a key's value in one
 // window [Start, End).
@@ -85,17 +85,17 @@ func windowedResult[K comparable, V any](k K, start, end time.Time, v V) Windowe
 // At the end of the input every open window fires. Session windows merge,
 // so they need merge to combine two accumulators; it may be nil for the
 // other windows. Window state is part of checkpoints.
-func WindowAggregate[K comparable, T, A any](ks KeyedStream[K, T], name string, w Windows, zero func() A, add func(A, T) A, merge func(A, A) A, opts ...Option) Stream[Windowed[K, A]] {
+func WindowAggregate[K comparable, T, A any](ks KeyedStream[K, T], name string, w Windows, zero func() A, add func(A, T) A, merge func(A, A) A, opts ...WindowOption) Stream[Windowed[K, A]] {
 	return Stream[Windowed[K, A]]{engine.WindowAggregate(ks.s, name, w.w, zero, add, merge, windowedResult[K, A], unwrap(opts)...)}
 }
 
 // WindowCount counts the records of each key in each window.
-func WindowCount[K comparable, T any](ks KeyedStream[K, T], name string, w Windows, opts ...Option) Stream[Windowed[K, int64]] {
+func WindowCount[K comparable, T any](ks KeyedStream[K, T], name string, w Windows, opts ...WindowOption) Stream[Windowed[K, int64]] {
 	return Stream[Windowed[K, int64]]{engine.WindowCount(ks.s, name, w.w, windowedResult[K, int64], unwrap(opts)...)}
 }
 
 // WindowReduce combines the records of each key in each window with f,
 // starting from the window's first record.
-func WindowReduce[K comparable, T any](ks KeyedStream[K, T], name string, w Windows, f func(a, b T) T, opts ...Option) Stream[Windowed[K, T]] {
+func WindowReduce[K comparable, T any](ks KeyedStream[K, T], name string, w Windows, f func(a, b T) T, opts ...WindowOption) Stream[Windowed[K, T]] {
 	return Stream[Windowed[K, T]]{engine.WindowReduce(ks.s, name, w.w, f, windowedResult[K, T], unwrap(opts)...)}
 }
