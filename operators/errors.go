@@ -25,17 +25,17 @@ var (
 // ErrAborted is the outcome of a job that was stopped before it finished.
 var ErrAborted = errors.New("operators: job stopped before it finished")
 
-// kinds maps the engine's sentinels to this package's.
-var kinds = map[error]error{
-	engine.ErrDuplicateName: ErrDuplicateName,
-	engine.ErrCycle:         ErrCycle,
-	engine.ErrUnconnected:   ErrUnconnected,
-	engine.ErrTypeMismatch:  ErrTypeMismatch,
-	engine.ErrParallelism:   ErrParallelism,
-	engine.ErrForeignStream: ErrForeignStream,
-	engine.ErrUnknown:       ErrUnknown,
-	engine.ErrInvalid:       ErrInvalid,
-	engine.ErrNoSource:      ErrNoSource,
+// kinds gives each of the engine's kinds of invalid topology its sentinel.
+var kinds = map[engine.Kind]error{
+	engine.KindDuplicateName: ErrDuplicateName,
+	engine.KindCycle:         ErrCycle,
+	engine.KindUnconnected:   ErrUnconnected,
+	engine.KindTypeMismatch:  ErrTypeMismatch,
+	engine.KindParallelism:   ErrParallelism,
+	engine.KindForeignStream: ErrForeignStream,
+	engine.KindUnknown:       ErrUnknown,
+	engine.KindInvalid:       ErrInvalid,
+	engine.KindNoSource:      ErrNoSource,
 }
 
 // TopologyError is one reason a topology is invalid.
@@ -80,11 +80,12 @@ func (e *PanicError) Error() string { return fmt.Sprintf("panic: %v", e.Value) }
 
 // errorKit makes the engine report errors of this package's types.
 var errorKit = engine.Errors{
-	Topology: func(topology, op string, kind error, detail string) error {
-		if k, ok := kinds[kind]; ok {
-			kind = k
+	Topology: func(topology, op string, kind engine.Kind, detail string) error {
+		k, ok := kinds[kind]
+		if !ok {
+			k = fmt.Errorf("%v", kind)
 		}
-		return &TopologyError{Topology: topology, Operator: op, Kind: kind, Detail: detail}
+		return &TopologyError{Topology: topology, Operator: op, Kind: k, Detail: detail}
 	},
 	Operator: func(topology, op string, instance int, err error) error {
 		return &OperatorError{Topology: topology, Operator: op, Instance: instance, Err: err}

@@ -30,7 +30,7 @@ func Timestamps[T any](s Stream[T], name string, ts func(T) time.Time, opts ...O
 	}, opts)
 	nd.timed = true
 	if nd.bound < 0 {
-		nd.topo.errs = append(nd.topo.errs, opErr(nd.topo, name, ErrInvalid, fmt.Sprintf("OutOfOrderness(%v): must not be negative", nd.bound)))
+		nd.topo.errs = append(nd.topo.errs, opErr(nd.topo, name, KindInvalid, fmt.Sprintf("OutOfOrderness(%v): must not be negative", nd.bound)))
 	}
 	return Stream[T]{nd}
 }

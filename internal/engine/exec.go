@@ -13,9 +13,6 @@ import (
 	"github.com/sluicehq/sluice/persistence"
 )
 
-// ErrAborted is the outcome of a job that was stopped before it finished.
-var ErrAborted = errors.New("operators: job stopped before it finished")
-
 // Messages of the job actor and its instances within this process (the
 // protocol between them is package wire). The ones that are not records are
 // control messages: they never count against mailbox capacity.

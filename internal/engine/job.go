@@ -123,16 +123,23 @@ func (j *jobActor) Receive(c actor.Context) {
 // launched starts the checkpoint coordinator of a generation just launched
 // (total instances, local of them here) and tells the lifecycle.
 func (j *jobActor) launched(c actor.Context, now time.Time, total, local int) {
+	j.startCheckpoints(total)
+	j.step(c, coord.Launched{At: now, Instances: total, Local: local, Hosts: j.x.hostList()})
+}
+
+// startCheckpoints starts the checkpoint coordinator of a generation of
+// total instances, from the checkpoint it was restored from.
+func (j *jobActor) startCheckpoints(total int) {
 	x := j.x
-	if x.cpStore != nil {
-		j.cs = coord.Checkpoints{Instances: total}
-		if x.restored != nil {
-			j.cs.Completed = x.restored.ID
-		}
-		j.started = map[uint64]time.Time{}
-		j.arm()
+	if x.cpStore == nil {
+		return
 	}
-	j.step(c, coord.Launched{At: now, Instances: total, Local: local, Hosts: x.hostList()})
+	j.cs = coord.Checkpoints{Instances: total}
+	if x.restored != nil {
+		j.cs.Completed = x.restored.ID
+	}
+	j.started = map[uint64]time.Time{}
+	j.arm()
 }
 
 // onFailure tells the lifecycle of a failed instance, with its generation:
@@ -243,14 +250,7 @@ func (j *jobActor) relaunch(c actor.Context, gen int) []coord.JobAction {
 		x.cpStats.RestoredFrom = x.restored.ID
 		x.cpStatsMu.Unlock()
 	}
-	if x.cpStore != nil {
-		j.cs = coord.Checkpoints{Instances: total}
-		if x.restored != nil {
-			j.cs.Completed = x.restored.ID
-		}
-		j.started = map[uint64]time.Time{}
-		j.arm()
-	}
+	j.startCheckpoints(total)
 	return j.stepped(coord.Launched{At: now, Instances: total, Local: local, Hosts: x.hostList()})
 }
 

@@ -19,21 +19,12 @@ import (
 // with several inputs.
 
 // Either is a record of one of a join's two inputs, as the join operator
-// receives it.
+// receives it (package operators has its own for KeyedUnion, with the same
+// encoding).
 type Either[L, R any] struct {
 	L     L    `msgpack:"l"`
 	R     R    `msgpack:"r"`
 	Right bool `msgpack:"s"` // R is set, else L
-}
-
-// KeyedUnion brings two streams of different types together, partitioned
-// by key: the next operator receives the records of both as Either, every
-// record of a key from either side in the same instance (Flink's
-// connect + keyBy). Use it with Process or the windowed aggregations to
-// write joins of your own. The operators it adds are named name.left,
-// name.right, name.union and name.key.
-func KeyedUnion[K comparable, L, R any](left Stream[L], right Stream[R], name string, lkey func(L) K, rkey func(R) K) KeyedStream[K, Either[L, R]] {
-	return joinInputs(left, right, name, lkey, rkey)
 }
 
 // joinInputs tags, merges and partitions the two inputs of a join.
@@ -85,10 +76,10 @@ func WindowJoin[K comparable, L, R, O any](left Stream[L], right Stream[R], name
 		},
 	}, opts)
 	if w.kind == sessions {
-		nd.topo.errs = append(nd.topo.errs, opErr(nd.topo, name, ErrInvalid, "WindowJoin takes tumbling or sliding windows"))
+		nd.topo.errs = append(nd.topo.errs, opErr(nd.topo, name, KindInvalid, "WindowJoin takes tumbling or sliding windows"))
 	}
 	if nd.lateness > 0 {
-		nd.topo.errs = append(nd.topo.errs, opErr(nd.topo, name, ErrInvalid, "WindowJoin: AllowedLateness would join late records twice; it is not supported"))
+		nd.topo.errs = append(nd.topo.errs, opErr(nd.topo, name, KindInvalid, "WindowJoin: AllowedLateness would join late records twice; it is not supported"))
 	}
 	return Stream[O]{nd}
 }
@@ -106,10 +97,10 @@ func IntervalJoin[K comparable, L, R, O any](left Stream[L], right Stream[R], na
 	nd := &node{name: name, kind: "interval-join", role: roleOperator, stateful: true, timed: true, needsTime: true,
 		inType: typeOf[Either[L, R]](), outType: typeOf[O](), stateTypes: []reflect.Type{typeOf[K](), typeOf[L](), typeOf[R]()}}
 	if join == nil {
-		t.errs = append(t.errs, opErr(t, name, ErrInvalid, "nil function"))
+		t.errs = append(t.errs, opErr(t, name, KindInvalid, "nil function"))
 	}
 	if lower > upper {
-		t.errs = append(t.errs, opErr(t, name, ErrInvalid, fmt.Sprintf("interval [%v, %v]: lower above upper", lower, upper)))
+		t.errs = append(t.errs, opErr(t, name, KindInvalid, fmt.Sprintf("interval [%v, %v]: lower above upper", lower, upper)))
 	}
 	key := ks.key
 	nd.newStage = func(next any, sc *stageCtx) any {
@@ -285,7 +276,7 @@ func Join[K comparable, L, R, O any](left Stream[L], right Stream[R], name strin
 	nd := &node{name: name, kind: "join", role: roleOperator, stateful: true,
 		inType: typeOf[Either[L, R]](), outType: typeOf[O](), stateTypes: []reflect.Type{typeOf[K](), typeOf[L](), typeOf[R]()}}
 	if join == nil {
-		t.errs = append(t.errs, opErr(t, name, ErrInvalid, "nil function"))
+		t.errs = append(t.errs, opErr(t, name, KindInvalid, "nil function"))
 	}
 	key := ks.key
 	nd.newStage = func(next any, sc *stageCtx) any {
@@ -296,7 +287,7 @@ func Join[K comparable, L, R, O any](left Stream[L], right Stream[R], name strin
 	setInlet[Either[L, R]](nd)
 	t.add(nd, []*node{ks.n}, opts)
 	if nd.ttl < 0 {
-		t.errs = append(t.errs, opErr(t, name, ErrInvalid, fmt.Sprintf("StateTTL(%v): must be positive", nd.ttl)))
+		t.errs = append(t.errs, opErr(t, name, KindInvalid, fmt.Sprintf("StateTTL(%v): must be positive", nd.ttl)))
 	}
 	return Stream[O]{nd}
 }

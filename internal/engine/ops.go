@@ -14,7 +14,7 @@ func Source[T any](t *Topology, name string, src SourceConnector[T], opts ...Opt
 	_, once := src.(interface{ notReplayable() })
 	nd.replayable = !once
 	if src == nil {
-		t.errs = append(t.errs, opErr(t, name, ErrInvalid, "nil source connector"))
+		t.errs = append(t.errs, opErr(t, name, KindInvalid, "nil source connector"))
 	}
 	nd.newSource = func(next any, sc *stageCtx) sourceRunner {
 		return &sourceStage[T]{conn: src, next: next.(pusher[T]), sc: sc}
@@ -52,7 +52,7 @@ func stateless[In, Out any](s Stream[In], name, kind string, nilFunc bool, build
 	}
 	nd := &node{name: name, kind: kind, role: roleOperator, inType: typeOf[In](), outType: typeOf[Out](), newStage: build}
 	if nilFunc {
-		t.errs = append(t.errs, opErr(t, name, ErrInvalid, "nil function"))
+		t.errs = append(t.errs, opErr(t, name, KindInvalid, "nil function"))
 	}
 	setTypedPlumbing[Out](nd)
 	setInlet[In](nd)
@@ -79,7 +79,7 @@ func KeyBy[T any, K comparable](s Stream[T], name string, key func(T) K, opts ..
 	nd := &node{name: name, kind: "keyby", role: rolePartition, partition: partHash,
 		inType: typeOf[T](), outType: typeOf[T]()}
 	if key == nil {
-		t.errs = append(t.errs, opErr(t, name, ErrInvalid, "nil key function"))
+		t.errs = append(t.errs, opErr(t, name, KindInvalid, "nil key function"))
 	} else {
 		h := hasherFor[K]()
 		nd.hasher = func(v T) uint64 { return h(key(v)) }
@@ -126,7 +126,7 @@ func Merge[T any](name string, streams ...Stream[T]) Stream[T] {
 	}
 	nd := &node{name: name, kind: "merge", role: roleJunction, inType: typeOf[T](), outType: typeOf[T]()}
 	if len(streams) == 0 {
-		t.errs = append(t.errs, opErr(t, name, ErrUnconnected, "merge of no streams"))
+		t.errs = append(t.errs, opErr(t, name, KindUnconnected, "merge of no streams"))
 	}
 	setTypedPlumbing[T](nd)
 	return Stream[T]{t.add(nd, ns, nil)}
@@ -157,7 +157,7 @@ func Keyed[K comparable, T, A, O any](ks KeyedStream[K, T], name, kind string, n
 	nd := &node{name: name, kind: kind, role: roleOperator, stateful: true, inType: typeOf[T](), outType: typeOf[O](),
 		stateTypes: []reflect.Type{typeOf[K](), typeOf[A]()}}
 	if nilFunc {
-		t.errs = append(t.errs, opErr(t, name, ErrInvalid, "nil function"))
+		t.errs = append(t.errs, opErr(t, name, KindInvalid, "nil function"))
 	}
 	key := ks.key
 	nd.newStage = func(next any, sc *stageCtx) any {
@@ -177,7 +177,7 @@ func Sink[T any](s Stream[T], name string, sink SinkConnector[T], opts ...Option
 	}
 	nd := &node{name: name, kind: "sink", role: roleSink, inType: typeOf[T]()}
 	if sink == nil {
-		t.errs = append(t.errs, opErr(t, name, ErrInvalid, "nil sink connector"))
+		t.errs = append(t.errs, opErr(t, name, KindInvalid, "nil sink connector"))
 	}
 	nd.newStage = func(_ any, sc *stageCtx) any { return &sinkStage[T]{conn: sink, sc: sc} }
 	setInlet[T](nd)

@@ -40,31 +40,6 @@ type physEdge struct {
 	index    int // position in the consumer task's inputs
 }
 
-// String renders the plan for people, one task or edge a line.
-func (p *Plan) String() string {
-	var b strings.Builder
-	fmt.Fprintf(&b, "topology %s: %d tasks, %d edges\n", p.Topology, len(p.Tasks), len(p.Edges))
-	for _, t := range p.Tasks {
-		parts := make([]string, len(t.Operators))
-		for i := range t.Operators {
-			parts[i] = fmt.Sprintf("%s(%s)", t.Operators[i], t.Kinds[i])
-		}
-		fused := ""
-		if len(parts) > 1 {
-			fused = "  [fused]"
-		}
-		fmt.Fprintf(&b, "  task %d  x%d  %s%s\n", t.ID, t.Parallelism, strings.Join(parts, " -> "), fused)
-	}
-	for _, e := range p.Edges {
-		via := ""
-		if e.Via != "" {
-			via = fmt.Sprintf(" via %q", e.Via)
-		}
-		fmt.Fprintf(&b, "  edge    task %d -> task %d  %s%s\n", e.From, e.To, e.Partition, via)
-	}
-	return b.String()
-}
-
 // Validate checks the topology and returns every problem found, each a
 // *TopologyError naming the operator, joined with errors.Join.
 func (t *Topology) Validate() error {
@@ -79,11 +54,11 @@ func (t *Topology) Plan() (*Plan, error) {
 	byName := make(map[string]*node, len(t.nodes))
 	for _, n := range t.nodes {
 		if n.name == "" {
-			errs = append(errs, opErr(t, fmt.Sprintf("#%d %s", n.id, n.kind), ErrInvalid, "empty name"))
+			errs = append(errs, opErr(t, fmt.Sprintf("#%d %s", n.id, n.kind), KindInvalid, "empty name"))
 			continue
 		}
 		if prev, dup := byName[n.name]; dup {
-			errs = append(errs, opErr(t, n.name, ErrDuplicateName,
+			errs = append(errs, opErr(t, n.name, KindDuplicateName,
 				fmt.Sprintf("the name is used by a %s and a %s", prev.kind, n.kind)))
 			continue
 		}
@@ -102,15 +77,15 @@ func (t *Topology) Plan() (*Plan, error) {
 		from, to := byName[c.from], byName[c.to]
 		switch {
 		case to == nil:
-			errs = append(errs, opErr(t, c.to, ErrUnknown, fmt.Sprintf("Connect(%q, %q): no operator named %q", c.from, c.to, c.to)))
+			errs = append(errs, opErr(t, c.to, KindUnknown, fmt.Sprintf("Connect(%q, %q): no operator named %q", c.from, c.to, c.to)))
 		case from == nil:
-			errs = append(errs, opErr(t, c.to, ErrUnknown, fmt.Sprintf("Connect(%q, %q): no operator named %q", c.from, c.to, c.from)))
+			errs = append(errs, opErr(t, c.to, KindUnknown, fmt.Sprintf("Connect(%q, %q): no operator named %q", c.from, c.to, c.from)))
 		case !to.declared:
-			errs = append(errs, opErr(t, c.to, ErrInvalid, fmt.Sprintf("Connect(%q, %q): %q is a %s, not a declared input", c.from, c.to, c.to, to.kind)))
+			errs = append(errs, opErr(t, c.to, KindInvalid, fmt.Sprintf("Connect(%q, %q): %q is a %s, not a declared input", c.from, c.to, c.to, to.kind)))
 		case from.outType == nil:
-			errs = append(errs, opErr(t, c.to, ErrTypeMismatch, fmt.Sprintf("Connect(%q, %q): %q is a sink and has no output", c.from, c.to, c.from)))
+			errs = append(errs, opErr(t, c.to, KindTypeMismatch, fmt.Sprintf("Connect(%q, %q): %q is a sink and has no output", c.from, c.to, c.from)))
 		case from.outType != to.inType:
-			errs = append(errs, opErr(t, c.to, ErrTypeMismatch,
+			errs = append(errs, opErr(t, c.to, KindTypeMismatch,
 				fmt.Sprintf("input takes %v but %q produces %v", to.inType, c.from, from.outType)))
 		default:
 			inputs[to] = append(inputs[to], from)
@@ -121,41 +96,41 @@ func (t *Topology) Plan() (*Plan, error) {
 	hasSource := false
 	for _, n := range t.nodes {
 		if n.explicitP && n.parallelism < 1 {
-			errs = append(errs, opErr(t, n.name, ErrParallelism, fmt.Sprintf("parallelism %d: must be at least 1", n.parallelism)))
+			errs = append(errs, opErr(t, n.name, KindParallelism, fmt.Sprintf("parallelism %d: must be at least 1", n.parallelism)))
 		}
 		if n.role == roleSource {
 			hasSource = true
 		}
 		if n.declared && len(inputs[n]) == 0 {
-			errs = append(errs, opErr(t, n.name, ErrUnconnected, "declared input is never connected (use Topology.Connect)"))
+			errs = append(errs, opErr(t, n.name, KindUnconnected, "declared input is never connected (use Topology.Connect)"))
 		}
 		if n.recordPolicy {
 			switch {
 			case n.kind != "map" && n.kind != "filter" && n.kind != "flatmap" && !n.stateful:
-				errs = append(errs, opErr(t, n.name, ErrInvalid, fmt.Sprintf("OnRecordFailure on a %s: only map, filter, flatmap and per-key aggregations take it", n.kind)))
+				errs = append(errs, opErr(t, n.name, KindInvalid, fmt.Sprintf("OnRecordFailure on a %s: only map, filter, flatmap and per-key aggregations take it", n.kind)))
 			case n.recordAttempts < 1:
-				errs = append(errs, opErr(t, n.name, ErrInvalid, fmt.Sprintf("OnRecordFailure(%d): at least one attempt", n.recordAttempts)))
+				errs = append(errs, opErr(t, n.name, KindInvalid, fmt.Sprintf("OnRecordFailure(%d): at least one attempt", n.recordAttempts)))
 			}
 		}
 		if n.input != nil {
 			if err := checkInput(n); err != nil {
-				errs = append(errs, opErr(t, n.name, ErrInvalid, err.Error()))
+				errs = append(errs, opErr(t, n.name, KindInvalid, err.Error()))
 			} else if c := n.input.Capacity; c < t.cfg.batchSize && n.input.Overflow != mailbox.OverflowBlock {
 				// A batch is admitted whole into an empty mailbox, so such a
 				// mailbox would hold more than its capacity.
-				errs = append(errs, opErr(t, n.name, ErrInvalid, fmt.Sprintf(
+				errs = append(errs, opErr(t, n.name, KindInvalid, fmt.Sprintf(
 					"input capacity %d is below the topology's batch size %d: raise it, or lower BatchSize", c, t.cfg.batchSize)))
 			}
 		}
 		if n.role != roleSink && len(consumers[n]) == 0 {
-			errs = append(errs, opErr(t, n.name, ErrUnconnected, "output is not consumed (add a Sink, or remove the operator)"))
+			errs = append(errs, opErr(t, n.name, KindUnconnected, "output is not consumed (add a Sink, or remove the operator)"))
 		}
 	}
 	if len(t.nodes) > 0 && !hasSource {
-		errs = append(errs, opErr(t, "", ErrNoSource, "the topology has no source"))
+		errs = append(errs, opErr(t, "", KindNoSource, "the topology has no source"))
 	}
 	if len(t.nodes) == 0 {
-		errs = append(errs, opErr(t, "", ErrNoSource, "the topology is empty"))
+		errs = append(errs, opErr(t, "", KindNoSource, "the topology is empty"))
 	}
 	timedOut := make(map[*node]bool)
 	var timed func(n *node, depth int) bool
@@ -184,7 +159,7 @@ func (t *Topology) Plan() (*Plan, error) {
 		}
 		for _, in := range inputs[n] {
 			if !timed(in, 0) {
-				errs = append(errs, opErr(t, n.name, ErrInvalid, fmt.Sprintf(
+				errs = append(errs, opErr(t, n.name, KindInvalid, fmt.Sprintf(
 					"event-time %s needs event times, but its input %q carries none: add operators.Timestamps upstream", n.kind, in.name)))
 				break
 			}
@@ -195,25 +170,25 @@ func (t *Topology) Plan() (*Plan, error) {
 		for i, n := range cyc {
 			names[i] = n.name
 		}
-		errs = append(errs, opErr(t, cyc[0].name, ErrCycle, strings.Join(names, " -> ")))
+		errs = append(errs, opErr(t, cyc[0].name, KindCycle, strings.Join(names, " -> ")))
 	}
 	if t.cfg.cpInterval < 0 {
-		errs = append(errs, opErr(t, "", ErrInvalid, fmt.Sprintf("checkpoint interval %v: must be positive", t.cfg.cpInterval)))
+		errs = append(errs, opErr(t, "", KindInvalid, fmt.Sprintf("checkpoint interval %v: must be positive", t.cfg.cpInterval)))
 	}
 	if t.cfg.cpInterval > 0 {
 		for _, n := range t.nodes {
 			if n.role == roleSource && !n.replayable {
-				errs = append(errs, opErr(t, n.name, ErrInvalid, "checkpoints need replayable sources: this source cannot rewind to an offset"))
+				errs = append(errs, opErr(t, n.name, KindInvalid, "checkpoints need replayable sources: this source cannot rewind to an offset"))
 			}
 			for _, st := range n.stateTypes {
 				if err := spillable(st); err != nil {
-					errs = append(errs, opErr(t, n.name, ErrInvalid, "checkpointed state: "+err.Error()))
+					errs = append(errs, opErr(t, n.name, KindInvalid, "checkpointed state: "+err.Error()))
 				}
 			}
 		}
 	}
 	if cfgErr := t.cfg.validate(); cfgErr != nil {
-		errs = append(errs, opErr(t, "", ErrInvalid, cfgErr.Error()))
+		errs = append(errs, opErr(t, "", KindInvalid, cfgErr.Error()))
 	}
 	if len(errs) > 0 {
 		return nil, errors.Join(errs...)

@@ -127,7 +127,7 @@ func Process[K comparable, T, S, O any](ks KeyedStream[K, T], name string, onRec
 	nd := &node{name: name, kind: "process", role: roleOperator, stateful: true, timed: true,
 		inType: typeOf[T](), outType: typeOf[O](), stateTypes: []reflect.Type{typeOf[K](), typeOf[S]()}}
 	if onRecord == nil {
-		t.errs = append(t.errs, opErr(t, name, ErrInvalid, "nil function"))
+		t.errs = append(t.errs, opErr(t, name, KindInvalid, "nil function"))
 	}
 	key := ks.key
 	nd.newStage = func(next any, sc *stageCtx) any {

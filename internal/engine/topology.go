@@ -232,11 +232,11 @@ func (t *Topology) add(nd *node, inputs []*node, opts []Option) *node {
 	}
 	for _, in := range inputs {
 		if in == nil {
-			t.errs = append(t.errs, opErr(t, nd.name, ErrUnconnected, "input is a zero Stream (not produced by an operator)"))
+			t.errs = append(t.errs, opErr(t, nd.name, KindUnconnected, "input is a zero Stream (not produced by an operator)"))
 			continue
 		}
 		if in.topo != t {
-			t.errs = append(t.errs, opErr(t, nd.name, ErrForeignStream,
+			t.errs = append(t.errs, opErr(t, nd.name, KindForeignStream,
 				fmt.Sprintf("input %q belongs to topology %q", in.name, in.topo.name)))
 			continue
 		}

@@ -29,7 +29,7 @@ func WindowAggregate[K comparable, T, A, O any](ks KeyedStream[K, T], name strin
 		},
 	}, opts)
 	if w.kind == sessions && merge == nil && zero != nil {
-		nd.topo.errs = append(nd.topo.errs, opErr(nd.topo, name, ErrInvalid, "session windows merge: WindowAggregate needs a merge function"))
+		nd.topo.errs = append(nd.topo.errs, opErr(nd.topo, name, KindInvalid, "session windows merge: WindowAggregate needs a merge function"))
 	}
 	return Stream[O]{nd}
 }
@@ -100,10 +100,10 @@ func windowed[K comparable, T, A, O any](ks KeyedStream[K, T], name, kind string
 	nd := &node{name: name, kind: kind, role: roleOperator, stateful: true, timed: true, needsTime: !w.proc,
 		inType: typeOf[T](), outType: typeOf[O](), stateTypes: []reflect.Type{typeOf[K](), typeOf[A]()}}
 	if nilFunc {
-		t.errs = append(t.errs, opErr(t, name, ErrInvalid, "nil function"))
+		t.errs = append(t.errs, opErr(t, name, KindInvalid, "nil function"))
 	}
 	if err := w.validate(); err != nil {
-		t.errs = append(t.errs, opErr(t, name, ErrInvalid, err.Error()))
+		t.errs = append(t.errs, opErr(t, name, KindInvalid, err.Error()))
 	}
 	fns.key = ks.key
 	nd.newStage = func(next any, sc *stageCtx) any {
@@ -122,7 +122,7 @@ func checkLate[T any](nd *node) {
 		return
 	}
 	if _, ok := nd.late.(SinkConnector[T]); !ok {
-		nd.topo.errs = append(nd.topo.errs, opErr(nd.topo, nd.name, ErrTypeMismatch,
+		nd.topo.errs = append(nd.topo.errs, opErr(nd.topo, nd.name, KindTypeMismatch,
 			fmt.Sprintf("LateTo: the sink takes %T, the operator's input is %v", nd.late, typeOf[T]())))
 	}
 }
