@@ -63,7 +63,8 @@ func TestCheckpointCrash(t *testing.T) {
 	rng := crashtest.Seed(t, "SLUICE_CRASH_SEED")
 
 	reference := t.TempDir()
-	if r := runChild(t, reference, -1); !r.Done {
+	ref := runChild(t, reference, -1)
+	if !ref.Done {
 		t.Fatal("the reference run did not finish")
 	}
 	want := readParts(t, filepath.Join(reference, "out"))
@@ -76,7 +77,7 @@ func TestCheckpointCrash(t *testing.T) {
 		}
 		delay := time.Duration(-1)
 		if kills < 20 {
-			delay = time.Duration(crashKillMin+rng.IntN(crashKillSpread)) * time.Millisecond
+			delay = killDelay(rng, ref.Took, 20)
 		}
 		r := runChild(t, dir, delay)
 		if r.Killed {
@@ -151,7 +152,8 @@ func TestCheckpointCrashAfterASourceFinished(t *testing.T) {
 	rng := crashtest.Seed(t, "SLUICE_CRASH_SEED")
 	env := crashChildSmallEnv + "=1"
 	reference := t.TempDir()
-	if r := runChild(t, reference, -1, env); !r.Done {
+	ref := runChild(t, reference, -1, env)
+	if !ref.Done {
 		t.Fatal("the reference run did not finish")
 	}
 	want := sortedParts(t, filepath.Join(reference, "out"))
@@ -164,7 +166,7 @@ func TestCheckpointCrashAfterASourceFinished(t *testing.T) {
 		}
 		delay := time.Duration(-1)
 		if kills < 20 {
-			delay = time.Duration(crashKillMin+rng.IntN(crashKillSpread)) * time.Millisecond
+			delay = killDelay(rng, ref.Took, 20)
 		}
 		r, restored := runChildRestored(t, dir, delay, env)
 		newest = max(newest, restored)
@@ -199,4 +201,16 @@ func sortedParts(t *testing.T, dir string) string {
 		out = append(out, strings.Join(lines, "\n"))
 	}
 	return strings.Join(out, "\n==\n")
+}
+
+// killDelay is a random kill point for one of kills runs of a job whose
+// uninterrupted run took took: at least crashKillMin, past a checkpoint
+// interval, so that each run gets further; and at most half the run over
+// kills (or half as much again as the least), so that the kills cover at
+// most about half the job and all land even when the uninterrupted run was
+// slowed by other tests and the later runs are faster.
+func killDelay(rng interface{ Int64N(int64) int64 }, took time.Duration, kills int) time.Duration {
+	lo := crashKillMin * time.Millisecond
+	hi := max(lo*3/2, took/time.Duration(2*kills))
+	return lo + time.Duration(rng.Int64N(int64(hi-lo)))
 }
