@@ -58,6 +58,7 @@ func TestEdgePolicies(t *testing.T) {
 			if err := run.Wait(ctx); err != nil {
 				t.Fatal(err)
 			}
+			checkAccounts(t, run)
 			st := stat(t, run, "stuck")
 			if st.In+st.Dropped != n || st.Queued != 0 || st.SpillPending != 0 {
 				t.Fatalf("produced %d = delivered %d + dropped %d + queued %d + spilled %d does not hold", n, st.In, st.Dropped, st.Queued, st.SpillPending)

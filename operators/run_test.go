@@ -53,7 +53,17 @@ func runToEnd(t *testing.T, sys *actors.System, ctx context.Context, top *operat
 	if err := run.Wait(ctx); err != nil {
 		t.Fatal(err)
 	}
+	checkAccounts(t, run)
 	return run
+}
+
+// checkAccounts fails the test when a mailbox of run lost track of a record
+// (see engine.CheckAccounts).
+func checkAccounts(t *testing.T, run *actors.Run) {
+	t.Helper()
+	for _, err := range engine.CheckAccounts(run) {
+		t.Error(err)
+	}
 }
 
 func stat(t *testing.T, run *actors.Run, name string) actors.OperatorStats {
