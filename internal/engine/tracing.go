@@ -1,27 +1,10 @@
 package engine
 
 import (
-	"context"
-
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/trace"
 	tracenoop "go.opentelemetry.io/otel/trace/noop"
-
-	"github.com/sluicehq/sluice/telemetry"
 )
-
-// tracer traces the batches an instance processes: a source starts a trace
-// for each batch the sampler keeps, each stage a batch passes adds a span
-// named after its operator (fused stages nest), and the trace context goes
-// on in the headers of the envelopes the batch produces.
-type tracer struct {
-	t        trace.Tracer
-	in       *instance
-	ctx      context.Context // the batch being processed, nil when it is not traced
-	topology string
-	policy   string
-	depth    int // the queue depth the traced envelope met, for the head's span
-}
 
 // newTracer returns nil when tracing is off (a no-op provider), so that the
 // hot path checks a nil pointer and nothing else.
@@ -32,84 +15,6 @@ func newTracer(x *execution, in *instance) *tracer {
 	}
 	return &tracer{t: tp.Tracer("github.com/sluicehq/sluice/operators"), in: in, topology: x.topo.name,
 		policy: in.mbCfg.Overflow.String()}
-}
-
-func (tr *tracer) attrs(sc *stageCtx, n int) []attribute.KeyValue {
-	attrs := []attribute.KeyValue{
-		attribute.String("sluice.topology", tr.topology),
-		attribute.String("sluice.operator", sc.node.name),
-		attribute.String("sluice.kind", sc.node.kind),
-		attribute.Int("sluice.instance", sc.instance),
-		attribute.Int("sluice.records", n),
-	}
-	if sc.node == tr.in.exec.plan.chains[tr.in.task][0] && sc.node.role != roleSource {
-		// The operator that reads the mailbox: its policy and what the
-		// envelope found there.
-		attrs = append(attrs, attribute.String("sluice.mailbox.policy", tr.policy), attribute.Int("sluice.queue.depth", tr.depth))
-	}
-	return attrs
-}
-
-// rootOpts are the options of a source's span, built once: the sampler
-// decides before any attribute is made.
-var rootOpts = []trace.SpanStartOption{trace.WithNewRoot(), trace.WithSpanKind(trace.SpanKindProducer)}
-
-// root starts the trace of what a source reads in one tick, when the
-// sampler keeps it, and returns the function that ends it with the number
-// of records read.
-func (tr *tracer) root(sc *stageCtx) func(records int) {
-	ctx, span := tr.t.Start(tr.in.exec.ctx, sc.node.name, rootOpts...)
-	if !span.SpanContext().IsSampled() {
-		span.End()
-		return func(int) {}
-	}
-	tr.ctx = ctx
-	return func(n int) {
-		span.SetAttributes(tr.attrs(sc, n)...)
-		span.End()
-		tr.ctx = nil
-	}
-}
-
-// child starts the span of a stage within the traced batch.
-func (tr *tracer) child(sc *stageCtx, n int) func() {
-	parent := tr.ctx
-	ctx, span := tr.t.Start(parent, sc.node.name, trace.WithAttributes(tr.attrs(sc, n)...))
-	tr.ctx = ctx
-	return func() { span.End(); tr.ctx = parent }
-}
-
-// receive adopts the trace context an envelope carries, for the chain head,
-// with the queue depth it met; done forgets it.
-func (tr *tracer) receive(headers map[string]string) (done func()) {
-	if len(headers) == 0 {
-		return func() {}
-	}
-	ctx := telemetry.Extract(tr.in.exec.ctx, headers)
-	if !trace.SpanContextFromContext(ctx).IsValid() {
-		return func() {}
-	}
-	tr.ctx = ctx
-	if mb := tr.in.mb.Load(); mb != nil {
-		tr.depth = mb.Stats().Depth
-	}
-	return func() { tr.ctx = nil }
-}
-
-// event adds an event to the current span, if the batch is traced.
-func (tr *tracer) event(name string, attrs ...attribute.KeyValue) {
-	if tr != nil && tr.ctx != nil {
-		trace.SpanFromContext(tr.ctx).AddEvent(name, trace.WithAttributes(attrs...))
-	}
-}
-
-// traced is the helper stages call at the top of push: it starts their span
-// when the batch is traced and returns the function that ends it.
-func (sc *stageCtx) traced(n int) func() {
-	if tr := sc.tr; tr != nil && tr.ctx != nil {
-		return tr.child(sc, n)
-	}
-	return nil
 }
 
 // traceEvent records a job-level event (a restart, a mailbox overflow) as a
