@@ -23,8 +23,9 @@ import (
 // the ones Timestamps generates. It is stateless and fuses with its
 // neighbours.
 func Timestamps[T any](s Stream[T], name string, ts func(T) time.Time, opts ...Option) Stream[T] {
-	nd := stateless[T, T](s, name, "timestamps", ts == nil, func(next any, sc *stageCtx) any {
-		return &timestampStage[T]{f: ts, bound: int64(sc.node.bound), max: math.MinInt64, sent: math.MinInt64,
+	var nd *node
+	nd = stateless[T, T](s, name, "timestamps", ts == nil, func(next any, sc *stageCtx) any {
+		return &timestampStage[T]{f: ts, bound: int64(nd.bound), max: math.MinInt64, sent: math.MinInt64,
 			next: next.(pusher[T]), sc: sc}
 	}, opts)
 	nd.timed = true

@@ -454,7 +454,7 @@ func (x *execution) build() error {
 			}
 			for pos := len(chain) - 1; pos >= 0; pos-- {
 				n := chain[pos]
-				sc := &stageCtx{node: n, instance: in.idx, parts: p.par[n], ctx: x.ctx, c: x.counters[n][in.idx], batch: cfg.batchSize, tr: in.tr,
+				sc := &stageCtx{name: n.name, kind: n.kind, head: pos == 0 && n.role != roleSource, panicErr: x.topo.kit.Panic, instance: in.idx, parts: p.par[n], ctx: x.ctx, c: x.counters[n][in.idx], batch: cfg.batchSize, tr: in.tr,
 					after: in.afterFunc, now: cfg.now, finalCheckpoint: x.topo.cfg.cpInterval > 0}
 				if x.restored != nil {
 					sc.restore, sc.restored = x.restored.States[sc.key()]

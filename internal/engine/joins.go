@@ -108,7 +108,7 @@ func Join[K comparable, L, R, O any](left Stream[L], right Stream[R], name strin
 	}
 	key := ks.key
 	nd.newStage = func(next any, sc *stageCtx) any {
-		return &joinStage[K, L, R, O]{key: key, join: join, ttl: int64(sc.node.ttl),
+		return &joinStage[K, L, R, O]{key: key, join: join, ttl: int64(nd.ttl),
 			bufs: make(map[K]*joinBuf[L, R]), out: newOutBuf(next.(pusher[O]), sc), next: next.(pusher[O]), sc: sc}
 	}
 	setTypedPlumbing[O](nd)

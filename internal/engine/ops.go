@@ -132,16 +132,6 @@ func Merge[T any](name string, streams ...Stream[T]) Stream[T] {
 	return Stream[T]{t.add(nd, ns, nil)}
 }
 
-// EmitMode says when a per-key aggregation emits.
-type EmitMode uint8
-
-const (
-	// EmitUpdates emits the key's new value after every record (a changelog).
-	EmitUpdates EmitMode = iota
-	// EmitAtEnd emits every key's final value once, at end of stream.
-	EmitAtEnd
-)
-
 // Emit sets when a per-key aggregation (Count, Reduce, Aggregate) emits.
 // The default is EmitUpdates.
 func Emit(m EmitMode) Option { return func(nd *node) { nd.emit = m } }
@@ -161,7 +151,7 @@ func Keyed[K comparable, T, A, O any](ks KeyedStream[K, T], name, kind string, n
 	}
 	key := ks.key
 	nd.newStage = func(next any, sc *stageCtx) any {
-		return &keyedStage[K, T, A, O]{key: key, step: step, kv: kv, emit: sc.node.emit, next: next.(pusher[O]), sc: sc,
+		return &keyedStage[K, T, A, O]{key: key, step: step, kv: kv, emit: nd.emit, next: next.(pusher[O]), sc: sc,
 			state: make(map[K]A)}
 	}
 	setTypedPlumbing[O](nd)

@@ -34,7 +34,7 @@ func (h *failureHandler) failed(r any, rec any) (retry bool) {
 	if err != nil {
 		payload = fmt.Appendf(nil, "%+v", rec) // kept readable, if not decodable
 	}
-	d := supervision.DeadLetter{Job: h.job, Operator: h.sc.node.name, Instance: h.sc.instance,
+	d := supervision.DeadLetter{Job: h.job, Operator: h.sc.name, Instance: h.sc.instance,
 		Error: fmt.Sprint(r), Attempts: attempts, Time: time.Now(), Payload: payload}
 	if _, err := h.store.Add(d); err != nil {
 		h.sc.fail(fmt.Errorf("dead letter after %d attempts (%v): %w", attempts, r, err))

@@ -80,7 +80,9 @@ type counters struct {
 
 // stageCtx is what a stage knows about where it runs.
 type stageCtx struct {
-	node     *node
+	name     string // the operator's
+	kind     string
+	head     bool // the operator reads the task's mailbox
 	instance int
 	parts    int
 	ctx      context.Context
@@ -98,10 +100,12 @@ type stageCtx struct {
 	// ends, so a sink whose writer is a TwoPhaseWriter or a Checkpointer
 	// stays open at end of stream until that checkpoint is committed.
 	finalCheckpoint bool
+	// panicErr is the error of user code that panicked (the job's kit).
+	panicErr func(v any) error
 }
 
 // key names the stage's instance in checkpoints: "operator/instance".
-func (sc *stageCtx) key() string { return sc.node.name + "/" + strconv.Itoa(sc.instance) }
+func (sc *stageCtx) key() string { return sc.name + "/" + strconv.Itoa(sc.instance) }
 
 // stateful is implemented by stages whose state belongs in checkpoints.
 type stateful interface {
@@ -111,7 +115,7 @@ type stateful interface {
 // fail aborts the instance with err; the supervisor reports it as the
 // operator's failure.
 func (sc *stageCtx) fail(err error) {
-	panic(&stageFailure{op: sc.node.name, err: err})
+	panic(&stageFailure{op: sc.name, err: err})
 }
 
 // attribute turns a panic in the stage's user code into a failure of this
@@ -122,7 +126,7 @@ func (sc *stageCtx) attribute() {
 		if _, ok := r.(*stageFailure); ok {
 			panic(r)
 		}
-		panic(&stageFailure{op: sc.node.name, err: sc.node.topo.kit.Panic(r)})
+		panic(&stageFailure{op: sc.name, err: sc.panicErr(r)})
 	}
 }
 
@@ -389,7 +393,7 @@ func (s *keyedStage[K, T, A, O]) finish() {
 	if tr := s.sc.tr; tr != nil && len(s.links) > 0 {
 		// The results are built from many inputs: their span links to the
 		// inputs' spans rather than nesting under one of them.
-		ctx, span := tr.t.Start(tr.in.exec.ctx, s.sc.node.name, trace.WithNewRoot(), trace.WithLinks(s.links...),
+		ctx, span := tr.t.Start(tr.base, s.sc.name, trace.WithNewRoot(), trace.WithLinks(s.links...),
 			trace.WithAttributes(tr.attrs(s.sc, len(s.order))...))
 		tr.ctx = ctx
 		defer func() { span.End(); tr.ctx = nil }()
@@ -429,7 +433,7 @@ func (s *sinkStage[T]) open() error {
 		w, err = s.conn.Open(s.sc.ctx, s.sc.instance, s.sc.parts)
 	}
 	if err != nil {
-		return &stageFailure{op: s.sc.node.name, err: fmt.Errorf("open: %w", err)}
+		return &stageFailure{op: s.sc.name, err: fmt.Errorf("open: %w", err)}
 	}
 	s.w = w
 	return nil
@@ -562,7 +566,7 @@ func (s *sourceStage[T]) stage() *stageCtx { return s.sc }
 func (s *sourceStage[T]) open(offset int64) error {
 	r, err := s.conn.Open(s.sc.ctx, s.sc.instance, s.sc.parts, offset)
 	if err != nil {
-		return &stageFailure{op: s.sc.node.name, err: fmt.Errorf("open: %w", err)}
+		return &stageFailure{op: s.sc.name, err: fmt.Errorf("open: %w", err)}
 	}
 	s.r = r
 	s.buf.vs = make([]T, s.sc.batch)
@@ -579,7 +583,7 @@ func (s *sourceStage[T]) step() (int, error) {
 		s.next.push(&s.buf) // in the trace the instance started for this tick, if any
 	}
 	if err != nil && !errors.Is(err, io.EOF) {
-		return n, &stageFailure{op: s.sc.node.name, err: fmt.Errorf("read: %w", err)}
+		return n, &stageFailure{op: s.sc.name, err: fmt.Errorf("read: %w", err)}
 	}
 	return n, err
 }
@@ -600,7 +604,7 @@ func (s *sourceStage[T]) close() error {
 func (s *sourceStage[T]) ack(offset int64) error {
 	if a, ok := s.r.(Acker); ok && s.r != nil {
 		if err := a.Ack(s.sc.ctx, offset); err != nil {
-			return &stageFailure{op: s.sc.node.name, err: fmt.Errorf("ack offset %d: %w", offset, err)}
+			return &stageFailure{op: s.sc.name, err: fmt.Errorf("ack offset %d: %w", offset, err)}
 		}
 	}
 	return nil
@@ -610,3 +614,13 @@ func (s *sourceStage[T]) waiter() Waiter {
 	w, _ := s.r.(Waiter)
 	return w
 }
+
+// EmitMode says when a per-key aggregation emits.
+type EmitMode uint8
+
+const (
+	// EmitUpdates emits the key's new value after every record (a changelog).
+	EmitUpdates EmitMode = iota
+	// EmitAtEnd emits every key's final value once, at end of stream.
+	EmitAtEnd
+)

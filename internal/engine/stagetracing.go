@@ -15,25 +15,26 @@ import (
 // on in the headers of the envelopes the batch produces.
 type tracer struct {
 	t        trace.Tracer
-	in       *instance
+	base     context.Context // the job's: the parent of its traces
 	ctx      context.Context // the batch being processed, nil when it is not traced
+	depth    func() int      // the queue depth of the instance's mailbox now
 	topology string
 	policy   string
-	depth    int // the queue depth the traced envelope met, for the head's span
+	queued   int // the queue depth the traced envelope met, for the head's span
 }
 
 func (tr *tracer) attrs(sc *stageCtx, n int) []attribute.KeyValue {
 	attrs := []attribute.KeyValue{
 		attribute.String("sluice.topology", tr.topology),
-		attribute.String("sluice.operator", sc.node.name),
-		attribute.String("sluice.kind", sc.node.kind),
+		attribute.String("sluice.operator", sc.name),
+		attribute.String("sluice.kind", sc.kind),
 		attribute.Int("sluice.instance", sc.instance),
 		attribute.Int("sluice.records", n),
 	}
-	if sc.node == tr.in.exec.plan.chains[tr.in.task][0] && sc.node.role != roleSource {
+	if sc.head {
 		// The operator that reads the mailbox: its policy and what the
 		// envelope found there.
-		attrs = append(attrs, attribute.String("sluice.mailbox.policy", tr.policy), attribute.Int("sluice.queue.depth", tr.depth))
+		attrs = append(attrs, attribute.String("sluice.mailbox.policy", tr.policy), attribute.Int("sluice.queue.depth", tr.queued))
 	}
 	return attrs
 }
@@ -46,7 +47,7 @@ var rootOpts = []trace.SpanStartOption{trace.WithNewRoot(), trace.WithSpanKind(t
 // sampler keeps it, and returns the function that ends it with the number
 // of records read.
 func (tr *tracer) root(sc *stageCtx) func(records int) {
-	ctx, span := tr.t.Start(tr.in.exec.ctx, sc.node.name, rootOpts...)
+	ctx, span := tr.t.Start(tr.base, sc.name, rootOpts...)
 	if !span.SpanContext().IsSampled() {
 		span.End()
 		return func(int) {}
@@ -62,7 +63,7 @@ func (tr *tracer) root(sc *stageCtx) func(records int) {
 // child starts the span of a stage within the traced batch.
 func (tr *tracer) child(sc *stageCtx, n int) func() {
 	parent := tr.ctx
-	ctx, span := tr.t.Start(parent, sc.node.name, trace.WithAttributes(tr.attrs(sc, n)...))
+	ctx, span := tr.t.Start(parent, sc.name, trace.WithAttributes(tr.attrs(sc, n)...))
 	tr.ctx = ctx
 	return func() { span.End(); tr.ctx = parent }
 }
@@ -73,14 +74,12 @@ func (tr *tracer) receive(headers map[string]string) (done func()) {
 	if len(headers) == 0 {
 		return func() {}
 	}
-	ctx := telemetry.Extract(tr.in.exec.ctx, headers)
+	ctx := telemetry.Extract(tr.base, headers)
 	if !trace.SpanContextFromContext(ctx).IsValid() {
 		return func() {}
 	}
 	tr.ctx = ctx
-	if mb := tr.in.mb.Load(); mb != nil {
-		tr.depth = mb.Stats().Depth
-	}
+	tr.queued = tr.depth()
 	return func() { tr.ctx = nil }
 }
 

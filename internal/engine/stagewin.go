@@ -36,9 +36,9 @@ type lateOutput[T any] struct {
 	buf  batch[T]
 }
 
-func newLateOutput[T any](sc *stageCtx) *lateOutput[T] {
+func newLateOutput[T any](sc *stageCtx, late any) *lateOutput[T] {
 	l := &lateOutput[T]{c: sc.c}
-	if conn, ok := sc.node.late.(SinkConnector[T]); ok {
+	if conn, ok := late.(SinkConnector[T]); ok {
 		lsc := *sc
 		// Late records are at-least-once (in no checkpoint): the late sink
 		// closes at end of stream, before any final checkpoint.
@@ -122,11 +122,11 @@ type winStage[K comparable, T, A, O any] struct {
 	restoredProc []int64 // restored processing-time windows, armed at open
 }
 
-func newWinStage[K comparable, T, A, O any](fns winFns[K, T, A, O], w Windows, next pusher[O], sc *stageCtx) *winStage[K, T, A, O] {
+func newWinStage[K comparable, T, A, O any](fns winFns[K, T, A, O], w Windows, lateness time.Duration, late any, next pusher[O], sc *stageCtx) *winStage[K, T, A, O] {
 	return &winStage[K, T, A, O]{fns: fns, kind: w.kind, size: int64(w.size), slide: int64(w.slide), gap: int64(w.gap),
-		lateness: int64(sc.node.lateness), proc: w.proc, wm: math.MinInt64,
+		lateness: int64(lateness), proc: w.proc, wm: math.MinInt64,
 		panes: make(map[int64]*pane[K, A]), sess: make(map[K][]session[A]),
-		late: newLateOutput[T](sc), out: newOutBuf(next, sc), next: next, sc: sc}
+		late: newLateOutput[T](sc, late), out: newOutBuf(next, sc), next: next, sc: sc}
 }
 
 var errNoEventTime = errors.New("records carry no event time: add operators.Timestamps upstream, or use ProcessingTime windows")

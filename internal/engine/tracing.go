@@ -13,7 +13,13 @@ func newTracer(x *execution, in *instance) *tracer {
 	if _, noop := tp.(tracenoop.TracerProvider); noop || tp == nil {
 		return nil
 	}
-	return &tracer{t: tp.Tracer("github.com/sluicehq/sluice/operators"), in: in, topology: x.topo.name,
+	depth := func() int {
+		if mb := in.mb.Load(); mb != nil {
+			return mb.Stats().Depth
+		}
+		return 0
+	}
+	return &tracer{t: tp.Tracer("github.com/sluicehq/sluice/operators"), base: x.ctx, depth: depth, topology: x.topo.name,
 		policy: in.mbCfg.Overflow.String()}
 }
 

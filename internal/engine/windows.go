@@ -84,7 +84,7 @@ func windowed[K comparable, T, A, O any](ks KeyedStream[K, T], name, kind string
 	}
 	fns.key = ks.key
 	nd.newStage = func(next any, sc *stageCtx) any {
-		return newWinStage(fns, w, next.(pusher[O]), sc)
+		return newWinStage(fns, w, nd.lateness, nd.late, next.(pusher[O]), sc)
 	}
 	setTypedPlumbing[O](nd)
 	setInlet[T](nd)
