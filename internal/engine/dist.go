@@ -10,6 +10,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/sluicehq/sluice/internal/stage"
+
 	"github.com/asynkron/protoactor-go/actor"
 
 	"github.com/sluicehq/sluice/actors"
@@ -282,7 +284,7 @@ func HostGeneration(sys *actors.System, dist Distributor, t *Topology, d *wire.D
 	}
 	x := &execution{topo: t, plan: plan, sys: sys, root: dist.Root(), dist: dist,
 		done: make(chan struct{}), launched: make(chan error, 1),
-		byID: make(map[string]*instance), counters: make(map[*node][]*counters)}
+		byID: make(map[string]*instance), counters: make(map[*node][]*stage.Counters)}
 	x.ctx, x.cancel = context.WithCancel(context.Background())
 	x.jobPID, x.gen, x.placement = actor.NewPID(d.JobAddress, d.JobID), d.Gen, d.Placement
 	if d.Checkpoint != nil {
@@ -396,7 +398,7 @@ func (x *execution) instanceStats(in *instance) wire.InstanceStats {
 	for pos, n := range chain {
 		if cs := x.counters[n]; in.idx < len(cs) {
 			c := cs[in.idx]
-			s.Ops[pos] = wire.OpStats{In: c.in.Load(), Out: c.out.Load(), DeadLettered: c.dead.Load(), Late: c.late.Load()}
+			s.Ops[pos] = wire.OpStats{In: c.In.Load(), Out: c.Out.Load(), DeadLettered: c.Dead.Load(), Late: c.Late.Load()}
 		}
 	}
 	if mb := in.mb.Load(); mb != nil && chain[0].role != roleSource {

@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sluicehq/sluice/internal/stage"
+
 	"github.com/asynkron/protoactor-go/actor"
 
 	"github.com/sluicehq/sluice/actors"
@@ -44,7 +46,7 @@ func delivered(t *testing.T, mb actor.Mailbox) []string {
 		switch m := m.(type) {
 		case *actors.Envelope:
 			if m.Kind == actors.Data {
-				out = append(out, fmt.Sprint("data ", m.Payload.(*batch[int64]).vs))
+				out = append(out, fmt.Sprint("data ", m.Payload.(*stage.Batch[int64]).Vs))
 			} else {
 				out = append(out, fmt.Sprint(m.Kind, " ", m.Channel, " ", m.Mark))
 			}
@@ -70,7 +72,7 @@ func stream() ([]*actors.Envelope, int) {
 			vs[j] = n
 			n++
 		}
-		out = append(out, &actors.Envelope{Kind: actors.Data, Count: len(vs), Payload: &batch[int64]{vs: vs}},
+		out = append(out, &actors.Envelope{Kind: actors.Data, Count: len(vs), Payload: &stage.Batch[int64]{Vs: vs}},
 			&actors.Envelope{Kind: actors.Watermark, Mark: int64(i)})
 		if i == 20 {
 			out = append(out, &actors.Envelope{Kind: actors.Barrier, Mark: 1})
@@ -96,7 +98,7 @@ func TestRemoteEdgePolicies(t *testing.T) {
 	}
 	t.Cleanup(func() { store.Close() })
 	spill := func(queue string) mailbox.Config {
-		return mailbox.Spill(capacity, mailbox.SpillOptions{Store: store, Queue: queue, Codec: envelopeCodec[int64]{}})
+		return mailbox.Spill(capacity, mailbox.SpillOptions{Store: store, Queue: queue, Codec: stage.Codec[int64]{}})
 	}
 	cases := []struct {
 		name      string
@@ -133,7 +135,7 @@ func TestRemoteEdgePolicies(t *testing.T) {
 			inbox := newRemoteInbox(mb, in)
 			envs, _ = stream()
 			for i, env := range envs {
-				data, err := envelopeCodec[int64]{}.Encode(env)
+				data, err := stage.Codec[int64]{}.Encode(env)
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -205,7 +207,7 @@ func TestRemoteRecordsGapFails(t *testing.T) {
 	}
 	for i, want := range [][]int64{{1, 2, 3}, {4}} {
 		env, ok := r.got[i].(*actors.Envelope)
-		if !ok || !slices.Equal(env.Payload.(*batch[int64]).vs, want) {
+		if !ok || !slices.Equal(env.Payload.(*stage.Batch[int64]).Vs, want) {
 			t.Fatalf("message %d: %v, want the records %v", i, r.got[i], want)
 		}
 	}

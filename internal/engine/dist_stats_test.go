@@ -5,6 +5,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sluicehq/sluice/internal/stage"
+
 	"github.com/asynkron/protoactor-go/actor"
 	"github.com/vmihailenco/msgpack/v5"
 
@@ -22,7 +24,7 @@ func wireJob(t *testing.T, self, doubleAt string, gen int) *execution {
 	in := remoteReceiver(t)
 	x := in.exec
 	x.dist, x.gen = fakeDist{addr: self}, gen
-	x.counters = map[*node][]*counters{}
+	x.counters = map[*node][]*stage.Counters{}
 	for id, chain := range x.plan.chains {
 		addr := "here:1"
 		if id == 1 {
@@ -30,7 +32,7 @@ func wireJob(t *testing.T, self, doubleAt string, gen int) *execution {
 		}
 		x.instances = append(x.instances, []*instance{{exec: x, task: id, gen: gen, self: actor.NewPID(addr, "t")}})
 		for _, n := range chain {
-			x.counters[n] = []*counters{new(counters)}
+			x.counters[n] = []*stage.Counters{new(stage.Counters)}
 		}
 	}
 	return x
@@ -63,25 +65,25 @@ func overWire[T any](t *testing.T, v *T) *T {
 
 // TestDistributedStats: the coordinator's Stats count the instances that
 // run in other processes from their reports, as if they ran here: record
-// counters summed over every generation (monotonic across a restart that
+// Counters summed over every generation (monotonic across a restart that
 // moves the instance), mailbox, blocked time and watermark of the current
 // generation, a stale report after a final one ignored.
 func TestDistributedStats(t *testing.T) {
 	coord := wireJob(t, "here:1", "there:2", 0)
-	coord.counters[coord.plan.chains[0][0]][0].out.Store(100) // the source runs here
+	coord.counters[coord.plan.chains[0][0]][0].Out.Store(100) // the source runs here
 
 	// Generation 0: double runs at there:2; its host reports.
 	host := wireJob(t, "there:2", "there:2", 0)
 	dbl := host.instances[1][0]
 	c := host.counters[host.plan.chains[1][0]][0]
-	c.in.Store(40)
-	c.out.Store(40)
-	c.late.Store(1)
+	c.In.Store(40)
+	c.Out.Store(40)
+	c.Late.Store(1)
 	mb, err := mailbox.New(mailbox.DropNewest(10))
 	if err != nil {
 		t.Fatal(err)
 	}
-	mb.PostUserMessage(&actors.Envelope{Kind: actors.Data, Count: 15, Payload: &batch[int64]{vs: make([]int64, 15)}})
+	mb.PostUserMessage(&actors.Envelope{Kind: actors.Data, Count: 15, Payload: &stage.Batch[int64]{Vs: make([]int64, 15)}})
 	dbl.mb.Store(mb)
 	dbl.blocked.Store(int64(time.Second))
 	wm := time.Unix(1_700_000_000, 0)
@@ -104,9 +106,9 @@ func TestDistributedStats(t *testing.T) {
 
 	// The generation stops (a restart): the host's final report, then a
 	// periodic one that was computed earlier and arrives late.
-	c.in.Store(50)
+	c.In.Store(50)
 	final := host.hostStats(true)
-	c.in.Store(45)
+	c.In.Store(45)
 	stale := host.hostStats(false)
 	coord.onStats(overWire(t, final))
 	seen = append(seen, opStats(t, coord, "double").In)

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"testing"
 
+	"github.com/sluicehq/sluice/internal/stage"
+
 	"github.com/asynkron/protoactor-go/actor"
 
 	"github.com/sluicehq/sluice/actors"
@@ -56,7 +58,7 @@ func remoteReceiver(t *testing.T) *instance {
 
 func records(t *testing.T, in *instance, seq uint64, vs ...int64) *wire.Records {
 	t.Helper()
-	data, err := in.exec.plan.chains[1][0].newCodec().Encode(&actors.Envelope{Kind: actors.Data, Count: len(vs), Payload: &batch[int64]{vs: vs}})
+	data, err := in.exec.plan.chains[1][0].newCodec().Encode(&actors.Envelope{Kind: actors.Data, Count: len(vs), Payload: &stage.Batch[int64]{Vs: vs}})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,9 +1,8 @@
 // Package engine is sluice's runtime: the logical graph a topology is built
 // into (nodes, validation), the planner that fuses operators into tasks and
-// wires their channels, the stages that run user code on batches of
-// records, and the actors that drive them (an instance per task and
-// parallel slot, a job actor per run that coordinates checkpoints and
-// restarts).
+// wires their channels, and the actors that run them (an instance per task
+// and parallel slot, driving the chain of stages of package stage; a job
+// actor per run, driving the pure machines of package coord).
 //
 // Users never import it: package operators is the typed API over it, and
 // wraps every value it hands out (streams, options, windows, errors) so

@@ -4,6 +4,8 @@ import (
 	"context"
 	"math"
 
+	"github.com/sluicehq/sluice/internal/stage"
+
 	"github.com/asynkron/protoactor-go/actor"
 	"github.com/sluicehq/sluice/actors"
 	"github.com/sluicehq/sluice/mailbox"
@@ -58,14 +60,14 @@ type emitter[T any] struct {
 type output[T any] struct {
 	spec *outputSpec
 	hash func(T) uint64
-	bufs []batch[T]
+	bufs []stage.Batch[T]
 	rr   int
 }
 
 func newEmitter[T any](specs []*outputSpec, in *instance) *emitter[T] {
 	e := &emitter[T]{in: in, size: in.exec.topo.cfg.batchSize, wm: math.MinInt64, sent: math.MinInt64}
 	for _, s := range specs {
-		o := &output[T]{spec: s, bufs: make([]batch[T], len(s.chans))}
+		o := &output[T]{spec: s, bufs: make([]stage.Batch[T], len(s.chans))}
 		if s.part == partHash {
 			o.hash = s.hasher.(func(T) uint64)
 		}
@@ -74,9 +76,9 @@ func newEmitter[T any](specs []*outputSpec, in *instance) *emitter[T] {
 	return e
 }
 
-func (e *emitter[T]) push(b *batch[T]) {
+func (e *emitter[T]) Push(b *stage.Batch[T]) {
 	if tr := e.in.tr; tr != nil {
-		e.tctx = tr.ctx
+		e.tctx = tr.Current()
 	}
 	for _, o := range e.outs {
 		switch o.spec.part {
@@ -91,14 +93,14 @@ func (e *emitter[T]) push(b *batch[T]) {
 			}
 		case partHash:
 			n := len(o.bufs)
-			for i, v := range b.vs {
+			for i, v := range b.Vs {
 				t := instanceFor(o.hash(v), n)
 				buf := &o.bufs[t]
-				buf.vs = append(buf.vs, v)
-				if b.ts != nil {
-					buf.ts = append(buf.ts, b.ts[i])
+				buf.Vs = append(buf.Vs, v)
+				if b.Ts != nil {
+					buf.Ts = append(buf.Ts, b.Ts[i])
 				}
-				if len(buf.vs) >= e.size {
+				if len(buf.Vs) >= e.size {
 					e.ship(o, t)
 				}
 			}
@@ -106,13 +108,13 @@ func (e *emitter[T]) push(b *batch[T]) {
 	}
 }
 
-func (e *emitter[T]) add(o *output[T], t int, b *batch[T]) {
+func (e *emitter[T]) add(o *output[T], t int, b *stage.Batch[T]) {
 	buf := &o.bufs[t]
-	buf.vs = append(buf.vs, b.vs...)
-	if b.ts != nil {
-		buf.ts = append(buf.ts, b.ts...)
+	buf.Vs = append(buf.Vs, b.Vs...)
+	if b.Ts != nil {
+		buf.Ts = append(buf.Ts, b.Ts...)
 	}
-	if len(buf.vs) >= e.size {
+	if len(buf.Vs) >= e.size {
 		e.ship(o, t)
 	}
 }
@@ -121,12 +123,12 @@ func (e *emitter[T]) add(o *output[T], t int, b *batch[T]) {
 // receiver owns them from then on.
 func (e *emitter[T]) ship(o *output[T], t int) {
 	buf := o.bufs[t]
-	o.bufs[t] = batch[T]{}
-	for start := 0; start < len(buf.vs); start += e.size {
-		end := min(start+e.size, len(buf.vs))
-		part := &batch[T]{vs: buf.vs[start:end:end]}
-		if buf.ts != nil {
-			part.ts = buf.ts[start:end:end]
+	o.bufs[t] = stage.Batch[T]{}
+	for start := 0; start < len(buf.Vs); start += e.size {
+		end := min(start+e.size, len(buf.Vs))
+		part := &stage.Batch[T]{Vs: buf.Vs[start:end:end]}
+		if buf.Ts != nil {
+			part.Ts = buf.Ts[start:end:end]
 		}
 		env := &actors.Envelope{Kind: actors.Data, Count: end - start, Payload: part}
 		if e.tctx != nil {
@@ -139,7 +141,7 @@ func (e *emitter[T]) ship(o *output[T], t int) {
 func (e *emitter[T]) flush() {
 	for _, o := range e.outs {
 		for t := range o.bufs {
-			if len(o.bufs[t].vs) > 0 {
+			if len(o.bufs[t].Vs) > 0 {
 				e.ship(o, t)
 			}
 		}
@@ -158,6 +160,6 @@ func (e *emitter[T]) flush() {
 }
 
 // watermark records the chain's new event time; flush sends it.
-func (e *emitter[T]) watermark(wm int64) { e.wm = max(e.wm, wm) }
+func (e *emitter[T]) Watermark(wm int64) { e.wm = max(e.wm, wm) }
 
-func (e *emitter[T]) finish() { e.flush() }
+func (e *emitter[T]) Finish() { e.flush() }

@@ -2,8 +2,9 @@ package engine
 
 import (
 	"fmt"
-	"math"
 	"time"
+
+	"github.com/sluicehq/sluice/internal/stage"
 )
 
 // Event time
@@ -24,9 +25,8 @@ import (
 // neighbours.
 func Timestamps[T any](s Stream[T], name string, ts func(T) time.Time, opts ...Option) Stream[T] {
 	var nd *node
-	nd = stateless[T, T](s, name, "timestamps", ts == nil, func(next any, sc *stageCtx) any {
-		return &timestampStage[T]{f: ts, bound: int64(nd.bound), max: math.MinInt64, sent: math.MinInt64,
-			next: next.(pusher[T]), sc: sc}
+	nd = stateless[T, T](s, name, "timestamps", ts == nil, func(next any, sc *stage.Ctx) any {
+		return stage.NewTimestamps(ts, int64(nd.bound), next, sc)
 	}, opts)
 	nd.timed = true
 	if nd.bound < 0 {

@@ -8,6 +8,7 @@ import (
 	bolt "go.etcd.io/bbolt"
 	"go.opentelemetry.io/otel/attribute"
 
+	"github.com/sluicehq/sluice/internal/stage"
 	"github.com/sluicehq/sluice/internal/wire"
 	"github.com/sluicehq/sluice/mailbox"
 	"github.com/sluicehq/sluice/persistence"
@@ -94,8 +95,8 @@ func (x *execution) failureOf(child *actor.PID, reason any) (op string, instance
 		op, instance = x.plan.Tasks[in.task].Name(), in.idx
 	}
 	switch r := reason.(type) {
-	case *stageFailure:
-		op, err = r.op, r.err
+	case *stage.Failure:
+		op, err = r.Op(), r.Unwrap()
 	case error:
 		err = r
 	default:

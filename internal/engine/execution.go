@@ -10,6 +10,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/sluicehq/sluice/internal/stage"
+
 	"github.com/asynkron/protoactor-go/actor"
 	"github.com/sluicehq/sluice/actors"
 	"github.com/sluicehq/sluice/internal/wire"
@@ -36,7 +38,7 @@ type execution struct {
 	instMu    sync.RWMutex    // guards instances against Stats during a restart
 	instances [][]*instance
 	byID      map[string]*instance
-	counters  map[*node][]*counters
+	counters  map[*node][]*stage.Counters
 	launched  chan error
 
 	// The latest counters reported by instances in other processes, of
@@ -107,7 +109,7 @@ func (t *Topology) Start(ctx context.Context, sys *actors.System) (actors.Execut
 	}
 	x := &execution{topo: t, plan: plan, sys: sys, root: sys.Root(),
 		done: make(chan struct{}), launched: make(chan error, 1),
-		byID: make(map[string]*instance), counters: make(map[*node][]*counters)}
+		byID: make(map[string]*instance), counters: make(map[*node][]*stage.Counters)}
 	x.ctx, x.cancel = context.WithCancel(context.WithoutCancel(ctx))
 	if t.cfg.cpInterval > 0 {
 		if err := x.openCheckpoints(ctx); err != nil {
@@ -207,10 +209,10 @@ func (x *execution) Stats() []actors.OperatorStats {
 		for pos, n := range chain {
 			st := actors.OperatorStats{Name: n.name, Kind: n.kind, Task: id, Parallelism: x.plan.par[n]}
 			for _, c := range x.counters[n] {
-				st.In += c.in.Load()
-				st.Out += c.out.Load()
-				st.DeadLettered += c.dead.Load()
-				st.Late += c.late.Load()
+				st.In += c.In.Load()
+				st.Out += c.Out.Load()
+				st.DeadLettered += c.Dead.Load()
+				st.Late += c.Late.Load()
 			}
 			for k, r := range x.remoteStats {
 				if k.task == id {
@@ -352,9 +354,9 @@ func (x *execution) build() error {
 			if x.counters[n] != nil {
 				continue // counts go on across restarts
 			}
-			cs := make([]*counters, par)
+			cs := make([]*stage.Counters, par)
 			for i := range cs {
-				cs[i] = new(counters)
+				cs[i] = new(stage.Counters)
 			}
 			x.counters[n] = cs
 		}
@@ -454,24 +456,25 @@ func (x *execution) build() error {
 			}
 			for pos := len(chain) - 1; pos >= 0; pos-- {
 				n := chain[pos]
-				sc := &stageCtx{name: n.name, kind: n.kind, head: pos == 0 && n.role != roleSource, panicErr: x.topo.kit.Panic, instance: in.idx, parts: p.par[n], ctx: x.ctx, c: x.counters[n][in.idx], batch: cfg.batchSize, tr: in.tr,
-					after: in.afterFunc, now: cfg.now, finalCheckpoint: x.topo.cfg.cpInterval > 0}
+				sc := &stage.Ctx{Name: n.name, Kind: n.kind, Head: pos == 0 && n.role != roleSource, PanicErr: x.topo.kit.Panic,
+					Instance: in.idx, Parts: p.par[n], Context: x.ctx, C: x.counters[n][in.idx], BatchSize: cfg.batchSize, Tracer: in.tr,
+					After: in.afterFunc, Now: cfg.now, FinalCheckpoint: x.topo.cfg.cpInterval > 0}
 				if x.restored != nil {
-					sc.restore, sc.restored = x.restored.States[sc.key()]
+					sc.Restore, sc.Restored = x.restored.States[sc.Key()]
 				}
 				if n.recordAttempts > 0 {
-					sc.failures = &failureHandler{sc: sc, attempts: n.recordAttempts, store: x.deadLetters, job: x.topo.name}
+					sc.Failures = stage.NewFailureHandler(sc, n.recordAttempts, x.deadLetters, x.topo.name)
 				}
 				if n.role == roleSource {
 					in.src = n.newSource(next, sc)
 					continue
 				}
 				next = n.newStage(next, sc)
-				if st, ok := next.(stateful); ok && x.topo.cfg.cpInterval > 0 {
-					in.states = append([]stateSlot{{key: sc.key(), st: st}}, in.states...)
+				if st, ok := next.(stage.Stateful); ok && x.topo.cfg.cpInterval > 0 {
+					in.states = append([]stateSlot{{key: sc.Key(), st: st}}, in.states...)
 				}
-				if r, ok := next.(interface{ restoreState([]byte) error }); ok && sc.restored {
-					if err := r.restoreState(sc.restore); err != nil {
+				if r, ok := next.(interface{ RestoreState([]byte) error }); ok && sc.Restored {
+					if err := r.RestoreState(sc.Restore); err != nil {
 						return fmt.Errorf("operator %q instance %d: restore from checkpoint %d: %w", n.name, in.idx, x.restored.ID, err)
 					}
 				}

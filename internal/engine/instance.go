@@ -8,6 +8,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/sluicehq/sluice/internal/stage"
+
 	"github.com/asynkron/protoactor-go/actor"
 	"github.com/sluicehq/sluice/actors"
 	"github.com/sluicehq/sluice/internal/wire"
@@ -16,8 +18,8 @@ import (
 
 // opener is a stage with resources to open at start and release on abort.
 type opener interface {
-	open() error
-	abort()
+	Open() error
+	Abort()
 }
 
 // instance is one parallel instance of a task: a protoactor actor.
@@ -27,8 +29,8 @@ type instance struct {
 	idx  int
 	self *actor.PID
 
-	src   sourceRunner
-	head  inlet
+	src   stage.SourceRunner
+	head  stage.Inlet
 	sinks []opener
 	em    flusher
 
@@ -72,8 +74,8 @@ type instance struct {
 	idleTimer bool          // a timer will tick when the idle timeout passes
 	timers    map[uint64]func() bool
 	timerSeq  uint64
-	evTime    atomic.Int64 // curWm or the chain's emitted watermark, for Stats
-	tr        *tracer      // nil when tracing is off
+	evTime    atomic.Int64  // curWm or the chain's emitted watermark, for Stats
+	tr        *stage.Tracer // nil when tracing is off
 
 	c        actor.Context
 	stash    []*actors.Envelope
@@ -99,7 +101,7 @@ type instance struct {
 // stateSlot is a stage whose state is checkpointed, under its key.
 type stateSlot struct {
 	key string
-	st  stateful
+	st  stage.Stateful
 }
 
 // alignment tracks a checkpoint barrier across the input channels: once a
@@ -136,7 +138,7 @@ func (in *instance) Receive(c actor.Context) {
 		if m.waiter {
 			in.waiterActive = false
 		}
-		in.step()
+		in.Step()
 	case *timerMsg:
 		if _, ok := in.timers[m.id]; ok {
 			delete(in.timers, m.id)
@@ -215,7 +217,7 @@ func (in *instance) sourceBarrier(id uint64) {
 	for _, oc := range in.outs {
 		in.enqueue(oc, &actors.Envelope{Kind: actors.Barrier, Mark: int64(id)})
 	}
-	off := in.src.offset()
+	off := in.src.Offset()
 	in.pendingAcks = append(in.pendingAcks, pendingAck{id, off})
 	in.tell(in.exec.jobPID, &wire.Ack{Gen: in.gen, ID: id, Instance: in.num, States: states,
 		Offsets: map[string]int64{in.srcKey: off}})
@@ -238,7 +240,7 @@ func (in *instance) finalBarrier(id uint64) {
 	states := in.snapshot(id)
 	offsets := map[string]int64{}
 	if in.src != nil {
-		off := in.src.offset()
+		off := in.src.Offset()
 		in.pendingAcks = append(in.pendingAcks, pendingAck{id, off})
 		offsets[in.srcKey] = off
 	}
@@ -263,8 +265,8 @@ func (in *instance) committed(m *wire.Committed) {
 		return
 	}
 	for _, s := range in.sinks {
-		if c, ok := s.(interface{ commit(uint64) }); ok {
-			c.commit(m.ID)
+		if c, ok := s.(interface{ Commit(uint64) }); ok {
+			c.Commit(m.ID)
 		}
 	}
 	if in.src != nil {
@@ -275,15 +277,15 @@ func (in *instance) committed(m *wire.Committed) {
 		if n > 0 {
 			off := in.pendingAcks[n-1].offset
 			in.pendingAcks = in.pendingAcks[n:]
-			if err := in.src.ack(off); err != nil {
+			if err := in.src.Ack(off); err != nil {
 				panic(err)
 			}
 		}
 	}
 	if in.done && in.finalAt != 0 && m.ID >= in.finalAt && !in.closed {
 		for _, s := range in.sinks {
-			if c, ok := s.(interface{ closeFinal() }); ok {
-				c.closeFinal() // a failure panics: the job hears of it, not of a close
+			if c, ok := s.(interface{ CloseFinal() }); ok {
+				c.CloseFinal() // a failure panics: the job hears of it, not of a close
 			}
 		}
 		in.closed = true
@@ -295,9 +297,9 @@ func (in *instance) committed(m *wire.Committed) {
 func (in *instance) snapshot(id uint64) map[string][]byte {
 	states := make(map[string][]byte, len(in.states))
 	for _, s := range in.states {
-		b, err := s.st.snapshotState(id)
+		b, err := s.st.SnapshotState(id)
 		if err != nil {
-			panic(&stageFailure{op: s.key, err: fmt.Errorf("checkpoint: %w", err)})
+			panic(stage.NewFailure(s.key, fmt.Errorf("checkpoint: %w", err)))
 		}
 		if b != nil {
 			states[s.key] = b
@@ -308,12 +310,12 @@ func (in *instance) snapshot(id uint64) map[string][]byte {
 
 func (in *instance) start() {
 	for _, s := range in.sinks {
-		if err := s.open(); err != nil {
+		if err := s.Open(); err != nil {
 			panic(err)
 		}
 	}
 	if in.src != nil {
-		if err := in.src.open(in.srcOffset); err != nil {
+		if err := in.src.Open(in.srcOffset); err != nil {
 			panic(err)
 		}
 		if in.restoredDone { // at its end already: nothing to read again
@@ -342,12 +344,12 @@ func (in *instance) handle(env *actors.Envelope) {
 			start = time.Now()
 		}
 		if in.tr != nil && env.Headers != nil {
-			done := in.tr.receive(env.Headers)
-			in.head.deliver(env.Payload)
+			done := in.tr.Receive(env.Headers)
+			in.head.Deliver(env.Payload)
 			in.em.flush()
 			done()
 		} else {
-			in.head.deliver(env.Payload)
+			in.head.Deliver(env.Payload)
 		}
 		if in.exec.metrics != nil {
 			in.exec.metrics.batchDone(in, time.Since(start))
@@ -419,7 +421,7 @@ func (in *instance) advance() {
 	if low > in.curWm {
 		in.curWm = low
 		in.noteEventTime(low)
-		in.head.watermark(low)
+		in.head.Watermark(low)
 		in.em.flush()
 	}
 }
@@ -488,14 +490,14 @@ func (in *instance) endOfInput() {
 	switch {
 	case in.restoredDone:
 		for _, s := range in.sinks {
-			if e, ok := s.(interface{ endRestored() }); ok {
-				e.endRestored()
+			if e, ok := s.(interface{ EndRestored() }); ok {
+				e.EndRestored()
 			}
 		}
 	case in.src != nil:
-		in.src.finish()
+		in.src.Finish()
 	default:
-		in.head.finish()
+		in.head.Finish()
 	}
 	in.em.flush()
 	var mark int64
@@ -613,11 +615,11 @@ const sourceBatchesPerTick = 16
 // worth). The span ends even when an operator of the chain panics.
 func (in *instance) readTick() (n int, err error) {
 	if in.tr != nil {
-		end := in.tr.root(in.src.stage())
+		end := in.tr.Root(in.src.Stage())
 		read := 0
 		defer func() { end(read) }()
 		for range sourceBatchesPerTick {
-			n, err = in.src.step()
+			n, err = in.src.Step()
 			read += n
 			in.em.flush()
 			if n == 0 || err != nil || in.blockedN > 0 {
@@ -627,7 +629,7 @@ func (in *instance) readTick() (n int, err error) {
 		return n, err
 	}
 	for range sourceBatchesPerTick {
-		n, err = in.src.step()
+		n, err = in.src.Step()
 		in.em.flush()
 		if n == 0 || err != nil || in.blockedN > 0 {
 			break
@@ -637,7 +639,7 @@ func (in *instance) readTick() (n int, err error) {
 }
 
 // step reads batches from the source and pushes it through the chain.
-func (in *instance) step() {
+func (in *instance) Step() {
 	in.tickPending = false
 	if in.done {
 		return
@@ -668,7 +670,7 @@ func (in *instance) step() {
 		in.scheduleTick()
 	default:
 		in.checkIdle()
-		w := in.src.waiter()
+		w := in.src.Waiter()
 		if w == nil {
 			in.scheduleTick()
 			return
@@ -692,12 +694,12 @@ func (in *instance) release() {
 	}
 	in.timers = nil
 	if in.src != nil {
-		_ = in.src.close()
+		_ = in.src.Close()
 	}
 	// Sinks still open (the job stopped early, or before its final
 	// checkpoint was committed) are aborted; closed ones are left alone.
 	for _, s := range in.sinks {
-		s.abort()
+		s.Abort()
 	}
 }
 

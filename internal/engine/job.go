@@ -7,6 +7,8 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/sluicehq/sluice/internal/stage"
+
 	"github.com/asynkron/protoactor-go/actor"
 	"github.com/sluicehq/sluice/actors"
 	"github.com/sluicehq/sluice/internal/coord"
@@ -81,33 +83,33 @@ func (j *jobActor) Receive(c actor.Context) {
 		x.onStats(m)
 	case *wire.Finished:
 		x.noteStats(m.Gen, m.Stats)
-		j.step(c, coord.InstanceFinished{At: now, Gen: m.Gen, Slot: coord.Slot{Task: m.Task, Instance: m.Instance}})
+		j.Step(c, coord.InstanceFinished{At: now, Gen: m.Gen, Slot: coord.Slot{Task: m.Task, Instance: m.Instance}})
 	case *wire.Failed:
 		j.onFailure(c, now, m)
 	case *actor.Terminated:
 		if in := x.byID[m.Who.Id]; in != nil {
-			j.step(c, coord.InstanceTerminated{At: now, Gen: in.gen})
+			j.Step(c, coord.InstanceTerminated{At: now, Gen: in.gen})
 		}
 	case *wire.Stopped:
-		j.step(c, coord.HostStopped{At: now, Gen: m.Gen, Addr: m.Address})
+		j.Step(c, coord.HostStopped{At: now, Gen: m.Gen, Addr: m.Address})
 	case *hostLost:
-		j.step(c, coord.HostLost{At: now, Addr: m.addr})
+		j.Step(c, coord.HostLost{At: now, Addr: m.addr})
 	case *restartMsg:
-		j.step(c, coord.BackoffElapsed{At: now, Gen: m.gen})
+		j.Step(c, coord.BackoffElapsed{At: now, Gen: m.gen})
 	case *wire.Drain:
-		j.step(c, coord.DrainAsked{At: now})
+		j.Step(c, coord.DrainAsked{At: now})
 	case *abortMsg:
 		err := x.topo.kit.Aborted
 		if m.cause != nil {
 			err = fmt.Errorf("%w: %w", x.topo.kit.Aborted, m.cause)
 		}
-		j.step(c, coord.AbortAsked{At: now, Err: err})
+		j.Step(c, coord.AbortAsked{At: now, Err: err})
 	case *actor.Stopped:
 		if x.dist != nil {
 			j.unwatch()
 			x.stopHosts(nil)
 		}
-		x.metrics.close()
+		x.metrics.Close()
 		if j.timer != nil {
 			j.timer()
 		}
@@ -124,7 +126,7 @@ func (j *jobActor) Receive(c actor.Context) {
 // (total instances, local of them here) and tells the lifecycle.
 func (j *jobActor) launched(c actor.Context, now time.Time, total, local int) {
 	j.startCheckpoints(total)
-	j.step(c, coord.Launched{At: now, Instances: total, Local: local, Hosts: j.x.hostList()})
+	j.Step(c, coord.Launched{At: now, Instances: total, Local: local, Hosts: j.x.hostList()})
 }
 
 // startCheckpoints starts the checkpoint coordinator of a generation of
@@ -156,13 +158,13 @@ func (j *jobActor) onFailure(c actor.Context, now time.Time, m *wire.Failed) {
 		if m.Gen != x.gen {
 			gen = m.Gen
 		}
-		reason = &stageFailure{op: m.Operator, err: errors.New(m.Message)}
+		reason = stage.NewFailure(m.Operator, errors.New(m.Message))
 	}
-	j.step(c, coord.InstanceFailed{At: now, Gen: gen, Err: x.operatorError(actor.NewPID(m.Address, m.ID), reason)})
+	j.Step(c, coord.InstanceFailed{At: now, Gen: gen, Err: x.operatorError(actor.NewPID(m.Address, m.ID), reason)})
 }
 
 // step steps the lifecycle and carries out its actions.
-func (j *jobActor) step(c actor.Context, ev coord.JobEvent) {
+func (j *jobActor) Step(c actor.Context, ev coord.JobEvent) {
 	x := j.x
 	var acts []coord.JobAction
 	j.life, acts = j.life.Step(ev)
@@ -378,7 +380,7 @@ func (j *jobActor) feed(c actor.Context, ev coord.CheckpointEvent) {
 			}
 			x.sys.Logger().Debug("checkpoint completed", "job", x.topo.name, "checkpoint", a.ID, "duration", d, "final", a.Final)
 			if a.Final {
-				j.step(c, coord.FinalCheckpointDone{At: x.topo.cfg.now()})
+				j.Step(c, coord.FinalCheckpointDone{At: x.topo.cfg.now()})
 			}
 		case coord.CheckpointFailed:
 			delete(j.started, a.ID)
@@ -395,7 +397,7 @@ func (j *jobActor) feed(c actor.Context, ev coord.CheckpointEvent) {
 				if j.cs.Completed > 0 {
 					since = "checkpoint " + strconv.FormatUint(j.cs.Completed, 10)
 				}
-				j.step(c, coord.FinalCheckpointFailed{At: x.topo.cfg.now(), Err: fmt.Errorf("operators: topology %q: final checkpoint %d: %w (the sinks' records since %s are not committed)",
+				j.Step(c, coord.FinalCheckpointFailed{At: x.topo.cfg.now(), Err: fmt.Errorf("operators: topology %q: final checkpoint %d: %w (the sinks' records since %s are not committed)",
 					x.topo.name, a.ID, a.Err, since)})
 			}
 		}

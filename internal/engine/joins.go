@@ -2,9 +2,10 @@ package engine
 
 import (
 	"fmt"
-	"math"
 	"reflect"
 	"time"
+
+	"github.com/sluicehq/sluice/internal/stage"
 )
 
 // joinInputs tags, merges and partitions the two inputs of a join.
@@ -31,9 +32,9 @@ func joinInputs[K comparable, L, R any](left Stream[L], right Stream[R], name st
 // time.
 func WindowJoin[K comparable, L, R, O any](left Stream[L], right Stream[R], name string, lkey func(L) K, rkey func(R) K, w Windows, join func(L, R) O, opts ...Option) Stream[O] {
 	ks := joinInputs(left, right, name, lkey, rkey)
-	nd := windowed(ks, name, "window-join", w, join == nil, winFns[K, Either[L, R], windowBuf[L, R], O]{
-		zero: func() windowBuf[L, R] { return windowBuf[L, R]{} },
-		add: func(b windowBuf[L, R], e Either[L, R]) windowBuf[L, R] {
+	nd := windowed(ks, name, "window-join", w, join == nil, stage.WinFns[K, Either[L, R], stage.WindowBuf[L, R], O]{
+		Zero: func() stage.WindowBuf[L, R] { return stage.WindowBuf[L, R]{} },
+		Add: func(b stage.WindowBuf[L, R], e Either[L, R]) stage.WindowBuf[L, R] {
 			if e.Right {
 				b.Rs = append(b.Rs, e.R)
 			} else {
@@ -41,7 +42,7 @@ func WindowJoin[K comparable, L, R, O any](left Stream[L], right Stream[R], name
 			}
 			return b
 		},
-		emit: func(_ K, _, _ int64, b windowBuf[L, R], out func(O)) {
+		Emit: func(_ K, _, _ int64, b stage.WindowBuf[L, R], out func(O)) {
 			for _, l := range b.Ls {
 				for _, r := range b.Rs {
 					out(join(l, r))
@@ -49,7 +50,7 @@ func WindowJoin[K comparable, L, R, O any](left Stream[L], right Stream[R], name
 			}
 		},
 	}, opts)
-	if w.kind == sessions {
+	if w.IsSessions() {
 		nd.topo.errs = append(nd.topo.errs, opErr(nd.topo, name, KindInvalid, "WindowJoin takes tumbling or sliding windows"))
 	}
 	if nd.lateness > 0 {
@@ -77,9 +78,8 @@ func IntervalJoin[K comparable, L, R, O any](left Stream[L], right Stream[R], na
 		t.errs = append(t.errs, opErr(t, name, KindInvalid, fmt.Sprintf("interval [%v, %v]: lower above upper", lower, upper)))
 	}
 	key := ks.key
-	nd.newStage = func(next any, sc *stageCtx) any {
-		return &intervalStage[K, L, R, O]{key: key, join: join, lower: int64(lower), upper: int64(upper), wm: math.MinInt64,
-			bufs: make(map[K]*intervalBuf[L, R]), out: newOutBuf(next.(pusher[O]), sc), next: next.(pusher[O]), sc: sc}
+	nd.newStage = func(next any, sc *stage.Ctx) any {
+		return stage.NewIntervalJoin(key, join, int64(lower), int64(upper), next, sc)
 	}
 	setTypedPlumbing[O](nd)
 	setInlet[Either[L, R]](nd)
@@ -107,9 +107,8 @@ func Join[K comparable, L, R, O any](left Stream[L], right Stream[R], name strin
 		t.errs = append(t.errs, opErr(t, name, KindInvalid, "nil function"))
 	}
 	key := ks.key
-	nd.newStage = func(next any, sc *stageCtx) any {
-		return &joinStage[K, L, R, O]{key: key, join: join, ttl: int64(nd.ttl),
-			bufs: make(map[K]*joinBuf[L, R]), out: newOutBuf(next.(pusher[O]), sc), next: next.(pusher[O]), sc: sc}
+	nd.newStage = func(next any, sc *stage.Ctx) any {
+		return stage.NewJoin(key, join, int64(nd.ttl), next, sc)
 	}
 	setTypedPlumbing[O](nd)
 	setInlet[Either[L, R]](nd)

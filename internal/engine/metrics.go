@@ -86,7 +86,7 @@ func (jm *jobMetrics) batchDone(in *instance, d time.Duration) {
 		attribute.String("sluice.operator", in.exec.plan.chains[in.task][0].name)))
 }
 
-func (jm *jobMetrics) close() {
+func (jm *jobMetrics) Close() {
 	if jm != nil {
 		_ = jm.reg.Unregister()
 	}

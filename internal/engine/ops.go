@@ -3,6 +3,8 @@ package engine
 import (
 	"reflect"
 
+	"github.com/sluicehq/sluice/internal/stage"
+
 	"github.com/sluicehq/sluice/mailbox"
 )
 
@@ -16,8 +18,8 @@ func Source[T any](t *Topology, name string, src SourceConnector[T], opts ...Opt
 	if src == nil {
 		t.errs = append(t.errs, opErr(t, name, KindInvalid, "nil source connector"))
 	}
-	nd.newSource = func(next any, sc *stageCtx) sourceRunner {
-		return &sourceStage[T]{conn: src, next: next.(pusher[T]), sc: sc}
+	nd.newSource = func(next any, sc *stage.Ctx) stage.SourceRunner {
+		return stage.NewSource(src, next, sc)
 	}
 	setTypedPlumbing[T](nd)
 	return Stream[T]{t.add(nd, nil, opts)}
@@ -25,27 +27,27 @@ func Source[T any](t *Topology, name string, src SourceConnector[T], opts ...Opt
 
 // Map applies f to every record.
 func Map[In, Out any](s Stream[In], name string, f func(In) Out, opts ...Option) Stream[Out] {
-	return Stream[Out]{stateless[In, Out](s, name, "map", f == nil, func(next any, sc *stageCtx) any {
-		return &mapStage[In, Out]{f: f, next: next.(pusher[Out]), sc: sc}
+	return Stream[Out]{stateless[In, Out](s, name, "map", f == nil, func(next any, sc *stage.Ctx) any {
+		return stage.NewMap(f, next, sc)
 	}, opts)}
 }
 
 // Filter keeps the records for which keep returns true.
 func Filter[T any](s Stream[T], name string, keep func(T) bool, opts ...Option) Stream[T] {
-	return Stream[T]{stateless[T, T](s, name, "filter", keep == nil, func(next any, sc *stageCtx) any {
-		return &filterStage[T]{keep: keep, next: next.(pusher[T]), sc: sc}
+	return Stream[T]{stateless[T, T](s, name, "filter", keep == nil, func(next any, sc *stage.Ctx) any {
+		return stage.NewFilter(keep, next, sc)
 	}, opts)}
 }
 
 // FlatMap replaces every record with the records f returns (none, one or
 // many). strings.Fields is a FlatMap function from string to string.
 func FlatMap[In, Out any](s Stream[In], name string, f func(In) []Out, opts ...Option) Stream[Out] {
-	return Stream[Out]{stateless[In, Out](s, name, "flatmap", f == nil, func(next any, sc *stageCtx) any {
-		return &flatMapStage[In, Out]{f: f, next: next.(pusher[Out]), sc: sc}
+	return Stream[Out]{stateless[In, Out](s, name, "flatmap", f == nil, func(next any, sc *stage.Ctx) any {
+		return stage.NewFlatMap(f, next, sc)
 	}, opts)}
 }
 
-func stateless[In, Out any](s Stream[In], name, kind string, nilFunc bool, build func(any, *stageCtx) any, opts []Option) *node {
+func stateless[In, Out any](s Stream[In], name, kind string, nilFunc bool, build func(any, *stage.Ctx) any, opts []Option) *node {
 	t := topoOf(s.n)
 	if t == nil {
 		t = orphan(name)
@@ -150,9 +152,8 @@ func Keyed[K comparable, T, A, O any](ks KeyedStream[K, T], name, kind string, n
 		t.errs = append(t.errs, opErr(t, name, KindInvalid, "nil function"))
 	}
 	key := ks.key
-	nd.newStage = func(next any, sc *stageCtx) any {
-		return &keyedStage[K, T, A, O]{key: key, step: step, kv: kv, emit: nd.emit, next: next.(pusher[O]), sc: sc,
-			state: make(map[K]A)}
+	nd.newStage = func(next any, sc *stage.Ctx) any {
+		return stage.NewKeyed(key, step, kv, nd.emit, next, sc)
 	}
 	setTypedPlumbing[O](nd)
 	setInlet[T](nd)
@@ -169,7 +170,7 @@ func Sink[T any](s Stream[T], name string, sink SinkConnector[T], opts ...Option
 	if sink == nil {
 		t.errs = append(t.errs, opErr(t, name, KindInvalid, "nil sink connector"))
 	}
-	nd.newStage = func(_ any, sc *stageCtx) any { return &sinkStage[T]{conn: sink, sc: sc} }
+	nd.newStage = func(_ any, sc *stage.Ctx) any { return stage.NewSink(sink, sc) }
 	setInlet[T](nd)
 	t.add(nd, []*node{s.n}, opts)
 }
@@ -184,6 +185,6 @@ func setTypedPlumbing[T any](nd *node) {
 
 // setInlet gives a node consuming In the adapter that feeds it envelopes.
 func setInlet[In any](nd *node) {
-	nd.newInlet = func(head any) inlet { return &typedInlet[In]{head: head.(pusher[In])} }
-	nd.newCodec = func() mailbox.Codec { return envelopeCodec[In]{} }
+	nd.newInlet = func(head any) stage.Inlet { return stage.NewInlet[In](head) }
+	nd.newCodec = func() mailbox.Codec { return stage.Codec[In]{} }
 }

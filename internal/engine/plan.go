@@ -7,6 +7,8 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/sluicehq/sluice/internal/stage"
+
 	"github.com/sluicehq/sluice/mailbox"
 )
 
@@ -187,7 +189,7 @@ func (t *Topology) Plan() (*Plan, error) {
 			}
 		}
 	}
-	if cfgErr := t.cfg.validate(); cfgErr != nil {
+	if cfgErr := t.cfg.Validate(); cfgErr != nil {
 		errs = append(errs, opErr(t, "", KindInvalid, cfgErr.Error()))
 	}
 	if len(errs) > 0 {
@@ -196,7 +198,7 @@ func (t *Topology) Plan() (*Plan, error) {
 	return buildPlan(t, inputs, consumers), nil
 }
 
-func (c runConfig) validate() error {
+func (c runConfig) Validate() error {
 	if c.batchSize < 1 {
 		return fmt.Errorf("batch size %d: must be at least 1", c.batchSize)
 	}
@@ -391,7 +393,7 @@ func checkInput(n *node) error {
 		if err := spillable(n.inType); err != nil {
 			return fmt.Errorf("spill: %w", err)
 		}
-		cfg.Spill = &mailbox.SpillOptions{Store: &mailbox.SpillStore{}, Queue: "check", Codec: envelopeCodec[int]{}}
+		cfg.Spill = &mailbox.SpillOptions{Store: &mailbox.SpillStore{}, Queue: "check", Codec: stage.Codec[int]{}}
 	}
 	return cfg.Validate()
 }

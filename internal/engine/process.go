@@ -1,8 +1,9 @@
 package engine
 
 import (
-	"math"
 	"reflect"
+
+	"github.com/sluicehq/sluice/internal/stage"
 )
 
 // Process runs onRecord for every record of a keyed stream, with the
@@ -22,10 +23,8 @@ func Process[K comparable, T, S, O any](ks KeyedStream[K, T], name string, onRec
 		t.errs = append(t.errs, opErr(t, name, KindInvalid, "nil function"))
 	}
 	key := ks.key
-	nd.newStage = func(next any, sc *stageCtx) any {
-		core := &procCore[K, S, O]{onTimer: onTimer, wm: math.MinInt64, state: make(map[K]*S),
-			timerSet: make(map[timerID[K]]struct{}), ptimers: make(map[timerID[K]]struct{}), out: newOutBuf(next.(pusher[O]), sc), next: next.(pusher[O]), sc: sc}
-		return &processStage[K, T, S, O]{procCore: core, key: key, onRecord: onRecord}
+	nd.newStage = func(next any, sc *stage.Ctx) any {
+		return stage.NewProcess(key, onRecord, onTimer, next, sc)
 	}
 	setTypedPlumbing[O](nd)
 	setInlet[T](nd)

@@ -5,6 +5,8 @@ import (
 	"reflect"
 	"time"
 
+	"github.com/sluicehq/sluice/internal/stage"
+
 	"github.com/sluicehq/sluice/clock"
 	"github.com/sluicehq/sluice/mailbox"
 	"github.com/sluicehq/sluice/persistence"
@@ -82,9 +84,9 @@ type node struct {
 	lateness       time.Duration   // AllowedLateness
 
 	// typed builders, set by the generic constructors
-	newSource  func(next any, sc *stageCtx) sourceRunner
-	newStage   func(next any, sc *stageCtx) any // returns pusher[In]
-	newInlet   func(head any) inlet
+	newSource  func(next any, sc *stage.Ctx) stage.SourceRunner
+	newStage   func(next any, sc *stage.Ctx) any // returns pusher[In]
+	newInlet   func(head any) stage.Inlet
 	newCodec   func() mailbox.Codec // spills this node's input envelopes
 	newEmitter func(outs []*outputSpec, in *instance) (any, flusher)
 }

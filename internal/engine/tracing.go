@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"github.com/sluicehq/sluice/internal/stage"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/trace"
 	tracenoop "go.opentelemetry.io/otel/trace/noop"
@@ -8,7 +9,7 @@ import (
 
 // newTracer returns nil when tracing is off (a no-op provider), so that the
 // hot path checks a nil pointer and nothing else.
-func newTracer(x *execution, in *instance) *tracer {
+func newTracer(x *execution, in *instance) *stage.Tracer {
 	tp := x.sys.Config().TracerProvider
 	if _, noop := tp.(tracenoop.TracerProvider); noop || tp == nil {
 		return nil
@@ -19,8 +20,7 @@ func newTracer(x *execution, in *instance) *tracer {
 		}
 		return 0
 	}
-	return &tracer{t: tp.Tracer("github.com/sluicehq/sluice/operators"), base: x.ctx, depth: depth, topology: x.topo.name,
-		policy: in.mbCfg.Overflow.String()}
+	return stage.NewTracer(tp.Tracer("github.com/sluicehq/sluice/operators"), x.ctx, depth, x.topo.name, in.mbCfg.Overflow.String())
 }
 
 // traceEvent records a job-level event (a restart, a mailbox overflow) as a

@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"reflect"
 	"time"
+
+	"github.com/sluicehq/sluice/internal/stage"
 )
 
 // WindowAggregate folds the records of each key and window into an
@@ -15,13 +17,13 @@ import (
 // so they need merge to combine two accumulators; it may be nil for the
 // other windows. Window state is part of checkpoints.
 func WindowAggregate[K comparable, T, A, O any](ks KeyedStream[K, T], name string, w Windows, zero func() A, add func(A, T) A, merge func(A, A) A, win Result[K, A, O], opts ...Option) Stream[O] {
-	nd := windowed(ks, name, "window", w, zero == nil || add == nil, winFns[K, T, A, O]{
-		zero: zero, add: add, merge: merge,
-		emit: func(k K, start, end int64, acc A, out func(O)) {
+	nd := windowed(ks, name, "window", w, zero == nil || add == nil, stage.WinFns[K, T, A, O]{
+		Zero: zero, Add: add, Merge: merge,
+		Emit: func(k K, start, end int64, acc A, out func(O)) {
 			out(win(k, time.Unix(0, start).UTC(), time.Unix(0, end).UTC(), acc))
 		},
 	}, opts)
-	if w.kind == sessions && merge == nil && zero != nil {
+	if w.IsSessions() && merge == nil && zero != nil {
 		nd.topo.errs = append(nd.topo.errs, opErr(nd.topo, name, KindInvalid, "session windows merge: WindowAggregate needs a merge function"))
 	}
 	return Stream[O]{nd}
@@ -29,11 +31,11 @@ func WindowAggregate[K comparable, T, A, O any](ks KeyedStream[K, T], name strin
 
 // WindowCount counts the records of each key in each window.
 func WindowCount[K comparable, T, O any](ks KeyedStream[K, T], name string, w Windows, win Result[K, int64, O], opts ...Option) Stream[O] {
-	return Stream[O]{windowed(ks, name, "window-count", w, false, winFns[K, T, int64, O]{
-		zero:  func() int64 { return 0 },
-		add:   func(n int64, _ T) int64 { return n + 1 },
-		merge: func(a, b int64) int64 { return a + b },
-		emit: func(k K, start, end int64, n int64, out func(O)) {
+	return Stream[O]{windowed(ks, name, "window-count", w, false, stage.WinFns[K, T, int64, O]{
+		Zero:  func() int64 { return 0 },
+		Add:   func(n int64, _ T) int64 { return n + 1 },
+		Merge: func(a, b int64) int64 { return a + b },
+		Emit: func(k K, start, end int64, n int64, out func(O)) {
 			out(win(k, time.Unix(0, start).UTC(), time.Unix(0, end).UTC(), n))
 		},
 	}, opts)}
@@ -42,24 +44,24 @@ func WindowCount[K comparable, T, O any](ks KeyedStream[K, T], name string, w Wi
 // WindowReduce combines the records of each key in each window with f,
 // starting from the window's first record.
 func WindowReduce[K comparable, T, O any](ks KeyedStream[K, T], name string, w Windows, f func(a, b T) T, win Result[K, T, O], opts ...Option) Stream[O] {
-	return Stream[O]{windowed(ks, name, "window-reduce", w, f == nil, winFns[K, T, reduced[T], O]{
-		zero: func() reduced[T] { return reduced[T]{} },
-		add: func(acc reduced[T], v T) reduced[T] {
+	return Stream[O]{windowed(ks, name, "window-reduce", w, f == nil, stage.WinFns[K, T, stage.Reduced[T], O]{
+		Zero: func() stage.Reduced[T] { return stage.Reduced[T]{} },
+		Add: func(acc stage.Reduced[T], v T) stage.Reduced[T] {
 			if !acc.Set {
-				return reduced[T]{v, true}
+				return stage.Reduced[T]{V: v, Set: true}
 			}
-			return reduced[T]{f(acc.V, v), true}
+			return stage.Reduced[T]{V: f(acc.V, v), Set: true}
 		},
-		merge: func(a, b reduced[T]) reduced[T] {
+		Merge: func(a, b stage.Reduced[T]) stage.Reduced[T] {
 			switch {
 			case !a.Set:
 				return b
 			case !b.Set:
 				return a
 			}
-			return reduced[T]{f(a.V, b.V), true}
+			return stage.Reduced[T]{V: f(a.V, b.V), Set: true}
 		},
-		emit: func(k K, start, end int64, acc reduced[T], out func(O)) {
+		Emit: func(k K, start, end int64, acc stage.Reduced[T], out func(O)) {
 			out(win(k, time.Unix(0, start).UTC(), time.Unix(0, end).UTC(), acc.V))
 		},
 	}, opts)}
@@ -69,22 +71,22 @@ func WindowReduce[K comparable, T, O any](ks KeyedStream[K, T], name string, w W
 type Result[K comparable, V, O any] func(k K, start, end time.Time, v V) O
 
 // windowed adds a windowed operator over a keyed stream.
-func windowed[K comparable, T, A, O any](ks KeyedStream[K, T], name, kind string, w Windows, nilFunc bool, fns winFns[K, T, A, O], opts []Option) *node {
+func windowed[K comparable, T, A, O any](ks KeyedStream[K, T], name, kind string, w Windows, nilFunc bool, fns stage.WinFns[K, T, A, O], opts []Option) *node {
 	t := topoOf(ks.n)
 	if t == nil {
 		t = orphan(name)
 	}
-	nd := &node{name: name, kind: kind, role: roleOperator, stateful: true, timed: true, needsTime: !w.proc,
+	nd := &node{name: name, kind: kind, role: roleOperator, stateful: true, timed: true, needsTime: !w.InProcessingTime(),
 		inType: typeOf[T](), outType: typeOf[O](), stateTypes: []reflect.Type{typeOf[K](), typeOf[A]()}}
 	if nilFunc {
 		t.errs = append(t.errs, opErr(t, name, KindInvalid, "nil function"))
 	}
-	if err := w.validate(); err != nil {
+	if err := w.Validate(); err != nil {
 		t.errs = append(t.errs, opErr(t, name, KindInvalid, err.Error()))
 	}
-	fns.key = ks.key
-	nd.newStage = func(next any, sc *stageCtx) any {
-		return newWinStage(fns, w, nd.lateness, nd.late, next.(pusher[O]), sc)
+	fns.Key = ks.key
+	nd.newStage = func(next any, sc *stage.Ctx) any {
+		return stage.NewWinStage(fns, w, nd.lateness, nd.late, next.(stage.Pusher[O]), sc)
 	}
 	setTypedPlumbing[O](nd)
 	setInlet[T](nd)

@@ -1,4 +1,4 @@
-package engine
+package stage
 
 import (
 	"fmt"
@@ -15,7 +15,7 @@ import (
 // state, the current event time, and the means to emit results and to set
 // event-time timers. It is valid only during the call it is passed to.
 type ProcessContext[K comparable, S, O any] struct {
-	s    *procCore[K, S, O]
+	s    *ProcCore[K, S, O]
 	key  K
 	at   int64 // event time of the record or timer
 	proc bool  // a processing-time timer fired
@@ -29,7 +29,7 @@ type ProcessContext[K comparable, S, O any] struct {
 // the end of the input do not fire.
 func (c *ProcessContext[K, S, O]) ProcessingTimer(t time.Time) {
 	at := t.UnixNano()
-	id := timerID[K]{at, c.key}
+	id := TimerID[K]{at, c.key}
 	if _, dup := c.s.ptimers[id]; dup {
 		return
 	}
@@ -86,7 +86,7 @@ func (c *ProcessContext[K, S, O]) IsLate() bool {
 
 // CountLate counts the record being handled as late in the operator's
 // statistics (OperatorStats.Late), for a function that drops or diverts it.
-func (c *ProcessContext[K, S, O]) CountLate() { c.s.sc.c.late.Add(1) }
+func (c *ProcessContext[K, S, O]) CountLate() { c.s.sc.C.Late.Add(1) }
 
 // Emit sends o downstream with the current event time.
 func (c *ProcessContext[K, S, O]) Emit(o O) { c.s.out.add(o, c.at) }
@@ -99,7 +99,7 @@ func (c *ProcessContext[K, S, O]) EmitAt(o O, t time.Time) { c.s.out.add(o, t.Un
 // same time twice for a key sets one timer.
 func (c *ProcessContext[K, S, O]) Timer(t time.Time) {
 	at := t.UnixNano()
-	id := timerID[K]{at, c.key}
+	id := TimerID[K]{at, c.key}
 	if _, dup := c.s.timerSet[id]; dup {
 		return
 	}
@@ -107,31 +107,31 @@ func (c *ProcessContext[K, S, O]) Timer(t time.Time) {
 	c.s.timers.add(at, c.key)
 }
 
-type timerID[K comparable] struct {
+type TimerID[K comparable] struct {
 	at  int64
 	key K
 }
 
-// processStage runs a Process operator's functions on its records.
-type processStage[K comparable, T, S, O any] struct {
-	*procCore[K, S, O]
+// ProcessStage runs a Process operator's functions on its records.
+type ProcessStage[K comparable, T, S, O any] struct {
+	*ProcCore[K, S, O]
 	key      func(T) K
 	onRecord func(c *ProcessContext[K, S, O], v T)
 }
 
-func (s *processStage[K, T, S, O]) push(b *batch[T]) {
+func (s *ProcessStage[K, T, S, O]) Push(b *Batch[T]) {
 	defer s.sc.attribute()
-	if end := s.sc.traced(len(b.vs)); end != nil {
+	if end := s.sc.Traced(len(b.Vs)); end != nil {
 		defer end()
 	}
-	s.sc.c.in.Add(int64(len(b.vs)))
+	s.sc.C.In.Add(int64(len(b.Vs)))
 	c := &s.ctx
-	c.s = s.procCore
+	c.s = s.ProcCore
 	c.proc = false
-	for i, v := range b.vs {
+	for i, v := range b.Vs {
 		c.at = math.MinInt64
-		if b.ts != nil {
-			c.at = b.ts[i]
+		if b.Ts != nil {
+			c.at = b.Ts[i]
 		}
 		c.key = s.key(v)
 		s.onRecord(c, v)
@@ -139,32 +139,32 @@ func (s *processStage[K, T, S, O]) push(b *batch[T]) {
 	s.out.flush()
 }
 
-func (s *processStage[K, T, S, O]) snapshotState(uint64) ([]byte, error) { return s.snapshot() }
+func (s *ProcessStage[K, T, S, O]) SnapshotState(uint64) ([]byte, error) { return s.snapshot() }
 
-func (s *processStage[K, T, S, O]) restoreState(b []byte) error { return s.restore(b) }
+func (s *ProcessStage[K, T, S, O]) RestoreState(b []byte) error { return s.restore(b) }
 
-// procCore is the part of a process stage that does not depend on its input type.
-type procCore[K comparable, S, O any] struct {
+// ProcCore is the part of a process stage that does not depend on its input type.
+type ProcCore[K comparable, S, O any] struct {
 	onTimer  func(c *ProcessContext[K, S, O])
 	wm       int64
 	state    map[K]*S
 	timers   timeHeap[K]
-	timerSet map[timerID[K]]struct{}
-	ptimers  map[timerID[K]]struct{} // processing-time timers set
-	restored []timerID[K]            // processing-time timers to arm at open
+	timerSet map[TimerID[K]]struct{}
+	ptimers  map[TimerID[K]]struct{} // processing-time timers set
+	restored []TimerID[K]            // processing-time timers to arm at open
 	ctx      ProcessContext[K, S, O]
-	next     pusher[O]
-	sc       *stageCtx
-	out      outBuf[O]
+	next     Pusher[O]
+	sc       *Ctx
+	out      OutBuf[O]
 }
 
 // armProcessing asks the instance to run a processing-time timer.
-func (s *procCore[K, S, O]) armProcessing(id timerID[K]) {
-	d := time.Duration(max(0, id.at-s.sc.now().UnixNano()))
-	s.sc.after(d, func() { s.fireProcessing(id) })
+func (s *ProcCore[K, S, O]) armProcessing(id TimerID[K]) {
+	d := time.Duration(max(0, id.at-s.sc.Now().UnixNano()))
+	s.sc.After(d, func() { s.fireProcessing(id) })
 }
 
-func (s *procCore[K, S, O]) fireProcessing(id timerID[K]) {
+func (s *ProcCore[K, S, O]) fireProcessing(id TimerID[K]) {
 	defer s.sc.attribute()
 	if _, ok := s.ptimers[id]; !ok {
 		return
@@ -180,7 +180,7 @@ func (s *procCore[K, S, O]) fireProcessing(id timerID[K]) {
 }
 
 // open arms the processing-time timers of a restored state.
-func (s *procCore[K, S, O]) open() error {
+func (s *ProcCore[K, S, O]) Open() error {
 	for _, id := range s.restored {
 		s.armProcessing(id)
 	}
@@ -188,14 +188,14 @@ func (s *procCore[K, S, O]) open() error {
 	return nil
 }
 
-func (s *procCore[K, S, O]) abort() {}
+func (s *ProcCore[K, S, O]) Abort() {}
 
 // fire runs the timers due at or before wm.
-func (s *procCore[K, S, O]) fire(wm int64) {
+func (s *ProcCore[K, S, O]) fire(wm int64) {
 	c := &s.ctx
 	c.s, c.proc = s, false
 	for e, ok := s.timers.due(wm); ok; e, ok = s.timers.due(wm) {
-		delete(s.timerSet, timerID[K]{e.at, e.v})
+		delete(s.timerSet, TimerID[K]{e.at, e.v})
 		if s.onTimer == nil {
 			continue
 		}
@@ -204,7 +204,7 @@ func (s *procCore[K, S, O]) fire(wm int64) {
 	}
 }
 
-func (s *procCore[K, S, O]) watermark(wm int64) {
+func (s *ProcCore[K, S, O]) Watermark(wm int64) {
 	defer s.sc.attribute()
 	if wm <= s.wm {
 		return
@@ -212,15 +212,15 @@ func (s *procCore[K, S, O]) watermark(wm int64) {
 	s.wm = wm
 	s.fire(wm)
 	s.out.flush()
-	s.next.watermark(wm)
+	s.next.Watermark(wm)
 }
 
-func (s *procCore[K, S, O]) finish() {
+func (s *ProcCore[K, S, O]) Finish() {
 	defer s.sc.attribute()
 	s.fire(math.MaxInt64)
 	s.out.flush()
 	s.state = nil
-	s.next.finish()
+	s.next.Finish()
 }
 
 type processState[K comparable, S any] struct {
@@ -233,7 +233,7 @@ type processState[K comparable, S any] struct {
 	PAt    []int64 `msgpack:"pa,omitempty"`
 }
 
-func (s *procCore[K, S, O]) snapshot() ([]byte, error) {
+func (s *ProcCore[K, S, O]) snapshot() ([]byte, error) {
 	st := processState[K, S]{Wm: s.wm}
 	for k, v := range s.state {
 		st.Keys = append(st.Keys, k)
@@ -256,7 +256,7 @@ func (s *procCore[K, S, O]) snapshot() ([]byte, error) {
 	return b, nil
 }
 
-func (s *procCore[K, S, O]) restore(b []byte) error {
+func (s *ProcCore[K, S, O]) restore(b []byte) error {
 	if err := msgpacksafe.Check(b); err != nil {
 		return err
 	}
@@ -272,11 +272,11 @@ func (s *procCore[K, S, O]) restore(b []byte) error {
 		s.state[k] = &st.States[i]
 	}
 	for i, k := range st.TKeys {
-		s.timerSet[timerID[K]{st.TAt[i], k}] = struct{}{}
+		s.timerSet[TimerID[K]{st.TAt[i], k}] = struct{}{}
 		s.timers.add(st.TAt[i], k)
 	}
 	for i, k := range st.PKeys {
-		id := timerID[K]{st.PAt[i], k}
+		id := TimerID[K]{st.PAt[i], k}
 		s.ptimers[id] = struct{}{}
 		s.restored = append(s.restored, id)
 	}

@@ -1,4 +1,4 @@
-package engine
+package stage
 
 import (
 	"fmt"
@@ -26,8 +26,8 @@ type Either[L, R any] struct {
 	Right bool `msgpack:"s"` // R is set, else L
 }
 
-// windowBuf is a key's records of both sides in one window.
-type windowBuf[L, R any] struct {
+// WindowBuf is a key's records of both sides in one window.
+type WindowBuf[L, R any] struct {
 	Ls []L `msgpack:"l"`
 	Rs []R `msgpack:"r"`
 }
@@ -37,42 +37,42 @@ type stamped[V any] struct {
 	V V     `msgpack:"v"`
 }
 
-type intervalBuf[L, R any] struct {
+type IntervalBuf[L, R any] struct {
 	Ls []stamped[L] `msgpack:"l"`
 	Rs []stamped[R] `msgpack:"r"`
 }
 
-type intervalStage[K comparable, L, R, O any] struct {
+type IntervalStage[K comparable, L, R, O any] struct {
 	key          func(Either[L, R]) K
 	join         func(L, R) O
 	lower, upper int64
 	wm           int64
-	bufs         map[K]*intervalBuf[L, R]
+	bufs         map[K]*IntervalBuf[L, R]
 	expiry       timeHeap[K] // when a key's records may be pruned
-	next         pusher[O]
-	sc           *stageCtx
-	out          outBuf[O]
+	next         Pusher[O]
+	sc           *Ctx
+	out          OutBuf[O]
 }
 
-func (s *intervalStage[K, L, R, O]) push(b *batch[Either[L, R]]) {
+func (s *IntervalStage[K, L, R, O]) Push(b *Batch[Either[L, R]]) {
 	defer s.sc.attribute()
-	if end := s.sc.traced(len(b.vs)); end != nil {
+	if end := s.sc.Traced(len(b.Vs)); end != nil {
 		defer end()
 	}
-	s.sc.c.in.Add(int64(len(b.vs)))
-	if b.ts == nil && len(b.vs) > 0 {
+	s.sc.C.In.Add(int64(len(b.Vs)))
+	if b.Ts == nil && len(b.Vs) > 0 {
 		s.sc.fail(errNoEventTime)
 	}
-	for i, e := range b.vs {
-		t := b.ts[i]
+	for i, e := range b.Vs {
+		t := b.Ts[i]
 		if t <= s.wm {
-			s.sc.c.late.Add(1)
+			s.sc.C.Late.Add(1)
 			continue
 		}
 		k := s.key(e)
 		buf := s.bufs[k]
 		if buf == nil {
-			buf = &intervalBuf[L, R]{}
+			buf = &IntervalBuf[L, R]{}
 			s.bufs[k] = buf
 		}
 		if e.Right {
@@ -96,7 +96,7 @@ func (s *intervalStage[K, L, R, O]) push(b *batch[Either[L, R]]) {
 	s.out.flush()
 }
 
-func (s *intervalStage[K, L, R, O]) watermark(wm int64) {
+func (s *IntervalStage[K, L, R, O]) Watermark(wm int64) {
 	defer s.sc.attribute()
 	if wm <= s.wm {
 		return
@@ -115,10 +115,10 @@ func (s *intervalStage[K, L, R, O]) watermark(wm int64) {
 			delete(s.bufs, e.v)
 		}
 	}
-	s.next.watermark(wm)
+	s.next.Watermark(wm)
 }
 
-func (s *intervalStage[K, L, R, O]) finish() { s.bufs = nil; s.next.finish() }
+func (s *IntervalStage[K, L, R, O]) Finish() { s.bufs = nil; s.next.Finish() }
 
 type keyedBufs[K comparable, B any] struct {
 	Wm   int64 `msgpack:"wm"`
@@ -126,12 +126,12 @@ type keyedBufs[K comparable, B any] struct {
 	Bufs []B   `msgpack:"b"`
 }
 
-func (s *intervalStage[K, L, R, O]) snapshotState(uint64) ([]byte, error) {
+func (s *IntervalStage[K, L, R, O]) SnapshotState(uint64) ([]byte, error) {
 	return encodeKeyed(s.wm, s.bufs)
 }
 
-func (s *intervalStage[K, L, R, O]) restoreState(b []byte) error {
-	wm, bufs, err := decodeKeyed[K, intervalBuf[L, R]](b)
+func (s *IntervalStage[K, L, R, O]) RestoreState(b []byte) error {
+	wm, bufs, err := decodeKeyed[K, IntervalBuf[L, R]](b)
 	if err != nil {
 		return err
 	}
@@ -178,46 +178,46 @@ func decodeKeyed[K comparable, B any](b []byte) (int64, map[K]*B, error) {
 	return st.Wm, m, nil
 }
 
-type joinBuf[L, R any] struct {
+type JoinBuf[L, R any] struct {
 	Ls      []L   `msgpack:"l"`
 	Rs      []R   `msgpack:"r"`
 	Touched int64 `msgpack:"t"` // processing time of the key's last record (StateTTL)
 }
 
-type joinStage[K comparable, L, R, O any] struct {
+type JoinStage[K comparable, L, R, O any] struct {
 	key     func(Either[L, R]) K
 	join    func(L, R) O
 	ttl     int64
-	bufs    map[K]*joinBuf[L, R]
+	bufs    map[K]*JoinBuf[L, R]
 	sweeper bool // a TTL sweep is scheduled
-	next    pusher[O]
-	sc      *stageCtx
-	out     outBuf[O]
+	next    Pusher[O]
+	sc      *Ctx
+	out     OutBuf[O]
 }
 
-func (s *joinStage[K, L, R, O]) push(b *batch[Either[L, R]]) {
+func (s *JoinStage[K, L, R, O]) Push(b *Batch[Either[L, R]]) {
 	defer s.sc.attribute()
-	if end := s.sc.traced(len(b.vs)); end != nil {
+	if end := s.sc.Traced(len(b.Vs)); end != nil {
 		defer end()
 	}
-	s.sc.c.in.Add(int64(len(b.vs)))
+	s.sc.C.In.Add(int64(len(b.Vs)))
 	var now int64
 	if s.ttl > 0 {
-		now = s.sc.now().UnixNano()
+		now = s.sc.Now().UnixNano()
 		if !s.sweeper {
 			s.sweeper = true
-			s.sc.after(time.Duration(s.ttl), s.sweep)
+			s.sc.After(time.Duration(s.ttl), s.sweep)
 		}
 	}
-	for i, e := range b.vs {
+	for i, e := range b.Vs {
 		t := int64(math.MinInt64) // the input carries no event times: nor do the results
-		if b.ts != nil {
-			t = b.ts[i]
+		if b.Ts != nil {
+			t = b.Ts[i]
 		}
 		k := s.key(e)
 		buf := s.bufs[k]
 		if buf == nil {
-			buf = &joinBuf[L, R]{}
+			buf = &JoinBuf[L, R]{}
 			s.bufs[k] = buf
 		}
 		buf.Touched = now
@@ -238,8 +238,8 @@ func (s *joinStage[K, L, R, O]) push(b *batch[Either[L, R]]) {
 
 // sweep forgets the keys idle for longer than the TTL and runs again while
 // state is left.
-func (s *joinStage[K, L, R, O]) sweep() {
-	cutoff := s.sc.now().UnixNano() - s.ttl
+func (s *JoinStage[K, L, R, O]) sweep() {
+	cutoff := s.sc.Now().UnixNano() - s.ttl
 	for k, buf := range s.bufs {
 		if buf.Touched <= cutoff {
 			delete(s.bufs, k)
@@ -247,22 +247,22 @@ func (s *joinStage[K, L, R, O]) sweep() {
 	}
 	s.sweeper = len(s.bufs) > 0
 	if s.sweeper {
-		s.sc.after(time.Duration(s.ttl), s.sweep)
+		s.sc.After(time.Duration(s.ttl), s.sweep)
 	}
 }
 
-func (s *joinStage[K, L, R, O]) watermark(wm int64) { s.next.watermark(wm) }
+func (s *JoinStage[K, L, R, O]) Watermark(wm int64) { s.next.Watermark(wm) }
 
-func (s *joinStage[K, L, R, O]) finish() { s.bufs = nil; s.next.finish() }
+func (s *JoinStage[K, L, R, O]) Finish() { s.bufs = nil; s.next.Finish() }
 
-func (s *joinStage[K, L, R, O]) snapshotState(uint64) ([]byte, error) { return encodeKeyed(0, s.bufs) }
+func (s *JoinStage[K, L, R, O]) SnapshotState(uint64) ([]byte, error) { return encodeKeyed(0, s.bufs) }
 
-func (s *joinStage[K, L, R, O]) restoreState(b []byte) error {
-	_, bufs, err := decodeKeyed[K, joinBuf[L, R]](b)
+func (s *JoinStage[K, L, R, O]) RestoreState(b []byte) error {
+	_, bufs, err := decodeKeyed[K, JoinBuf[L, R]](b)
 	if err != nil {
 		return err
 	}
-	now := s.sc.now().UnixNano()
+	now := s.sc.Now().UnixNano()
 	for _, buf := range bufs {
 		buf.Touched = now // the TTL counts from the restart
 	}

@@ -1,4 +1,4 @@
-package engine
+package stage
 
 import (
 	"reflect"
@@ -14,8 +14,8 @@ type point struct {
 
 func roundTrip[T any](t *testing.T, vs []T, ts []int64, headers map[string]string) {
 	t.Helper()
-	c := envelopeCodec[T]{}
-	in := &actors.Envelope{Kind: actors.Data, Channel: 3, Seq: 77, Count: len(vs), Payload: &batch[T]{vs: vs, ts: ts}, Headers: headers}
+	c := Codec[T]{}
+	in := &actors.Envelope{Kind: actors.Data, Channel: 3, Seq: 77, Count: len(vs), Payload: &Batch[T]{Vs: vs, Ts: ts}, Headers: headers}
 	data, err := c.Encode(in)
 	if err != nil {
 		t.Fatal(err)
@@ -25,9 +25,9 @@ func roundTrip[T any](t *testing.T, vs []T, ts []int64, headers map[string]strin
 		t.Fatal(err)
 	}
 	out := got.(*actors.Envelope)
-	b := out.Payload.(*batch[T])
-	if out.Channel != 3 || out.Seq != 77 || out.Count != len(vs) || !reflect.DeepEqual(b.vs, vs) ||
-		!reflect.DeepEqual(b.ts, ts) || len(out.Headers) != len(headers) {
+	b := out.Payload.(*Batch[T])
+	if out.Channel != 3 || out.Seq != 77 || out.Count != len(vs) || !reflect.DeepEqual(b.Vs, vs) ||
+		!reflect.DeepEqual(b.Ts, ts) || len(out.Headers) != len(headers) {
 		t.Fatalf("round trip of %T: got %+v / %+v", vs, out, b)
 	}
 	for k, v := range headers {
@@ -44,7 +44,7 @@ func TestEnvelopeCodecRoundTrips(t *testing.T) {
 	roundTrip(t, []string{"", "héllo", "x"}, nil, nil)
 	roundTrip(t, []point{{1, 2, "a"}, {3, 4, ""}}, []int64{1, 2}, nil)
 
-	c := envelopeCodec[int64]{}
+	c := Codec[int64]{}
 	for _, kind := range []actors.Kind{actors.EndOfStream, actors.Barrier, actors.Watermark} {
 		data, err := c.Encode(&actors.Envelope{Kind: kind, Channel: 1, Seq: 9, Mark: -42})
 		if err != nil {
@@ -61,8 +61,8 @@ func TestEnvelopeCodecRoundTrips(t *testing.T) {
 }
 
 func TestEnvelopeCodecRefusesDamage(t *testing.T) {
-	c := envelopeCodec[string]{}
-	data, _ := c.Encode(&actors.Envelope{Kind: actors.Data, Count: 2, Payload: &batch[string]{vs: []string{"ab", "cd"}}})
+	c := Codec[string]{}
+	data, _ := c.Encode(&actors.Envelope{Kind: actors.Data, Count: 2, Payload: &Batch[string]{Vs: []string{"ab", "cd"}}})
 	for i := range len(data) {
 		if _, err := c.Decode(data[:i]); err == nil {
 			t.Fatalf("decoding the first %d of %d bytes succeeded", i, len(data))
@@ -76,14 +76,14 @@ func TestEnvelopeCodecRefusesDamage(t *testing.T) {
 }
 
 func FuzzEnvelopeDecode(f *testing.F) {
-	c := envelopeCodec[point]{}
-	seed, _ := c.Encode(&actors.Envelope{Kind: actors.Data, Count: 1, Payload: &batch[point]{vs: []point{{1, 2, "z"}}}, Headers: map[string]string{"a": "b"}})
+	c := Codec[point]{}
+	seed, _ := c.Encode(&actors.Envelope{Kind: actors.Data, Count: 1, Payload: &Batch[point]{Vs: []point{{1, 2, "z"}}}, Headers: map[string]string{"a": "b"}})
 	f.Add(seed)
-	s := envelopeCodec[string]{}
-	seed2, _ := s.Encode(&actors.Envelope{Kind: actors.Data, Count: 2, Payload: &batch[string]{vs: []string{"x", "y"}, ts: []int64{1, 2}}})
+	s := Codec[string]{}
+	seed2, _ := s.Encode(&actors.Envelope{Kind: actors.Data, Count: 2, Payload: &Batch[string]{Vs: []string{"x", "y"}, Ts: []int64{1, 2}}})
 	f.Add(seed2)
 	f.Fuzz(func(t *testing.T, data []byte) {
-		for _, dec := range []func([]byte) (any, error){c.Decode, s.Decode, envelopeCodec[int64]{}.Decode} {
+		for _, dec := range []func([]byte) (any, error){c.Decode, s.Decode, Codec[int64]{}.Decode} {
 			got, err := dec(data)
 			if err != nil {
 				continue

@@ -1,4 +1,4 @@
-package engine
+package stage
 
 import (
 	"encoding/binary"
@@ -12,26 +12,26 @@ import (
 	"github.com/sluicehq/sluice/internal/msgpacksafe"
 )
 
-// envelopeCodec encodes the envelopes of an edge carrying records of type T
+// Codec encodes the envelopes of an edge carrying records of type T
 // for the spill. The header is binary; values of the common scalar and
 // string types are written directly, others with msgpack.
 //
 //	kind(1) flags(1) channel seq count mark(varint) [headers] [times] values
-type envelopeCodec[T any] struct{}
+type Codec[T any] struct{}
 
 const (
 	flagHeaders = 1 << iota
 	flagTimes
 )
 
-func (envelopeCodec[T]) Encode(msg any) ([]byte, error) {
+func (Codec[T]) Encode(msg any) ([]byte, error) {
 	env, ok := msg.(*actors.Envelope)
 	if !ok {
 		return nil, fmt.Errorf("not an envelope: %T", msg)
 	}
-	var b *batch[T]
+	var b *Batch[T]
 	if env.Kind == actors.Data {
-		if b, ok = env.Payload.(*batch[T]); !ok {
+		if b, ok = env.Payload.(*Batch[T]); !ok {
 			return nil, fmt.Errorf("envelope seq %d: payload %T, want records of %T", env.Seq, env.Payload, *new(T))
 		}
 	}
@@ -39,7 +39,7 @@ func (envelopeCodec[T]) Encode(msg any) ([]byte, error) {
 	if len(env.Headers) > 0 {
 		flags |= flagHeaders
 	}
-	if b != nil && b.ts != nil {
+	if b != nil && b.Ts != nil {
 		flags |= flagTimes
 	}
 	out := make([]byte, 0, 32+env.Count*9)
@@ -58,15 +58,15 @@ func (envelopeCodec[T]) Encode(msg any) ([]byte, error) {
 	if b == nil {
 		return out, nil
 	}
-	if len(b.vs) != env.Count {
-		return nil, fmt.Errorf("envelope seq %d: %d records, header says %d", env.Seq, len(b.vs), env.Count)
+	if len(b.Vs) != env.Count {
+		return nil, fmt.Errorf("envelope seq %d: %d records, header says %d", env.Seq, len(b.Vs), env.Count)
 	}
 	if flags&flagTimes != 0 {
-		for _, t := range b.ts {
+		for _, t := range b.Ts {
 			out = binary.LittleEndian.AppendUint64(out, uint64(t))
 		}
 	}
-	switch vs := any(b.vs).(type) {
+	switch vs := any(b.Vs).(type) {
 	case []int64:
 		for _, v := range vs {
 			out = binary.LittleEndian.AppendUint64(out, uint64(v))
@@ -84,7 +84,7 @@ func (envelopeCodec[T]) Encode(msg any) ([]byte, error) {
 			out = appendString(out, v)
 		}
 	default:
-		body, err := msgpack.Marshal(b.vs)
+		body, err := msgpack.Marshal(b.Vs)
 		if err != nil {
 			return nil, fmt.Errorf("envelope seq %d: %w", env.Seq, err)
 		}
@@ -153,7 +153,7 @@ func (r *reader) fail() {
 	r.b = nil
 }
 
-func (envelopeCodec[T]) Decode(data []byte) (any, error) {
+func (Codec[T]) Decode(data []byte) (any, error) {
 	if len(data) < 2 {
 		return nil, errShort
 	}
@@ -190,14 +190,14 @@ func (envelopeCodec[T]) Decode(data []byte) (any, error) {
 		return nil, fmt.Errorf("envelope seq %d: %d records in %d bytes", env.Seq, count, len(r.b))
 	}
 	env.Count = int(count)
-	b := &batch[T]{vs: make([]T, count)}
+	b := &Batch[T]{Vs: make([]T, count)}
 	if flags&flagTimes != 0 {
-		b.ts = make([]int64, count)
-		for i := range b.ts {
-			b.ts[i] = int64(r.u64())
+		b.Ts = make([]int64, count)
+		for i := range b.Ts {
+			b.Ts[i] = int64(r.u64())
 		}
 	}
-	switch vs := any(b.vs).(type) {
+	switch vs := any(b.Vs).(type) {
 	case []int64:
 		for i := range vs {
 			vs[i] = int64(r.u64())
@@ -215,7 +215,7 @@ func (envelopeCodec[T]) Decode(data []byte) (any, error) {
 			vs[i] = r.str()
 		}
 	default:
-		if err := checkedUnmarshal(r.b, &b.vs); err != nil {
+		if err := checkedUnmarshal(r.b, &b.Vs); err != nil {
 			return nil, fmt.Errorf("envelope seq %d: %w", env.Seq, err)
 		}
 		r.b = nil
@@ -223,8 +223,8 @@ func (envelopeCodec[T]) Decode(data []byte) (any, error) {
 	if r.err != nil {
 		return nil, fmt.Errorf("envelope seq %d: %w", env.Seq, r.err)
 	}
-	if len(b.vs) != env.Count {
-		return nil, fmt.Errorf("envelope seq %d: %d records, header says %d", env.Seq, len(b.vs), env.Count)
+	if len(b.Vs) != env.Count {
+		return nil, fmt.Errorf("envelope seq %d: %d records, header says %d", env.Seq, len(b.Vs), env.Count)
 	}
 	env.Payload = b
 	return env, nil

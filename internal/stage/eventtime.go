@@ -1,4 +1,4 @@
-package engine
+package stage
 
 import (
 	"container/heap"
@@ -7,34 +7,34 @@ import (
 	"time"
 )
 
-type timestampStage[T any] struct {
+type TimestampStage[T any] struct {
 	f     func(T) time.Time
 	bound int64
 	max   int64 // the largest event time seen
 	sent  int64 // the last watermark generated
-	next  pusher[T]
-	sc    *stageCtx
+	next  Pusher[T]
+	sc    *Ctx
 	ts    []int64
 }
 
-func (s *timestampStage[T]) push(b *batch[T]) {
+func (s *TimestampStage[T]) Push(b *Batch[T]) {
 	defer s.sc.attribute()
-	if end := s.sc.traced(len(b.vs)); end != nil {
+	if end := s.sc.Traced(len(b.Vs)); end != nil {
 		defer end()
 	}
-	n := len(b.vs)
-	s.sc.c.in.Add(int64(n))
+	n := len(b.Vs)
+	s.sc.C.In.Add(int64(n))
 	if cap(s.ts) < n {
-		s.ts = make([]int64, n, max(n, s.sc.batch))
+		s.ts = make([]int64, n, max(n, s.sc.BatchSize))
 	}
 	ts := s.ts[:n]
-	s.max = stampInto(s.f, b.vs, ts, s.max)
-	b.ts = ts
-	s.sc.c.out.Add(int64(n))
-	s.next.push(b)
+	s.max = stampInto(s.f, b.Vs, ts, s.max)
+	b.Ts = ts
+	s.sc.C.Out.Add(int64(n))
+	s.next.Push(b)
 	if wm := s.max - s.bound - 1; wm > s.sent && s.max != math.MinInt64 {
 		s.sent = wm
-		s.next.watermark(wm)
+		s.next.Watermark(wm)
 	}
 }
 
@@ -48,9 +48,9 @@ func stampInto[T any](f func(T) time.Time, vs []T, ts []int64, hi int64) int64 {
 }
 
 // watermark: Timestamps replaces the watermarks of its input with its own.
-func (s *timestampStage[T]) watermark(int64) {}
+func (s *TimestampStage[T]) Watermark(int64) {}
 
-func (s *timestampStage[T]) finish() { s.next.finish() }
+func (s *TimestampStage[T]) Finish() { s.next.Finish() }
 
 // ---- windows ----
 
@@ -111,7 +111,7 @@ func (w Windows) String() string {
 	return s
 }
 
-func (w Windows) validate() error {
+func (w Windows) Validate() error {
 	switch w.kind {
 	case tumbling:
 		if w.size <= 0 {
@@ -177,38 +177,38 @@ func (h *timeHeap[V]) due(t int64) (timed[V], bool) {
 	return heap.Pop(h).(timed[V]), true
 }
 
-// outBuf collects the outputs of a stage that emits at its own pace
+// OutBuf collects the outputs of a stage that emits at its own pace
 // (windows, joins, Process) with their event times, and hands them to the
-// next stage a batch at a time. An output without an event time
-// (math.MinInt64) makes its batch carry none.
-type outBuf[O any] struct {
-	b       batch[O]
+// next stage a Batch at a time. An output without an event time
+// (math.MinInt64) makes its Batch carry none.
+type OutBuf[O any] struct {
+	b       Batch[O]
 	untimed bool
-	next    pusher[O]
-	sc      *stageCtx
+	next    Pusher[O]
+	sc      *Ctx
 }
 
-func newOutBuf[O any](next pusher[O], sc *stageCtx) outBuf[O] { return outBuf[O]{next: next, sc: sc} }
+func NewOutBuf[O any](next Pusher[O], sc *Ctx) OutBuf[O] { return OutBuf[O]{next: next, sc: sc} }
 
-func (o *outBuf[O]) add(v O, at int64) {
-	o.b.vs = append(o.b.vs, v)
-	o.b.ts = append(o.b.ts, at)
+func (o *OutBuf[O]) add(v O, at int64) {
+	o.b.Vs = append(o.b.Vs, v)
+	o.b.Ts = append(o.b.Ts, at)
 	if at == math.MinInt64 {
 		o.untimed = true
 	}
-	if len(o.b.vs) >= o.sc.batch {
+	if len(o.b.Vs) >= o.sc.BatchSize {
 		o.flush()
 	}
 }
 
-func (o *outBuf[O]) flush() {
-	if len(o.b.vs) == 0 {
+func (o *OutBuf[O]) flush() {
+	if len(o.b.Vs) == 0 {
 		return
 	}
 	if o.untimed {
-		o.b.ts = nil
+		o.b.Ts = nil
 	}
-	o.sc.c.out.Add(int64(len(o.b.vs)))
-	o.next.push(&o.b)
-	o.b.vs, o.b.ts, o.untimed = o.b.vs[:0], o.b.ts[:0], false
+	o.sc.C.Out.Add(int64(len(o.b.Vs)))
+	o.next.Push(&o.b)
+	o.b.Vs, o.b.Ts, o.untimed = o.b.Vs[:0], o.b.Ts[:0], false
 }

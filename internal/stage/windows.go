@@ -1,4 +1,4 @@
-package engine
+package stage
 
 import (
 	"errors"
@@ -12,74 +12,74 @@ import (
 	"github.com/sluicehq/sluice/internal/msgpacksafe"
 )
 
-// reduced is the accumulator of WindowReduce: the value so far, if any.
-type reduced[T any] struct {
+// Reduced is the accumulator of WindowReduce: the value so far, if any.
+type Reduced[T any] struct {
 	V   T    `msgpack:"v"`
 	Set bool `msgpack:"s"`
 }
 
-// winFns are what a window stage does with its records.
-type winFns[K comparable, T, A, O any] struct {
-	key   func(T) K
-	zero  func() A
-	add   func(A, T) A
-	merge func(A, A) A // sessions
-	// emit turns a key's accumulator of a closing window into outputs.
-	emit func(k K, start, end int64, acc A, out func(O))
+// WinFns are what a window stage does with its records.
+type WinFns[K comparable, T, A, O any] struct {
+	Key   func(T) K
+	Zero  func() A
+	Add   func(A, T) A
+	Merge func(A, A) A // sessions
+	// Emit turns a key's accumulator of a closing window into outputs.
+	Emit func(k K, start, end int64, acc A, out func(O))
 }
 
 // lateOutput is the side output of a windowed stage: late records are
 // counted and written to the LateTo sink, if any.
 type lateOutput[T any] struct {
-	sink *sinkStage[T]
-	c    *counters
-	buf  batch[T]
+	sink *SinkStage[T]
+	c    *Counters
+	buf  Batch[T]
 }
 
-func newLateOutput[T any](sc *stageCtx, late any) *lateOutput[T] {
-	l := &lateOutput[T]{c: sc.c}
+func newLateOutput[T any](sc *Ctx, late any) *lateOutput[T] {
+	l := &lateOutput[T]{c: sc.C}
 	if conn, ok := late.(SinkConnector[T]); ok {
 		lsc := *sc
 		// Late records are at-least-once (in no checkpoint): the late sink
 		// closes at end of stream, before any final checkpoint.
-		lsc.c, lsc.tr, lsc.finalCheckpoint = new(counters), nil, false
-		l.sink = &sinkStage[T]{conn: conn, sc: &lsc}
+		lsc.C, lsc.Tracer, lsc.FinalCheckpoint = new(Counters), nil, false
+		l.sink = &SinkStage[T]{conn: conn, sc: &lsc}
 	}
 	return l
 }
 
 func (l *lateOutput[T]) add(v T, ts int64) {
-	l.c.late.Add(1)
+	l.c.Late.Add(1)
 	if l.sink != nil {
-		l.buf.vs = append(l.buf.vs, v)
-		l.buf.ts = append(l.buf.ts, ts)
+		l.buf.Vs = append(l.buf.Vs, v)
+		l.buf.Ts = append(l.buf.Ts, ts)
 	}
 }
 
 func (l *lateOutput[T]) flush() {
-	if len(l.buf.vs) > 0 {
-		l.sink.push(&l.buf)
-		l.buf.vs, l.buf.ts = l.buf.vs[:0], l.buf.ts[:0]
+	if len(l.buf.Vs) > 0 {
+		l.sink.Push(&l.buf)
+		l.buf.Vs, l.buf.Ts = l.buf.Vs[:0], l.buf.Ts[:0]
 	}
 }
 
-func (l *lateOutput[T]) open() error {
+func (l *lateOutput[T]) Open() error {
 	if l.sink == nil {
 		return nil
 	}
-	return l.sink.open()
+	return l.sink.Open()
 }
 
-func (l *lateOutput[T]) abort() {
+func (l *lateOutput[T]) Abort() {
 	if l.sink != nil {
-		l.sink.abort()
+		l.sink.Abort()
 	}
 }
 
-func (l *lateOutput[T]) finish() {
+func (l *lateOutput[T]) Finish() {
 	if l.sink != nil {
 		l.flush()
-		l.sink.finish()
+		l.sink.Finish()
 	}
 }
 
@@ -99,7 +99,7 @@ type session[A any] struct {
 }
 
 type winStage[K comparable, T, A, O any] struct {
-	fns                        winFns[K, T, A, O]
+	fns                        WinFns[K, T, A, O]
 	kind                       windowKind
 	size, slide, gap, lateness int64
 	proc                       bool
@@ -114,41 +114,41 @@ type winStage[K comparable, T, A, O any] struct {
 	sessCleanup timeHeap[K]
 
 	late *lateOutput[T]
-	next pusher[O]
-	sc   *stageCtx
-	out  outBuf[O]
+	next Pusher[O]
+	sc   *Ctx
+	out  OutBuf[O]
 	at   int64 // the event time of the outputs being emitted
 
 	restoredProc []int64 // restored processing-time windows, armed at open
 }
 
-func newWinStage[K comparable, T, A, O any](fns winFns[K, T, A, O], w Windows, lateness time.Duration, late any, next pusher[O], sc *stageCtx) *winStage[K, T, A, O] {
+func NewWinStage[K comparable, T, A, O any](fns WinFns[K, T, A, O], w Windows, lateness time.Duration, late any, next Pusher[O], sc *Ctx) *winStage[K, T, A, O] {
 	return &winStage[K, T, A, O]{fns: fns, kind: w.kind, size: int64(w.size), slide: int64(w.slide), gap: int64(w.gap),
 		lateness: int64(lateness), proc: w.proc, wm: math.MinInt64,
 		panes: make(map[int64]*pane[K, A]), sess: make(map[K][]session[A]),
-		late: newLateOutput[T](sc, late), out: newOutBuf(next, sc), next: next, sc: sc}
+		late: newLateOutput[T](sc, late), out: NewOutBuf(next, sc), next: next, sc: sc}
 }
 
 var errNoEventTime = errors.New("records carry no event time: add operators.Timestamps upstream, or use ProcessingTime windows")
 
-func (s *winStage[K, T, A, O]) push(b *batch[T]) {
+func (s *winStage[K, T, A, O]) Push(b *Batch[T]) {
 	defer s.sc.attribute()
-	if end := s.sc.traced(len(b.vs)); end != nil {
+	if end := s.sc.Traced(len(b.Vs)); end != nil {
 		defer end()
 	}
-	s.sc.c.in.Add(int64(len(b.vs)))
+	s.sc.C.In.Add(int64(len(b.Vs)))
 	var now int64
 	if s.proc {
-		now = s.sc.now().UnixNano()
-	} else if b.ts == nil && len(b.vs) > 0 {
+		now = s.sc.Now().UnixNano()
+	} else if b.Ts == nil && len(b.Vs) > 0 {
 		s.sc.fail(errNoEventTime)
 	}
-	for i, v := range b.vs {
+	for i, v := range b.Vs {
 		t := now
 		if !s.proc {
-			t = b.ts[i]
+			t = b.Ts[i]
 		}
-		k := s.fns.key(v)
+		k := s.fns.Key(v)
 		var placed bool
 		if s.kind == sessions {
 			placed = s.addSession(k, v, t)
@@ -177,7 +177,7 @@ func (s *winStage[K, T, A, O]) addPanes(k K, v T, t, now int64) bool {
 			p = &pane[K, A]{idx: make(map[K]int)}
 			s.panes[end] = p
 			if s.proc {
-				s.sc.after(time.Duration(end-now), func() { s.fireProc(end) })
+				s.sc.After(time.Duration(end-now), func() { s.fireProc(end) })
 			} else {
 				s.ends.add(end, struct{}{})
 			}
@@ -187,9 +187,9 @@ func (s *winStage[K, T, A, O]) addPanes(k K, v T, t, now int64) bool {
 			i = len(p.keys)
 			p.idx[k] = i
 			p.keys = append(p.keys, k)
-			p.accs = append(p.accs, s.fns.zero())
+			p.accs = append(p.accs, s.fns.Zero())
 		}
-		p.accs[i] = s.fns.add(p.accs[i], v)
+		p.accs[i] = s.fns.Add(p.accs[i], v)
 		placed = true
 		if !s.proc && end-1 <= s.wm { // a late record within the allowed lateness
 			if !p.fired {
@@ -199,7 +199,7 @@ func (s *winStage[K, T, A, O]) addPanes(k K, v T, t, now int64) bool {
 				continue
 			}
 			s.at = end - 1
-			s.fns.emit(k, start, end, p.accs[i], s.emitOne)
+			s.fns.Emit(k, start, end, p.accs[i], s.emitOne)
 		}
 	}
 	return placed
@@ -222,16 +222,16 @@ func (s *winStage[K, T, A, O]) addSession(k K, v T, t int64) bool {
 	if merged.End-1+s.lateness <= s.wm {
 		return false
 	}
-	acc := s.fns.add(s.fns.zero(), v)
+	acc := s.fns.Add(s.fns.Zero(), v)
 	for _, x := range parts {
-		acc = s.fns.merge(x.Acc, acc)
+		acc = s.fns.Merge(x.Acc, acc)
 	}
 	merged.Acc = acc
 	if merged.End-1 <= s.wm { // within the allowed lateness: fire now
 		merged.Fired = true
 		s.sessCleanup.add(merged.End-1+s.lateness, k)
 		s.at = merged.End - 1
-		s.fns.emit(k, merged.Start, merged.End, merged.Acc, s.emitOne)
+		s.fns.Emit(k, merged.Start, merged.End, merged.Acc, s.emitOne)
 	} else {
 		s.sessTimers.add(merged.End, k)
 	}
@@ -255,7 +255,7 @@ func (s *winStage[K, T, A, O]) emitOne(o O) { s.out.add(o, s.at) }
 func (s *winStage[K, T, A, O]) firePane(p *pane[K, A], end int64) {
 	s.at = end - 1
 	for i, k := range p.keys {
-		s.fns.emit(k, end-s.size, end, p.accs[i], s.emitOne)
+		s.fns.Emit(k, end-s.size, end, p.accs[i], s.emitOne)
 	}
 }
 
@@ -269,7 +269,7 @@ func (s *winStage[K, T, A, O]) fireProc(end int64) {
 	s.out.flush()
 }
 
-func (s *winStage[K, T, A, O]) watermark(wm int64) {
+func (s *winStage[K, T, A, O]) Watermark(wm int64) {
 	defer s.sc.attribute()
 	if wm <= s.wm {
 		return
@@ -300,7 +300,7 @@ func (s *winStage[K, T, A, O]) watermark(wm int64) {
 		}
 	}
 	s.out.flush()
-	s.next.watermark(wm)
+	s.next.Watermark(wm)
 }
 
 // fireSessions fires the key's session that ends at end, if it still does.
@@ -312,7 +312,7 @@ func (s *winStage[K, T, A, O]) fireSessions(k K, end int64) {
 			continue
 		}
 		s.at = x.End - 1
-		s.fns.emit(k, x.Start, x.End, x.Acc, s.emitOne)
+		s.fns.Emit(k, x.Start, x.End, x.Acc, s.emitOne)
 		if s.lateness > 0 {
 			x.Fired = true
 			s.sessCleanup.add(x.End-1+s.lateness, k)
@@ -337,7 +337,7 @@ func (s *winStage[K, T, A, O]) dropSessions(k K) {
 }
 
 // finish fires every window still open, in the order of their ends.
-func (s *winStage[K, T, A, O]) finish() {
+func (s *winStage[K, T, A, O]) Finish() {
 	defer s.sc.attribute()
 	ends := make([]int64, 0, len(s.panes))
 	for e, p := range s.panes {
@@ -364,26 +364,26 @@ func (s *winStage[K, T, A, O]) finish() {
 	slices.SortStableFunc(all, func(a, b open) int { return cmpInt64(a.x.End, b.x.End) })
 	for _, o := range all {
 		s.at = o.x.End - 1
-		s.fns.emit(o.k, o.x.Start, o.x.End, o.x.Acc, s.emitOne)
+		s.fns.Emit(o.k, o.x.Start, o.x.End, o.x.Acc, s.emitOne)
 	}
 	s.panes, s.sess = nil, nil
 	s.out.flush()
-	s.late.finish()
-	s.next.finish()
+	s.late.Finish()
+	s.next.Finish()
 }
 
 // open arms the timers of restored processing-time windows, once the
 // instance runs.
-func (s *winStage[K, T, A, O]) open() error {
-	now := s.sc.now().UnixNano()
+func (s *winStage[K, T, A, O]) Open() error {
+	now := s.sc.Now().UnixNano()
 	for _, end := range s.restoredProc {
-		s.sc.after(time.Duration(max(0, end-now)), func() { s.fireProc(end) })
+		s.sc.After(time.Duration(max(0, end-now)), func() { s.fireProc(end) })
 	}
 	s.restoredProc = nil
-	return s.late.open()
+	return s.late.Open()
 }
 
-func (s *winStage[K, T, A, O]) abort() { s.late.abort() }
+func (s *winStage[K, T, A, O]) Abort() { s.late.Abort() }
 
 // winState is the checkpointed form of a window stage.
 type winState[K comparable, A any] struct {
@@ -404,7 +404,7 @@ type sessState[K comparable, A any] struct {
 	List []session[A] `msgpack:"l"`
 }
 
-func (s *winStage[K, T, A, O]) snapshotState(uint64) ([]byte, error) {
+func (s *winStage[K, T, A, O]) SnapshotState(uint64) ([]byte, error) {
 	st := winState[K, A]{Wm: s.wm}
 	for e, p := range s.panes {
 		st.Panes = append(st.Panes, paneState[K, A]{End: e, Fired: p.fired, Keys: p.keys, Accs: p.accs})
@@ -420,7 +420,7 @@ func (s *winStage[K, T, A, O]) snapshotState(uint64) ([]byte, error) {
 	return b, nil
 }
 
-func (s *winStage[K, T, A, O]) restoreState(b []byte) error {
+func (s *winStage[K, T, A, O]) RestoreState(b []byte) error {
 	if err := msgpacksafe.Check(b); err != nil {
 		return err
 	}
