@@ -199,16 +199,16 @@ func sluicePipeline(ctx context.Context, n int, fused bool) (int64, error) {
 		return 0, err
 	}
 	defer sys.Stop(ctx)
-	var opts []operators.Option
+	var opt operators.Option // the zero Option changes nothing
 	if !fused {
-		opts = append(opts, operators.NoFusion())
+		opt = operators.NoFusion()
 	}
 	var sum int64
 	t := operators.NewTopology("pipeline")
-	src := operators.Source(t, "source", operators.Generate(int64(n), pipeGen), opts...)
-	mapped := operators.Map(src, "map", pipeMap, opts...)
-	kept := operators.Filter(mapped, "filter", pipeFilter, opts...)
-	operators.Sink(kept, "sink", operators.SinkFunc(func(v int64) error { sum += v; return nil }), opts...)
+	src := operators.Source(t, "source", operators.Generate(int64(n), pipeGen), opt)
+	mapped := operators.Map(src, "map", pipeMap, opt)
+	kept := operators.Filter(mapped, "filter", pipeFilter, opt)
+	operators.Sink(kept, "sink", operators.SinkFunc(func(v int64) error { sum += v; return nil }), opt)
 	run, err := sys.Run(ctx, t)
 	if err != nil {
 		return 0, err

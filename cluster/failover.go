@@ -13,6 +13,7 @@ import (
 	"github.com/asynkron/protoactor-go/actor"
 
 	"github.com/sluicehq/sluice/actors"
+	"github.com/sluicehq/sluice/internal/engine"
 	"github.com/sluicehq/sluice/operators"
 	"github.com/sluicehq/sluice/supervision"
 )
@@ -532,7 +533,7 @@ func (n *Node) abandon(job string, why error) {
 		return
 	}
 	n.log.Error("stopping a job that another node takes over", "job", job, "reason", why)
-	operators.Abort(j.Run, why)
+	engine.Abort(j.Run, why)
 }
 
 // abandonAll stops every job this node coordinates: the cluster declared

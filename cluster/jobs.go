@@ -16,6 +16,9 @@ import (
 	"google.golang.org/protobuf/types/known/anypb"
 
 	"github.com/sluicehq/sluice/actors"
+	"github.com/sluicehq/sluice/internal/dist"
+	"github.com/sluicehq/sluice/internal/engine"
+	"github.com/sluicehq/sluice/internal/wire"
 	"github.com/sluicehq/sluice/operators"
 	"github.com/sluicehq/sluice/supervision"
 )
@@ -24,6 +27,12 @@ import (
 // (the same binary), so that any node can build any job's topology and
 // host its instances. Each function returns a new topology.
 type Jobs map[string]func() *operators.Topology
+
+// engineOf is the runtime's topology under a user's.
+func engineOf(t *operators.Topology) *engine.Topology {
+	et, _ := engine.Of(t)
+	return et
+}
 
 // jobsActorName is the actor on every node that hosts the instances of
 // distributed jobs.
@@ -35,20 +44,20 @@ func registerJobMessages(r *Registry) error {
 	add := func(v any, name string) {
 		errs = append(errs, r.register(reflect.TypeOf(v), internalPrefix+"op."+name, true))
 	}
-	add(&operators.WireRecords{}, "records")
-	add(&operators.WireCredit{}, "credit")
-	add(&operators.WireBarrier{}, "barrier")
-	add(&operators.WireAck{}, "ack")
-	add(&operators.WireCommitted{}, "committed")
-	add(&operators.WireFinished{}, "finished")
-	add(&operators.WireSourceDone{}, "sourceDone")
-	add(&operators.WireDrain{}, "drain")
-	add(&operators.WireFailed{}, "failed")
-	add(&operators.WireDeploy{}, "deploy")
-	add(&operators.WireDeployed{}, "deployed")
-	add(&operators.WireStopGen{}, "stopGen")
-	add(&operators.WireStopped{}, "stopped")
-	add(&operators.WireStats{}, "stats")
+	add(&wire.Records{}, "records")
+	add(&wire.Credit{}, "credit")
+	add(&wire.Barrier{}, "barrier")
+	add(&wire.Ack{}, "ack")
+	add(&wire.Committed{}, "committed")
+	add(&wire.Finished{}, "finished")
+	add(&wire.SourceDone{}, "sourceDone")
+	add(&wire.Drain{}, "drain")
+	add(&wire.Failed{}, "failed")
+	add(&wire.Deploy{}, "deploy")
+	add(&wire.Deployed{}, "deployed")
+	add(&wire.StopGen{}, "stopGen")
+	add(&wire.Stopped{}, "stopped")
+	add(&wire.Stats{}, "stats")
 	return errors.Join(errs...)
 }
 
@@ -117,10 +126,11 @@ func (n *Node) runJob(ctx context.Context, name string, opts RunOptions, from st
 	if within == 0 {
 		within = time.Minute
 	}
-	if !t.RestartsOnFailure() {
-		t.Configure(operators.RestartOnFailure(b, maxR, within))
+	et := engineOf(t)
+	if !et.RestartsOnFailure() {
+		et.Configure(engine.RestartOnFailure(b, maxR, within))
 	}
-	t.Configure(operators.CheckpointStore(store), operators.Distribute(&distributor{n: n, offSelf: opts.OffCoordinator}))
+	et.Configure(engine.CheckpointStore(store), engine.Distribute(&distributor{n: n, offSelf: opts.OffCoordinator}))
 	// Recorded in the job's log first: from now on, if this node is lost,
 	// a node holding a copy takes the job over.
 	rec := runRecord{Coordinator: n.cfg.Name, CoordinatorID: n.ID(),
@@ -176,7 +186,7 @@ func (d *distributor) Unpack(msg any) (any, error) {
 	return v, err
 }
 
-func (d *distributor) StopOn(addr string, s *operators.WireStopGen) {
+func (d *distributor) StopOn(addr string, s *wire.StopGen) {
 	_ = d.n.Send(d.n.PID(addr, jobsActorName), s)
 }
 
@@ -187,7 +197,7 @@ func (d *distributor) StopOn(addr string, s *operators.WireStopGen) {
 // task and the members' names. A restart (gen > 0) leaves out the members
 // whose last connection event was a failure: the one that died is often
 // still a member then, for up to FailureTimeout.
-func (d *distributor) Place(job string, gen int, task operators.Task, instance int) string {
+func (d *distributor) Place(job string, gen int, task dist.Task, instance int) string {
 	for _, k := range task.Kinds {
 		if k == "sink" {
 			return ""
@@ -228,12 +238,12 @@ func mix64(z uint64) uint64 {
 	return z ^ (z >> 31)
 }
 
-func (d *distributor) Deploy(ctx context.Context, addr string, w *operators.WireDeploy) error {
+func (d *distributor) Deploy(ctx context.Context, addr string, w *wire.Deploy) error {
 	r, err := d.n.Request(ctx, d.n.PID(addr, jobsActorName), w)
 	if err != nil {
 		return err
 	}
-	resp, ok := r.(*operators.WireDeployed)
+	resp, ok := r.(*wire.Deployed)
 	if !ok {
 		return fmt.Errorf("unexpected reply %T", r)
 	}
@@ -338,12 +348,12 @@ func (a *jobsActor) Receive(c actor.Context) {
 			if !h.peers[m.addr] {
 				continue
 			}
-			_ = n.Send(actor.NewPID(k.addr, k.id), &operators.WireFailed{Gen: k.gen, Address: n.Address(), ID: jobsActorName,
+			_ = n.Send(actor.NewPID(k.addr, k.id), &wire.Failed{Gen: k.gen, Address: n.Address(), ID: jobsActorName,
 				Operator: "connection " + n.Address() + " -> " + m.addr, Message: fmt.Sprintf("node %s: the connection to %s broke (messages may have been lost)", n.cfg.Name, m.addr)})
 		}
-	case *operators.WireDeploy:
-		c.Respond(&operators.WireDeployed{Err: a.deploy(m)})
-	case *operators.WireStopGen:
+	case *wire.Deploy:
+		c.Respond(&wire.Deployed{Err: a.deploy(m)})
+	case *wire.StopGen:
 		k := genKey{m.JobAddress, m.JobID, m.Gen}
 		if h, ok := a.gens[k]; ok {
 			delete(a.gens, k)
@@ -351,7 +361,7 @@ func (a *jobsActor) Receive(c actor.Context) {
 			a.publish()
 			return
 		}
-		_ = n.Send(actor.NewPID(m.JobAddress, m.JobID), &operators.WireStopped{Address: n.Address(), Gen: m.Gen})
+		_ = n.Send(actor.NewPID(m.JobAddress, m.JobID), &wire.Stopped{Address: n.Address(), Gen: m.Gen})
 	case *excluded:
 		// The others declared this node lost: they restart what it hosted
 		// elsewhere and take over the jobs it coordinated.
@@ -374,13 +384,13 @@ func (a *jobsActor) Receive(c actor.Context) {
 	}
 }
 
-func (a *jobsActor) deploy(d *operators.WireDeploy) string {
+func (a *jobsActor) deploy(d *wire.Deploy) string {
 	n := a.n
 	build, ok := n.cfg.Jobs[d.Job]
 	if !ok {
 		return fmt.Sprintf("no job %q on node %q", d.Job, n.cfg.Name)
 	}
-	pid, err := operators.HostGeneration(n.sys, &distributor{n: n}, build(), d)
+	pid, err := engine.HostGeneration(n.sys, &distributor{n: n}, engineOf(build()), d)
 	if err != nil {
 		return err.Error()
 	}

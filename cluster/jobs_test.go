@@ -15,6 +15,7 @@ import (
 
 	"github.com/sluicehq/sluice/actors"
 	"github.com/sluicehq/sluice/cluster"
+	"github.com/sluicehq/sluice/internal/engine"
 	"github.com/sluicehq/sluice/operators"
 )
 
@@ -166,10 +167,10 @@ func runJob(n *cluster.Node, args []string, say func(string, ...any)) {
 		say("JOBERROR %v", err)
 		return
 	}
-	for addr, count := range operators.PlacementOf(run) {
+	for addr, count := range engine.PlacementOf(run) {
 		say("PLACED %s %d", addr, count)
 	}
-	if at := operators.AddressOf(run, "slow", 0); at != "" {
+	if at := engine.AddressOf(run, "slow", 0); at != "" {
 		say("SLOW-AT %s", at)
 	}
 	report(run, say)

@@ -13,105 +13,34 @@ import (
 	"sync"
 	"sync/atomic"
 
+	"github.com/sluicehq/sluice/connector"
 	"github.com/sluicehq/sluice/mailbox"
 )
 
-// SourceConnector opens the partitions of a source. A source with
-// parallelism P opens partitions 0..P-1, one per instance.
-type SourceConnector[T any] interface {
-	// Open opens partition part of parts, positioned at offset: 0 for the
-	// beginning, or a value that Reader.Offset returned earlier.
-	Open(ctx context.Context, part, parts int, offset int64) (Reader[T], error)
-}
-
-// Reader reads one partition of a source. Its methods are called from one
-// goroutine at a time.
-type Reader[T any] interface {
-	// Read fills buf from its start and returns how many records it read. It
-	// returns 0, io.EOF at the end of the partition, and 0, nil when nothing
-	// is available now (implement Waiter then). It must not block for long.
-	Read(buf []T) (int, error)
-	// Offset is the position after the last record read: reopening at it
-	// continues exactly there (replay after a failure).
-	Offset() int64
-	Close() error
-}
-
-// Waiter is implemented by readers of sources that can run dry for a while
-// (a channel, a network connection). Wait blocks until Read may return
-// records again, or ctx ends.
-type Waiter interface {
-	Wait(ctx context.Context) error
-}
-
-// Checkpointer is implemented by Writers whose position belongs in a
-// checkpoint (exactly-once sinks). Checkpoint must make everything written
-// so far durable enough to be restored, and return the position.
-type Checkpointer interface {
-	Checkpoint() ([]byte, error)
-}
-
-// TwoPhaseWriter is implemented by Writers that commit to an external
-// system only when a checkpoint completes (a database transaction, a
-// broker's publish), as Flink's two-phase commit sinks do. At a checkpoint's
-// barrier PreCommit stages everything written since the previous one under
-// the checkpoint's id and returns what must be recorded in the checkpoint to
-// finish the commit later; once every operator has recorded its state and
-// the checkpoint is complete, Commit makes it visible. After a crash the
-// job restores the last completed checkpoint and opens the sink with
-// RestorableSink.OpenAt and the PreCommit bytes of that checkpoint: the
-// writer must finish that commit if it had not happened (idempotently, e.g.
-// by keeping the last committed id in the same transaction), and discard
-// anything staged after it.
-//
-// At the end of the stream (the sources ended or the job was drained) a job
-// with checkpoints takes a final checkpoint before closing its sinks: the
-// last records are pre-committed and committed under its id like any
-// others, and Close follows with nothing left to commit. Close must still
-// commit what it holds, for a job without checkpoints (there is no other
-// commit then) and for a writer closed without a final checkpoint. When a
-// job stops early, Abort (if implemented) is called instead of Close.
-type TwoPhaseWriter interface {
-	PreCommit(checkpoint uint64) ([]byte, error)
-	Commit(ctx context.Context, checkpoint uint64) error
-}
-
-// Aborter is implemented by Writers that must not commit when the job
-// stops early (it fails, restarts or is stopped): the runtime calls Abort
-// instead of Close, and the writer discards what no checkpoint covers.
-type Aborter interface {
-	Abort() error
-}
-
-// Acker is implemented by Readers of sources that acknowledge records to
-// their origin (a broker) only once a completed checkpoint covers them.
-// Ack(offset) says that every record before offset is covered: offset is
-// what Offset returned at the checkpoint's barrier.
-type Acker interface {
-	Ack(ctx context.Context, offset int64) error
-}
-
-// RestorableSink is implemented by SinkConnectors whose Writers are
-// Checkpointers or TwoPhaseWriters: OpenAt reopens a partition at a
-// checkpointed position.
-type RestorableSink[T any] interface {
-	OpenAt(ctx context.Context, part, parts int, state []byte) (Writer[T], error)
-}
-
-// SinkConnector opens the partitions of a sink, one per instance.
-type SinkConnector[T any] interface {
-	Open(ctx context.Context, part, parts int) (Writer[T], error)
-}
-
-// Writer writes records to one partition of a sink. Close is called at end
-// of stream and must flush; it is also called when the job stops early
-// (unless the writer is an Aborter). In a job with checkpoints, the Close of
-// a TwoPhaseWriter or Checkpointer waits for the final checkpoint, which
-// records and commits its last records first.
-type Writer[T any] interface {
-	Write(records []T) error
-	Close() error
-}
+// The connector interfaces are defined in package connector, which
+// connector packages import without the runtime; these are the same types.
+type (
+	// SourceConnector opens the partitions of a source (connector.Source).
+	SourceConnector[T any] = connector.Source[T]
+	// Reader reads one partition of a source (connector.Reader).
+	Reader[T any] = connector.Reader[T]
+	// Waiter is implemented by readers that can run dry (connector.Waiter).
+	Waiter = connector.Waiter
+	// Checkpointer is implemented by exactly-once writers (connector.Checkpointer).
+	Checkpointer = connector.Checkpointer
+	// TwoPhaseWriter is implemented by writers that commit with checkpoints (connector.TwoPhaseWriter).
+	TwoPhaseWriter = connector.TwoPhaseWriter
+	// Aborter is implemented by writers that discard on an early stop (connector.Aborter).
+	Aborter = connector.Aborter
+	// Acker is implemented by readers that acknowledge with checkpoints (connector.Acker).
+	Acker = connector.Acker
+	// RestorableSink reopens a partition at a checkpointed position (connector.RestorableSink).
+	RestorableSink[T any] = connector.RestorableSink[T]
+	// SinkConnector opens the partitions of a sink (connector.Sink).
+	SinkConnector[T any] = connector.Sink[T]
+	// Writer writes records to one partition of a sink (connector.Writer).
+	Writer[T any] = connector.Writer[T]
+)
 
 // ---- sources ----
 

@@ -64,12 +64,13 @@ func TestCheckpointCrash(t *testing.T) {
 	rng := crashtest.Seed(t, "SLUICE_CRASH_SEED")
 
 	reference := t.TempDir()
-	if r := runChild(t, reference, -1); !r.Done {
+	ref := runChild(t, reference, -1)
+	if !ref.Done {
 		t.Fatal("the reference run did not finish")
 	}
 	want := readParts(t, filepath.Join(reference, "out"))
 
-	kills, _ := crashRounds(t, rng, func(dir string) {
+	kills, _ := crashRounds(t, rng, ref.Took, func(dir string) {
 		if got := readParts(t, filepath.Join(dir, "out")); got != want {
 			t.Fatalf("after kills the output in %s differs from the run that was never killed (%d vs %d bytes)", dir, len(got), len(want))
 		}
@@ -82,12 +83,13 @@ func TestCheckpointCrash(t *testing.T) {
 const crashKills, crashMaxRounds = 20, 10
 
 // crashRounds runs the child's job in a fresh folder, SIGKILLing it at
-// random points and restarting it until it finishes, then calls check
+// random points (killDelay of the uninterrupted run's took) and restarting
+// it until it finishes, then calls check
 // with the folder; on a machine fast enough to finish the job before
 // crashKills kills have landed, another round lands the rest (so the
 // test holds at any speed). It returns the kills and the newest
 // checkpoint a run restored.
-func crashRounds(t *testing.T, rng *rand.Rand, check func(dir string), env ...string) (kills int, newest uint64) {
+func crashRounds(t *testing.T, rng *rand.Rand, took time.Duration, check func(dir string), env ...string) (kills int, newest uint64) {
 	t.Helper()
 	for round := 1; kills < crashKills; round++ {
 		if round > crashMaxRounds {
@@ -100,7 +102,7 @@ func crashRounds(t *testing.T, rng *rand.Rand, check func(dir string), env ...st
 			}
 			delay := time.Duration(-1)
 			if kills < crashKills {
-				delay = time.Duration(crashKillMin+rng.IntN(crashKillSpread)) * time.Millisecond
+				delay = killDelay(rng, took, crashKills)
 			}
 			r, restored := runChildRestored(t, dir, delay, env...)
 			newest = max(newest, restored)
@@ -173,11 +175,12 @@ func TestCheckpointCrashAfterASourceFinished(t *testing.T) {
 	rng := crashtest.Seed(t, "SLUICE_CRASH_SEED")
 	env := crashChildSmallEnv + "=1"
 	reference := t.TempDir()
-	if r := runChild(t, reference, -1, env); !r.Done {
+	ref := runChild(t, reference, -1, env)
+	if !ref.Done {
 		t.Fatal("the reference run did not finish")
 	}
 	want := sortedParts(t, filepath.Join(reference, "out"))
-	kills, newest := crashRounds(t, rng, func(dir string) {
+	kills, newest := crashRounds(t, rng, ref.Took, func(dir string) {
 		if got := sortedParts(t, filepath.Join(dir, "out")); got != want {
 			t.Fatalf("after kills the output in %s differs from the run that was never killed (%d vs %d bytes)", dir, len(got), len(want))
 		}
@@ -200,4 +203,16 @@ func sortedParts(t *testing.T, dir string) string {
 		out = append(out, strings.Join(lines, "\n"))
 	}
 	return strings.Join(out, "\n==\n")
+}
+
+// killDelay is a random kill point for one of kills runs of a job whose
+// uninterrupted run took took: at least crashKillMin, past a checkpoint
+// interval, so that each run gets further; and at most half the run over
+// kills (or half as much again as the least), so that the kills cover at
+// most about half the job and all land even when the uninterrupted run was
+// slowed by other tests and the later runs are faster.
+func killDelay(rng interface{ Int64N(int64) int64 }, took time.Duration, kills int) time.Duration {
+	lo := crashKillMin * time.Millisecond
+	hi := max(lo*3/2, took/time.Duration(2*kills))
+	return lo + time.Duration(rng.Int64N(int64(hi-lo)))
 }

@@ -1,6 +1,7 @@
 // Package operators is sluice's topology API: typed streams of records,
-// operators that transform them, and the planner that turns a topology into
-// actors.
+// operators that transform them, and the job that runs them. The runtime
+// beneath (planner, stages, actors) is internal; connectors implement the
+// interfaces of package connector.
 //
 // # Basics
 //
@@ -14,8 +15,14 @@
 //	counts := operators.Count(byWord, "count", operators.Emit(operators.EmitAtEnd))
 //	operators.Sink(counts, "print", operators.Stdout[operators.KV[string, int64]]())
 //
-//	run, err := sys.Run(ctx, t) // sys is an *actors.System
-//	err = run.Wait(ctx)
+//	job, err := operators.Start(ctx, sys, t) // sys is an *actors.System
+//	err = job.Wait(ctx)
+//
+// Start returns a Job: Wait, Drain and Stop it, read its Stats and
+// Checkpoints, take a Savepoint. Run settings (Checkpoints,
+// RestartOnFailure, WithClock, stores) may be given to NewTopology or to
+// Start, which applies them to that run only. A Topology is also an
+// actors.Job, for sys.Run.
 //
 // Sources read SourceConnectors (FromSlice, Generate, FileLines,
 // FromChannel); sinks write SinkConnectors (SinkFunc, File, Lines, Stdout,

@@ -3,6 +3,8 @@ package operators
 import (
 	"errors"
 	"fmt"
+
+	"github.com/sluicehq/sluice/internal/engine"
 )
 
 // Sentinel errors for the ways a topology can be invalid; test with
@@ -19,6 +21,22 @@ var (
 	ErrInvalid       = errors.New("invalid operator")
 	ErrNoSource      = errors.New("no source")
 )
+
+// ErrAborted is the outcome of a job that was stopped before it finished.
+var ErrAborted = errors.New("operators: job stopped before it finished")
+
+// kinds gives each of the engine's kinds of invalid topology its sentinel.
+var kinds = map[engine.Kind]error{
+	engine.KindDuplicateName: ErrDuplicateName,
+	engine.KindCycle:         ErrCycle,
+	engine.KindUnconnected:   ErrUnconnected,
+	engine.KindTypeMismatch:  ErrTypeMismatch,
+	engine.KindParallelism:   ErrParallelism,
+	engine.KindForeignStream: ErrForeignStream,
+	engine.KindUnknown:       ErrUnknown,
+	engine.KindInvalid:       ErrInvalid,
+	engine.KindNoSource:      ErrNoSource,
+}
 
 // TopologyError is one reason a topology is invalid.
 type TopologyError struct {
@@ -37,10 +55,6 @@ func (e *TopologyError) Error() string {
 
 // Unwrap returns the sentinel kind.
 func (e *TopologyError) Unwrap() error { return e.Kind }
-
-func opErr(t *Topology, op string, kind error, detail string) error {
-	return &TopologyError{Topology: t.name, Operator: op, Kind: kind, Detail: detail}
-}
 
 // OperatorError is a failure of one operator instance while a topology runs:
 // a panic in user code or an error from a connector.
@@ -63,3 +77,19 @@ type PanicError struct {
 }
 
 func (e *PanicError) Error() string { return fmt.Sprintf("panic: %v", e.Value) }
+
+// errorKit makes the engine report errors of this package's types.
+var errorKit = engine.Errors{
+	Topology: func(topology, op string, kind engine.Kind, detail string) error {
+		k, ok := kinds[kind]
+		if !ok {
+			k = fmt.Errorf("%v", kind)
+		}
+		return &TopologyError{Topology: topology, Operator: op, Kind: k, Detail: detail}
+	},
+	Operator: func(topology, op string, instance int, err error) error {
+		return &OperatorError{Topology: topology, Operator: op, Instance: instance, Err: err}
+	},
+	Panic:   func(v any) error { return &PanicError{Value: v} },
+	Aborted: ErrAborted,
+}

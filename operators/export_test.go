@@ -1,8 +1,12 @@
 package operators
 
-import "time"
+import (
+	"time"
+
+	"github.com/sluicehq/sluice/internal/engine"
+)
 
 // WithTimer replaces the timer that delays restarts, for tests.
 func WithTimer(after func(d time.Duration, f func()) (stop func() bool)) TopologyOption {
-	return func(c *runConfig) { c.after = after }
+	return TopologyOption{engine.WithTimer(after)}
 }

@@ -128,10 +128,11 @@ func keys(m map[int64]bool) []int64 {
 
 func TestOnRecordFailureValidated(t *testing.T) {
 	top := operators.NewTopology("bad-failure")
-	src := operators.Source(top, "src", operators.FromSlice([]int{1}), operators.OnRecordFailure(2))
+	// OnRecordFailure on a source does not compile (see TestOptionFamilies).
+	src := operators.Source(top, "src", operators.FromSlice([]int{1}))
 	operators.Sink(operators.Map(src, "m", identity[int], operators.OnRecordFailure(0)), "out", discard[int]())
 	err := top.Validate()
-	if !containsAll(err.Error(), `"src"`, `"m"`, "at least one attempt") {
+	if !containsAll(err.Error(), `"m"`, "at least one attempt") {
 		t.Fatalf("Validate() = %v", err)
 	}
 }

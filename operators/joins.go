@@ -1,25 +1,12 @@
 package operators
 
 import (
-	"fmt"
-	"math"
-	"reflect"
-	"slices"
 	"time"
 
-	"github.com/vmihailenco/msgpack/v5"
-
-	"github.com/sluicehq/sluice/internal/msgpacksafe"
+	"github.com/sluicehq/sluice/internal/engine"
 )
 
-// Joins of two streams by key. Each is built from parts the planner already
-// knows: both inputs are tagged (fused into their producers), merged, and
-// partitioned by key, so that one instance of the join sees every record of
-// a key from both sides; their watermarks meet in it as in any operator
-// with several inputs.
-
-// Either is a record of one of a join's two inputs, as the join operator
-// receives it.
+// Either is a record of one of two inputs brought together by KeyedUnion.
 type Either[L, R any] struct {
 	L     L    `msgpack:"l"`
 	R     R    `msgpack:"r"`
@@ -33,11 +20,6 @@ type Either[L, R any] struct {
 // write joins of your own. The operators it adds are named name.left,
 // name.right, name.union and name.key.
 func KeyedUnion[K comparable, L, R any](left Stream[L], right Stream[R], name string, lkey func(L) K, rkey func(R) K) KeyedStream[K, Either[L, R]] {
-	return joinInputs(left, right, name, lkey, rkey)
-}
-
-// joinInputs tags, merges and partitions the two inputs of a join.
-func joinInputs[K comparable, L, R any](left Stream[L], right Stream[R], name string, lkey func(L) K, rkey func(R) K) KeyedStream[K, Either[L, R]] {
 	lt := Map(left, name+".left", func(l L) Either[L, R] { return Either[L, R]{L: l} })
 	rt := Map(right, name+".right", func(r R) Either[L, R] { return Either[L, R]{R: r, Right: true} })
 	u := Merge(name+".union", lt, rt)
@@ -53,44 +35,14 @@ func joinInputs[K comparable, L, R any](left Stream[L], right Stream[R], name st
 	return KeyBy(u, name+".key", key)
 }
 
-// windowBuf is a key's records of both sides in one window.
-type windowBuf[L, R any] struct {
-	Ls []L `msgpack:"l"`
-	Rs []R `msgpack:"r"`
-}
-
 // WindowJoin joins two streams in windows: when a window closes, join is
 // called for every pair of a left and a right record with the same key in
 // it (an inner join), and its results carry the window's last instant as
 // their event time. Tumbling and sliding windows, in event or processing
-// time.
-func WindowJoin[K comparable, L, R, O any](left Stream[L], right Stream[R], name string, lkey func(L) K, rkey func(R) K, w Windows, join func(L, R) O, opts ...Option) Stream[O] {
-	ks := joinInputs(left, right, name, lkey, rkey)
-	nd := windowed(ks, name, "window-join", w, join == nil, winFns[K, Either[L, R], windowBuf[L, R], O]{
-		zero: func() windowBuf[L, R] { return windowBuf[L, R]{} },
-		add: func(b windowBuf[L, R], e Either[L, R]) windowBuf[L, R] {
-			if e.Right {
-				b.Rs = append(b.Rs, e.R)
-			} else {
-				b.Ls = append(b.Ls, e.L)
-			}
-			return b
-		},
-		emit: func(_ K, _, _ int64, b windowBuf[L, R], out func(O)) {
-			for _, l := range b.Ls {
-				for _, r := range b.Rs {
-					out(join(l, r))
-				}
-			}
-		},
-	}, opts)
-	if w.kind == sessions {
-		nd.topo.errs = append(nd.topo.errs, opErr(nd.topo, name, ErrInvalid, "WindowJoin takes tumbling or sliding windows"))
-	}
-	if nd.lateness > 0 {
-		nd.topo.errs = append(nd.topo.errs, opErr(nd.topo, name, ErrInvalid, "WindowJoin: AllowedLateness would join late records twice; it is not supported"))
-	}
-	return Stream[O]{nd}
+// time. The operators it adds besides name are named name.left,
+// name.right, name.union and name.key.
+func WindowJoin[K comparable, L, R, O any](left Stream[L], right Stream[R], name string, lkey func(L) K, rkey func(R) K, w Windows, join func(L, R) O, opts ...TimedJoinOption) Stream[O] {
+	return Stream[O]{engine.WindowJoin(left.s, right.s, name, lkey, rkey, w.w, join, unwrap(opts)...)}
 }
 
 // IntervalJoin joins every left record l with every right record r of the
@@ -100,178 +52,15 @@ func WindowJoin[K comparable, L, R, O any](left Stream[L], right Stream[R], name
 // still arrive: a left one until the watermark passes l+upper, a right one
 // until it passes r-lower. A record at or behind the watermark when it
 // arrives is late: counted (OperatorStats.Late) and dropped.
-func IntervalJoin[K comparable, L, R, O any](left Stream[L], right Stream[R], name string, lkey func(L) K, rkey func(R) K, lower, upper time.Duration, join func(L, R) O, opts ...Option) Stream[O] {
-	ks := joinInputs(left, right, name, lkey, rkey)
-	t := ks.n.topo
-	nd := &node{name: name, kind: "interval-join", role: roleOperator, stateful: true, timed: true, needsTime: true,
-		inType: typeOf[Either[L, R]](), outType: typeOf[O](), stateTypes: []reflect.Type{typeOf[K](), typeOf[L](), typeOf[R]()}}
-	if join == nil {
-		t.errs = append(t.errs, opErr(t, name, ErrInvalid, "nil function"))
-	}
-	if lower > upper {
-		t.errs = append(t.errs, opErr(t, name, ErrInvalid, fmt.Sprintf("interval [%v, %v]: lower above upper", lower, upper)))
-	}
-	key := ks.key
-	nd.newStage = func(next any, sc *stageCtx) any {
-		return &intervalStage[K, L, R, O]{key: key, join: join, lower: int64(lower), upper: int64(upper), wm: math.MinInt64,
-			bufs: make(map[K]*intervalBuf[L, R]), out: newOutBuf(next.(pusher[O]), sc), next: next.(pusher[O]), sc: sc}
-	}
-	setTypedPlumbing[O](nd)
-	setInlet[Either[L, R]](nd)
-	return Stream[O]{t.add(nd, []*node{ks.n}, opts)}
-}
-
-type stamped[V any] struct {
-	T int64 `msgpack:"t"`
-	V V     `msgpack:"v"`
-}
-
-type intervalBuf[L, R any] struct {
-	Ls []stamped[L] `msgpack:"l"`
-	Rs []stamped[R] `msgpack:"r"`
-}
-
-type intervalStage[K comparable, L, R, O any] struct {
-	key          func(Either[L, R]) K
-	join         func(L, R) O
-	lower, upper int64
-	wm           int64
-	bufs         map[K]*intervalBuf[L, R]
-	expiry       timeHeap[K] // when a key's records may be pruned
-	next         pusher[O]
-	sc           *stageCtx
-	out          outBuf[O]
-}
-
-func (s *intervalStage[K, L, R, O]) push(b *batch[Either[L, R]]) {
-	defer s.sc.attribute()
-	if end := s.sc.traced(len(b.vs)); end != nil {
-		defer end()
-	}
-	s.sc.c.in.Add(int64(len(b.vs)))
-	if b.ts == nil && len(b.vs) > 0 {
-		s.sc.fail(errNoEventTime)
-	}
-	for i, e := range b.vs {
-		t := b.ts[i]
-		if t <= s.wm {
-			s.sc.c.late.Add(1)
-			continue
-		}
-		k := s.key(e)
-		buf := s.bufs[k]
-		if buf == nil {
-			buf = &intervalBuf[L, R]{}
-			s.bufs[k] = buf
-		}
-		if e.Right {
-			for _, l := range buf.Ls {
-				if t >= l.T+s.lower && t <= l.T+s.upper {
-					s.out.add(s.join(l.V, e.R), max(t, l.T))
-				}
-			}
-			buf.Rs = append(buf.Rs, stamped[R]{t, e.R})
-			s.expiry.add(t-s.lower, k)
-		} else {
-			for _, r := range buf.Rs {
-				if r.T >= t+s.lower && r.T <= t+s.upper {
-					s.out.add(s.join(e.L, r.V), max(t, r.T))
-				}
-			}
-			buf.Ls = append(buf.Ls, stamped[L]{t, e.L})
-			s.expiry.add(t+s.upper, k)
-		}
-	}
-	s.out.flush()
-}
-
-func (s *intervalStage[K, L, R, O]) watermark(wm int64) {
-	defer s.sc.attribute()
-	if wm <= s.wm {
-		return
-	}
-	s.wm = wm
-	for e, ok := s.expiry.due(wm); ok; e, ok = s.expiry.due(wm) {
-		buf := s.bufs[e.v]
-		if buf == nil {
-			continue
-		}
-		// No right record later than wm can match l once l+upper <= wm, nor
-		// a left one r once r-lower <= wm.
-		buf.Ls = slices.DeleteFunc(buf.Ls, func(l stamped[L]) bool { return l.T+s.upper <= wm })
-		buf.Rs = slices.DeleteFunc(buf.Rs, func(r stamped[R]) bool { return r.T-s.lower <= wm })
-		if len(buf.Ls) == 0 && len(buf.Rs) == 0 {
-			delete(s.bufs, e.v)
-		}
-	}
-	s.next.watermark(wm)
-}
-
-func (s *intervalStage[K, L, R, O]) finish() { s.bufs = nil; s.next.finish() }
-
-type keyedBufs[K comparable, B any] struct {
-	Wm   int64 `msgpack:"wm"`
-	Keys []K   `msgpack:"k"`
-	Bufs []B   `msgpack:"b"`
-}
-
-func (s *intervalStage[K, L, R, O]) snapshotState(uint64) ([]byte, error) {
-	return encodeKeyed(s.wm, s.bufs)
-}
-
-func (s *intervalStage[K, L, R, O]) restoreState(b []byte) error {
-	wm, bufs, err := decodeKeyed[K, intervalBuf[L, R]](b)
-	if err != nil {
-		return err
-	}
-	s.wm, s.bufs = wm, bufs
-	for k, buf := range bufs {
-		for _, l := range buf.Ls {
-			s.expiry.add(l.T+s.upper, k)
-		}
-		for _, r := range buf.Rs {
-			s.expiry.add(r.T-s.lower, k)
-		}
-	}
-	return nil
-}
-
-func encodeKeyed[K comparable, B any](wm int64, bufs map[K]*B) ([]byte, error) {
-	st := keyedBufs[K, B]{Wm: wm, Keys: make([]K, 0, len(bufs)), Bufs: make([]B, 0, len(bufs))}
-	for k, b := range bufs {
-		st.Keys = append(st.Keys, k)
-		st.Bufs = append(st.Bufs, *b)
-	}
-	b, err := msgpack.Marshal(&st)
-	if err != nil {
-		return nil, fmt.Errorf("encode state of %d keys: %w", len(st.Keys), err)
-	}
-	return b, nil
-}
-
-func decodeKeyed[K comparable, B any](b []byte) (int64, map[K]*B, error) {
-	if err := msgpacksafe.Check(b); err != nil {
-		return 0, nil, err
-	}
-	var st keyedBufs[K, B]
-	if err := msgpack.Unmarshal(b, &st); err != nil {
-		return 0, nil, err
-	}
-	if len(st.Keys) != len(st.Bufs) {
-		return 0, nil, fmt.Errorf("%d keys but %d values", len(st.Keys), len(st.Bufs))
-	}
-	m := make(map[K]*B, len(st.Keys))
-	for i, k := range st.Keys {
-		m[k] = &st.Bufs[i]
-	}
-	return st.Wm, m, nil
+func IntervalJoin[K comparable, L, R, O any](left Stream[L], right Stream[R], name string, lkey func(L) K, rkey func(R) K, lower, upper time.Duration, join func(L, R) O, opts ...TimedJoinOption) Stream[O] {
+	return Stream[O]{engine.IntervalJoin(left.s, right.s, name, lkey, rkey, lower, upper, join, unwrap(opts)...)}
 }
 
 // StateTTL makes an unbounded Join forget a key's records once the key has
 // seen no record for d of processing time (as Flink's state TTL), so that
 // its state stays bounded when keys stop appearing. Without it the join
 // keeps every record.
-func StateTTL(d time.Duration) Option { return func(nd *node) { nd.ttl = d } }
+func StateTTL(d time.Duration) TTLOption { return TTLOption{engine.StateTTL(d)} }
 
 // Join is the unbounded (regular) inner join of two keyed streams: every
 // left record is joined with every right record of the same key that came
@@ -279,116 +68,6 @@ func StateTTL(d time.Duration) Option { return func(nd *node) { nd.ttl = d } }
 // Its state grows with its inputs unless StateTTL bounds it. Results carry
 // the event time of the record that completed the pair, when the inputs
 // carry event times.
-func Join[K comparable, L, R, O any](left Stream[L], right Stream[R], name string, lkey func(L) K, rkey func(R) K, join func(L, R) O, opts ...Option) Stream[O] {
-	ks := joinInputs(left, right, name, lkey, rkey)
-	t := ks.n.topo
-	nd := &node{name: name, kind: "join", role: roleOperator, stateful: true,
-		inType: typeOf[Either[L, R]](), outType: typeOf[O](), stateTypes: []reflect.Type{typeOf[K](), typeOf[L](), typeOf[R]()}}
-	if join == nil {
-		t.errs = append(t.errs, opErr(t, name, ErrInvalid, "nil function"))
-	}
-	key := ks.key
-	nd.newStage = func(next any, sc *stageCtx) any {
-		return &joinStage[K, L, R, O]{key: key, join: join, ttl: int64(sc.node.ttl),
-			bufs: make(map[K]*joinBuf[L, R]), out: newOutBuf(next.(pusher[O]), sc), next: next.(pusher[O]), sc: sc}
-	}
-	setTypedPlumbing[O](nd)
-	setInlet[Either[L, R]](nd)
-	t.add(nd, []*node{ks.n}, opts)
-	if nd.ttl < 0 {
-		t.errs = append(t.errs, opErr(t, name, ErrInvalid, fmt.Sprintf("StateTTL(%v): must be positive", nd.ttl)))
-	}
-	return Stream[O]{nd}
-}
-
-type joinBuf[L, R any] struct {
-	Ls      []L   `msgpack:"l"`
-	Rs      []R   `msgpack:"r"`
-	Touched int64 `msgpack:"t"` // processing time of the key's last record (StateTTL)
-}
-
-type joinStage[K comparable, L, R, O any] struct {
-	key     func(Either[L, R]) K
-	join    func(L, R) O
-	ttl     int64
-	bufs    map[K]*joinBuf[L, R]
-	sweeper bool // a TTL sweep is scheduled
-	next    pusher[O]
-	sc      *stageCtx
-	out     outBuf[O]
-}
-
-func (s *joinStage[K, L, R, O]) push(b *batch[Either[L, R]]) {
-	defer s.sc.attribute()
-	if end := s.sc.traced(len(b.vs)); end != nil {
-		defer end()
-	}
-	s.sc.c.in.Add(int64(len(b.vs)))
-	var now int64
-	if s.ttl > 0 {
-		now = s.sc.now().UnixNano()
-		if !s.sweeper {
-			s.sweeper = true
-			s.sc.after(time.Duration(s.ttl), s.sweep)
-		}
-	}
-	for i, e := range b.vs {
-		t := int64(math.MinInt64) // the input carries no event times: nor do the results
-		if b.ts != nil {
-			t = b.ts[i]
-		}
-		k := s.key(e)
-		buf := s.bufs[k]
-		if buf == nil {
-			buf = &joinBuf[L, R]{}
-			s.bufs[k] = buf
-		}
-		buf.Touched = now
-		if e.Right {
-			for _, l := range buf.Ls {
-				s.out.add(s.join(l, e.R), t)
-			}
-			buf.Rs = append(buf.Rs, e.R)
-		} else {
-			for _, r := range buf.Rs {
-				s.out.add(s.join(e.L, r), t)
-			}
-			buf.Ls = append(buf.Ls, e.L)
-		}
-	}
-	s.out.flush()
-}
-
-// sweep forgets the keys idle for longer than the TTL and runs again while
-// state is left.
-func (s *joinStage[K, L, R, O]) sweep() {
-	cutoff := s.sc.now().UnixNano() - s.ttl
-	for k, buf := range s.bufs {
-		if buf.Touched <= cutoff {
-			delete(s.bufs, k)
-		}
-	}
-	s.sweeper = len(s.bufs) > 0
-	if s.sweeper {
-		s.sc.after(time.Duration(s.ttl), s.sweep)
-	}
-}
-
-func (s *joinStage[K, L, R, O]) watermark(wm int64) { s.next.watermark(wm) }
-
-func (s *joinStage[K, L, R, O]) finish() { s.bufs = nil; s.next.finish() }
-
-func (s *joinStage[K, L, R, O]) snapshotState(uint64) ([]byte, error) { return encodeKeyed(0, s.bufs) }
-
-func (s *joinStage[K, L, R, O]) restoreState(b []byte) error {
-	_, bufs, err := decodeKeyed[K, joinBuf[L, R]](b)
-	if err != nil {
-		return err
-	}
-	now := s.sc.now().UnixNano()
-	for _, buf := range bufs {
-		buf.Touched = now // the TTL counts from the restart
-	}
-	s.bufs = bufs
-	return nil
+func Join[K comparable, L, R, O any](left Stream[L], right Stream[R], name string, lkey func(L) K, rkey func(R) K, join func(L, R) O, opts ...JoinOption) Stream[O] {
+	return Stream[O]{engine.Join(left.s, right.s, name, lkey, rkey, join, unwrap(opts)...)}
 }

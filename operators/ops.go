@@ -1,9 +1,7 @@
 package operators
 
 import (
-	"reflect"
-
-	"github.com/sluicehq/sluice/mailbox"
+	"github.com/sluicehq/sluice/internal/engine"
 )
 
 // KV is a keyed result: the output of the per-key aggregations.
@@ -12,130 +10,62 @@ type KV[K comparable, V any] struct {
 	Value V
 }
 
+func kv[K comparable, V any](k K, v V) KV[K, V] { return KV[K, V]{k, v} }
+
 // Source adds an operator that reads records from src. Sources run with
 // parallelism 1 unless Parallelism says otherwise; each instance reads one
 // partition of the connector.
-func Source[T any](t *Topology, name string, src SourceConnector[T], opts ...Option) Stream[T] {
-	nd := &node{name: name, kind: "source", role: roleSource, outType: typeOf[T]()}
-	_, once := src.(interface{ notReplayable() })
-	nd.replayable = !once
-	if src == nil {
-		t.errs = append(t.errs, opErr(t, name, ErrInvalid, "nil source connector"))
+func Source[T any](t *Topology, name string, src SourceConnector[T], opts ...SourceOption) Stream[T] {
+	eo := unwrap(opts)
+	if _, once := src.(interface{ notReplayable() }); once {
+		eo = append(eo, engine.NotReplayable())
 	}
-	nd.newSource = func(next any, sc *stageCtx) sourceRunner {
-		return &sourceStage[T]{conn: src, next: next.(pusher[T]), sc: sc}
-	}
-	setTypedPlumbing[T](nd)
-	return Stream[T]{t.add(nd, nil, opts)}
+	return Stream[T]{engine.Source(t.t, name, src, eo...)}
 }
 
 // Map applies f to every record.
-func Map[In, Out any](s Stream[In], name string, f func(In) Out, opts ...Option) Stream[Out] {
-	return Stream[Out]{stateless[In, Out](s, name, "map", f == nil, func(next any, sc *stageCtx) any {
-		return &mapStage[In, Out]{f: f, next: next.(pusher[Out]), sc: sc}
-	}, opts)}
+func Map[In, Out any](s Stream[In], name string, f func(In) Out, opts ...MapOption) Stream[Out] {
+	return Stream[Out]{engine.Map(s.s, name, f, unwrap(opts)...)}
 }
 
 // Filter keeps the records for which keep returns true.
-func Filter[T any](s Stream[T], name string, keep func(T) bool, opts ...Option) Stream[T] {
-	return Stream[T]{stateless[T, T](s, name, "filter", keep == nil, func(next any, sc *stageCtx) any {
-		return &filterStage[T]{keep: keep, next: next.(pusher[T]), sc: sc}
-	}, opts)}
+func Filter[T any](s Stream[T], name string, keep func(T) bool, opts ...MapOption) Stream[T] {
+	return Stream[T]{engine.Filter(s.s, name, keep, unwrap(opts)...)}
 }
 
 // FlatMap replaces every record with the records f returns (none, one or
 // many). strings.Fields is a FlatMap function from string to string.
-func FlatMap[In, Out any](s Stream[In], name string, f func(In) []Out, opts ...Option) Stream[Out] {
-	return Stream[Out]{stateless[In, Out](s, name, "flatmap", f == nil, func(next any, sc *stageCtx) any {
-		return &flatMapStage[In, Out]{f: f, next: next.(pusher[Out]), sc: sc}
-	}, opts)}
-}
-
-func stateless[In, Out any](s Stream[In], name, kind string, nilFunc bool, build func(any, *stageCtx) any, opts []Option) *node {
-	t := topoOf(s.n)
-	if t == nil {
-		t = orphan(name)
-	}
-	nd := &node{name: name, kind: kind, role: roleOperator, inType: typeOf[In](), outType: typeOf[Out](), newStage: build}
-	if nilFunc {
-		t.errs = append(t.errs, opErr(t, name, ErrInvalid, "nil function"))
-	}
-	setTypedPlumbing[Out](nd)
-	setInlet[In](nd)
-	return t.add(nd, []*node{s.n}, opts)
-}
-
-// orphan is the topology that collects the errors of an operator whose input
-// is a zero Stream, so that they are not lost; such an operator belongs to no
-// topology that can run.
-func orphan(name string) *Topology {
-	_ = name
-	return NewTopology("(none)")
+func FlatMap[In, Out any](s Stream[In], name string, f func(In) []Out, opts ...MapOption) Stream[Out] {
+	return Stream[Out]{engine.FlatMap(s.s, name, f, unwrap(opts)...)}
 }
 
 // KeyBy partitions s by key: all records with the same key reach the same
 // instance of the next operator. Partitioning hashes the key with a function
 // that is stable across runs and machines. Parallelism on KeyBy sets the
 // parallelism of its consumers.
-func KeyBy[T any, K comparable](s Stream[T], name string, key func(T) K, opts ...Option) KeyedStream[K, T] {
-	t := topoOf(s.n)
-	if t == nil {
-		t = orphan(name)
-	}
-	nd := &node{name: name, kind: "keyby", role: rolePartition, partition: partHash,
-		inType: typeOf[T](), outType: typeOf[T]()}
-	if key == nil {
-		t.errs = append(t.errs, opErr(t, name, ErrInvalid, "nil key function"))
-	} else {
-		h := hasherFor[K]()
-		nd.hasher = func(v T) uint64 { return h(key(v)) }
-	}
-	setTypedPlumbing[T](nd)
-	return KeyedStream[K, T]{n: t.add(nd, []*node{s.n}, opts), key: key}
+func KeyBy[T any, K comparable](s Stream[T], name string, key func(T) K, opts ...PartitionOption) KeyedStream[K, T] {
+	return KeyedStream[K, T]{engine.KeyBy(s.s, name, key, unwrap(opts)...)}
 }
 
 // Broadcast sends every record of s to every instance of the next operator.
-func Broadcast[T any](s Stream[T], name string, opts ...Option) Stream[T] {
-	t := topoOf(s.n)
-	if t == nil {
-		t = orphan(name)
-	}
-	nd := &node{name: name, kind: "broadcast", role: rolePartition, partition: partBroadcast,
-		inType: typeOf[T](), outType: typeOf[T]()}
-	setTypedPlumbing[T](nd)
-	return Stream[T]{t.add(nd, []*node{s.n}, opts)}
+func Broadcast[T any](s Stream[T], name string, opts ...PartitionOption) Stream[T] {
+	return Stream[T]{engine.Broadcast(s.s, name, unwrap(opts)...)}
 }
 
 // Rebalance distributes the records of s round-robin, a batch at a time,
 // over the instances of the next operator.
-func Rebalance[T any](s Stream[T], name string, opts ...Option) Stream[T] {
-	t := topoOf(s.n)
-	if t == nil {
-		t = orphan(name)
-	}
-	nd := &node{name: name, kind: "rebalance", role: rolePartition, partition: partRebalance,
-		inType: typeOf[T](), outType: typeOf[T]()}
-	setTypedPlumbing[T](nd)
-	return Stream[T]{t.add(nd, []*node{s.n}, opts)}
+func Rebalance[T any](s Stream[T], name string, opts ...PartitionOption) Stream[T] {
+	return Stream[T]{engine.Rebalance(s.s, name, unwrap(opts)...)}
 }
 
 // Merge unites several streams of the same type into one (a union). Records
 // of one input keep their order; records of different inputs interleave.
 func Merge[T any](name string, streams ...Stream[T]) Stream[T] {
-	ns := make([]*node, len(streams))
+	es := make([]engine.Stream[T], len(streams))
 	for i, s := range streams {
-		ns[i] = s.n
+		es[i] = s.s
 	}
-	t := topoOf(ns...)
-	if t == nil {
-		t = orphan(name)
-	}
-	nd := &node{name: name, kind: "merge", role: roleJunction, inType: typeOf[T](), outType: typeOf[T]()}
-	if len(streams) == 0 {
-		t.errs = append(t.errs, opErr(t, name, ErrUnconnected, "merge of no streams"))
-	}
-	setTypedPlumbing[T](nd)
-	return Stream[T]{t.add(nd, ns, nil)}
+	return Stream[T]{engine.Merge(name, es...)}
 }
 
 // EmitMode says when a per-key aggregation emits.
@@ -150,80 +80,43 @@ const (
 
 // Emit sets when a per-key aggregation (Count, Reduce, Aggregate) emits.
 // The default is EmitUpdates.
-func Emit(m EmitMode) Option { return func(nd *node) { nd.emit = m } }
+func Emit(m EmitMode) EmitOption {
+	em := engine.EmitUpdates
+	if m == EmitAtEnd {
+		em = engine.EmitAtEnd
+	}
+	return EmitOption{engine.Emit(em)}
+}
 
 // Count counts the records per key.
-func Count[K comparable, T any](ks KeyedStream[K, T], name string, opts ...Option) Stream[KV[K, int64]] {
-	return keyed(ks, name, "count", false, func(acc int64, _ bool, _ T) int64 { return acc + 1 }, opts)
+func Count[K comparable, T any](ks KeyedStream[K, T], name string, opts ...AggregateOption) Stream[KV[K, int64]] {
+	return Stream[KV[K, int64]]{engine.Keyed(ks.s, name, "count", false,
+		func(acc int64, _ bool, _ T) int64 { return acc + 1 }, kv[K, int64], unwrap(opts)...)}
 }
 
 // Reduce combines the records of each key with f, starting from the key's
 // first record.
-func Reduce[K comparable, T any](ks KeyedStream[K, T], name string, f func(acc, v T) T, opts ...Option) Stream[KV[K, T]] {
-	return keyed(ks, name, "reduce", f == nil, func(acc T, seen bool, v T) T {
+func Reduce[K comparable, T any](ks KeyedStream[K, T], name string, f func(acc, v T) T, opts ...AggregateOption) Stream[KV[K, T]] {
+	return Stream[KV[K, T]]{engine.Keyed(ks.s, name, "reduce", f == nil, func(acc T, seen bool, v T) T {
 		if !seen {
 			return v
 		}
 		return f(acc, v)
-	}, opts)
+	}, kv[K, T], unwrap(opts)...)}
 }
 
 // Aggregate folds the records of each key into an accumulator that starts as
 // zero() and is updated with add.
-func Aggregate[K comparable, T, A any](ks KeyedStream[K, T], name string, zero func() A, add func(acc A, v T) A, opts ...Option) Stream[KV[K, A]] {
-	return keyed(ks, name, "aggregate", zero == nil || add == nil, func(acc A, seen bool, v T) A {
+func Aggregate[K comparable, T, A any](ks KeyedStream[K, T], name string, zero func() A, add func(acc A, v T) A, opts ...AggregateOption) Stream[KV[K, A]] {
+	return Stream[KV[K, A]]{engine.Keyed(ks.s, name, "aggregate", zero == nil || add == nil, func(acc A, seen bool, v T) A {
 		if !seen {
 			acc = zero()
 		}
 		return add(acc, v)
-	}, opts)
-}
-
-func keyed[K comparable, T, A any](ks KeyedStream[K, T], name, kind string, nilFunc bool, step func(A, bool, T) A, opts []Option) Stream[KV[K, A]] {
-	t := topoOf(ks.n)
-	if t == nil {
-		t = orphan(name)
-	}
-	nd := &node{name: name, kind: kind, role: roleOperator, stateful: true, inType: typeOf[T](), outType: typeOf[KV[K, A]](),
-		stateTypes: []reflect.Type{typeOf[K](), typeOf[A]()}}
-	if nilFunc {
-		t.errs = append(t.errs, opErr(t, name, ErrInvalid, "nil function"))
-	}
-	key := ks.key
-	nd.newStage = func(next any, sc *stageCtx) any {
-		return &keyedStage[K, T, A]{key: key, step: step, emit: sc.node.emit, next: next.(pusher[KV[K, A]]), sc: sc,
-			state: make(map[K]A)}
-	}
-	setTypedPlumbing[KV[K, A]](nd)
-	setInlet[T](nd)
-	return Stream[KV[K, A]]{t.add(nd, []*node{ks.n}, opts)}
+	}, kv[K, A], unwrap(opts)...)}
 }
 
 // Sink adds an operator that writes every record of s to sink.
-func Sink[T any](s Stream[T], name string, sink SinkConnector[T], opts ...Option) {
-	t := topoOf(s.n)
-	if t == nil {
-		t = orphan(name)
-	}
-	nd := &node{name: name, kind: "sink", role: roleSink, inType: typeOf[T]()}
-	if sink == nil {
-		t.errs = append(t.errs, opErr(t, name, ErrInvalid, "nil sink connector"))
-	}
-	nd.newStage = func(_ any, sc *stageCtx) any { return &sinkStage[T]{conn: sink, sc: sc} }
-	setInlet[T](nd)
-	t.add(nd, []*node{s.n}, opts)
-}
-
-// setTypedPlumbing gives a node producing T its emitter factory.
-func setTypedPlumbing[T any](nd *node) {
-	nd.newEmitter = func(outs []*outputSpec, in *instance) (any, flusher) {
-		e := newEmitter[T](outs, in)
-		return e, e
-	}
-}
-
-// setInlet gives a node consuming In the adapter that feeds it envelopes.
-func setInlet[In any](nd *node) {
-	nd.newInlet = func(head any) inlet { return &typedInlet[In]{head: head.(pusher[In])} }
-	nd.newCodec = func() mailbox.Codec { return envelopeCodec[In]{} }
+func Sink[T any](s Stream[T], name string, sink SinkConnector[T], opts ...SinkOption) {
+	engine.Sink(s.s, name, sink, unwrap(opts)...)
 }

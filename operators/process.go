@@ -1,25 +1,16 @@
 package operators
 
 import (
-	"fmt"
-	"math"
-	"reflect"
-	"slices"
 	"time"
 
-	"github.com/vmihailenco/msgpack/v5"
-
-	"github.com/sluicehq/sluice/internal/msgpacksafe"
+	"github.com/sluicehq/sluice/internal/engine"
 )
 
 // ProcessContext is what a Process function sees: the current key, its
 // state, the current event time, and the means to emit results and to set
 // event-time timers. It is valid only during the call it is passed to.
 type ProcessContext[K comparable, S, O any] struct {
-	s    *procCore[K, S, O]
-	key  K
-	at   int64 // event time of the record or timer
-	proc bool  // a processing-time timer fired
+	c *engine.ProcessContext[K, S, O]
 }
 
 // ProcessingTimer sets a processing-time timer for the key: onTimer runs
@@ -28,90 +19,50 @@ type ProcessContext[K comparable, S, O any] struct {
 // timer. Processing-time timers are part of checkpoints and are armed again
 // on restore (at once when their time has passed); those still pending at
 // the end of the input do not fire.
-func (c *ProcessContext[K, S, O]) ProcessingTimer(t time.Time) {
-	at := t.UnixNano()
-	id := timerID[K]{at, c.key}
-	if _, dup := c.s.ptimers[id]; dup {
-		return
-	}
-	c.s.ptimers[id] = struct{}{}
-	c.s.armProcessing(id)
-}
+func (c *ProcessContext[K, S, O]) ProcessingTimer(t time.Time) { c.c.ProcessingTimer(t) }
 
 // IsProcessingTimer reports whether onTimer runs for a processing-time
 // timer (false: an event-time timer).
-func (c *ProcessContext[K, S, O]) IsProcessingTimer() bool { return c.proc }
+func (c *ProcessContext[K, S, O]) IsProcessingTimer() bool { return c.c.IsProcessingTimer() }
 
 // Key returns the key of the record or timer being handled.
-func (c *ProcessContext[K, S, O]) Key() K { return c.key }
+func (c *ProcessContext[K, S, O]) Key() K { return c.c.Key() }
 
 // State returns the key's state, a zero S the first time. Changes through
 // the pointer are kept, and are part of checkpoints (S must then be
 // msgpack-encodable).
-func (c *ProcessContext[K, S, O]) State() *S {
-	st := c.s.state[c.key]
-	if st == nil {
-		st = new(S)
-		c.s.state[c.key] = st
-	}
-	return st
-}
+func (c *ProcessContext[K, S, O]) State() *S { return c.c.State() }
 
 // Clear forgets the key's state. Its timers stay set.
-func (c *ProcessContext[K, S, O]) Clear() { delete(c.s.state, c.key) }
+func (c *ProcessContext[K, S, O]) Clear() { c.c.Clear() }
 
 // Time returns the event time of the record being handled, or the time of
 // the timer that fired (zero when the input carries no event times).
-func (c *ProcessContext[K, S, O]) Time() time.Time {
-	if c.at == math.MinInt64 {
-		return time.Time{}
-	}
-	return time.Unix(0, c.at).UTC()
-}
+func (c *ProcessContext[K, S, O]) Time() time.Time { return c.c.Time() }
 
 // Watermark returns the operator's event time: no record at or before it
 // will arrive (zero before the first watermark).
-func (c *ProcessContext[K, S, O]) Watermark() time.Time {
-	if c.s.wm == math.MinInt64 {
-		return time.Time{}
-	}
-	return time.Unix(0, c.s.wm).UTC()
-}
+func (c *ProcessContext[K, S, O]) Watermark() time.Time { return c.c.Watermark() }
 
 // IsLate reports whether the record being handled is behind the watermark
 // (its event time is at or before it): Process receives late records like
 // any other, and the function decides what they mean.
-func (c *ProcessContext[K, S, O]) IsLate() bool {
-	return !c.proc && c.at != math.MinInt64 && c.s.wm != math.MinInt64 && c.at <= c.s.wm
-}
+func (c *ProcessContext[K, S, O]) IsLate() bool { return c.c.IsLate() }
 
 // CountLate counts the record being handled as late in the operator's
 // statistics (OperatorStats.Late), for a function that drops or diverts it.
-func (c *ProcessContext[K, S, O]) CountLate() { c.s.sc.c.late.Add(1) }
+func (c *ProcessContext[K, S, O]) CountLate() { c.c.CountLate() }
 
 // Emit sends o downstream with the current event time.
-func (c *ProcessContext[K, S, O]) Emit(o O) { c.s.out.add(o, c.at) }
+func (c *ProcessContext[K, S, O]) Emit(o O) { c.c.Emit(o) }
 
 // EmitAt sends o downstream with event time t.
-func (c *ProcessContext[K, S, O]) EmitAt(o O, t time.Time) { c.s.out.add(o, t.UnixNano()) }
+func (c *ProcessContext[K, S, O]) EmitAt(o O, t time.Time) { c.c.EmitAt(o, t) }
 
 // Timer sets an event-time timer for the key: onTimer runs once the
 // watermark reaches t (at the latest at the end of the input). Setting the
 // same time twice for a key sets one timer.
-func (c *ProcessContext[K, S, O]) Timer(t time.Time) {
-	at := t.UnixNano()
-	id := timerID[K]{at, c.key}
-	if _, dup := c.s.timerSet[id]; dup {
-		return
-	}
-	c.s.timerSet[id] = struct{}{}
-	c.s.timers.add(at, c.key)
-}
-
-type timerID[K comparable] struct {
-	at  int64
-	key K
-}
+func (c *ProcessContext[K, S, O]) Timer(t time.Time) { c.c.Timer(t) }
 
 // Process runs onRecord for every record of a keyed stream, with the
 // record's key and that key's state, and onTimer for every event-time timer
@@ -119,193 +70,14 @@ type timerID[K comparable] struct {
 // through the context. State and timers are checkpointed. At the end of the
 // input every timer still set fires, in time order. onTimer may be nil when
 // no timers are set.
-func Process[K comparable, T, S, O any](ks KeyedStream[K, T], name string, onRecord func(c *ProcessContext[K, S, O], v T), onTimer func(c *ProcessContext[K, S, O]), opts ...Option) Stream[O] {
-	t := topoOf(ks.n)
-	if t == nil {
-		t = orphan(name)
+func Process[K comparable, T, S, O any](ks KeyedStream[K, T], name string, onRecord func(c *ProcessContext[K, S, O], v T), onTimer func(c *ProcessContext[K, S, O]), opts ...ProcessOption) Stream[O] {
+	var rec func(*engine.ProcessContext[K, S, O], T)
+	if onRecord != nil {
+		rec = func(c *engine.ProcessContext[K, S, O], v T) { onRecord(&ProcessContext[K, S, O]{c}, v) }
 	}
-	nd := &node{name: name, kind: "process", role: roleOperator, stateful: true, timed: true,
-		inType: typeOf[T](), outType: typeOf[O](), stateTypes: []reflect.Type{typeOf[K](), typeOf[S]()}}
-	if onRecord == nil {
-		t.errs = append(t.errs, opErr(t, name, ErrInvalid, "nil function"))
+	var tim func(*engine.ProcessContext[K, S, O])
+	if onTimer != nil {
+		tim = func(c *engine.ProcessContext[K, S, O]) { onTimer(&ProcessContext[K, S, O]{c}) }
 	}
-	key := ks.key
-	nd.newStage = func(next any, sc *stageCtx) any {
-		core := &procCore[K, S, O]{onTimer: onTimer, wm: math.MinInt64, state: make(map[K]*S),
-			timerSet: make(map[timerID[K]]struct{}), ptimers: make(map[timerID[K]]struct{}), out: newOutBuf(next.(pusher[O]), sc), next: next.(pusher[O]), sc: sc}
-		return &processStage[K, T, S, O]{procCore: core, key: key, onRecord: onRecord}
-	}
-	setTypedPlumbing[O](nd)
-	setInlet[T](nd)
-	return Stream[O]{t.add(nd, []*node{ks.n}, opts)}
-}
-
-// processStage runs a Process operator's functions on its records.
-type processStage[K comparable, T, S, O any] struct {
-	*procCore[K, S, O]
-	key      func(T) K
-	onRecord func(c *ProcessContext[K, S, O], v T)
-}
-
-func (s *processStage[K, T, S, O]) push(b *batch[T]) {
-	defer s.sc.attribute()
-	if end := s.sc.traced(len(b.vs)); end != nil {
-		defer end()
-	}
-	s.sc.c.in.Add(int64(len(b.vs)))
-	c := &s.ctx
-	c.s = s.procCore
-	c.proc = false
-	for i, v := range b.vs {
-		c.at = math.MinInt64
-		if b.ts != nil {
-			c.at = b.ts[i]
-		}
-		c.key = s.key(v)
-		s.onRecord(c, v)
-	}
-	s.out.flush()
-}
-
-func (s *processStage[K, T, S, O]) snapshotState(uint64) ([]byte, error) { return s.snapshot() }
-func (s *processStage[K, T, S, O]) restoreState(b []byte) error          { return s.restore(b) }
-
-// procCore is the part of a process stage that does not depend on its input type.
-type procCore[K comparable, S, O any] struct {
-	onTimer  func(c *ProcessContext[K, S, O])
-	wm       int64
-	state    map[K]*S
-	timers   timeHeap[K]
-	timerSet map[timerID[K]]struct{}
-	ptimers  map[timerID[K]]struct{} // processing-time timers set
-	restored []timerID[K]            // processing-time timers to arm at open
-	ctx      ProcessContext[K, S, O]
-	next     pusher[O]
-	sc       *stageCtx
-	out      outBuf[O]
-}
-
-// armProcessing asks the instance to run a processing-time timer.
-func (s *procCore[K, S, O]) armProcessing(id timerID[K]) {
-	d := time.Duration(max(0, id.at-s.sc.now().UnixNano()))
-	s.sc.after(d, func() { s.fireProcessing(id) })
-}
-
-func (s *procCore[K, S, O]) fireProcessing(id timerID[K]) {
-	defer s.sc.attribute()
-	if _, ok := s.ptimers[id]; !ok {
-		return
-	}
-	delete(s.ptimers, id)
-	if s.onTimer != nil {
-		c := &s.ctx
-		c.s, c.key, c.at, c.proc = s, id.key, id.at, true
-		s.onTimer(c)
-		c.proc = false
-	}
-	s.out.flush()
-}
-
-// open arms the processing-time timers of a restored state.
-func (s *procCore[K, S, O]) open() error {
-	for _, id := range s.restored {
-		s.armProcessing(id)
-	}
-	s.restored = nil
-	return nil
-}
-
-func (s *procCore[K, S, O]) abort() {}
-
-// fire runs the timers due at or before wm.
-func (s *procCore[K, S, O]) fire(wm int64) {
-	c := &s.ctx
-	c.s, c.proc = s, false
-	for e, ok := s.timers.due(wm); ok; e, ok = s.timers.due(wm) {
-		delete(s.timerSet, timerID[K]{e.at, e.v})
-		if s.onTimer == nil {
-			continue
-		}
-		c.key, c.at = e.v, e.at
-		s.onTimer(c)
-	}
-}
-
-func (s *procCore[K, S, O]) watermark(wm int64) {
-	defer s.sc.attribute()
-	if wm <= s.wm {
-		return
-	}
-	s.wm = wm
-	s.fire(wm)
-	s.out.flush()
-	s.next.watermark(wm)
-}
-
-func (s *procCore[K, S, O]) finish() {
-	defer s.sc.attribute()
-	s.fire(math.MaxInt64)
-	s.out.flush()
-	s.state = nil
-	s.next.finish()
-}
-
-type processState[K comparable, S any] struct {
-	Wm     int64   `msgpack:"wm"`
-	Keys   []K     `msgpack:"k"`
-	States []S     `msgpack:"s"`
-	TKeys  []K     `msgpack:"tk"`
-	TAt    []int64 `msgpack:"ta"`
-	PKeys  []K     `msgpack:"pk,omitempty"` // processing-time timers
-	PAt    []int64 `msgpack:"pa,omitempty"`
-}
-
-func (s *procCore[K, S, O]) snapshot() ([]byte, error) {
-	st := processState[K, S]{Wm: s.wm}
-	for k, v := range s.state {
-		st.Keys = append(st.Keys, k)
-		st.States = append(st.States, *v)
-	}
-	timers := slices.Clone(s.timers)
-	slices.SortFunc(timers, func(a, b timed[K]) int { return cmpInt64(a.at, b.at) })
-	for _, tm := range timers {
-		st.TKeys = append(st.TKeys, tm.v)
-		st.TAt = append(st.TAt, tm.at)
-	}
-	for id := range s.ptimers {
-		st.PKeys = append(st.PKeys, id.key)
-		st.PAt = append(st.PAt, id.at)
-	}
-	b, err := msgpack.Marshal(&st)
-	if err != nil {
-		return nil, fmt.Errorf("encode state of %d keys: %w", len(st.Keys), err)
-	}
-	return b, nil
-}
-
-func (s *procCore[K, S, O]) restore(b []byte) error {
-	if err := msgpacksafe.Check(b); err != nil {
-		return err
-	}
-	var st processState[K, S]
-	if err := msgpack.Unmarshal(b, &st); err != nil {
-		return err
-	}
-	if len(st.Keys) != len(st.States) || len(st.TKeys) != len(st.TAt) || len(st.PKeys) != len(st.PAt) {
-		return fmt.Errorf("%d keys but %d states, %d timer keys but %d times", len(st.Keys), len(st.States), len(st.TKeys), len(st.TAt))
-	}
-	s.wm = st.Wm
-	for i, k := range st.Keys {
-		s.state[k] = &st.States[i]
-	}
-	for i, k := range st.TKeys {
-		s.timerSet[timerID[K]{st.TAt[i], k}] = struct{}{}
-		s.timers.add(st.TAt[i], k)
-	}
-	for i, k := range st.PKeys {
-		id := timerID[K]{st.PAt[i], k}
-		s.ptimers[id] = struct{}{}
-		s.restored = append(s.restored, id)
-	}
-	return nil
+	return Stream[O]{engine.Process(ks.s, name, rec, tim, unwrap(opts)...)}
 }

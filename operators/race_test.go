@@ -6,4 +6,4 @@ package operators_test
 // gives the crash test as many kill points.
 const crashRecords = 1_500_000
 
-const crashKillMin, crashKillSpread = 150, 350
+const crashKillMin = 150 // ms

@@ -15,6 +15,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/sluicehq/sluice/actors"
+	"github.com/sluicehq/sluice/internal/engine"
 	"github.com/sluicehq/sluice/operators"
 )
 
@@ -52,7 +53,17 @@ func runToEnd(t *testing.T, sys *actors.System, ctx context.Context, top *operat
 	if err := run.Wait(ctx); err != nil {
 		t.Fatal(err)
 	}
+	checkAccounts(t, run)
 	return run
+}
+
+// checkAccounts fails the test when a mailbox of run lost track of a record
+// (see engine.CheckAccounts).
+func checkAccounts(t *testing.T, run *actors.Run) {
+	t.Helper()
+	for _, err := range engine.CheckAccounts(run) {
+		t.Error(err)
+	}
 }
 
 func stat(t *testing.T, run *actors.Run, name string) actors.OperatorStats {
@@ -85,18 +96,18 @@ func TestStatelessChainInOrder(t *testing.T) {
 	for _, fused := range []bool{true, false} {
 		t.Run(fmt.Sprintf("fused=%v", fused), func(t *testing.T) {
 			sys, ctx := newSystem(t)
-			var opts []operators.Option
+			var opt operators.Option // the zero Option changes nothing
 			if !fused {
-				opts = append(opts, operators.NoFusion())
+				opt = operators.NoFusion()
 			}
 			const n = 10_000
 			top := operators.NewTopology("chain", operators.BatchSize(64), operators.Capacity(256))
-			src := operators.Source(top, "src", operators.Generate(n, func(i int64) int64 { return i }), opts...)
-			m := operators.Map(src, "triple", func(v int64) int64 { return 3 * v }, opts...)
-			f := operators.Filter(m, "even", func(v int64) bool { return v%2 == 0 }, opts...)
-			fm := operators.FlatMap(f, "twice", func(v int64) []int64 { return []int64{v, v + 1} }, opts...)
+			src := operators.Source(top, "src", operators.Generate(n, func(i int64) int64 { return i }), opt)
+			m := operators.Map(src, "triple", func(v int64) int64 { return 3 * v }, opt)
+			f := operators.Filter(m, "even", func(v int64) bool { return v%2 == 0 }, opt)
+			fm := operators.FlatMap(f, "twice", func(v int64) []int64 { return []int64{v, v + 1} }, opt)
 			col := operators.NewCollector[int64]()
-			operators.Sink(fm, "out", col, opts...)
+			operators.Sink(fm, "out", col, opt)
 			run := runToEnd(t, sys, ctx, top)
 
 			var want []int64
@@ -219,10 +230,8 @@ func TestFanOutMergeBroadcastRebalance(t *testing.T) {
 	run := runToEnd(t, sys, ctx, top)
 
 	for name, c := range map[string]*operators.Collector[int64]{"copy-a": copyA, "copy-b": copyB} {
-		got := c.Items()
-		slices.Sort(got)
-		if len(got) != 2*n || got[0] != 0 || got[2*n-1] != 2*n-1 || slices.Compact(got) != nil && len(slices.Compact(got)) != 2*n {
-			t.Errorf("%s: %d records, want every one of 0..%d once", name, len(got), 2*n-1)
+		if err := everyOnce(c.Items(), 2*n); err != nil {
+			t.Errorf("%s: %v", name, err)
 		}
 	}
 	if got := bc.Len(); got != 3*n {
@@ -402,7 +411,7 @@ func TestAbortWithCause(t *testing.T) {
 	sys, ctx := newSystem(t)
 	_, run, _ := runEndless(t, sys, ctx, "abort-cause")
 	cause := errors.New("fenced by a newer coordinator")
-	operators.Abort(run, cause)
+	engine.Abort(run, cause)
 	err := run.Wait(ctx)
 	if !errors.Is(err, operators.ErrAborted) || !errors.Is(err, cause) {
 		t.Fatalf("Wait() after Abort = %v, want ErrAborted and the cause", err)
@@ -512,6 +521,42 @@ func TestFanOutOfParallelSourceIntoJoin(t *testing.T) {
 	for _, p := range got {
 		if p[1] != p[0]+1 {
 			t.Fatalf("pair %v", p)
+		}
+	}
+}
+
+// everyOnce says whether vs holds each of 0..n-1 exactly once, in any
+// order: it sorts a copy and checks every adjacent pair.
+func everyOnce(vs []int64, n int64) error {
+	s := slices.Clone(vs)
+	slices.Sort(s)
+	if int64(len(s)) != n {
+		return fmt.Errorf("%d records, want every one of 0..%d once", len(s), n-1)
+	}
+	if len(s) > 0 && (s[0] != 0 || s[len(s)-1] != n-1) {
+		return fmt.Errorf("records from %d to %d, want 0..%d", s[0], s[len(s)-1], n-1)
+	}
+	for i := 1; i < len(s); i++ {
+		if s[i] == s[i-1] {
+			return fmt.Errorf("record %d twice", s[i])
+		}
+		if s[i] != s[i-1]+1 {
+			return fmt.Errorf("records %d..%d missing", s[i-1]+1, s[i]-1)
+		}
+	}
+	return nil
+}
+
+// TestEveryOnce: the check catches a duplicate that replaces a missing
+// record (0 1 1 3), which a check on length and ends alone would pass.
+func TestEveryOnce(t *testing.T) {
+	for _, c := range []struct {
+		vs []int64
+		ok bool
+	}{{[]int64{0, 1, 2, 3}, true}, {[]int64{3, 1, 0, 2}, true}, {[]int64{0, 1, 1, 3}, false},
+		{[]int64{0, 1, 2}, false}, {[]int64{0, 2, 2, 3}, false}, {[]int64{1, 1, 2, 3}, false}} {
+		if err := everyOnce(c.vs, 4); (err == nil) != c.ok {
+			t.Errorf("everyOnce(%v, 4) = %v, want ok %v", c.vs, err, c.ok)
 		}
 	}
 }

@@ -1,130 +1,83 @@
 package operators
 
 import (
-	"fmt"
-	"reflect"
+	"context"
 	"time"
 
+	"github.com/sluicehq/sluice/actors"
 	"github.com/sluicehq/sluice/clock"
+	"github.com/sluicehq/sluice/internal/engine"
 	"github.com/sluicehq/sluice/mailbox"
 	"github.com/sluicehq/sluice/persistence"
 	"github.com/sluicehq/sluice/supervision"
 )
 
-// role says how a logical node takes part in execution.
-type role uint8
-
-const (
-	roleSource    role = iota // reads a SourceConnector
-	roleOperator              // runs user code on records
-	roleSink                  // writes to a SinkConnector
-	rolePartition             // KeyBy, Broadcast: shapes the edge to its consumers, runs nothing
-	roleJunction              // Merge, Declare: joins inputs, runs nothing
-)
+func init() {
+	engine.BindUser(func(t any) (*engine.Topology, bool) {
+		ut, ok := t.(*Topology)
+		if !ok || ut == nil {
+			return nil, false
+		}
+		return ut.t, true
+	})
+}
 
 // Topology is a logical graph of operators under construction. Build it with
 // the package's functions (Source, Map, KeyBy, Sink, ...), check it with
 // Validate or Plan, and run it with actors.System.Run. A Topology is not safe
 // for concurrent construction.
-type Topology struct {
-	name     string
-	nodes    []*node
-	errs     []error
-	connects []connection
-	cfg      runConfig
-}
-
-type connection struct{ from, to string }
+type Topology struct{ t *engine.Topology }
 
 // NewTopology starts an empty topology named name.
 func NewTopology(name string, opts ...TopologyOption) *Topology {
-	t := &Topology{name: name, cfg: defaultRunConfig()}
+	t := engine.NewTopology(name)
+	t.SetErrors(errorKit)
 	for _, o := range opts {
-		o(&t.cfg)
+		if o.o != nil {
+			t.Configure(o.o)
+		}
 	}
-	return t
+	return &Topology{t}
 }
 
 // Name returns the topology's name.
-func (t *Topology) Name() string { return t.name }
+func (t *Topology) Name() string { return t.t.Name() }
 
-// node is one logical operator.
-type node struct {
-	id             int
-	name           string
-	kind           string // "source", "map", "keyby", "count", "sink", ...
-	role           role
-	topo           *Topology
-	inType         reflect.Type // nil for sources
-	outType        reflect.Type // nil for sinks
-	inputs         []*node
-	consumers      []*node
-	parallelism    int // 0: inherit
-	explicitP      bool
-	noFusion       bool
-	stateful       bool
-	declared       bool
-	partition      partitionKind // for rolePartition nodes
-	hasher         any           // func(T) uint64, for KeyBy
-	emit           EmitMode
-	input          *mailbox.Config // the operator's input mailbox, when set with Input
-	stateTypes     []reflect.Type  // types in the operator's checkpointed state
-	replayable     bool            // a source that can rewind to an offset
-	recordAttempts int             // OnRecordFailure: tries per record
-	recordPolicy   bool            // OnRecordFailure was given
-	idleAfter      time.Duration   // a source's idle timeout (IdleAfter)
-	bound          time.Duration   // OutOfOrderness of Timestamps
-	ttl            time.Duration   // StateTTL of a Join
-	timed          bool            // the operator's output carries event times it assigned
-	needsTime      bool            // the operator needs event times on its input
-	late           any             // SinkConnector[In] for late records (LateTo)
-	lateness       time.Duration   // AllowedLateness
+// Connect wires the output of operator from into the declared input to (see
+// Declare). Both are looked up by name when the topology is validated, so
+// the order of calls does not matter. Errors (unknown names, a type mismatch,
+// a cycle) are reported by Validate, Plan and Run.
+func (t *Topology) Connect(from, to string) { t.t.Connect(from, to) }
 
-	// typed builders, set by the generic constructors
-	newSource  func(next any, sc *stageCtx) sourceRunner
-	newStage   func(next any, sc *stageCtx) any // returns pusher[In]
-	newInlet   func(head any) inlet
-	newCodec   func() mailbox.Codec // spills this node's input envelopes
-	newEmitter func(outs []*outputSpec, in *instance) (any, flusher)
+// Validate checks the topology and returns every problem found, each a
+// *TopologyError naming the operator, joined with errors.Join.
+func (t *Topology) Validate() error { return t.t.Validate() }
+
+// Start launches the topology on sys; it implements actors.Job, and
+// applications call sys.Run(ctx, t) rather than Start.
+func (t *Topology) Start(ctx context.Context, sys *actors.System) (actors.Execution, error) {
+	return t.t.Start(ctx, sys)
 }
 
 // Stream is a typed stream of records produced by one operator. Streams are
 // values: pass them to the next operator's constructor. A stream may be
 // consumed by several operators; each receives every record.
-type Stream[T any] struct{ n *node }
+type Stream[T any] struct{ s engine.Stream[T] }
 
 // Name returns the name of the operator that produces the stream.
-func (s Stream[T]) Name() string {
-	if s.n == nil {
-		return ""
-	}
-	return s.n.name
-}
+func (s Stream[T]) Name() string { return s.s.Name() }
 
 // KeyedStream is a stream partitioned by key: every record with the same key
 // reaches the same instance of the consuming operator. Create it with KeyBy.
-type KeyedStream[K comparable, T any] struct {
-	n   *node
-	key func(T) K
-}
+type KeyedStream[K comparable, T any] struct{ s engine.KeyedStream[K, T] }
 
 // Name returns the name of the KeyBy that produced the stream.
-func (s KeyedStream[K, T]) Name() string {
-	if s.n == nil {
-		return ""
-	}
-	return s.n.name
-}
-
-// Option configures one operator at its call site.
-type Option func(*node)
+func (s KeyedStream[K, T]) Name() string { return s.s.Name() }
 
 // Parallelism sets how many instances (actors) run the operator. The default
 // is the parallelism of the operator's first input (1 for sources). On KeyBy
 // it sets the parallelism of the keyed consumers.
-func Parallelism(n int) Option {
-	return func(nd *node) { nd.parallelism, nd.explicitP = n, true }
-}
+func Parallelism(n int) Option { return Option{engine.Parallelism(n)} }
 
 // Input sets the operator's input mailbox: its capacity in records and what
 // happens when it is full (mailbox.Block, the default, with credit-based
@@ -135,47 +88,35 @@ func Parallelism(n int) Option {
 // and a codec for the operator's input type, whose values must be msgpack
 // encodable. An operator with its own Input is never fused with its
 // predecessor.
-func Input(cfg mailbox.Config) Option {
-	return func(nd *node) { c := cfg; nd.input = &c }
-}
+func Input(cfg mailbox.Config) InputOption { return InputOption{engine.Input(cfg)} }
 
 // NoFusion keeps the operator in an actor of its own instead of fusing it
 // with its neighbours into one chain.
-func NoFusion() Option { return func(nd *node) { nd.noFusion = true } }
+func NoFusion() Option { return Option{engine.NoFusion()} }
+
+// OnRecordFailure sets what an operator does when its function panics on a
+// record: it tries the record again, up to attempts times in all, and then
+// hands it to the job's dead-letter store (with the operator, the error,
+// the attempts and the time) and goes on with the next record. Without it, a
+// panic fails the operator (and the job restarts or stops, see
+// RestartOnFailure). It covers Map, Filter, FlatMap and the per-key
+// aggregations (their key and fold functions).
+func OnRecordFailure(attempts int) RecordFailureOption {
+	return RecordFailureOption{engine.OnRecordFailure(attempts)}
+}
 
 // TopologyOption configures how a topology runs.
-type TopologyOption func(*runConfig)
-
-type runConfig struct {
-	batchSize   int
-	capacity    int
-	cpInterval  time.Duration
-	cpStore     persistence.CheckpointStore
-	deadLetters supervision.DeadLetterStore
-	restart     *restartPolicy
-	dist        Distributor // nil: in this process
-	// after runs f once d has passed, and returns a function that cancels it
-	// (time.AfterFunc; tests replace it).
-	after func(d time.Duration, f func()) (stop func() bool)
-	now   func() time.Time // the clock of processing time
-	// cpAfter times the checkpoint interval (the job's clock).
-	cpAfter func(d time.Duration, f func()) (stop func() bool)
-}
-
-func defaultRunConfig() runConfig {
-	realAfter := func(d time.Duration, f func()) func() bool { return time.AfterFunc(d, f).Stop }
-	return runConfig{batchSize: 256, capacity: 4096, now: time.Now, after: realAfter, cpAfter: realAfter}
-}
+type TopologyOption struct{ o engine.TopologyOption }
 
 // BatchSize sets how many records travel together in one envelope between
 // actors (default 256). Larger batches cost memory and latency and save
 // per-message overhead.
-func BatchSize(n int) TopologyOption { return func(c *runConfig) { c.batchSize = n } }
+func BatchSize(n int) TopologyOption { return TopologyOption{engine.BatchSize(n)} }
 
 // Capacity sets each operator instance's input capacity in records (default
 // 4096). Senders hold credits for it; a sender without credits stops taking
 // input, which propagates back-pressure up to the sources.
-func Capacity(n int) TopologyOption { return func(c *runConfig) { c.capacity = n } }
+func Capacity(n int) TopologyOption { return TopologyOption{engine.Capacity(n)} }
 
 // Checkpoints makes the job take a checkpoint every interval: barriers flow
 // from the sources through every operator, each records its state, and the
@@ -192,15 +133,21 @@ func Capacity(n int) TopologyOption { return func(c *runConfig) { c.capacity = n
 // from such a checkpoint ends those instances at once, without reading or
 // emitting their records again. When the job is drained no periodic
 // checkpoint starts any more, and once every operator has finished its
-// input the job takes a final checkpoint (as Flink does on drain and at the end of input): sinks
-// that commit with checkpoints (TwoPhaseWriter) commit their last records
-// through it, and only then close. A job that ran to its end then forgets
-// its checkpoints, so a rerun starts afresh; a drained job keeps the final
-// one and the next run resumes exactly where it stopped. If the final
-// checkpoint cannot be stored, the sinks are aborted and the job fails (or
-// restarts, with RestartOnFailure) from its last completed checkpoint.
+// input the job takes a final checkpoint (as Flink does on drain and at the
+// end of input): sinks that commit with checkpoints (TwoPhaseWriter) commit
+// their last records through it, and only then close. A job that ran to its
+// end then forgets its checkpoints, so a rerun starts afresh; a drained job
+// keeps the final one and the next run resumes exactly where it stopped. If
+// the final checkpoint cannot be stored, the sinks are aborted and the job
+// fails (or restarts, with RestartOnFailure) from its last completed
+// checkpoint.
 func Checkpoints(interval time.Duration) TopologyOption {
-	return func(c *runConfig) { c.cpInterval = interval }
+	return TopologyOption{engine.Checkpoints(interval)}
+}
+
+// CheckpointStore sets where the job's checkpoints are kept.
+func CheckpointStore(s persistence.CheckpointStore) TopologyOption {
+	return TopologyOption{engine.CheckpointStore(s)}
 }
 
 // Clock is the time source of a job: processing-time windows, source
@@ -209,67 +156,29 @@ func Checkpoints(interval time.Duration) TopologyOption {
 type Clock = clock.Clock
 
 // WithClock makes the job read time from c instead of the system clock.
-func WithClock(c Clock) TopologyOption {
-	return func(cfg *runConfig) { cfg.now, cfg.after, cfg.cpAfter = c.Now, c.AfterFunc, c.AfterFunc }
+func WithClock(c Clock) TopologyOption { return TopologyOption{engine.WithClock(c)} }
+
+// DeadLetters sets where the job's dead letters go. Default: the system's
+// store (see sluice deadletters).
+func DeadLetters(s supervision.DeadLetterStore) TopologyOption {
+	return TopologyOption{engine.DeadLetters(s)}
 }
 
-// CheckpointStore sets where the job's checkpoints are kept.
-func CheckpointStore(s persistence.CheckpointStore) TopologyOption {
-	return func(c *runConfig) { c.cpStore = s }
-}
-
-func typeOf[T any]() reflect.Type { return reflect.TypeFor[T]() }
-
-// add registers a node, checking that its inputs belong to this topology.
-func (t *Topology) add(nd *node, inputs []*node, opts []Option) *node {
-	nd.id = len(t.nodes)
-	nd.topo = t
-	for _, o := range opts {
-		if o != nil {
-			o(nd)
-		}
-	}
-	for _, in := range inputs {
-		if in == nil {
-			t.errs = append(t.errs, opErr(t, nd.name, ErrUnconnected, "input is a zero Stream (not produced by an operator)"))
-			continue
-		}
-		if in.topo != t {
-			t.errs = append(t.errs, opErr(t, nd.name, ErrForeignStream,
-				fmt.Sprintf("input %q belongs to topology %q", in.name, in.topo.name)))
-			continue
-		}
-		nd.inputs = append(nd.inputs, in)
-		in.consumers = append(in.consumers, nd)
-	}
-	t.nodes = append(t.nodes, nd)
-	return nd
-}
-
-func topoOf(ns ...*node) *Topology {
-	for _, n := range ns {
-		if n != nil {
-			return n.topo
-		}
-	}
-	return nil
-}
-
-// Connect wires the output of operator from into the declared input to (see
-// Declare). Both are looked up by name when the topology is validated, so
-// the order of calls does not matter. Errors (unknown names, a type mismatch,
-// a cycle) are reported by Validate, Plan and Run.
-func (t *Topology) Connect(from, to string) {
-	t.connects = append(t.connects, connection{from, to})
+// RestartOnFailure makes the job restart when an operator fails (a panic
+// without OnRecordFailure, a sink error, a failed open): every operator
+// instance stops, and after the backoff's delay the whole job starts again
+// from its last completed checkpoint (from the beginning without
+// checkpoints), as Flink restarts a job region. At most maxRestarts
+// restarts within the window are allowed; the next failure stops the job
+// with an error that gives the reason and the count.
+func RestartOnFailure(backoff supervision.Backoff, maxRestarts int, within time.Duration) TopologyOption {
+	return TopologyOption{engine.RestartOnFailure(backoff, maxRestarts, within)}
 }
 
 // Declare adds a named input whose producers are wired later with
 // Topology.Connect: for topologies assembled from parts, or by name from
 // configuration. It passes every record through unchanged. A declared input
 // that is never connected makes the topology invalid.
-func Declare[T any](t *Topology, name string, opts ...Option) Stream[T] {
-	nd := &node{name: name, kind: "declare", role: roleJunction, declared: true,
-		inType: typeOf[T](), outType: typeOf[T]()}
-	setTypedPlumbing[T](nd)
-	return Stream[T]{t.add(nd, nil, opts)}
+func Declare[T any](t *Topology, name string, opts ...PartitionOption) Stream[T] {
+	return Stream[T]{engine.Declare[T](t.t, name, unwrap(opts)...)}
 }

@@ -1,17 +1,81 @@
 package operators
 
 import (
-	"errors"
-	"fmt"
-	"math"
-	"reflect"
-	"slices"
 	"time"
 
-	"github.com/vmihailenco/msgpack/v5"
-
-	"github.com/sluicehq/sluice/internal/msgpacksafe"
+	"github.com/sluicehq/sluice/internal/engine"
 )
+
+// Timestamps takes each record's event time from ts and generates
+// watermarks from the largest time seen so far, less the out-of-orderness
+// allowed with OutOfOrderness (default 0: records arrive in order). A
+// record that arrives later than that is late for the windows downstream:
+// see AllowedLateness and LateTo. Watermarks from upstream are replaced by
+// the ones Timestamps generates. It is stateless and fuses with its
+// neighbours.
+func Timestamps[T any](s Stream[T], name string, ts func(T) time.Time, opts ...TimestampsOption) Stream[T] {
+	return Stream[T]{engine.Timestamps(s.s, name, ts, unwrap(opts)...)}
+}
+
+// OutOfOrderness sets how far behind the latest event time a record may
+// arrive and still be on time (Timestamps): the watermark trails the
+// largest event time seen by d.
+func OutOfOrderness(d time.Duration) OrderOption { return OrderOption{engine.OutOfOrderness(d)} }
+
+// IdleAfter marks a source instance idle when it has read nothing for d:
+// downstream event time stops waiting for it (otherwise one quiet partition
+// holds every window back) until it reads again. For sources only.
+func IdleAfter(d time.Duration) IdleOption { return IdleOption{engine.IdleAfter(d)} }
+
+// Windows says how a windowed operator groups records in time: Tumbling,
+// Sliding or Sessions, in event time unless ProcessingTime says otherwise.
+// Windows are aligned to the Unix epoch: a tumbling window of size S holds
+// [k·S, (k+1)·S), a sliding window of size S and slide P holds
+// [k·P, k·P+S).
+type Windows struct{ w engine.Windows }
+
+// Tumbling windows of the given size: every record belongs to exactly one.
+func Tumbling(size time.Duration) Windows { return Windows{engine.Tumbling(size)} }
+
+// Sliding windows of the given size that start every slide: a record
+// belongs to size/slide of them.
+func Sliding(size, slide time.Duration) Windows { return Windows{engine.Sliding(size, slide)} }
+
+// Sessions groups the records of a key into sessions that close after gap
+// without a record: a session holds [first, last+gap).
+func Sessions(gap time.Duration) Windows { return Windows{engine.Sessions(gap)} }
+
+// ProcessingTime makes the windows follow the clock of the machine instead
+// of the records' event time: a record belongs to the window of the moment
+// it is handled, and a window fires when the clock passes its end.
+func (w Windows) ProcessingTime() Windows { return Windows{w.w.ProcessingTime()} }
+
+func (w Windows) String() string { return w.w.String() }
+
+// AllowedLateness keeps an event-time window's state for d after it fired:
+// a record that arrives that late still updates the window, which fires
+// again with the new result. Records later than that are late: they are
+// counted (OperatorStats.Late) and go to LateTo's sink, or are dropped.
+func AllowedLateness(d time.Duration) LateOption { return LateOption{engine.AllowedLateness(d)} }
+
+// LateTo sends the records that arrive after every window they belong to
+// has closed (past the allowed lateness) to sink, a side output, besides
+// counting them. Its type must be the windowed operator's input type. The
+// sink runs in the windowed operator's instances, at-least-once.
+func LateTo[T any](sink SinkConnector[T]) LateOption { return LateOption{engine.LateTo(sink)} }
+
+// Windowed is the result of a windowed aggregation: a key's value in one
+// window [Start, End).
+type Windowed[K comparable, V any] struct {
+	Key   K
+	Start time.Time
+	End   time.Time
+	Value V
+}
+
+func windowedResult[K comparable, V any](k K, start, end time.Time, v V) Windowed[K, V] {
+	return Windowed[K, V]{Key: k, Start: start, End: end, Value: v}
+}
 
 // WindowAggregate folds the records of each key and window into an
 // accumulator that starts as zero() and is updated with add, and emits one
@@ -21,537 +85,17 @@ import (
 // At the end of the input every open window fires. Session windows merge,
 // so they need merge to combine two accumulators; it may be nil for the
 // other windows. Window state is part of checkpoints.
-func WindowAggregate[K comparable, T, A any](ks KeyedStream[K, T], name string, w Windows, zero func() A, add func(A, T) A, merge func(A, A) A, opts ...Option) Stream[Windowed[K, A]] {
-	nd := windowed(ks, name, "window", w, zero == nil || add == nil, winFns[K, T, A, Windowed[K, A]]{
-		zero: zero, add: add, merge: merge,
-		emit: func(k K, start, end int64, acc A, out func(Windowed[K, A])) {
-			out(Windowed[K, A]{Key: k, Start: time.Unix(0, start).UTC(), End: time.Unix(0, end).UTC(), Value: acc})
-		},
-	}, opts)
-	if w.kind == sessions && merge == nil && zero != nil {
-		nd.topo.errs = append(nd.topo.errs, opErr(nd.topo, name, ErrInvalid, "session windows merge: WindowAggregate needs a merge function"))
-	}
-	return Stream[Windowed[K, A]]{nd}
+func WindowAggregate[K comparable, T, A any](ks KeyedStream[K, T], name string, w Windows, zero func() A, add func(A, T) A, merge func(A, A) A, opts ...WindowOption) Stream[Windowed[K, A]] {
+	return Stream[Windowed[K, A]]{engine.WindowAggregate(ks.s, name, w.w, zero, add, merge, windowedResult[K, A], unwrap(opts)...)}
 }
 
 // WindowCount counts the records of each key in each window.
-func WindowCount[K comparable, T any](ks KeyedStream[K, T], name string, w Windows, opts ...Option) Stream[Windowed[K, int64]] {
-	return Stream[Windowed[K, int64]]{windowed(ks, name, "window-count", w, false, winFns[K, T, int64, Windowed[K, int64]]{
-		zero:  func() int64 { return 0 },
-		add:   func(n int64, _ T) int64 { return n + 1 },
-		merge: func(a, b int64) int64 { return a + b },
-		emit: func(k K, start, end int64, n int64, out func(Windowed[K, int64])) {
-			out(Windowed[K, int64]{Key: k, Start: time.Unix(0, start).UTC(), End: time.Unix(0, end).UTC(), Value: n})
-		},
-	}, opts)}
-}
-
-// reduced is the accumulator of WindowReduce: the value so far, if any.
-type reduced[T any] struct {
-	V   T    `msgpack:"v"`
-	Set bool `msgpack:"s"`
+func WindowCount[K comparable, T any](ks KeyedStream[K, T], name string, w Windows, opts ...WindowOption) Stream[Windowed[K, int64]] {
+	return Stream[Windowed[K, int64]]{engine.WindowCount(ks.s, name, w.w, windowedResult[K, int64], unwrap(opts)...)}
 }
 
 // WindowReduce combines the records of each key in each window with f,
 // starting from the window's first record.
-func WindowReduce[K comparable, T any](ks KeyedStream[K, T], name string, w Windows, f func(a, b T) T, opts ...Option) Stream[Windowed[K, T]] {
-	return Stream[Windowed[K, T]]{windowed(ks, name, "window-reduce", w, f == nil, winFns[K, T, reduced[T], Windowed[K, T]]{
-		zero: func() reduced[T] { return reduced[T]{} },
-		add: func(acc reduced[T], v T) reduced[T] {
-			if !acc.Set {
-				return reduced[T]{v, true}
-			}
-			return reduced[T]{f(acc.V, v), true}
-		},
-		merge: func(a, b reduced[T]) reduced[T] {
-			switch {
-			case !a.Set:
-				return b
-			case !b.Set:
-				return a
-			}
-			return reduced[T]{f(a.V, b.V), true}
-		},
-		emit: func(k K, start, end int64, acc reduced[T], out func(Windowed[K, T])) {
-			out(Windowed[K, T]{Key: k, Start: time.Unix(0, start).UTC(), End: time.Unix(0, end).UTC(), Value: acc.V})
-		},
-	}, opts)}
-}
-
-// winFns are what a window stage does with its records.
-type winFns[K comparable, T, A, O any] struct {
-	key   func(T) K
-	zero  func() A
-	add   func(A, T) A
-	merge func(A, A) A // sessions
-	// emit turns a key's accumulator of a closing window into outputs.
-	emit func(k K, start, end int64, acc A, out func(O))
-}
-
-// windowed adds a windowed operator over a keyed stream.
-func windowed[K comparable, T, A, O any](ks KeyedStream[K, T], name, kind string, w Windows, nilFunc bool, fns winFns[K, T, A, O], opts []Option) *node {
-	t := topoOf(ks.n)
-	if t == nil {
-		t = orphan(name)
-	}
-	nd := &node{name: name, kind: kind, role: roleOperator, stateful: true, timed: true, needsTime: !w.proc,
-		inType: typeOf[T](), outType: typeOf[O](), stateTypes: []reflect.Type{typeOf[K](), typeOf[A]()}}
-	if nilFunc {
-		t.errs = append(t.errs, opErr(t, name, ErrInvalid, "nil function"))
-	}
-	if err := w.validate(); err != nil {
-		t.errs = append(t.errs, opErr(t, name, ErrInvalid, err.Error()))
-	}
-	fns.key = ks.key
-	nd.newStage = func(next any, sc *stageCtx) any {
-		return newWinStage(fns, w, next.(pusher[O]), sc)
-	}
-	setTypedPlumbing[O](nd)
-	setInlet[T](nd)
-	t.add(nd, []*node{ks.n}, opts)
-	checkLate[T](nd)
-	return nd
-}
-
-// checkLate reports a LateTo sink of the wrong type.
-func checkLate[T any](nd *node) {
-	if nd.late == nil {
-		return
-	}
-	if _, ok := nd.late.(SinkConnector[T]); !ok {
-		nd.topo.errs = append(nd.topo.errs, opErr(nd.topo, nd.name, ErrTypeMismatch,
-			fmt.Sprintf("LateTo: the sink takes %T, the operator's input is %v", nd.late, typeOf[T]())))
-	}
-}
-
-// lateOutput is the side output of a windowed stage: late records are
-// counted and written to the LateTo sink, if any.
-type lateOutput[T any] struct {
-	sink *sinkStage[T]
-	c    *counters
-	buf  batch[T]
-}
-
-func newLateOutput[T any](sc *stageCtx) *lateOutput[T] {
-	l := &lateOutput[T]{c: sc.c}
-	if conn, ok := sc.node.late.(SinkConnector[T]); ok {
-		lsc := *sc
-		// Late records are at-least-once (in no checkpoint): the late sink
-		// closes at end of stream, before any final checkpoint.
-		lsc.c, lsc.tr, lsc.finalCheckpoint = new(counters), nil, false
-		l.sink = &sinkStage[T]{conn: conn, sc: &lsc}
-	}
-	return l
-}
-
-func (l *lateOutput[T]) add(v T, ts int64) {
-	l.c.late.Add(1)
-	if l.sink != nil {
-		l.buf.vs = append(l.buf.vs, v)
-		l.buf.ts = append(l.buf.ts, ts)
-	}
-}
-
-func (l *lateOutput[T]) flush() {
-	if len(l.buf.vs) > 0 {
-		l.sink.push(&l.buf)
-		l.buf.vs, l.buf.ts = l.buf.vs[:0], l.buf.ts[:0]
-	}
-}
-
-func (l *lateOutput[T]) open() error {
-	if l.sink == nil {
-		return nil
-	}
-	return l.sink.open()
-}
-
-func (l *lateOutput[T]) abort() {
-	if l.sink != nil {
-		l.sink.abort()
-	}
-}
-
-func (l *lateOutput[T]) finish() {
-	if l.sink != nil {
-		l.flush()
-		l.sink.finish()
-	}
-}
-
-// pane holds the accumulators of the keys of one window, in first-seen order.
-type pane[K comparable, A any] struct {
-	idx   map[K]int
-	keys  []K
-	accs  []A
-	fired bool // fired, kept for the allowed lateness
-}
-
-type session[A any] struct {
-	Start int64 `msgpack:"b"`
-	End   int64 `msgpack:"e"` // last record + gap
-	Acc   A     `msgpack:"a"`
-	Fired bool  `msgpack:"f"`
-}
-
-type winStage[K comparable, T, A, O any] struct {
-	fns                        winFns[K, T, A, O]
-	kind                       windowKind
-	size, slide, gap, lateness int64
-	proc                       bool
-	wm                         int64
-
-	panes   map[int64]*pane[K, A] // by window end
-	ends    timeHeap[struct{}]    // ends of windows to fire
-	cleanup timeHeap[int64]       // fired windows to drop, at end-1+lateness
-
-	sess        map[K][]session[A] // a key's sessions, by start
-	sessTimers  timeHeap[K]        // session ends to fire (stale entries are skipped)
-	sessCleanup timeHeap[K]
-
-	late *lateOutput[T]
-	next pusher[O]
-	sc   *stageCtx
-	out  outBuf[O]
-	at   int64 // the event time of the outputs being emitted
-
-	restoredProc []int64 // restored processing-time windows, armed at open
-}
-
-func newWinStage[K comparable, T, A, O any](fns winFns[K, T, A, O], w Windows, next pusher[O], sc *stageCtx) *winStage[K, T, A, O] {
-	return &winStage[K, T, A, O]{fns: fns, kind: w.kind, size: int64(w.size), slide: int64(w.slide), gap: int64(w.gap),
-		lateness: int64(sc.node.lateness), proc: w.proc, wm: math.MinInt64,
-		panes: make(map[int64]*pane[K, A]), sess: make(map[K][]session[A]),
-		late: newLateOutput[T](sc), out: newOutBuf(next, sc), next: next, sc: sc}
-}
-
-var errNoEventTime = errors.New("records carry no event time: add operators.Timestamps upstream, or use ProcessingTime windows")
-
-func (s *winStage[K, T, A, O]) push(b *batch[T]) {
-	defer s.sc.attribute()
-	if end := s.sc.traced(len(b.vs)); end != nil {
-		defer end()
-	}
-	s.sc.c.in.Add(int64(len(b.vs)))
-	var now int64
-	if s.proc {
-		now = s.sc.now().UnixNano()
-	} else if b.ts == nil && len(b.vs) > 0 {
-		s.sc.fail(errNoEventTime)
-	}
-	for i, v := range b.vs {
-		t := now
-		if !s.proc {
-			t = b.ts[i]
-		}
-		k := s.fns.key(v)
-		var placed bool
-		if s.kind == sessions {
-			placed = s.addSession(k, v, t)
-		} else {
-			placed = s.addPanes(k, v, t, now)
-		}
-		if !placed {
-			s.late.add(v, t)
-		}
-	}
-	s.late.flush()
-	s.out.flush()
-}
-
-// addPanes adds a record to every window it belongs to that is still open
-// (or within the allowed lateness) and reports whether there was one.
-func (s *winStage[K, T, A, O]) addPanes(k K, v T, t, now int64) bool {
-	placed := false
-	for start := floorDiv(t, s.slide) * s.slide; start > t-s.size; start -= s.slide {
-		end := start + s.size
-		if !s.proc && end-1+s.lateness <= s.wm {
-			break // this window and every earlier one are past
-		}
-		p := s.panes[end]
-		if p == nil {
-			p = &pane[K, A]{idx: make(map[K]int)}
-			s.panes[end] = p
-			if s.proc {
-				s.sc.after(time.Duration(end-now), func() { s.fireProc(end) })
-			} else {
-				s.ends.add(end, struct{}{})
-			}
-		}
-		i, ok := p.idx[k]
-		if !ok {
-			i = len(p.keys)
-			p.idx[k] = i
-			p.keys = append(p.keys, k)
-			p.accs = append(p.accs, s.fns.zero())
-		}
-		p.accs[i] = s.fns.add(p.accs[i], v)
-		placed = true
-		if !s.proc && end-1 <= s.wm { // a late record within the allowed lateness
-			if !p.fired {
-				p.fired = true
-				s.cleanup.add(end-1+s.lateness, end)
-				s.firePane(p, end)
-				continue
-			}
-			s.at = end - 1
-			s.fns.emit(k, start, end, p.accs[i], s.emitOne)
-		}
-	}
-	return placed
-}
-
-// addSession merges a record into its key's sessions.
-func (s *winStage[K, T, A, O]) addSession(k K, v T, t int64) bool {
-	merged := session[A]{Start: t, End: t + s.gap}
-	list := s.sess[k]
-	var rest []session[A]
-	var parts []session[A]
-	for _, x := range list {
-		if x.Start < merged.End && merged.Start < x.End {
-			merged.Start, merged.End = min(merged.Start, x.Start), max(merged.End, x.End)
-			parts = append(parts, x)
-		} else {
-			rest = append(rest, x)
-		}
-	}
-	if merged.End-1+s.lateness <= s.wm {
-		return false
-	}
-	acc := s.fns.add(s.fns.zero(), v)
-	for _, x := range parts {
-		acc = s.fns.merge(x.Acc, acc)
-	}
-	merged.Acc = acc
-	if merged.End-1 <= s.wm { // within the allowed lateness: fire now
-		merged.Fired = true
-		s.sessCleanup.add(merged.End-1+s.lateness, k)
-		s.at = merged.End - 1
-		s.fns.emit(k, merged.Start, merged.End, merged.Acc, s.emitOne)
-	} else {
-		s.sessTimers.add(merged.End, k)
-	}
-	i, _ := slices.BinarySearchFunc(rest, merged.Start, func(x session[A], start int64) int { return cmpInt64(x.Start, start) })
-	s.sess[k] = slices.Insert(rest, i, merged)
-	return true
-}
-
-func cmpInt64(a, b int64) int {
-	switch {
-	case a < b:
-		return -1
-	case a > b:
-		return 1
-	}
-	return 0
-}
-
-func (s *winStage[K, T, A, O]) emitOne(o O) { s.out.add(o, s.at) }
-
-func (s *winStage[K, T, A, O]) firePane(p *pane[K, A], end int64) {
-	s.at = end - 1
-	for i, k := range p.keys {
-		s.fns.emit(k, end-s.size, end, p.accs[i], s.emitOne)
-	}
-}
-
-// fireProc fires a processing-time window when the clock passed its end.
-func (s *winStage[K, T, A, O]) fireProc(end int64) {
-	defer s.sc.attribute()
-	if p := s.panes[end]; p != nil {
-		s.firePane(p, end)
-		delete(s.panes, end)
-	}
-	s.out.flush()
-}
-
-func (s *winStage[K, T, A, O]) watermark(wm int64) {
-	defer s.sc.attribute()
-	if wm <= s.wm {
-		return
-	}
-	s.wm = wm
-	if !s.proc {
-		for e, ok := s.ends.due(wm + 1); ok; e, ok = s.ends.due(wm + 1) {
-			p := s.panes[e.at]
-			if p == nil || p.fired {
-				continue
-			}
-			s.firePane(p, e.at)
-			if s.lateness > 0 {
-				p.fired = true
-				s.cleanup.add(e.at-1+s.lateness, e.at)
-			} else {
-				delete(s.panes, e.at)
-			}
-		}
-		for c, ok := s.cleanup.due(wm); ok; c, ok = s.cleanup.due(wm) {
-			delete(s.panes, c.v)
-		}
-		for e, ok := s.sessTimers.due(wm + 1); ok; e, ok = s.sessTimers.due(wm + 1) {
-			s.fireSessions(e.v, e.at)
-		}
-		for c, ok := s.sessCleanup.due(wm); ok; c, ok = s.sessCleanup.due(wm) {
-			s.dropSessions(c.v)
-		}
-	}
-	s.out.flush()
-	s.next.watermark(wm)
-}
-
-// fireSessions fires the key's session that ends at end, if it still does.
-func (s *winStage[K, T, A, O]) fireSessions(k K, end int64) {
-	list := s.sess[k]
-	for i := range list {
-		x := &list[i]
-		if x.End != end || x.Fired {
-			continue
-		}
-		s.at = x.End - 1
-		s.fns.emit(k, x.Start, x.End, x.Acc, s.emitOne)
-		if s.lateness > 0 {
-			x.Fired = true
-			s.sessCleanup.add(x.End-1+s.lateness, k)
-		} else {
-			s.sess[k] = slices.Delete(list, i, i+1)
-			if len(s.sess[k]) == 0 {
-				delete(s.sess, k)
-			}
-		}
-		return
-	}
-}
-
-// dropSessions forgets the key's fired sessions past the allowed lateness.
-func (s *winStage[K, T, A, O]) dropSessions(k K) {
-	list := slices.DeleteFunc(s.sess[k], func(x session[A]) bool { return x.Fired && x.End-1+s.lateness <= s.wm })
-	if len(list) == 0 {
-		delete(s.sess, k)
-		return
-	}
-	s.sess[k] = list
-}
-
-// finish fires every window still open, in the order of their ends.
-func (s *winStage[K, T, A, O]) finish() {
-	defer s.sc.attribute()
-	ends := make([]int64, 0, len(s.panes))
-	for e, p := range s.panes {
-		if !p.fired {
-			ends = append(ends, e)
-		}
-	}
-	slices.Sort(ends)
-	for _, e := range ends {
-		s.firePane(s.panes[e], e)
-	}
-	type open struct {
-		k K
-		x session[A]
-	}
-	var all []open
-	for k, list := range s.sess {
-		for _, x := range list {
-			if !x.Fired {
-				all = append(all, open{k, x})
-			}
-		}
-	}
-	slices.SortStableFunc(all, func(a, b open) int { return cmpInt64(a.x.End, b.x.End) })
-	for _, o := range all {
-		s.at = o.x.End - 1
-		s.fns.emit(o.k, o.x.Start, o.x.End, o.x.Acc, s.emitOne)
-	}
-	s.panes, s.sess = nil, nil
-	s.out.flush()
-	s.late.finish()
-	s.next.finish()
-}
-
-// open arms the timers of restored processing-time windows, once the
-// instance runs.
-func (s *winStage[K, T, A, O]) open() error {
-	now := s.sc.now().UnixNano()
-	for _, end := range s.restoredProc {
-		s.sc.after(time.Duration(max(0, end-now)), func() { s.fireProc(end) })
-	}
-	s.restoredProc = nil
-	return s.late.open()
-}
-func (s *winStage[K, T, A, O]) abort() { s.late.abort() }
-
-// winState is the checkpointed form of a window stage.
-type winState[K comparable, A any] struct {
-	Wm    int64             `msgpack:"wm"`
-	Panes []paneState[K, A] `msgpack:"p,omitempty"`
-	Sess  []sessState[K, A] `msgpack:"s,omitempty"`
-}
-
-type paneState[K comparable, A any] struct {
-	End   int64 `msgpack:"e"`
-	Fired bool  `msgpack:"f"`
-	Keys  []K   `msgpack:"k"`
-	Accs  []A   `msgpack:"a"`
-}
-
-type sessState[K comparable, A any] struct {
-	Key  K            `msgpack:"k"`
-	List []session[A] `msgpack:"l"`
-}
-
-func (s *winStage[K, T, A, O]) snapshotState(uint64) ([]byte, error) {
-	st := winState[K, A]{Wm: s.wm}
-	for e, p := range s.panes {
-		st.Panes = append(st.Panes, paneState[K, A]{End: e, Fired: p.fired, Keys: p.keys, Accs: p.accs})
-	}
-	slices.SortFunc(st.Panes, func(a, b paneState[K, A]) int { return cmpInt64(a.End, b.End) })
-	for k, list := range s.sess {
-		st.Sess = append(st.Sess, sessState[K, A]{Key: k, List: list})
-	}
-	b, err := msgpack.Marshal(&st)
-	if err != nil {
-		return nil, fmt.Errorf("encode %d windows and %d keys' sessions: %w", len(st.Panes), len(st.Sess), err)
-	}
-	return b, nil
-}
-
-func (s *winStage[K, T, A, O]) restoreState(b []byte) error {
-	if err := msgpacksafe.Check(b); err != nil {
-		return err
-	}
-	var st winState[K, A]
-	if err := msgpack.Unmarshal(b, &st); err != nil {
-		return err
-	}
-	s.wm = st.Wm
-	for _, ps := range st.Panes {
-		if len(ps.Keys) != len(ps.Accs) {
-			return fmt.Errorf("window ending %d: %d keys but %d values", ps.End, len(ps.Keys), len(ps.Accs))
-		}
-		p := &pane[K, A]{idx: make(map[K]int, len(ps.Keys)), keys: ps.Keys, accs: ps.Accs, fired: ps.Fired}
-		for i, k := range ps.Keys {
-			p.idx[k] = i
-		}
-		s.panes[ps.End] = p
-		end := ps.End
-		switch {
-		case s.proc:
-			s.restoredProc = append(s.restoredProc, end)
-		case ps.Fired:
-			s.cleanup.add(end-1+s.lateness, end)
-		default:
-			s.ends.add(end, struct{}{})
-		}
-	}
-	for _, ss := range st.Sess {
-		s.sess[ss.Key] = ss.List
-		for _, x := range ss.List {
-			if x.Fired {
-				s.sessCleanup.add(x.End-1+s.lateness, ss.Key)
-			} else {
-				s.sessTimers.add(x.End, ss.Key)
-			}
-		}
-	}
-	return nil
+func WindowReduce[K comparable, T any](ks KeyedStream[K, T], name string, w Windows, f func(a, b T) T, opts ...WindowOption) Stream[Windowed[K, T]] {
+	return Stream[Windowed[K, T]]{engine.WindowReduce(ks.s, name, w.w, f, windowedResult[K, T], unwrap(opts)...)}
 }

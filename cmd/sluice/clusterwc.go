@@ -88,7 +88,7 @@ over" and, at the end, "job cluster-wordcount ended", with the counts in
 			if err != nil {
 				return err
 			}
-			where := operators.PlacementOf(run)
+			where := cluster.PlacementOf(run)
 			if err := run.Wait(ctx); err != nil {
 				return err
 			}

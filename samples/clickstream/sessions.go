@@ -55,7 +55,7 @@ func MergeVisits(a, b Visit) Visit {
 func Sessionize(clicks operators.Stream[Click], outOfOrder, gap, lateness time.Duration, late operators.SinkConnector[Click], parallelism int) operators.Stream[Session] {
 	timed := operators.Timestamps(clicks, "event-time", Click.EventTime, operators.OutOfOrderness(outOfOrder))
 	byUser := operators.KeyBy(timed, "by-user", func(c Click) string { return c.User }, operators.Parallelism(parallelism))
-	opts := []operators.Option{operators.AllowedLateness(lateness)}
+	opts := []operators.WindowOption{operators.AllowedLateness(lateness)}
 	if late != nil {
 		opts = append(opts, operators.LateTo(late))
 	}

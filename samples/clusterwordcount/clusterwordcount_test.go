@@ -10,7 +10,6 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/cluster"
-	"github.com/sluicehq/sluice/operators"
 	"github.com/sluicehq/sluice/samples/clusterwordcount"
 )
 
@@ -71,7 +70,7 @@ func TestClusterWordCount(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	where := operators.PlacementOf(run)
+	where := cluster.PlacementOf(run)
 	if err := run.Wait(ctx); err != nil {
 		t.Fatal(err)
 	}

@@ -1,0 +1,37 @@
+package engine
+
+import (
+	"context"
+	"io"
+)
+
+// numbers is a source of n records, the ith being i (the connectors of
+// package operators are not reachable from here).
+type numbers int64
+
+func (n numbers) Open(_ context.Context, part, parts int, offset int64) (Reader[int64], error) {
+	return &numberReader{n: int64(n), next: offset}, nil
+}
+
+type numberReader struct{ n, next int64 }
+
+func (r *numberReader) Read(buf []int64) (int, error) {
+	if r.next >= r.n {
+		return 0, io.EOF
+	}
+	k := 0
+	for ; k < len(buf) && r.next < r.n; k++ {
+		buf[k], r.next = r.next, r.next+1
+	}
+	return k, nil
+}
+
+func (r *numberReader) Offset() int64 { return r.next }
+func (r *numberReader) Close() error  { return nil }
+
+// discard is a sink that drops its records.
+type discard struct{}
+
+func (discard) Open(context.Context, int, int) (Writer[int64], error) { return discard{}, nil }
+func (discard) Write([]int64) error                                   { return nil }
+func (discard) Close() error                                          { return nil }

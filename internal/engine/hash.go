@@ -1,0 +1,133 @@
+package engine
+
+import (
+	"encoding/binary"
+	"math"
+	"reflect"
+	"unsafe"
+
+	"github.com/vmihailenco/msgpack/v5"
+)
+
+// maxKeyGroups is the number of key groups keys hash into; an instance owns a
+// contiguous range of them (as Flink's max parallelism), so that state can be
+// redistributed when parallelism changes.
+const maxKeyGroups = 128
+
+type partitionKind uint8
+
+const (
+	partForward   partitionKind = iota // instance i sends to instance i
+	partRebalance                      // round-robin over all instances
+	partHash                           // by key hash
+	partBroadcast                      // to every instance
+)
+
+func (p partitionKind) String() string {
+	switch p {
+	case partForward:
+		return "forward"
+	case partRebalance:
+		return "rebalance"
+	case partHash:
+		return "hash"
+	case partBroadcast:
+		return "broadcast"
+	}
+	return "?"
+}
+
+// instanceFor maps a key hash to the instance (of parallelism p) that owns
+// its key group.
+func instanceFor(hash uint64, p int) int {
+	kg := int(hash % maxKeyGroups)
+	return kg * p / maxKeyGroups
+}
+
+const (
+	fnvOffset = 14695981039346656037
+	fnvPrime  = 1099511628211
+)
+
+func fnvString(s string) uint64 {
+	h := uint64(fnvOffset)
+	for i := 0; i < len(s); i++ {
+		h ^= uint64(s[i])
+		h *= fnvPrime
+	}
+	return mix(h)
+}
+
+func fnvBytes(b []byte) uint64 {
+	h := uint64(fnvOffset)
+	for _, c := range b {
+		h ^= uint64(c)
+		h *= fnvPrime
+	}
+	return mix(h)
+}
+
+func hashUint64(v uint64) uint64 {
+	var b [8]byte
+	binary.LittleEndian.PutUint64(b[:], v)
+	return fnvBytes(b[:])
+}
+
+// mix spreads the bits of an FNV hash so that the low bits used for key
+// groups depend on every input byte (a finaliser from SplitMix64).
+func mix(h uint64) uint64 {
+	h ^= h >> 30
+	h *= 0xbf58476d1ce4e5b9
+	h ^= h >> 27
+	h *= 0x94d049bb133111eb
+	h ^= h >> 31
+	return h
+}
+
+// hasherFor returns a hash function for keys of type K whose values depend
+// only on the key's value: the same on every run, machine and architecture.
+// Strings, integers, floats and booleans hash their value; other types hash
+// their msgpack encoding (deterministic for structs, which encode their
+// fields in declaration order).
+func hasherFor[K comparable]() func(K) uint64 {
+	rt := reflect.TypeFor[K]()
+	// The unsafe casts read a K as its underlying kind: same size and layout.
+	kind := rt.Kind()
+	if rt.Size() == 4 { // int, uint and uintptr on 32-bit platforms
+		switch kind {
+		case reflect.Int:
+			kind = reflect.Int32
+		case reflect.Uint, reflect.Uintptr:
+			kind = reflect.Uint32
+		}
+	}
+	switch kind {
+	case reflect.String:
+		return func(k K) uint64 { return fnvString(*(*string)(unsafe.Pointer(&k))) }
+	case reflect.Int, reflect.Int64, reflect.Uint, reflect.Uint64, reflect.Uintptr:
+		return func(k K) uint64 { return hashUint64(*(*uint64)(unsafe.Pointer(&k))) }
+	case reflect.Int32:
+		return func(k K) uint64 { return hashUint64(uint64(*(*int32)(unsafe.Pointer(&k)))) }
+	case reflect.Uint32:
+		return func(k K) uint64 { return hashUint64(uint64(*(*uint32)(unsafe.Pointer(&k)))) }
+	case reflect.Int16:
+		return func(k K) uint64 { return hashUint64(uint64(*(*int16)(unsafe.Pointer(&k)))) }
+	case reflect.Uint16:
+		return func(k K) uint64 { return hashUint64(uint64(*(*uint16)(unsafe.Pointer(&k)))) }
+	case reflect.Int8:
+		return func(k K) uint64 { return hashUint64(uint64(*(*int8)(unsafe.Pointer(&k)))) }
+	case reflect.Uint8, reflect.Bool:
+		return func(k K) uint64 { return hashUint64(uint64(*(*uint8)(unsafe.Pointer(&k)))) }
+	case reflect.Float64:
+		return func(k K) uint64 { return hashUint64(math.Float64bits(*(*float64)(unsafe.Pointer(&k)))) }
+	case reflect.Float32:
+		return func(k K) uint64 { return hashUint64(math.Float64bits(float64(*(*float32)(unsafe.Pointer(&k))))) }
+	}
+	return func(k K) uint64 {
+		b, err := msgpack.Marshal(k)
+		if err != nil {
+			panic(err) // a comparable key that msgpack cannot encode: reported as an operator failure
+		}
+		return fnvBytes(b)
+	}
+}

@@ -1,0 +1,709 @@
+package engine
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"sync/atomic"
+	"time"
+
+	"github.com/sluicehq/sluice/internal/stage"
+
+	"github.com/asynkron/protoactor-go/actor"
+	"github.com/sluicehq/sluice/actors"
+	"github.com/sluicehq/sluice/internal/wire"
+	"github.com/sluicehq/sluice/mailbox"
+)
+
+// opener is a stage with resources to open at start and release on abort.
+type opener interface {
+	Open() error
+	Abort()
+}
+
+// instance is one parallel instance of a task: a protoactor actor.
+type instance struct {
+	exec *execution
+	task int
+	idx  int
+	self *actor.PID
+
+	src   stage.SourceRunner
+	head  stage.Inlet
+	sinks []opener
+	em    flusher
+
+	outs     []*outChan
+	ins      []inChan
+	eosLeft  int
+	mbCfg    mailbox.Config // this instance's input mailbox
+	credited bool           // its policy is Block: senders hold credits
+
+	num         int          // the instance's number within the job (for acks)
+	gen         int          // the job generation: it grows with every restart
+	states      []stateSlot  // stages whose state goes into checkpoints
+	srcKey      string       // "source/instance": the key of its offset
+	srcOffset   int64        // where the source starts (a restored offset)
+	finishedIn  []bool       // input channels that delivered end-of-stream
+	align       alignment    // the checkpoint barrier being aligned
+	pendingAcks []pendingAck // a source's offsets at checkpoints not yet completed
+	// Checkpoints of a job where some instances finished: want is the
+	// latest checkpoint the job announced to this instance (answered when
+	// its input ends before the barrier arrives), answered the latest it
+	// acknowledged. finKey is the key of the marker that says, in a
+	// checkpoint, that the instance had finished its input; restoredDone
+	// that the checkpoint the job resumed from says so (the instance then
+	// ends at once, without finishing its chain again). drainedEnd: its
+	// input ended because the job was drained, not at the sources' end, so
+	// its checkpoints carry no marker (a resumed job reads on).
+	want, answered uint64
+	finKey         string
+	restoredDone   bool
+	drainedEnd     bool
+
+	// Event time: each input channel's watermark, whether it is idle, and
+	// the instance's event time, the lowest over its active channels.
+	inWm      []int64
+	idleIn    []bool
+	idleN     int
+	curWm     int64
+	idleOut   bool          // Idle was sent on every output and nothing since
+	idleAfter time.Duration // a source's idle timeout, 0: never idle
+	lastData  time.Time     // a source's last record
+	idleTimer bool          // a timer will tick when the idle timeout passes
+	timers    map[uint64]func() bool
+	timerSeq  uint64
+	evTime    atomic.Int64  // curWm or the chain's emitted watermark, for Stats
+	tr        *stage.Tracer // nil when tracing is off
+
+	c        actor.Context
+	stash    []*actors.Envelope
+	blockedN int
+	since    time.Time
+	done     bool
+	reported bool
+	// The final checkpoint (jobs with checkpoints): finalAt is the last
+	// checkpoint the instance answered after it finished, closed says its
+	// sinks closed once a commit covered finalAt, and closeReported that the
+	// job was told so (the second finished).
+	finalAt       uint64
+	closed        bool
+	closeReported bool
+
+	tickPending, waiting, draining, waiterActive bool
+
+	mb           atomic.Pointer[mailbox.Mailbox]
+	blocked      atomic.Int64 // nanoseconds without credit, past episodes
+	blockedSince atomic.Int64 // start of the current episode (unix ns), 0 when not blocked
+}
+
+// stateSlot is a stage whose state is checkpointed, under its key.
+type stateSlot struct {
+	key string
+	st  stage.Stateful
+}
+
+// alignment tracks a checkpoint barrier across the input channels: once a
+// channel delivered the barrier, what it sends next is held until every
+// channel has delivered it (or ended), so that the state recorded is the
+// state after exactly the records before the barrier.
+type alignment struct {
+	id   uint64 // 0: not aligning
+	seen []bool
+	held []*actors.Envelope
+}
+
+func (in *instance) Receive(c actor.Context) {
+	in.c = c
+	switch m := c.Message().(type) {
+	case *actors.Envelope:
+		in.stash = append(in.stash, m)
+		in.drain()
+	case *wire.Barrier:
+		switch {
+		case m.ID <= in.answered: // it came through the inputs first
+		case in.done:
+			in.finalBarrier(m.ID)
+		case in.src != nil:
+			in.sourceBarrier(m.ID)
+		default: // the barrier follows on the inputs, or they end first
+			in.want = max(in.want, m.ID)
+		}
+	case *wire.Committed:
+		in.committed(m)
+	case *wire.Credit:
+		in.onCredit(m)
+	case *tickMsg:
+		if m.waiter {
+			in.waiterActive = false
+		}
+		in.Step()
+	case *timerMsg:
+		if _, ok := in.timers[m.id]; ok {
+			delete(in.timers, m.id)
+			m.f()
+			in.em.flush()
+			in.maybeReport()
+		}
+	case *startMsg:
+		in.start()
+	case *wire.Drain:
+		if in.src != nil && !in.done {
+			in.draining = true
+			in.scheduleTick()
+		}
+	case *inboxFailure:
+		panic(m.err)
+	case *actor.Stopping:
+		in.release()
+	}
+}
+
+// drain handles stashed envelopes in order while the instance can send.
+func (in *instance) drain() {
+	for in.blockedN == 0 && len(in.stash) > 0 {
+		env := in.stash[0]
+		in.stash[0] = nil
+		in.stash = in.stash[1:]
+		if in.align.id != 0 && in.align.seen[env.Channel] {
+			in.align.held = append(in.align.held, env)
+			continue
+		}
+		in.handle(env)
+	}
+}
+
+// onBarrier: channel ch delivered the barrier of checkpoint id.
+func (in *instance) onBarrier(ch int, id uint64) {
+	if in.align.id == 0 {
+		in.align = alignment{id: id, seen: make([]bool, len(in.ins))}
+	}
+	in.align.seen[ch] = true
+	in.maybeAligned()
+}
+
+// maybeAligned completes the alignment once every channel delivered the
+// barrier or ended: the chain's state is recorded, the barrier goes on to
+// every output, the job gets the acknowledgement, and the held envelopes
+// are handled next.
+func (in *instance) maybeAligned() {
+	if in.align.id == 0 {
+		return
+	}
+	for i, seen := range in.align.seen {
+		if !seen && !in.finishedIn[i] {
+			return
+		}
+	}
+	id, held := in.align.id, in.align.held
+	in.align = alignment{}
+	in.answered = max(in.answered, id)
+	in.em.flush()
+	states := in.snapshot(id)
+	for _, oc := range in.outs {
+		in.enqueue(oc, &actors.Envelope{Kind: actors.Barrier, Mark: int64(id)})
+	}
+	in.tell(in.exec.jobPID, &wire.Ack{Gen: in.gen, ID: id, Instance: in.num, States: states})
+	in.stash = append(held, in.stash...)
+}
+
+// sourceBarrier starts checkpoint id at a source: its offset and chain state
+// are recorded, and the barrier follows the records emitted so far.
+func (in *instance) sourceBarrier(id uint64) {
+	in.answered = id
+	in.em.flush()
+	states := in.snapshot(id)
+	for _, oc := range in.outs {
+		in.enqueue(oc, &actors.Envelope{Kind: actors.Barrier, Mark: int64(id)})
+	}
+	off := in.src.Offset()
+	in.pendingAcks = append(in.pendingAcks, pendingAck{id, off})
+	in.tell(in.exec.jobPID, &wire.Ack{Gen: in.gen, ID: id, Instance: in.num, States: states,
+		Offsets: map[string]int64{in.srcKey: off}})
+}
+
+// finalBarrier answers checkpoint id in an instance that has finished its
+// input: its state is final (aggregations have emitted, windows fired) and
+// its outputs have ended, so it records its state and, for a source, its
+// offset at the end, sends no barrier on, and acknowledges. Its sinks stay
+// open until a commit covers id (see committed). Every instance that has
+// finished answers periodic checkpoints this way while other sources run,
+// and the final checkpoint once all have finished. The cut is consistent:
+// everything the instance will ever send is already on its way before the
+// barrier would have been, so its consumers count the ended channel as
+// aligned. Unless a drain ended its input, the checkpoint also records that
+// the instance finished (finKey), so that a job restored from it ends the
+// instance at once instead of finishing its chain a second time.
+func (in *instance) finalBarrier(id uint64) {
+	in.answered = id
+	states := in.snapshot(id)
+	offsets := map[string]int64{}
+	if in.src != nil {
+		off := in.src.Offset()
+		in.pendingAcks = append(in.pendingAcks, pendingAck{id, off})
+		offsets[in.srcKey] = off
+	}
+	if !in.drainedEnd {
+		offsets[in.finKey] = 1
+	}
+	in.finalAt = id
+	in.tell(in.exec.jobPID, &wire.Ack{Gen: in.gen, ID: id, Instance: in.num, States: states, Offsets: offsets})
+}
+
+type pendingAck struct {
+	id     uint64
+	offset int64
+}
+
+// committed carries out what a completed checkpoint asks: two-phase sinks
+// commit, and the source acknowledges what the checkpoint covers. A
+// finished instance whose final state the checkpoint covers then closes its
+// sinks, which have nothing left to commit, and tells the job.
+func (in *instance) committed(m *wire.Committed) {
+	if m.Gen != in.gen {
+		return
+	}
+	for _, s := range in.sinks {
+		if c, ok := s.(interface{ Commit(uint64) }); ok {
+			c.Commit(m.ID)
+		}
+	}
+	if in.src != nil {
+		n := 0
+		for n < len(in.pendingAcks) && in.pendingAcks[n].id <= m.ID {
+			n++
+		}
+		if n > 0 {
+			off := in.pendingAcks[n-1].offset
+			in.pendingAcks = in.pendingAcks[n:]
+			if err := in.src.Ack(off); err != nil {
+				panic(err)
+			}
+		}
+	}
+	if in.done && in.finalAt != 0 && m.ID >= in.finalAt && !in.closed {
+		for _, s := range in.sinks {
+			if c, ok := s.(interface{ CloseFinal() }); ok {
+				c.CloseFinal() // a failure panics: the job hears of it, not of a close
+			}
+		}
+		in.closed = true
+		in.maybeReport()
+	}
+}
+
+// snapshot records the state of the chain's stateful stages.
+func (in *instance) snapshot(id uint64) map[string][]byte {
+	states := make(map[string][]byte, len(in.states))
+	for _, s := range in.states {
+		b, err := s.st.SnapshotState(id)
+		if err != nil {
+			panic(stage.NewFailure(s.key, fmt.Errorf("checkpoint: %w", err)))
+		}
+		if b != nil {
+			states[s.key] = b
+		}
+	}
+	return states
+}
+
+func (in *instance) start() {
+	for _, s := range in.sinks {
+		if err := s.Open(); err != nil {
+			panic(err)
+		}
+	}
+	if in.src != nil {
+		if err := in.src.Open(in.srcOffset); err != nil {
+			panic(err)
+		}
+		if in.restoredDone { // at its end already: nothing to read again
+			in.endOfInput()
+			return
+		}
+		in.scheduleTick()
+	}
+	if in.src == nil && in.eosLeft == 0 {
+		in.endOfInput()
+	}
+}
+
+func (in *instance) handle(env *actors.Envelope) {
+	switch env.Kind {
+	case actors.Data:
+		if in.idleN > 0 && in.idleIn[env.Channel] {
+			in.idleIn[env.Channel] = false
+			in.idleN--
+		}
+		if env.Count == 0 { // every record was shed by the overflow policy
+			return
+		}
+		var start time.Time
+		if in.exec.metrics != nil {
+			start = time.Now()
+		}
+		if in.tr != nil && env.Headers != nil {
+			done := in.tr.Receive(env.Headers)
+			in.head.Deliver(env.Payload)
+			in.em.flush()
+			done()
+		} else {
+			in.head.Deliver(env.Payload)
+		}
+		if in.exec.metrics != nil {
+			in.exec.metrics.batchDone(in, time.Since(start))
+		}
+		in.em.flush()
+		if in.credited {
+			in.grant(env)
+		}
+	case actors.EndOfStream:
+		in.eosLeft--
+		in.finishedIn[env.Channel] = true
+		if env.Mark == eosDrained {
+			in.drainedEnd = true
+		}
+		in.maybeAligned()
+		if in.eosLeft == 0 {
+			in.endOfInput()
+		} else {
+			in.advance()
+		}
+	case actors.Barrier:
+		in.onBarrier(env.Channel, uint64(env.Mark))
+	case actors.Watermark:
+		ch := env.Channel
+		if in.idleIn[ch] {
+			in.idleIn[ch] = false
+			in.idleN--
+		}
+		if env.Mark > in.inWm[ch] {
+			in.inWm[ch] = env.Mark
+			in.advance()
+		}
+	case actors.Idle:
+		if !in.idleIn[env.Channel] {
+			in.idleIn[env.Channel] = true
+			in.idleN++
+			in.advance()
+		}
+	}
+}
+
+// advance recomputes the instance's event time, the lowest watermark of its
+// active input channels (the ones neither ended nor idle), and passes it
+// through the chain when it moved forward. It never goes back: a channel
+// that becomes active again behind it holds it only from then on. When
+// every open channel is idle, the instance tells its consumers it is idle.
+func (in *instance) advance() {
+	if in.done {
+		return
+	}
+	low, active, open := int64(math.MaxInt64), false, false
+	for i, wm := range in.inWm {
+		if in.finishedIn[i] {
+			continue
+		}
+		open = true
+		if in.idleIn[i] {
+			continue
+		}
+		active = true
+		low = min(low, wm)
+	}
+	if !active {
+		if open {
+			in.goIdle()
+		}
+		return
+	}
+	if low > in.curWm {
+		in.curWm = low
+		in.noteEventTime(low)
+		in.head.Watermark(low)
+		in.em.flush()
+	}
+}
+
+// goIdle tells every consumer that this instance has nothing for a while.
+func (in *instance) goIdle() {
+	if in.idleOut {
+		return
+	}
+	in.em.flush()
+	in.idleOut = true
+	for _, oc := range in.outs {
+		in.enqueue(oc, &actors.Envelope{Kind: actors.Idle})
+	}
+}
+
+func (in *instance) noteEventTime(wm int64) {
+	if wm > in.evTime.Load() {
+		in.evTime.Store(wm)
+	}
+}
+
+// checkIdle marks a source that has read nothing for its idle timeout as
+// idle, or arms a timer that looks again when the timeout will have passed.
+func (in *instance) checkIdle() {
+	if in.idleAfter <= 0 || in.idleOut || in.idleTimer {
+		return
+	}
+	quiet := in.exec.topo.cfg.now().Sub(in.lastData)
+	if quiet >= in.idleAfter {
+		in.goIdle()
+		return
+	}
+	in.idleTimer = true
+	in.afterFunc(in.idleAfter-quiet, func() {
+		in.idleTimer = false
+		in.scheduleTick()
+	})
+}
+
+// afterFunc runs f in the instance's actor once d has passed, unless the
+// instance stops first. Stages use it for processing-time timers.
+func (in *instance) afterFunc(d time.Duration, f func()) {
+	if in.timers == nil {
+		in.timers = make(map[uint64]func() bool)
+	}
+	in.timerSeq++
+	id := in.timerSeq
+	root, self := in.exec.root, in.self
+	in.timers[id] = in.exec.topo.cfg.after(d, func() { root.Send(self, &timerMsg{id: id, f: f}) })
+}
+
+// eosDrained is the Mark of an end-of-stream that a drain caused.
+const eosDrained = 1
+
+// endOfInput finishes the chain (aggregations emit, sinks flush) and sends
+// end-of-stream on every output. An instance that the restored checkpoint
+// says had finished does not finish its chain again (its aggregations
+// emitted before the checkpoint); only its sinks learn that the stream
+// ended. A checkpoint announced to the instance that did not reach it
+// through its inputs is answered now.
+func (in *instance) endOfInput() {
+	if in.done {
+		return
+	}
+	switch {
+	case in.restoredDone:
+		for _, s := range in.sinks {
+			if e, ok := s.(interface{ EndRestored() }); ok {
+				e.EndRestored()
+			}
+		}
+	case in.src != nil:
+		in.src.Finish()
+	default:
+		in.head.Finish()
+	}
+	in.em.flush()
+	var mark int64
+	if in.drainedEnd {
+		mark = eosDrained
+	}
+	for _, oc := range in.outs {
+		in.enqueue(oc, &actors.Envelope{Kind: actors.EndOfStream, Mark: mark})
+	}
+	in.done = true
+	in.maybeReport()
+	if in.want > in.answered {
+		in.finalBarrier(in.want)
+	}
+}
+
+// maybeReport tells the job that the instance finished its input, once
+// everything it sent is out; in a job with checkpoints it reports finished a
+// second time once its sinks closed after the final checkpoint.
+func (in *instance) maybeReport() {
+	if in.done && in.blockedN == 0 && !in.reported {
+		in.reported = true
+		in.tell(in.exec.jobPID, in.finishedMsg())
+	}
+	if in.reported && in.closed && !in.closeReported {
+		in.closeReported = true
+		in.tell(in.exec.jobPID, in.finishedMsg())
+	}
+}
+
+// finishedMsg reports the instance finished; from another process, with
+// its final counters (the job actor reads those of its own process).
+func (in *instance) finishedMsg() *wire.Finished {
+	f := &wire.Finished{Task: in.task, Instance: in.idx, Gen: in.gen}
+	if x := in.exec; !x.local(x.jobPID) {
+		s := x.instanceStats(in)
+		s.Final = true
+		f.Stats = &s
+	}
+	return f
+}
+
+func (in *instance) enqueue(oc *outChan, env *actors.Envelope) {
+	env.Channel = oc.channel
+	env.Seq = oc.seq
+	oc.seq += uint64(env.Count)
+	if !oc.credited || len(oc.queue) == 0 && (env.Kind != actors.Data || oc.credits >= env.Count) {
+		oc.credits -= env.Count
+		in.send(oc, env)
+		return
+	}
+	if len(oc.queue) == 0 {
+		in.blockedN++
+		if in.blockedN == 1 {
+			in.since = time.Now()
+			in.blockedSince.Store(in.since.UnixNano())
+		}
+	}
+	oc.queue = append(oc.queue, env)
+}
+
+// onCredit adds the room a receiver granted: m.Total counts every record
+// granted on the channel since it opened, so an older total adds nothing.
+func (in *instance) onCredit(m *wire.Credit) {
+	if m.Out < 0 || m.Out >= len(in.outs) {
+		return
+	}
+	oc := in.outs[m.Out]
+	if m.Total <= oc.granted {
+		return
+	}
+	oc.credits += int(m.Total - oc.granted)
+	oc.granted = m.Total
+	if len(oc.queue) == 0 {
+		return
+	}
+	for len(oc.queue) > 0 {
+		env := oc.queue[0]
+		if env.Kind == actors.Data && oc.credits < env.Count {
+			return
+		}
+		oc.credits -= env.Count
+		in.send(oc, env)
+		oc.queue[0] = nil
+		oc.queue = oc.queue[1:]
+	}
+	oc.queue = nil
+	in.blockedN--
+	if in.blockedN > 0 {
+		return
+	}
+	in.blocked.Add(int64(time.Since(in.since)))
+	in.blockedSince.Store(0)
+	in.drain()
+	if in.blockedN == 0 && in.waiting {
+		in.waiting = false
+		in.scheduleTick()
+	}
+	in.maybeReport()
+}
+
+func (in *instance) scheduleTick() {
+	if !in.tickPending {
+		in.tickPending = true
+		in.c.Send(in.self, &tickMsg{})
+	}
+}
+
+// sourceBatchesPerTick is how many batches a source reads per tick message.
+const sourceBatchesPerTick = 16
+
+// readTick reads up to sourceBatchesPerTick batches and pushes them through
+// the chain, in one trace when the sampler keeps it (the unit of sampling:
+// starting a span for every small batch would cost more than tracing is
+// worth). The span ends even when an operator of the chain panics.
+func (in *instance) readTick() (n int, err error) {
+	if in.tr != nil {
+		end := in.tr.Root(in.src.Stage())
+		read := 0
+		defer func() { end(read) }()
+		for range sourceBatchesPerTick {
+			n, err = in.src.Step()
+			read += n
+			in.em.flush()
+			if n == 0 || err != nil || in.blockedN > 0 {
+				break
+			}
+		}
+		return n, err
+	}
+	for range sourceBatchesPerTick {
+		n, err = in.src.Step()
+		in.em.flush()
+		if n == 0 || err != nil || in.blockedN > 0 {
+			break
+		}
+	}
+	return n, err
+}
+
+// step reads batches from the source and pushes it through the chain.
+func (in *instance) Step() {
+	in.tickPending = false
+	if in.done {
+		return
+	}
+	if in.blockedN > 0 {
+		in.waiting = true
+		return
+	}
+	if in.draining {
+		in.drainedEnd = true
+		in.endOfInput()
+		return
+	}
+	// Several batches per tick: the tick is a message through the mailbox,
+	// which costs more than a batch of cheap records. Control messages
+	// (credits, drain) still interleave between ticks.
+	n, err := in.readTick()
+	switch {
+	case errors.Is(err, io.EOF):
+		in.endOfInput()
+	case err != nil:
+		panic(err)
+	case n > 0:
+		if in.idleAfter > 0 {
+			in.lastData = in.exec.topo.cfg.now()
+			in.idleOut = false
+		}
+		in.scheduleTick()
+	default:
+		in.checkIdle()
+		w := in.src.Waiter()
+		if w == nil {
+			in.scheduleTick()
+			return
+		}
+		if in.waiterActive {
+			return
+		}
+		in.waiterActive = true
+		ctx, root, self := in.exec.ctx, in.exec.root, in.self
+		go func() { // owned by the job: ends when data arrives or the job ends
+			if w.Wait(ctx) == nil {
+				root.Send(self, &tickMsg{waiter: true})
+			}
+		}()
+	}
+}
+
+func (in *instance) release() {
+	for _, stop := range in.timers {
+		stop()
+	}
+	in.timers = nil
+	if in.src != nil {
+		_ = in.src.Close()
+	}
+	// Sinks still open (the job stopped early, or before its final
+	// checkpoint was committed) are aborted; closed ones are left alone.
+	for _, s := range in.sinks {
+		s.Abort()
+	}
+}
+
+// nopFlusher is the emitter of a chain that ends in a sink.
+type nopFlusher struct{}
+
+func (nopFlusher) flush() {}

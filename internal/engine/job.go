@@ -1,0 +1,453 @@
+package engine
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/sluicehq/sluice/internal/stage"
+
+	"github.com/asynkron/protoactor-go/actor"
+	"github.com/sluicehq/sluice/actors"
+	"github.com/sluicehq/sluice/internal/coord"
+	"github.com/sluicehq/sluice/internal/wire"
+	"github.com/sluicehq/sluice/persistence"
+	"go.opentelemetry.io/otel/attribute"
+)
+
+// jobActor supervises the instances of one execution. It drives two pure
+// machines of package coord, the checkpoint coordinator (cs) and the job's
+// lifecycle (life): it translates its messages into their events, with the
+// time of the job's clock, and carries out their actions.
+type jobActor struct {
+	x     *execution
+	cs    coord.Checkpoints
+	life  coord.Job
+	timer func() bool // stops the checkpoint interval's timer
+	// savepoints waiting for a checkpoint at or after their id
+	savepoints []savepointWait
+	started    map[uint64]time.Time // when each checkpoint's barriers went out
+	stopTimer  func() bool          // stops the restart backoff's timer
+	unwatch    func()               // distributed: stops watching for lost processes
+}
+
+func newJobActor(x *execution) *jobActor {
+	j := &jobActor{x: x, life: coord.Job{Name: x.topo.name, Checkpoints: x.cpStore != nil, Distributed: x.dist != nil}}
+	if rp := x.topo.cfg.restart; rp != nil {
+		j.life.Restart = &coord.Budget{Max: rp.budget, Within: rp.within}
+	}
+	return j
+}
+
+func (j *jobActor) Receive(c actor.Context) {
+	x := j.x
+	now := x.topo.cfg.now()
+	switch m := c.Message().(type) {
+	case *actor.Started:
+		x.jobPID = c.Self()
+		if x.dist != nil {
+			root, pid := x.root, c.Self()
+			j.unwatch = x.dist.Watch(func(addr string) { root.Send(pid, &hostLost{addr: addr}) })
+		}
+		total, local, err := j.launch(c)
+		x.launched <- err
+		if err != nil {
+			x.setErr(err)
+			c.Stop(c.Self())
+			return
+		}
+		j.launched(c, now, total, local)
+	case *cpTick:
+		j.feed(c, coord.Tick{})
+		j.arm()
+	case *savepointTick:
+		j.feed(c, coord.Tick{})
+	case *savepointMsg:
+		if x.cpStore == nil {
+			m.reply <- savepointResult{err: errors.New("operators: savepoint: the job takes no checkpoints (use the Checkpoints option)")}
+			return
+		}
+		if j.cs.Stopping {
+			m.reply <- savepointResult{err: errors.New("operators: savepoint: the job is finishing")}
+			return
+		}
+		j.savepoints = append(j.savepoints, savepointWait{min: j.cs.MinSavepoint(), reply: m.reply})
+		j.feed(c, coord.Tick{})
+	case *wire.Ack:
+		if m.Gen == x.gen {
+			j.feed(c, coord.Acked{ID: m.ID, Instance: m.Instance, States: m.States, Offsets: m.Offsets})
+		}
+	case *wire.Stats:
+		x.onStats(m)
+	case *wire.Finished:
+		x.noteStats(m.Gen, m.Stats)
+		j.Step(c, coord.InstanceFinished{At: now, Gen: m.Gen, Slot: coord.Slot{Task: m.Task, Instance: m.Instance}})
+	case *wire.Failed:
+		j.onFailure(c, now, m)
+	case *actor.Terminated:
+		if in := x.byID[m.Who.Id]; in != nil {
+			j.Step(c, coord.InstanceTerminated{At: now, Gen: in.gen})
+		}
+	case *wire.Stopped:
+		j.Step(c, coord.HostStopped{At: now, Gen: m.Gen, Addr: m.Address})
+	case *hostLost:
+		j.Step(c, coord.HostLost{At: now, Addr: m.addr})
+	case *restartMsg:
+		j.Step(c, coord.BackoffElapsed{At: now, Gen: m.gen})
+	case *wire.Drain:
+		j.Step(c, coord.DrainAsked{At: now})
+	case *abortMsg:
+		err := x.topo.kit.Aborted
+		if m.cause != nil {
+			err = fmt.Errorf("%w: %w", x.topo.kit.Aborted, m.cause)
+		}
+		j.Step(c, coord.AbortAsked{At: now, Err: err})
+	case *actor.Stopped:
+		if x.dist != nil {
+			j.unwatch()
+			x.stopHosts(nil)
+		}
+		x.metrics.Close()
+		if j.timer != nil {
+			j.timer()
+		}
+		j.endSavepoints(j.x.topo.kit.Aborted)
+		if j.stopTimer != nil {
+			j.stopTimer()
+		}
+		x.cancel()
+		close(x.done)
+	}
+}
+
+// launched starts the checkpoint coordinator of a generation just launched
+// (total instances, local of them here) and tells the lifecycle.
+func (j *jobActor) launched(c actor.Context, now time.Time, total, local int) {
+	j.startCheckpoints(total)
+	j.Step(c, coord.Launched{At: now, Instances: total, Local: local, Hosts: j.x.hostList()})
+}
+
+// startCheckpoints starts the checkpoint coordinator of a generation of
+// total instances, from the checkpoint it was restored from.
+func (j *jobActor) startCheckpoints(total int) {
+	x := j.x
+	if x.cpStore == nil {
+		return
+	}
+	j.cs = coord.Checkpoints{Instances: total}
+	if x.restored != nil {
+		j.cs.Completed = x.restored.ID
+	}
+	j.started = map[uint64]time.Time{}
+	j.arm()
+}
+
+// onFailure tells the lifecycle of a failed instance, with its generation:
+// its own for an instance known here, else the one the message says.
+func (j *jobActor) onFailure(c actor.Context, now time.Time, m *wire.Failed) {
+	x := j.x
+	remote := m.Reason == nil // from another process: Gen says which generation
+	gen := x.gen
+	if in := x.byID[m.ID]; in != nil {
+		gen = in.gen
+	}
+	reason := m.Reason
+	if remote {
+		if m.Gen != x.gen {
+			gen = m.Gen
+		}
+		reason = stage.NewFailure(m.Operator, errors.New(m.Message))
+	}
+	j.Step(c, coord.InstanceFailed{At: now, Gen: gen, Err: x.operatorError(actor.NewPID(m.Address, m.ID), reason)})
+}
+
+// step steps the lifecycle and carries out its actions.
+func (j *jobActor) Step(c actor.Context, ev coord.JobEvent) {
+	x := j.x
+	var acts []coord.JobAction
+	j.life, acts = j.life.Step(ev)
+	for len(acts) > 0 {
+		a := acts[0]
+		acts = acts[1:]
+		switch a := a.(type) {
+		case coord.StopGeneration:
+			if j.timer != nil {
+				j.timer()
+			}
+			x.instMu.RLock()
+			for _, insts := range x.instances {
+				for _, in := range insts {
+					if x.local(in.self) {
+						c.Stop(in.self)
+					}
+				}
+			}
+			x.instMu.RUnlock()
+			if x.dist != nil {
+				x.stopHosts(map[string]bool{a.Lost: true})
+			}
+		case coord.ScheduleRelaunch:
+			delay := x.topo.cfg.restart.backoff.Delay(a.Restart)
+			x.noteRestart(delay)
+			x.traceEvent("sluice.job", "restart", attribute.Int("sluice.restart", a.Restart),
+				attribute.String("sluice.delay", delay.String()), attribute.String("error", a.Err.Error()))
+			x.sys.Logger().Warn("operator failed; restarting the job from its last checkpoint", "job", x.topo.name,
+				"err", a.Err, "restart", a.Restart, "delay", delay)
+			root, pid, gen := x.root, x.jobPID, a.Gen
+			j.stopTimer = x.topo.cfg.after(delay, func() { root.Send(pid, &restartMsg{gen: gen}) })
+		case coord.Relaunch:
+			acts = append(acts, j.relaunch(c, a.Gen)...)
+		case coord.TakeFinalCheckpoint:
+			j.feed(c, coord.TakeFinal{})
+		case coord.StopCheckpoints:
+			j.feed(c, coord.Stop{})
+		case coord.DrainSources:
+			for id, chain := range x.plan.chains {
+				if chain[0].role == roleSource {
+					for _, in := range x.instances[id] {
+						x.tellFrom(c, in.self, &wire.Drain{})
+					}
+				}
+			}
+		case coord.ClearCheckpoints:
+			if err := x.cpStore.Clear(x.ctx, x.topo.name); err != nil {
+				x.sys.Logger().Error("clear checkpoints", "job", x.topo.name, "err", err)
+			}
+		case coord.Fail:
+			x.setErr(a.Err)
+			c.Stop(c.Self())
+		case coord.End:
+			c.Stop(c.Self())
+		}
+	}
+}
+
+// relaunch launches generation gen from the latest checkpoint and returns
+// the lifecycle's actions on the outcome.
+func (j *jobActor) relaunch(c actor.Context, gen int) []coord.JobAction {
+	x := j.x
+	now := x.topo.cfg.now()
+	x.gen = gen
+	if x.cpStore != nil {
+		cp, ok, err := x.cpStore.Latest(x.ctx, x.topo.name)
+		if err != nil {
+			return j.stepped(coord.LaunchFailed{At: now, Err: fmt.Errorf("operators: topology %q: restart: load the latest checkpoint: %w", x.topo.name, err)})
+		}
+		x.restored = nil
+		if ok {
+			x.restored = &cp
+		}
+	}
+	total, local, err := j.launch(c)
+	if err != nil {
+		// In a distributed job a process may have left while it was
+		// deployed to: restart again.
+		return j.stepped(coord.LaunchFailed{At: now, Err: fmt.Errorf("operators: topology %q: restart: %w", x.topo.name, err),
+			Retryable: true, Local: local, Hosts: x.hostList()})
+	}
+	if x.restored != nil {
+		x.cpStatsMu.Lock()
+		x.cpStats.RestoredFrom = x.restored.ID
+		x.cpStatsMu.Unlock()
+	}
+	j.startCheckpoints(total)
+	return j.stepped(coord.Launched{At: now, Instances: total, Local: local, Hosts: x.hostList()})
+}
+
+// stepped steps the lifecycle with ev and returns its actions, for step to
+// carry out.
+func (j *jobActor) stepped(ev coord.JobEvent) []coord.JobAction {
+	var acts []coord.JobAction
+	j.life, acts = j.life.Step(ev)
+	return acts
+}
+
+type (
+	savepointMsg  struct{ reply chan savepointResult }
+	savepointTick struct{} // start a checkpoint for waiting savepoints
+	savepointWait struct {
+		min   uint64 // the first checkpoint id that started after the request
+		reply chan savepointResult
+	}
+	savepointResult struct {
+		id  uint64
+		err error
+	}
+)
+
+// savepointDone answers the savepoints that checkpoint id covers, and
+// starts another checkpoint for those waiting for a later one.
+func (j *jobActor) savepointDone(c actor.Context, id uint64) {
+	kept := j.savepoints[:0]
+	for _, w := range j.savepoints {
+		if id >= w.min {
+			w.reply <- savepointResult{id: id}
+		} else {
+			kept = append(kept, w)
+		}
+	}
+	j.savepoints = kept
+	if len(kept) > 0 {
+		c.Send(c.Self(), &savepointTick{})
+	}
+}
+
+func (j *jobActor) endSavepoints(err error) {
+	for _, w := range j.savepoints {
+		w.reply <- savepointResult{err: err}
+	}
+	j.savepoints = nil
+}
+
+// Savepoint takes a checkpoint of the running job now, outside its
+// interval, and returns its id once it is complete: the state of every
+// operator after every record read before the call, durable in the job's
+// checkpoint store. A job of the same name started later resumes from it.
+// The job must have been started with Checkpoints.
+func Savepoint(ctx context.Context, run *actors.Run) (uint64, error) {
+	x, ok := run.Execution().(*execution)
+	if !ok {
+		return 0, errors.New("operators: savepoint: not a topology's run")
+	}
+	reply := make(chan savepointResult, 1)
+	x.tell(&savepointMsg{reply: reply})
+	select {
+	case r := <-reply:
+		return r.id, r.err
+	case <-x.done:
+		select {
+		case r := <-reply:
+			return r.id, r.err
+		default:
+		}
+		return 0, fmt.Errorf("operators: savepoint: the job ended: %w", x.topo.kit.Aborted)
+	case <-ctx.Done():
+		return 0, ctx.Err()
+	}
+}
+
+// arm schedules the next checkpoint tick.
+func (j *jobActor) arm() {
+	if j.cs.Stopping {
+		return
+	}
+	root, pid := j.x.root, j.x.jobPID
+	j.timer = j.x.topo.cfg.cpAfter(j.x.topo.cfg.cpInterval, func() { root.Send(pid, &cpTick{}) })
+}
+
+// feed steps the coordinator and carries out its actions.
+func (j *jobActor) feed(c actor.Context, ev coord.CheckpointEvent) {
+	x := j.x
+	var acts []coord.CheckpointAction
+	j.cs, acts = j.cs.Step(ev)
+	for len(acts) > 0 {
+		a := acts[0]
+		acts = acts[1:]
+		switch a := a.(type) {
+		case coord.Inject:
+			// Every instance hears of the checkpoint: running sources
+			// start it, finished instances answer it (see wire.Barrier).
+			j.started[a.ID] = time.Now()
+			for _, insts := range x.instances {
+				for _, in := range insts {
+					x.tellFrom(c, in.self, &wire.Barrier{ID: a.ID})
+				}
+			}
+		case coord.Abandoned:
+			delete(j.started, a.ID)
+			x.sys.Logger().Debug("checkpoint abandoned for the final checkpoint", "job", x.topo.name, "checkpoint", a.ID)
+		case coord.Store:
+			err := x.cpStore.Complete(x.ctx, x.topo.name, persistence.Checkpoint{
+				ID: a.ID, Time: time.Now(), States: a.States, Offsets: a.Offsets})
+			var more []coord.CheckpointAction
+			j.cs, more = j.cs.Step(coord.Stored{ID: a.ID, Err: err})
+			acts = append(acts, more...)
+		case coord.Completed:
+			d := time.Since(j.started[a.ID])
+			delete(j.started, a.ID)
+			x.cpStatsMu.Lock()
+			x.cpStats.Completed++
+			x.cpStats.LastID, x.cpStats.LastDuration, x.cpStats.LastTime = a.ID, d, time.Now()
+			x.cpStatsMu.Unlock()
+			x.metrics.checkpointDone(d)
+			j.savepointDone(c, a.ID)
+			for _, insts := range x.instances {
+				for _, in := range insts {
+					x.tellFrom(c, in.self, &wire.Committed{Gen: x.gen, ID: a.ID})
+				}
+			}
+			x.sys.Logger().Debug("checkpoint completed", "job", x.topo.name, "checkpoint", a.ID, "duration", d, "final", a.Final)
+			if a.Final {
+				j.Step(c, coord.FinalCheckpointDone{At: x.topo.cfg.now()})
+			}
+		case coord.CheckpointFailed:
+			delete(j.started, a.ID)
+			j.endSavepoints(fmt.Errorf("operators: savepoint: checkpoint %d failed: %w", a.ID, a.Err))
+			x.cpStatsMu.Lock()
+			x.cpStats.Failed++
+			x.cpStatsMu.Unlock()
+			x.sys.Logger().Error("checkpoint failed", "job", x.topo.name, "checkpoint", a.ID, "err", a.Err, "final", a.Final)
+			if a.Final {
+				// Without it the sinks' tail can only be committed outside any
+				// checkpoint: abort them instead (Aborter discards) and fail,
+				// or restart, from the last completed checkpoint.
+				since := "the start"
+				if j.cs.Completed > 0 {
+					since = "checkpoint " + strconv.FormatUint(j.cs.Completed, 10)
+				}
+				j.Step(c, coord.FinalCheckpointFailed{At: x.topo.cfg.now(), Err: fmt.Errorf("operators: topology %q: final checkpoint %d: %w (the sinks' records since %s are not committed)",
+					x.topo.name, a.ID, a.Err, since)})
+			}
+		}
+	}
+}
+
+// launch builds and starts a generation: total instances in all, local of
+// them in this process.
+func (j *jobActor) launch(c actor.Context) (total, local int, err error) {
+	x := j.x
+	defer func() { // a panic while building must reach Start as an error, not hang it
+		if r := recover(); r != nil {
+			err = fmt.Errorf("operators: launching job %q: %v", x.topo.name, r)
+		}
+	}()
+	x.place()
+	if err := x.build(); err != nil {
+		return 0, 0, err
+	}
+	for _, insts := range x.instances {
+		for _, in := range insts {
+			total++
+			if x.local(in.self) {
+				local++
+			}
+		}
+	}
+	for _, insts := range x.instances {
+		for _, in := range insts {
+			if !x.local(in.self) {
+				continue
+			}
+			if err := x.spawn(c, in, x.jobPID.Id); err != nil {
+				return total, local, err
+			}
+		}
+	}
+	if x.dist != nil { // the other processes spawn and start theirs before any source starts
+		if err := x.deploy(); err != nil {
+			return total, local, err
+		}
+	}
+	// Start consumers before their producers: an instance's start must be
+	// queued before the first record reaches it.
+	for id := len(x.instances) - 1; id >= 0; id-- {
+		for _, in := range x.instances[id] {
+			if x.local(in.self) {
+				c.Send(in.self, &startMsg{})
+			}
+		}
+	}
+	return total, local, nil
+}

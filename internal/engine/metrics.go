@@ -1,0 +1,93 @@
+package engine
+
+import (
+	"context"
+	"time"
+
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/metric"
+	metricnoop "go.opentelemetry.io/otel/metric/noop"
+)
+
+// jobMetrics publishes a job's statistics through the OpenTelemetry metric
+// API of the system's MeterProvider: counters and gauges observed from
+// Stats, and histograms of checkpoint durations and batch processing time.
+type jobMetrics struct {
+	reg        metric.Registration
+	checkpoint metric.Float64Histogram
+	latency    metric.Float64Histogram
+	job        attribute.KeyValue
+}
+
+// newJobMetrics returns nil when the provider is a no-op.
+func newJobMetrics(x *execution) (*jobMetrics, error) {
+	mp := x.sys.Config().MeterProvider
+	if _, noop := mp.(metricnoop.MeterProvider); noop || mp == nil {
+		return nil, nil
+	}
+	m := mp.Meter("github.com/sluicehq/sluice/operators")
+	jm := &jobMetrics{job: attribute.String("sluice.topology", x.topo.name)}
+	var err error
+	counter := func(name, desc string) metric.Int64ObservableCounter {
+		c, e := m.Int64ObservableCounter(name, metric.WithDescription(desc), metric.WithUnit("{record}"))
+		if e != nil && err == nil {
+			err = e
+		}
+		return c
+	}
+	in := counter("sluice.records.in", "records an operator received")
+	out := counter("sluice.records.out", "records an operator emitted")
+	dropped := counter("sluice.records.dropped", "records an operator's input mailbox dropped")
+	spilled := counter("sluice.records.spilled", "records an operator's input mailbox spilled to disk")
+	dead := counter("sluice.records.deadlettered", "records an operator gave to the dead-letter store")
+	depth, e1 := m.Int64ObservableGauge("sluice.queue.depth", metric.WithDescription("records waiting in an operator's input mailboxes"), metric.WithUnit("{record}"))
+	restarts, e2 := m.Int64ObservableCounter("sluice.job.restarts", metric.WithDescription("restarts of the job from its last checkpoint"))
+	completed, e3 := m.Int64ObservableCounter("sluice.checkpoints.completed", metric.WithDescription("checkpoints completed"))
+	var e4, e5 error
+	jm.checkpoint, e4 = m.Float64Histogram("sluice.checkpoint.duration", metric.WithDescription("from barriers injected to checkpoint stored"), metric.WithUnit("s"))
+	jm.latency, e5 = m.Float64Histogram("sluice.batch.processing", metric.WithDescription("time an operator instance spent on one batch of records"), metric.WithUnit("s"))
+	for _, e := range []error{e1, e2, e3, e4, e5} {
+		if e != nil && err == nil {
+			err = e
+		}
+	}
+	if err != nil {
+		return nil, err
+	}
+	jm.reg, err = m.RegisterCallback(func(_ context.Context, o metric.Observer) error {
+		for _, st := range x.Stats() {
+			attrs := metric.WithAttributes(jm.job, attribute.String("sluice.operator", st.Name), attribute.String("sluice.kind", st.Kind))
+			o.ObserveInt64(in, st.In, attrs)
+			o.ObserveInt64(out, st.Out, attrs)
+			o.ObserveInt64(dropped, st.Dropped, attrs)
+			o.ObserveInt64(spilled, st.Spilled, attrs)
+			o.ObserveInt64(dead, st.DeadLettered, attrs)
+			o.ObserveInt64(depth, int64(st.Queued), attrs)
+		}
+		cs := x.Checkpoints()
+		o.ObserveInt64(restarts, int64(cs.Restarts), metric.WithAttributes(jm.job))
+		o.ObserveInt64(completed, cs.Completed, metric.WithAttributes(jm.job))
+		return nil
+	}, in, out, dropped, spilled, dead, depth, restarts, completed)
+	if err != nil {
+		return nil, err
+	}
+	return jm, nil
+}
+
+func (jm *jobMetrics) checkpointDone(d time.Duration) {
+	if jm != nil {
+		jm.checkpoint.Record(context.Background(), d.Seconds(), metric.WithAttributes(jm.job))
+	}
+}
+
+func (jm *jobMetrics) batchDone(in *instance, d time.Duration) {
+	jm.latency.Record(context.Background(), d.Seconds(), metric.WithAttributes(jm.job,
+		attribute.String("sluice.operator", in.exec.plan.chains[in.task][0].name)))
+}
+
+func (jm *jobMetrics) Close() {
+	if jm != nil {
+		_ = jm.reg.Unregister()
+	}
+}

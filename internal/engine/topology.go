@@ -1,0 +1,325 @@
+package engine
+
+import (
+	"fmt"
+	"reflect"
+	"time"
+
+	"github.com/sluicehq/sluice/internal/stage"
+
+	"github.com/sluicehq/sluice/clock"
+	"github.com/sluicehq/sluice/mailbox"
+	"github.com/sluicehq/sluice/persistence"
+	"github.com/sluicehq/sluice/supervision"
+)
+
+// role says how a logical node takes part in execution.
+type role uint8
+
+const (
+	roleSource    role = iota // reads a SourceConnector
+	roleOperator              // runs user code on records
+	roleSink                  // writes to a SinkConnector
+	rolePartition             // KeyBy, Broadcast: shapes the edge to its consumers, runs nothing
+	roleJunction              // Merge, Declare: joins inputs, runs nothing
+)
+
+// Topology is a logical graph of operators under construction. Build it with
+// the package's functions (Source, Map, KeyBy, Sink, ...), check it with
+// Validate or Plan, and run it with actors.System.Run. A Topology is not safe
+// for concurrent construction.
+type Topology struct {
+	name     string
+	nodes    []*node
+	errs     []error
+	connects []connection
+	cfg      runConfig
+	kit      Errors
+}
+
+type connection struct{ from, to string }
+
+// NewTopology starts an empty topology named name.
+func NewTopology(name string, opts ...TopologyOption) *Topology {
+	t := &Topology{name: name, cfg: defaultRunConfig(), kit: plainErrors}
+	for _, o := range opts {
+		o(&t.cfg)
+	}
+	return t
+}
+
+// Name returns the topology's name.
+func (t *Topology) Name() string { return t.name }
+
+// node is one logical operator.
+type node struct {
+	id             int
+	name           string
+	kind           string // "source", "map", "keyby", "count", "sink", ...
+	role           role
+	topo           *Topology
+	inType         reflect.Type // nil for sources
+	outType        reflect.Type // nil for sinks
+	inputs         []*node
+	consumers      []*node
+	parallelism    int // 0: inherit
+	explicitP      bool
+	noFusion       bool
+	stateful       bool
+	declared       bool
+	partition      partitionKind // for rolePartition nodes
+	hasher         any           // func(T) uint64, for KeyBy
+	emit           EmitMode
+	input          *mailbox.Config // the operator's input mailbox, when set with Input
+	stateTypes     []reflect.Type  // types in the operator's checkpointed state
+	replayable     bool            // a source that can rewind to an offset
+	recordAttempts int             // OnRecordFailure: tries per record
+	recordPolicy   bool            // OnRecordFailure was given
+	idleAfter      time.Duration   // a source's idle timeout (IdleAfter)
+	bound          time.Duration   // OutOfOrderness of Timestamps
+	ttl            time.Duration   // StateTTL of a Join
+	timed          bool            // the operator's output carries event times it assigned
+	needsTime      bool            // the operator needs event times on its input
+	late           any             // SinkConnector[In] for late records (LateTo)
+	lateness       time.Duration   // AllowedLateness
+
+	// typed builders, set by the generic constructors
+	newSource  func(next any, sc *stage.Ctx) stage.SourceRunner
+	newStage   func(next any, sc *stage.Ctx) any // returns pusher[In]
+	newInlet   func(head any) stage.Inlet
+	newCodec   func() mailbox.Codec // spills this node's input envelopes
+	newEmitter func(outs []*outputSpec, in *instance) (any, flusher)
+}
+
+// Stream is a typed stream of records produced by one operator. Streams are
+// values: pass them to the next operator's constructor. A stream may be
+// consumed by several operators; each receives every record.
+type Stream[T any] struct{ n *node }
+
+// Name returns the name of the operator that produces the stream.
+func (s Stream[T]) Name() string {
+	if s.n == nil {
+		return ""
+	}
+	return s.n.name
+}
+
+// KeyedStream is a stream partitioned by key: every record with the same key
+// reaches the same instance of the consuming operator. Create it with KeyBy.
+type KeyedStream[K comparable, T any] struct {
+	n   *node
+	key func(T) K
+}
+
+// Name returns the name of the KeyBy that produced the stream.
+func (s KeyedStream[K, T]) Name() string {
+	if s.n == nil {
+		return ""
+	}
+	return s.n.name
+}
+
+// Option configures one operator at its call site.
+type Option func(*node)
+
+// Parallelism sets how many instances (actors) run the operator. The default
+// is the parallelism of the operator's first input (1 for sources). On KeyBy
+// it sets the parallelism of the keyed consumers.
+func Parallelism(n int) Option {
+	return func(nd *node) { nd.parallelism, nd.explicitP = n, true }
+}
+
+// Input sets the operator's input mailbox: its capacity in records and what
+// happens when it is full (mailbox.Block, the default, with credit-based
+// back-pressure; mailbox.DropNewest, DropOldest, Sample, Throttle, which
+// never slow the senders and count every drop; mailbox.Spill, which keeps
+// the order and the memory bound by spilling to the system's store). For
+// Spill, leave SpillOptions empty: the job fills in the store, a queue name
+// and a codec for the operator's input type, whose values must be msgpack
+// encodable. An operator with its own Input is never fused with its
+// predecessor.
+func Input(cfg mailbox.Config) Option {
+	return func(nd *node) { c := cfg; nd.input = &c }
+}
+
+// NoFusion keeps the operator in an actor of its own instead of fusing it
+// with its neighbours into one chain.
+func NoFusion() Option { return func(nd *node) { nd.noFusion = true } }
+
+// TopologyOption configures how a topology runs.
+type TopologyOption func(*runConfig)
+
+type runConfig struct {
+	batchSize   int
+	capacity    int
+	cpInterval  time.Duration
+	cpStore     persistence.CheckpointStore
+	deadLetters supervision.DeadLetterStore
+	restart     *restartPolicy
+	dist        Distributor // nil: in this process
+	// after runs f once d has passed, and returns a function that cancels it
+	// (time.AfterFunc; tests replace it).
+	after func(d time.Duration, f func()) (stop func() bool)
+	now   func() time.Time // the clock of processing time
+	// cpAfter times the checkpoint interval (the job's clock).
+	cpAfter func(d time.Duration, f func()) (stop func() bool)
+}
+
+func defaultRunConfig() runConfig {
+	realAfter := func(d time.Duration, f func()) func() bool { return time.AfterFunc(d, f).Stop }
+	return runConfig{batchSize: 256, capacity: 4096, now: time.Now, after: realAfter, cpAfter: realAfter}
+}
+
+// BatchSize sets how many records travel together in one envelope between
+// actors (default 256). Larger batches cost memory and latency and save
+// per-message overhead.
+func BatchSize(n int) TopologyOption { return func(c *runConfig) { c.batchSize = n } }
+
+// Capacity sets each operator instance's input capacity in records (default
+// 4096). Senders hold credits for it; a sender without credits stops taking
+// input, which propagates back-pressure up to the sources.
+func Capacity(n int) TopologyOption { return func(c *runConfig) { c.capacity = n } }
+
+// Checkpoints makes the job take a checkpoint every interval: barriers flow
+// from the sources through every operator, each records its state, and the
+// checkpoint completes when all have (exactly-once state). When a job of
+// the same name starts and its last checkpoint exists, every operator is
+// restored to it and the sources rewind to its offsets. Checkpoints are kept
+// in the system's store unless CheckpointStore names another. Sources must
+// be replayable (FromChannel and Ingress are not); per-key state must be
+// msgpack-encodable.
+//
+// Checkpoints go on while some sources have ended and others run: an
+// operator instance that has finished its input answers each checkpoint
+// with its final state (a source with its end offset), and a job restored
+// from such a checkpoint ends those instances at once, without reading or
+// emitting their records again. When the job is drained no periodic
+// checkpoint starts any more, and once every operator has finished its
+// input the job takes a final checkpoint (as Flink does on drain and at the end of input): sinks
+// that commit with checkpoints (TwoPhaseWriter) commit their last records
+// through it, and only then close. A job that ran to its end then forgets
+// its checkpoints, so a rerun starts afresh; a drained job keeps the final
+// one and the next run resumes exactly where it stopped. If the final
+// checkpoint cannot be stored, the sinks are aborted and the job fails (or
+// restarts, with RestartOnFailure) from its last completed checkpoint.
+func Checkpoints(interval time.Duration) TopologyOption {
+	return func(c *runConfig) { c.cpInterval = interval }
+}
+
+// Clock is the time source of a job: processing-time windows, source
+// idleness, state TTL, restart backoff and the checkpoint interval read it.
+// Tests pass a clock they advance themselves (clock/clocktest.Manual).
+type Clock = clock.Clock
+
+// WithClock makes the job read time from c instead of the system clock.
+func WithClock(c Clock) TopologyOption {
+	return func(cfg *runConfig) { cfg.now, cfg.after, cfg.cpAfter = c.Now, c.AfterFunc, c.AfterFunc }
+}
+
+// CheckpointStore sets where the job's checkpoints are kept.
+func CheckpointStore(s persistence.CheckpointStore) TopologyOption {
+	return func(c *runConfig) { c.cpStore = s }
+}
+
+func typeOf[T any]() reflect.Type { return reflect.TypeFor[T]() }
+
+// add registers a node, checking that its inputs belong to this topology.
+func (t *Topology) add(nd *node, inputs []*node, opts []Option) *node {
+	nd.id = len(t.nodes)
+	nd.topo = t
+	for _, o := range opts {
+		if o != nil {
+			o(nd)
+		}
+	}
+	for _, in := range inputs {
+		if in == nil {
+			t.errs = append(t.errs, opErr(t, nd.name, KindUnconnected, "input is a zero Stream (not produced by an operator)"))
+			continue
+		}
+		if in.topo != t {
+			t.errs = append(t.errs, opErr(t, nd.name, KindForeignStream,
+				fmt.Sprintf("input %q belongs to topology %q", in.name, in.topo.name)))
+			continue
+		}
+		nd.inputs = append(nd.inputs, in)
+		in.consumers = append(in.consumers, nd)
+	}
+	t.nodes = append(t.nodes, nd)
+	return nd
+}
+
+func topoOf(ns ...*node) *Topology {
+	for _, n := range ns {
+		if n != nil {
+			return n.topo
+		}
+	}
+	return nil
+}
+
+// Connect wires the output of operator from into the declared input to (see
+// Declare). Both are looked up by name when the topology is validated, so
+// the order of calls does not matter. Errors (unknown names, a type mismatch,
+// a cycle) are reported by Validate, Plan and Run.
+func (t *Topology) Connect(from, to string) {
+	t.connects = append(t.connects, connection{from, to})
+}
+
+// Declare adds a named input whose producers are wired later with
+// Topology.Connect: for topologies assembled from parts, or by name from
+// configuration. It passes every record through unchanged. A declared input
+// that is never connected makes the topology invalid.
+func Declare[T any](t *Topology, name string, opts ...Option) Stream[T] {
+	nd := &node{name: name, kind: "declare", role: roleJunction, declared: true,
+		inType: typeOf[T](), outType: typeOf[T]()}
+	setTypedPlumbing[T](nd)
+	return Stream[T]{t.add(nd, nil, opts)}
+}
+
+// SetErrors makes the topology report errors built by kit (package
+// operators gives its error types). Call it before adding operators.
+func (t *Topology) SetErrors(kit Errors) { t.kit = kit }
+
+// NotReplayable marks a source that cannot rewind to an offset (a channel,
+// an ingress): a topology with checkpoints rejects it.
+func NotReplayable() Option { return func(nd *node) { nd.replayable = false } }
+
+// userTopology returns the engine topology under a value of the user API's
+// Topology type; package operators binds it when it is initialised.
+var userTopology func(any) (*Topology, bool)
+
+// BindUser tells the engine how to find the topology under the user API's
+// Topology (package operators calls it from init, once).
+func BindUser(f func(any) (*Topology, bool)) { userTopology = f }
+
+// Of returns the engine topology under t, a *operators.Topology (for
+// package cluster, which runs the user's topologies with settings of its
+// own).
+func Of(t any) (*Topology, bool) {
+	if et, ok := t.(*Topology); ok {
+		return et, true
+	}
+	if userTopology == nil {
+		return nil, false
+	}
+	return userTopology(t)
+}
+
+// WithTimer replaces the timer that delays restarts, for tests.
+func WithTimer(after func(d time.Duration, f func()) (stop func() bool)) TopologyOption {
+	return func(c *runConfig) { c.after = after }
+}
+
+// With returns a copy of t whose run settings are t's with opts applied;
+// t is unchanged. The copy shares t's operators: build nothing more on
+// either.
+func (t *Topology) With(opts ...TopologyOption) *Topology {
+	c := *t
+	for _, o := range opts {
+		if o != nil {
+			o(&c.cfg)
+		}
+	}
+	return &c
+}

@@ -1,0 +1,107 @@
+package engine
+
+import (
+	"fmt"
+	"reflect"
+	"time"
+
+	"github.com/sluicehq/sluice/internal/stage"
+)
+
+// WindowAggregate folds the records of each key and window into an
+// accumulator that starts as zero() and is updated with add, and emits one
+// Windowed result per key and window when the window closes: in event
+// time when the watermark passes its end (and again for each record that
+// arrives within AllowedLateness), in processing time when the clock does.
+// At the end of the input every open window fires. Session windows merge,
+// so they need merge to combine two accumulators; it may be nil for the
+// other windows. Window state is part of checkpoints.
+func WindowAggregate[K comparable, T, A, O any](ks KeyedStream[K, T], name string, w Windows, zero func() A, add func(A, T) A, merge func(A, A) A, win Result[K, A, O], opts ...Option) Stream[O] {
+	nd := windowed(ks, name, "window", w, zero == nil || add == nil, stage.WinFns[K, T, A, O]{
+		Zero: zero, Add: add, Merge: merge,
+		Emit: func(k K, start, end int64, acc A, out func(O)) {
+			out(win(k, time.Unix(0, start).UTC(), time.Unix(0, end).UTC(), acc))
+		},
+	}, opts)
+	if w.IsSessions() && merge == nil && zero != nil {
+		nd.topo.errs = append(nd.topo.errs, opErr(nd.topo, name, KindInvalid, "session windows merge: WindowAggregate needs a merge function"))
+	}
+	return Stream[O]{nd}
+}
+
+// WindowCount counts the records of each key in each window.
+func WindowCount[K comparable, T, O any](ks KeyedStream[K, T], name string, w Windows, win Result[K, int64, O], opts ...Option) Stream[O] {
+	return Stream[O]{windowed(ks, name, "window-count", w, false, stage.WinFns[K, T, int64, O]{
+		Zero:  func() int64 { return 0 },
+		Add:   func(n int64, _ T) int64 { return n + 1 },
+		Merge: func(a, b int64) int64 { return a + b },
+		Emit: func(k K, start, end int64, n int64, out func(O)) {
+			out(win(k, time.Unix(0, start).UTC(), time.Unix(0, end).UTC(), n))
+		},
+	}, opts)}
+}
+
+// WindowReduce combines the records of each key in each window with f,
+// starting from the window's first record.
+func WindowReduce[K comparable, T, O any](ks KeyedStream[K, T], name string, w Windows, f func(a, b T) T, win Result[K, T, O], opts ...Option) Stream[O] {
+	return Stream[O]{windowed(ks, name, "window-reduce", w, f == nil, stage.WinFns[K, T, stage.Reduced[T], O]{
+		Zero: func() stage.Reduced[T] { return stage.Reduced[T]{} },
+		Add: func(acc stage.Reduced[T], v T) stage.Reduced[T] {
+			if !acc.Set {
+				return stage.Reduced[T]{V: v, Set: true}
+			}
+			return stage.Reduced[T]{V: f(acc.V, v), Set: true}
+		},
+		Merge: func(a, b stage.Reduced[T]) stage.Reduced[T] {
+			switch {
+			case !a.Set:
+				return b
+			case !b.Set:
+				return a
+			}
+			return stage.Reduced[T]{V: f(a.V, b.V), Set: true}
+		},
+		Emit: func(k K, start, end int64, acc stage.Reduced[T], out func(O)) {
+			out(win(k, time.Unix(0, start).UTC(), time.Unix(0, end).UTC(), acc.V))
+		},
+	}, opts)}
+}
+
+// Result makes the result of a key's window [start, end) whose value is v.
+type Result[K comparable, V, O any] func(k K, start, end time.Time, v V) O
+
+// windowed adds a windowed operator over a keyed stream.
+func windowed[K comparable, T, A, O any](ks KeyedStream[K, T], name, kind string, w Windows, nilFunc bool, fns stage.WinFns[K, T, A, O], opts []Option) *node {
+	t := topoOf(ks.n)
+	if t == nil {
+		t = orphan(name)
+	}
+	nd := &node{name: name, kind: kind, role: roleOperator, stateful: true, timed: true, needsTime: !w.InProcessingTime(),
+		inType: typeOf[T](), outType: typeOf[O](), stateTypes: []reflect.Type{typeOf[K](), typeOf[A]()}}
+	if nilFunc {
+		t.errs = append(t.errs, opErr(t, name, KindInvalid, "nil function"))
+	}
+	if err := w.Validate(); err != nil {
+		t.errs = append(t.errs, opErr(t, name, KindInvalid, err.Error()))
+	}
+	fns.Key = ks.key
+	nd.newStage = func(next any, sc *stage.Ctx) any {
+		return stage.NewWinStage(fns, w, nd.lateness, nd.late, next.(stage.Pusher[O]), sc)
+	}
+	setTypedPlumbing[O](nd)
+	setInlet[T](nd)
+	t.add(nd, []*node{ks.n}, opts)
+	checkLate[T](nd)
+	return nd
+}
+
+// checkLate reports a LateTo sink of the wrong type.
+func checkLate[T any](nd *node) {
+	if nd.late == nil {
+		return
+	}
+	if _, ok := nd.late.(SinkConnector[T]); !ok {
+		nd.topo.errs = append(nd.topo.errs, opErr(nd.topo, nd.name, KindTypeMismatch,
+			fmt.Sprintf("LateTo: the sink takes %T, the operator's input is %v", nd.late, typeOf[T]())))
+	}
+}

@@ -1,0 +1,96 @@
+package stage
+
+import (
+	"reflect"
+	"testing"
+
+	"github.com/sluicehq/sluice/actors"
+)
+
+type point struct {
+	X, Y int
+	Tag  string
+}
+
+func roundTrip[T any](t *testing.T, vs []T, ts []int64, headers map[string]string) {
+	t.Helper()
+	c := Codec[T]{}
+	in := &actors.Envelope{Kind: actors.Data, Channel: 3, Seq: 77, Count: len(vs), Payload: &Batch[T]{Vs: vs, Ts: ts}, Headers: headers}
+	data, err := c.Encode(in)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := c.Decode(data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := got.(*actors.Envelope)
+	b := out.Payload.(*Batch[T])
+	if out.Channel != 3 || out.Seq != 77 || out.Count != len(vs) || !reflect.DeepEqual(b.Vs, vs) ||
+		!reflect.DeepEqual(b.Ts, ts) || len(out.Headers) != len(headers) {
+		t.Fatalf("round trip of %T: got %+v / %+v", vs, out, b)
+	}
+	for k, v := range headers {
+		if out.Headers[k] != v {
+			t.Fatalf("header %q = %q, want %q", k, out.Headers[k], v)
+		}
+	}
+}
+
+func TestEnvelopeCodecRoundTrips(t *testing.T) {
+	roundTrip(t, []int64{0, -1, 1 << 62}, nil, nil)
+	roundTrip(t, []int{5, -5}, []int64{100, 200}, map[string]string{"traceparent": "00-abc"})
+	roundTrip(t, []float64{1.5, -0.25}, nil, nil)
+	roundTrip(t, []string{"", "héllo", "x"}, nil, nil)
+	roundTrip(t, []point{{1, 2, "a"}, {3, 4, ""}}, []int64{1, 2}, nil)
+
+	c := Codec[int64]{}
+	for _, kind := range []actors.Kind{actors.EndOfStream, actors.Barrier, actors.Watermark} {
+		data, err := c.Encode(&actors.Envelope{Kind: kind, Channel: 1, Seq: 9, Mark: -42})
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := c.Decode(data)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if e := got.(*actors.Envelope); e.Kind != kind || e.Mark != -42 || e.Seq != 9 || e.Payload != nil {
+			t.Fatalf("control round trip: %+v", e)
+		}
+	}
+}
+
+func TestEnvelopeCodecRefusesDamage(t *testing.T) {
+	c := Codec[string]{}
+	data, _ := c.Encode(&actors.Envelope{Kind: actors.Data, Count: 2, Payload: &Batch[string]{Vs: []string{"ab", "cd"}}})
+	for i := range len(data) {
+		if _, err := c.Decode(data[:i]); err == nil {
+			t.Fatalf("decoding the first %d of %d bytes succeeded", i, len(data))
+		}
+	}
+	// A count of a billion records in a few bytes is refused before any allocation.
+	huge := []byte{byte(actors.Data), 0, 0, 0, 0x80, 0x94, 0xeb, 0xdc, 0x03, 0, 1, 'x'}
+	if _, err := c.Decode(huge); err == nil {
+		t.Fatal("a billion-record header was accepted")
+	}
+}
+
+func FuzzEnvelopeDecode(f *testing.F) {
+	c := Codec[point]{}
+	seed, _ := c.Encode(&actors.Envelope{Kind: actors.Data, Count: 1, Payload: &Batch[point]{Vs: []point{{1, 2, "z"}}}, Headers: map[string]string{"a": "b"}})
+	f.Add(seed)
+	s := Codec[string]{}
+	seed2, _ := s.Encode(&actors.Envelope{Kind: actors.Data, Count: 2, Payload: &Batch[string]{Vs: []string{"x", "y"}, Ts: []int64{1, 2}}})
+	f.Add(seed2)
+	f.Fuzz(func(t *testing.T, data []byte) {
+		for _, dec := range []func([]byte) (any, error){c.Decode, s.Decode, Codec[int64]{}.Decode} {
+			got, err := dec(data)
+			if err != nil {
+				continue
+			}
+			if e := got.(*actors.Envelope); e.Kind == actors.Data && e.Payload == nil {
+				t.Fatalf("data envelope without payload: %+v", e)
+			}
+		}
+	})
+}

@@ -1,0 +1,284 @@
+package stage
+
+import (
+	"fmt"
+	"math"
+	"slices"
+	"time"
+
+	"github.com/vmihailenco/msgpack/v5"
+
+	"github.com/sluicehq/sluice/internal/msgpacksafe"
+)
+
+// ProcessContext is what a Process function sees: the current key, its
+// state, the current event time, and the means to emit results and to set
+// event-time timers. It is valid only during the call it is passed to.
+type ProcessContext[K comparable, S, O any] struct {
+	s    *ProcCore[K, S, O]
+	key  K
+	at   int64 // event time of the record or timer
+	proc bool  // a processing-time timer fired
+}
+
+// ProcessingTimer sets a processing-time timer for the key: onTimer runs
+// when the job's clock (WithClock) reaches t, with Time returning t and
+// IsProcessingTimer true. Setting the same time twice for a key sets one
+// timer. Processing-time timers are part of checkpoints and are armed again
+// on restore (at once when their time has passed); those still pending at
+// the end of the input do not fire.
+func (c *ProcessContext[K, S, O]) ProcessingTimer(t time.Time) {
+	at := t.UnixNano()
+	id := TimerID[K]{at, c.key}
+	if _, dup := c.s.ptimers[id]; dup {
+		return
+	}
+	c.s.ptimers[id] = struct{}{}
+	c.s.armProcessing(id)
+}
+
+// IsProcessingTimer reports whether onTimer runs for a processing-time
+// timer (false: an event-time timer).
+func (c *ProcessContext[K, S, O]) IsProcessingTimer() bool { return c.proc }
+
+// Key returns the key of the record or timer being handled.
+func (c *ProcessContext[K, S, O]) Key() K { return c.key }
+
+// State returns the key's state, a zero S the first time. Changes through
+// the pointer are kept, and are part of checkpoints (S must then be
+// msgpack-encodable).
+func (c *ProcessContext[K, S, O]) State() *S {
+	st := c.s.state[c.key]
+	if st == nil {
+		st = new(S)
+		c.s.state[c.key] = st
+	}
+	return st
+}
+
+// Clear forgets the key's state. Its timers stay set.
+func (c *ProcessContext[K, S, O]) Clear() { delete(c.s.state, c.key) }
+
+// Time returns the event time of the record being handled, or the time of
+// the timer that fired (zero when the input carries no event times).
+func (c *ProcessContext[K, S, O]) Time() time.Time {
+	if c.at == math.MinInt64 {
+		return time.Time{}
+	}
+	return time.Unix(0, c.at).UTC()
+}
+
+// Watermark returns the operator's event time: no record at or before it
+// will arrive (zero before the first watermark).
+func (c *ProcessContext[K, S, O]) Watermark() time.Time {
+	if c.s.wm == math.MinInt64 {
+		return time.Time{}
+	}
+	return time.Unix(0, c.s.wm).UTC()
+}
+
+// IsLate reports whether the record being handled is behind the watermark
+// (its event time is at or before it): Process receives late records like
+// any other, and the function decides what they mean.
+func (c *ProcessContext[K, S, O]) IsLate() bool {
+	return !c.proc && c.at != math.MinInt64 && c.s.wm != math.MinInt64 && c.at <= c.s.wm
+}
+
+// CountLate counts the record being handled as late in the operator's
+// statistics (OperatorStats.Late), for a function that drops or diverts it.
+func (c *ProcessContext[K, S, O]) CountLate() { c.s.sc.C.Late.Add(1) }
+
+// Emit sends o downstream with the current event time.
+func (c *ProcessContext[K, S, O]) Emit(o O) { c.s.out.add(o, c.at) }
+
+// EmitAt sends o downstream with event time t.
+func (c *ProcessContext[K, S, O]) EmitAt(o O, t time.Time) { c.s.out.add(o, t.UnixNano()) }
+
+// Timer sets an event-time timer for the key: onTimer runs once the
+// watermark reaches t (at the latest at the end of the input). Setting the
+// same time twice for a key sets one timer.
+func (c *ProcessContext[K, S, O]) Timer(t time.Time) {
+	at := t.UnixNano()
+	id := TimerID[K]{at, c.key}
+	if _, dup := c.s.timerSet[id]; dup {
+		return
+	}
+	c.s.timerSet[id] = struct{}{}
+	c.s.timers.add(at, c.key)
+}
+
+type TimerID[K comparable] struct {
+	at  int64
+	key K
+}
+
+// ProcessStage runs a Process operator's functions on its records.
+type ProcessStage[K comparable, T, S, O any] struct {
+	*ProcCore[K, S, O]
+	key      func(T) K
+	onRecord func(c *ProcessContext[K, S, O], v T)
+}
+
+func (s *ProcessStage[K, T, S, O]) Push(b *Batch[T]) {
+	defer s.sc.attribute()
+	if end := s.sc.Traced(len(b.Vs)); end != nil {
+		defer end()
+	}
+	s.sc.C.In.Add(int64(len(b.Vs)))
+	c := &s.ctx
+	c.s = s.ProcCore
+	c.proc = false
+	for i, v := range b.Vs {
+		c.at = math.MinInt64
+		if b.Ts != nil {
+			c.at = b.Ts[i]
+		}
+		c.key = s.key(v)
+		s.onRecord(c, v)
+	}
+	s.out.flush()
+}
+
+func (s *ProcessStage[K, T, S, O]) SnapshotState(uint64) ([]byte, error) { return s.snapshot() }
+
+func (s *ProcessStage[K, T, S, O]) RestoreState(b []byte) error { return s.restore(b) }
+
+// ProcCore is the part of a process stage that does not depend on its input type.
+type ProcCore[K comparable, S, O any] struct {
+	onTimer  func(c *ProcessContext[K, S, O])
+	wm       int64
+	state    map[K]*S
+	timers   timeHeap[K]
+	timerSet map[TimerID[K]]struct{}
+	ptimers  map[TimerID[K]]struct{} // processing-time timers set
+	restored []TimerID[K]            // processing-time timers to arm at open
+	ctx      ProcessContext[K, S, O]
+	next     Pusher[O]
+	sc       *Ctx
+	out      OutBuf[O]
+}
+
+// armProcessing asks the instance to run a processing-time timer.
+func (s *ProcCore[K, S, O]) armProcessing(id TimerID[K]) {
+	d := time.Duration(max(0, id.at-s.sc.Now().UnixNano()))
+	s.sc.After(d, func() { s.fireProcessing(id) })
+}
+
+func (s *ProcCore[K, S, O]) fireProcessing(id TimerID[K]) {
+	defer s.sc.attribute()
+	if _, ok := s.ptimers[id]; !ok {
+		return
+	}
+	delete(s.ptimers, id)
+	if s.onTimer != nil {
+		c := &s.ctx
+		c.s, c.key, c.at, c.proc = s, id.key, id.at, true
+		s.onTimer(c)
+		c.proc = false
+	}
+	s.out.flush()
+}
+
+// open arms the processing-time timers of a restored state.
+func (s *ProcCore[K, S, O]) Open() error {
+	for _, id := range s.restored {
+		s.armProcessing(id)
+	}
+	s.restored = nil
+	return nil
+}
+
+func (s *ProcCore[K, S, O]) Abort() {}
+
+// fire runs the timers due at or before wm.
+func (s *ProcCore[K, S, O]) fire(wm int64) {
+	c := &s.ctx
+	c.s, c.proc = s, false
+	for e, ok := s.timers.due(wm); ok; e, ok = s.timers.due(wm) {
+		delete(s.timerSet, TimerID[K]{e.at, e.v})
+		if s.onTimer == nil {
+			continue
+		}
+		c.key, c.at = e.v, e.at
+		s.onTimer(c)
+	}
+}
+
+func (s *ProcCore[K, S, O]) Watermark(wm int64) {
+	defer s.sc.attribute()
+	if wm <= s.wm {
+		return
+	}
+	s.wm = wm
+	s.fire(wm)
+	s.out.flush()
+	s.next.Watermark(wm)
+}
+
+func (s *ProcCore[K, S, O]) Finish() {
+	defer s.sc.attribute()
+	s.fire(math.MaxInt64)
+	s.out.flush()
+	s.state = nil
+	s.next.Finish()
+}
+
+type processState[K comparable, S any] struct {
+	Wm     int64   `msgpack:"wm"`
+	Keys   []K     `msgpack:"k"`
+	States []S     `msgpack:"s"`
+	TKeys  []K     `msgpack:"tk"`
+	TAt    []int64 `msgpack:"ta"`
+	PKeys  []K     `msgpack:"pk,omitempty"` // processing-time timers
+	PAt    []int64 `msgpack:"pa,omitempty"`
+}
+
+func (s *ProcCore[K, S, O]) snapshot() ([]byte, error) {
+	st := processState[K, S]{Wm: s.wm}
+	for k, v := range s.state {
+		st.Keys = append(st.Keys, k)
+		st.States = append(st.States, *v)
+	}
+	timers := slices.Clone(s.timers)
+	slices.SortFunc(timers, func(a, b timed[K]) int { return cmpInt64(a.at, b.at) })
+	for _, tm := range timers {
+		st.TKeys = append(st.TKeys, tm.v)
+		st.TAt = append(st.TAt, tm.at)
+	}
+	for id := range s.ptimers {
+		st.PKeys = append(st.PKeys, id.key)
+		st.PAt = append(st.PAt, id.at)
+	}
+	b, err := msgpack.Marshal(&st)
+	if err != nil {
+		return nil, fmt.Errorf("encode state of %d keys: %w", len(st.Keys), err)
+	}
+	return b, nil
+}
+
+func (s *ProcCore[K, S, O]) restore(b []byte) error {
+	if err := msgpacksafe.Check(b); err != nil {
+		return err
+	}
+	var st processState[K, S]
+	if err := msgpack.Unmarshal(b, &st); err != nil {
+		return err
+	}
+	if len(st.Keys) != len(st.States) || len(st.TKeys) != len(st.TAt) || len(st.PKeys) != len(st.PAt) {
+		return fmt.Errorf("%d keys but %d states, %d timer keys but %d times", len(st.Keys), len(st.States), len(st.TKeys), len(st.TAt))
+	}
+	s.wm = st.Wm
+	for i, k := range st.Keys {
+		s.state[k] = &st.States[i]
+	}
+	for i, k := range st.TKeys {
+		s.timerSet[TimerID[K]{st.TAt[i], k}] = struct{}{}
+		s.timers.add(st.TAt[i], k)
+	}
+	for i, k := range st.PKeys {
+		id := TimerID[K]{st.PAt[i], k}
+		s.ptimers[id] = struct{}{}
+		s.restored = append(s.restored, id)
+	}
+	return nil
+}

@@ -1,0 +1,626 @@
+package stage
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"strconv"
+	"sync/atomic"
+	"time"
+
+	"github.com/vmihailenco/msgpack/v5"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/sluicehq/sluice/internal/msgpacksafe"
+)
+
+// Batch is a run of records in columns: values, and event times when the
+// stream carries them (nil otherwise).
+type Batch[T any] struct {
+	Vs []T
+	Ts []int64
+}
+
+// Retain keeps the records for which keep(i) is true (overflow policies
+// shed records one at a time).
+func (b *Batch[T]) Retain(keep func(i int) bool) int {
+	j := 0
+	for i := range b.Vs {
+		if keep(i) {
+			b.Vs[j] = b.Vs[i]
+			if b.Ts != nil {
+				b.Ts[j] = b.Ts[i]
+			}
+			j++
+		}
+	}
+	clear(b.Vs[j:])
+	b.Vs = b.Vs[:j]
+	if b.Ts != nil {
+		b.Ts = b.Ts[:j]
+	}
+	return j
+}
+
+// Pusher is one stage of a fused chain. push processes a Batch the caller
+// owns: the stage may modify it in place but must not keep it after
+// returning. finish is called once at end of stream, after the last push:
+// the stage emits what it still holds and calls its successor's finish.
+//
+// watermark says that event time has reached wm (Unix nanoseconds): no
+// record with a time at or before wm follows. Stages that keep event-time
+// state (windows, joins) act on it; the others pass it on.
+type Pusher[T any] interface {
+	Push(b *Batch[T])
+	Watermark(wm int64)
+	Finish()
+}
+
+// Inlet feeds the payload of a data envelope to the head of a chain.
+type Inlet interface {
+	Deliver(payload any)
+	Watermark(wm int64)
+	Finish()
+}
+
+type TypedInlet[T any] struct{ head Pusher[T] }
+
+func (i *TypedInlet[T]) Deliver(p any)      { i.head.Push(p.(*Batch[T])) }
+func (i *TypedInlet[T]) Watermark(wm int64) { i.head.Watermark(wm) }
+func (i *TypedInlet[T]) Finish()            { i.head.Finish() }
+
+// Counters are one operator instance's statistics, read concurrently by Stats.
+type Counters struct {
+	In, Out atomic.Int64
+	Dead    atomic.Int64 // records given to the dead-letter store
+	Late    atomic.Int64 // records behind event time beyond the allowed lateness
+	Wm      atomic.Int64 // the stage's event time (Unix ns), 0 before the first watermark
+}
+
+// Ctx is what a stage knows about where it runs.
+type Ctx struct {
+	Name      string // the operator's
+	Kind      string
+	Head      bool // the operator reads the task's mailbox
+	Instance  int
+	Parts     int
+	Context   context.Context
+	C         *Counters
+	BatchSize int
+	Restore   []byte          // the stage's state in the checkpoint the job resumes from
+	Restored  bool            // restore is set (a stage's state may be empty)
+	Failures  *FailureHandler // the record-failure policy, nil: a panic fails the operator
+	Tracer    *Tracer         // the instance's Tracer, nil when tracing is off
+	// after runs f in the instance's actor once d has passed (processing-time
+	// timers); now is the job's clock.
+	After func(d time.Duration, f func())
+	Now   func() time.Time
+	// finalCheckpoint: the job takes a final checkpoint after its input
+	// ends, so a sink whose writer is a TwoPhaseWriter or a Checkpointer
+	// stays open at end of stream until that checkpoint is committed.
+	FinalCheckpoint bool
+	// panicErr is the error of user code that panicked (the job's kit).
+	PanicErr func(v any) error
+}
+
+// key names the stage's instance in checkpoints: "operator/instance".
+func (sc *Ctx) Key() string { return sc.Name + "/" + strconv.Itoa(sc.Instance) }
+
+// Stateful is implemented by stages whose state belongs in checkpoints.
+type Stateful interface {
+	SnapshotState(checkpoint uint64) ([]byte, error)
+}
+
+// fail aborts the instance with err; the supervisor reports it as the
+// operator's failure.
+func (sc *Ctx) fail(err error) {
+	panic(&Failure{op: sc.Name, err: err})
+}
+
+// attribute turns a panic in the stage's user code into a failure of this
+// operator, so that a fused chain reports which of its operators failed. It
+// is deferred once per Batch.
+func (sc *Ctx) attribute() {
+	if r := recover(); r != nil {
+		if _, ok := r.(*Failure); ok {
+			panic(r)
+		}
+		panic(&Failure{op: sc.Name, err: sc.PanicErr(r)})
+	}
+}
+
+type Failure struct {
+	op  string
+	err error
+}
+
+func (f *Failure) Error() string { return f.op + ": " + f.err.Error() }
+
+type MapStage[In, Out any] struct {
+	f    func(In) Out
+	next Pusher[Out]
+	sc   *Ctx
+	out  Batch[Out]
+}
+
+func (s *MapStage[In, Out]) Push(b *Batch[In]) {
+	defer s.sc.attribute()
+	if end := s.sc.Traced(len(b.Vs)); end != nil {
+		defer end()
+	}
+	n := len(b.Vs)
+	s.sc.C.In.Add(int64(n))
+	if s.sc.Failures != nil {
+		s.guarded(b)
+		return
+	}
+	out := s.out.Vs
+	if cap(out) < n {
+		out = make([]Out, n, max(n, s.sc.BatchSize))
+	}
+	out = out[:n]
+	mapInto(s.f, b.Vs, out)
+	s.out.Vs, s.out.Ts = out, b.Ts
+	s.sc.C.Out.Add(int64(n))
+	s.next.Push(&s.out)
+}
+
+func (s *MapStage[In, Out]) Watermark(wm int64) { s.next.Watermark(wm) }
+
+func (s *MapStage[In, Out]) Finish() { s.next.Finish() }
+
+// The record loops of the fast paths live in functions without defers, so
+// that the compiler keeps them tight (the stages defer their failure
+// attribution and tracing once per Batch).
+
+func mapInto[In, Out any](f func(In) Out, vs []In, out []Out) {
+	for i, v := range vs {
+		out[i] = f(v)
+	}
+}
+
+// keepInPlace moves the values keep accepts to the front of vs and returns
+// how many there are.
+func keepInPlace[T any](keep func(T) bool, vs []T) int {
+	j := 0
+	for _, v := range vs {
+		if keep(v) {
+			vs[j] = v
+			j++
+		}
+	}
+	return j
+}
+
+type FilterStage[T any] struct {
+	keep func(T) bool
+	next Pusher[T]
+	sc   *Ctx
+}
+
+func (s *FilterStage[T]) Push(b *Batch[T]) {
+	defer s.sc.attribute()
+	if end := s.sc.Traced(len(b.Vs)); end != nil {
+		defer end()
+	}
+	s.sc.C.In.Add(int64(len(b.Vs)))
+	if s.sc.Failures != nil {
+		s.guarded(b)
+		return
+	}
+	j := 0
+	if b.Ts == nil {
+		j = keepInPlace(s.keep, b.Vs)
+	} else {
+		for i, v := range b.Vs {
+			if s.keep(v) {
+				b.Vs[j], b.Ts[j] = v, b.Ts[i]
+				j++
+			}
+		}
+		b.Ts = b.Ts[:j]
+	}
+	b.Vs = b.Vs[:j]
+	if j == 0 {
+		return
+	}
+	s.sc.C.Out.Add(int64(j))
+	s.next.Push(b)
+}
+
+func (s *FilterStage[T]) Watermark(wm int64) { s.next.Watermark(wm) }
+
+func (s *FilterStage[T]) Finish() { s.next.Finish() }
+
+type FlatMapStage[In, Out any] struct {
+	f    func(In) []Out
+	next Pusher[Out]
+	sc   *Ctx
+	out  Batch[Out]
+}
+
+func (s *FlatMapStage[In, Out]) Push(b *Batch[In]) {
+	defer s.sc.attribute()
+	if end := s.sc.Traced(len(b.Vs)); end != nil {
+		defer end()
+	}
+	s.sc.C.In.Add(int64(len(b.Vs)))
+	s.out.Vs, s.out.Ts = s.out.Vs[:0], s.out.Ts[:0]
+	if s.sc.Failures != nil {
+		for i := 0; i < len(b.Vs); {
+			i = s.guardedFrom(b, i)
+		}
+	} else {
+		for i, v := range b.Vs {
+			s.emit(b, i, s.f(v))
+		}
+	}
+	s.flush(b.Ts != nil)
+}
+
+// emit adds the outputs of input record i.
+func (s *FlatMapStage[In, Out]) emit(b *Batch[In], i int, outs []Out) {
+	s.out.Vs = append(s.out.Vs, outs...)
+	if b.Ts != nil {
+		for range outs {
+			s.out.Ts = append(s.out.Ts, b.Ts[i])
+		}
+	}
+	if len(s.out.Vs) >= s.sc.BatchSize { // keep the Batch bounded however much f expands
+		s.flush(b.Ts != nil)
+	}
+}
+
+func (s *FlatMapStage[In, Out]) flush(timed bool) {
+	if len(s.out.Vs) == 0 {
+		return
+	}
+	if !timed {
+		s.out.Ts = nil
+	}
+	s.sc.C.Out.Add(int64(len(s.out.Vs)))
+	s.next.Push(&s.out)
+	s.out.Vs, s.out.Ts = s.out.Vs[:0], s.out.Ts[:0]
+}
+
+func (s *FlatMapStage[In, Out]) Watermark(wm int64) { s.next.Watermark(wm) }
+
+func (s *FlatMapStage[In, Out]) Finish() { s.next.Finish() }
+
+// KeyedStage keeps one accumulator per key, in memory.
+// maxLinks bounds the links of an aggregate's span.
+const maxLinks = 128
+
+// keyedState is the checkpointed form of a keyed stage: its entries in
+// first-seen order.
+type keyedState[K comparable, A any] struct {
+	Keys []K `msgpack:"k"`
+	Accs []A `msgpack:"a"`
+}
+
+func (s *KeyedStage[K, T, A, O]) SnapshotState(uint64) ([]byte, error) {
+	st := keyedState[K, A]{Keys: s.order, Accs: make([]A, len(s.order))}
+	for i, k := range s.order {
+		st.Accs[i] = s.state[k]
+	}
+	b, err := msgpack.Marshal(&st)
+	if err != nil {
+		return nil, fmt.Errorf("encode state of %d keys: %w", len(s.order), err)
+	}
+	return b, nil
+}
+
+func (s *KeyedStage[K, T, A, O]) RestoreState(b []byte) error {
+	var st keyedState[K, A]
+	if err := msgpacksafe.Check(b); err != nil {
+		return err
+	}
+	if err := msgpack.Unmarshal(b, &st); err != nil {
+		return err
+	}
+	if len(st.Keys) != len(st.Accs) {
+		return fmt.Errorf("%d keys but %d values", len(st.Keys), len(st.Accs))
+	}
+	s.order = st.Keys
+	s.state = make(map[K]A, len(st.Keys))
+	for i, k := range st.Keys {
+		s.state[k] = st.Accs[i]
+	}
+	return nil
+}
+
+type KeyedStage[K comparable, T, A, O any] struct {
+	links  []trace.Link // the traced inputs of the results not yet emitted (EmitAtEnd)
+	key    func(T) K
+	foldFn func(acc A, seen bool, v T) A
+	kv     func(K, A) O // the result of a key
+	emit   EmitMode
+	next   Pusher[O]
+	sc     *Ctx
+	state  map[K]A
+	order  []K // keys in first-seen order, so that EmitAtEnd is deterministic
+	out    Batch[O]
+}
+
+func (s *KeyedStage[K, T, A, O]) Push(b *Batch[T]) {
+	defer s.sc.attribute()
+	if end := s.sc.Traced(len(b.Vs)); end != nil {
+		defer end()
+	}
+	s.sc.C.In.Add(int64(len(b.Vs)))
+	s.out.Vs = s.out.Vs[:0]
+	if tr := s.sc.Tracer; tr != nil && tr.ctx != nil && s.emit == EmitAtEnd && len(s.links) < maxLinks {
+		s.links = append(s.links, trace.LinkFromContext(tr.ctx))
+	}
+	if s.sc.Failures != nil {
+		for i := 0; i < len(b.Vs); {
+			i = s.guardedFrom(b, i)
+		}
+	} else {
+		for _, v := range b.Vs {
+			s.fold(v)
+		}
+	}
+	if len(s.out.Vs) > 0 {
+		s.out.Ts = nil
+		if len(s.out.Vs) == len(b.Vs) { // one update per record: same event times
+			s.out.Ts = b.Ts
+		}
+		s.sc.C.Out.Add(int64(len(s.out.Vs)))
+		s.next.Push(&s.out)
+	}
+}
+
+// fold adds one record to its key's accumulator.
+func (s *KeyedStage[K, T, A, O]) fold(v T) {
+	k := s.key(v)
+	acc, seen := s.state[k]
+	acc = s.foldFn(acc, seen, v) // may panic: nothing changed yet
+	if !seen {
+		s.order = append(s.order, k)
+	}
+	s.state[k] = acc
+	if s.emit == EmitUpdates {
+		s.out.Vs = append(s.out.Vs, s.kv(k, acc))
+	}
+}
+
+func (s *KeyedStage[K, T, A, O]) Watermark(wm int64) { s.next.Watermark(wm) }
+
+func (s *KeyedStage[K, T, A, O]) Finish() {
+	defer s.sc.attribute()
+	if tr := s.sc.Tracer; tr != nil && len(s.links) > 0 {
+		// The results are built from many inputs: their span links to the
+		// inputs' spans rather than nesting under one of them.
+		ctx, span := tr.t.Start(tr.base, s.sc.Name, trace.WithNewRoot(), trace.WithLinks(s.links...),
+			trace.WithAttributes(tr.attrs(s.sc, len(s.order))...))
+		tr.ctx = ctx
+		defer func() { span.End(); tr.ctx = nil }()
+		s.links = nil
+	}
+	if s.emit == EmitAtEnd {
+		s.out.Ts = nil
+		for i := 0; i < len(s.order); i += s.sc.BatchSize {
+			s.out.Vs = s.out.Vs[:0]
+			for _, k := range s.order[i:min(i+s.sc.BatchSize, len(s.order))] {
+				s.out.Vs = append(s.out.Vs, s.kv(k, s.state[k]))
+			}
+			s.sc.C.Out.Add(int64(len(s.out.Vs)))
+			s.next.Push(&s.out)
+		}
+	}
+	s.next.Finish()
+}
+
+type SinkStage[T any] struct {
+	conn SinkConnector[T]
+	w    Writer[T]
+	sc   *Ctx
+	// ended: end of stream reached a writer kept open for the final
+	// checkpoint (see closeFinal). last is the state recorded at the last
+	// checkpoint, answered again for a checkpoint after the writer closed.
+	ended bool
+	last  []byte
+}
+
+func (s *SinkStage[T]) Open() error {
+	var w Writer[T]
+	var err error
+	if r, ok := s.conn.(RestorableSink[T]); ok && s.sc.Restored {
+		w, err = r.OpenAt(s.sc.Context, s.sc.Instance, s.sc.Parts, s.sc.Restore)
+	} else {
+		w, err = s.conn.Open(s.sc.Context, s.sc.Instance, s.sc.Parts)
+	}
+	if err != nil {
+		return &Failure{op: s.sc.Name, err: fmt.Errorf("open: %w", err)}
+	}
+	s.w = w
+	return nil
+}
+
+func (s *SinkStage[T]) Push(b *Batch[T]) {
+	defer s.sc.attribute()
+	if end := s.sc.Traced(len(b.Vs)); end != nil {
+		defer end()
+	}
+	s.sc.C.In.Add(int64(len(b.Vs)))
+	if err := s.w.Write(b.Vs); err != nil {
+		s.sc.fail(fmt.Errorf("write: %w", err))
+	}
+}
+
+func (s *SinkStage[T]) Watermark(int64) {}
+
+// finish is the end of the stream. A writer whose position belongs in
+// checkpoints (TwoPhaseWriter, Checkpointer) stays open when the job takes a
+// final checkpoint: that checkpoint records it (PreCommit) and commits it,
+// and closeFinal closes it afterwards with nothing left to commit. Other
+// writers, and every writer of a job without checkpoints, close now: Close
+// flushes and, for a two-phase writer, commits what it holds.
+func (s *SinkStage[T]) Finish() {
+	if s.sc.FinalCheckpoint && s.w != nil {
+		switch s.w.(type) {
+		case TwoPhaseWriter, Checkpointer:
+			s.ended = true
+			return
+		}
+	}
+	s.Close()
+}
+
+// endRestored is the end of the stream in an instance that had finished
+// before the checkpoint the job was restored from: nothing more will be
+// written, and the writer ends as at finish.
+func (s *SinkStage[T]) EndRestored() { s.Finish() }
+
+// closeFinal closes a writer kept open for the final checkpoint, once that
+// checkpoint has been committed.
+func (s *SinkStage[T]) CloseFinal() {
+	if s.ended {
+		s.ended = false
+		s.Close()
+	}
+}
+
+func (s *SinkStage[T]) Close() {
+	w := s.w
+	s.w = nil
+	if w != nil {
+		if err := w.Close(); err != nil {
+			s.sc.fail(fmt.Errorf("close: %w", err))
+		}
+	}
+}
+
+func (s *SinkStage[T]) SnapshotState(checkpoint uint64) ([]byte, error) {
+	if s.w == nil {
+		return s.last, nil // closed after a checkpoint covered everything it wrote
+	}
+	var b []byte
+	var err error
+	if tp, ok := s.w.(TwoPhaseWriter); ok {
+		b, err = tp.PreCommit(checkpoint)
+	} else if c, ok := s.w.(Checkpointer); ok {
+		b, err = c.Checkpoint()
+	} else {
+		return nil, nil // at-least-once: nothing to record
+	}
+	if err == nil {
+		s.last = b
+	}
+	return b, err
+}
+
+// commit finishes the two-phase commit of a completed checkpoint.
+func (s *SinkStage[T]) Commit(checkpoint uint64) {
+	if tp, ok := s.w.(TwoPhaseWriter); ok {
+		if err := tp.Commit(s.sc.Context, checkpoint); err != nil {
+			s.sc.fail(fmt.Errorf("commit checkpoint %d: %w", checkpoint, err))
+		}
+	}
+}
+
+// abort releases the writer without the end-of-stream guarantees: a
+// writer with an Abort method (a two-phase sink) discards what no
+// checkpoint covers instead of committing it. A writer kept open for a
+// final checkpoint that never completed is aborted too.
+func (s *SinkStage[T]) Abort() {
+	if s.w == nil {
+		return
+	}
+	if a, ok := s.w.(Aborter); ok {
+		_ = a.Abort()
+	} else {
+		_ = s.w.Close()
+	}
+	s.w, s.ended = nil, false
+}
+
+// SourceRunner is the head of a source task.
+type SourceRunner interface {
+	Open(offset int64) error
+	Offset() int64
+	Stage() *Ctx
+	// step reads at most one Batch and pushes it; it returns io.EOF at the
+	// end of the partition and (0, nil) when nothing is available now.
+	Step() (int, error)
+	Finish()
+	Close() error
+	Waiter() Waiter
+	Ack(offset int64) error
+}
+
+type SourceStage[T any] struct {
+	conn SourceConnector[T]
+	r    Reader[T]
+	next Pusher[T]
+	sc   *Ctx
+	buf  Batch[T]
+}
+
+func (s *SourceStage[T]) Offset() int64 { return s.r.Offset() }
+
+func (s *SourceStage[T]) Stage() *Ctx { return s.sc }
+
+func (s *SourceStage[T]) Open(offset int64) error {
+	r, err := s.conn.Open(s.sc.Context, s.sc.Instance, s.sc.Parts, offset)
+	if err != nil {
+		return &Failure{op: s.sc.Name, err: fmt.Errorf("open: %w", err)}
+	}
+	s.r = r
+	s.buf.Vs = make([]T, s.sc.BatchSize)
+	return nil
+}
+
+func (s *SourceStage[T]) Step() (int, error) {
+	defer s.sc.attribute()
+	s.buf.Vs = s.buf.Vs[:s.sc.BatchSize]
+	n, err := s.r.Read(s.buf.Vs)
+	if n > 0 {
+		s.buf.Vs, s.buf.Ts = s.buf.Vs[:n], nil
+		s.sc.C.Out.Add(int64(n))
+		s.next.Push(&s.buf) // in the trace the instance started for this tick, if any
+	}
+	if err != nil && !errors.Is(err, io.EOF) {
+		return n, &Failure{op: s.sc.Name, err: fmt.Errorf("read: %w", err)}
+	}
+	return n, err
+}
+
+func (s *SourceStage[T]) Finish() { s.next.Finish() }
+
+func (s *SourceStage[T]) Close() error {
+	if s.r == nil {
+		return nil
+	}
+	err := s.r.Close()
+	s.r = nil
+	return err
+}
+
+// ack tells the reader that a completed checkpoint covers every record
+// before offset.
+func (s *SourceStage[T]) Ack(offset int64) error {
+	if a, ok := s.r.(Acker); ok && s.r != nil {
+		if err := a.Ack(s.sc.Context, offset); err != nil {
+			return &Failure{op: s.sc.Name, err: fmt.Errorf("ack offset %d: %w", offset, err)}
+		}
+	}
+	return nil
+}
+
+func (s *SourceStage[T]) Waiter() Waiter {
+	w, _ := s.r.(Waiter)
+	return w
+}
+
+// EmitMode says when a per-key aggregation emits.
+type EmitMode uint8
+
+const (
+	// EmitUpdates emits the key's new value after every record (a changelog).
+	EmitUpdates EmitMode = iota
+	// EmitAtEnd emits every key's final value once, at end of stream.
+	EmitAtEnd
+)

@@ -1,0 +1,462 @@
+package stage
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"slices"
+	"time"
+
+	"github.com/vmihailenco/msgpack/v5"
+
+	"github.com/sluicehq/sluice/internal/msgpacksafe"
+)
+
+// Reduced is the accumulator of WindowReduce: the value so far, if any.
+type Reduced[T any] struct {
+	V   T    `msgpack:"v"`
+	Set bool `msgpack:"s"`
+}
+
+// WinFns are what a window stage does with its records.
+type WinFns[K comparable, T, A, O any] struct {
+	Key   func(T) K
+	Zero  func() A
+	Add   func(A, T) A
+	Merge func(A, A) A // sessions
+	// Emit turns a key's accumulator of a closing window into outputs.
+	Emit func(k K, start, end int64, acc A, out func(O))
+}
+
+// lateOutput is the side output of a windowed stage: late records are
+// counted and written to the LateTo sink, if any.
+type lateOutput[T any] struct {
+	sink *SinkStage[T]
+	c    *Counters
+	buf  Batch[T]
+}
+
+func newLateOutput[T any](sc *Ctx, late any) *lateOutput[T] {
+	l := &lateOutput[T]{c: sc.C}
+	if conn, ok := late.(SinkConnector[T]); ok {
+		lsc := *sc
+		// Late records are at-least-once (in no checkpoint): the late sink
+		// closes at end of stream, before any final checkpoint.
+		lsc.C, lsc.Tracer, lsc.FinalCheckpoint = new(Counters), nil, false
+		l.sink = &SinkStage[T]{conn: conn, sc: &lsc}
+	}
+	return l
+}
+
+func (l *lateOutput[T]) add(v T, ts int64) {
+	l.c.Late.Add(1)
+	if l.sink != nil {
+		l.buf.Vs = append(l.buf.Vs, v)
+		l.buf.Ts = append(l.buf.Ts, ts)
+	}
+}
+
+func (l *lateOutput[T]) flush() {
+	if len(l.buf.Vs) > 0 {
+		l.sink.Push(&l.buf)
+		l.buf.Vs, l.buf.Ts = l.buf.Vs[:0], l.buf.Ts[:0]
+	}
+}
+
+func (l *lateOutput[T]) Open() error {
+	if l.sink == nil {
+		return nil
+	}
+	return l.sink.Open()
+}
+
+func (l *lateOutput[T]) Abort() {
+	if l.sink != nil {
+		l.sink.Abort()
+	}
+}
+
+func (l *lateOutput[T]) Finish() {
+	if l.sink != nil {
+		l.flush()
+		l.sink.Finish()
+	}
+}
+
+// pane holds the accumulators of the keys of one window, in first-seen order.
+type pane[K comparable, A any] struct {
+	idx   map[K]int
+	keys  []K
+	accs  []A
+	fired bool // fired, kept for the allowed lateness
+}
+
+type session[A any] struct {
+	Start int64 `msgpack:"b"`
+	End   int64 `msgpack:"e"` // last record + gap
+	Acc   A     `msgpack:"a"`
+	Fired bool  `msgpack:"f"`
+}
+
+type winStage[K comparable, T, A, O any] struct {
+	fns                        WinFns[K, T, A, O]
+	kind                       windowKind
+	size, slide, gap, lateness int64
+	proc                       bool
+	wm                         int64
+
+	panes   map[int64]*pane[K, A] // by window end
+	ends    timeHeap[struct{}]    // ends of windows to fire
+	cleanup timeHeap[int64]       // fired windows to drop, at end-1+lateness
+
+	sess        map[K][]session[A] // a key's sessions, by start
+	sessTimers  timeHeap[K]        // session ends to fire (stale entries are skipped)
+	sessCleanup timeHeap[K]
+
+	late *lateOutput[T]
+	next Pusher[O]
+	sc   *Ctx
+	out  OutBuf[O]
+	at   int64 // the event time of the outputs being emitted
+
+	restoredProc []int64 // restored processing-time windows, armed at open
+}
+
+func NewWinStage[K comparable, T, A, O any](fns WinFns[K, T, A, O], w Windows, lateness time.Duration, late any, next Pusher[O], sc *Ctx) *winStage[K, T, A, O] {
+	return &winStage[K, T, A, O]{fns: fns, kind: w.kind, size: int64(w.size), slide: int64(w.slide), gap: int64(w.gap),
+		lateness: int64(lateness), proc: w.proc, wm: math.MinInt64,
+		panes: make(map[int64]*pane[K, A]), sess: make(map[K][]session[A]),
+		late: newLateOutput[T](sc, late), out: NewOutBuf(next, sc), next: next, sc: sc}
+}
+
+var errNoEventTime = errors.New("records carry no event time: add operators.Timestamps upstream, or use ProcessingTime windows")
+
+func (s *winStage[K, T, A, O]) Push(b *Batch[T]) {
+	defer s.sc.attribute()
+	if end := s.sc.Traced(len(b.Vs)); end != nil {
+		defer end()
+	}
+	s.sc.C.In.Add(int64(len(b.Vs)))
+	var now int64
+	if s.proc {
+		now = s.sc.Now().UnixNano()
+	} else if b.Ts == nil && len(b.Vs) > 0 {
+		s.sc.fail(errNoEventTime)
+	}
+	for i, v := range b.Vs {
+		t := now
+		if !s.proc {
+			t = b.Ts[i]
+		}
+		k := s.fns.Key(v)
+		var placed bool
+		if s.kind == sessions {
+			placed = s.addSession(k, v, t)
+		} else {
+			placed = s.addPanes(k, v, t, now)
+		}
+		if !placed {
+			s.late.add(v, t)
+		}
+	}
+	s.late.flush()
+	s.out.flush()
+}
+
+// addPanes adds a record to every window it belongs to that is still open
+// (or within the allowed lateness) and reports whether there was one.
+func (s *winStage[K, T, A, O]) addPanes(k K, v T, t, now int64) bool {
+	placed := false
+	for start := floorDiv(t, s.slide) * s.slide; start > t-s.size; start -= s.slide {
+		end := start + s.size
+		if !s.proc && end-1+s.lateness <= s.wm {
+			break // this window and every earlier one are past
+		}
+		p := s.panes[end]
+		if p == nil {
+			p = &pane[K, A]{idx: make(map[K]int)}
+			s.panes[end] = p
+			if s.proc {
+				s.sc.After(time.Duration(end-now), func() { s.fireProc(end) })
+			} else {
+				s.ends.add(end, struct{}{})
+			}
+		}
+		i, ok := p.idx[k]
+		if !ok {
+			i = len(p.keys)
+			p.idx[k] = i
+			p.keys = append(p.keys, k)
+			p.accs = append(p.accs, s.fns.Zero())
+		}
+		p.accs[i] = s.fns.Add(p.accs[i], v)
+		placed = true
+		if !s.proc && end-1 <= s.wm { // a late record within the allowed lateness
+			if !p.fired {
+				p.fired = true
+				s.cleanup.add(end-1+s.lateness, end)
+				s.firePane(p, end)
+				continue
+			}
+			s.at = end - 1
+			s.fns.Emit(k, start, end, p.accs[i], s.emitOne)
+		}
+	}
+	return placed
+}
+
+// addSession merges a record into its key's sessions.
+func (s *winStage[K, T, A, O]) addSession(k K, v T, t int64) bool {
+	merged := session[A]{Start: t, End: t + s.gap}
+	list := s.sess[k]
+	var rest []session[A]
+	var parts []session[A]
+	for _, x := range list {
+		if x.Start < merged.End && merged.Start < x.End {
+			merged.Start, merged.End = min(merged.Start, x.Start), max(merged.End, x.End)
+			parts = append(parts, x)
+		} else {
+			rest = append(rest, x)
+		}
+	}
+	if merged.End-1+s.lateness <= s.wm {
+		return false
+	}
+	acc := s.fns.Add(s.fns.Zero(), v)
+	for _, x := range parts {
+		acc = s.fns.Merge(x.Acc, acc)
+	}
+	merged.Acc = acc
+	if merged.End-1 <= s.wm { // within the allowed lateness: fire now
+		merged.Fired = true
+		s.sessCleanup.add(merged.End-1+s.lateness, k)
+		s.at = merged.End - 1
+		s.fns.Emit(k, merged.Start, merged.End, merged.Acc, s.emitOne)
+	} else {
+		s.sessTimers.add(merged.End, k)
+	}
+	i, _ := slices.BinarySearchFunc(rest, merged.Start, func(x session[A], start int64) int { return cmpInt64(x.Start, start) })
+	s.sess[k] = slices.Insert(rest, i, merged)
+	return true
+}
+
+func cmpInt64(a, b int64) int {
+	switch {
+	case a < b:
+		return -1
+	case a > b:
+		return 1
+	}
+	return 0
+}
+
+func (s *winStage[K, T, A, O]) emitOne(o O) { s.out.add(o, s.at) }
+
+func (s *winStage[K, T, A, O]) firePane(p *pane[K, A], end int64) {
+	s.at = end - 1
+	for i, k := range p.keys {
+		s.fns.Emit(k, end-s.size, end, p.accs[i], s.emitOne)
+	}
+}
+
+// fireProc fires a processing-time window when the clock passed its end.
+func (s *winStage[K, T, A, O]) fireProc(end int64) {
+	defer s.sc.attribute()
+	if p := s.panes[end]; p != nil {
+		s.firePane(p, end)
+		delete(s.panes, end)
+	}
+	s.out.flush()
+}
+
+func (s *winStage[K, T, A, O]) Watermark(wm int64) {
+	defer s.sc.attribute()
+	if wm <= s.wm {
+		return
+	}
+	s.wm = wm
+	if !s.proc {
+		for e, ok := s.ends.due(wm + 1); ok; e, ok = s.ends.due(wm + 1) {
+			p := s.panes[e.at]
+			if p == nil || p.fired {
+				continue
+			}
+			s.firePane(p, e.at)
+			if s.lateness > 0 {
+				p.fired = true
+				s.cleanup.add(e.at-1+s.lateness, e.at)
+			} else {
+				delete(s.panes, e.at)
+			}
+		}
+		for c, ok := s.cleanup.due(wm); ok; c, ok = s.cleanup.due(wm) {
+			delete(s.panes, c.v)
+		}
+		for e, ok := s.sessTimers.due(wm + 1); ok; e, ok = s.sessTimers.due(wm + 1) {
+			s.fireSessions(e.v, e.at)
+		}
+		for c, ok := s.sessCleanup.due(wm); ok; c, ok = s.sessCleanup.due(wm) {
+			s.dropSessions(c.v)
+		}
+	}
+	s.out.flush()
+	s.next.Watermark(wm)
+}
+
+// fireSessions fires the key's session that ends at end, if it still does.
+func (s *winStage[K, T, A, O]) fireSessions(k K, end int64) {
+	list := s.sess[k]
+	for i := range list {
+		x := &list[i]
+		if x.End != end || x.Fired {
+			continue
+		}
+		s.at = x.End - 1
+		s.fns.Emit(k, x.Start, x.End, x.Acc, s.emitOne)
+		if s.lateness > 0 {
+			x.Fired = true
+			s.sessCleanup.add(x.End-1+s.lateness, k)
+		} else {
+			s.sess[k] = slices.Delete(list, i, i+1)
+			if len(s.sess[k]) == 0 {
+				delete(s.sess, k)
+			}
+		}
+		return
+	}
+}
+
+// dropSessions forgets the key's fired sessions past the allowed lateness.
+func (s *winStage[K, T, A, O]) dropSessions(k K) {
+	list := slices.DeleteFunc(s.sess[k], func(x session[A]) bool { return x.Fired && x.End-1+s.lateness <= s.wm })
+	if len(list) == 0 {
+		delete(s.sess, k)
+		return
+	}
+	s.sess[k] = list
+}
+
+// finish fires every window still open, in the order of their ends.
+func (s *winStage[K, T, A, O]) Finish() {
+	defer s.sc.attribute()
+	ends := make([]int64, 0, len(s.panes))
+	for e, p := range s.panes {
+		if !p.fired {
+			ends = append(ends, e)
+		}
+	}
+	slices.Sort(ends)
+	for _, e := range ends {
+		s.firePane(s.panes[e], e)
+	}
+	type open struct {
+		k K
+		x session[A]
+	}
+	var all []open
+	for k, list := range s.sess {
+		for _, x := range list {
+			if !x.Fired {
+				all = append(all, open{k, x})
+			}
+		}
+	}
+	slices.SortStableFunc(all, func(a, b open) int { return cmpInt64(a.x.End, b.x.End) })
+	for _, o := range all {
+		s.at = o.x.End - 1
+		s.fns.Emit(o.k, o.x.Start, o.x.End, o.x.Acc, s.emitOne)
+	}
+	s.panes, s.sess = nil, nil
+	s.out.flush()
+	s.late.Finish()
+	s.next.Finish()
+}
+
+// open arms the timers of restored processing-time windows, once the
+// instance runs.
+func (s *winStage[K, T, A, O]) Open() error {
+	now := s.sc.Now().UnixNano()
+	for _, end := range s.restoredProc {
+		s.sc.After(time.Duration(max(0, end-now)), func() { s.fireProc(end) })
+	}
+	s.restoredProc = nil
+	return s.late.Open()
+}
+
+func (s *winStage[K, T, A, O]) Abort() { s.late.Abort() }
+
+// winState is the checkpointed form of a window stage.
+type winState[K comparable, A any] struct {
+	Wm    int64             `msgpack:"wm"`
+	Panes []paneState[K, A] `msgpack:"p,omitempty"`
+	Sess  []sessState[K, A] `msgpack:"s,omitempty"`
+}
+
+type paneState[K comparable, A any] struct {
+	End   int64 `msgpack:"e"`
+	Fired bool  `msgpack:"f"`
+	Keys  []K   `msgpack:"k"`
+	Accs  []A   `msgpack:"a"`
+}
+
+type sessState[K comparable, A any] struct {
+	Key  K            `msgpack:"k"`
+	List []session[A] `msgpack:"l"`
+}
+
+func (s *winStage[K, T, A, O]) SnapshotState(uint64) ([]byte, error) {
+	st := winState[K, A]{Wm: s.wm}
+	for e, p := range s.panes {
+		st.Panes = append(st.Panes, paneState[K, A]{End: e, Fired: p.fired, Keys: p.keys, Accs: p.accs})
+	}
+	slices.SortFunc(st.Panes, func(a, b paneState[K, A]) int { return cmpInt64(a.End, b.End) })
+	for k, list := range s.sess {
+		st.Sess = append(st.Sess, sessState[K, A]{Key: k, List: list})
+	}
+	b, err := msgpack.Marshal(&st)
+	if err != nil {
+		return nil, fmt.Errorf("encode %d windows and %d keys' sessions: %w", len(st.Panes), len(st.Sess), err)
+	}
+	return b, nil
+}
+
+func (s *winStage[K, T, A, O]) RestoreState(b []byte) error {
+	if err := msgpacksafe.Check(b); err != nil {
+		return err
+	}
+	var st winState[K, A]
+	if err := msgpack.Unmarshal(b, &st); err != nil {
+		return err
+	}
+	s.wm = st.Wm
+	for _, ps := range st.Panes {
+		if len(ps.Keys) != len(ps.Accs) {
+			return fmt.Errorf("window ending %d: %d keys but %d values", ps.End, len(ps.Keys), len(ps.Accs))
+		}
+		p := &pane[K, A]{idx: make(map[K]int, len(ps.Keys)), keys: ps.Keys, accs: ps.Accs, fired: ps.Fired}
+		for i, k := range ps.Keys {
+			p.idx[k] = i
+		}
+		s.panes[ps.End] = p
+		end := ps.End
+		switch {
+		case s.proc:
+			s.restoredProc = append(s.restoredProc, end)
+		case ps.Fired:
+			s.cleanup.add(end-1+s.lateness, end)
+		default:
+			s.ends.add(end, struct{}{})
+		}
+	}
+	for _, ss := range st.Sess {
+		s.sess[ss.Key] = ss.List
+		for _, x := range ss.List {
+			if x.Fired {
+				s.sessCleanup.add(x.End-1+s.lateness, ss.Key)
+			} else {
+				s.sessTimers.add(x.End, ss.Key)
+			}
+		}
+	}
+	return nil
+}

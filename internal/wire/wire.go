@@ -1,0 +1,137 @@
+// Package wire is the protocol between a job's actors: the job actor (the
+// coordinator), the operator instances and the hosts of instances in other
+// processes. Each message is defined once and used both within one process
+// and across processes, where package cluster encodes it with msgpack
+// (it registers every type here with its codec). Field names are the
+// encoding: renaming one breaks mixed-version clusters.
+//
+// Records and control marks between instances travel as Records (encoded
+// with the receiving task's envelope codec) only across processes; within
+// one they are actors.Envelope values. Credits are totals since the channel
+// opened, so that a lost credit is made good by the next; sequence numbers
+// of Records detect a lost message.
+package wire
+
+type (
+	// Records is an envelope (records or a control mark), encoded with
+	// the envelope codec of the receiving task. Seq numbers the messages
+	// of one channel from 1: a gap means a message was lost between the
+	// processes, and the receiving instance fails (the job restarts from
+	// its last checkpoint) rather than go on without it.
+	Records struct {
+		Seq  uint64
+		Data []byte
+	}
+	// Credit grants the sender's output Out room for Total records
+	// since the channel opened (a total, not an increment: a credit message
+	// lost between processes is made good by the next).
+	Credit struct {
+		Out   int
+		Total int64
+	}
+	// Barrier announces checkpoint ID to every instance. A running source
+	// starts it; an instance that has finished its input answers it with
+	// its final state; any other instance aligns the barrier arriving on
+	// its inputs, or answers as a finished instance if its input ends
+	// first. That is how checkpoints go on while some sources have
+	// finished and others run (as Flink's FLIP-147), and how the final
+	// checkpoint reaches every instance.
+	Barrier struct{ ID uint64 }
+	// Ack: an instance recorded its state for checkpoint ID.
+	Ack struct {
+		Gen      int
+		ID       uint64
+		Instance int
+		States   map[string][]byte
+		Offsets  map[string]int64
+	}
+	// Committed: checkpoint ID completed; sinks commit, sources
+	// acknowledge, and a finished instance whose final state it covers
+	// closes its sinks and reports Finished a second time.
+	Committed struct {
+		Gen int
+		ID  uint64
+	}
+	// Finished: an instance finished its input. Stats are its final
+	// counters, so that the job's statistics are complete when it ends.
+	Finished struct {
+		Task, Instance, Gen int
+		Stats               *InstanceStats
+	}
+	// Stats reports the counters of a generation's instances in one
+	// process to the job actor: every hostStatsInterval while they run, and
+	// once more (Final) after they stopped. Counts are totals since the
+	// generation started, so a lost report is made good by the next.
+	Stats struct {
+		Gen       int
+		Address   string
+		Final     bool
+		Instances []InstanceStats
+	}
+	// InstanceStats are the counters of one instance.
+	InstanceStats struct {
+		Task, Instance int
+		Final          bool      // the instance finished or stopped: no later report changes it
+		Ops            []OpStats // by position in the task's chain
+		// Its input mailbox (none for a source).
+		Policy                     string
+		Capacity, Depth, HighWater int
+		Dropped                    []int64 // by mailbox.Reason
+		Spilled, SpillPending      int64
+		Blocked                    int64 // nanoseconds without credit to send, the current episode included
+		Backpressured              bool  // without credit now
+		Watermark                  int64 // the instance's event time (Unix ns), 0 before the first
+	}
+	// OpStats are the counters of one operator of an instance's chain.
+	OpStats struct{ In, Out, DeadLettered, Late int64 }
+	// SourceDone: a source ended. Older versions sent it to stop
+	// checkpoints; a finished source now answers barriers instead, and the
+	// job actor ignores it.
+	SourceDone struct{ Gen int }
+	// Drain asks a source to stop reading and finish.
+	Drain struct{}
+	// Failed: an instance failed; the job restarts or stops. Operator and
+	// Message describe the failure across processes; within one, Reason is
+	// what the instance failed with (a panic's value or an error), which
+	// does not cross processes.
+	Failed struct {
+		Gen               int
+		Address, ID       string // the instance's PID
+		Operator, Message string
+		Reason            any `msgpack:"-"`
+	}
+	// Deploy asks a process to run its instances of one generation.
+	Deploy struct {
+		Job               string // the name the topology is registered under
+		JobAddress, JobID string // the job actor
+		Gen               int
+		Placement         []string // the address of every instance, by instance number
+		Checkpoint        *Checkpoint
+	}
+	// Checkpoint is the checkpoint a generation starts from.
+	Checkpoint struct {
+		ID      uint64
+		States  map[string][]byte
+		Offsets map[string]int64
+	}
+	// Deployed answers Deploy; Err is empty on success.
+	Deployed struct{ Err string }
+	// StopGen asks a process to stop its instances of a generation.
+	StopGen struct {
+		JobAddress, JobID string
+		Gen               int
+	}
+	// Stopped: a process stopped its instances of generation Gen.
+	Stopped struct {
+		Address string
+		Gen     int
+	}
+)
+
+// The messages sent to instances besides records are control messages: an
+// overflow policy must never count or drop them. A dropped credit would
+// leave its sender waiting for room the receiver already granted.
+func (*Credit) IsControl() bool    { return true }
+func (*Barrier) IsControl() bool   { return true }
+func (*Committed) IsControl() bool { return true }
+func (*Drain) IsControl() bool     { return true }

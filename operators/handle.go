@@ -1,0 +1,71 @@
+package operators
+
+import (
+	"context"
+
+	"github.com/sluicehq/sluice/actors"
+	"github.com/sluicehq/sluice/internal/engine"
+)
+
+// Job is a running topology, as Start returns it.
+type Job struct{ run *actors.Run }
+
+// Start validates t and runs it on sys. The run settings opts (Checkpoints,
+// CheckpointStore, RestartOnFailure, WithClock, DeadLetters, BatchSize,
+// Capacity) apply to this run only, over those given to NewTopology: t is
+// not changed, and may be started again with other settings.
+//
+//	job, err := operators.Start(ctx, sys, t, operators.Checkpoints(time.Second))
+//	...
+//	err = job.Wait(ctx)
+func Start(ctx context.Context, sys *actors.System, t *Topology, opts ...TopologyOption) (*Job, error) {
+	eo := make([]engine.TopologyOption, 0, len(opts))
+	for _, o := range opts {
+		if o.o != nil {
+			eo = append(eo, o.o)
+		}
+	}
+	run, err := sys.Run(ctx, t.t.With(eo...))
+	if err != nil {
+		return nil, err
+	}
+	return &Job{run: run}, nil
+}
+
+// Name is the topology's name.
+func (j *Job) Name() string { return j.run.Name() }
+
+// Done is closed when the job has ended: by itself, drained or stopped.
+func (j *Job) Done() <-chan struct{} { return j.run.Done() }
+
+// Wait waits for the job's end and returns its outcome: nil when every
+// record was processed and every sink flushed, an *OperatorError when an
+// operator failed, ErrAborted (wrapped) when it was stopped.
+func (j *Job) Wait(ctx context.Context) error { return j.run.Wait(ctx) }
+
+// Drain asks the sources to stop; in-flight records finish, a job with
+// checkpoints takes its final checkpoint and keeps it to resume from. It
+// waits for the end; when ctx ends first the job is stopped.
+func (j *Job) Drain(ctx context.Context) error { return j.run.Drain(ctx) }
+
+// Stop stops every operator now and waits until they have stopped.
+func (j *Job) Stop(ctx context.Context) error { return j.run.Stop(ctx) }
+
+// Stats reports per-operator statistics; safe to call at any time.
+func (j *Job) Stats() []actors.OperatorStats { return j.run.Stats() }
+
+// Checkpoints reports the job's checkpoints and restarts so far.
+func (j *Job) Checkpoints() CheckpointStats { return CheckpointStatsOf(j.run) }
+
+// Savepoint takes a checkpoint now, outside the interval, and returns its
+// id once it is durable (see the package function Savepoint).
+func (j *Job) Savepoint(ctx context.Context) (uint64, error) { return Savepoint(ctx, j.run) }
+
+// Placement counts the job's operator instances by the address of the
+// process that runs them, for a job run across processes (package
+// cluster); nil for a job in one process.
+func (j *Job) Placement() map[string]int { return engine.PlacementOf(j.run) }
+
+// Run is the System's handle of the job (for code that manages any
+// actors.Job).
+func (j *Job) Run() *actors.Run { return j.run }

@@ -1,0 +1,40 @@
+package operators
+
+import (
+	"context"
+	"time"
+
+	"github.com/sluicehq/sluice/actors"
+	"github.com/sluicehq/sluice/internal/engine"
+)
+
+// CheckpointStats are a job's checkpoints and restarts so far.
+type CheckpointStats struct {
+	Completed    int64         // checkpoints completed in this run
+	Failed       int64         // checkpoints whose store failed
+	LastID       uint64        // the newest completed checkpoint
+	LastDuration time.Duration // from injecting its barriers to stored
+	LastTime     time.Time
+	RestoredFrom uint64 // the checkpoint this run resumed from, 0 if none
+	// Restarts counts RestartOnFailure's restarts of the job, and
+	// RestartDelays the backoff before each.
+	Restarts      int
+	RestartDelays []time.Duration
+}
+
+// CheckpointStatsOf reports the checkpoints of a topology's run (zero
+// statistics for another kind of job).
+func CheckpointStatsOf(run *actors.Run) CheckpointStats {
+	s := engine.CheckpointStatsOf(run)
+	return CheckpointStats{Completed: s.Completed, Failed: s.Failed, LastID: s.LastID, LastDuration: s.LastDuration,
+		LastTime: s.LastTime, RestoredFrom: s.RestoredFrom, Restarts: s.Restarts, RestartDelays: s.RestartDelays}
+}
+
+// Savepoint takes a checkpoint of the running job now, outside its
+// interval, and returns its id once it is complete: the state of every
+// operator after every record read before the call, durable in the job's
+// checkpoint store. A job of the same name started later resumes from it.
+// The job must have been started with Checkpoints.
+func Savepoint(ctx context.Context, run *actors.Run) (uint64, error) {
+	return engine.Savepoint(ctx, run)
+}

@@ -1,0 +1,159 @@
+package operators
+
+import "github.com/sluicehq/sluice/internal/engine"
+
+// Options are typed by the family of operators they apply to: each
+// constructor takes the options of its family, so an option that means
+// nothing to an operator does not compile (StateTTL on a Map, say).
+// Parallelism and NoFusion apply to every operator; Input to every operator
+// with an input.
+//
+//	family            constructors                              options besides Parallelism, NoFusion
+//	SourceOption      Source                                    IdleAfter
+//	MapOption         Map, Filter, FlatMap                      Input, OnRecordFailure
+//	TimestampsOption  Timestamps                                Input, OutOfOrderness
+//	PartitionOption   KeyBy, Broadcast, Rebalance, Declare      -
+//	AggregateOption   Count, Reduce, Aggregate                  Input, OnRecordFailure, Emit
+//	WindowOption      WindowAggregate, WindowCount, WindowReduce Input, AllowedLateness, LateTo
+//	JoinOption        Join                                      Input, StateTTL
+//	TimedJoinOption   WindowJoin, IntervalJoin                  Input
+//	ProcessOption     Process                                   Input
+//	SinkOption        Sink                                      Input
+type (
+	// SourceOption configures a Source.
+	SourceOption interface {
+		option
+		source()
+	}
+	// MapOption configures a Map, Filter or FlatMap.
+	MapOption interface {
+		option
+		mapping()
+	}
+	// TimestampsOption configures a Timestamps.
+	TimestampsOption interface {
+		option
+		timestamps()
+	}
+	// PartitionOption configures a KeyBy, Broadcast, Rebalance or Declare.
+	PartitionOption interface {
+		option
+		partition()
+	}
+	// AggregateOption configures a Count, Reduce or Aggregate.
+	AggregateOption interface {
+		option
+		aggregate()
+	}
+	// WindowOption configures a WindowAggregate, WindowCount or
+	// WindowReduce.
+	WindowOption interface {
+		option
+		window()
+	}
+	// JoinOption configures a Join.
+	JoinOption interface {
+		option
+		join()
+	}
+	// TimedJoinOption configures a WindowJoin or an IntervalJoin.
+	TimedJoinOption interface {
+		option
+		timedJoin()
+	}
+	// ProcessOption configures a Process.
+	ProcessOption interface {
+		option
+		process()
+	}
+	// SinkOption configures a Sink.
+	SinkOption interface {
+		option
+		sink()
+	}
+)
+
+// option is what every option is: a change to the operator being added.
+type option interface{ engineOption() engine.Option }
+
+// Option applies to every operator: Parallelism, NoFusion. The zero Option
+// changes nothing.
+type Option struct{ o engine.Option }
+
+// InputOption applies to every operator with an input: Input.
+type InputOption struct{ o engine.Option }
+
+// RecordFailureOption applies to the operators that run a function per
+// record and may retry it: OnRecordFailure.
+type RecordFailureOption struct{ o engine.Option }
+
+// EmitOption applies to the per-key aggregations: Emit.
+type EmitOption struct{ o engine.Option }
+
+// IdleOption applies to sources: IdleAfter.
+type IdleOption struct{ o engine.Option }
+
+// OrderOption applies to Timestamps: OutOfOrderness.
+type OrderOption struct{ o engine.Option }
+
+// LateOption applies to windowed aggregations: AllowedLateness, LateTo.
+type LateOption struct{ o engine.Option }
+
+// TTLOption applies to Join: StateTTL.
+type TTLOption struct{ o engine.Option }
+
+func (o Option) engineOption() engine.Option              { return o.o }
+func (o InputOption) engineOption() engine.Option         { return o.o }
+func (o RecordFailureOption) engineOption() engine.Option { return o.o }
+func (o EmitOption) engineOption() engine.Option          { return o.o }
+func (o IdleOption) engineOption() engine.Option          { return o.o }
+func (o OrderOption) engineOption() engine.Option         { return o.o }
+func (o LateOption) engineOption() engine.Option          { return o.o }
+func (o TTLOption) engineOption() engine.Option           { return o.o }
+
+func (Option) source()     {}
+func (Option) mapping()    {}
+func (Option) timestamps() {}
+func (Option) partition()  {}
+func (Option) aggregate()  {}
+func (Option) window()     {}
+func (Option) join()       {}
+func (Option) timedJoin()  {}
+func (Option) process()    {}
+func (Option) sink()       {}
+
+func (InputOption) mapping()    {}
+func (InputOption) timestamps() {}
+func (InputOption) aggregate()  {}
+func (InputOption) window()     {}
+func (InputOption) join()       {}
+func (InputOption) timedJoin()  {}
+func (InputOption) process()    {}
+func (InputOption) sink()       {}
+
+func (RecordFailureOption) mapping()   {}
+func (RecordFailureOption) aggregate() {}
+
+func (EmitOption) aggregate() {}
+
+func (IdleOption) source() {}
+
+func (OrderOption) timestamps() {}
+
+func (LateOption) window() {}
+
+func (TTLOption) join() {}
+
+// unwrap turns a family's options into the engine's.
+func unwrap[O option](opts []O) []engine.Option {
+	out := make([]engine.Option, 0, len(opts))
+	for _, o := range opts {
+		if any(o) == nil {
+			continue
+		}
+		if eo := o.engineOption(); eo != nil {
+			out = append(out, eo)
+		}
+	}
+	return out
+}
