@@ -48,7 +48,8 @@ type Params struct {
 	// OutOfOrderness is how far behind the latest event time an event may
 	// arrive and still be on time (operators.OutOfOrderness). Default 0:
 	// events arrive in order, as the generator produces them with
-	// OutOfOrderGroupSize 1.
+	// OutOfOrderGroupSize 1. For the generator's out-of-order streams
+	// ParamsOf sets the generator's own, Config.MaxOutOfOrderness.
 	OutOfOrderness time.Duration
 	// WindowSize is the size of q5's sliding windows and of q7's and q8's
 	// tumbling windows, and the gap of q11's sessions (Beam's
