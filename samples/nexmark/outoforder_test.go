@@ -45,20 +45,18 @@ func (c oooCase) config() Config {
 // repeats say how many person and auction ids repeat. (Groups of 7 are in
 // order: 953 = 1 mod 7.)
 var oooCases = []oooCase{
-	{events: 20_000, gens: 4, group: 1, rate: 1000},
-	{events: 20_000, gens: 4, group: 10, rate: 1000},  // 5 000 a generator
-	{events: 20_000, gens: 4, group: 7, rate: 1000},   // 5 000 % 7 = 2
-	{events: 20_000, gens: 3, group: 10, rate: 1000},  // 6 666 % 10 = 6: bid ids repeat
-	{events: 20_000, gens: 1, group: 10, rate: 1000},  // one generator
-	{events: 20_000, gens: 5, group: 10, rate: 10000}, // dense: several events a ms
-	{events: 20_003, gens: 2, group: 100, rate: 10000},
-	{events: 20_000, gens: 6, group: 10, rate: 1000, persons: 0, auctions: 1},
-	{events: 20_000, gens: 4, group: 12, rate: 1000, persons: 3, auctions: 6},
-	{events: 20_003, gens: 3, group: 100, rate: 1000, persons: 1, auctions: 3},
+	{events: 10_000, gens: 4, group: 1, rate: 1000},
+	{events: 10_000, gens: 4, group: 10, rate: 1000},  // 2 500 a generator
+	{events: 10_000, gens: 4, group: 7, rate: 1000},   // 2 500 % 7 = 1
+	{events: 10_000, gens: 1, group: 10, rate: 1000},  // one generator
+	{events: 10_000, gens: 5, group: 10, rate: 10000}, // dense: several events a ms
+	{events: 10_003, gens: 2, group: 100, rate: 10000},
+	{events: 10_000, gens: 6, group: 10, rate: 1000, persons: 0, auctions: 1},
+	{events: 10_000, gens: 4, group: 12, rate: 1000, persons: 0, auctions: 3},
+	{events: 10_003, gens: 3, group: 100, rate: 1000, persons: 1, auctions: 1},
 	// Many short timelines: auctions last longer than a generator's
 	// timeline, so both copies of a repeated auction are open together.
-	{events: 20_000, gens: 20, group: 12, rate: 1000, persons: 0, auctions: 19},
-	{events: 20_000, gens: 10, group: 12, rate: 1000, persons: 9, auctions: 18},
+	{events: 10_000, gens: 10, group: 12, rate: 1000, persons: 0, auctions: 9},
 }
 
 // oooRepeats counts the person and auction ids that occur more than once.
@@ -105,10 +103,10 @@ func TestQueryOutOfOrder(t *testing.T) {
 // latest event time so far less it is at or before the stream's watermark;
 // and with one rate whose delay is whole ms it is no larger than it must be.
 func TestMaxOutOfOrderness(t *testing.T) {
-	// Varying rates over 200 000 events from 2 generators: several cycles
+	// Varying rates over 100 000 events from 2 generators: several cycles
 	// through every rate step.
 	sine := DefaultConfig()
-	sine.NumEvents, sine.NumEventGenerators = 200_000, 2
+	sine.NumEvents, sine.NumEventGenerators = 100_000, 2
 	sine.FirstEventRate, sine.NextEventRate, sine.RatePeriodSec = 10_000, 1_000, 10
 	square := sine
 	square.RateShape = RateShapeSquare
