@@ -34,8 +34,9 @@ import (
 // others: q3 (each auction once, with the first person of its seller) and
 // the winning bids of q4, q6 and q9 (each auction id once: its first
 // auction). The first is the earliest in event time; records of one id at
-// the same time are ordered by the fields the query reads (see
-// modelFirstAuctions), so the result does not depend on the input's order.
+// the same time are ordered by the fields the query reads (auctions by
+// expiry, seller, category and reserve; persons by name, city and state), so
+// the result does not depend on the input's order.
 // The copies the generator makes differ only in their times. q8 works per
 // window, as Beam's: a person or auction id repeated in another window
 // counts there.

@@ -39,7 +39,8 @@ import (
 // bids of q4, q6 and q9 keep the first record of each id, as the models do.
 
 // Params are the settings of the query topologies. The zero Params is Beam's
-// defaults with parallelism 1; ParamsOf takes them from a Config.
+// defaults with parallelism 1, for input in event-time order whose ids may
+// repeat; ParamsOf takes them from a Config.
 type Params struct {
 	// Parallelism is the number of instances of every keyed operator (joins,
 	// windows, Process, aggregations). Sources keep their own parallelism,
