@@ -7,10 +7,12 @@ import (
 	"crypto/x509"
 	"encoding/json"
 	"fmt"
+	"log/slog"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"slices"
+	"sort"
 	"strconv"
 	"strings"
 	"sync"
@@ -41,6 +43,9 @@ type childConfig struct {
 	// start, for a node that takes a job over.
 	JobN   int64
 	JobDir string
+	// PrivateStatus: only members may read the node's status (the
+	// children answer anyone otherwise, the parent included).
+	PrivateStatus bool
 }
 
 // TestChildNode is the child process of the process tests: it runs one
@@ -58,7 +63,10 @@ type childConfig struct {
 //
 // Commands: complete JOB ID | loop JOB MILLIS (complete 1, 2, ... until
 // stop) | stop | latest JOB | request ADDR ACTOR NAME | send ADDR ACTOR
-// FROM N | count ADDR ACTOR | run JOB N DIR (see runJob) | hosted.
+// FROM N | count ADDR ACTOR | run JOB N DIR (see runJob) | hosted |
+// status ADDR (STATUS <name> <members> <excluded>) | auth (AUTH <refused>
+// <reason>=<n>...). Every refusal the node logs prints REFUSED <reason>
+// <level>; a start without TLS prints NOTLS.
 func TestChildNode(t *testing.T) {
 	raw := os.Getenv(childEnv)
 	if raw == "" {
@@ -76,8 +84,11 @@ func TestChildNode(t *testing.T) {
 	}
 	ncfg := cluster.Config{
 		Name: cfg.Name, ClusterName: cfg.Cluster, Port: cfg.Port, Peers: cfg.Peers, Store: cfg.Store,
-		Registry: testRegistry(), Logger: logger(), FailureTimeout: cfg.FailureTimeout,
+		Registry: testRegistry(), Logger: slog.New(refusalPrinter{say: say, next: logger().Handler()}), FailureTimeout: cfg.FailureTimeout,
 		Jobs: testJobs(),
+	}
+	if !cfg.PrivateStatus {
+		ncfg.StatusClients = []string{"*"}
 	}
 	if cfg.Cert != "" {
 		tc, err := loadTLS(cfg.CA, cfg.Cert, cfg.Key)
@@ -216,6 +227,21 @@ func TestChildNode(t *testing.T) {
 			say("SENT %d", sent)
 		case "run":
 			runJob(n, f[1:], say)
+		case "status":
+			st, err := n.Status(rctx, f[1])
+			if err != nil {
+				say("ERROR %v", err)
+			} else {
+				say("STATUS %s %d %v", st.Name, len(st.Members), st.Excluded)
+			}
+		case "auth":
+			st := n.Stats().Auth
+			var parts []string
+			for r, c := range st.ByReason {
+				parts = append(parts, fmt.Sprintf("%s=%d", r, c))
+			}
+			sort.Strings(parts)
+			say("AUTH %d %s", st.Refused, strings.Join(parts, " "))
 		case "hosted":
 			for _, h := range n.Hosted() {
 				say("HOSTED %s %d %d", h.Job, h.Gen, h.Instances)
@@ -247,6 +273,44 @@ func loadTLS(caFile, certFile, keyFile string) (*tls.Config, error) {
 		return nil, err
 	}
 	return &tls.Config{Certificates: []tls.Certificate{cert}, RootCAs: pool}, nil
+}
+
+// refusalPrinter prints a line for every refusal the node logs, at any
+// level: REFUSED <reason> <level> (see auth.go: the first of each reason
+// is a warning, the next ones debug records).
+type refusalPrinter struct {
+	say  func(string, ...any)
+	next slog.Handler
+}
+
+func (h refusalPrinter) Enabled(ctx context.Context, l slog.Level) bool { return true }
+
+func (h refusalPrinter) Handle(ctx context.Context, r slog.Record) error {
+	if strings.HasPrefix(r.Message, "cluster: running without TLS") {
+		h.say("NOTLS")
+	}
+	if strings.HasPrefix(r.Message, "cluster: refused") {
+		reason := "?"
+		r.Attrs(func(a slog.Attr) bool {
+			if a.Key == "reason" {
+				reason = a.Value.String()
+			}
+			return true
+		})
+		h.say("REFUSED %s %s", reason, r.Level)
+	}
+	if h.next.Enabled(ctx, r.Level) {
+		return h.next.Handle(ctx, r)
+	}
+	return nil
+}
+
+func (h refusalPrinter) WithAttrs(as []slog.Attr) slog.Handler {
+	return refusalPrinter{say: h.say, next: h.next.WithAttrs(as)}
+}
+
+func (h refusalPrinter) WithGroup(name string) slog.Handler {
+	return refusalPrinter{say: h.say, next: h.next.WithGroup(name)}
 }
 
 // child is a node in a child process.
@@ -382,6 +446,23 @@ func (c *child) send(cmd string) {
 	c.t.Helper()
 	if _, err := fmt.Fprintln(c.stdin, cmd); err != nil {
 		c.t.Fatalf("child %s: %s: %v", c.cfg.Name, cmd, err)
+	}
+}
+
+// until waits until cond holds over the lines the child printed so far.
+func (c *child) until(d time.Duration, what string, cond func(lines []string) bool) {
+	c.t.Helper()
+	timer := time.NewTimer(d)
+	defer timer.Stop()
+	for !cond(c.seenLines()) {
+		select {
+		case _, ok := <-c.lines:
+			if !ok && !cond(c.seenLines()) {
+				c.t.Fatalf("child %s exited before %s", c.cfg.Name, what)
+			}
+		case <-timer.C:
+			c.t.Fatalf("child %s: no %s within %v", c.cfg.Name, what, d)
+		}
 	}
 }
 

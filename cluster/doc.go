@@ -194,7 +194,29 @@
 //
 // With Config.TLS, the listener and every outbound connection use mutual
 // TLS 1.3: a node without a certificate from the cluster's CA can neither
-// join nor send. Every listener binds Config.Host; protoactor's
+// join nor send. A node's name is bound to its certificate: it must be one
+// of the certificate's DNS SANs, and a connection whose member id names
+// another node is refused (Start refuses a certificate that does not name
+// the node). Each envelope must come from an actor at the address the
+// connection's peer listens on, and every message that names its sender
+// (pings, pongs, appends and their answers, claims and votes,
+// deployments, failure notices, stats) must name that peer; the cluster's
+// own messages come from members only, but for the pings and pongs through
+// which a node joins, and a pong counts only when it answers a ping of
+// this node. Answers to an append count only from a replica of the log,
+// for an append sent to it in the leader's epoch; claims only from a copy
+// of the log; a request's reply only from the node asked. protoactor's
+// system messages are refused from the network (Stop, PoisonPill, ...)
+// but for Watch, Unwatch, Terminated and DeadLetterResponse. A non-member
+// gets no Stats unless Config.StatusClients names it. Every refusal is
+// counted in Stats().Auth, by reason, and the first of each reason is
+// logged as a warning (then at most one a minute).
+//
+// Without TLS nothing is authenticated: a node on a host other than
+// loopback does not start without TLS unless Config.Insecure says so, and
+// on loopback it warns.
+//
+// Every listener binds Config.Host; protoactor's
 // automanaged provider is not used, since its health server binds
 // 0.0.0.0 (the static-peers provider replaces it).
 //

@@ -13,6 +13,7 @@ import (
 	"github.com/asynkron/protoactor-go/actor"
 
 	"github.com/sluicehq/sluice/actors"
+	"github.com/sluicehq/sluice/cluster/replication"
 	"github.com/sluicehq/sluice/operators"
 	"github.com/sluicehq/sluice/supervision"
 )
@@ -100,6 +101,9 @@ func (l *logTx) lastEpoch() uint64 {
 // and returns it with the state of its copy.
 func (s *logStore) stand(name, self string) (req claimRequest, err error) {
 	err = s.update(name, func(l *logTx) error {
+		if l.meta.promised >= replication.Limit-1 {
+			return fmt.Errorf("%w: the log promised epoch %d", replication.ErrOutOfRange, l.meta.promised)
+		}
 		req = claimRequest{Log: name, Epoch: l.meta.promised + 1, Candidate: self, LastIndex: l.Last(), LastEpoch: l.lastEpoch()}
 		return l.promise(req.Epoch, self)
 	})
@@ -113,6 +117,8 @@ func (s *logStore) grant(req *claimRequest) (resp claimResponse, err error) {
 		v := l.vote()
 		lastEpoch, last := l.lastEpoch(), l.Last()
 		switch {
+		case !replication.InRange(req.Epoch, req.LastIndex, req.LastEpoch):
+			resp.Reason = fmt.Sprintf("epoch %d or index %d out of range", req.Epoch, req.LastIndex)
 		case req.Epoch < l.meta.promised:
 			resp.Reason = fmt.Sprintf("epoch %d is older than the %d promised here", req.Epoch, l.meta.promised)
 		case req.Epoch == l.meta.promised:
@@ -139,7 +145,14 @@ func (s *logStore) grant(req *claimRequest) (resp claimResponse, err error) {
 func (r *replicaEndpoint) onClaim(ctx actor.Context, m *claimRequest) {
 	n := r.n
 	resp := &claimResponse{Log: m.Log, Voter: n.cfg.Name}
-	if _, run, err := n.lastRecord(m.Log); err == nil && run != nil && run.Running && n.isMemberID(run.CoordinatorID) {
+	_, run, err := n.lastRecord(m.Log)
+	if err != nil || run == nil || !slices.Contains(run.Copies, m.Candidate) || m.Candidate == n.cfg.Name {
+		// Only a copy of the log may stand (the guard checked that the
+		// connection's peer is the member it names).
+		n.refusals.refuse(refusedClaim, "a claim from a node that holds no copy of the log", "log", m.Log, "candidate", m.Candidate, "epoch", m.Epoch)
+		return
+	}
+	if run.Running && n.isMemberID(run.CoordinatorID) {
 		resp.Reason = fmt.Sprintf("its coordinator %s is still a member here", run.Coordinator)
 	} else if logs, err := n.logs(); err != nil {
 		resp.Reason = err.Error()
@@ -478,6 +491,8 @@ func (n *Node) claim(run *runRecord, log string) (uint64, bool) {
 		switch {
 		case a.err != nil:
 			n.log.Info("failover: no vote", "log", log, "from", a.from, "err", a.err)
+		case a.resp.Voter != a.from || a.resp.Log != log:
+			n.refusals.refuse(refusedClaim, "a vote from another node than the copy asked", "log", log, "asked", a.from, "voter", a.resp.Voter)
 		case a.resp.Granted:
 			votes++
 		default:
