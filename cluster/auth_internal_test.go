@@ -27,7 +27,9 @@ func TestGuardRules(t *testing.T) {
 	}
 	members := true
 	gd := &guard{c: c, ref: &refusals{},
-		member: func(name, id, addr string) bool { return members && name == "b" && id == "b.1" && addr == "127.0.0.1:2" },
+		member: func(name, id, addr string) bool {
+			return members && name == "b" && id == "b.1" && addr == "127.0.0.1:2"
+		},
 		status: func(p *streamPeer) bool { return p.secure && p.name == "monitor" }}
 	b := &streamPeer{secure: true, names: []string{"b"}, connected: true, id: "b.1", name: "b", addr: "127.0.0.1:2"}
 	packed := func(v any) []byte {
