@@ -334,3 +334,116 @@ func TestInsecureRefusedOffLoopback(t *testing.T) {
 		t.Errorf("%d warnings about running without TLS, want 1", n)
 	}
 }
+
+// TestForgedByAMember: a member (m, with its own valid certificate) sends,
+// over its authenticated connections, messages that name another node or
+// answer nothing it was asked: pongs in b's name and answering no ping,
+// an append in the coordinator's name, append answers in b's name, to no
+// append sent and stale without a newer epoch, a claim in b's name and
+// one of a log m holds no copy of, a deployment for the coordinator's
+// job, a failure notice and stats of b's instances. Each is refused and
+// counted, the first of a reason logged as a warning; the job a
+// coordinates finishes exactly, without a restart.
+func TestForgedByAMember(t *testing.T) {
+	if testing.Short() {
+		t.Skip("child processes")
+	}
+	ca := newCA(t, "cluster CA")
+	cl := "insider-" + strconv.FormatInt(time.Now().UnixNano(), 36)
+	node := func(name string, peers ...string) childConfig {
+		caf, cert, key := ca.issue(t, name, nil)
+		return childConfig{Name: name, Cluster: cl, Peers: peers, CA: caf, Cert: cert, Key: key, Store: storeIn(t, name),
+			FailureTimeout: procFailureTimeout, Replicas: -1, PrivateStatus: true}
+	}
+	a := startChild(t, node("a"))
+	b := startChild(t, node("b", a.Address))
+	m := startChild(t, node("m", a.Address))
+	a.awaitAll(10*time.Second, "EVENT joined b", "EVENT joined m")
+	b.awaitAll(10*time.Second, "EVENT joined m")
+	m.awaitAll(10*time.Second, "EVENT joined b")
+	base := map[*child]map[string]int{a: authCounts(a), b: authCounts(b)}
+	want := wantCounts(jobRecords)
+	a.send(fmt.Sprintf("run counting %d %s", jobRecords, t.TempDir()))
+	a.until(30*time.Second, "the job's placement", func(lines []string) bool {
+		return slicesContainsPrefix(lines, "CHECKPOINT") || slicesContainsPrefix(lines, "JOBERROR")
+	})
+	const log = "checkpoints/counting"
+	leader, jobActor := "sluice-leader/"+log, "job-counting-1"
+	rows := []struct {
+		name, reason string
+		at           *child
+		to, actor    string
+		typ, body    string
+	}{
+		{"pong in b's name", "named-sender", a, a.Address, "sluice-membership", "sluice.cluster.pong",
+			fmt.Sprintf(`{"Cluster":%q,"Name":"b","ID":%q,"Addr":%q,"Excluded":true,"Members":9,"To":%q,"Nonce":1}`, cl, b.ID, b.Address, a.ID)},
+		{"pong answering no ping", "pong", a, a.Address, "sluice-membership", "sluice.cluster.pong",
+			fmt.Sprintf(`{"Cluster":%q,"Name":"m","ID":%q,"Addr":%q,"Excluded":true,"Members":9,"To":%q,"Nonce":12345}`, cl, m.ID, m.Address, a.ID)},
+		{"append in a's name", "named-sender", b, b.Address, "sluice-replica", "sluice.cluster.appendRequest",
+			fmt.Sprintf(`{"Log":%q,"Leader":"a","Epoch":1099511627776,"Seq":1,"Commit":1}`, log)},
+		{"stale answer in b's name", "named-sender", a, a.Address, leader, "sluice.cluster.appendResponse",
+			fmt.Sprintf(`{"Log":%q,"Replica":"b","Result":2,"Epoch":1099511627776,"Seq":1}`, log)},
+		{"stale answer without a newer epoch", "append-answer", a, a.Address, leader, "sluice.cluster.appendResponse",
+			fmt.Sprintf(`{"Log":%q,"Replica":"m","Result":2,"Epoch":1,"Seq":1}`, log)},
+		{"ack of no append sent", "append-answer", a, a.Address, leader, "sluice.cluster.appendResponse",
+			fmt.Sprintf(`{"Log":%q,"Replica":"m","Result":0,"Epoch":1,"Seq":1000000000,"Match":3}`, log)},
+		{"claim in b's name", "named-sender", b, b.Address, "sluice-replica", "sluice.cluster.claimRequest",
+			fmt.Sprintf(`{"Log":%q,"Epoch":1099511627776,"Candidate":"b","LastIndex":1099511627776,"LastEpoch":1099511627776}`, log)},
+		{"claim of a log it holds no copy of", "claim", b, b.Address, "sluice-replica", "sluice.cluster.claimRequest",
+			`{"Log":"checkpoints/elsewhere","Epoch":7,"Candidate":"m","LastIndex":1,"LastEpoch":1}`},
+		{"deployment for a's job", "named-sender", b, b.Address, "sluice-jobs", "sluice.op.deploy",
+			fmt.Sprintf(`{"Job":"counting","JobAddress":%q,"JobID":%q,"Gen":7,"Placement":[%q]}`, a.Address, jobActor, b.Address)},
+		{"failure of b's instance", "named-sender", a, a.Address, jobActor, "sluice.op.failed",
+			fmt.Sprintf(`{"Gen":0,"Address":%q,"ID":"x","Operator":"count","Message":"forged"}`, b.Address)},
+		{"stats of b's instances", "named-sender", a, a.Address, jobActor, "sluice.op.stats",
+			fmt.Sprintf(`{"Gen":0,"Address":%q,"Final":true}`, b.Address)},
+	}
+	expected := map[*child]map[string]int{a: {}, b: {}}
+	for _, row := range rows {
+		t.Run(row.name, func(t *testing.T) {
+			before, _ := refusedLines(row.at.seenLines(), row.reason)
+			for range 2 {
+				m.send(strings.Join([]string{"forge", row.to, row.actor, row.typ, row.body}, " "))
+				if f := m.awaitLine(10*time.Second, "the forgery sent", func(f []string) bool { return f[0] == "FORGED" || f[0] == "ERROR" }); f[0] != "FORGED" {
+					t.Fatalf("m: %v", f)
+				}
+			}
+			row.at.until(10*time.Second, "two refusals of "+row.reason, func(lines []string) bool {
+				n, _ := refusedLines(lines, row.reason)
+				return n >= before+2
+			})
+			expected[row.at][row.reason] += 2
+		})
+	}
+	a.until(2*time.Minute, "the job's end", func(lines []string) bool {
+		return slicesContainsPrefix(lines, "RESULT") || slicesContainsPrefix(lines, "JOBERROR")
+	})
+	for _, l := range a.seenLines() {
+		f := strings.Fields(l)
+		switch {
+		case len(f) > 0 && f[0] == "JOBERROR":
+			t.Fatalf("the job failed: %s", l)
+		case len(f) == 3 && f[0] == "RESTARTS" && f[1] != "0":
+			t.Errorf("the job restarted: %s", l)
+		case len(f) > 0 && f[0] == "RESULT" && (len(f) != 2 || f[1] != want):
+			t.Errorf("result %v, want the plain loop's %s", f, want)
+		}
+	}
+	for _, n := range []*child{a, b} {
+		got := authCounts(n)
+		for reason, k := range expected[n] {
+			if d := got[reason] - base[n][reason]; d != k {
+				t.Errorf("%s refused %d for %s, want %d", n.cfg.Name, d, reason, k)
+			}
+			if _, warn := refusedLines(n.seenLines(), reason); warn != 1 {
+				t.Errorf("%s logged %d warnings for %s, want 1", n.cfg.Name, warn, reason)
+			}
+		}
+		for _, l := range n.seenLines() {
+			if strings.HasPrefix(l, "EVENT excluded") || strings.HasPrefix(l, "EVENT left") {
+				t.Errorf("%s: %s", n.cfg.Name, l)
+			}
+		}
+		t.Logf("%s refused %v", n.cfg.Name, got)
+	}
+}

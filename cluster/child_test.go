@@ -21,6 +21,8 @@ import (
 	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
+	"github.com/vmihailenco/msgpack/v5"
+	"google.golang.org/protobuf/types/known/anypb"
 
 	"github.com/sluicehq/sluice/cluster"
 	"github.com/sluicehq/sluice/persistence"
@@ -46,6 +48,11 @@ type childConfig struct {
 	// PrivateStatus: only members may read the node's status (the
 	// children answer anyone otherwise, the parent included).
 	PrivateStatus bool
+	// Host and Insecure are the node's (a network namespace's address);
+	// Netns runs the child in that network namespace (ip netns exec).
+	Host     string
+	Insecure bool
+	Netns    string
 }
 
 // TestChildNode is the child process of the process tests: it runs one
@@ -90,6 +97,7 @@ func TestChildNode(t *testing.T) {
 	if !cfg.PrivateStatus {
 		ncfg.StatusClients = []string{"*"}
 	}
+	ncfg.Host, ncfg.Insecure = cfg.Host, cfg.Insecure
 	if cfg.Cert != "" {
 		tc, err := loadTLS(cfg.CA, cfg.Cert, cfg.Key)
 		if err != nil {
@@ -110,7 +118,7 @@ func TestChildNode(t *testing.T) {
 	defer reports.Wait()
 	n.SubscribeJobs(func(ev cluster.JobEvent) {
 		if ev.Kind == cluster.JobTakenOver {
-			say("TOOKOVER %s %s %d", ev.Job, ev.From, ev.Checkpoint)
+			say("TOOKOVER %s %s %d %d", ev.Job, ev.From, ev.Checkpoint, ev.Time.UnixNano())
 			reports.Add(1)
 			go func() {
 				defer reports.Done()
@@ -234,6 +242,21 @@ func TestChildNode(t *testing.T) {
 			} else {
 				say("STATUS %s %d %v", st.Name, len(st.Members), st.Excluded)
 			}
+		case "forge": // forge ADDR ACTOR TYPE JSON: a message of the cluster's, crafted
+			parts := strings.SplitN(sc.Text(), " ", 5)
+			if len(parts) < 5 {
+				say("ERROR forge: want ADDR ACTOR TYPE JSON")
+				break
+			}
+			b, err := craft(parts[4])
+			if err != nil {
+				say("ERROR forge: %v", err)
+				break
+			}
+			// The codec sends an *anypb.Any as it is, over the node's own
+			// (authenticated) connection.
+			n.Root().Send(n.PID(parts[1], parts[2]), &anypb.Any{TypeUrl: "sluice.msgpack/" + parts[3], Value: b})
+			say("FORGED %s", parts[3])
 		case "auth":
 			st := n.Stats().Auth
 			var parts []string
@@ -273,6 +296,38 @@ func loadTLS(caFile, certFile, keyFile string) (*tls.Config, error) {
 		return nil, err
 	}
 	return &tls.Config{Certificates: []tls.Certificate{cert}, RootCAs: pool}, nil
+}
+
+// craft encodes a JSON object as msgpack, its numbers as integers (as
+// the cluster's messages have them).
+func craft(js string) ([]byte, error) {
+	d := json.NewDecoder(strings.NewReader(js))
+	d.UseNumber()
+	var v any
+	if err := d.Decode(&v); err != nil {
+		return nil, err
+	}
+	var conv func(any) any
+	conv = func(v any) any {
+		switch x := v.(type) {
+		case json.Number:
+			if u, err := strconv.ParseUint(string(x), 10, 64); err == nil {
+				return u
+			}
+			i, _ := x.Int64()
+			return i
+		case map[string]any:
+			for k, e := range x {
+				x[k] = conv(e)
+			}
+		case []any:
+			for i, e := range x {
+				x[i] = conv(e)
+			}
+		}
+		return v
+	}
+	return msgpack.Marshal(conv(v))
 }
 
 // refusalPrinter prints a line for every refusal the node logs, at any
@@ -346,6 +401,9 @@ func startChild(t testing.TB, cfg childConfig) *child {
 	raw, _ := json.Marshal(cfg)
 	c := &child{t: t, cfg: cfg, lines: make(chan string, 1024), exited: make(chan struct{})}
 	c.cmd = exec.Command(os.Args[0], "-test.run=^TestChildNode$")
+	if cfg.Netns != "" {
+		c.cmd = exec.Command("ip", "netns", "exec", cfg.Netns, os.Args[0], "-test.run=^TestChildNode$")
+	}
 	c.cmd.Env = append(os.Environ(), childEnv+"="+string(raw))
 	inR, inW, err := os.Pipe()
 	if err != nil {

@@ -105,6 +105,7 @@ func (c *Client) Status(ctx context.Context, address string) (Stats, error) {
 
 // Close stops the client.
 func (c *Client) Close() {
+	c.n.guard.closing.Store(true)
 	stopRemote(c.n.as, c.r)
 	c.n.as.Shutdown()
 }

@@ -185,10 +185,29 @@
 // survives the next one. The RunOptions a taken-over job runs with are the
 // old coordinator's.
 //
+// No split brain: a coordinator that has not heard from enough of its
+// job's copies, within its lease (9/10 of FailureTimeout), for them to
+// elect another coordinator without it stops that job (sources, sinks,
+// every instance) and does not restart it: a coordinator cut off from the
+// majority stops before the majority's candidate, which stands only once
+// it has not heard from the coordinator for two FailureTimeouts, starts
+// the job. So at any time at most one node runs a job's sources and sinks,
+// given clocks whose rates agree (each side measures the time since its
+// own last exchange) and a stop that takes less than about a
+// FailureTimeout. Sinks that commit on checkpoints (the file sink,
+// transactional database sinks) and are reachable from every copy stay
+// as exactly-once across a failover as they are across a restart; the others are at-least-once: what they
+// wrote after the last completed checkpoint is written again. The leases
+// need the static-peers provider (its pongs tell when a peer was last
+// heard from): with a Provider there are none.
+//
 // Limits of this version: the counts of a node that dies stop at its
 // last report (up to half a second of them are missing from the totals);
 // a deployment to a member that is dying fails after RequestTimeout and
-// costs a restart.
+// costs a restart; a job its coordinator stopped for its lease while the
+// copies it did not hear from still hear from it (an asymmetric cut) is
+// resumed by nobody while they do: they take a job over only from a
+// coordinator they declared lost.
 //
 // # Security
 //

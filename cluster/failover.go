@@ -211,6 +211,9 @@ type JobEvent struct {
 	Checkpoint uint64
 	// Err is the job's end (JobEnded): nil when it ran to its end.
 	Err error
+	// Time is when it happened; for JobTakenOver, when this node won the
+	// job's log, before the job started here.
+	Time time.Time
 }
 
 // CoordinatedJob is a job this node coordinates now.
@@ -322,7 +325,7 @@ func (n *Node) watchRun(store *ReplicatedCheckpointStore, name string, run *acto
 	delete(n.jobReg.abandoned, name)
 	n.jobReg.mu.Unlock()
 	if why != nil { // the log is another node's now: nothing to record
-		n.emitJob(JobEvent{Kind: JobEnded, Job: name, Run: run, Err: why})
+		n.emitJob(JobEvent{Kind: JobEnded, Job: name, Run: run, Err: why, Time: time.Now()})
 		return
 	}
 	ctx, cancel := context.WithTimeout(n.life, n.cfg.RequestTimeout)
@@ -330,7 +333,7 @@ func (n *Node) watchRun(store *ReplicatedCheckpointStore, name string, run *acto
 	if e := store.endRun(ctx, name); e != nil && n.life.Err() == nil {
 		n.log.Warn("failover: could not mark the job's run as over", "job", name, "err", e)
 	}
-	n.emitJob(JobEvent{Kind: JobEnded, Job: name, Run: run, Err: err})
+	n.emitJob(JobEvent{Kind: JobEnded, Job: name, Run: run, Err: err, Time: time.Now()})
 }
 
 // orphans lists the running jobs of the default namespace whose
@@ -437,6 +440,17 @@ func (n *Node) stand(job string, lost Member) {
 		if !wait(delay) {
 			return
 		}
+		// The old coordinator stops its job once its lease ran out (see
+		// lease.go): stand only after it surely has.
+		for {
+			since := time.Since(n.lastHeard(lost.ID))
+			if since >= n.electionWait() {
+				break
+			}
+			if !wait(n.electionWait() - since) {
+				return
+			}
+		}
 		if _, run, err = n.lastRecord(log); err != nil || run == nil || !run.Running || run.CoordinatorID != lost.ID {
 			return
 		}
@@ -512,7 +526,7 @@ func (n *Node) takeOver(job string, run *runRecord, lost Member, epoch uint64) b
 	var r *actors.Run
 	if err == nil {
 		o := run.Options
-		r, err = n.runJob(n.life, job, RunOptions{Checkpoints: store,
+		r, err = n.runJobAt(n.life, job, time.Now(), RunOptions{Checkpoints: store,
 			Backoff: supervision.Backoff{Initial: o.Initial, Max: o.Max, Multiplier: o.Multiplier, Jitter: o.Jitter}, MaxRestarts: o.MaxRestarts,
 			Within: o.Within, OffCoordinator: o.OffCoordinator}, lost.Name)
 	}

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"slices"
 	"sync"
+	"sync/atomic"
 
 	"github.com/asynkron/protoactor-go/actor"
 	"github.com/asynkron/protoactor-go/remote"
@@ -45,6 +46,10 @@ type guard struct {
 	// guard has neither: it only receives answers to its requests.
 	member func(name, id, addr string) bool
 	status func(p *streamPeer) bool
+	// closing: the node is stopping; it takes no more messages from the
+	// network (one for an actor already stopped would make protoactor
+	// answer through an endpoint manager that is stopping, and panic).
+	closing atomic.Bool
 }
 
 // streamPeer is the node at the other end of an inbound stream.
@@ -190,6 +195,11 @@ func (gd *guard) connect(p *streamPeer, cr *remote.ConnectRequest) error {
 // filterBatch: the indexes are sound), and marks the others with the
 // peer's address (fromHeader).
 func (gd *guard) authorize(p *streamPeer, b *remote.MessageBatch) {
+	if gd.closing.Load() {
+		clear(b.Envelopes)
+		b.Envelopes = b.Envelopes[:0]
+		return
+	}
 	kept := b.Envelopes[:0]
 	for _, e := range b.Envelopes {
 		var sender *actor.PID

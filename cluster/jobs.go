@@ -86,12 +86,12 @@ type RunOptions struct {
 //
 // Wait on the returned handle for the job's end, as for a local run.
 func Run(ctx context.Context, n *Node, name string, opts RunOptions) (*actors.Run, error) {
-	return n.runJob(ctx, name, opts, "")
+	return n.runJobAt(ctx, name, time.Now(), opts, "")
 }
 
-// runJob runs the job with this node as its coordinator; from names the
-// coordinator it takes the job over from ("" for Run).
-func (n *Node) runJob(ctx context.Context, name string, opts RunOptions, from string) (*actors.Run, error) {
+// runJobAt runs the job with this node as its coordinator from at on;
+// from names the coordinator it takes the job over from ("" for Run).
+func (n *Node) runJobAt(ctx context.Context, name string, at time.Time, opts RunOptions, from string) (*actors.Run, error) {
 	build, ok := n.cfg.Jobs[name]
 	if !ok {
 		return nil, fmt.Errorf("cluster: run %q: no such job in Config.Jobs", name)
@@ -143,7 +143,7 @@ func (n *Node) runJob(ctx context.Context, name string, opts RunOptions, from st
 		_ = store.endRun(ectx, name)
 		return nil, err
 	}
-	ev := JobEvent{Kind: JobStarted, Job: name, Run: run}
+	ev := JobEvent{Kind: JobStarted, Job: name, Run: run, Time: at}
 	if from != "" {
 		ev.Kind, ev.From, ev.Checkpoint = JobTakenOver, from, operators.CheckpointStatsOf(run).RestoredFrom
 	}

@@ -120,6 +120,7 @@ func report(run *actors.Run, say func(string, ...any)) {
 	for {
 		select {
 		case err := <-done:
+			say("RUNEND %d", time.Now().UnixNano()) // its sources and sinks have stopped
 			if err != nil {
 				say("JOBERROR %v", err)
 				return

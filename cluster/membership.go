@@ -200,6 +200,9 @@ func (m *membership) tick(ctx actor.Context) {
 			m.pingNow(ctx, p)
 		}
 	}
+	// Before the peers that went silent leave: the jobs whose copies they
+	// are stop before anything restarts them here.
+	m.n.checkLeases(now)
 	m.publish()
 	self := ctx.Self()
 	root := m.n.root
@@ -220,6 +223,7 @@ func (m *membership) pong(ctx actor.Context, msg *pong) {
 	}
 	delete(m.pings, msg.Nonce)
 	now := time.Now()
+	m.n.noteHeard(msg.ID, now)
 	m.add(msg.Addr, false, now)
 	p := m.peers[msg.Addr]
 	if p == nil { // our own address, or beyond the cap

@@ -279,6 +279,8 @@ type Node struct {
 	// (protoactor blocks them). Kept here because protoactor's block list
 	// is read without its lock.
 	lost map[string]bool
+	// heard: when each member id last answered a ping (see lease.go)
+	heard map[string]heardFrom
 	// hosted: the generations of distributed jobs hosted here
 	hosted []HostedGeneration
 	// suspects: addresses whose last connection event was a failure; the
@@ -469,6 +471,7 @@ func (n *Node) Stop(ctx context.Context) error {
 // shutdown stops what Start started, in reverse order, without stopping
 // the actor system (protoactor's Cluster.Shutdown would).
 func (n *Node) shutdown(ctx context.Context) {
+	n.guard.closing.Store(true)
 	wait := func(pid *actor.PID) {
 		if pid != nil {
 			_ = n.as.Root.StopFuture(pid).Wait()
