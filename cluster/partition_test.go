@@ -149,4 +149,62 @@ func TestPartitionCoordinatorCutOff(t *testing.T) {
 			t.Errorf("a, cut off: %s", l)
 		}
 	}
+	// The partition heals: a learns that the others declared it lost.
+	lab.heal(0)
+	a.expect(15*time.Second, "EVENT excluded")
+}
+
+// TestPartitionMinorityCutOffHeals: a node that hosts instances of the
+// counting job (not its coordinator) is cut off mid-stream. The
+// coordinator still hears from a majority of the job's copies: it keeps
+// the job, which restarts on the two nodes left from its last checkpoint;
+// the cut-off node, alone, cannot win the job's log (it stands, but gets
+// no votes). When the partition heals, it learns that it was declared
+// lost. The result equals the plain loop's.
+func TestPartitionMinorityCutOffHeals(t *testing.T) {
+	if testing.Short() {
+		t.Skip("child processes")
+	}
+	lab := newNetLab(t, 3)
+	dir := t.TempDir()
+	cl := "minority-" + strconv.FormatInt(time.Now().UnixNano(), 36)
+	cfg := func(i int, name string, peers ...string) childConfig {
+		return childConfig{Name: name, Cluster: cl, Host: lab.ip[i], Insecure: true, Netns: lab.ns[i], Peers: peers,
+			Store: storeIn(t, name), FailureTimeout: procFailureTimeout, Replicas: -1, JobN: jobRecords, JobDir: dir}
+	}
+	a := startChild(t, cfg(0, "a"))
+	b := startChild(t, cfg(1, "b", a.Address))
+	c := startChild(t, cfg(2, "c", a.Address))
+	a.awaitAll(15*time.Second, "EVENT joined b", "EVENT joined c")
+	b.awaitAll(15*time.Second, "EVENT joined c")
+	want := wantCounts(jobRecords)
+	a.send(fmt.Sprintf("run counting %d %s", jobRecords, dir))
+	where := placed(a, 20*time.Second)
+	if where[c.Address] == 0 {
+		t.Fatalf("no instance on c: %v", where)
+	}
+	a.awaitLine(30*time.Second, "checkpoint 3", func(f []string) bool { return len(f) == 2 && f[0] == "CHECKPOINT" && atou(f[1]) >= 3 })
+	lab.cut(2)
+	t.Logf("cut c off")
+	a.awaitLine(15*time.Second, "c leaving", func(f []string) bool { return len(f) >= 3 && f[0] == "EVENT" && f[1] == "left" && f[2] == "c" })
+	// c has stood (it is a copy of the job's log) once it stopped hearing
+	// from a for two FailureTimeouts; give it that and more before healing.
+	c.awaitLine(15*time.Second, "a leaving, in c's view", func(f []string) bool { return len(f) >= 3 && f[0] == "EVENT" && f[1] == "left" && f[2] == "a" })
+	<-time.After(3 * procFailureTimeout)
+	lab.heal(2)
+	c.expect(15*time.Second, "EVENT excluded")
+	r := a.jobLine(2*time.Minute, "RESTARTS")
+	if r[1] == "0" {
+		t.Errorf("the job did not restart without c: %v", r)
+	}
+	if got := a.expect(10*time.Second, "RESULT"); len(got) != 2 || got[1] != want {
+		t.Fatalf("result after the partition:\n%v\nwant the plain loop's\n%s", got, want)
+	}
+	for _, n := range []*child{b, c} {
+		for _, l := range n.seenLines() {
+			if strings.HasPrefix(l, "TOOKOVER") {
+				t.Errorf("%s took the job over: %s", n.cfg.Name, l)
+			}
+		}
+	}
 }
