@@ -5,6 +5,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"os/exec"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -77,6 +78,28 @@ func newNetLab(t *testing.T, n int) *netLab {
 	}
 	t.Logf("network lab: bridge %s, namespaces %v, addresses %v", bridge, lab.ns, lab.ip)
 	return lab
+}
+
+// cutBetween drops every packet between namespaces i and j (in i, both
+// ways, with nftables), leaving their links to the others up: a partition
+// that is not transitive. It skips the test when nft is missing.
+func (l *netLab) cutBetween(i, j int) {
+	l.t.Helper()
+	if _, err := exec.LookPath("nft"); err != nil {
+		l.t.Skip("a cut between two nodes needs nftables' nft (apt-get install nftables)")
+	}
+	for _, cmd := range [][]string{
+		{"add", "table", "inet", "slcut"},
+		{"add", "chain", "inet", "slcut", "in", "{ type filter hook input priority 0; }"},
+		{"add", "chain", "inet", "slcut", "out", "{ type filter hook output priority 0; }"},
+		{"add", "rule", "inet", "slcut", "in", "ip", "saddr", l.ip[j], "drop"},
+		{"add", "rule", "inet", "slcut", "out", "ip", "daddr", l.ip[j], "drop"},
+	} {
+		args := append([]string{"netns", "exec", l.ns[i], "nft"}, cmd...)
+		if out, err := exec.Command("ip", args...).CombinedOutput(); err != nil {
+			l.t.Fatalf("ip %s: %v: %s", strings.Join(args, " "), err, out)
+		}
+	}
 }
 
 // cut takes namespace i off the bridge (both directions); heal puts it
@@ -206,5 +229,49 @@ func TestPartitionMinorityCutOffHeals(t *testing.T) {
 				t.Errorf("%s took the job over: %s", n.cfg.Name, l)
 			}
 		}
+	}
+}
+
+// TestPartitionNotTransitive: the coordinator a and c can no longer reach
+// each other, while b reaches both. a still hears from b, a majority of
+// the job's copies with itself: it keeps the job, which restarts without
+// c. c stops hearing from a and stands, but b, which still has a as a
+// member, refuses its claim: nobody takes the job over, and the result
+// equals the plain loop's.
+func TestPartitionNotTransitive(t *testing.T) {
+	if testing.Short() {
+		t.Skip("child processes")
+	}
+	lab := newNetLab(t, 3)
+	dir := t.TempDir()
+	cl := "nontransitive-" + strconv.FormatInt(time.Now().UnixNano(), 36)
+	cfg := func(i int, name string, peers ...string) childConfig {
+		return childConfig{Name: name, Cluster: cl, Host: lab.ip[i], Insecure: true, Netns: lab.ns[i], Peers: peers,
+			Store: storeIn(t, name), FailureTimeout: procFailureTimeout, Replicas: -1, JobN: jobRecords, JobDir: dir}
+	}
+	a := startChild(t, cfg(0, "a"))
+	b := startChild(t, cfg(1, "b", a.Address))
+	c := startChild(t, cfg(2, "c", a.Address))
+	a.awaitAll(15*time.Second, "EVENT joined b", "EVENT joined c")
+	b.awaitAll(15*time.Second, "EVENT joined c")
+	want := wantCounts(jobRecords)
+	a.send(fmt.Sprintf("run counting %d %s", jobRecords, dir))
+	a.awaitLine(30*time.Second, "checkpoint 3", func(f []string) bool { return len(f) == 2 && f[0] == "CHECKPOINT" && atou(f[1]) >= 3 })
+	lab.cutBetween(0, 2)
+	t.Logf("cut a and c apart")
+	r := a.jobLine(2*time.Minute, "RESTARTS")
+	t.Logf("a: %s restarts", r[1])
+	if got := a.expect(10*time.Second, "RESULT"); len(got) != 2 || got[1] != want {
+		t.Fatalf("result after the partition:\n%v\nwant the plain loop's\n%s", got, want)
+	}
+	for _, n := range []*child{b, c} {
+		for _, l := range n.seenLines() {
+			if strings.HasPrefix(l, "TOOKOVER") {
+				t.Errorf("%s took the job over: %s", n.cfg.Name, l)
+			}
+		}
+	}
+	if !slices.ContainsFunc(c.seenLines(), func(l string) bool { return strings.HasPrefix(l, "EVENT left a") }) {
+		t.Errorf("c never lost a: the cut did not work:\n%s", strings.Join(c.seenLines(), "\n"))
 	}
 }
