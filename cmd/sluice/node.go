@@ -24,7 +24,7 @@ type tlsFlags struct{ ca, cert, key string }
 
 func (f *tlsFlags) add(c *cobra.Command) {
 	c.Flags().StringVar(&f.ca, "tls-ca", "", "PEM file of the cluster's certificate authority (mutual TLS)")
-	c.Flags().StringVar(&f.cert, "tls-cert", "", "PEM file of this node's certificate (names its host)")
+	c.Flags().StringVar(&f.cert, "tls-cert", "", "PEM file of this node's certificate (names its host, and its --name as a DNS SAN)")
 	c.Flags().StringVar(&f.key, "tls-key", "", "PEM file of this node's private key")
 }
 
