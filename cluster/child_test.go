@@ -71,7 +71,9 @@ type childConfig struct {
 // Commands: complete JOB ID | loop JOB MILLIS (complete 1, 2, ... until
 // stop) | stop | latest JOB | request ADDR ACTOR NAME | send ADDR ACTOR
 // FROM N | count ADDR ACTOR | run JOB N DIR (see runJob) | hosted |
-// status ADDR (STATUS <name> <members> <excluded>) | auth (AUTH <refused>
+// status ADDR (STATUS <name> <members> <excluded> <in-sync replicas of
+// the counting job's log, then "-"> <its copies as its last entry names
+// them, then "-">) | auth (AUTH <refused>
 // <reason>=<n>...). Every refusal the node logs prints REFUSED <reason>
 // <level>; a start without TLS prints NOTLS.
 func TestChildNode(t *testing.T) {
@@ -240,7 +242,21 @@ func TestChildNode(t *testing.T) {
 			if err != nil {
 				say("ERROR %v", err)
 			} else {
-				say("STATUS %s %d %v", st.Name, len(st.Members), st.Excluded)
+				insync := []string{}
+				for _, l := range st.Replication {
+					for _, r := range l.Replicas {
+						if l.Log == "checkpoints/counting" && r.Phase == "in-sync" {
+							insync = append(insync, r.Name)
+						}
+					}
+				}
+				copies := []string{}
+				for _, h := range st.Held {
+					if h.Log == "checkpoints/counting" {
+						copies = h.Copies
+					}
+				}
+				say("STATUS %s %d %v %s %s", st.Name, len(st.Members), st.Excluded, strings.Join(append(insync, "-"), ","), strings.Join(append(copies, "-"), ","))
 			}
 		case "forge": // forge ADDR ACTOR TYPE JSON: a message of the cluster's, crafted
 			parts := strings.SplitN(sc.Text(), " ", 5)

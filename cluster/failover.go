@@ -236,6 +236,8 @@ type jobRegistry struct {
 	standing map[string]bool
 	// abandoned: jobs stopped because another node takes them over, why
 	abandoned map[string]error
+	// halts end the deployments in progress of the current run of each job
+	halts map[string]context.CancelFunc
 }
 
 // SubscribeJobs calls fn for every JobEvent of this node from now on, in
@@ -292,6 +294,10 @@ func (n *Node) emitJob(ev JobEvent) {
 	case JobEnded:
 		if j, ok := r.jobs[ev.Job]; ok && j.Run == ev.Run {
 			delete(r.jobs, ev.Job)
+			if halt := r.halts[ev.Job]; halt != nil {
+				halt()
+				delete(r.halts, ev.Job)
+			}
 		}
 	}
 	subs := make([]func(JobEvent), 0, len(r.subs))
@@ -433,15 +439,9 @@ func (n *Node) stand(job string, lost Member) {
 		if rank < 0 {
 			return // not a copy, or not a member
 		}
-		delay := time.Duration(rank) * ft
-		if attempt > 0 {
-			delay = ft/4 + rand.N(ft/2)
-		}
-		if !wait(delay) {
-			return
-		}
 		// The old coordinator stops its job once its lease ran out (see
-		// lease.go): stand only after it surely has.
+		// lease.go): stand only after it surely has, and then in rank
+		// order.
 		for {
 			since := time.Since(n.lastHeard(lost.ID))
 			if since >= n.electionWait() {
@@ -450,6 +450,13 @@ func (n *Node) stand(job string, lost Member) {
 			if !wait(n.electionWait() - since) {
 				return
 			}
+		}
+		delay := time.Duration(rank) * ft
+		if attempt > 0 {
+			delay = ft/4 + rand.N(ft/2)
+		}
+		if !wait(delay) {
+			return
 		}
 		if _, run, err = n.lastRecord(log); err != nil || run == nil || !run.Running || run.CoordinatorID != lost.ID {
 			return
@@ -556,12 +563,16 @@ func (n *Node) abandon(job string, why error) {
 			r.abandoned[job] = why
 		}
 	}
+	halt := r.halts[job]
 	r.mu.Unlock()
 	if !ok {
 		return
 	}
 	n.log.Error("stopping a job that another node takes over", "job", job, "reason", why)
 	operators.Abort(j.Run, why)
+	if halt != nil {
+		halt()
+	}
 }
 
 // abandonAll stops every job this node coordinates: the cluster declared

@@ -120,7 +120,16 @@ func (n *Node) runJobAt(ctx context.Context, name string, at time.Time, opts Run
 	if !t.RestartsOnFailure() {
 		t.Configure(operators.RestartOnFailure(b, maxR, within))
 	}
-	t.Configure(operators.CheckpointStore(store), operators.Distribute(&distributor{n: n, offSelf: opts.OffCoordinator}))
+	// halt ends the run's deployments in progress when the node abandons
+	// the job (a deployment to a node that is gone would hold the job
+	// actor, and so its stop, for RequestTimeout).
+	halt, haltNow := context.WithCancel(context.WithoutCancel(ctx))
+	defer func() {
+		if haltNow != nil {
+			haltNow()
+		}
+	}()
+	t.Configure(operators.CheckpointStore(store), operators.Distribute(&distributor{n: n, offSelf: opts.OffCoordinator, halt: halt}))
 	// Recorded in the job's log first: from now on, if this node is lost,
 	// a node holding a copy takes the job over.
 	rec := runRecord{Coordinator: n.cfg.Name, CoordinatorID: n.ID(),
@@ -143,6 +152,12 @@ func (n *Node) runJobAt(ctx context.Context, name string, at time.Time, opts Run
 		_ = store.endRun(ectx, name)
 		return nil, err
 	}
+	n.jobReg.mu.Lock()
+	if n.jobReg.halts == nil {
+		n.jobReg.halts = map[string]context.CancelFunc{}
+	}
+	n.jobReg.halts[name], haltNow = haltNow, nil
+	n.jobReg.mu.Unlock()
 	ev := JobEvent{Kind: JobStarted, Job: name, Run: run, Time: at}
 	if from != "" {
 		ev.Kind, ev.From, ev.Checkpoint = JobTakenOver, from, operators.CheckpointStatsOf(run).RestoredFrom
@@ -156,6 +171,8 @@ func (n *Node) runJobAt(ctx context.Context, name string, at time.Time, opts Run
 type distributor struct {
 	n       *Node
 	offSelf bool // place nothing unpinned on this node while others exist
+	// halt ends when the node abandons the job: deployments stop waiting
+	halt context.Context
 }
 
 func (d *distributor) Address() string                   { return d.n.Address() }
@@ -229,6 +246,15 @@ func mix64(z uint64) uint64 {
 }
 
 func (d *distributor) Deploy(ctx context.Context, addr string, w *operators.WireDeploy) error {
+	if d.halt != nil {
+		if err := context.Cause(d.halt); err != nil {
+			return fmt.Errorf("the job was abandoned: %w", err)
+		}
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithCancel(ctx)
+		defer cancel()
+		defer context.AfterFunc(d.halt, cancel)()
+	}
 	r, err := d.n.Request(ctx, d.n.PID(addr, jobsActorName), w)
 	if err != nil {
 		return err

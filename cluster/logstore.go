@@ -336,6 +336,9 @@ type HeldLog struct {
 	// run goes on (if that node is lost, the copies elect another).
 	Coordinator string
 	Running     bool
+	// Copies names the nodes that hold the log, as its last entry says:
+	// a majority of them elects a new coordinator.
+	Copies []string
 }
 
 // held lists the logs in the store.
@@ -361,7 +364,7 @@ func (s *logStore) held() (out []HeldLog, err error) {
 						h.Checkpoint = cp.ID
 					}
 					if run != nil {
-						h.Coordinator, h.Running = run.Coordinator, run.Running
+						h.Coordinator, h.Running, h.Copies = run.Coordinator, run.Running, run.Copies
 					}
 				}
 			}

@@ -185,8 +185,8 @@ func (m *membership) tick(ctx actor.Context) {
 	now := time.Now()
 	ft := m.n.cfg.FailureTimeout
 	for nonce, sent := range m.pings {
-		if now.Sub(sent) > ft { // unanswered: its pong would be too late anyway
-			delete(m.pings, nonce)
+		if now.Sub(sent) > 10*ft { // unanswered for long: its answer is refused (a peer that is
+			delete(m.pings, nonce) // back answers the pings queued for it meanwhile)
 		}
 	}
 	for addr, p := range m.peers {

@@ -275,3 +275,173 @@ func TestPartitionNotTransitive(t *testing.T) {
 		t.Errorf("c never lost a: the cut did not work:\n%s", strings.Join(c.seenLines(), "\n"))
 	}
 }
+
+// TestPartitionRandomCuts: while one counting job runs, a nemesis cuts a
+// random node off (the coordinator or another), waits for the cluster to
+// react (a takeover, or the coordinator losing the node), heals the cut,
+// and restarts the node once it learns it was excluded (a new member id,
+// its store and address kept), for several rounds; the seed is printed
+// (SLUICE_PARTITION_SEED replays one). The result equals the plain loop's,
+// and the coordinators' runs, from each one's start or takeover to the
+// end of its run, never overlap: no two coordinators ran the job's
+// sources and sinks at the same time.
+func TestPartitionRandomCuts(t *testing.T) {
+	if testing.Short() {
+		t.Skip("child processes")
+	}
+	seed := rand.Uint64()
+	if s := os.Getenv("SLUICE_PARTITION_SEED"); s != "" {
+		seed = atou(s)
+	}
+	t.Logf("nemesis seed %d (SLUICE_PARTITION_SEED=%d replays it)", seed, seed)
+	r := rand.New(rand.NewPCG(seed, 1))
+	lab := newNetLab(t, 3)
+	dir := t.TempDir()
+	cl := "jepsen-" + strconv.FormatInt(time.Now().UnixNano(), 36)
+	names := []string{"a", "b", "c"}
+	var peers []string
+	for _, ip := range lab.ip {
+		peers = append(peers, ip+":7000")
+	}
+	records := int64(3 * jobRecords)
+	stores := []string{storeIn(t, "a"), storeIn(t, "b"), storeIn(t, "c")}
+	cfg := func(i int) childConfig {
+		return childConfig{Name: names[i], Cluster: cl, Host: lab.ip[i], Port: 7000, Insecure: true, Netns: lab.ns[i], Peers: peers,
+			Store: stores[i], FailureTimeout: procFailureTimeout, Replicas: -1, JobN: records, JobDir: dir}
+	}
+	count := func(c *child, line string) int {
+		n := 0
+		for _, l := range c.seenLines() {
+			if strings.HasPrefix(l, line) {
+				n++
+			}
+		}
+		return n
+	}
+	nodes := []*child{startChild(t, cfg(0)), startChild(t, cfg(1)), startChild(t, cfg(2))}
+	all := slices.Clone(nodes)
+	nodes[0].awaitAll(15*time.Second, "EVENT joined b", "EVENT joined c")
+	nodes[1].awaitAll(15*time.Second, "EVENT joined c")
+	want := wantCounts(records)
+	runStart := time.Now()
+	nodes[0].send(fmt.Sprintf("run counting %d %s", records, dir))
+	coord := 0
+	ended := func() bool {
+		for _, c := range all {
+			if count(c, "RESULT") > 0 || count(c, "JOBERROR") > 0 && c == nodes[coord] {
+				return true
+			}
+		}
+		return false
+	}
+	nodes[0].until(30*time.Second, "checkpoint 2", func(lines []string) bool { return slicesContainsPrefix(lines, "CHECKPOINT 2") })
+	for round := 1; round <= 3 && !ended(); round++ {
+		i := r.IntN(3) // the coordinator half the time, another node else
+		if r.IntN(2) == 0 {
+			i = coord
+		}
+		others := []*child{}
+		for k, c := range nodes {
+			if k != i {
+				others = append(others, c)
+			}
+		}
+		// A cut lasts until each side has declared the other lost.
+		type sees struct {
+			who  *child
+			left string
+			n    int
+		}
+		var apart []sees
+		for k, c := range nodes {
+			if k != i {
+				apart = append(apart, sees{c, names[i], count(c, "EVENT left "+names[i])},
+					sees{nodes[i], names[k], count(nodes[i], "EVENT left "+names[k])})
+			}
+		}
+		lab.cut(i)
+		t.Logf("round %d: cut %s (the coordinator is %s)", round, names[i], names[coord])
+		if i == coord {
+			winner, took := firstLine(t, 30*time.Second, "TOOKOVER", others...)
+			coord = slices.Index(nodes, winner)
+			t.Logf("round %d: %s took the job over at checkpoint %s", round, names[coord], took[3])
+		}
+		for _, s := range apart {
+			s.who.until(15*time.Second, s.left+" leaving", func([]string) bool { return count(s.who, "EVENT left "+s.left) > s.n })
+		}
+		lab.heal(i)
+		nodes[i].until(15*time.Second, "its exclusion", func(lines []string) bool { return slicesContainsPrefix(lines, "EVENT excluded") })
+		nodes[i].stop()
+		joinedBefore := count(nodes[coord], "EVENT joined "+names[i])
+		nodes[i] = startChild(t, cfg(i))
+		all = append(all, nodes[i])
+		nodes[coord].until(15*time.Second, names[i]+" rejoining", func([]string) bool { return count(nodes[coord], "EVENT joined "+names[i]) > joinedBefore })
+		// Before the next cut, it holds the job's log again: with two
+		// copies alive only, the job could not move (a bounded poll: the
+		// coordinator has no event to wait on).
+		// Every node's copy of the log must name the three.
+		for deadline := time.Now().Add(30 * time.Second); !ended(); awaitTick() {
+			ready := true
+			var f []string
+			for _, c := range nodes {
+				nodes[i].send("status " + c.Address)
+				// (An answer may be lost on a connection to the address
+				// of the node's last run that breaks: ask again.)
+				f = nodes[i].awaitLine(15*time.Second, "a status", func(f []string) bool { return f[0] == "STATUS" || f[0] == "ERROR" })
+				if copies := strings.Split(f[len(f)-1], ","); f[0] != "STATUS" || len(copies) != 4 {
+					ready = false
+					break
+				}
+			}
+			if ready {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("round %d: %s is not a copy of the job's log again: %v", round, names[i], f)
+			}
+		}
+		t.Logf("round %d: %s restarted, rejoined, holds the job's log", round, names[i])
+	}
+	final := nodes[coord]
+	final.until(3*time.Minute, "the job's end", func(lines []string) bool {
+		return slicesContainsPrefix(lines, "RESULT") || slicesContainsPrefix(lines, "JOBERROR")
+	})
+	for _, l := range final.seenLines() {
+		if f := strings.Fields(l); len(f) > 0 && (f[0] == "JOBERROR" || f[0] == "RESULT" && (len(f) != 2 || f[1] != want)) {
+			t.Fatalf("%s, the last coordinator: %s\nwant the plain loop's result\n%s", final.cfg.Name, l, want)
+		}
+	}
+	// The coordinators' runs, in order of their starts.
+	type span struct {
+		who        string
+		start, end time.Time
+	}
+	var spans []span
+	for _, c := range all {
+		var open *span
+		if c == all[0] {
+			open = &span{who: c.cfg.Name, start: runStart}
+		}
+		for _, l := range c.seenLines() {
+			f := strings.Fields(l)
+			switch {
+			case len(f) == 5 && f[0] == "TOOKOVER":
+				open = &span{who: c.cfg.Name, start: time.Unix(0, int64(atou(f[4])))}
+			case len(f) == 2 && f[0] == "RUNEND" && open != nil:
+				open.end = time.Unix(0, int64(atou(f[1])))
+				spans = append(spans, *open)
+				open = nil
+			}
+		}
+		if open != nil {
+			t.Errorf("%s's run from %v has no end", open.who, open.start)
+		}
+	}
+	slices.SortFunc(spans, func(x, y span) int { return x.start.Compare(y.start) })
+	for k, s := range spans {
+		t.Logf("coordinator %s: %v .. %v", s.who, s.start.Sub(runStart), s.end.Sub(runStart))
+		if k > 0 && !spans[k-1].end.Before(s.start) {
+			t.Errorf("two coordinators at once: %s ran until %v, %s began at %v", spans[k-1].who, spans[k-1].end.Sub(runStart), s.who, s.start.Sub(runStart))
+		}
+	}
+}
