@@ -74,7 +74,9 @@ type childConfig struct {
 // status ADDR (STATUS <name> <members> <excluded> <in-sync replicas of
 // the counting job's log, then "-"> <its copies as its last entry names
 // them, then "-">) | auth (AUTH <refused>
-// <reason>=<n>...). Every refusal the node logs prints REFUSED <reason>
+// <reason>=<n>...) | forge ADDR ACTOR TYPE JSON (sends the JSON object,
+// msgpack-encoded under the registered name TYPE, as it is: FORGED
+// <type>). Every refusal the node logs prints REFUSED <reason>
 // <level>; a start without TLS prints NOTLS.
 func TestChildNode(t *testing.T) {
 	raw := os.Getenv(childEnv)
