@@ -177,3 +177,38 @@ func TestOfficeNearTheLimit(t *testing.T) {
 		t.Errorf("stand after epoch 2^63-1: %v, want ErrOutOfRange", err)
 	}
 }
+
+// FuzzGuardCheck: the guard decodes the head of every cluster message from
+// the network (the protobuf Any around it, the msgpack inside) before
+// anything else does. Whatever the bytes, it decides without panicking.
+func FuzzGuardCheck(f *testing.F) {
+	c, err := newCodec(nil, slog.New(slog.DiscardHandler), func(*actor.PID) bool { return false })
+	if err != nil {
+		f.Fatal(err)
+	}
+	gd := &guard{c: c, ref: &refusals{}, member: func(string, string, string) bool { return true }}
+	for _, v := range []any{
+		&ping{From: "127.0.0.1:2", ID: "b.1", Nonce: 7},
+		&pong{Name: "b", ID: "b.1", Addr: "127.0.0.1:2", Peers: []string{"127.0.0.1:3"}, Excluded: true},
+		&appendRequest{Log: "l", Leader: "b", Entries: []wireEntry{{Index: 1, Epoch: 1, Data: []byte("x")}}},
+		&appendResponse{Log: "l", Replica: "b"},
+		&claimRequest{Log: "l", Candidate: "b"},
+		&operators.WireDeploy{Job: "j", JobAddress: "127.0.0.1:2", Checkpoint: &operators.WireCheckpoint{ID: 1, States: map[string][]byte{"s": {1}}}},
+		&operators.WireFailed{Address: "127.0.0.1:2"},
+		&operators.WireStats{Address: "127.0.0.1:2", Instances: []operators.WireInstanceStats{{Ops: []operators.WireOpStats{{In: 1}}}}},
+	} {
+		a, err := c.pack(v)
+		if err != nil {
+			f.Fatal(err)
+		}
+		data, _ := proto.Marshal(a)
+		f.Add("google.protobuf.Any", data)
+	}
+	w, _ := proto.Marshal(&actor.Watch{Watcher: actor.NewPID("127.0.0.1:2", "x")})
+	f.Add("actor.Watch", w)
+	f.Add("actor.Terminated", []byte{0x0a, 0xff})
+	b := &streamPeer{connected: true, id: "b.1", name: "b", addr: "127.0.0.1:2"}
+	f.Fuzz(func(t *testing.T, typeName string, data []byte) {
+		_, _, _ = gd.check(b, typeName, data, nil)
+	})
+}
