@@ -379,7 +379,9 @@ func TestPartitionRandomCuts(t *testing.T) {
 		// Before the next cut, it holds the job's log again: with two
 		// copies alive only, the job could not move (a bounded poll: the
 		// coordinator has no event to wait on).
-		// Every node's copy of the log must name the three.
+		// Every node sees the three, the coordinator replicates the log
+		// to the two others in sync, and every node's copy of the log
+		// names the three.
 		for deadline := time.Now().Add(30 * time.Second); !ended(); awaitTick() {
 			ready := true
 			var f []string
@@ -388,7 +390,8 @@ func TestPartitionRandomCuts(t *testing.T) {
 				// (An answer may be lost on a connection to the address
 				// of the node's last run that breaks: ask again.)
 				f = nodes[i].awaitLine(15*time.Second, "a status", func(f []string) bool { return f[0] == "STATUS" || f[0] == "ERROR" })
-				if copies := strings.Split(f[len(f)-1], ","); f[0] != "STATUS" || len(copies) != 4 {
+				if f[0] != "STATUS" || f[2] != "3" || len(strings.Split(f[5], ",")) != 4 ||
+					c == nodes[coord] && len(strings.Split(f[4], ",")) != 3 {
 					ready = false
 					break
 				}
