@@ -12,6 +12,11 @@ import (
 	"time"
 )
 
+// partitionFailureTimeout is the nodes' FailureTimeout in the partition
+// tests: long enough that a loaded machine (the other packages' tests,
+// -race) does not make them lose each other besides the cuts.
+const partitionFailureTimeout = 3 * time.Second
+
 // netLab is a set of network namespaces of the test's own, one per node,
 // each with a veth pair whose other end is on one bridge: nodes in them
 // talk over real sockets, and a cut takes a node's end off the bridge.
@@ -131,7 +136,7 @@ func TestPartitionCoordinatorCutOff(t *testing.T) {
 	cl := "part-" + strconv.FormatInt(time.Now().UnixNano(), 36)
 	cfg := func(i int, name string, peers ...string) childConfig {
 		return childConfig{Name: name, Cluster: cl, Host: lab.ip[i], Insecure: true, Netns: lab.ns[i], Peers: peers,
-			Store: storeIn(t, name), FailureTimeout: procFailureTimeout, Replicas: -1, JobN: jobRecords, JobDir: dir}
+			Store: storeIn(t, name), FailureTimeout: partitionFailureTimeout, Replicas: -1, JobN: jobRecords, JobDir: dir}
 	}
 	a := startChild(t, cfg(0, "a"))
 	b := startChild(t, cfg(1, "b", a.Address))
@@ -193,7 +198,7 @@ func TestPartitionMinorityCutOffHeals(t *testing.T) {
 	cl := "minority-" + strconv.FormatInt(time.Now().UnixNano(), 36)
 	cfg := func(i int, name string, peers ...string) childConfig {
 		return childConfig{Name: name, Cluster: cl, Host: lab.ip[i], Insecure: true, Netns: lab.ns[i], Peers: peers,
-			Store: storeIn(t, name), FailureTimeout: procFailureTimeout, Replicas: -1, JobN: jobRecords, JobDir: dir}
+			Store: storeIn(t, name), FailureTimeout: partitionFailureTimeout, Replicas: -1, JobN: jobRecords, JobDir: dir}
 	}
 	a := startChild(t, cfg(0, "a"))
 	b := startChild(t, cfg(1, "b", a.Address))
@@ -213,7 +218,7 @@ func TestPartitionMinorityCutOffHeals(t *testing.T) {
 	// c has stood (it is a copy of the job's log) once it stopped hearing
 	// from a for two FailureTimeouts; give it that and more before healing.
 	c.awaitLine(15*time.Second, "a leaving, in c's view", func(f []string) bool { return len(f) >= 3 && f[0] == "EVENT" && f[1] == "left" && f[2] == "a" })
-	<-time.After(3 * procFailureTimeout)
+	<-time.After(3 * partitionFailureTimeout)
 	lab.heal(2)
 	c.expect(15*time.Second, "EVENT excluded")
 	r := a.jobLine(2*time.Minute, "RESTARTS")
@@ -247,7 +252,7 @@ func TestPartitionNotTransitive(t *testing.T) {
 	cl := "nontransitive-" + strconv.FormatInt(time.Now().UnixNano(), 36)
 	cfg := func(i int, name string, peers ...string) childConfig {
 		return childConfig{Name: name, Cluster: cl, Host: lab.ip[i], Insecure: true, Netns: lab.ns[i], Peers: peers,
-			Store: storeIn(t, name), FailureTimeout: procFailureTimeout, Replicas: -1, JobN: jobRecords, JobDir: dir}
+			Store: storeIn(t, name), FailureTimeout: partitionFailureTimeout, Replicas: -1, JobN: jobRecords, JobDir: dir}
 	}
 	a := startChild(t, cfg(0, "a"))
 	b := startChild(t, cfg(1, "b", a.Address))
@@ -307,7 +312,7 @@ func TestPartitionRandomCuts(t *testing.T) {
 	stores := []string{storeIn(t, "a"), storeIn(t, "b"), storeIn(t, "c")}
 	cfg := func(i int) childConfig {
 		return childConfig{Name: names[i], Cluster: cl, Host: lab.ip[i], Port: 7000, Insecure: true, Netns: lab.ns[i], Peers: peers,
-			Store: stores[i], FailureTimeout: procFailureTimeout, Replicas: -1, JobN: records, JobDir: dir}
+			Store: stores[i], FailureTimeout: partitionFailureTimeout, Replicas: -1, JobN: records, JobDir: dir}
 	}
 	count := func(c *child, line string) int {
 		n := 0
