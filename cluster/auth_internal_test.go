@@ -2,9 +2,11 @@ package cluster
 
 import (
 	"errors"
+	"fmt"
 	"log/slog"
 	"math"
 	"testing"
+	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
 	"google.golang.org/protobuf/proto"
@@ -211,4 +213,34 @@ func FuzzGuardCheck(f *testing.F) {
 	f.Fuzz(func(t *testing.T, typeName string, data []byte) {
 		_, _, _ = gd.check(b, typeName, data, nil)
 	})
+}
+
+// TestMembershipCaps: answers cannot make a membership track more than
+// maxPeers peers, nor more than maxPeers excluders; each refusal beyond
+// the cap is counted.
+func TestMembershipCaps(t *testing.T) {
+	quiet := slog.New(slog.DiscardHandler)
+	as := actor.NewActorSystem(actor.WithLoggerFactory(func(*actor.ActorSystem) *slog.Logger { return quiet }))
+	defer as.Shutdown()
+	n := &Node{as: as, cfg: Config{Name: "a"}, lost: map[string]bool{}}
+	var err error
+	if n.codec, err = newCodec(nil, quiet, n.isLocal); err != nil {
+		t.Fatal(err)
+	}
+	m := &membership{n: n, peers: map[string]*peer{}}
+	for i := range maxPeers + 100 {
+		m.add(fmt.Sprintf("10.0.%d.%d:7000", i/250, i%250), false, time.Now())
+	}
+	if len(m.peers) != maxPeers {
+		t.Errorf("%d peers, want the cap %d", len(m.peers), maxPeers)
+	}
+	for i := range maxPeers + 10 {
+		m.excludedBy(&pong{ID: fmt.Sprintf("p.%d", i), Name: "p", Members: 0})
+	}
+	if len(m.excluders) != maxPeers {
+		t.Errorf("%d excluders, want the cap %d", len(m.excluders), maxPeers)
+	}
+	if got := n.refusals.stats().ByReason["peer-cap"]; got != 110 {
+		t.Errorf("%d refusals for the cap, want 110", got)
+	}
 }
