@@ -369,7 +369,7 @@ func (x *execution) build() error {
 		for _, recv := range x.instances[id] {
 			for ei, e := range p.ins[id] {
 				for _, snd := range x.instances[e.from] {
-					if e.part == partForward && snd.idx != recv.idx {
+					if e.part == stage.Forward && snd.idx != recv.idx {
 						continue
 					}
 					chanOf[key{id, ei, snd.idx, recv.idx}] = len(recv.ins)
@@ -402,7 +402,7 @@ func (x *execution) build() error {
 				spec.hasher = e.via.hasher
 			}
 			for _, recv := range x.instances[e.to] {
-				if e.part == partForward && snd.idx != recv.idx {
+				if e.part == stage.Forward && snd.idx != recv.idx {
 					continue
 				}
 				ci := chanOf[key{e.to, ei, snd.idx, recv.idx}]
@@ -452,7 +452,12 @@ func (x *execution) build() error {
 			if tail.role == roleSink {
 				in.em = nopFlusher{}
 			} else {
-				next, in.em = tail.newEmitter(outSpecs(in), in)
+				in.outputs = outSpecs(in)
+				outs := make([]stage.Output, len(in.outputs))
+				for i, s := range in.outputs {
+					outs[i] = stage.Output{Part: s.part, Hasher: s.hasher, Targets: len(s.chans)}
+				}
+				next, in.em = tail.newEmitter(outs, cfg.batchSize, in)
 			}
 			for pos := len(chain) - 1; pos >= 0; pos-- {
 				n := chain[pos]

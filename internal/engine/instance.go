@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -32,7 +33,10 @@ type instance struct {
 	src   stage.SourceRunner
 	head  stage.Inlet
 	sinks []opener
-	em    flusher
+	em    stage.Flusher
+	// outputs are the instance's output edges, whose channels its
+	// emitter sends on (see Enqueue).
+	outputs []*outputSpec
 
 	outs     []*outChan
 	ins      []inChan
@@ -143,7 +147,7 @@ func (in *instance) Receive(c actor.Context) {
 		if _, ok := in.timers[m.id]; ok {
 			delete(in.timers, m.id)
 			m.f()
-			in.em.flush()
+			in.em.Flush()
 			in.maybeReport()
 		}
 	case *startMsg:
@@ -199,7 +203,7 @@ func (in *instance) maybeAligned() {
 	id, held := in.align.id, in.align.held
 	in.align = alignment{}
 	in.answered = max(in.answered, id)
-	in.em.flush()
+	in.em.Flush()
 	states := in.snapshot(id)
 	for _, oc := range in.outs {
 		in.enqueue(oc, &actors.Envelope{Kind: actors.Barrier, Mark: int64(id)})
@@ -212,7 +216,7 @@ func (in *instance) maybeAligned() {
 // are recorded, and the barrier follows the records emitted so far.
 func (in *instance) sourceBarrier(id uint64) {
 	in.answered = id
-	in.em.flush()
+	in.em.Flush()
 	states := in.snapshot(id)
 	for _, oc := range in.outs {
 		in.enqueue(oc, &actors.Envelope{Kind: actors.Barrier, Mark: int64(id)})
@@ -346,7 +350,7 @@ func (in *instance) handle(env *actors.Envelope) {
 		if in.tr != nil && env.Headers != nil {
 			done := in.tr.Receive(env.Headers)
 			in.head.Deliver(env.Payload)
-			in.em.flush()
+			in.em.Flush()
 			done()
 		} else {
 			in.head.Deliver(env.Payload)
@@ -354,7 +358,7 @@ func (in *instance) handle(env *actors.Envelope) {
 		if in.exec.metrics != nil {
 			in.exec.metrics.batchDone(in, time.Since(start))
 		}
-		in.em.flush()
+		in.em.Flush()
 		if in.credited {
 			in.grant(env)
 		}
@@ -422,7 +426,7 @@ func (in *instance) advance() {
 		in.curWm = low
 		in.noteEventTime(low)
 		in.head.Watermark(low)
-		in.em.flush()
+		in.em.Flush()
 	}
 }
 
@@ -431,7 +435,7 @@ func (in *instance) goIdle() {
 	if in.idleOut {
 		return
 	}
-	in.em.flush()
+	in.em.Flush()
 	in.idleOut = true
 	for _, oc := range in.outs {
 		in.enqueue(oc, &actors.Envelope{Kind: actors.Idle})
@@ -499,7 +503,7 @@ func (in *instance) endOfInput() {
 	default:
 		in.head.Finish()
 	}
-	in.em.flush()
+	in.em.Flush()
 	var mark int64
 	if in.drainedEnd {
 		mark = eosDrained
@@ -621,7 +625,7 @@ func (in *instance) readTick() (n int, err error) {
 		for range sourceBatchesPerTick {
 			n, err = in.src.Step()
 			read += n
-			in.em.flush()
+			in.em.Flush()
 			if n == 0 || err != nil || in.blockedN > 0 {
 				break
 			}
@@ -630,7 +634,7 @@ func (in *instance) readTick() (n int, err error) {
 	}
 	for range sourceBatchesPerTick {
 		n, err = in.src.Step()
-		in.em.flush()
+		in.em.Flush()
 		if n == 0 || err != nil || in.blockedN > 0 {
 			break
 		}
@@ -706,4 +710,24 @@ func (in *instance) release() {
 // nopFlusher is the emitter of a chain that ends in a sink.
 type nopFlusher struct{}
 
-func (nopFlusher) flush() {}
+func (nopFlusher) Flush() {}
+
+// Enqueue sends env on channel target of output out (stage.Sender).
+func (in *instance) Enqueue(out, target int, env *actors.Envelope) {
+	in.enqueue(in.outputs[out].chans[target], env)
+}
+
+// Traced is the trace context of the batch being processed (stage.Sender).
+func (in *instance) Traced() context.Context {
+	if in.tr == nil {
+		return nil
+	}
+	return in.tr.Current()
+}
+
+// Watermarked notes that watermark wm went out on every output
+// (stage.Sender).
+func (in *instance) Watermarked(wm int64) {
+	in.idleOut = false
+	in.noteEventTime(wm)
+}

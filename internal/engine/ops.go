@@ -78,12 +78,12 @@ func KeyBy[T any, K comparable](s Stream[T], name string, key func(T) K, opts ..
 	if t == nil {
 		t = orphan(name)
 	}
-	nd := &node{name: name, kind: "keyby", role: rolePartition, partition: partHash,
+	nd := &node{name: name, kind: "keyby", role: rolePartition, partition: stage.Hash,
 		inType: typeOf[T](), outType: typeOf[T]()}
 	if key == nil {
 		t.errs = append(t.errs, opErr(t, name, KindInvalid, "nil key function"))
 	} else {
-		h := hasherFor[K]()
+		h := stage.HasherFor[K]()
 		nd.hasher = func(v T) uint64 { return h(key(v)) }
 	}
 	setTypedPlumbing[T](nd)
@@ -96,7 +96,7 @@ func Broadcast[T any](s Stream[T], name string, opts ...Option) Stream[T] {
 	if t == nil {
 		t = orphan(name)
 	}
-	nd := &node{name: name, kind: "broadcast", role: rolePartition, partition: partBroadcast,
+	nd := &node{name: name, kind: "broadcast", role: rolePartition, partition: stage.Broadcast,
 		inType: typeOf[T](), outType: typeOf[T]()}
 	setTypedPlumbing[T](nd)
 	return Stream[T]{t.add(nd, []*node{s.n}, opts)}
@@ -109,7 +109,7 @@ func Rebalance[T any](s Stream[T], name string, opts ...Option) Stream[T] {
 	if t == nil {
 		t = orphan(name)
 	}
-	nd := &node{name: name, kind: "rebalance", role: rolePartition, partition: partRebalance,
+	nd := &node{name: name, kind: "rebalance", role: rolePartition, partition: stage.Rebalance,
 		inType: typeOf[T](), outType: typeOf[T]()}
 	setTypedPlumbing[T](nd)
 	return Stream[T]{t.add(nd, []*node{s.n}, opts)}
@@ -177,8 +177,8 @@ func Sink[T any](s Stream[T], name string, sink SinkConnector[T], opts ...Option
 
 // setTypedPlumbing gives a node producing T its emitter factory.
 func setTypedPlumbing[T any](nd *node) {
-	nd.newEmitter = func(outs []*outputSpec, in *instance) (any, flusher) {
-		e := newEmitter[T](outs, in)
+	nd.newEmitter = func(outs []stage.Output, size int, s stage.Sender) (any, stage.Flusher) {
+		e := stage.NewEmitter[T](outs, size, s)
 		return e, e
 	}
 }

@@ -36,7 +36,7 @@ type Edge struct {
 
 type physEdge struct {
 	from, to int // task ids
-	part     partitionKind
+	part     stage.Partition
 	via      *node
 	toNode   *node
 	index    int // position in the consumer task's inputs
@@ -269,7 +269,7 @@ func topoOrder(nodes []*node, inputs map[*node][]*node) []*node {
 
 type upstream struct {
 	node *node
-	part partitionKind
+	part stage.Partition
 	via  *node // partition node, nil for a plain edge
 }
 
@@ -323,9 +323,9 @@ func buildPlan(t *Topology, inputs, consumers map[*node][]*node) *Plan {
 			case u.via != nil:
 				u.part = u.via.partition
 			case par[u.node] == par[n]:
-				u.part = partForward
+				u.part = stage.Forward
 			default:
-				u.part = partRebalance
+				u.part = stage.Rebalance
 			}
 			physOut[u.node] = append(physOut[u.node], n)
 		}
@@ -343,7 +343,7 @@ func buildPlan(t *Topology, inputs, consumers map[*node][]*node) *Plan {
 		ups := phys[n]
 		if len(ups) == 1 {
 			u := ups[0]
-			if u.part == partForward && !n.stateful && n.role != roleSource && !n.noFusion && !u.node.noFusion && n.input == nil &&
+			if u.part == stage.Forward && !n.stateful && n.role != roleSource && !n.noFusion && !u.node.noFusion && n.input == nil &&
 				len(physOut[u.node]) == 1 {
 				c := chainOf[u.node]
 				if chains[c][len(chains[c])-1] == u.node {

@@ -67,8 +67,8 @@ type node struct {
 	noFusion       bool
 	stateful       bool
 	declared       bool
-	partition      partitionKind // for rolePartition nodes
-	hasher         any           // func(T) uint64, for KeyBy
+	partition      stage.Partition // for rolePartition nodes
+	hasher         any             // func(T) uint64, for KeyBy
 	emit           EmitMode
 	input          *mailbox.Config // the operator's input mailbox, when set with Input
 	stateTypes     []reflect.Type  // types in the operator's checkpointed state
@@ -88,7 +88,7 @@ type node struct {
 	newStage   func(next any, sc *stage.Ctx) any // returns pusher[In]
 	newInlet   func(head any) stage.Inlet
 	newCodec   func() mailbox.Codec // spills this node's input envelopes
-	newEmitter func(outs []*outputSpec, in *instance) (any, flusher)
+	newEmitter func(outs []stage.Output, size int, s stage.Sender) (any, stage.Flusher)
 }
 
 // Stream is a typed stream of records produced by one operator. Streams are
