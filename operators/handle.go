@@ -5,6 +5,7 @@ import (
 
 	"github.com/sluicehq/sluice/actors"
 	"github.com/sluicehq/sluice/internal/engine"
+	"github.com/sluicehq/sluice/internal/graph"
 )
 
 // Job is a running topology, as Start returns it.
@@ -19,13 +20,13 @@ type Job struct{ run *actors.Run }
 //	...
 //	err = job.Wait(ctx)
 func Start(ctx context.Context, sys *actors.System, t *Topology, opts ...TopologyOption) (*Job, error) {
-	eo := make([]engine.TopologyOption, 0, len(opts))
+	eo := make([]graph.TopologyOption, 0, len(opts))
 	for _, o := range opts {
 		if o.o != nil {
 			eo = append(eo, o.o)
 		}
 	}
-	run, err := sys.Run(ctx, t.t.With(eo...))
+	run, err := sys.Run(ctx, engine.Job{T: t.t.With(eo...)})
 	if err != nil {
 		return nil, err
 	}

@@ -454,7 +454,7 @@ func (in *instance) checkIdle() {
 	if in.idleAfter <= 0 || in.idleOut || in.idleTimer {
 		return
 	}
-	quiet := in.exec.topo.cfg.now().Sub(in.lastData)
+	quiet := in.exec.topo.Config().Now().Sub(in.lastData)
 	if quiet >= in.idleAfter {
 		in.goIdle()
 		return
@@ -475,7 +475,7 @@ func (in *instance) afterFunc(d time.Duration, f func()) {
 	in.timerSeq++
 	id := in.timerSeq
 	root, self := in.exec.root, in.self
-	in.timers[id] = in.exec.topo.cfg.after(d, func() { root.Send(self, &timerMsg{id: id, f: f}) })
+	in.timers[id] = in.exec.topo.Config().After(d, func() { root.Send(self, &timerMsg{id: id, f: f}) })
 }
 
 // eosDrained is the Mark of an end-of-stream that a drain caused.
@@ -668,7 +668,7 @@ func (in *instance) Step() {
 		panic(err)
 	case n > 0:
 		if in.idleAfter > 0 {
-			in.lastData = in.exec.topo.cfg.now()
+			in.lastData = in.exec.topo.Config().Now()
 			in.idleOut = false
 		}
 		in.scheduleTick()

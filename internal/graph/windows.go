@@ -1,4 +1,4 @@
-package engine
+package graph
 
 import (
 	"fmt"
@@ -71,12 +71,12 @@ func WindowReduce[K comparable, T, O any](ks KeyedStream[K, T], name string, w W
 type Result[K comparable, V, O any] func(k K, start, end time.Time, v V) O
 
 // windowed adds a windowed operator over a keyed stream.
-func windowed[K comparable, T, A, O any](ks KeyedStream[K, T], name, kind string, w Windows, nilFunc bool, fns stage.WinFns[K, T, A, O], opts []Option) *node {
+func windowed[K comparable, T, A, O any](ks KeyedStream[K, T], name, kind string, w Windows, nilFunc bool, fns stage.WinFns[K, T, A, O], opts []Option) *Node {
 	t := topoOf(ks.n)
 	if t == nil {
 		t = orphan(name)
 	}
-	nd := &node{name: name, kind: kind, role: roleOperator, stateful: true, timed: true, needsTime: !w.InProcessingTime(),
+	nd := &Node{name: name, kind: kind, role: roleOperator, stateful: true, timed: true, needsTime: !w.InProcessingTime(),
 		inType: typeOf[T](), outType: typeOf[O](), stateTypes: []reflect.Type{typeOf[K](), typeOf[A]()}}
 	if nilFunc {
 		t.errs = append(t.errs, opErr(t, name, KindInvalid, "nil function"))
@@ -90,13 +90,13 @@ func windowed[K comparable, T, A, O any](ks KeyedStream[K, T], name, kind string
 	}
 	setTypedPlumbing[O](nd)
 	setInlet[T](nd)
-	t.add(nd, []*node{ks.n}, opts)
+	t.add(nd, []*Node{ks.n}, opts)
 	checkLate[T](nd)
 	return nd
 }
 
 // checkLate reports a LateTo sink of the wrong type.
-func checkLate[T any](nd *node) {
+func checkLate[T any](nd *Node) {
 	if nd.late == nil {
 		return
 	}
