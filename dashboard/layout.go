@@ -186,10 +186,8 @@ func layout(tasks []operators.Task, edges []operators.Edge) Graph {
 // when it has one (every topology does), else tasks rebuilt from the
 // operators' statistics, without edges.
 func planOf(run *actors.Run) ([]operators.Task, []operators.Edge) {
-	if p, ok := run.Execution().(interface{ Plan() *operators.Plan }); ok {
-		if plan := p.Plan(); plan != nil {
-			return plan.Tasks, plan.Edges
-		}
+	if plan := operators.PlanOf(run); plan != nil {
+		return plan.Tasks, plan.Edges
 	}
 	var tasks []operators.Task
 	for _, s := range run.Stats() {

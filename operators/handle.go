@@ -67,6 +67,9 @@ func (j *Job) Savepoint(ctx context.Context) (uint64, error) { return Savepoint(
 // cluster); nil for a job in one process.
 func (j *Job) Placement() map[string]int { return engine.PlacementOf(j.run) }
 
+// Plan is the physical plan the job executes.
+func (j *Job) Plan() *Plan { return PlanOf(j.run) }
+
 // Run is the System's handle of the job (for code that manages any
 // actors.Job).
 func (j *Job) Run() *actors.Run { return j.run }
