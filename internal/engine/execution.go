@@ -331,8 +331,6 @@ func (x *execution) openCheckpoints(ctx context.Context) error {
 	return nil
 }
 
-// Plan returns the physical plan the job runs.
-func (x *execution) Plan() *graph.Plan { return x.plan }
 
 // build wires every instance: channels, credits, stages. It runs before any
 // instance is spawned, so instances start fully formed.
