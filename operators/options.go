@@ -14,7 +14,7 @@ import "github.com/sluicehq/sluice/internal/graph"
 //	TimestampsOption  Timestamps                                Input, OutOfOrderness
 //	PartitionOption   KeyBy, Broadcast, Rebalance, Declare      -
 //	AggregateOption   Count, Reduce, Aggregate                  Input, OnRecordFailure, Emit
-//	WindowOption      WindowAggregate, WindowCount, WindowReduce Input, AllowedLateness, LateTo
+//	WindowOption      WindowAggregate, WindowCount, WindowReduce Input, AllowedLateness
 //	JoinOption        Join                                      Input, StateTTL
 //	TimedJoinOption   WindowJoin, IntervalJoin                  Input
 //	ProcessOption     Process                                   Input
@@ -96,7 +96,7 @@ type IdleOption struct{ o graph.Option }
 // OrderOption applies to Timestamps: OutOfOrderness.
 type OrderOption struct{ o graph.Option }
 
-// LateOption applies to windowed aggregations: AllowedLateness, LateTo.
+// LateOption applies to windowed aggregations: AllowedLateness.
 type LateOption struct{ o graph.Option }
 
 // TTLOption applies to Join: StateTTL.

@@ -10,7 +10,7 @@ import (
 // watermarks from the largest time seen so far, less the out-of-orderness
 // allowed with OutOfOrderness (default 0: records arrive in order). A
 // record that arrives later than that is late for the windows downstream:
-// see AllowedLateness and LateTo. Watermarks from upstream are replaced by
+// see AllowedLateness and LateRecords. Watermarks from upstream are replaced by
 // the ones Timestamps generates. It is stateless and fuses with its
 // neighbours.
 func Timestamps[T any](s Stream[T], name string, ts func(T) time.Time, opts ...TimestampsOption) Stream[T] {
@@ -55,14 +55,8 @@ func (w Windows) String() string { return w.w.String() }
 // AllowedLateness keeps an event-time window's state for d after it fired:
 // a record that arrives that late still updates the window, which fires
 // again with the new result. Records later than that are late: they are
-// counted (OperatorStats.Late) and go to LateTo's sink, or are dropped.
+// counted (OperatorStats.Late) and go to the LateRecords stream, if any.
 func AllowedLateness(d time.Duration) LateOption { return LateOption{graph.AllowedLateness(d)} }
-
-// LateTo sends the records that arrive after every window they belong to
-// has closed (past the allowed lateness) to sink, a side output, besides
-// counting them. Its type must be the windowed operator's input type. The
-// sink runs in the windowed operator's instances, at-least-once.
-func LateTo[T any](sink SinkConnector[T]) LateOption { return LateOption{graph.LateTo(sink)} }
 
 // Windowed is the result of a windowed aggregation: a key's value in one
 // window [Start, End).
@@ -98,4 +92,18 @@ func WindowCount[K comparable, T any](ks KeyedStream[K, T], name string, w Windo
 // starting from the window's first record.
 func WindowReduce[K comparable, T any](ks KeyedStream[K, T], name string, w Windows, f func(a, b T) T, opts ...WindowOption) Stream[Windowed[K, T]] {
 	return Stream[Windowed[K, T]]{graph.WindowReduce(ks.s, name, w.w, f, windowedResult[K, T], unwrap(opts)...)}
+}
+
+// LateRecords is the stream of the records of ks that the windowed
+// aggregation w over ks (WindowAggregate, WindowCount, WindowReduce) found
+// late: those that arrived after every window they belong to had closed,
+// past AllowedLateness (a side output, as Flink's sideOutputLateData). They
+// keep their event times and are counted in w's OperatorStats.Late as
+// before. The operator it adds, named name, runs with w's parallelism.
+//
+//	counts := operators.WindowCount(byUser, "per-minute", operators.Tumbling(time.Minute))
+//	late := operators.LateRecords(byUser, counts, "late-clicks")
+//	operators.Sink(late, "late-out", lateSink)
+func LateRecords[K comparable, T, R any](ks KeyedStream[K, T], w Stream[R], name string) Stream[T] {
+	return Stream[T]{graph.LateRecords(ks.s, w.s, name)}
 }

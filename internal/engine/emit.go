@@ -11,6 +11,7 @@ import (
 // outputSpec is one output edge of an instance: how records are partitioned
 // and the channels to the target instances (one for forward edges).
 type outputSpec struct {
+	side   bool // the late records of the chain's window (LateRecords)
 	part   stage.Partition
 	hasher any // func(T) uint64 for hash edges
 	chans  []*outChan

@@ -331,7 +331,6 @@ func (x *execution) openCheckpoints(ctx context.Context) error {
 	return nil
 }
 
-
 // build wires every instance: channels, credits, stages. It runs before any
 // instance is spawned, so instances start fully formed.
 func (x *execution) build() error {
@@ -406,7 +405,7 @@ func (x *execution) build() error {
 		var specs []*outputSpec
 		for _, e := range p.Outs[snd.task] {
 			ei := e.Index
-			spec := &outputSpec{part: e.Part}
+			spec := &outputSpec{part: e.Part, side: e.ToNode.Side()}
 			if e.Via != nil {
 				spec.hasher = e.Via.Hasher()
 			}
@@ -457,22 +456,34 @@ func (x *execution) build() error {
 				}
 			}
 			tail := chain[len(chain)-1]
-			var next any
+			var next, late any
 			if tail.Role() == graph.RoleSink {
 				in.em = nopFlusher{}
 			} else {
-				in.outputs = outSpecs(in)
-				outs := make([]stage.Output, len(in.outputs))
-				for i, s := range in.outputs {
-					outs[i] = stage.Output{Part: s.part, Hasher: s.hasher, Targets: len(s.chans)}
+				var outs, lateOuts []stage.Output
+				for _, s := range outSpecs(in) {
+					o := stage.Output{Part: s.part, Hasher: s.hasher, Targets: len(s.chans)}
+					if s.side { // to the window's late records' stream
+						in.lateOutputs, lateOuts = append(in.lateOutputs, s), append(lateOuts, o)
+					} else {
+						in.outputs, outs = append(in.outputs, s), append(outs, o)
+					}
 				}
 				next, in.em = tail.NewEmitter(outs, cfg.BatchSize, in)
+				if tail.LateNode() != nil && len(lateOuts) > 0 {
+					var lf stage.Flusher
+					late, lf = tail.NewLateEmitter(lateOuts, cfg.BatchSize, lateSender{in})
+					in.em = flushers{in.em, lf}
+				}
 			}
 			for pos := len(chain) - 1; pos >= 0; pos-- {
 				n := chain[pos]
 				sc := &stage.Ctx{Name: n.Name(), Kind: n.Kind(), Head: pos == 0 && n.Role() != graph.RoleSource, PanicErr: x.topo.Kit().Panic,
 					Instance: in.idx, Parts: p.Par[n], Context: x.ctx, C: x.counters[n][in.idx], BatchSize: cfg.BatchSize, Tracer: in.tr,
 					After: in.afterFunc, Now: cfg.Now, FinalCheckpoint: x.topo.Config().CheckpointInterval > 0}
+				if n == tail {
+					sc.Late = late
+				}
 				if x.restored != nil {
 					sc.Restore, sc.Restored = x.restored.States[sc.Key()]
 				}

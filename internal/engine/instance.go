@@ -37,6 +37,9 @@ type instance struct {
 	// outputs are the instance's output edges, whose channels its
 	// emitter sends on (see Enqueue).
 	outputs []*outputSpec
+	// lateOutputs are the edges of the late records of the chain's
+	// window, which its late emitter sends on (see lateSender).
+	lateOutputs []*outputSpec
 
 	outs     []*outChan
 	ins      []inChan
@@ -730,4 +733,22 @@ func (in *instance) Traced() context.Context {
 func (in *instance) Watermarked(wm int64) {
 	in.idleOut = false
 	in.noteEventTime(wm)
+}
+
+// lateSender is the stage.Sender of a window's late records: the instance's
+// late outputs.
+type lateSender struct{ *instance }
+
+// Enqueue sends env on channel target of late output out.
+func (l lateSender) Enqueue(out, target int, env *actors.Envelope) {
+	l.enqueue(l.lateOutputs[out].chans[target], env)
+}
+
+// flushers flush a chain's emitters: its results' and its late records'.
+type flushers []stage.Flusher
+
+func (fs flushers) Flush() {
+	for _, f := range fs {
+		f.Flush()
+	}
 }

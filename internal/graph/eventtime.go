@@ -20,7 +20,7 @@ import (
 // watermarks from the largest time seen so far, less the out-of-orderness
 // allowed with OutOfOrderness (default 0: records arrive in order). A
 // record that arrives later than that is late for the windows downstream:
-// see AllowedLateness and LateTo. Watermarks from upstream are replaced by
+// see AllowedLateness and LateRecords. Watermarks from upstream are replaced by
 // the ones Timestamps generates. It is stateless and fuses with its
 // neighbours.
 func Timestamps[T any](s Stream[T], name string, ts func(T) time.Time, opts ...Option) Stream[T] {
@@ -48,11 +48,5 @@ func IdleAfter(d time.Duration) Option { return func(nd *Node) { nd.idleAfter = 
 // AllowedLateness keeps an event-time window's state for d after it fired:
 // a record that arrives that late still updates the window, which fires
 // again with the new result. Records later than that are late: they are
-// counted (OperatorStats.Late) and go to LateTo's sink, or are dropped.
+// counted (OperatorStats.Late) and go to the LateRecords stream, if any.
 func AllowedLateness(d time.Duration) Option { return func(nd *Node) { nd.lateness = d } }
-
-// LateTo sends the records that arrive after every window they belong to
-// has closed (past the allowed lateness) to sink, a side output, besides
-// counting them. Its type must be the windowed operator's input type. The
-// sink runs in the windowed operator's instances, at-least-once.
-func LateTo[T any](sink SinkConnector[T]) Option { return func(nd *Node) { nd.late = sink } }

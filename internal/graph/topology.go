@@ -80,7 +80,6 @@ type Node struct {
 	ttl            time.Duration   // StateTTL of a Join
 	timed          bool            // the operator's output carries event times it assigned
 	needsTime      bool            // the operator needs event times on its input
-	late           any             // SinkConnector[In] for late records (LateTo)
 	lateness       time.Duration   // AllowedLateness
 
 	// typed builders, set by the generic constructors
@@ -89,6 +88,13 @@ type Node struct {
 	newInlet   func(head any) stage.Inlet
 	newCodec   func() mailbox.Codec // spills this node's input envelopes
 	newEmitter func(outs []stage.Output, size int, s stage.Sender) (any, stage.Flusher)
+
+	// Late records (LateRecords): a window's lateNode takes them, through
+	// an emitter of the window's input type; the late node's input edge
+	// is a side edge.
+	lateNode       *Node
+	side           bool
+	newLateEmitter func(outs []stage.Output, size int, s stage.Sender) (any, stage.Flusher)
 }
 
 // Stream is a typed stream of records produced by one operator. Streams are

@@ -102,6 +102,9 @@ type Ctx struct {
 	FinalCheckpoint bool
 	// panicErr is the error of user code that panicked (the job's kit).
 	PanicErr func(v any) error
+	// Late is a windowed stage's late records' stream (a Pusher of its
+	// input type), nil when nobody takes them (LateRecords).
+	Late any
 }
 
 // key names the stage's instance in checkpoints: "operator/instance".
