@@ -2,6 +2,11 @@ package operators_test
 
 import (
 	"bufio"
+	"encoding/json"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"sync"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -119,6 +124,44 @@ func TestConformanceCollector(t *testing.T) {
 		Make: func(*testing.T) (connector.Sink[int], func() []int) {
 			c := operators.NewCollector[int]()
 			return c, c.Items
+		},
+		Records: conformanceRecords,
+	})
+}
+
+// The HTTP sink against a server on a loopback socket that keeps the
+// records it received in order, answering a repeated idempotency key with
+// success and keeping the record once.
+func TestConformanceHTTP(t *testing.T) {
+	connectortest.Sink(t, connectortest.SinkCase[int]{
+		Make: func(t *testing.T) (connector.Sink[int], func() []int) {
+			var mu sync.Mutex
+			var got []int
+			seen := map[string]bool{}
+			srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				body, err := io.ReadAll(r.Body)
+				var v int
+				if err == nil {
+					err = json.Unmarshal(body, &v)
+				}
+				if err != nil {
+					http.Error(w, err.Error(), http.StatusBadRequest)
+					return
+				}
+				mu.Lock()
+				defer mu.Unlock()
+				if key := r.Header.Get("Idempotency-Key"); !seen[key] {
+					seen[key] = true
+					got = append(got, v)
+				}
+			}))
+			t.Cleanup(srv.Close)
+			read := func() []int {
+				mu.Lock()
+				defer mu.Unlock()
+				return append([]int(nil), got...)
+			}
+			return operators.HTTP[int](srv.URL), read
 		},
 		Records: conformanceRecords,
 	})
