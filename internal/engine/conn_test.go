@@ -2,7 +2,7 @@ package engine
 
 import (
 	"context"
-	"github.com/sluicehq/sluice/internal/graph"
+	"github.com/sluicehq/sluice/connector"
 	"io"
 )
 
@@ -10,7 +10,7 @@ import (
 // package operators are not reachable from here).
 type numbers int64
 
-func (n numbers) Open(_ context.Context, part, parts int, offset int64) (graph.Reader[int64], error) {
+func (n numbers) Open(_ context.Context, part, parts int, offset int64) (connector.Reader[int64], error) {
 	return &numberReader{n: int64(n), next: offset}, nil
 }
 
@@ -33,6 +33,8 @@ func (r *numberReader) Close() error  { return nil }
 // discard is a sink that drops its records.
 type discard struct{}
 
-func (discard) Open(context.Context, int, int) (graph.Writer[int64], error) { return discard{}, nil }
-func (discard) Write([]int64) error                                         { return nil }
-func (discard) Close() error                                                { return nil }
+func (discard) Open(context.Context, int, int) (connector.Writer[int64], error) {
+	return discard{}, nil
+}
+func (discard) Write([]int64) error { return nil }
+func (discard) Close() error        { return nil }

@@ -145,7 +145,7 @@ func (in *instance) Receive(c actor.Context) {
 		if m.waiter {
 			in.waiterActive = false
 		}
-		in.Step()
+		in.step()
 	case *timerMsg:
 		if _, ok := in.timers[m.id]; ok {
 			delete(in.timers, m.id)
@@ -646,7 +646,7 @@ func (in *instance) readTick() (n int, err error) {
 }
 
 // step reads batches from the source and pushes it through the chain.
-func (in *instance) Step() {
+func (in *instance) step() {
 	in.tickPending = false
 	if in.done {
 		return

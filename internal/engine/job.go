@@ -84,27 +84,27 @@ func (j *jobActor) Receive(c actor.Context) {
 		x.onStats(m)
 	case *wire.Finished:
 		x.noteStats(m.Gen, m.Stats)
-		j.Step(c, coord.InstanceFinished{At: now, Gen: m.Gen, Slot: coord.Slot{Task: m.Task, Instance: m.Instance}})
+		j.step(c, coord.InstanceFinished{At: now, Gen: m.Gen, Slot: coord.Slot{Task: m.Task, Instance: m.Instance}})
 	case *wire.Failed:
 		j.onFailure(c, now, m)
 	case *actor.Terminated:
 		if in := x.byID[m.Who.Id]; in != nil {
-			j.Step(c, coord.InstanceTerminated{At: now, Gen: in.gen})
+			j.step(c, coord.InstanceTerminated{At: now, Gen: in.gen})
 		}
 	case *wire.Stopped:
-		j.Step(c, coord.HostStopped{At: now, Gen: m.Gen, Addr: m.Address})
+		j.step(c, coord.HostStopped{At: now, Gen: m.Gen, Addr: m.Address})
 	case *hostLost:
-		j.Step(c, coord.HostLost{At: now, Addr: m.addr})
+		j.step(c, coord.HostLost{At: now, Addr: m.addr})
 	case *restartMsg:
-		j.Step(c, coord.BackoffElapsed{At: now, Gen: m.gen})
+		j.step(c, coord.BackoffElapsed{At: now, Gen: m.gen})
 	case *wire.Drain:
-		j.Step(c, coord.DrainAsked{At: now})
+		j.step(c, coord.DrainAsked{At: now})
 	case *abortMsg:
 		err := x.topo.Kit().Aborted
 		if m.cause != nil {
 			err = fmt.Errorf("%w: %w", x.topo.Kit().Aborted, m.cause)
 		}
-		j.Step(c, coord.AbortAsked{At: now, Err: err})
+		j.step(c, coord.AbortAsked{At: now, Err: err})
 	case *actor.Stopped:
 		if x.dist != nil {
 			j.unwatch()
@@ -127,7 +127,7 @@ func (j *jobActor) Receive(c actor.Context) {
 // (total instances, local of them here) and tells the lifecycle.
 func (j *jobActor) launched(c actor.Context, now time.Time, total, local int) {
 	j.startCheckpoints(total)
-	j.Step(c, coord.Launched{At: now, Instances: total, Local: local, Hosts: j.x.hostList()})
+	j.step(c, coord.Launched{At: now, Instances: total, Local: local, Hosts: j.x.hostList()})
 }
 
 // startCheckpoints starts the checkpoint coordinator of a generation of
@@ -161,11 +161,11 @@ func (j *jobActor) onFailure(c actor.Context, now time.Time, m *wire.Failed) {
 		}
 		reason = stage.NewFailure(m.Operator, errors.New(m.Message))
 	}
-	j.Step(c, coord.InstanceFailed{At: now, Gen: gen, Err: x.operatorError(actor.NewPID(m.Address, m.ID), reason)})
+	j.step(c, coord.InstanceFailed{At: now, Gen: gen, Err: x.operatorError(actor.NewPID(m.Address, m.ID), reason)})
 }
 
 // step steps the lifecycle and carries out its actions.
-func (j *jobActor) Step(c actor.Context, ev coord.JobEvent) {
+func (j *jobActor) step(c actor.Context, ev coord.JobEvent) {
 	x := j.x
 	var acts []coord.JobAction
 	j.life, acts = j.life.Step(ev)
@@ -381,7 +381,7 @@ func (j *jobActor) feed(c actor.Context, ev coord.CheckpointEvent) {
 			}
 			x.sys.Logger().Debug("checkpoint completed", "job", x.topo.Name(), "checkpoint", a.ID, "duration", d, "final", a.Final)
 			if a.Final {
-				j.Step(c, coord.FinalCheckpointDone{At: x.topo.Config().Now()})
+				j.step(c, coord.FinalCheckpointDone{At: x.topo.Config().Now()})
 			}
 		case coord.CheckpointFailed:
 			delete(j.started, a.ID)
@@ -398,7 +398,7 @@ func (j *jobActor) feed(c actor.Context, ev coord.CheckpointEvent) {
 				if j.cs.Completed > 0 {
 					since = "checkpoint " + strconv.FormatUint(j.cs.Completed, 10)
 				}
-				j.Step(c, coord.FinalCheckpointFailed{At: x.topo.Config().Now(), Err: fmt.Errorf("operators: topology %q: final checkpoint %d: %w (the sinks' records since %s are not committed)",
+				j.step(c, coord.FinalCheckpointFailed{At: x.topo.Config().Now(), Err: fmt.Errorf("operators: topology %q: final checkpoint %d: %w (the sinks' records since %s are not committed)",
 					x.topo.Name(), a.ID, a.Err, since)})
 			}
 		}

@@ -3,6 +3,7 @@ package graph
 import (
 	"reflect"
 
+	"github.com/sluicehq/sluice/connector"
 	"github.com/sluicehq/sluice/internal/stage"
 
 	"github.com/sluicehq/sluice/mailbox"
@@ -11,7 +12,7 @@ import (
 // Source adds an operator that reads records from src. Sources run with
 // parallelism 1 unless Parallelism says otherwise; each instance reads one
 // partition of the connector.
-func Source[T any](t *Topology, name string, src SourceConnector[T], opts ...Option) Stream[T] {
+func Source[T any](t *Topology, name string, src connector.Source[T], opts ...Option) Stream[T] {
 	nd := &Node{name: name, kind: "source", role: RoleSource, outType: typeOf[T]()}
 	_, once := src.(interface{ notReplayable() })
 	nd.replayable = !once
@@ -161,7 +162,7 @@ func Keyed[K comparable, T, A, O any](ks KeyedStream[K, T], name, kind string, n
 }
 
 // Sink adds an operator that writes every record of s to sink.
-func Sink[T any](s Stream[T], name string, sink SinkConnector[T], opts ...Option) {
+func Sink[T any](s Stream[T], name string, sink connector.Sink[T], opts ...Option) {
 	t := topoOf(s.n)
 	if t == nil {
 		t = orphan(name)

@@ -17,9 +17,9 @@ import (
 type Role uint8
 
 const (
-	RoleSource    Role = iota // reads a SourceConnector
+	RoleSource    Role = iota // reads a connector.Source
 	roleOperator              // runs user code on records
-	RoleSink                  // writes to a SinkConnector
+	RoleSink                  // writes to a connector.Sink
 	rolePartition             // KeyBy, Broadcast: shapes the edge to its consumers, runs nothing
 	roleJunction              // Merge, Declare: joins inputs, runs nothing
 )
@@ -202,7 +202,7 @@ func Capacity(n int) TopologyOption { return func(c *Config) { c.Capacity = n } 
 // emitting their records again. When the job is drained no periodic
 // checkpoint starts any more, and once every operator has finished its
 // input the job takes a final checkpoint (as Flink does on drain and at the end of input): sinks
-// that commit with checkpoints (TwoPhaseWriter) commit their last records
+// that commit with checkpoints (connector.TwoPhaseWriter) commit their last records
 // through it, and only then close. A job that ran to its end then forgets
 // its checkpoints, so a rerun starts afresh; a drained job keeps the final
 // one and the next run resumes exactly where it stopped. If the final
