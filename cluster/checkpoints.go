@@ -195,6 +195,10 @@ func encodeRecord(cp *persistence.Checkpoint, run *runRecord) ([]byte, error) {
 	return append([]byte{entryRecord}, b...), nil
 }
 
+// entryLimits bound the decode of a replicated-log entry: a checkpoint is
+// maps of operator state (as persistence's snapshots, 32 × the input).
+var entryLimits = msgpacksafe.Limits{Source: "replicated log entry", Factor: 32}
+
 // decodeEntry returns the checkpoint of an entry (nil when it has none)
 // and its run (nil when the job was not run by Run).
 func decodeEntry(data []byte) (*persistence.Checkpoint, *runRecord, error) {
@@ -207,19 +211,13 @@ func decodeEntry(data []byte) (*persistence.Checkpoint, *runRecord, error) {
 	case entryClear:
 		return nil, nil, nil
 	case entryCheckpoint:
-		if err := msgpacksafe.Check(data[1:]); err != nil {
-			return nil, nil, err
-		}
 		cr = new(checkpointRecord)
-		if err := msgpack.Unmarshal(data[1:], cr); err != nil {
+		if err := msgpacksafe.Decode(data[1:], cr, entryLimits); err != nil {
 			return nil, nil, err
 		}
 	case entryRecord:
-		if err := msgpacksafe.Check(data[1:]); err != nil {
-			return nil, nil, err
-		}
 		var r logRecord
-		if err := msgpack.Unmarshal(data[1:], &r); err != nil {
+		if err := msgpacksafe.Decode(data[1:], &r, entryLimits); err != nil {
 			return nil, nil, err
 		}
 		cr, run = r.Checkpoint, r.Run
