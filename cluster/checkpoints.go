@@ -195,9 +195,10 @@ func encodeRecord(cp *persistence.Checkpoint, run *runRecord) ([]byte, error) {
 	return append([]byte{entryRecord}, b...), nil
 }
 
-// entryLimits bound the decode of a replicated-log entry: a checkpoint is
-// maps of operator state (as persistence's snapshots, 32 × the input).
-var entryLimits = msgpacksafe.Limits{Source: "replicated log entry", Factor: 32}
+// entryLimits bound the decode of a replicated-log entry (the default
+// budget, 6 × the input + 1 MiB: a checkpoint's maps have an entry per
+// operator instance and source partition, their values are bytes).
+var entryLimits = msgpacksafe.Limits{Source: "replicated log entry"}
 
 // decodeEntry returns the checkpoint of an entry (nil when it has none)
 // and its run (nil when the job was not run by Run).
