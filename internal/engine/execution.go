@@ -462,6 +462,9 @@ func (x *execution) build() error {
 				if x.restored != nil {
 					sc.Restore, sc.Restored = x.restored.States[sc.Key()]
 				}
+				if n.role == roleSink {
+					sc.Context = stage.WithSinkStart(sc.Context, stage.SinkStart{Fresh: x.gen == 0 && x.restored == nil, Checkpoints: x.topo.cfg.cpInterval > 0})
+				}
 				if n.recordAttempts > 0 {
 					sc.Failures = stage.NewFailureHandler(sc, n.recordAttempts, x.deadLetters, x.topo.name)
 				}
