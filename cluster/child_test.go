@@ -225,6 +225,8 @@ func TestChildNode(t *testing.T) {
 		case "open": // open NAME: see gates
 			gates[f[1]]()
 			say("OPENED")
+		case "codec":
+			say("UNDECODABLE %d", n.Stats().Codec.Undecodable)
 		case "hosted":
 			for _, h := range n.Hosted() {
 				say("HOSTED %s %d %d", h.Job, h.Gen, h.Instances)
