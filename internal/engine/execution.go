@@ -2,6 +2,7 @@ package engine
 
 import (
 	"context"
+	"crypto/rand"
 	"fmt"
 	"math"
 	"slices"
@@ -130,7 +131,10 @@ func (t *Topology) Start(ctx context.Context, sys *actors.System) (actors.Execut
 	if x.dist = t.cfg.dist; x.dist != nil {
 		x.root, props = x.dist.Root(), x.dist.Props(props)
 	}
-	pid, err := x.root.SpawnNamed(props, fmt.Sprintf("job-%s-%d", t.name, jobSeq.Add(1)))
+	// The job actor's name ends in 128 random bits (crypto/rand): another
+	// process that can reach this one cannot guess it (the cluster also
+	// accepts job messages only from members, in their own names).
+	pid, err := x.root.SpawnNamed(props, fmt.Sprintf("job-%s-%d-%s", t.name, jobSeq.Add(1), rand.Text()))
 	if err != nil {
 		x.cancel()
 		return nil, fmt.Errorf("operators: start %q: %w", t.name, err)

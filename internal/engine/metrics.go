@@ -44,8 +44,10 @@ func newJobMetrics(x *execution) (*jobMetrics, error) {
 	restarts, e2 := m.Int64ObservableCounter("sluice.job.restarts", metric.WithDescription("restarts of the job from its last checkpoint"))
 	completed, e3 := m.Int64ObservableCounter("sluice.checkpoints.completed", metric.WithDescription("checkpoints completed"))
 	var e4, e5 error
-	jm.checkpoint, e4 = m.Float64Histogram("sluice.checkpoint.duration", metric.WithDescription("from barriers injected to checkpoint stored"), metric.WithUnit("s"))
-	jm.latency, e5 = m.Float64Histogram("sluice.batch.processing", metric.WithDescription("time an operator instance spent on one batch of records"), metric.WithUnit("s"))
+	jm.checkpoint, e4 = m.Float64Histogram("sluice.checkpoint.duration", metric.WithDescription("from barriers injected to checkpoint stored"), metric.WithUnit("s"),
+		metric.WithExplicitBucketBoundaries(checkpointBuckets...))
+	jm.latency, e5 = m.Float64Histogram("sluice.batch.processing", metric.WithDescription("time an operator instance spent on one batch of records"), metric.WithUnit("s"),
+		metric.WithExplicitBucketBoundaries(batchBuckets...))
 	for _, e := range []error{e1, e2, e3, e4, e5} {
 		if e != nil && err == nil {
 			err = e
@@ -91,3 +93,16 @@ func (jm *jobMetrics) Close() {
 		_ = jm.reg.Unregister()
 	}
 }
+
+// Bucket boundaries fit for what the histograms measure, in seconds
+// (OpenTelemetry's default boundaries, 0 to 10000, suit milliseconds: every
+// batch of tens of microseconds would land in the first bucket of 5 s).
+var (
+	// A batch takes microseconds to milliseconds; a slow user function
+	// seconds.
+	batchBuckets = []float64{1e-6, 2.5e-6, 5e-6, 1e-5, 2.5e-5, 5e-5, 1e-4, 2.5e-4, 5e-4,
+		1e-3, 2.5e-3, 5e-3, 1e-2, 2.5e-2, 5e-2, 0.1, 0.25, 0.5, 1, 2.5, 5, 10}
+	// A checkpoint takes milliseconds to tens of seconds.
+	checkpointBuckets = []float64{1e-3, 2.5e-3, 5e-3, 1e-2, 2.5e-2, 5e-2, 0.1, 0.25, 0.5,
+		1, 2.5, 5, 10, 30, 60, 120}
+)
