@@ -1,12 +1,13 @@
 package operators_test
 
 import (
+	"bufio"
 	"encoding/json"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"os"
 	"path/filepath"
-	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -17,138 +18,151 @@ import (
 	"github.com/sluicehq/sluice/operators"
 )
 
-// The built-in connectors pass the connector conformance suite, each with
-// the features it claims.
+// The built-in connectors against the connector conformance suite.
+
+var conformanceRecords = []int{1, 2, 3, 4, 5, 6, 7}
+
 func TestConformanceFromSlice(t *testing.T) {
-	xs := []int{3, 1, 4, 1, 5, 9, 2, 6}
-	connectortest.TestSource(t, connectortest.SourceCase[int]{
-		New:      func(t *testing.T) (connector.Source[int], []int) { return operators.FromSlice(xs), xs },
-		Features: connectortest.SourceFeatures{Bounded: true, Replay: true},
+	connectortest.Source(t, connectortest.SourceCase[int]{
+		Make:     func(_ *testing.T, recs []int) connector.Source[int] { return operators.FromSlice(recs) },
+		Records:  conformanceRecords,
+		Features: connectortest.Replayable | connectortest.Bounded | connectortest.Partitioned,
 	})
 }
 
 func TestConformanceGenerate(t *testing.T) {
-	want := make([]int64, 40)
-	for i := range want {
-		want[i] = int64(i * i)
-	}
-	connectortest.TestSource(t, connectortest.SourceCase[int64]{
-		New: func(t *testing.T) (connector.Source[int64], []int64) {
-			return operators.Generate(40, func(i int64) int64 { return i * i }), want
+	connectortest.Source(t, connectortest.SourceCase[int64]{
+		Make: func(_ *testing.T, recs []int64) connector.Source[int64] {
+			return operators.Generate(int64(len(recs)), func(i int64) int64 { return recs[i] })
 		},
-		Features: connectortest.SourceFeatures{Bounded: true, Replay: true},
+		Records:  []int64{10, 11, 12, 13, 14},
+		Features: connectortest.Replayable | connectortest.Bounded | connectortest.Partitioned,
 	})
 }
 
 func TestConformanceFileLines(t *testing.T) {
-	lines := []string{"to be", "or not", "", "to be", "that is the question"}
-	connectortest.TestSource(t, connectortest.SourceCase[string]{
-		New: func(t *testing.T) (connector.Source[string], []string) {
-			path := filepath.Join(t.TempDir(), "in.txt")
-			if err := os.WriteFile(path, []byte(strings.Join(lines, "\n")+"\n"), 0o600); err != nil {
+	connectortest.Source(t, connectortest.SourceCase[string]{
+		Make: func(t *testing.T, recs []string) connector.Source[string] {
+			path := filepath.Join(t.TempDir(), "lines.txt")
+			if err := os.WriteFile(path, []byte(strings.Join(recs, "\n")+"\n"), 0o600); err != nil {
 				t.Fatal(err)
 			}
-			return operators.FileLines(path), lines
+			return operators.FileLines(path)
 		},
-		Features: connectortest.SourceFeatures{Bounded: true, Replay: true},
+		Records:  []string{"to", "be", "or", "not", "to be"},
+		Features: connectortest.Replayable | connectortest.Bounded,
 	})
 }
 
-func TestConformanceFileSink(t *testing.T) {
-	var path string
-	records := []int{10, 20, 30, 40, 50, 60, 70}
-	connectortest.TestSink(t, connectortest.SinkCase[int]{
-		New: func(t *testing.T) connector.Sink[int] {
-			path = filepath.Join(t.TempDir(), "out.txt")
-			return operators.File(path, func(v int) string { return strconv.Itoa(v) })
+func TestConformanceLog(t *testing.T) {
+	var log *operators.Log[int]
+	connectortest.Source(t, connectortest.SourceCase[int]{
+		Make: func(_ *testing.T, recs []int) connector.Source[int] {
+			log = operators.NewLog[int]()
+			log.Append(recs...)
+			if recs != nil {
+				log.Close()
+			}
+			return log
 		},
-		Visible: func(t *testing.T) []int {
-			b, err := os.ReadFile(path)
-			if os.IsNotExist(err) {
-				return nil
-			}
-			if err != nil {
-				t.Fatal(err)
-			}
-			var got []int
-			for _, l := range strings.Fields(string(b)) {
-				v, err := strconv.Atoi(l)
-				if err != nil {
-					t.Fatalf("%s: line %q", path, l)
-				}
-				got = append(got, v)
-			}
-			return got
-		},
-		Records:  records,
-		Features: connectortest.SinkFeatures{Checkpoints: true},
+		Append:   func(vs ...int) { log.Append(vs...) },
+		Records:  conformanceRecords,
+		Features: connectortest.Replayable | connectortest.Bounded | connectortest.Waits | connectortest.Partitioned,
 	})
 }
 
-func TestConformanceCollector(t *testing.T) {
-	var c *operators.Collector[string]
-	connectortest.TestSink(t, connectortest.SinkCase[string]{
-		New:      func(t *testing.T) connector.Sink[string] { c = operators.NewCollector[string](); return c },
-		Visible:  func(t *testing.T) []string { return c.Items() },
-		Records:  []string{"a", "b", "c", "d", "e", "f"},
-		Features: connectortest.SinkFeatures{},
-	})
-}
-
-// The in-memory ingress runs dry and waits without spinning.
 func TestConformanceIngress(t *testing.T) {
 	var in *operators.Ingress[int]
-	connectortest.TestSource(t, connectortest.SourceCase[int]{
-		New: func(t *testing.T) (connector.Source[int], []int) {
+	connectortest.Source(t, connectortest.SourceCase[int]{
+		Make: func(_ *testing.T, recs []int) connector.Source[int] {
 			in = operators.NewIngress[int](16)
-			want := []int{1, 2, 3, 4}
-			for _, v := range want {
+			for _, v := range recs {
 				if err := in.TrySend(v); err != nil {
 					t.Fatal(err)
 				}
 			}
-			return in, want
-		},
-		Publish: func(t *testing.T, more []int) {
-			for _, v := range more {
-				if err := in.Send(t.Context(), v); err != nil {
-					t.Fatal(err)
-				}
+			if recs != nil {
+				in.Close()
 			}
+			return in
 		},
-		More:     []int{5, 6},
-		Features: connectortest.SourceFeatures{Waits: true},
+		Append:   func(vs ...int) { _ = in.TrySend(vs[0]) },
+		Records:  conformanceRecords,
+		Features: connectortest.Bounded | connectortest.Waits,
 	})
 }
 
-// The HTTP sink passes the suite against a real HTTP server: each record
-// POSTed once.
-func TestConformanceHTTPSink(t *testing.T) {
-	var mu sync.Mutex
-	var got []int
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		var v int
-		if err := json.NewDecoder(r.Body).Decode(&v); err != nil {
-			http.Error(w, err.Error(), http.StatusBadRequest)
-			return
-		}
-		mu.Lock()
-		got = append(got, v)
-		mu.Unlock()
-	}))
-	defer srv.Close()
-	connectortest.TestSink(t, connectortest.SinkCase[int]{
-		New: func(t *testing.T) connector.Sink[int] {
-			mu.Lock()
-			got = nil
-			mu.Unlock()
-			return operators.HTTP[int](srv.URL)
+func TestConformanceFile(t *testing.T) {
+	connectortest.Sink(t, connectortest.SinkCase[int]{
+		Make: func(t *testing.T) (connector.Sink[int], func() []int) {
+			path := filepath.Join(t.TempDir(), "out")
+			read := func() []int {
+				f, err := os.Open(path)
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer f.Close()
+				var out []int
+				for sc := bufio.NewScanner(f); sc.Scan(); {
+					v, err := strconv.Atoi(sc.Text())
+					if err != nil {
+						t.Fatalf("line %q: %v", sc.Text(), err)
+					}
+					out = append(out, v)
+				}
+				return out
+			}
+			return operators.File[int](path, nil), read
 		},
-		Visible: func(t *testing.T) []int {
-			mu.Lock()
-			defer mu.Unlock()
-			return slices.Clone(got)
+		Records:  conformanceRecords,
+		Features: connectortest.Restorable,
+	})
+}
+
+func TestConformanceCollector(t *testing.T) {
+	connectortest.Sink(t, connectortest.SinkCase[int]{
+		Make: func(*testing.T) (connector.Sink[int], func() []int) {
+			c := operators.NewCollector[int]()
+			return c, c.Items
 		},
-		Records: []int{1, 2, 3, 4, 5, 6},
+		Records: conformanceRecords,
+	})
+}
+
+// The HTTP sink against a server on a loopback socket that keeps the
+// records it received in order, answering a repeated idempotency key with
+// success and keeping the record once.
+func TestConformanceHTTP(t *testing.T) {
+	connectortest.Sink(t, connectortest.SinkCase[int]{
+		Make: func(t *testing.T) (connector.Sink[int], func() []int) {
+			var mu sync.Mutex
+			var got []int
+			seen := map[string]bool{}
+			srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				body, err := io.ReadAll(r.Body)
+				var v int
+				if err == nil {
+					err = json.Unmarshal(body, &v)
+				}
+				if err != nil {
+					http.Error(w, err.Error(), http.StatusBadRequest)
+					return
+				}
+				mu.Lock()
+				defer mu.Unlock()
+				if key := r.Header.Get("Idempotency-Key"); !seen[key] {
+					seen[key] = true
+					got = append(got, v)
+				}
+			}))
+			t.Cleanup(srv.Close)
+			read := func() []int {
+				mu.Lock()
+				defer mu.Unlock()
+				return append([]int(nil), got...)
+			}
+			return operators.HTTP[int](srv.URL), read
+		},
+		Records: conformanceRecords,
 	})
 }

@@ -2,7 +2,6 @@ package httpin_test
 
 import (
 	"net/http"
-	"strconv"
 	"testing"
 
 	"github.com/sluicehq/sluice/connector"
@@ -11,11 +10,16 @@ import (
 )
 
 // The HTTP ingress passes the connector conformance suite as a source that
-// runs dry and waits without spinning (not replayable: what was posted is
-// gone after a crash, so checkpoints refuse it).
-func TestConformanceSource(t *testing.T) {
+// runs dry and waits without spinning until records are POSTed to it (not
+// replayable: what was posted is gone after a crash, so checkpoints refuse
+// it).
+func TestConformance(t *testing.T) {
 	var g *httpin.Ingress[event]
 	postAll := func(t *testing.T, evs []event) {
+		t.Helper()
+		if len(evs) == 0 {
+			return
+		}
 		ids := make([]string, len(evs))
 		for i, e := range evs {
 			ids[i] = e.ID
@@ -24,22 +28,19 @@ func TestConformanceSource(t *testing.T) {
 			t.Fatalf("POST: %d %s", resp.StatusCode, body)
 		}
 	}
-	events := func(from, to int) []event {
-		var out []event
-		for i := from; i < to; i++ {
-			out = append(out, event{ID: "e" + strconv.Itoa(i), N: i - from}) // lines numbers each post from 0
-		}
-		return out
-	}
-	connectortest.TestSource(t, connectortest.SourceCase[event]{
-		New: func(t *testing.T) (connector.Source[event], []event) {
+	connectortest.Source(t, connectortest.SourceCase[event]{
+		Make: func(t *testing.T, recs []event) connector.Source[event] {
 			g = start(t, httpin.Config[event]{Capacity: 64})
-			want := events(0, 8)
-			postAll(t, want)
-			return g.Source(), want
+			postAll(t, recs)
+			return g.Source()
 		},
-		Publish:  postAll,
-		More:     events(8, 11),
-		Features: connectortest.SourceFeatures{Waits: true},
+		// lines numbers the records of each POST from 0: one record a POST.
+		Append: func(recs ...event) {
+			for _, r := range recs {
+				postAll(t, []event{r})
+			}
+		},
+		Records:  []event{{ID: "a"}, {ID: "b"}, {ID: "c"}, {ID: "d"}},
+		Features: connectortest.Waits,
 	})
 }

@@ -8,6 +8,7 @@ import (
 	"github.com/asynkron/protoactor-go/actor"
 
 	"github.com/sluicehq/sluice/actors"
+	"github.com/sluicehq/sluice/internal/graph"
 	"github.com/sluicehq/sluice/internal/wire"
 )
 
@@ -102,7 +103,7 @@ func (l *link) Stop(pid *actor.PID) { l.post(delivery{pid: pid, stop: true}) }
 type bridgedNode struct {
 	addr  string
 	sys   *actors.System
-	build func() *Topology // the topology, built the same in both systems
+	build func() *graph.Topology // the topology, built the same in both systems
 	peer  *bridgedNode
 
 	mu          sync.Mutex
@@ -111,7 +112,7 @@ type bridgedNode struct {
 }
 
 // bridged starts the two systems a:1 and b:1, joined both ways.
-func bridged(t *testing.T, build func() *Topology, cfg actors.Config) (a, b *bridgedNode) {
+func bridged(t *testing.T, build func() *graph.Topology, cfg actors.Config) (a, b *bridgedNode) {
 	t.Helper()
 	a = &bridgedNode{addr: "a:1", build: build, hosted: map[int]*actor.PID{}}
 	b = &bridgedNode{addr: "b:1", build: build, hosted: map[int]*actor.PID{}}
@@ -157,7 +158,7 @@ func (n *bridgedNode) Props(p *actor.Props) *actor.Props { return p }
 func (n *bridgedNode) Watch(func(string)) func()         { return func() {} }
 func (n *bridgedNode) Unpack(msg any) (any, error)       { return msg, nil }
 
-func (n *bridgedNode) Place(_ string, _ int, task Task, _ int) string {
+func (n *bridgedNode) Place(_ string, _ int, task graph.Task, _ int) string {
 	for _, k := range task.Kinds {
 		if k == "source" || k == "sink" {
 			return ""

@@ -26,7 +26,7 @@ func newJobMetrics(x *execution) (*jobMetrics, error) {
 		return nil, nil
 	}
 	m := mp.Meter("github.com/sluicehq/sluice/operators")
-	jm := &jobMetrics{job: attribute.String("sluice.topology", x.topo.name)}
+	jm := &jobMetrics{job: attribute.String("sluice.topology", x.topo.Name())}
 	var err error
 	counter := func(name, desc string) metric.Int64ObservableCounter {
 		c, e := m.Int64ObservableCounter(name, metric.WithDescription(desc), metric.WithUnit("{record}"))
@@ -85,7 +85,7 @@ func (jm *jobMetrics) checkpointDone(d time.Duration) {
 
 func (jm *jobMetrics) batchDone(in *instance, d time.Duration) {
 	jm.latency.Record(context.Background(), d.Seconds(), metric.WithAttributes(jm.job,
-		attribute.String("sluice.operator", in.exec.plan.chains[in.task][0].name)))
+		attribute.String("sluice.operator", in.exec.plan.Chains[in.task][0].Name())))
 }
 
 func (jm *jobMetrics) Close() {

@@ -16,6 +16,8 @@ import (
 	"github.com/vmihailenco/msgpack/v5"
 
 	"github.com/sluicehq/sluice/actors"
+	"github.com/sluicehq/sluice/connector"
+	"github.com/sluicehq/sluice/internal/graph"
 	"github.com/sluicehq/sluice/internal/msgpacksafe"
 	"github.com/sluicehq/sluice/persistence"
 	"github.com/sluicehq/sluice/supervision"
@@ -61,14 +63,14 @@ type memSink struct {
 
 type memWriter struct{ s *memSink }
 
-func (s *memSink) Open(context.Context, int, int) (Writer[int64], error) {
+func (s *memSink) Open(context.Context, int, int) (connector.Writer[int64], error) {
 	s.mu.Lock()
 	s.rows = s.rows[:0]
 	s.mu.Unlock()
 	return memWriter{s}, nil
 }
 
-func (s *memSink) OpenAt(_ context.Context, _, _ int, state []byte) (Writer[int64], error) {
+func (s *memSink) OpenAt(_ context.Context, _, _ int, state []byte) (connector.Writer[int64], error) {
 	if len(state) != 8 {
 		return nil, fmt.Errorf("state of %d bytes", len(state))
 	}
@@ -186,32 +188,32 @@ func TestRemoteBatchThatDoesNotDecode(t *testing.T) {
 			store := &memStore{}
 			sink := &memSink{}
 			var fired atomic.Bool
-			build := func() *Topology {
-				top := NewTopology("remote-decode", BatchSize(64), Checkpoints(2*time.Millisecond), CheckpointStore(store),
-					RestartOnFailure(supervision.Backoff{Initial: time.Millisecond, Max: 4 * time.Millisecond, Multiplier: 2, Jitter: supervision.NoJitter}, 3, time.Minute))
-				src := Source[int64](top, "numbers", numbers(n))
-				st := Map(src, "stamp", func(v int64) stamped {
+			build := func() *graph.Topology {
+				top := graph.NewTopology("remote-decode", graph.BatchSize(64), graph.Checkpoints(2*time.Millisecond), graph.CheckpointStore(store),
+					graph.RestartOnFailure(supervision.Backoff{Initial: time.Millisecond, Max: 4 * time.Millisecond, Multiplier: 2, Jitter: supervision.NoJitter}, 3, time.Minute))
+				src := graph.Source[int64](top, "numbers", numbers(n))
+				st := graph.Map(src, "stamp", func(v int64) stamped {
 					s := stamped{ID: v, At: time.Unix(1_700_000_000+v, 0).UTC()}
 					// The first record after a checkpoint completed, once.
 					s.Poison = poisoned && store.stored.Load() > 0 && fired.CompareAndSwap(false, true)
 					return s
 				})
-				out := Map(st, "check", func(s stamped) int64 {
+				out := graph.Map(st, "check", func(s stamped) int64 {
 					if s.At.Unix() != 1_700_000_000+s.ID {
 						panic(fmt.Sprintf("record %d: time %v", s.ID, s.At))
 					}
 					return 3 * s.ID
-				}, NoFusion())
-				Sink[int64](out, "out", sink, NoFusion())
+				}, graph.NoFusion())
+				graph.Sink[int64](out, "out", sink, graph.NoFusion())
 				return top
 			}
 			logs := &logCapture{}
 			a, b := bridged(t, build, actors.Config{Logger: slog.New(logs)})
 			top := build()
-			top.Configure(Distribute(a))
+			top.Configure(graph.Distribute(a))
 			ctx, cancel := context.WithTimeout(context.Background(), timeoutStop)
 			defer cancel()
-			run, err := a.sys.Run(ctx, top)
+			run, err := a.sys.Run(ctx, Job{top})
 			if err != nil {
 				t.Fatal(err)
 			}
