@@ -118,7 +118,7 @@ func TestFileSinkCrashChild(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer sys.Stop(ctx)
-	top := countingTopologyFile(nil, filepath.Join(dir, "out"), crashRecords, 50*time.Millisecond, operators.FileOverwrite(), synced)
+	top := paddedCounting(filepath.Join(dir, "out"), crashRecords, 50*time.Millisecond, operators.FileOverwrite(), synced)
 	run, err := sys.Run(ctx, top)
 	if err != nil {
 		t.Fatal(err)
@@ -129,6 +129,22 @@ func TestFileSinkCrashChild(t *testing.T) {
 		t.Fatal(err)
 	}
 	fmt.Println("DONE")
+}
+
+// paddedCounting is countingTopology with lines of about 100 bytes: the
+// sink's buffer (64 KiB) reaches the file between checkpoints even when
+// the machine is slow, so that a power loss has bytes to lose.
+func paddedCounting(dir string, n int64, interval time.Duration, fopts ...operators.FileOption) *operators.Topology {
+	t := operators.NewTopology("padded-counting", operators.Checkpoints(interval), operators.BatchSize(32))
+	src := operators.Source(t, "numbers", operators.Generate(n, func(i int64) int64 { return i }))
+	keys := operators.Map(src, "key", func(v int64) string { return fmt.Sprintf("k%02d", v*7%23) })
+	by := operators.KeyBy(keys, "by-key", func(k string) string { return k }, operators.Parallelism(3))
+	counts := operators.Count(by, "count")
+	pad := strings.Repeat(".", 90)
+	operators.Sink(counts, "out", operators.File(filepath.Join(dir, "counts"), func(kv operators.KV[string, int64]) string {
+		return fmt.Sprintf("%s=%d %s", kv.Key, kv.Value, pad)
+	}, fopts...))
+	return t
 }
 
 // powerLoss cuts every output file in dir back to the size it last had
