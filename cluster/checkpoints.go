@@ -195,6 +195,11 @@ func encodeRecord(cp *persistence.Checkpoint, run *runRecord) ([]byte, error) {
 	return append([]byte{entryRecord}, b...), nil
 }
 
+// entryLimits bound the decode of a replicated-log entry (the default
+// budget, 6 × the input + 1 MiB: a checkpoint's maps have an entry per
+// operator instance and source partition, their values are bytes).
+var entryLimits = msgpacksafe.Limits{Source: "replicated log entry"}
+
 // decodeEntry returns the checkpoint of an entry (nil when it has none)
 // and its run (nil when the job was not run by Run).
 func decodeEntry(data []byte) (*persistence.Checkpoint, *runRecord, error) {
@@ -207,19 +212,13 @@ func decodeEntry(data []byte) (*persistence.Checkpoint, *runRecord, error) {
 	case entryClear:
 		return nil, nil, nil
 	case entryCheckpoint:
-		if err := msgpacksafe.Check(data[1:]); err != nil {
-			return nil, nil, err
-		}
 		cr = new(checkpointRecord)
-		if err := msgpack.Unmarshal(data[1:], cr); err != nil {
+		if err := msgpacksafe.Decode(data[1:], cr, entryLimits); err != nil {
 			return nil, nil, err
 		}
 	case entryRecord:
-		if err := msgpacksafe.Check(data[1:]); err != nil {
-			return nil, nil, err
-		}
 		var r logRecord
-		if err := msgpack.Unmarshal(data[1:], &r); err != nil {
+		if err := msgpacksafe.Decode(data[1:], &r, entryLimits); err != nil {
 			return nil, nil, err
 		}
 		cr, run = r.Checkpoint, r.Run

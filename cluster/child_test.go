@@ -254,6 +254,8 @@ func TestChildNode(t *testing.T) {
 		case "open": // open NAME: see gates
 			gates[f[1]]()
 			say("OPENED")
+		case "codec":
+			say("UNDECODABLE %d", n.Stats().Codec.Undecodable)
 		case "status":
 			st, err := n.Status(rctx, f[1])
 			if err != nil {

@@ -146,7 +146,9 @@ type CodecStats struct {
 	Unregistered uint64
 	// Unknown counts received messages naming a type not registered here.
 	Unknown uint64
-	// Undecodable counts received messages whose bytes did not decode.
+	// Undecodable counts received messages whose bytes did not decode,
+	// and batches of a job's records from another node that did not (the
+	// receiving instance fails and the job restarts from its checkpoint).
 	Undecodable uint64
 	// Foreign counts remote messages dropped before decoding, at the
 	// connection: a protobuf type this node does not accept (it would

@@ -9,7 +9,6 @@ import (
 
 	"github.com/asynkron/protoactor-go/actor"
 	"github.com/asynkron/protoactor-go/remote"
-	"github.com/vmihailenco/msgpack/v5"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
 	grpcpeer "google.golang.org/grpc/peer"
@@ -364,15 +363,8 @@ func anyParts(data []byte) (url, value []byte) {
 	return url, value
 }
 
-// decodeHead decodes the named fields of a cluster message.
-func decodeHead(data []byte, head any) (err error) {
-	defer func() {
-		if r := recover(); r != nil {
-			err = fmt.Errorf("panic: %v", r)
-		}
-	}()
-	if err := msgpacksafe.Check(data); err != nil {
-		return err
-	}
-	return msgpack.Unmarshal(data, head)
+// decodeHead decodes the named fields of a cluster message (the others
+// are skipped) with msgpacksafe.Decode.
+func decodeHead(data []byte, head any) error {
+	return msgpacksafe.Decode(data, head, msgpacksafe.Limits{Source: "the head of a cluster message"})
 }

@@ -203,6 +203,14 @@ func (d *distributor) Unpack(msg any) (any, error) {
 	return v, err
 }
 
+// Undecodable counts a batch of records from another node that did not
+// decode (dist.UndecodableCounter) in CodecStats.Undecodable; the
+// receiving instance fails and the job restarts from its checkpoint.
+func (d *distributor) Undecodable(err error) {
+	d.n.codec.undecodable.Add(1)
+	d.n.codec.warnOnce("records do not decode", "cluster: records from another node do not decode; the instance fails", "err", err)
+}
+
 func (d *distributor) StopOn(addr string, s *wire.StopGen) {
 	_ = d.n.Send(d.n.PID(addr, jobsActorName), s)
 }

@@ -105,6 +105,7 @@ func testJobs() cluster.Jobs {
 		"counting":     func() *operators.Topology { return countingJob(jobN, jobDir) },
 		"backpressure": func() *operators.Topology { return slowJob(jobN, jobDir) },
 		"dropping":     func() *operators.Topology { return droppingJob(jobN, jobDir) }, // policy_test.go
+		"poisoned":     func() *operators.Topology { return poisonedJob(jobN, jobDir) }, // poison_test.go
 	}
 }
 

@@ -674,7 +674,3 @@ func (c *TypeCodec) Decode(data []byte) (any, error) {
 	}
 	return v.Elem().Interface(), nil
 }
-
-// checkMsgpack refuses msgpack data whose lengths it cannot hold; see
-// package msgpacksafe.
-func checkMsgpack(data []byte) error { return msgpacksafe.Check(data) }

@@ -61,7 +61,15 @@ func (m *memCheckpoints) count() int {
 
 // countingTopology counts n generated keys per key over 3 instances and
 // writes every update to files under dir (one per instance).
+// It may overwrite the files of an earlier run (a run killed before its
+// first checkpoint leaves output that the next run starts afresh on).
 func countingTopology(store persistence.CheckpointStore, dir string, n int64, interval time.Duration) *operators.Topology {
+	return countingTopologyFile(store, dir, n, interval, operators.FileOverwrite())
+}
+
+// countingTopologyFile is countingTopology with the given options of its
+// file sink.
+func countingTopologyFile(store persistence.CheckpointStore, dir string, n int64, interval time.Duration, fopts ...operators.FileOption) *operators.Topology {
 	opts := []operators.TopologyOption{operators.Checkpoints(interval), operators.BatchSize(32)}
 	if store != nil { // nil: the system's store
 		opts = append(opts, operators.CheckpointStore(store))
@@ -73,7 +81,7 @@ func countingTopology(store persistence.CheckpointStore, dir string, n int64, in
 	counts := operators.Count(by, "count")
 	operators.Sink(counts, "out", operators.File(filepath.Join(dir, "counts"), func(kv operators.KV[string, int64]) string {
 		return fmt.Sprintf("%s=%d", kv.Key, kv.Value)
-	}))
+	}, fopts...))
 	return t
 }
 

@@ -3,12 +3,10 @@ package operators
 import (
 	"bufio"
 	"context"
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
 	"os"
-	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -300,102 +298,6 @@ func (s linesSink[T]) Write(rs []T) error {
 }
 
 func (s linesSink[T]) Close() error { return nil }
-
-type fileSink[T any] struct {
-	path   string
-	format Format[T]
-}
-
-// File writes one line per record to the file at path, created with mode
-// 0600 (truncated if it exists). With parallelism P > 1, instance i writes
-// path-i. With checkpoints on it is exactly-once: its position in the file
-// is part of every checkpoint, and a job restored from a checkpoint first
-// cuts the file back to that position, so that the replayed records are
-// written once. Without checkpoints it is at-least-once.
-func File[T any](path string, format Format[T]) SinkConnector[T] {
-	return fileSink[T]{path: path, format: formatOrDefault(format)}
-}
-
-func (s fileSink[T]) Open(_ context.Context, part, parts int) (Writer[T], error) {
-	f, err := os.OpenFile(s.partPath(part, parts), os.O_CREATE|os.O_WRONLY|os.O_TRUNC, 0o600)
-	if err != nil {
-		return nil, err
-	}
-	return &fileWriter[T]{f: f, w: bufio.NewWriterSize(f, 64<<10), format: s.format}, nil
-}
-
-func (s fileSink[T]) partPath(part, parts int) string {
-	if parts > 1 {
-		return s.path + "-" + strconv.Itoa(part)
-	}
-	return s.path
-}
-
-// OpenAt implements RestorableSink: it reopens the file and cuts it back to
-// the position recorded in a checkpoint.
-func (s fileSink[T]) OpenAt(_ context.Context, part, parts int, state []byte) (Writer[T], error) {
-	path := s.partPath(part, parts)
-	if len(state) != 8 {
-		return nil, fmt.Errorf("file %s: checkpointed position of %d bytes, want 8", path, len(state))
-	}
-	pos := int64(binary.BigEndian.Uint64(state))
-	f, err := os.OpenFile(path, os.O_CREATE|os.O_WRONLY, 0o600)
-	if err != nil {
-		return nil, err
-	}
-	st, err := f.Stat()
-	if err == nil && st.Size() < pos {
-		err = fmt.Errorf("file %s is %d bytes, shorter than its checkpointed position %d: it was changed outside the job", path, st.Size(), pos)
-	}
-	if err == nil {
-		err = f.Truncate(pos)
-	}
-	if err == nil {
-		_, err = f.Seek(pos, io.SeekStart)
-	}
-	if err != nil {
-		f.Close()
-		return nil, err
-	}
-	return &fileWriter[T]{f: f, w: bufio.NewWriterSize(f, 64<<10), format: s.format, pos: pos}, nil
-}
-
-type fileWriter[T any] struct {
-	f      *os.File
-	w      *bufio.Writer
-	format Format[T]
-	pos    int64 // bytes written, counting the buffer
-}
-
-func (w *fileWriter[T]) Write(rs []T) error {
-	for _, r := range rs {
-		n, _ := w.w.WriteString(w.format(r))
-		if err := w.w.WriteByte('\n'); err != nil {
-			return fmt.Errorf("file %s: %w", w.f.Name(), err)
-		}
-		w.pos += int64(n) + 1
-	}
-	return nil
-}
-
-// Checkpoint implements Checkpointer: it flushes and records the position.
-func (w *fileWriter[T]) Checkpoint() ([]byte, error) {
-	if err := w.w.Flush(); err != nil {
-		return nil, fmt.Errorf("file %s: %w", w.f.Name(), err)
-	}
-	return binary.BigEndian.AppendUint64(nil, uint64(w.pos)), nil
-}
-
-func (w *fileWriter[T]) Close() error {
-	err := w.w.Flush()
-	if cerr := w.f.Close(); err == nil {
-		err = cerr
-	}
-	if err != nil {
-		return fmt.Errorf("file %s: %w", w.f.Name(), err)
-	}
-	return nil
-}
 
 // Collector keeps every record it receives in memory, for tests and small
 // jobs. It is safe for concurrent use; use it as a SinkConnector.

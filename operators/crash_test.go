@@ -157,7 +157,7 @@ func countingTwoSources(dir string, n, small int64, interval time.Duration) *ope
 	counts := operators.Count(by, "count")
 	operators.Sink(counts, "out", operators.File(filepath.Join(dir, "counts"), func(kv operators.KV[string, int64]) string {
 		return fmt.Sprintf("%s=%d", kv.Key, kv.Value)
-	}))
+	}, operators.FileOverwrite()))
 	return t
 }
 

@@ -10,3 +10,9 @@ import (
 func WithTimer(after func(d time.Duration, f func()) (stop func() bool)) TopologyOption {
 	return TopologyOption{graph.WithTimer(after)}
 }
+
+// FileSynced calls f after every fsync of a File sink's file with its
+// size then, for tests that simulate a power loss.
+func FileSynced(f func(path string, size int64)) FileOption {
+	return func(o *fileOptions) { o.synced = f }
+}

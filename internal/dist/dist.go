@@ -85,3 +85,13 @@ type Task struct {
 
 // Name is the task's operators joined by " -> ".
 func (t Task) Name() string { return strings.Join(t.Operators, " -> ") }
+
+// UndecodableCounter is implemented by a Distributor that counts the
+// messages from other processes that passed Unpack but whose records did
+// not decode (a wire.Records whose envelope the receiving task's codec
+// refuses). The runtime calls Undecodable, on the connection's goroutine,
+// with an error that names the record type and what was wrong, and fails
+// the receiving instance.
+type UndecodableCounter interface {
+	Undecodable(err error)
+}

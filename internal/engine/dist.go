@@ -17,6 +17,7 @@ import (
 	"github.com/asynkron/protoactor-go/actor"
 
 	"github.com/sluicehq/sluice/actors"
+	"github.com/sluicehq/sluice/internal/dist"
 	"github.com/sluicehq/sluice/internal/wire"
 	"github.com/sluicehq/sluice/mailbox"
 	"github.com/sluicehq/sluice/persistence"
@@ -71,6 +72,7 @@ var ErrLost = errors.New("operators: a message from another process was lost")
 type remoteInbox struct {
 	*mailbox.Mailbox
 	unpack  func(any) (any, error)
+	dist    graph.Distributor
 	senders []*actor.PID // by input channel
 
 	mu     sync.Mutex    // orders the connections' posts; guards what follows
@@ -86,7 +88,7 @@ type inboxFailure struct{ err error }
 func (*inboxFailure) IsControl() bool { return true }
 
 func newRemoteInbox(mb *mailbox.Mailbox, in *instance) *remoteInbox {
-	b := &remoteInbox{Mailbox: mb, unpack: in.exec.dist.Unpack,
+	b := &remoteInbox{Mailbox: mb, unpack: in.exec.dist.Unpack, dist: in.exec.dist,
 		codec: in.exec.plan.Chains[in.task][0].NewCodec(), wseq: make([]uint64, len(in.ins))}
 	for _, ch := range in.ins {
 		b.senders = append(b.senders, ch.sender)
@@ -127,9 +129,13 @@ func (b *remoteInbox) records(rec *wire.Records) {
 	if b.failed {
 		return
 	}
-	v, err := b.codec.Decode(rec.Data)
+	v, err := decodeRecords(b.codec, rec.Data)
 	if err != nil {
-		b.fail(fmt.Errorf("operators: records from another process (message %d): decode: %w", rec.Seq, err))
+		err = fmt.Errorf("%w (message %d): %w", ErrUndecodable, rec.Seq, err)
+		if c, ok := b.dist.(dist.UndecodableCounter); ok {
+			c.Undecodable(err)
+		}
+		b.fail(err)
 		return
 	}
 	env := v.(*actors.Envelope)
@@ -144,6 +150,23 @@ func (b *remoteInbox) records(rec *wire.Records) {
 	}
 	b.wseq[ch] = rec.Seq
 	b.Mailbox.PostUserMessage(env)
+}
+
+// ErrUndecodable: records from another process did not decode; the
+// receiving instance fails (the job restarts from its last checkpoint).
+var ErrUndecodable = errors.New("operators: records from another process do not decode")
+
+// decodeRecords decodes the envelope of a wire.Records on the connection's
+// goroutine: a panic of the codec (none is known: the envelope codec
+// decodes with msgpacksafe) is returned as an error rather than unwinding
+// into protoactor's gRPC goroutine, which would end the process.
+func decodeRecords(c mailbox.Codec, data []byte) (v any, err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			v, err = nil, fmt.Errorf("the codec panicked: %v", p)
+		}
+	}()
+	return c.Decode(data)
 }
 
 func (b *remoteInbox) fail(err error) {

@@ -491,6 +491,9 @@ func (x *execution) build() error {
 				if x.restored != nil {
 					sc.Restore, sc.Restored = x.restored.States[sc.Key()]
 				}
+				if n.Role() == graph.RoleSink {
+					sc.Context = stage.WithSinkStart(sc.Context, stage.SinkStart{Fresh: x.gen == 0 && x.restored == nil, Checkpoints: x.topo.Config().CheckpointInterval > 0})
+				}
 				if n.RecordAttempts() > 0 {
 					sc.Failures = stage.NewFailureHandler(sc, n.RecordAttempts(), x.deadLetters, x.topo.Name())
 				}

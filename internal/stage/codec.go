@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"reflect"
+	"strconv"
 
 	"github.com/vmihailenco/msgpack/v5"
 
@@ -153,10 +155,22 @@ func (r *reader) fail() {
 	r.b = nil
 }
 
+// headerCost is what one header of an envelope allocates besides its
+// strings' bytes (two string headers and its share of the map's table).
+const headerCost = 64
+
+// Decode decodes an envelope written by Encode. It never panics and
+// allocates at most msgpacksafe's budget for the input's size: counts
+// from the envelope's own header are checked against the data left and,
+// times what one element allocates, against the budget before anything
+// is allocated for them, and records encoded with msgpack are decoded by
+// msgpacksafe.Decode. Errors name the envelope's sequence number and the
+// record type.
 func (Codec[T]) Decode(data []byte) (any, error) {
 	if len(data) < 2 {
 		return nil, errShort
 	}
+	budget := msgpacksafe.Limits{}.Budget(len(data))
 	r := &reader{b: data[2:]}
 	env := &actors.Envelope{Kind: actors.Kind(data[0])}
 	flags := data[1]
@@ -166,8 +180,9 @@ func (Codec[T]) Decode(data []byte) (any, error) {
 	env.Mark = r.varint()
 	if flags&flagHeaders != 0 {
 		n := r.uvarint()
-		if n > uint64(len(r.b)) { // every header takes at least two bytes
-			return nil, errShort
+		// Every header takes at least two bytes.
+		if n > uint64(len(r.b))/2 || int64(n) > budget/headerCost {
+			return nil, fmt.Errorf("envelope seq %d: %d headers in %d bytes: %w", env.Seq, n, len(r.b), errShort)
 		}
 		env.Headers = make(map[string]string, n)
 		for range n {
@@ -184,18 +199,34 @@ func (Codec[T]) Decode(data []byte) (any, error) {
 	if env.Kind != actors.Data {
 		return env, nil
 	}
-	// Every record takes at least a byte: a count the data cannot hold is
-	// refused before anything is allocated for it.
-	if count > uint64(len(r.b)) {
-		return nil, fmt.Errorf("envelope seq %d: %d records in %d bytes", env.Seq, count, len(r.b))
+	var zero T
+	// Every record takes at least a byte, and a time eight: a count the
+	// data cannot hold, or whose slices would take more than the budget,
+	// is refused before anything is allocated for it.
+	per := uint64(1)
+	size := uint64(reflect.TypeOf(&zero).Elem().Size())
+	if flags&flagTimes != 0 {
+		per += 8
+		size += 8
+	}
+	if count > uint64(len(r.b))/per {
+		return nil, fmt.Errorf("envelope seq %d: %d records of %T in %d bytes", env.Seq, count, zero, len(r.b))
+	}
+	if size > 0 && count > uint64(budget)/size {
+		return nil, fmt.Errorf("envelope seq %d: %d records of %T (%d bytes each) in %d bytes: %w",
+			env.Seq, count, zero, size, len(data), msgpacksafe.ErrTooLarge)
 	}
 	env.Count = int(count)
-	b := &Batch[T]{Vs: make([]T, count)}
+	b := &Batch[T]{}
 	if flags&flagTimes != 0 {
 		b.Ts = make([]int64, count)
 		for i := range b.Ts {
 			b.Ts[i] = int64(r.u64())
 		}
+	}
+	switch any(zero).(type) {
+	case int64, int, float64, string:
+		b.Vs = make([]T, count)
 	}
 	switch vs := any(b.Vs).(type) {
 	case []int64:
@@ -215,26 +246,33 @@ func (Codec[T]) Decode(data []byte) (any, error) {
 			vs[i] = r.str()
 		}
 	default:
-		if err := checkedUnmarshal(r.b, &b.Vs); err != nil {
-			return nil, fmt.Errorf("envelope seq %d: %w", env.Seq, err)
+		if r.err != nil {
+			break
+		}
+		// Decoded into a nil slice: msgpacksafe bounds what the slice and
+		// its records allocate; the count is checked after.
+		if err := msgpacksafe.Decode(r.b, &b.Vs, msgpacksafe.Limits{Source: "envelope seq " + strconv.FormatUint(env.Seq, 10)}); err != nil {
+			return nil, err
 		}
 		r.b = nil
 	}
 	if r.err != nil {
 		return nil, fmt.Errorf("envelope seq %d: %w", env.Seq, r.err)
 	}
+	if len(r.b) != 0 {
+		return nil, fmt.Errorf("envelope seq %d: %d bytes after the records", env.Seq, len(r.b))
+	}
 	if len(b.Vs) != env.Count {
-		return nil, fmt.Errorf("envelope seq %d: %d records, header says %d", env.Seq, len(b.Vs), env.Count)
+		return nil, fmt.Errorf("envelope seq %d: %d records of %T, header says %d", env.Seq, len(b.Vs), zero, env.Count)
 	}
 	env.Payload = b
 	return env, nil
 }
 
-// checkedUnmarshal decodes msgpack data after checking that no length in it
-// exceeds what the data can hold (msgpack v5.4 would allocate it first).
-func checkedUnmarshal(data []byte, v any) error {
-	if err := msgpacksafe.Check(data); err != nil {
-		return err
-	}
-	return msgpack.Unmarshal(data, v)
+// decodeState decodes an operator's state from a checkpoint with
+// msgpacksafe.Decode. State is mostly maps and keyed slices, which decode
+// to up to ten times their encoding: the budget is 32 × the input (as the
+// snapshots of package persistence allow).
+func decodeState(b []byte, v any, what string) error {
+	return msgpacksafe.Decode(b, v, msgpacksafe.Limits{Source: what, Factor: 32})
 }

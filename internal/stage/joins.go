@@ -7,8 +7,6 @@ import (
 	"time"
 
 	"github.com/vmihailenco/msgpack/v5"
-
-	"github.com/sluicehq/sluice/internal/msgpacksafe"
 )
 
 // Joins of two streams by key. Each is built from parts the planner already
@@ -161,11 +159,8 @@ func encodeKeyed[K comparable, B any](wm int64, bufs map[K]*B) ([]byte, error) {
 }
 
 func decodeKeyed[K comparable, B any](b []byte) (int64, map[K]*B, error) {
-	if err := msgpacksafe.Check(b); err != nil {
-		return 0, nil, err
-	}
 	var st keyedBufs[K, B]
-	if err := msgpack.Unmarshal(b, &st); err != nil {
+	if err := decodeState(b, &st, "join state"); err != nil {
 		return 0, nil, err
 	}
 	if len(st.Keys) != len(st.Bufs) {

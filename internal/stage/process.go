@@ -7,8 +7,6 @@ import (
 	"time"
 
 	"github.com/vmihailenco/msgpack/v5"
-
-	"github.com/sluicehq/sluice/internal/msgpacksafe"
 )
 
 // ProcessContext is what a Process function sees: the current key, its
@@ -257,11 +255,8 @@ func (s *ProcCore[K, S, O]) snapshot() ([]byte, error) {
 }
 
 func (s *ProcCore[K, S, O]) restore(b []byte) error {
-	if err := msgpacksafe.Check(b); err != nil {
-		return err
-	}
 	var st processState[K, S]
-	if err := msgpack.Unmarshal(b, &st); err != nil {
+	if err := decodeState(b, &st, "process state"); err != nil {
 		return err
 	}
 	if len(st.Keys) != len(st.States) || len(st.TKeys) != len(st.TAt) || len(st.PKeys) != len(st.PAt) {

@@ -13,7 +13,6 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/sluicehq/sluice/connector"
-	"github.com/sluicehq/sluice/internal/msgpacksafe"
 )
 
 // Batch is a run of records in columns: values, and event times when the
@@ -317,10 +316,7 @@ func (s *KeyedStage[K, T, A, O]) SnapshotState(uint64) ([]byte, error) {
 
 func (s *KeyedStage[K, T, A, O]) RestoreState(b []byte) error {
 	var st keyedState[K, A]
-	if err := msgpacksafe.Check(b); err != nil {
-		return err
-	}
-	if err := msgpack.Unmarshal(b, &st); err != nil {
+	if err := decodeState(b, &st, "per-key state"); err != nil {
 		return err
 	}
 	if len(st.Keys) != len(st.Accs) {

@@ -8,8 +8,6 @@ import (
 	"time"
 
 	"github.com/vmihailenco/msgpack/v5"
-
-	"github.com/sluicehq/sluice/internal/msgpacksafe"
 )
 
 // Reduced is the accumulator of WindowReduce: the value so far, if any.
@@ -410,11 +408,8 @@ func (s *winStage[K, T, A, O]) SnapshotState(uint64) ([]byte, error) {
 }
 
 func (s *winStage[K, T, A, O]) RestoreState(b []byte) error {
-	if err := msgpacksafe.Check(b); err != nil {
-		return err
-	}
 	var st winState[K, A]
-	if err := msgpack.Unmarshal(b, &st); err != nil {
+	if err := decodeState(b, &st, "window state"); err != nil {
 		return err
 	}
 	s.wm = st.Wm
