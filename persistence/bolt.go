@@ -133,38 +133,8 @@ func (s *BoltSnapshotStore) Save(ctx context.Context, id string, snap Snapshot) 
 
 // Latest implements SnapshotStore. A newest snapshot that does not decode
 // is an error (a *DecodeError), not a reason to fall back to an older one.
-func (s *BoltSnapshotStore) Latest(ctx context.Context, id string) (snap Snapshot, ok bool, err error) {
-	err = s.db.View(func(tx *bolt.Tx) error {
-		root := tx.Bucket(snapshotsBucket)
-		if root == nil {
-			return nil
-		}
-		b := root.Bucket([]byte(id))
-		if b == nil {
-			return nil
-		}
-		k, v := b.Cursor().Last()
-		if k == nil {
-			return nil
-		}
-		seq, err := keySeq(k)
-		if err != nil {
-			return &DecodeError{File: s.db.Path(), What: "snapshot", ID: id, Err: err}
-		}
-		if snap, err = decodeSnapshot(v); err != nil {
-			return &DecodeError{File: s.db.Path(), What: "snapshot", ID: id, Seq: seq, Err: err}
-		}
-		snap.Seq, ok = seq, true
-		return nil
-	})
-	if err != nil {
-		var de *DecodeError
-		if errors.As(err, &de) {
-			return Snapshot{}, false, err
-		}
-		return Snapshot{}, false, fmt.Errorf("persistence: snapshot %q%s: latest: %w", id, s.where, err)
-	}
-	return snap, ok, nil
+func (s *BoltSnapshotStore) Latest(ctx context.Context, id string) (Snapshot, bool, error) {
+	return s.Select(ctx, id, SnapshotCriteria{})
 }
 
 // Select implements SnapshotStore. It walks back from the newest snapshot
