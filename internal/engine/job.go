@@ -28,9 +28,11 @@ type jobActor struct {
 	timer func() bool // stops the checkpoint interval's timer
 	// savepoints waiting for a checkpoint at or after their id
 	savepoints []savepointWait
-	started    map[uint64]time.Time // when each checkpoint's barriers went out
-	stopTimer  func() bool          // stops the restart backoff's timer
-	unwatch    func()               // distributed: stops watching for lost processes
+	started    map[uint64]time.Time   // when each checkpoint's barriers went out
+	expiry     map[uint64]func() bool // stop the timers of checkpoints' deadlines
+	deferred   func() bool            // stops the minimum pause's timer
+	stopTimer  func() bool            // stops the restart backoff's timer
+	unwatch    func()                 // distributed: stops watching for lost processes
 }
 
 func newJobActor(x *execution) *jobActor {
@@ -60,10 +62,12 @@ func (j *jobActor) Receive(c actor.Context) {
 		}
 		j.launched(c, now, total, local)
 	case *cpTick:
-		j.feed(c, coord.Tick{})
+		j.feed(c, coord.Tick{At: now})
 		j.arm()
-	case *savepointTick:
-		j.feed(c, coord.Tick{})
+	case *savepointTick, *cpDeferred:
+		j.feed(c, coord.Tick{At: now})
+	case *cpExpire:
+		j.feed(c, coord.Expire{ID: m.id, At: now})
 	case *savepointMsg:
 		if x.cpStore == nil {
 			m.reply <- savepointResult{err: errors.New("operators: savepoint: the job takes no checkpoints (use the Checkpoints option)")}
@@ -74,7 +78,7 @@ func (j *jobActor) Receive(c actor.Context) {
 			return
 		}
 		j.savepoints = append(j.savepoints, savepointWait{min: j.cs.MinSavepoint(), reply: m.reply})
-		j.feed(c, coord.Tick{})
+		j.feed(c, coord.Tick{At: now})
 	case *wire.Ack:
 		if m.Gen == x.gen {
 			j.feed(c, coord.Acked{ID: m.ID, Instance: m.Instance, States: m.States, Offsets: m.Offsets})
@@ -113,6 +117,7 @@ func (j *jobActor) Receive(c actor.Context) {
 		if j.timer != nil {
 			j.timer()
 		}
+		j.stopPolicyTimers()
 		j.endSavepoints(j.x.topo.kit.Aborted)
 		if j.stopTimer != nil {
 			j.stopTimer()
@@ -136,11 +141,10 @@ func (j *jobActor) startCheckpoints(total int) {
 	if x.cpStore == nil {
 		return
 	}
-	j.cs = coord.Checkpoints{Instances: total}
-	if x.restored != nil {
-		j.cs.Completed = x.restored.ID
-	}
+	j.stopPolicyTimers()
+	j.cs = x.newCoordinator(total)
 	j.started = map[uint64]time.Time{}
+	j.publishInProgress()
 	j.arm()
 }
 
@@ -200,7 +204,7 @@ func (j *jobActor) Step(c actor.Context, ev coord.JobEvent) {
 		case coord.Relaunch:
 			acts = append(acts, j.relaunch(c, a.Gen)...)
 		case coord.TakeFinalCheckpoint:
-			j.feed(c, coord.TakeFinal{})
+			j.feed(c, coord.TakeFinal{At: x.topo.cfg.now()})
 		case coord.StopCheckpoints:
 			j.feed(c, coord.Stop{})
 		case coord.DrainSources:
@@ -342,6 +346,7 @@ func (j *jobActor) feed(c actor.Context, ev coord.CheckpointEvent) {
 	x := j.x
 	var acts []coord.CheckpointAction
 	j.cs, acts = j.cs.Step(ev)
+	defer j.publishInProgress()
 	for len(acts) > 0 {
 		a := acts[0]
 		acts = acts[1:]
@@ -349,27 +354,30 @@ func (j *jobActor) feed(c actor.Context, ev coord.CheckpointEvent) {
 		case coord.Inject:
 			// Every instance hears of the checkpoint: running sources
 			// start it, finished instances answer it (see wire.Barrier).
-			j.started[a.ID] = time.Now()
+			j.started[a.ID] = x.topo.cfg.now()
+			j.armExpiry(a.ID, a.Deadline)
 			for _, insts := range x.instances {
 				for _, in := range insts {
 					x.tellFrom(c, in.self, &wire.Barrier{ID: a.ID})
 				}
 			}
 		case coord.Abandoned:
-			delete(j.started, a.ID)
-			x.sys.Logger().Debug("checkpoint abandoned for the final checkpoint", "job", x.topo.name, "checkpoint", a.ID)
+			j.ended(a.ID)
+			x.sys.Logger().Debug("checkpoint abandoned for a later one", "job", x.topo.name, "checkpoint", a.ID)
+		case coord.TickAt:
+			j.deferTick(a.At)
 		case coord.Store:
 			err := x.cpStore.Complete(x.ctx, x.topo.name, persistence.Checkpoint{
-				ID: a.ID, Time: time.Now(), States: a.States, Offsets: a.Offsets})
+				ID: a.ID, Time: x.topo.cfg.now(), States: a.States, Offsets: a.Offsets})
 			var more []coord.CheckpointAction
-			j.cs, more = j.cs.Step(coord.Stored{ID: a.ID, Err: err})
+			j.cs, more = j.cs.Step(coord.Stored{ID: a.ID, Err: err, At: x.topo.cfg.now()})
 			acts = append(acts, more...)
 		case coord.Completed:
-			d := time.Since(j.started[a.ID])
-			delete(j.started, a.ID)
+			d := x.topo.cfg.now().Sub(j.started[a.ID])
+			j.ended(a.ID)
 			x.cpStatsMu.Lock()
 			x.cpStats.Completed++
-			x.cpStats.LastID, x.cpStats.LastDuration, x.cpStats.LastTime = a.ID, d, time.Now()
+			x.cpStats.LastID, x.cpStats.LastDuration, x.cpStats.LastTime = a.ID, d, x.topo.cfg.now()
 			x.cpStatsMu.Unlock()
 			x.metrics.checkpointDone(d)
 			j.savepointDone(c, a.ID)
@@ -383,11 +391,9 @@ func (j *jobActor) feed(c actor.Context, ev coord.CheckpointEvent) {
 				j.Step(c, coord.FinalCheckpointDone{At: x.topo.cfg.now()})
 			}
 		case coord.CheckpointFailed:
-			delete(j.started, a.ID)
+			j.ended(a.ID)
 			j.endSavepoints(fmt.Errorf("operators: savepoint: checkpoint %d failed: %w", a.ID, a.Err))
-			x.cpStatsMu.Lock()
-			x.cpStats.Failed++
-			x.cpStatsMu.Unlock()
+			x.noteFailed(a.Err)
 			x.sys.Logger().Error("checkpoint failed", "job", x.topo.name, "checkpoint", a.ID, "err", a.Err, "final", a.Final)
 			if a.Final {
 				// Without it the sinks' tail can only be committed outside any
