@@ -124,7 +124,8 @@ func Capacity(n int) TopologyOption { return TopologyOption{engine.Capacity(n)} 
 // the same name starts and its last checkpoint exists, every operator is
 // restored to it and the sources rewind to its offsets. Checkpoints are kept
 // in the system's store unless CheckpointStore names another. Sources must
-// be replayable (FromChannel and Ingress are not); per-key state must be
+// be replayable (FromChannel and Ingress are not: an application feeds a
+// checkpointed topology through NewDurableIngress); per-key state must be
 // msgpack-encodable.
 //
 // Checkpoints go on while some sources have ended and others run: an
