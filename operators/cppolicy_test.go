@@ -2,6 +2,7 @@ package operators_test
 
 import (
 	"context"
+	"sync"
 	"testing"
 	"time"
 
@@ -32,16 +33,18 @@ func TestCheckpointTimeout(t *testing.T) {
 
 	clock := clocktest.NewManual(time.Unix(1000, 0))
 	store := &memCheckpoints{}
-	gate := make(chan struct{})
+	gate, entered, open := stuckGate()
+	defer open()
 	top := operators.NewTopology("timeout", operators.Checkpoints(10*time.Second), operators.CheckpointTimeout(5*time.Second),
 		operators.CheckpointStore(store), operators.WithClock(clock))
 	src := operators.Source(top, "numbers", operators.Generate(100, func(i int64) int64 { return i }))
-	stuck := operators.Map(src, "stuck", func(v int64) int64 { <-gate; return v }, operators.NoFusion())
+	stuck := operators.Map(src, "stuck", gate, operators.NoFusion())
 	operators.Sink(stuck, "out", discard[int64]())
 	run, err := sys.Run(ctx, top)
 	if err != nil {
 		t.Fatal(err)
 	}
+	<-entered                                           // the map holds a record: the barriers come after it
 	if err := clock.WaitForTimers(ctx, 1); err != nil { // the interval's
 		t.Fatal(err)
 	}
@@ -64,7 +67,7 @@ func TestCheckpointTimeout(t *testing.T) {
 	if st.TimedOut != 1 || st.LastFailure != "timed out after 5s" || len(st.InProgress) != 0 || st.Completed != 0 {
 		t.Fatalf("after the timeout: %+v", st)
 	}
-	close(gate) // the map goes on, acknowledges checkpoint 1 late, and the job ends
+	open() // the map goes on, acknowledges checkpoint 1 late, and the job ends
 	if err := run.Wait(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -81,16 +84,18 @@ func TestCheckpointConcurrencyAndPause(t *testing.T) {
 	sys, ctx := newSystem(t)
 	clock := clocktest.NewManual(time.Unix(1000, 0))
 	store := &memCheckpoints{}
-	gate := make(chan struct{})
+	gate, entered, open := stuckGate()
+	t.Cleanup(open)
 	top := operators.NewTopology("paused", operators.Checkpoints(time.Second), operators.MinPauseBetweenCheckpoints(time.Minute),
 		operators.CheckpointTimeout(0), operators.CheckpointStore(store), operators.WithClock(clock))
 	src := operators.Source(top, "numbers", operators.Generate(100, func(i int64) int64 { return i }))
-	stuck := operators.Map(src, "stuck", func(v int64) int64 { <-gate; return v }, operators.NoFusion())
+	stuck := operators.Map(src, "stuck", gate, operators.NoFusion())
 	operators.Sink(stuck, "out", discard[int64]())
 	run, err := sys.Run(ctx, top)
 	if err != nil {
 		t.Fatal(err)
 	}
+	<-entered
 	for i := 0; i < 5; i++ { // five intervals: checkpoint 1 stays alone in flight
 		if err := clock.WaitForTimers(ctx, 1); err != nil {
 			t.Fatal(err)
@@ -101,13 +106,26 @@ func TestCheckpointConcurrencyAndPause(t *testing.T) {
 	if p := operators.CheckpointStatsOf(run).InProgress; len(p) != 1 || p[0].ID != 1 {
 		t.Fatalf("in progress %+v, want checkpoint 1 alone", p)
 	}
-	close(gate)
+	open()
 	if err := run.Wait(ctx); err != nil {
 		t.Fatal(err)
 	}
 	if st := operators.CheckpointStatsOf(run); st.Failed != 0 || st.Completed < 1 {
 		t.Fatalf("at the end: %+v", st)
 	}
+}
+
+// stuckGate is a map function that holds every record until open is
+// called, and entered, closed when it first holds one.
+func stuckGate() (fn func(int64) int64, entered <-chan struct{}, open func()) {
+	gate, in := make(chan struct{}), make(chan struct{})
+	var once, opened sync.Once
+	fn = func(v int64) int64 {
+		once.Do(func() { close(in) })
+		<-gate
+		return v
+	}
+	return fn, in, func() { opened.Do(func() { close(gate) }) }
 }
 
 func gaugeOf(rm metricdata.ResourceMetrics, name string) int64 {

@@ -57,12 +57,12 @@ type Log struct {
 
 	mu      sync.Mutex
 	pending []*batch
-	next    int64 // the offset the next record gets (committed records: [first, next))
-	first   int64 // the first record kept
-	read    int64 // the read position (how far the reader has read)
-	queued  int64 // records in pending batches, reserved against capacity
-	closing bool  // Close was called: append nothing more
-	closed  bool  // ended durably
+	next    int64         // the offset the next record gets (committed records: [first, next))
+	first   int64         // the first record kept
+	read    int64         // the read position (how far the reader has read)
+	queued  int64         // records in pending batches, reserved against capacity
+	closing bool          // Close was called: append nothing more
+	closed  bool          // ended durably
 	changed chan struct{} // closed and replaced when next, read or closed change
 }
 

@@ -346,6 +346,7 @@ func (j *jobActor) feed(c actor.Context, ev coord.CheckpointEvent) {
 	x := j.x
 	var acts []coord.CheckpointAction
 	j.cs, acts = j.cs.Step(ev)
+	j.publishInProgress() // before the actions' statistics: a failure counted is no longer in progress
 	defer j.publishInProgress()
 	for len(acts) > 0 {
 		a := acts[0]
@@ -371,6 +372,7 @@ func (j *jobActor) feed(c actor.Context, ev coord.CheckpointEvent) {
 				ID: a.ID, Time: x.topo.cfg.now(), States: a.States, Offsets: a.Offsets})
 			var more []coord.CheckpointAction
 			j.cs, more = j.cs.Step(coord.Stored{ID: a.ID, Err: err, At: x.topo.cfg.now()})
+			j.publishInProgress()
 			acts = append(acts, more...)
 		case coord.Completed:
 			d := x.topo.cfg.now().Sub(j.started[a.ID])
