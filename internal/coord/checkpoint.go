@@ -45,6 +45,11 @@ type Checkpoints struct {
 	Timeout       time.Duration // 0: checkpoints never time out
 	MaxConcurrent int           // checkpoints in flight at once; 0 means 1
 	MinPause      time.Duration // between the end of one and the start of the next
+	// Unaligned starts every checkpoint unaligned; AlignmentTimeout starts
+	// them aligned and switches one that is still in flight after it to
+	// unaligned (SwitchUnaligned). See docs/checkpoints.md.
+	Unaligned        bool
+	AlignmentTimeout time.Duration
 
 	// InFlight are the checkpoints being taken, oldest first.
 	InFlight []*InFlight
@@ -62,6 +67,11 @@ type InFlight struct {
 	Acked   map[int]bool // by instance number
 	States  map[string][]byte
 	Offsets map[string]int64
+	// Unaligned: barriers overtake queued records; Channels holds the
+	// overtaken records (or a reference to a spill queue's range) by input
+	// channel, to be replayed first on restore.
+	Unaligned bool
+	Channels  map[string][]byte
 }
 
 // TimeoutError is the reason of a checkpoint that timed out.
@@ -83,6 +93,9 @@ type (
 		Instance int
 		States   map[string][]byte
 		Offsets  map[string]int64
+		// Channels: the in-flight records the barrier overtook, by input
+		// channel (an unaligned acknowledgement).
+		Channels map[string][]byte
 	}
 	// Stored: the store recorded checkpoint ID, or failed to (Err).
 	Stored struct {
@@ -95,6 +108,12 @@ type (
 		ID uint64
 		At time.Time
 	}
+	// AlignTimeout: the alignment deadline of checkpoint ID
+	// (Inject.AlignBy) passed.
+	AlignTimeout struct {
+		ID uint64
+		At time.Time
+	}
 	// Stop: the job is draining; start no new checkpoint.
 	Stop struct{}
 	// TakeFinal: every instance finished its input; take the final
@@ -102,12 +121,13 @@ type (
 	TakeFinal struct{ At time.Time }
 )
 
-func (Tick) checkpointEvent()      {}
-func (Acked) checkpointEvent()     {}
-func (Stored) checkpointEvent()    {}
-func (Expire) checkpointEvent()    {}
-func (Stop) checkpointEvent()      {}
-func (TakeFinal) checkpointEvent() {}
+func (Tick) checkpointEvent()         {}
+func (Acked) checkpointEvent()        {}
+func (Stored) checkpointEvent()       {}
+func (Expire) checkpointEvent()       {}
+func (Stop) checkpointEvent()         {}
+func (AlignTimeout) checkpointEvent() {}
+func (TakeFinal) checkpointEvent()    {}
 
 // A CheckpointAction is what the coordinator asks the job actor to do:
 // Inject, Store, Completed, CheckpointFailed, Abandoned or TickAt.
@@ -122,12 +142,18 @@ type (
 		ID       uint64
 		Final    bool
 		Deadline time.Time
+		// Unaligned: barriers overtake queued records. Otherwise, unless
+		// AlignBy is zero, feed AlignTimeout{ID} once it has passed.
+		Unaligned bool
+		AlignBy   time.Time
 	}
 	// Store: record the completed checkpoint, then feed Stored.
 	Store struct {
-		ID      uint64
-		States  map[string][]byte
-		Offsets map[string]int64
+		ID        uint64
+		States    map[string][]byte
+		Offsets   map[string]int64
+		Unaligned bool
+		Channels  map[string][]byte // in-flight records, for an unaligned checkpoint
 	}
 	// Completed: checkpoint ID is durable; tell the instances.
 	Completed struct {
@@ -146,6 +172,9 @@ type (
 	Abandoned struct{ ID uint64 }
 	// TickAt: feed a Tick at At (the minimum pause deferred one).
 	TickAt struct{ At time.Time }
+	// SwitchUnaligned: tell the instances still aligning checkpoint ID to
+	// let its barrier overtake their queued records and record them.
+	SwitchUnaligned struct{ ID uint64 }
 )
 
 func (Inject) checkpointAction()           {}
@@ -154,6 +183,7 @@ func (Completed) checkpointAction()        {}
 func (CheckpointFailed) checkpointAction() {}
 func (Abandoned) checkpointAction()        {}
 func (TickAt) checkpointAction()           {}
+func (SwitchUnaligned) checkpointAction()  {}
 
 // Step is the coordinator's transition function: it returns the new state
 // and the actions to carry out, and changes neither s nor ev. It does no
@@ -178,7 +208,9 @@ func (s Checkpoints) Step(ev CheckpointEvent) (Checkpoints, []CheckpointAction) 
 		}
 		s.Deferred = time.Time{}
 		id := s.next()
-		s.InFlight = append(slices.Clone(s.InFlight), newInFlight(id, e.At))
+		f := newInFlight(id, e.At)
+		f.Unaligned = s.Unaligned
+		s.InFlight = append(slices.Clone(s.InFlight), f)
 		return s, []CheckpointAction{s.inject(id, e.At, false)}
 	case Acked:
 		i := s.find(e.ID)
@@ -186,8 +218,12 @@ func (s Checkpoints) Step(ev CheckpointEvent) (Checkpoints, []CheckpointAction) 
 			return s, nil // late, stale, timed out or duplicate: ignore
 		}
 		old := s.InFlight[i]
-		f := &InFlight{ID: old.ID, Started: old.Started, Acked: cloneMap(old.Acked), States: cloneMap(old.States), Offsets: cloneMap(old.Offsets)}
+		f := &InFlight{ID: old.ID, Started: old.Started, Acked: cloneMap(old.Acked), States: cloneMap(old.States), Offsets: cloneMap(old.Offsets),
+			Unaligned: old.Unaligned || len(e.Channels) > 0, Channels: cloneMap(old.Channels)}
 		f.Acked[e.Instance] = true
+		for k, v := range e.Channels {
+			f.Channels[k] = v
+		}
 		for k, v := range e.States {
 			f.States[k] = v
 		}
@@ -199,7 +235,11 @@ func (s Checkpoints) Step(ev CheckpointEvent) (Checkpoints, []CheckpointAction) 
 		if len(f.Acked) < s.Instances {
 			return s, nil
 		}
-		return s, []CheckpointAction{Store{ID: f.ID, States: f.States, Offsets: f.Offsets}}
+		st := Store{ID: f.ID, States: f.States, Offsets: f.Offsets, Unaligned: f.Unaligned}
+		if len(f.Channels) > 0 {
+			st.Channels = f.Channels
+		}
+		return s, []CheckpointAction{st}
 	case Stored:
 		i := s.find(e.ID)
 		if i < 0 {
@@ -226,6 +266,17 @@ func (s Checkpoints) Step(ev CheckpointEvent) (Checkpoints, []CheckpointAction) 
 		s.InFlight = slices.Delete(slices.Clone(s.InFlight), i, i+1)
 		s.LastEnded = e.At
 		return s, []CheckpointAction{CheckpointFailed{ID: e.ID, Err: &TimeoutError{After: s.Timeout}, Final: e.ID == s.Final}}
+	case AlignTimeout:
+		i := s.find(e.ID)
+		if i < 0 || s.AlignmentTimeout <= 0 || s.InFlight[i].Unaligned || e.At.Before(s.InFlight[i].Started.Add(s.AlignmentTimeout)) {
+			return s, nil // ended, already unaligned, or an earlier checkpoint's timer
+		}
+		old := s.InFlight[i]
+		f := *old
+		f.Unaligned = true
+		s.InFlight = slices.Clone(s.InFlight)
+		s.InFlight[i] = &f
+		return s, []CheckpointAction{SwitchUnaligned{ID: e.ID}}
 	case Stop:
 		s.Stopping = true
 		return s, nil
@@ -249,6 +300,14 @@ func (s Checkpoints) inject(id uint64, at time.Time, final bool) Inject {
 	a := Inject{ID: id, Final: final}
 	if s.Timeout > 0 {
 		a.Deadline = at.Add(s.Timeout)
+	}
+	// The final checkpoint has nothing in flight to overtake: aligned.
+	switch {
+	case final:
+	case s.Unaligned:
+		a.Unaligned = true
+	case s.AlignmentTimeout > 0:
+		a.AlignBy = at.Add(s.AlignmentTimeout)
 	}
 	return a
 }
@@ -278,7 +337,7 @@ func (s Checkpoints) MinSavepoint() uint64 {
 }
 
 func newInFlight(id uint64, at time.Time) *InFlight {
-	return &InFlight{ID: id, Started: at, Acked: map[int]bool{}, States: map[string][]byte{}, Offsets: map[string]int64{}}
+	return &InFlight{ID: id, Started: at, Acked: map[int]bool{}, States: map[string][]byte{}, Offsets: map[string]int64{}, Channels: map[string][]byte{}}
 }
 
 func cloneMap[K comparable, V any](m map[K]V) map[K]V {

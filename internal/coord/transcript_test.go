@@ -160,14 +160,21 @@ func TestCheckpointTranscripts(t *testing.T) {
 				if d.HasArg("pause") {
 					s.MinPause = duration(t, d, strArg(t, d, "pause"))
 				}
+				s.Unaligned = d.HasArg("unaligned")
+				if d.HasArg("align-timeout") {
+					s.AlignmentTimeout = duration(t, d, strArg(t, d, "align-timeout"))
+				}
 				return describeCheckpoints(s)
 			case "tick":
 				ev = Tick{At: atArg(t, d)}
+			case "align-timeout":
+				ev = AlignTimeout{ID: uint64(intArg(t, d, "id")), At: atArg(t, d)}
 			case "expire":
 				ev = Expire{ID: uint64(intArg(t, d, "id")), At: atArg(t, d)}
 			case "ack":
 				ev = Acked{ID: uint64(intArg(t, d, "id")), Instance: intArg(t, d, "instance"),
-					States: bytesMap(listArg(t, d, "states")), Offsets: offsetMap(t, d, listArg(t, d, "offsets"))}
+					States: bytesMap(listArg(t, d, "states")), Offsets: offsetMap(t, d, listArg(t, d, "offsets")),
+					Channels: bytesMap(listArg(t, d, "channels"))}
 			case "stored":
 				st := Stored{ID: uint64(intArg(t, d, "id")), At: atArg(t, d)}
 				if d.HasArg("err") {
@@ -214,6 +221,9 @@ func describeCheckpoints(s Checkpoints) string {
 	}
 	for _, f := range s.InFlight {
 		fmt.Fprintf(&b, "; in flight %d since %v acked %v states %s offsets %s", f.ID, f.Started.Sub(epoch), sortedKeys(f.Acked), describeBytes(f.States), describeOffsets(f.Offsets))
+		if f.Unaligned || len(f.Channels) > 0 {
+			fmt.Fprintf(&b, " unaligned channels %s", describeBytes(f.Channels))
+		}
 	}
 	return b.String()
 }
@@ -227,14 +237,27 @@ func describeCheckpointAction(a CheckpointAction) string {
 	}
 	switch a := a.(type) {
 	case Inject:
+		out := fmt.Sprintf("inject %d%s", a.ID, final(a.Final))
 		if !a.Deadline.IsZero() {
-			return fmt.Sprintf("inject %d%s deadline %v", a.ID, final(a.Final), a.Deadline.Sub(epoch))
+			out += fmt.Sprintf(" deadline %v", a.Deadline.Sub(epoch))
 		}
-		return fmt.Sprintf("inject %d%s", a.ID, final(a.Final))
+		if a.Unaligned {
+			out += " unaligned"
+		}
+		if !a.AlignBy.IsZero() {
+			out += fmt.Sprintf(" align-by %v", a.AlignBy.Sub(epoch))
+		}
+		return out
+	case SwitchUnaligned:
+		return fmt.Sprintf("switch-unaligned %d", a.ID)
 	case TickAt:
 		return fmt.Sprintf("tick-at %v", a.At.Sub(epoch))
 	case Store:
-		return fmt.Sprintf("store %d states %s offsets %s", a.ID, describeBytes(a.States), describeOffsets(a.Offsets))
+		out := fmt.Sprintf("store %d states %s offsets %s", a.ID, describeBytes(a.States), describeOffsets(a.Offsets))
+		if a.Unaligned {
+			out += " unaligned channels " + describeBytes(a.Channels)
+		}
+		return out
 	case Completed:
 		return fmt.Sprintf("completed %d%s", a.ID, final(a.Final))
 	case CheckpointFailed:
