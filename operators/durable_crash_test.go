@@ -17,7 +17,7 @@ import (
 
 const (
 	durableCrashEnv     = "SLUICE_DURABLE_CRASH_DIR"
-	durableCrashRecords = 20_000
+	durableCrashRecords = 50_000
 	durableCrashKills   = 10
 )
 
@@ -97,8 +97,8 @@ func TestDurableIngressCrash(t *testing.T) {
 	want := readParts(t, filepath.Join(reference, "out"))
 	kills := 0
 	for round := 1; kills < durableCrashKills; round++ {
-		if round > 5 {
-			t.Fatalf("only %d kills landed in 5 rounds: make the job longer", kills)
+		if round > crashMaxRounds {
+			t.Fatalf("only %d kills landed in %d rounds: make the job longer", kills, crashMaxRounds)
 		}
 		dir := t.TempDir()
 		var acked []int64
