@@ -7,10 +7,12 @@ import (
 	"crypto/x509"
 	"encoding/json"
 	"fmt"
+	"log/slog"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"slices"
+	"sort"
 	"strconv"
 	"strings"
 	"sync"
@@ -19,6 +21,8 @@ import (
 	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
+	"github.com/vmihailenco/msgpack/v5"
+	"google.golang.org/protobuf/types/known/anypb"
 
 	"github.com/sluicehq/sluice/cluster"
 	"github.com/sluicehq/sluice/persistence"
@@ -41,6 +45,17 @@ type childConfig struct {
 	// start, for a node that takes a job over.
 	JobN   int64
 	JobDir string
+	// HoldSource keeps the counting job's source half way until the test
+	// opens the gate ("open source"); otherwise it is open from the start.
+	HoldSource bool
+	// PrivateStatus: only members may read the node's status (the
+	// children answer anyone otherwise, the parent included).
+	PrivateStatus bool
+	// Host and Insecure are the node's (a network namespace's address);
+	// Netns runs the child in that network namespace (ip netns exec).
+	Host     string
+	Insecure bool
+	Netns    string
 }
 
 // TestChildNode is the child process of the process tests: it runs one
@@ -58,7 +73,14 @@ type childConfig struct {
 //
 // Commands: complete JOB ID | loop JOB MILLIS (complete 1, 2, ... until
 // stop) | stop | latest JOB | request ADDR ACTOR NAME | send ADDR ACTOR
-// FROM N | count ADDR ACTOR | run JOB N DIR (see runJob) | hosted.
+// FROM N | count ADDR ACTOR | run JOB N DIR (see runJob) | hosted |
+// status ADDR (STATUS <name> <members> <excluded> <in-sync replicas of
+// the counting job's log, then "-"> <its copies as its last entry names
+// them, then "-">) | auth (AUTH <refused>
+// <reason>=<n>...) | forge ADDR ACTOR TYPE JSON (sends the JSON object,
+// msgpack-encoded under the registered name TYPE, as it is: FORGED
+// <type>). Every refusal the node logs prints REFUSED <reason>
+// <level>; a start without TLS prints NOTLS.
 func TestChildNode(t *testing.T) {
 	raw := os.Getenv(childEnv)
 	if raw == "" {
@@ -76,9 +98,13 @@ func TestChildNode(t *testing.T) {
 	}
 	ncfg := cluster.Config{
 		Name: cfg.Name, ClusterName: cfg.Cluster, Port: cfg.Port, Peers: cfg.Peers, Store: cfg.Store,
-		Registry: testRegistry(), Logger: logger(), FailureTimeout: cfg.FailureTimeout,
+		Registry: testRegistry(), Logger: slog.New(refusalPrinter{say: say, next: logger().Handler()}), FailureTimeout: cfg.FailureTimeout,
 		Jobs: testJobs(),
 	}
+	if !cfg.PrivateStatus {
+		ncfg.StatusClients = []string{"*"}
+	}
+	ncfg.Host, ncfg.Insecure = cfg.Host, cfg.Insecure
 	if cfg.Cert != "" {
 		tc, err := loadTLS(cfg.CA, cfg.Cert, cfg.Key)
 		if err != nil {
@@ -88,6 +114,9 @@ func TestChildNode(t *testing.T) {
 	}
 	if cfg.JobDir != "" {
 		jobN, jobDir = cfg.JobN, cfg.JobDir
+	}
+	if !cfg.HoldSource {
+		gates["source"]()
 	}
 	ctx := context.Background()
 	n, err := cluster.Start(ctx, ncfg)
@@ -99,7 +128,7 @@ func TestChildNode(t *testing.T) {
 	defer reports.Wait()
 	n.SubscribeJobs(func(ev cluster.JobEvent) {
 		if ev.Kind == cluster.JobTakenOver {
-			say("TOOKOVER %s %s %d", ev.Job, ev.From, ev.Checkpoint)
+			say("TOOKOVER %s %s %d %d", ev.Job, ev.From, ev.Checkpoint, ev.Time.UnixNano())
 			reports.Add(1)
 			go func() {
 				defer reports.Done()
@@ -225,6 +254,50 @@ func TestChildNode(t *testing.T) {
 		case "open": // open NAME: see gates
 			gates[f[1]]()
 			say("OPENED")
+		case "status":
+			st, err := n.Status(rctx, f[1])
+			if err != nil {
+				say("ERROR %v", err)
+			} else {
+				insync := []string{}
+				for _, l := range st.Replication {
+					for _, r := range l.Replicas {
+						if l.Log == "checkpoints/counting" && r.Phase == "in-sync" {
+							insync = append(insync, r.Name)
+						}
+					}
+				}
+				copies := []string{}
+				for _, h := range st.Held {
+					if h.Log == "checkpoints/counting" {
+						copies = h.Copies
+					}
+				}
+				say("STATUS %s %d %v %s %s", st.Name, len(st.Members), st.Excluded, strings.Join(append(insync, "-"), ","), strings.Join(append(copies, "-"), ","))
+			}
+		case "forge": // forge ADDR ACTOR TYPE JSON: a message of the cluster's, crafted
+			parts := strings.SplitN(sc.Text(), " ", 5)
+			if len(parts) < 5 {
+				say("ERROR forge: want ADDR ACTOR TYPE JSON")
+				break
+			}
+			b, err := craft(parts[4])
+			if err != nil {
+				say("ERROR forge: %v", err)
+				break
+			}
+			// The codec sends an *anypb.Any as it is, over the node's own
+			// (authenticated) connection.
+			n.Root().Send(n.PID(parts[1], parts[2]), &anypb.Any{TypeUrl: "sluice.msgpack/" + parts[3], Value: b})
+			say("FORGED %s", parts[3])
+		case "auth":
+			st := n.Stats().Auth
+			var parts []string
+			for r, c := range st.ByReason {
+				parts = append(parts, fmt.Sprintf("%s=%d", r, c))
+			}
+			sort.Strings(parts)
+			say("AUTH %d %s", st.Refused, strings.Join(parts, " "))
 		case "hosted":
 			for _, h := range n.Hosted() {
 				say("HOSTED %s %d %d", h.Job, h.Gen, h.Instances)
@@ -256,6 +329,76 @@ func loadTLS(caFile, certFile, keyFile string) (*tls.Config, error) {
 		return nil, err
 	}
 	return &tls.Config{Certificates: []tls.Certificate{cert}, RootCAs: pool}, nil
+}
+
+// craft encodes a JSON object as msgpack, its numbers as integers (as
+// the cluster's messages have them).
+func craft(js string) ([]byte, error) {
+	d := json.NewDecoder(strings.NewReader(js))
+	d.UseNumber()
+	var v any
+	if err := d.Decode(&v); err != nil {
+		return nil, err
+	}
+	var conv func(any) any
+	conv = func(v any) any {
+		switch x := v.(type) {
+		case json.Number:
+			if u, err := strconv.ParseUint(string(x), 10, 64); err == nil {
+				return u
+			}
+			i, _ := x.Int64()
+			return i
+		case map[string]any:
+			for k, e := range x {
+				x[k] = conv(e)
+			}
+		case []any:
+			for i, e := range x {
+				x[i] = conv(e)
+			}
+		}
+		return v
+	}
+	return msgpack.Marshal(conv(v))
+}
+
+// refusalPrinter prints a line for every refusal the node logs, at any
+// level: REFUSED <reason> <level> (see auth.go: the first of each reason
+// is a warning, the next ones debug records).
+type refusalPrinter struct {
+	say  func(string, ...any)
+	next slog.Handler
+}
+
+func (h refusalPrinter) Enabled(ctx context.Context, l slog.Level) bool { return true }
+
+func (h refusalPrinter) Handle(ctx context.Context, r slog.Record) error {
+	if strings.HasPrefix(r.Message, "cluster: running without TLS") {
+		h.say("NOTLS")
+	}
+	if strings.HasPrefix(r.Message, "cluster: refused") {
+		reason := "?"
+		r.Attrs(func(a slog.Attr) bool {
+			if a.Key == "reason" {
+				reason = a.Value.String()
+			}
+			return true
+		})
+		h.say("REFUSED %s %s", reason, r.Level)
+	}
+	if h.next.Enabled(ctx, r.Level) {
+		return h.next.Handle(ctx, r)
+	}
+	return nil
+}
+
+func (h refusalPrinter) WithAttrs(as []slog.Attr) slog.Handler {
+	return refusalPrinter{say: h.say, next: h.next.WithAttrs(as)}
+}
+
+func (h refusalPrinter) WithGroup(name string) slog.Handler {
+	return refusalPrinter{say: h.say, next: h.next.WithGroup(name)}
 }
 
 // child is a node in a child process.
@@ -298,6 +441,9 @@ func startChild(t testing.TB, cfg childConfig) *child {
 	raw, _ := json.Marshal(cfg)
 	c := &child{t: t, cfg: cfg, grew: make(chan struct{}), exited: make(chan struct{})}
 	c.cmd = exec.Command(os.Args[0], "-test.run=^TestChildNode$")
+	if cfg.Netns != "" {
+		c.cmd = exec.Command("ip", "netns", "exec", cfg.Netns, os.Args[0], "-test.run=^TestChildNode$")
+	}
 	c.cmd.Env = append(os.Environ(), childEnv+"="+string(raw))
 	inR, inW, err := os.Pipe()
 	if err != nil {
@@ -452,6 +598,29 @@ func (c *child) send(cmd string) {
 	c.t.Helper()
 	if _, err := fmt.Fprintln(c.stdin, cmd); err != nil {
 		c.t.Fatalf("child %s: %s: %v", c.cfg.Name, cmd, err)
+	}
+}
+
+// until waits until cond holds over the lines the child printed so far.
+func (c *child) until(d time.Duration, what string, cond func(lines []string) bool) {
+	c.t.Helper()
+	timer := time.NewTimer(d)
+	defer timer.Stop()
+	for {
+		c.mu.Lock()
+		lines, ended, grew := slices.Clone(c.seen), c.ended, c.grew
+		c.mu.Unlock()
+		if cond(lines) {
+			return
+		}
+		if ended {
+			c.t.Fatalf("child %s exited before %s", c.cfg.Name, what)
+		}
+		select {
+		case <-grew:
+		case <-timer.C:
+			c.t.Fatalf("child %s: no %s within %v", c.cfg.Name, what, d)
+		}
 	}
 }
 

@@ -20,6 +20,11 @@ type ClientOptions struct {
 	TLS *tls.Config
 	// Logger receives protoactor's logs. Default: discarded.
 	Logger *slog.Logger
+	// Name is the name the client gives the nodes: with TLS, one of its
+	// certificate's DNS SANs (default the first); the nodes answer a
+	// status request of a client only when their Config.StatusClients
+	// name it (or "*"). Default "client" without TLS.
+	Name string
 }
 
 // Client talks to nodes without joining a cluster: a remote endpoint of
@@ -45,12 +50,24 @@ func Dial(o ClientOptions) (c *Client, err error) {
 	if n.codec, err = newCodec(nil, o.Logger, n.isLocal); err != nil {
 		return nil, err
 	}
+	n.refusals.log = o.Logger
+	// The nodes it asks check that its member id carries a name of its
+	// certificate.
+	name := o.Name
+	if name == "" {
+		name = "client"
+		if leaf, err := ownCertificate(o.TLS); err == nil && leaf != nil && len(certNames(leaf)) > 0 {
+			name = certNames(leaf)[0]
+		}
+	}
+	as.ID = name + "." + as.ID
+	n.guard = &guard{c: n.codec, ref: &n.refusals}
 	n.root = actor.NewRootContext(as, nil, n.codec.senderMiddleware)
 	serverCreds, clientCreds, err := transportCredentials(o.TLS)
 	if err != nil {
 		return nil, fmt.Errorf("cluster: client: %w", err)
 	}
-	serverOpts := []grpc.ServerOption{grpc.StreamInterceptor(n.codec.guardInterceptor), grpc.MaxRecvMsgSize(DefaultMaxMessageSize)}
+	serverOpts := []grpc.ServerOption{grpc.StreamInterceptor(n.guard.interceptor), grpc.MaxRecvMsgSize(DefaultMaxMessageSize)}
 	dialOpts := []grpc.DialOption{grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(DefaultMaxMessageSize))}
 	if serverCreds != nil {
 		serverOpts = append(serverOpts, grpc.Creds(serverCreds))
@@ -88,6 +105,7 @@ func (c *Client) Status(ctx context.Context, address string) (Stats, error) {
 
 // Close stops the client.
 func (c *Client) Close() {
+	c.n.guard.closing.Store(true)
 	stopRemote(c.n.as, c.r)
 	c.n.as.Shutdown()
 }

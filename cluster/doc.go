@@ -185,16 +185,57 @@
 // survives the next one. The RunOptions a taken-over job runs with are the
 // old coordinator's.
 //
+// No split brain: a coordinator that has not heard from enough of its
+// job's copies, within its lease (9/10 of FailureTimeout), for them to
+// elect another coordinator without it stops that job (sources, sinks,
+// every instance) and does not restart it: a coordinator cut off from the
+// majority stops before the majority's candidate, which stands only once
+// it has not heard from the coordinator for two FailureTimeouts, starts
+// the job. So at any time at most one node runs a job's sources and sinks,
+// given clocks whose rates agree (each side measures the time since its
+// own last exchange) and a stop that takes less than about a
+// FailureTimeout. Sinks that commit on checkpoints (the file sink,
+// transactional database sinks) and are reachable from every copy stay
+// as exactly-once across a failover as they are across a restart; the others are at-least-once: what they
+// wrote after the last completed checkpoint is written again. The leases
+// need the static-peers provider (its pongs tell when a peer was last
+// heard from): with a Provider there are none.
+//
 // Limits of this version: the counts of a node that dies stop at its
 // last report (up to half a second of them are missing from the totals);
 // a deployment to a member that is dying fails after RequestTimeout and
-// costs a restart.
+// costs a restart; a job its coordinator stopped for its lease while the
+// copies it did not hear from still hear from it (an asymmetric cut) is
+// resumed by nobody while they do: they take a job over only from a
+// coordinator they declared lost.
 //
 // # Security
 //
 // With Config.TLS, the listener and every outbound connection use mutual
 // TLS 1.3: a node without a certificate from the cluster's CA can neither
-// join nor send. Every listener binds Config.Host; protoactor's
+// join nor send. A node's name is bound to its certificate: it must be one
+// of the certificate's DNS SANs, and a connection whose member id names
+// another node is refused (Start refuses a certificate that does not name
+// the node). Each envelope must come from an actor at the address the
+// connection's peer listens on, and every message that names its sender
+// (pings, pongs, appends and their answers, claims and votes,
+// deployments, failure notices, stats) must name that peer; the cluster's
+// own messages come from members only, but for the pings and pongs through
+// which a node joins, and a pong counts only when it answers a ping of
+// this node. Answers to an append count only from a replica of the log,
+// for an append sent to it in the leader's epoch; claims only from a copy
+// of the log; a request's reply only from the node asked. protoactor's
+// system messages are refused from the network (Stop, PoisonPill, ...)
+// but for Watch, Unwatch, Terminated and DeadLetterResponse. A non-member
+// gets no Stats unless Config.StatusClients names it. Every refusal is
+// counted in Stats().Auth, by reason, and the first of each reason is
+// logged as a warning (then at most one a minute).
+//
+// Without TLS nothing is authenticated: a node on a host other than
+// loopback does not start without TLS unless Config.Insecure says so, and
+// on loopback it warns.
+//
+// Every listener binds Config.Host; protoactor's
 // automanaged provider is not used, since its health server binds
 // 0.0.0.0 (the static-peers provider replaces it).
 //

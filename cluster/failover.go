@@ -13,6 +13,7 @@ import (
 	"github.com/asynkron/protoactor-go/actor"
 
 	"github.com/sluicehq/sluice/actors"
+	"github.com/sluicehq/sluice/cluster/replication"
 	"github.com/sluicehq/sluice/internal/engine"
 	"github.com/sluicehq/sluice/operators"
 	"github.com/sluicehq/sluice/supervision"
@@ -101,6 +102,9 @@ func (l *logTx) lastEpoch() uint64 {
 // and returns it with the state of its copy.
 func (s *logStore) stand(name, self string) (req claimRequest, err error) {
 	err = s.update(name, func(l *logTx) error {
+		if l.meta.promised >= replication.Limit-1 {
+			return fmt.Errorf("%w: the log promised epoch %d", replication.ErrOutOfRange, l.meta.promised)
+		}
 		req = claimRequest{Log: name, Epoch: l.meta.promised + 1, Candidate: self, LastIndex: l.Last(), LastEpoch: l.lastEpoch()}
 		return l.promise(req.Epoch, self)
 	})
@@ -114,6 +118,8 @@ func (s *logStore) grant(req *claimRequest) (resp claimResponse, err error) {
 		v := l.vote()
 		lastEpoch, last := l.lastEpoch(), l.Last()
 		switch {
+		case !replication.InRange(req.Epoch, req.LastIndex, req.LastEpoch):
+			resp.Reason = fmt.Sprintf("epoch %d or index %d out of range", req.Epoch, req.LastIndex)
 		case req.Epoch < l.meta.promised:
 			resp.Reason = fmt.Sprintf("epoch %d is older than the %d promised here", req.Epoch, l.meta.promised)
 		case req.Epoch == l.meta.promised:
@@ -140,7 +146,14 @@ func (s *logStore) grant(req *claimRequest) (resp claimResponse, err error) {
 func (r *replicaEndpoint) onClaim(ctx actor.Context, m *claimRequest) {
 	n := r.n
 	resp := &claimResponse{Log: m.Log, Voter: n.cfg.Name}
-	if _, run, err := n.lastRecord(m.Log); err == nil && run != nil && run.Running && n.isMemberID(run.CoordinatorID) {
+	_, run, err := n.lastRecord(m.Log)
+	if err != nil || run == nil || !slices.Contains(run.Copies, m.Candidate) || m.Candidate == n.cfg.Name {
+		// Only a copy of the log may stand (the guard checked that the
+		// connection's peer is the member it names).
+		n.refusals.refuse(refusedClaim, "a claim from a node that holds no copy of the log", "log", m.Log, "candidate", m.Candidate, "epoch", m.Epoch)
+		return
+	}
+	if run.Running && n.isMemberID(run.CoordinatorID) {
 		resp.Reason = fmt.Sprintf("its coordinator %s is still a member here", run.Coordinator)
 	} else if logs, err := n.logs(); err != nil {
 		resp.Reason = err.Error()
@@ -199,6 +212,9 @@ type JobEvent struct {
 	Checkpoint uint64
 	// Err is the job's end (JobEnded): nil when it ran to its end.
 	Err error
+	// Time is when it happened; for JobTakenOver, when this node won the
+	// job's log, before the job started here.
+	Time time.Time
 }
 
 // CoordinatedJob is a job this node coordinates now.
@@ -221,6 +237,8 @@ type jobRegistry struct {
 	standing map[string]bool
 	// abandoned: jobs stopped because another node takes them over, why
 	abandoned map[string]error
+	// halts end the deployments in progress of the current run of each job
+	halts map[string]context.CancelFunc
 }
 
 // SubscribeJobs calls fn for every JobEvent of this node from now on, in
@@ -277,6 +295,10 @@ func (n *Node) emitJob(ev JobEvent) {
 	case JobEnded:
 		if j, ok := r.jobs[ev.Job]; ok && j.Run == ev.Run {
 			delete(r.jobs, ev.Job)
+			if halt := r.halts[ev.Job]; halt != nil {
+				halt()
+				delete(r.halts, ev.Job)
+			}
 		}
 	}
 	subs := make([]func(JobEvent), 0, len(r.subs))
@@ -310,7 +332,7 @@ func (n *Node) watchRun(store *ReplicatedCheckpointStore, name string, run *acto
 	delete(n.jobReg.abandoned, name)
 	n.jobReg.mu.Unlock()
 	if why != nil { // the log is another node's now: nothing to record
-		n.emitJob(JobEvent{Kind: JobEnded, Job: name, Run: run, Err: why})
+		n.emitJob(JobEvent{Kind: JobEnded, Job: name, Run: run, Err: why, Time: time.Now()})
 		return
 	}
 	ctx, cancel := context.WithTimeout(n.life, n.cfg.RequestTimeout)
@@ -318,7 +340,7 @@ func (n *Node) watchRun(store *ReplicatedCheckpointStore, name string, run *acto
 	if e := store.endRun(ctx, name); e != nil && n.life.Err() == nil {
 		n.log.Warn("failover: could not mark the job's run as over", "job", name, "err", e)
 	}
-	n.emitJob(JobEvent{Kind: JobEnded, Job: name, Run: run, Err: err})
+	n.emitJob(JobEvent{Kind: JobEnded, Job: name, Run: run, Err: err, Time: time.Now()})
 }
 
 // orphans lists the running jobs of the default namespace whose
@@ -418,6 +440,18 @@ func (n *Node) stand(job string, lost Member) {
 		if rank < 0 {
 			return // not a copy, or not a member
 		}
+		// The old coordinator stops its job once its lease ran out (see
+		// lease.go): stand only after it surely has, and then in rank
+		// order.
+		for {
+			since := time.Since(n.lastHeard(lost.ID))
+			if since >= n.electionWait() {
+				break
+			}
+			if !wait(n.electionWait() - since) {
+				return
+			}
+		}
 		delay := time.Duration(rank) * ft
 		if attempt > 0 {
 			delay = ft/4 + rand.N(ft/2)
@@ -479,6 +513,8 @@ func (n *Node) claim(run *runRecord, log string) (uint64, bool) {
 		switch {
 		case a.err != nil:
 			n.log.Info("failover: no vote", "log", log, "from", a.from, "err", a.err)
+		case a.resp.Voter != a.from || a.resp.Log != log:
+			n.refusals.refuse(refusedClaim, "a vote from another node than the copy asked", "log", log, "asked", a.from, "voter", a.resp.Voter)
 		case a.resp.Granted:
 			votes++
 		default:
@@ -498,7 +534,7 @@ func (n *Node) takeOver(job string, run *runRecord, lost Member, epoch uint64) b
 	var r *actors.Run
 	if err == nil {
 		o := run.Options
-		r, err = n.runJob(n.life, job, RunOptions{Checkpoints: store,
+		r, err = n.runJobAt(n.life, job, time.Now(), RunOptions{Checkpoints: store,
 			Backoff: supervision.Backoff{Initial: o.Initial, Max: o.Max, Multiplier: o.Multiplier, Jitter: o.Jitter}, MaxRestarts: o.MaxRestarts,
 			Within: o.Within, OffCoordinator: o.OffCoordinator}, lost.Name)
 	}
@@ -528,12 +564,16 @@ func (n *Node) abandon(job string, why error) {
 			r.abandoned[job] = why
 		}
 	}
+	halt := r.halts[job]
 	r.mu.Unlock()
 	if !ok {
 		return
 	}
 	n.log.Error("stopping a job that another node takes over", "job", job, "reason", why)
 	engine.Abort(j.Run, why)
+	if halt != nil {
+		halt()
+	}
 }
 
 // abandonAll stops every job this node coordinates: the cluster declared

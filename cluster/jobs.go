@@ -95,12 +95,12 @@ type RunOptions struct {
 //
 // Wait on the returned handle for the job's end, as for a local run.
 func Run(ctx context.Context, n *Node, name string, opts RunOptions) (*actors.Run, error) {
-	return n.runJob(ctx, name, opts, "")
+	return n.runJobAt(ctx, name, time.Now(), opts, "")
 }
 
-// runJob runs the job with this node as its coordinator; from names the
-// coordinator it takes the job over from ("" for Run).
-func (n *Node) runJob(ctx context.Context, name string, opts RunOptions, from string) (*actors.Run, error) {
+// runJobAt runs the job with this node as its coordinator from at on;
+// from names the coordinator it takes the job over from ("" for Run).
+func (n *Node) runJobAt(ctx context.Context, name string, at time.Time, opts RunOptions, from string) (*actors.Run, error) {
 	build, ok := n.cfg.Jobs[name]
 	if !ok {
 		return nil, fmt.Errorf("cluster: run %q: no such job in Config.Jobs", name)
@@ -130,7 +130,16 @@ func (n *Node) runJob(ctx context.Context, name string, opts RunOptions, from st
 	if !et.RestartsOnFailure() {
 		et.Configure(engine.RestartOnFailure(b, maxR, within))
 	}
-	et.Configure(engine.CheckpointStore(store), engine.Distribute(&distributor{n: n, offSelf: opts.OffCoordinator}))
+	// halt ends the run's deployments in progress when the node abandons
+	// the job (a deployment to a node that is gone would hold the job
+	// actor, and so its stop, for RequestTimeout).
+	halt, haltNow := context.WithCancel(context.WithoutCancel(ctx))
+	defer func() {
+		if haltNow != nil {
+			haltNow()
+		}
+	}()
+	et.Configure(engine.CheckpointStore(store), engine.Distribute(&distributor{n: n, offSelf: opts.OffCoordinator, halt: halt}))
 	// Recorded in the job's log first: from now on, if this node is lost,
 	// a node holding a copy takes the job over.
 	rec := runRecord{Coordinator: n.cfg.Name, CoordinatorID: n.ID(),
@@ -153,7 +162,13 @@ func (n *Node) runJob(ctx context.Context, name string, opts RunOptions, from st
 		_ = store.endRun(ectx, name)
 		return nil, err
 	}
-	ev := JobEvent{Kind: JobStarted, Job: name, Run: run}
+	n.jobReg.mu.Lock()
+	if n.jobReg.halts == nil {
+		n.jobReg.halts = map[string]context.CancelFunc{}
+	}
+	n.jobReg.halts[name], haltNow = haltNow, nil
+	n.jobReg.mu.Unlock()
+	ev := JobEvent{Kind: JobStarted, Job: name, Run: run, Time: at}
 	if from != "" {
 		ev.Kind, ev.From, ev.Checkpoint = JobTakenOver, from, operators.CheckpointStatsOf(run).RestoredFrom
 	}
@@ -166,6 +181,8 @@ func (n *Node) runJob(ctx context.Context, name string, opts RunOptions, from st
 type distributor struct {
 	n       *Node
 	offSelf bool // place nothing unpinned on this node while others exist
+	// halt ends when the node abandons the job: deployments stop waiting
+	halt context.Context
 }
 
 func (d *distributor) Address() string                   { return d.n.Address() }
@@ -239,6 +256,15 @@ func mix64(z uint64) uint64 {
 }
 
 func (d *distributor) Deploy(ctx context.Context, addr string, w *wire.Deploy) error {
+	if d.halt != nil {
+		if err := context.Cause(d.halt); err != nil {
+			return fmt.Errorf("the job was abandoned: %w", err)
+		}
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithCancel(ctx)
+		defer cancel()
+		defer context.AfterFunc(d.halt, cancel)()
+	}
 	r, err := d.n.Request(ctx, d.n.PID(addr, jobsActorName), w)
 	if err != nil {
 		return err

@@ -189,6 +189,7 @@ func report(run *actors.Run, say func(string, ...any)) {
 	for {
 		select {
 		case err := <-done:
+			say("RUNEND %d", time.Now().UnixNano()) // its sources and sinks have stopped
 			if err != nil {
 				say("JOBERROR %v", err)
 				return
@@ -234,7 +235,8 @@ func report(run *actors.Run, say func(string, ...any)) {
 func jobCluster(t *testing.T, opts ...func(*childConfig)) (a, b, c *child, cfg func(string, ...string) childConfig) {
 	cl := "job-" + strconv.FormatInt(time.Now().UnixNano(), 36)
 	cfg = func(name string, peers ...string) childConfig {
-		c := childConfig{Name: name, Cluster: cl, Peers: peers, Store: storeIn(t, name), FailureTimeout: procFailureTimeout, Replicas: -1}
+		c := childConfig{Name: name, Cluster: cl, Peers: peers, Store: storeIn(t, name), FailureTimeout: procFailureTimeout, Replicas: -1,
+			HoldSource: true}
 		for _, o := range opts {
 			o(&c)
 		}

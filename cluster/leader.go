@@ -127,6 +127,10 @@ func (l *leader) Receive(ctx actor.Context) {
 		if m.Log != l.log {
 			return
 		}
+		if why := l.answers(m); why != "" {
+			l.n.refusals.refuse(refusedAppend, why, "log", l.log, "replica", m.Replica, "epoch", m.Epoch, "seq", m.Seq)
+			return
+		}
 		if m.Err != "" {
 			l.n.log.Warn("replication: replica failed to apply", "log", l.log, "replica", m.Replica, "err", m.Err)
 			l.step(ctx, replication.Unreachable{Replica: m.Replica})
@@ -168,6 +172,35 @@ func (l *leader) Receive(ctx actor.Context) {
 		l.fail(ErrStopped)
 		l.stopTimers()
 	}
+}
+
+// answers says why an append's answer is refused ("" when it is not): it
+// must come from a replica of the log (the guard checked that the
+// connection's peer is the member it names), answer an append sent to it
+// (a sequence number it was given), of this epoch unless it says the
+// replica promised a newer one, with indexes below replication.Limit.
+func (l *leader) answers(m *appendResponse) string {
+	if l.state.Epoch == 0 {
+		return "an answer before the leader took office"
+	}
+	r, ok := l.state.Replica(m.Replica)
+	switch {
+	case !ok:
+		return "an append answer from a node that is not a replica of the log"
+	case m.Seq == 0 || m.Seq > r.Seq:
+		return "an append answer to no append sent"
+	case !replication.InRange(m.Epoch, m.Match, m.Prev, m.Last):
+		return "an append answer with an epoch or an index out of range"
+	case replication.Result(m.Result) == replication.Stale && m.Err == "":
+		if m.Epoch <= l.state.Epoch {
+			return "a stale answer naming an epoch not newer than the leader's"
+		}
+	case replication.Result(m.Result) > replication.Stale:
+		return "an append answer with an unknown result"
+	case m.Epoch != l.state.Epoch:
+		return "an append answer of another epoch"
+	}
+	return ""
 }
 
 func (l *leader) write(ctx actor.Context, w *writeRequest) {

@@ -195,6 +195,9 @@ func (s *logStore) view(name string, fn func(*logTx) error) error {
 // and returns it with the log's info.
 func (s *logStore) takeOffice(name string) (epoch uint64, info replication.LogInfo, err error) {
 	err = s.update(name, func(l *logTx) error {
+		if l.meta.promised >= replication.Limit-1 {
+			return fmt.Errorf("%w: the log promised epoch %d", replication.ErrOutOfRange, l.meta.promised)
+		}
 		l.meta.promised++
 		epoch = l.meta.promised
 		info = l.info()
@@ -241,6 +244,9 @@ func (s *logStore) appendEntry(name string, epoch uint64, build func(last []byte
 		if err != nil {
 			return err
 		}
+		if last >= replication.Limit-1 || epoch >= replication.Limit {
+			return fmt.Errorf("%w: entry %d of epoch %d", replication.ErrOutOfRange, last+1, epoch)
+		}
 		index = last + 1
 		return l.put(replication.Entry{Index: index, Epoch: epoch, Data: data})
 	})
@@ -252,6 +258,9 @@ func (s *logStore) appendEntry(name string, epoch uint64, build func(last []byte
 func (s *logStore) receive(name string, a replication.Append) (reply replication.Reply, err error) {
 	err = s.update(name, func(l *logTx) error {
 		d := replication.Decide(l, a)
+		if d.Err != nil {
+			return d.Err
+		}
 		reply = d.Reply
 		if d.Promise > l.meta.promised {
 			l.meta.promised = d.Promise
@@ -327,6 +336,9 @@ type HeldLog struct {
 	// run goes on (if that node is lost, the copies elect another).
 	Coordinator string
 	Running     bool
+	// Copies names the nodes that hold the log, as its last entry says:
+	// a majority of them elects a new coordinator.
+	Copies []string
 }
 
 // held lists the logs in the store.
@@ -352,7 +364,7 @@ func (s *logStore) held() (out []HeldLog, err error) {
 						h.Checkpoint = cp.ID
 					}
 					if run != nil {
-						h.Coordinator, h.Running = run.Coordinator, run.Running
+						h.Coordinator, h.Running, h.Copies = run.Coordinator, run.Running, run.Copies
 					}
 				}
 			}

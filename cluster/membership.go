@@ -2,6 +2,7 @@ package cluster
 
 import (
 	"errors"
+	"math/rand/v2"
 	"slices"
 	"sync"
 	"time"
@@ -109,7 +110,14 @@ type membership struct {
 	interval time.Duration // between pings of a peer
 	// excluders: the member ids of peers that declared this node lost
 	excluders map[string]bool
+	// pings: the nonces of the pings sent and not answered yet, with when
+	// they were sent; a pong counts only with one of them
+	pings map[uint64]time.Time
 }
+
+// maxPeers caps the peers a membership keeps (and the members that may
+// exclude it): a peer's answers cannot make it track or dial more.
+const maxPeers = 512
 
 func (m *membership) Receive(ctx actor.Context) {
 	switch msg := ctx.Message().(type) {
@@ -152,13 +160,22 @@ func (m *membership) add(addr string, seed bool, now time.Time) bool {
 		p.seed = p.seed || seed
 		return false
 	}
+	if len(m.peers) >= maxPeers {
+		m.n.refusals.refuse(refusedPeers, "a peer beyond the membership's cap", "peer", addr, "cap", maxPeers)
+		return false
+	}
 	m.peers[addr] = &peer{addr: addr, seed: seed, added: now}
 	return true
 }
 
 func (m *membership) pingNow(ctx actor.Context, p *peer) {
 	p.lastPing = time.Now()
-	ctx.Request(actor.NewPID(p.addr, nodeActorName), &ping{Cluster: m.n.cfg.ClusterName, From: m.n.Address(), ID: m.n.as.ID})
+	if m.pings == nil {
+		m.pings = map[uint64]time.Time{}
+	}
+	nonce := rand.Uint64() | 1 // never 0
+	m.pings[nonce] = p.lastPing
+	ctx.Request(actor.NewPID(p.addr, nodeActorName), &ping{Cluster: m.n.cfg.ClusterName, From: m.n.Address(), ID: m.n.as.ID, Nonce: nonce})
 }
 
 func (m *membership) tick(ctx actor.Context) {
@@ -167,6 +184,11 @@ func (m *membership) tick(ctx actor.Context) {
 	}
 	now := time.Now()
 	ft := m.n.cfg.FailureTimeout
+	for nonce, sent := range m.pings {
+		if now.Sub(sent) > 10*ft { // unanswered for long: its answer is refused (a peer that is
+			delete(m.pings, nonce) // back answers the pings queued for it meanwhile)
+		}
+	}
 	for addr, p := range m.peers {
 		// A learned peer that has been silent for long is forgotten; seeds
 		// are pinged for ever.
@@ -178,6 +200,9 @@ func (m *membership) tick(ctx actor.Context) {
 			m.pingNow(ctx, p)
 		}
 	}
+	// Before the peers that went silent leave: the jobs whose copies they
+	// are stop before anything restarts them here.
+	m.n.checkLeases(now)
 	m.publish()
 	self := ctx.Self()
 	root := m.n.root
@@ -189,19 +214,28 @@ func (m *membership) pong(ctx actor.Context, msg *pong) {
 		m.n.codec.warnOnce("cluster:"+msg.Addr, "cluster: a peer belongs to another cluster", "peer", msg.Addr, "its cluster", msg.Cluster)
 		return
 	}
+	// The guard checked that the pong's name, id and address are its
+	// sender's; it must also answer a ping of ours (so the node at that
+	// address received it).
+	if _, ok := m.pings[msg.Nonce]; !ok || msg.To != m.n.as.ID {
+		m.n.refusals.refuse(refusedPong, "a pong that answers no ping of this node", "peer", msg.Name, "address", msg.Addr, "excluded", msg.Excluded)
+		return
+	}
+	delete(m.pings, msg.Nonce)
 	now := time.Now()
+	m.n.noteHeard(msg.ID, now)
 	m.add(msg.Addr, false, now)
 	p := m.peers[msg.Addr]
-	if p == nil { // our own address
+	if p == nil { // our own address, or beyond the cap
 		return
 	}
 	p.id, p.name, p.lastOK = msg.ID, msg.Name, now
-	for _, addr := range msg.Peers {
+	for _, addr := range msg.Peers[:min(len(msg.Peers), maxPeers)] {
 		if m.add(addr, false, now) {
 			m.pingNow(ctx, m.peers[addr])
 		}
 	}
-	if msg.Excluded && msg.To == m.n.as.ID && m.excludedBy(msg) {
+	if msg.Excluded && m.excludedBy(msg) {
 		m.n.markExcluded()
 	}
 	m.publish()
@@ -217,7 +251,11 @@ func (m *membership) excludedBy(msg *pong) bool {
 	if m.excluders == nil {
 		m.excluders = map[string]bool{}
 	}
-	m.excluders[msg.ID] = true
+	if len(m.excluders) < maxPeers || m.excluders[msg.ID] {
+		m.excluders[msg.ID] = true
+	} else {
+		m.n.refusals.refuse(refusedPeers, "an excluding peer beyond the membership's cap", "peer", msg.Name, "cap", maxPeers)
+	}
 	ours := 0
 	for _, id := range m.members {
 		if !m.excluders[id] {

@@ -16,6 +16,9 @@ type (
 		Cluster string
 		From    string // the asker's address
 		ID      string // the asker's member id
+		// Nonce is random: the answer carries it back, and a pong counts
+		// only when it answers a ping this node sent.
+		Nonce uint64
 	}
 	pong struct {
 		Cluster string
@@ -32,6 +35,8 @@ type (
 		// To is the member id of the asker: an answer to a ping of an
 		// earlier run of a node on the same address is not for this one.
 		To string
+		// Nonce is the ping's.
+		Nonce uint64
 	}
 )
 

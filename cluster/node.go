@@ -78,8 +78,19 @@ type Config struct {
 	// and as client, verifies servers against RootCAs and clients against
 	// ClientCAs (default RootCAs), and refuses clients without a valid
 	// certificate. A certificate must name its node's Host (an IP SAN for
-	// an IP address), or ServerName must be set.
+	// an IP address), or ServerName must be set, and the node's Name (a
+	// DNS SAN): a node's name is bound to its certificate, and peers refuse
+	// a connection whose member id names a node the certificate does not.
 	TLS *tls.Config
+	// Insecure lets a node on a host other than loopback run without TLS:
+	// then anything that can reach its port can act as any node. Without
+	// TLS and without Insecure, Start refuses a non-loopback Host (and
+	// warns on loopback).
+	Insecure bool
+	// StatusClients may read this node's Stats without being members
+	// (Client.Status, `sluice node status`): the names of their
+	// certificates with TLS, or "*" for anyone. Default: members only.
+	StatusClients []string
 	// Logger receives the node's logs. Default: the System's logger.
 	Logger *slog.Logger
 	// FailureTimeout is how long a peer may stay silent before it is
@@ -157,6 +168,14 @@ func (c Config) validate() error {
 	case c.System != nil && c.Store != "":
 		return bad("Store is for the System the node creates; the given System has its own")
 	}
+	if c.TLS == nil && !c.Insecure && !isLoopbackHost(c.Host) {
+		return bad("host %s is not loopback: set TLS (mutual TLS between the nodes), or Insecure to run without it", c.Host)
+	}
+	if c.TLS != nil {
+		if err := checkOwnCertificate(c.TLS, c.Name); err != nil {
+			return bad("%v", err)
+		}
+	}
 	if ip := net.ParseIP(c.Host); ip != nil && ip.IsUnspecified() {
 		return bad("host %s is unspecified: name the address to bind and advertise", c.Host)
 	}
@@ -228,9 +247,13 @@ type Node struct {
 	as     *actor.ActorSystem
 	root   *actor.RootContext
 	codec  *codec
-	cl     *pc.Cluster
-	static *staticProvider
-	sub    *eventstream.Subscription
+	guard  *guard
+	// refusals counts what the guard and the handlers refused from
+	// other nodes (see auth.go).
+	refusals refusals
+	cl       *pc.Cluster
+	static   *staticProvider
+	sub      *eventstream.Subscription
 
 	gossipStopped          bool
 	services               sync.Once
@@ -256,6 +279,8 @@ type Node struct {
 	// (protoactor blocks them). Kept here because protoactor's block list
 	// is read without its lock.
 	lost map[string]bool
+	// heard: when each member id last answered a ping (see lease.go)
+	heard map[string]heardFrom
 	// hosted: the generations of distributed jobs hosted here
 	hosted []HostedGeneration
 	// suspects: addresses whose last connection event was a failure; the
@@ -322,12 +347,17 @@ func Start(ctx context.Context, cfg Config) (n *Node, err error) {
 	if n.codec, err = newCodec(cfg.Registry, log, n.isLocal); err != nil {
 		return fail(err)
 	}
+	n.refusals.log = log
+	n.guard = &guard{c: n.codec, ref: &n.refusals, member: n.isMember, status: n.statusAllowed}
 	n.root = actor.NewRootContext(as, nil, n.codec.senderMiddleware)
 	serverCreds, clientCreds, err := transportCredentials(cfg.TLS)
 	if err != nil {
 		return fail(fmt.Errorf("cluster: node %q: %w", cfg.Name, err))
 	}
-	serverOpts := []grpc.ServerOption{grpc.StreamInterceptor(n.codec.guardInterceptor), grpc.MaxRecvMsgSize(cfg.MaxMessageSize)}
+	if cfg.TLS == nil {
+		log.Warn("cluster: running without TLS: any process that reaches the port can act as any node (set Config.TLS)", "host", cfg.Host)
+	}
+	serverOpts := []grpc.ServerOption{grpc.StreamInterceptor(n.guard.interceptor), grpc.MaxRecvMsgSize(cfg.MaxMessageSize)}
 	dialOpts := []grpc.DialOption{grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(cfg.MaxMessageSize), grpc.MaxCallSendMsgSize(cfg.MaxMessageSize))}
 	if serverCreds != nil {
 		serverOpts = append(serverOpts, grpc.Creds(serverCreds))
@@ -441,6 +471,7 @@ func (n *Node) Stop(ctx context.Context) error {
 // shutdown stops what Start started, in reverse order, without stopping
 // the actor system (protoactor's Cluster.Shutdown would).
 func (n *Node) shutdown(ctx context.Context) {
+	n.guard.closing.Store(true)
 	wait := func(pid *actor.PID) {
 		if pid != nil {
 			_ = n.as.Root.StopFuture(pid).Wait()
@@ -505,6 +536,20 @@ func (n *Node) Logger() *slog.Logger { return n.log }
 
 func (n *Node) isLocal(pid *actor.PID) bool {
 	return pid.Address == n.as.Address() || pid.Address == "nonhost"
+}
+
+// isMember says whether a live member has that name, member id and
+// address.
+func (n *Node) isMember(name, id, addr string) bool {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return slices.ContainsFunc(n.members, func(m Member) bool { return m.ID == id && m.Name == name && m.Address == addr })
+}
+
+// statusAllowed says whether a peer that is not a member may read the
+// node's status (Config.StatusClients).
+func (n *Node) statusAllowed(p *streamPeer) bool {
+	return slices.Contains(n.cfg.StatusClients, "*") || p.secure && slices.Contains(n.cfg.StatusClients, p.name)
 }
 
 // wasLost says whether the member id left the cluster (and so can never
@@ -688,6 +733,10 @@ type Stats struct {
 	// Excluded: the other members declared this node lost.
 	Excluded bool
 	Codec    CodecStats
+	// Auth counts what the node refused from other nodes: connections
+	// whose certificate does not name their node, and messages that their
+	// sender may not send (see AuthStats).
+	Auth AuthStats
 	// Replication has the state of every replicated log this node leads.
 	Replication []LogStatus
 	// Held lists the replicated logs this node holds, led or replicated.
@@ -705,6 +754,7 @@ func (n *Node) Stats() Stats {
 	stores := slices.Clone(n.stores)
 	n.mu.Unlock()
 	st.Codec = n.codec.stats()
+	st.Auth = n.refusals.stats()
 	for _, s := range stores {
 		st.Replication = append(st.Replication, s.Status()...)
 	}

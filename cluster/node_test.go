@@ -177,7 +177,9 @@ func TestHeadersPassThrough(t *testing.T) {
 func TestSpawnOn(t *testing.T) {
 	t.Parallel()
 	p := parent(t)
-	b := startChild(t, childConfig{Name: "b", Cluster: "spawn", Replicas: -1})
+	// Only members may spawn: b joins the parent's cluster.
+	b := startChild(t, childConfig{Name: "b-spawn", Cluster: "parent", Peers: []string{p.Address()}, Replicas: -1})
+	awaitMember(t, p, "b-spawn", true)
 	// The child spawns one of the parent's kinds on the parent.
 	name := fresh("spawned-echo") // the parent node outlives the test (-count)
 	pid, err := p.SpawnOn(timeout(t), p.Address(), "echo", name)

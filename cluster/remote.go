@@ -116,6 +116,12 @@ func (n *Node) Request(ctx context.Context, pid *actor.PID, msg any) (any, error
 		switch m := c.Message().(type) {
 		case actor.SystemMessage, actor.AutoReceiveMessage:
 		default:
+			// The guard marks what comes from another node with the
+			// node's address: a reply counts only from the node asked.
+			if from := c.MessageHeader().Get(fromHeader); from != "" && from != pid.Address {
+				n.refusals.refuse(refusedReply, "a reply from another node than the one asked", "asked", pid.String(), "from", from, "type", fmt.Sprintf("%T", m))
+				return
+			}
 			once.Do(func() { reply <- m })
 		}
 	})))
@@ -157,7 +163,7 @@ func (a *nodeActor) Receive(ctx actor.Context) {
 	n := a.n
 	switch m := ctx.Message().(type) {
 	case *ping:
-		resp := &pong{Cluster: n.cfg.ClusterName, Name: n.cfg.Name, ID: n.as.ID, Addr: n.Address()}
+		resp := &pong{Cluster: n.cfg.ClusterName, Name: n.cfg.Name, ID: n.as.ID, Addr: n.Address(), Nonce: m.Nonce}
 		if m.Cluster == n.cfg.ClusterName {
 			resp.Peers = n.knownPeers()
 			resp.Excluded = m.ID != "" && n.wasLost(m.ID)

@@ -1,6 +1,7 @@
 package cluster
 
 import (
+	"errors"
 	"fmt"
 
 	"github.com/asynkron/protoactor-go/actor"
@@ -34,7 +35,10 @@ func (r *replicaEndpoint) Receive(ctx actor.Context) {
 		}
 		reply, err = st.receive(m.Log, a)
 	}
-	if err != nil {
+	if errors.Is(err, replication.ErrOutOfRange) {
+		r.n.refusals.refuse(refusedMalformed, "an append out of range", "log", m.Log, "leader", m.Leader, "err", err)
+		resp.Err = err.Error()
+	} else if err != nil {
 		resp.Err = err.Error()
 		r.n.log.Error("replica: append failed", "log", m.Log, "leader", m.Leader, "err", err)
 	} else {

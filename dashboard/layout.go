@@ -5,7 +5,6 @@ import (
 	"slices"
 
 	"github.com/sluicehq/sluice/actors"
-	"github.com/sluicehq/sluice/internal/engine"
 	"github.com/sluicehq/sluice/operators"
 )
 
@@ -187,18 +186,8 @@ func layout(tasks []operators.Task, edges []operators.Edge) Graph {
 // when it has one (every topology does), else tasks rebuilt from the
 // operators' statistics, without edges.
 func planOf(run *actors.Run) ([]operators.Task, []operators.Edge) {
-	if p, ok := run.Execution().(interface{ Plan() *engine.Plan }); ok {
-		if plan := p.Plan(); plan != nil {
-			tasks := make([]operators.Task, len(plan.Tasks))
-			for i, t := range plan.Tasks {
-				tasks[i] = operators.Task{ID: t.ID, Operators: t.Operators, Kinds: t.Kinds, Parallelism: t.Parallelism}
-			}
-			edges := make([]operators.Edge, len(plan.Edges))
-			for i, e := range plan.Edges {
-				edges[i] = operators.Edge{From: e.From, To: e.To, Partition: e.Partition, Via: e.Via}
-			}
-			return tasks, edges
-		}
+	if plan := operators.PlanOf(run); plan != nil {
+		return plan.Tasks, plan.Edges
 	}
 	var tasks []operators.Task
 	for _, s := range run.Stats() {

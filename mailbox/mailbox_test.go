@@ -14,13 +14,14 @@ import (
 	"github.com/asynkron/protoactor-go/actor"
 	"go.uber.org/goleak"
 
+	"github.com/sluicehq/sluice/actors/actortest"
 	"github.com/sluicehq/sluice/mailbox"
 )
 
 // TestMain fails the package when a test leaves a goroutine behind: every
 // actor's mailbox goroutine must have exited once its gate is released.
 func TestMain(m *testing.M) {
-	goleak.VerifyTestMain(m)
+	goleak.VerifyTestMain(m, actortest.LeakOptions()...) // protoactor's dead-letter throttle aside
 }
 
 // waitTimeout bounds every wait on a channel. In a synctest bubble the clock

@@ -97,13 +97,15 @@
 //		operators.OutOfOrderness(5*time.Second))
 //	perUser := operators.KeyBy(ts, "by-user", func(c Click) string { return c.User })
 //	sessions := operators.WindowCount(perUser, "sessions", operators.Sessions(30*time.Minute),
-//		operators.AllowedLateness(time.Minute), operators.LateTo[Click](lateClicks))
+//		operators.AllowedLateness(time.Minute))
+//	lateClicks := operators.LateRecords(perUser, sessions, "late-clicks")
 //
 // WindowAggregate, WindowCount and WindowReduce group a keyed stream in
 // Tumbling, Sliding or Sessions windows, aligned to the epoch, in event time
 // (or ProcessingTime); a window fires when the watermark passes its end, and
 // every open window fires at the end of the input. Records later than the
-// allowed lateness are counted (OperatorStats.Late) and go to LateTo's sink.
+// allowed lateness are counted (OperatorStats.Late) and form the stream
+// LateRecords takes from the window (a side output).
 // WindowJoin, IntervalJoin and Join (unbounded, with StateTTL) join two
 // streams by key; KeyedUnion and Process (keyed state with event-time
 // timers) build joins and operators of your own. Window, join and process
@@ -115,5 +117,5 @@
 // Restarts are all-for-one (the whole job, as Flink restarts a region);
 // a single instance is not restarted alone. Per-key state lives in memory
 // between checkpoints. A window's results carry the window's last instant
-// as their event time. A LateTo sink is at-least-once.
+// as their event time.
 package operators

@@ -4,7 +4,7 @@ import (
 	"errors"
 	"fmt"
 
-	"github.com/sluicehq/sluice/internal/engine"
+	"github.com/sluicehq/sluice/internal/graph"
 )
 
 // Sentinel errors for the ways a topology can be invalid; test with
@@ -26,16 +26,16 @@ var (
 var ErrAborted = errors.New("operators: job stopped before it finished")
 
 // kinds gives each of the engine's kinds of invalid topology its sentinel.
-var kinds = map[engine.Kind]error{
-	engine.KindDuplicateName: ErrDuplicateName,
-	engine.KindCycle:         ErrCycle,
-	engine.KindUnconnected:   ErrUnconnected,
-	engine.KindTypeMismatch:  ErrTypeMismatch,
-	engine.KindParallelism:   ErrParallelism,
-	engine.KindForeignStream: ErrForeignStream,
-	engine.KindUnknown:       ErrUnknown,
-	engine.KindInvalid:       ErrInvalid,
-	engine.KindNoSource:      ErrNoSource,
+var kinds = map[graph.Kind]error{
+	graph.KindDuplicateName: ErrDuplicateName,
+	graph.KindCycle:         ErrCycle,
+	graph.KindUnconnected:   ErrUnconnected,
+	graph.KindTypeMismatch:  ErrTypeMismatch,
+	graph.KindParallelism:   ErrParallelism,
+	graph.KindForeignStream: ErrForeignStream,
+	graph.KindUnknown:       ErrUnknown,
+	graph.KindInvalid:       ErrInvalid,
+	graph.KindNoSource:      ErrNoSource,
 }
 
 // TopologyError is one reason a topology is invalid.
@@ -79,8 +79,8 @@ type PanicError struct {
 func (e *PanicError) Error() string { return fmt.Sprintf("panic: %v", e.Value) }
 
 // errorKit makes the engine report errors of this package's types.
-var errorKit = engine.Errors{
-	Topology: func(topology, op string, kind engine.Kind, detail string) error {
+var errorKit = graph.Errors{
+	Topology: func(topology, op string, kind graph.Kind, detail string) error {
 		k, ok := kinds[kind]
 		if !ok {
 			k = fmt.Errorf("%v", kind)

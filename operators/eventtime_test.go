@@ -191,8 +191,9 @@ func TestLateRecords(t *testing.T) {
 			src := operators.Source(top, "events", operators.FromSlice(evs))
 			ts := operators.Timestamps(src, "ts", tevTime)
 			late := operators.NewCollector[tev]()
-			counts := operators.WindowCount(operators.KeyBy(ts, "by-key", tevKey), "count", operators.Tumbling(time.Second),
-				operators.AllowedLateness(tc.lateness), operators.LateTo[tev](late))
+			ks := operators.KeyBy(ts, "by-key", tevKey)
+			counts := operators.WindowCount(ks, "count", operators.Tumbling(time.Second), operators.AllowedLateness(tc.lateness))
+			operators.Sink(operators.LateRecords(ks, counts, "late"), "late-out", late)
 			col := operators.NewCollector[operators.Windowed[string, int64]]()
 			operators.Sink(counts, "out", col)
 			run := runToEnd(t, sys, ctx, top)
@@ -335,8 +336,12 @@ func TestWindowValidation(t *testing.T) {
 	operators.Sink(operators.WindowAggregate(kt, "no-merge", operators.Sessions(time.Second), func() int { return 0 }, func(a int, _ tev) int { return a + 1 }, nil),
 		"o2", operators.NewCollector[operators.Windowed[string, int]]())
 	operators.Sink(operators.WindowCount(kt, "bad-size", operators.Tumbling(0)), "o3", operators.NewCollector[operators.Windowed[string, int64]]())
-	operators.Sink(operators.WindowCount(kt, "bad-late", operators.Tumbling(time.Second), operators.LateTo[string](operators.NewCollector[string]())),
-		"o4", operators.NewCollector[operators.Windowed[string, int64]]())
+	// The late records of an operator that is no window over the stream.
+	notWindow := operators.Map(ts, "not-window", func(e tev) tev { return e })
+	operators.Sink(operators.LateRecords(kt, notWindow, "bad-late"), "o4", operators.NewCollector[tev]())
+	other := operators.WindowCount(ks, "other-window", operators.Tumbling(time.Second).ProcessingTime())
+	operators.Sink(other, "o5", operators.NewCollector[operators.Windowed[string, int64]]())
+	operators.Sink(operators.LateRecords(kt, other, "bad-late2"), "o6", operators.NewCollector[tev]())
 	err := top.Validate()
 	if err == nil {
 		t.Fatal("no error")
@@ -345,7 +350,8 @@ func TestWindowValidation(t *testing.T) {
 		`"no-time"`, "add operators.Timestamps",
 		`"no-merge"`, "merge function",
 		`"bad-size"`, "size must be positive",
-		`"bad-late"`, "LateTo",
+		`"bad-late"`, "not a windowed aggregation",
+		`"bad-late2"`, "does not window",
 	} {
 		if !strings.Contains(err.Error(), want) {
 			t.Errorf("error lacks %q:\n%v", want, err)
@@ -354,5 +360,43 @@ func TestWindowValidation(t *testing.T) {
 	var te *operators.TopologyError
 	if !errors.As(err, &te) {
 		t.Errorf("not a *TopologyError: %T", err)
+	}
+}
+
+// The late records of a window whose results a Map transforms: the window
+// keeps its results' chain, and its late records reach their own stream,
+// with the job's watermark and end of stream.
+func TestLateRecordsBesideAResultsChain(t *testing.T) {
+	sys, ctx := newSystem(t)
+	top := operators.NewTopology(t.Name(), operators.BatchSize(1))
+	src := operators.Source(top, "events", operators.FromSlice([]tev{{"a", 100}, {"b", 2500}, {"a", 900}, {"b", 5000}, {"a", 1200}}))
+	ks := operators.KeyBy(operators.Timestamps(src, "ts", tevTime), "by-key", tevKey, operators.Parallelism(2))
+	counts := operators.WindowCount(ks, "count", operators.Tumbling(time.Second))
+	values := operators.Map(counts, "value", func(w operators.Windowed[string, int64]) int64 { return w.Value })
+	out := operators.NewCollector[int64]()
+	operators.Sink(values, "out", out)
+	lateTimes := operators.Map(operators.LateRecords(ks, counts, "late"), "late-time", func(e tev) int64 { return e.T })
+	late := operators.NewCollector[int64]()
+	operators.Sink(lateTimes, "late-out", late)
+	p, err := top.Plan()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, task := range p.Tasks {
+		if slices.Contains(task.Operators, "late") && slices.Contains(task.Operators, "count") {
+			t.Fatalf("the late records' operator fused into the window's task: %v", task.Operators)
+		}
+	}
+	run := runToEnd(t, sys, ctx, top)
+	got := late.Items()
+	slices.Sort(got)
+	if !slices.Equal(got, []int64{900, 1200}) {
+		t.Errorf("late records %v, want [900 1200]", got)
+	}
+	if n := out.Len(); n != 3 {
+		t.Errorf("%d results, want 3 (a [0,1s), b [2s,3s), b [5s,6s))", n)
+	}
+	if st := stat(t, run, "count"); st.Late != 2 {
+		t.Errorf("Late = %d, want 2", st.Late)
 	}
 }

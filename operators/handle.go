@@ -5,6 +5,7 @@ import (
 
 	"github.com/sluicehq/sluice/actors"
 	"github.com/sluicehq/sluice/internal/engine"
+	"github.com/sluicehq/sluice/internal/graph"
 )
 
 // Job is a running topology, as Start returns it.
@@ -19,13 +20,13 @@ type Job struct{ run *actors.Run }
 //	...
 //	err = job.Wait(ctx)
 func Start(ctx context.Context, sys *actors.System, t *Topology, opts ...TopologyOption) (*Job, error) {
-	eo := make([]engine.TopologyOption, 0, len(opts))
+	eo := make([]graph.TopologyOption, 0, len(opts))
 	for _, o := range opts {
 		if o.o != nil {
 			eo = append(eo, o.o)
 		}
 	}
-	run, err := sys.Run(ctx, t.t.With(eo...))
+	run, err := sys.Run(ctx, engine.Job{T: t.t.With(eo...)})
 	if err != nil {
 		return nil, err
 	}
@@ -65,6 +66,9 @@ func (j *Job) Savepoint(ctx context.Context) (uint64, error) { return Savepoint(
 // process that runs them, for a job run across processes (package
 // cluster); nil for a job in one process.
 func (j *Job) Placement() map[string]int { return engine.PlacementOf(j.run) }
+
+// Plan is the physical plan the job executes.
+func (j *Job) Plan() *Plan { return PlanOf(j.run) }
 
 // Run is the System's handle of the job (for code that manages any
 // actors.Job).

@@ -3,7 +3,7 @@ package operators
 import (
 	"time"
 
-	"github.com/sluicehq/sluice/internal/engine"
+	"github.com/sluicehq/sluice/internal/graph"
 )
 
 // Either is a record of one of two inputs brought together by KeyedUnion.
@@ -42,7 +42,7 @@ func KeyedUnion[K comparable, L, R any](left Stream[L], right Stream[R], name st
 // time. The operators it adds besides name are named name.left,
 // name.right, name.union and name.key.
 func WindowJoin[K comparable, L, R, O any](left Stream[L], right Stream[R], name string, lkey func(L) K, rkey func(R) K, w Windows, join func(L, R) O, opts ...TimedJoinOption) Stream[O] {
-	return Stream[O]{engine.WindowJoin(left.s, right.s, name, lkey, rkey, w.w, join, unwrap(opts)...)}
+	return Stream[O]{graph.WindowJoin(left.s, right.s, name, lkey, rkey, w.w, join, unwrap(opts)...)}
 }
 
 // IntervalJoin joins every left record l with every right record r of the
@@ -53,14 +53,14 @@ func WindowJoin[K comparable, L, R, O any](left Stream[L], right Stream[R], name
 // until it passes r-lower. A record at or behind the watermark when it
 // arrives is late: counted (OperatorStats.Late) and dropped.
 func IntervalJoin[K comparable, L, R, O any](left Stream[L], right Stream[R], name string, lkey func(L) K, rkey func(R) K, lower, upper time.Duration, join func(L, R) O, opts ...TimedJoinOption) Stream[O] {
-	return Stream[O]{engine.IntervalJoin(left.s, right.s, name, lkey, rkey, lower, upper, join, unwrap(opts)...)}
+	return Stream[O]{graph.IntervalJoin(left.s, right.s, name, lkey, rkey, lower, upper, join, unwrap(opts)...)}
 }
 
 // StateTTL makes an unbounded Join forget a key's records once the key has
 // seen no record for d of processing time (as Flink's state TTL), so that
 // its state stays bounded when keys stop appearing. Without it the join
 // keeps every record.
-func StateTTL(d time.Duration) TTLOption { return TTLOption{engine.StateTTL(d)} }
+func StateTTL(d time.Duration) TTLOption { return TTLOption{graph.StateTTL(d)} }
 
 // Join is the unbounded (regular) inner join of two keyed streams: every
 // left record is joined with every right record of the same key that came
@@ -69,5 +69,5 @@ func StateTTL(d time.Duration) TTLOption { return TTLOption{engine.StateTTL(d)} 
 // the event time of the record that completed the pair, when the inputs
 // carry event times.
 func Join[K comparable, L, R, O any](left Stream[L], right Stream[R], name string, lkey func(L) K, rkey func(R) K, join func(L, R) O, opts ...JoinOption) Stream[O] {
-	return Stream[O]{engine.Join(left.s, right.s, name, lkey, rkey, join, unwrap(opts)...)}
+	return Stream[O]{graph.Join(left.s, right.s, name, lkey, rkey, join, unwrap(opts)...)}
 }

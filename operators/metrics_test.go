@@ -51,6 +51,11 @@ func TestMetricsThroughTheMeterProvider(t *testing.T) {
 	if got := histogramCount(rm, "sluice.batch.processing"); got == 0 {
 		t.Errorf("no batch processing times recorded")
 	}
+	// Buckets for seconds from a microsecond up, not OpenTelemetry's
+	// defaults (0, 5, 10, ... 10000), where every batch is in the first.
+	if b := histogramBounds(rm, "sluice.batch.processing"); len(b) < 10 || b[0] != 1e-6 || b[len(b)-1] != 10 {
+		t.Errorf("batch processing buckets %v, want 1 µs to 10 s", b)
+	}
 	in.Close()
 	if err := run.Wait(ctx); err != nil {
 		t.Fatal(err)
@@ -87,4 +92,15 @@ func histogramCount(rm metricdata.ResourceMetrics, name string) uint64 {
 		}
 	}
 	return n
+}
+
+func histogramBounds(rm metricdata.ResourceMetrics, name string) []float64 {
+	for _, sm := range rm.ScopeMetrics {
+		for _, m := range sm.Metrics {
+			if h, ok := m.Data.(metricdata.Histogram[float64]); ok && m.Name == name && len(h.DataPoints) > 0 {
+				return h.DataPoints[0].Bounds
+			}
+		}
+	}
+	return nil
 }

@@ -1,6 +1,6 @@
 package operators
 
-import "github.com/sluicehq/sluice/internal/engine"
+import "github.com/sluicehq/sluice/internal/graph"
 
 // Options are typed by the family of operators they apply to: each
 // constructor takes the options of its family, so an option that means
@@ -14,7 +14,7 @@ import "github.com/sluicehq/sluice/internal/engine"
 //	TimestampsOption  Timestamps                                Input, OutOfOrderness
 //	PartitionOption   KeyBy, Broadcast, Rebalance, Declare      -
 //	AggregateOption   Count, Reduce, Aggregate                  Input, OnRecordFailure, Emit
-//	WindowOption      WindowAggregate, WindowCount, WindowReduce Input, AllowedLateness, LateTo
+//	WindowOption      WindowAggregate, WindowCount, WindowReduce Input, AllowedLateness
 //	JoinOption        Join                                      Input, StateTTL
 //	TimedJoinOption   WindowJoin, IntervalJoin                  Input
 //	ProcessOption     Process                                   Input
@@ -74,42 +74,42 @@ type (
 )
 
 // option is what every option is: a change to the operator being added.
-type option interface{ engineOption() engine.Option }
+type option interface{ engineOption() graph.Option }
 
 // Option applies to every operator: Parallelism, NoFusion. The zero Option
 // changes nothing.
-type Option struct{ o engine.Option }
+type Option struct{ o graph.Option }
 
 // InputOption applies to every operator with an input: Input.
-type InputOption struct{ o engine.Option }
+type InputOption struct{ o graph.Option }
 
 // RecordFailureOption applies to the operators that run a function per
 // record and may retry it: OnRecordFailure.
-type RecordFailureOption struct{ o engine.Option }
+type RecordFailureOption struct{ o graph.Option }
 
 // EmitOption applies to the per-key aggregations: Emit.
-type EmitOption struct{ o engine.Option }
+type EmitOption struct{ o graph.Option }
 
 // IdleOption applies to sources: IdleAfter.
-type IdleOption struct{ o engine.Option }
+type IdleOption struct{ o graph.Option }
 
 // OrderOption applies to Timestamps: OutOfOrderness.
-type OrderOption struct{ o engine.Option }
+type OrderOption struct{ o graph.Option }
 
-// LateOption applies to windowed aggregations: AllowedLateness, LateTo.
-type LateOption struct{ o engine.Option }
+// LateOption applies to windowed aggregations: AllowedLateness.
+type LateOption struct{ o graph.Option }
 
 // TTLOption applies to Join: StateTTL.
-type TTLOption struct{ o engine.Option }
+type TTLOption struct{ o graph.Option }
 
-func (o Option) engineOption() engine.Option              { return o.o }
-func (o InputOption) engineOption() engine.Option         { return o.o }
-func (o RecordFailureOption) engineOption() engine.Option { return o.o }
-func (o EmitOption) engineOption() engine.Option          { return o.o }
-func (o IdleOption) engineOption() engine.Option          { return o.o }
-func (o OrderOption) engineOption() engine.Option         { return o.o }
-func (o LateOption) engineOption() engine.Option          { return o.o }
-func (o TTLOption) engineOption() engine.Option           { return o.o }
+func (o Option) engineOption() graph.Option              { return o.o }
+func (o InputOption) engineOption() graph.Option         { return o.o }
+func (o RecordFailureOption) engineOption() graph.Option { return o.o }
+func (o EmitOption) engineOption() graph.Option          { return o.o }
+func (o IdleOption) engineOption() graph.Option          { return o.o }
+func (o OrderOption) engineOption() graph.Option         { return o.o }
+func (o LateOption) engineOption() graph.Option          { return o.o }
+func (o TTLOption) engineOption() graph.Option           { return o.o }
 
 func (Option) source()     {}
 func (Option) mapping()    {}
@@ -145,8 +145,8 @@ func (LateOption) window() {}
 func (TTLOption) join() {}
 
 // unwrap turns a family's options into the engine's.
-func unwrap[O option](opts []O) []engine.Option {
-	out := make([]engine.Option, 0, len(opts))
+func unwrap[O option](opts []O) []graph.Option {
+	out := make([]graph.Option, 0, len(opts))
 	for _, o := range opts {
 		if any(o) == nil {
 			continue

@@ -3,6 +3,10 @@ package operators
 import (
 	"fmt"
 	"strings"
+
+	"github.com/sluicehq/sluice/actors"
+	"github.com/sluicehq/sluice/internal/engine"
+	"github.com/sluicehq/sluice/internal/graph"
 )
 
 // Plan is the physical plan of a topology: the tasks (chains of fused
@@ -38,6 +42,19 @@ func (t *Topology) Plan() (*Plan, error) {
 	if err != nil {
 		return nil, err
 	}
+	return planOf(ep), nil
+}
+
+// PlanOf is the physical plan a topology's run executes (nil for a run of
+// another kind of job).
+func PlanOf(run *actors.Run) *Plan {
+	if ep := engine.PlanOf(run); ep != nil {
+		return planOf(ep)
+	}
+	return nil
+}
+
+func planOf(ep *graph.Plan) *Plan {
 	p := &Plan{Topology: ep.Topology, Tasks: make([]Task, len(ep.Tasks)), Edges: make([]Edge, len(ep.Edges))}
 	for i, et := range ep.Tasks {
 		p.Tasks[i] = Task{ID: et.ID, Operators: et.Operators, Kinds: et.Kinds, Parallelism: et.Parallelism}
@@ -45,7 +62,7 @@ func (t *Topology) Plan() (*Plan, error) {
 	for i, ee := range ep.Edges {
 		p.Edges[i] = Edge{From: ee.From, To: ee.To, Partition: ee.Partition, Via: ee.Via}
 	}
-	return p, nil
+	return p
 }
 
 // String renders the plan for people, one task or edge a line.

@@ -3,14 +3,14 @@ package operators
 import (
 	"time"
 
-	"github.com/sluicehq/sluice/internal/engine"
+	"github.com/sluicehq/sluice/internal/graph"
 )
 
 // ProcessContext is what a Process function sees: the current key, its
 // state, the current event time, and the means to emit results and to set
 // event-time timers. It is valid only during the call it is passed to.
 type ProcessContext[K comparable, S, O any] struct {
-	c *engine.ProcessContext[K, S, O]
+	c *graph.ProcessContext[K, S, O]
 }
 
 // ProcessingTimer sets a processing-time timer for the key: onTimer runs
@@ -71,13 +71,13 @@ func (c *ProcessContext[K, S, O]) Timer(t time.Time) { c.c.Timer(t) }
 // input every timer still set fires, in time order. onTimer may be nil when
 // no timers are set.
 func Process[K comparable, T, S, O any](ks KeyedStream[K, T], name string, onRecord func(c *ProcessContext[K, S, O], v T), onTimer func(c *ProcessContext[K, S, O]), opts ...ProcessOption) Stream[O] {
-	var rec func(*engine.ProcessContext[K, S, O], T)
+	var rec func(*graph.ProcessContext[K, S, O], T)
 	if onRecord != nil {
-		rec = func(c *engine.ProcessContext[K, S, O], v T) { onRecord(&ProcessContext[K, S, O]{c}, v) }
+		rec = func(c *graph.ProcessContext[K, S, O], v T) { onRecord(&ProcessContext[K, S, O]{c}, v) }
 	}
-	var tim func(*engine.ProcessContext[K, S, O])
+	var tim func(*graph.ProcessContext[K, S, O])
 	if onTimer != nil {
-		tim = func(c *engine.ProcessContext[K, S, O]) { onTimer(&ProcessContext[K, S, O]{c}) }
+		tim = func(c *graph.ProcessContext[K, S, O]) { onTimer(&ProcessContext[K, S, O]{c}) }
 	}
-	return Stream[O]{engine.Process(ks.s, name, rec, tim, unwrap(opts)...)}
+	return Stream[O]{graph.Process(ks.s, name, rec, tim, unwrap(opts)...)}
 }

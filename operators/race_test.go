@@ -4,6 +4,6 @@ package operators_test
 
 // Under the race detector the job runs several times slower: a shorter job
 // gives the crash test as many kill points.
-const crashRecords = 1_500_000
+const crashRecords = 3_000_000
 
 const crashKillMin = 150 // ms

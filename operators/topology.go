@@ -7,13 +7,14 @@ import (
 	"github.com/sluicehq/sluice/actors"
 	"github.com/sluicehq/sluice/clock"
 	"github.com/sluicehq/sluice/internal/engine"
+	"github.com/sluicehq/sluice/internal/graph"
 	"github.com/sluicehq/sluice/mailbox"
 	"github.com/sluicehq/sluice/persistence"
 	"github.com/sluicehq/sluice/supervision"
 )
 
 func init() {
-	engine.BindUser(func(t any) (*engine.Topology, bool) {
+	graph.BindUser(func(t any) (*graph.Topology, bool) {
 		ut, ok := t.(*Topology)
 		if !ok || ut == nil {
 			return nil, false
@@ -26,11 +27,11 @@ func init() {
 // the package's functions (Source, Map, KeyBy, Sink, ...), check it with
 // Validate or Plan, and run it with actors.System.Run. A Topology is not safe
 // for concurrent construction.
-type Topology struct{ t *engine.Topology }
+type Topology struct{ t *graph.Topology }
 
 // NewTopology starts an empty topology named name.
 func NewTopology(name string, opts ...TopologyOption) *Topology {
-	t := engine.NewTopology(name)
+	t := graph.NewTopology(name)
 	t.SetErrors(errorKit)
 	for _, o := range opts {
 		if o.o != nil {
@@ -56,20 +57,20 @@ func (t *Topology) Validate() error { return t.t.Validate() }
 // Start launches the topology on sys; it implements actors.Job, and
 // applications call sys.Run(ctx, t) rather than Start.
 func (t *Topology) Start(ctx context.Context, sys *actors.System) (actors.Execution, error) {
-	return t.t.Start(ctx, sys)
+	return engine.Job{T: t.t}.Start(ctx, sys)
 }
 
 // Stream is a typed stream of records produced by one operator. Streams are
 // values: pass them to the next operator's constructor. A stream may be
 // consumed by several operators; each receives every record.
-type Stream[T any] struct{ s engine.Stream[T] }
+type Stream[T any] struct{ s graph.Stream[T] }
 
 // Name returns the name of the operator that produces the stream.
 func (s Stream[T]) Name() string { return s.s.Name() }
 
 // KeyedStream is a stream partitioned by key: every record with the same key
 // reaches the same instance of the consuming operator. Create it with KeyBy.
-type KeyedStream[K comparable, T any] struct{ s engine.KeyedStream[K, T] }
+type KeyedStream[K comparable, T any] struct{ s graph.KeyedStream[K, T] }
 
 // Name returns the name of the KeyBy that produced the stream.
 func (s KeyedStream[K, T]) Name() string { return s.s.Name() }
@@ -77,7 +78,7 @@ func (s KeyedStream[K, T]) Name() string { return s.s.Name() }
 // Parallelism sets how many instances (actors) run the operator. The default
 // is the parallelism of the operator's first input (1 for sources). On KeyBy
 // it sets the parallelism of the keyed consumers.
-func Parallelism(n int) Option { return Option{engine.Parallelism(n)} }
+func Parallelism(n int) Option { return Option{graph.Parallelism(n)} }
 
 // Input sets the operator's input mailbox: its capacity in records and what
 // happens when it is full (mailbox.Block, the default, with credit-based
@@ -88,11 +89,11 @@ func Parallelism(n int) Option { return Option{engine.Parallelism(n)} }
 // and a codec for the operator's input type, whose values must be msgpack
 // encodable. An operator with its own Input is never fused with its
 // predecessor.
-func Input(cfg mailbox.Config) InputOption { return InputOption{engine.Input(cfg)} }
+func Input(cfg mailbox.Config) InputOption { return InputOption{graph.Input(cfg)} }
 
 // NoFusion keeps the operator in an actor of its own instead of fusing it
 // with its neighbours into one chain.
-func NoFusion() Option { return Option{engine.NoFusion()} }
+func NoFusion() Option { return Option{graph.NoFusion()} }
 
 // OnRecordFailure sets what an operator does when its function panics on a
 // record: it tries the record again, up to attempts times in all, and then
@@ -102,21 +103,21 @@ func NoFusion() Option { return Option{engine.NoFusion()} }
 // RestartOnFailure). It covers Map, Filter, FlatMap and the per-key
 // aggregations (their key and fold functions).
 func OnRecordFailure(attempts int) RecordFailureOption {
-	return RecordFailureOption{engine.OnRecordFailure(attempts)}
+	return RecordFailureOption{graph.OnRecordFailure(attempts)}
 }
 
 // TopologyOption configures how a topology runs.
-type TopologyOption struct{ o engine.TopologyOption }
+type TopologyOption struct{ o graph.TopologyOption }
 
 // BatchSize sets how many records travel together in one envelope between
 // actors (default 256). Larger batches cost memory and latency and save
 // per-message overhead.
-func BatchSize(n int) TopologyOption { return TopologyOption{engine.BatchSize(n)} }
+func BatchSize(n int) TopologyOption { return TopologyOption{graph.BatchSize(n)} }
 
 // Capacity sets each operator instance's input capacity in records (default
 // 4096). Senders hold credits for it; a sender without credits stops taking
 // input, which propagates back-pressure up to the sources.
-func Capacity(n int) TopologyOption { return TopologyOption{engine.Capacity(n)} }
+func Capacity(n int) TopologyOption { return TopologyOption{graph.Capacity(n)} }
 
 // Checkpoints makes the job take a checkpoint every interval: barriers flow
 // from the sources through every operator, each records its state, and the
@@ -143,7 +144,7 @@ func Capacity(n int) TopologyOption { return TopologyOption{engine.Capacity(n)} 
 // fails (or restarts, with RestartOnFailure) from its last completed
 // checkpoint.
 func Checkpoints(interval time.Duration) TopologyOption {
-	return TopologyOption{engine.Checkpoints(interval)}
+	return TopologyOption{graph.Checkpoints(interval)}
 }
 
 // CheckpointTimeout makes a checkpoint that is not complete d after it
@@ -151,7 +152,7 @@ func Checkpoints(interval time.Duration) TopologyOption {
 // reason "timed out after d"; the job goes on and the next interval starts
 // the next checkpoint. Default 10 minutes; 0 disables it.
 func CheckpointTimeout(d time.Duration) TopologyOption {
-	return TopologyOption{engine.CheckpointTimeout(d)}
+	return TopologyOption{graph.CheckpointTimeout(d)}
 }
 
 // MaxConcurrentCheckpoints lets up to n checkpoints be in flight at once
@@ -159,7 +160,7 @@ func CheckpointTimeout(d time.Duration) TopologyOption {
 // in flight starts none. A checkpoint that completes subsumes the older
 // ones still in flight.
 func MaxConcurrentCheckpoints(n int) TopologyOption {
-	return TopologyOption{engine.MaxConcurrentCheckpoints(n)}
+	return TopologyOption{graph.MaxConcurrentCheckpoints(n)}
 }
 
 // MinPauseBetweenCheckpoints makes a checkpoint start only d after the
@@ -167,12 +168,12 @@ func MaxConcurrentCheckpoints(n int) TopologyOption {
 // so that a job whose checkpoints take long still processes records between
 // them.
 func MinPauseBetweenCheckpoints(d time.Duration) TopologyOption {
-	return TopologyOption{engine.MinPauseBetweenCheckpoints(d)}
+	return TopologyOption{graph.MinPauseBetweenCheckpoints(d)}
 }
 
 // CheckpointStore sets where the job's checkpoints are kept.
 func CheckpointStore(s persistence.CheckpointStore) TopologyOption {
-	return TopologyOption{engine.CheckpointStore(s)}
+	return TopologyOption{graph.CheckpointStore(s)}
 }
 
 // Clock is the time source of a job: processing-time windows, source
@@ -181,12 +182,12 @@ func CheckpointStore(s persistence.CheckpointStore) TopologyOption {
 type Clock = clock.Clock
 
 // WithClock makes the job read time from c instead of the system clock.
-func WithClock(c Clock) TopologyOption { return TopologyOption{engine.WithClock(c)} }
+func WithClock(c Clock) TopologyOption { return TopologyOption{graph.WithClock(c)} }
 
 // DeadLetters sets where the job's dead letters go. Default: the system's
 // store (see sluice deadletters).
 func DeadLetters(s supervision.DeadLetterStore) TopologyOption {
-	return TopologyOption{engine.DeadLetters(s)}
+	return TopologyOption{graph.DeadLetters(s)}
 }
 
 // RestartOnFailure makes the job restart when an operator fails (a panic
@@ -197,7 +198,7 @@ func DeadLetters(s supervision.DeadLetterStore) TopologyOption {
 // restarts within the window are allowed; the next failure stops the job
 // with an error that gives the reason and the count.
 func RestartOnFailure(backoff supervision.Backoff, maxRestarts int, within time.Duration) TopologyOption {
-	return TopologyOption{engine.RestartOnFailure(backoff, maxRestarts, within)}
+	return TopologyOption{graph.RestartOnFailure(backoff, maxRestarts, within)}
 }
 
 // Declare adds a named input whose producers are wired later with
@@ -205,5 +206,5 @@ func RestartOnFailure(backoff supervision.Backoff, maxRestarts int, within time.
 // configuration. It passes every record through unchanged. A declared input
 // that is never connected makes the topology invalid.
 func Declare[T any](t *Topology, name string, opts ...PartitionOption) Stream[T] {
-	return Stream[T]{engine.Declare[T](t.t, name, unwrap(opts)...)}
+	return Stream[T]{graph.Declare[T](t.t, name, unwrap(opts)...)}
 }

@@ -3,47 +3,47 @@ package operators
 import (
 	"time"
 
-	"github.com/sluicehq/sluice/internal/engine"
+	"github.com/sluicehq/sluice/internal/graph"
 )
 
 // Timestamps takes each record's event time from ts and generates
 // watermarks from the largest time seen so far, less the out-of-orderness
 // allowed with OutOfOrderness (default 0: records arrive in order). A
 // record that arrives later than that is late for the windows downstream:
-// see AllowedLateness and LateTo. Watermarks from upstream are replaced by
+// see AllowedLateness and LateRecords. Watermarks from upstream are replaced by
 // the ones Timestamps generates. It is stateless and fuses with its
 // neighbours.
 func Timestamps[T any](s Stream[T], name string, ts func(T) time.Time, opts ...TimestampsOption) Stream[T] {
-	return Stream[T]{engine.Timestamps(s.s, name, ts, unwrap(opts)...)}
+	return Stream[T]{graph.Timestamps(s.s, name, ts, unwrap(opts)...)}
 }
 
 // OutOfOrderness sets how far behind the latest event time a record may
 // arrive and still be on time (Timestamps): the watermark trails the
 // largest event time seen by d.
-func OutOfOrderness(d time.Duration) OrderOption { return OrderOption{engine.OutOfOrderness(d)} }
+func OutOfOrderness(d time.Duration) OrderOption { return OrderOption{graph.OutOfOrderness(d)} }
 
 // IdleAfter marks a source instance idle when it has read nothing for d:
 // downstream event time stops waiting for it (otherwise one quiet partition
 // holds every window back) until it reads again. For sources only.
-func IdleAfter(d time.Duration) IdleOption { return IdleOption{engine.IdleAfter(d)} }
+func IdleAfter(d time.Duration) IdleOption { return IdleOption{graph.IdleAfter(d)} }
 
 // Windows says how a windowed operator groups records in time: Tumbling,
 // Sliding or Sessions, in event time unless ProcessingTime says otherwise.
 // Windows are aligned to the Unix epoch: a tumbling window of size S holds
 // [k·S, (k+1)·S), a sliding window of size S and slide P holds
 // [k·P, k·P+S).
-type Windows struct{ w engine.Windows }
+type Windows struct{ w graph.Windows }
 
 // Tumbling windows of the given size: every record belongs to exactly one.
-func Tumbling(size time.Duration) Windows { return Windows{engine.Tumbling(size)} }
+func Tumbling(size time.Duration) Windows { return Windows{graph.Tumbling(size)} }
 
 // Sliding windows of the given size that start every slide: a record
 // belongs to size/slide of them.
-func Sliding(size, slide time.Duration) Windows { return Windows{engine.Sliding(size, slide)} }
+func Sliding(size, slide time.Duration) Windows { return Windows{graph.Sliding(size, slide)} }
 
 // Sessions groups the records of a key into sessions that close after gap
 // without a record: a session holds [first, last+gap).
-func Sessions(gap time.Duration) Windows { return Windows{engine.Sessions(gap)} }
+func Sessions(gap time.Duration) Windows { return Windows{graph.Sessions(gap)} }
 
 // ProcessingTime makes the windows follow the clock of the machine instead
 // of the records' event time: a record belongs to the window of the moment
@@ -55,14 +55,8 @@ func (w Windows) String() string { return w.w.String() }
 // AllowedLateness keeps an event-time window's state for d after it fired:
 // a record that arrives that late still updates the window, which fires
 // again with the new result. Records later than that are late: they are
-// counted (OperatorStats.Late) and go to LateTo's sink, or are dropped.
-func AllowedLateness(d time.Duration) LateOption { return LateOption{engine.AllowedLateness(d)} }
-
-// LateTo sends the records that arrive after every window they belong to
-// has closed (past the allowed lateness) to sink, a side output, besides
-// counting them. Its type must be the windowed operator's input type. The
-// sink runs in the windowed operator's instances, at-least-once.
-func LateTo[T any](sink SinkConnector[T]) LateOption { return LateOption{engine.LateTo(sink)} }
+// counted (OperatorStats.Late) and go to the LateRecords stream, if any.
+func AllowedLateness(d time.Duration) LateOption { return LateOption{graph.AllowedLateness(d)} }
 
 // Windowed is the result of a windowed aggregation: a key's value in one
 // window [Start, End).
@@ -86,16 +80,30 @@ func windowedResult[K comparable, V any](k K, start, end time.Time, v V) Windowe
 // so they need merge to combine two accumulators; it may be nil for the
 // other windows. Window state is part of checkpoints.
 func WindowAggregate[K comparable, T, A any](ks KeyedStream[K, T], name string, w Windows, zero func() A, add func(A, T) A, merge func(A, A) A, opts ...WindowOption) Stream[Windowed[K, A]] {
-	return Stream[Windowed[K, A]]{engine.WindowAggregate(ks.s, name, w.w, zero, add, merge, windowedResult[K, A], unwrap(opts)...)}
+	return Stream[Windowed[K, A]]{graph.WindowAggregate(ks.s, name, w.w, zero, add, merge, windowedResult[K, A], unwrap(opts)...)}
 }
 
 // WindowCount counts the records of each key in each window.
 func WindowCount[K comparable, T any](ks KeyedStream[K, T], name string, w Windows, opts ...WindowOption) Stream[Windowed[K, int64]] {
-	return Stream[Windowed[K, int64]]{engine.WindowCount(ks.s, name, w.w, windowedResult[K, int64], unwrap(opts)...)}
+	return Stream[Windowed[K, int64]]{graph.WindowCount(ks.s, name, w.w, windowedResult[K, int64], unwrap(opts)...)}
 }
 
 // WindowReduce combines the records of each key in each window with f,
 // starting from the window's first record.
 func WindowReduce[K comparable, T any](ks KeyedStream[K, T], name string, w Windows, f func(a, b T) T, opts ...WindowOption) Stream[Windowed[K, T]] {
-	return Stream[Windowed[K, T]]{engine.WindowReduce(ks.s, name, w.w, f, windowedResult[K, T], unwrap(opts)...)}
+	return Stream[Windowed[K, T]]{graph.WindowReduce(ks.s, name, w.w, f, windowedResult[K, T], unwrap(opts)...)}
+}
+
+// LateRecords is the stream of the records of ks that the windowed
+// aggregation w over ks (WindowAggregate, WindowCount, WindowReduce) found
+// late: those that arrived after every window they belong to had closed,
+// past AllowedLateness (a side output, as Flink's sideOutputLateData). They
+// keep their event times and are counted in w's OperatorStats.Late as
+// before. The operator it adds, named name, runs with w's parallelism.
+//
+//	counts := operators.WindowCount(byUser, "per-minute", operators.Tumbling(time.Minute))
+//	late := operators.LateRecords(byUser, counts, "late-clicks")
+//	operators.Sink(late, "late-out", lateSink)
+func LateRecords[K comparable, T, R any](ks KeyedStream[K, T], w Stream[R], name string) Stream[T] {
+	return Stream[T]{graph.LateRecords(ks.s, w.s, name)}
 }

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"go.opentelemetry.io/contrib/instrumentation/runtime"
+	"go.opentelemetry.io/otel/metric"
 	"net"
 	"net/http"
 	"strconv"
@@ -92,4 +94,17 @@ func ServeMetrics(ctx context.Context, addr string, handler http.Handler) (strin
 		}
 	}()
 	return ln.Addr().String(), func() error { <-stopped; return serveErr }, nil
+}
+
+// RuntimeMetrics exports the Go runtime's metrics through mp with the
+// process's others: memory in use and allocated, GC cycles and the heap
+// goal, goroutines, the scheduler's latency, named as OpenTelemetry's
+// semantic conventions name them (go.memory.used, go.goroutine.count, ...;
+// go_memory_used_bytes and so on in Prometheus). They are read when mp is
+// collected: nothing runs in between.
+func RuntimeMetrics(mp metric.MeterProvider) error {
+	if err := runtime.Start(runtime.WithMeterProvider(mp)); err != nil {
+		return fmt.Errorf("telemetry: runtime metrics: %w", err)
+	}
+	return nil
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"io"
 	"net/http"
+	"net/http/httptest"
 	"strings"
 	"testing"
 	"time"
@@ -87,5 +88,26 @@ func TestMetricsListenAddr(t *testing.T) {
 	}
 	if !strings.HasPrefix(addr, "127.0.0.1:") {
 		t.Fatalf("ServeMetrics(:0) listened on %s, want 127.0.0.1", addr)
+	}
+}
+
+// The Go runtime's metrics come out with the others: heap, GC and
+// goroutines, read at each scrape.
+func TestRuntimeMetrics(t *testing.T) {
+	mp, handler, err := telemetry.NewPrometheus()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer mp.Shutdown(context.Background())
+	if err := telemetry.RuntimeMetrics(mp); err != nil {
+		t.Fatal(err)
+	}
+	rec := httptest.NewRecorder()
+	handler.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/metrics", nil))
+	body := rec.Body.String()
+	for _, name := range []string{"go_memory_used_bytes", "go_goroutine_count", "go_memory_gc_goal_bytes"} {
+		if !strings.Contains(body, name) {
+			t.Errorf("no %s in the scrape:\n%s", name, body)
+		}
 	}
 }

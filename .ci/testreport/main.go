@@ -32,6 +32,7 @@ type key struct{ pkg, test string }
 
 func main() {
 	title := flag.String("title", "go test", "what the run was, printed with its summary")
+	show := flag.String("show", "", "also print every output line of a test that contains this text (seeds, say)")
 	flag.Parse()
 
 	output := map[key][]string{} // every test's and package's output, until it ends
@@ -55,6 +56,9 @@ func main() {
 			running[e.Package] = true
 		case "output":
 			output[k] = append(output[k], e.Output)
+			if *show != "" && e.Test != "" && strings.Contains(e.Output, *show) {
+				fmt.Printf("%s %s: %s", e.Package, e.Test, strings.TrimLeft(e.Output, " "))
+			}
 		case "pass", "fail", "skip":
 			if e.Test == "" { // the package's end
 				delete(running, e.Package)

@@ -78,4 +78,13 @@
 // (FollowerLog) and the append; the caller applies the Decision atomically
 // and sends its Reply, which Reply.Event turns into the leader's event.
 // MemoryLog is a FollowerLog in memory, for tests and examples.
+//
+// # Limits
+//
+// Epochs, indexes, commits and sequence numbers are below Limit (2^63):
+// Decide refuses an append with a value at or above it, or whose entries
+// would take the log there (Decision.Err is ErrOutOfRange, and nothing is
+// to be applied), and Step ignores events that carry one, so no
+// arithmetic on a value from the network wraps. A driver that takes
+// office checks that the next epoch stays below Limit before promising it.
 package replication

@@ -90,6 +90,9 @@ type FollowerLog interface {
 // Decision is what a replica does with an append, in one atomic write,
 // before it sends Reply: promise the epoch, drop entries, add entries.
 type Decision struct {
+	// Err, when set (ErrOutOfRange), refuses the append: nothing is
+	// written, and Reply is not to be sent.
+	Err error
 	// Promise is the epoch to promise from now on, 0 to keep the promise.
 	Promise uint64
 	// Reset drops every entry; the new base is (Append.Prev, Append.PrevEpoch).
@@ -115,6 +118,9 @@ type Decision struct {
 //   - Reset replaces the whole log (the leader compacted what the replica
 //     lacks; its first entry stands on its own).
 func Decide(l FollowerLog, a Append) Decision {
+	if d, bad := outOfRange(l, a); bad {
+		return d
+	}
 	promised := l.Promised()
 	if a.Epoch < promised {
 		return Decision{Reply: Reply{Result: Stale, Epoch: promised, Seq: a.Seq}}
@@ -172,6 +178,31 @@ func Decide(l FollowerLog, a Append) Decision {
 	return d
 }
 
+// outOfRange refuses an append whose epochs, indexes or commit are at or
+// above Limit, or whose entries would take the log there.
+func outOfRange(l FollowerLog, a Append) (Decision, bool) {
+	bad := func(what string, v uint64) (Decision, bool) {
+		return Decision{Err: fmt.Errorf("%w: %s %d (limit %d)", ErrOutOfRange, what, v, Limit)}, true
+	}
+	switch {
+	case a.Epoch >= Limit:
+		return bad("epoch", a.Epoch)
+	case a.Seq >= Limit:
+		return bad("sequence number", a.Seq)
+	case a.Prev >= Limit:
+		return bad("previous index", a.Prev)
+	case a.PrevEpoch >= Limit:
+		return bad("previous epoch", a.PrevEpoch)
+	case a.Commit >= Limit:
+		return bad("commit", a.Commit)
+	case uint64(len(a.Entries)) >= Limit-a.Prev:
+		return bad("last index after the append", a.Prev+uint64(len(a.Entries)))
+	case l.Promised() >= Limit:
+		return bad("promised epoch of the log", l.Promised())
+	}
+	return Decision{}, false
+}
+
 // MemoryLog is a replica's log in memory: a FollowerLog that applies
 // Decisions. Tests and examples use it; the cluster keeps its logs in bbolt.
 type MemoryLog struct {
@@ -214,6 +245,9 @@ func (l *MemoryLog) Apply(a Append, d Decision) {
 // Receive decides on a and applies the decision, and returns the reply.
 func (l *MemoryLog) Receive(a Append) Reply {
 	d := Decide(l, a)
+	if d.Err != nil {
+		return Reply{}
+	}
 	l.Apply(a, d)
 	return d.Reply
 }

@@ -74,6 +74,25 @@ const (
 // ErrInvalidConfig is wrapped by Config.Validate's errors.
 var ErrInvalidConfig = errors.New("replication: invalid configuration")
 
+// Limit bounds every epoch, index, commit and sequence number: values at
+// or above it (2^63) are refused wherever they come from (an append, an
+// answer, a log), so that no arithmetic on them wraps.
+const Limit uint64 = 1 << 63
+
+// ErrOutOfRange: a value is at or above Limit, or an append would take a
+// log's index there.
+var ErrOutOfRange = errors.New("replication: epoch or index out of range")
+
+// InRange says whether every value is below Limit.
+func InRange(vs ...uint64) bool {
+	for _, v := range vs {
+		if v >= Limit {
+			return false
+		}
+	}
+	return true
+}
+
 // Config is the replication policy of one log.
 type Config struct {
 	// Replicas names the replicas (not the leader), in the order actions
@@ -455,8 +474,29 @@ func (m *machine) replica(name string) *Replica {
 	return nil
 }
 
+// inRange says whether the event's epochs and indexes are below Limit
+// (events from replicas are refused otherwise: nothing they cause wraps).
+func inRange(ev Event) bool {
+	switch e := ev.(type) {
+	case Appended:
+		return InRange(e.Last)
+	case Compacted:
+		return InRange(e.First)
+	case Acked:
+		return InRange(e.Epoch, e.Seq, e.Match)
+	case Nacked:
+		return InRange(e.Epoch, e.Seq, e.Prev, e.Last)
+	case Rejected:
+		return InRange(e.Epoch)
+	}
+	return true
+}
+
 // step applies ev and reports whether it changed anything.
 func (m *machine) step(ev Event) bool {
+	if !inRange(ev) || !InRange(m.Epoch, m.Last) {
+		return false
+	}
 	switch e := ev.(type) {
 	case Start:
 		for i := range m.Replicas {

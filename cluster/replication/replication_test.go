@@ -1,6 +1,7 @@
 package replication_test
 
 import (
+	"errors"
 	"flag"
 	"fmt"
 	"math/rand/v2"
@@ -592,3 +593,58 @@ func randomRound(t *testing.T, rng *rand.Rand, seed uint64, round int) {
 }
 
 var stats struct{ rounds, takeovers, commits uint64 }
+
+// TestValuesNearTheLimit: epochs, indexes, commits and sequence numbers
+// at or above 2^63 (up to 2^64-1) are refused by Decide, with
+// ErrOutOfRange and nothing to apply, and ignored by Step: a replica's
+// copy and a leader's state never wrap.
+func TestValuesNearTheLimit(t *testing.T) {
+	const top = ^uint64(0)
+	l := &replication.MemoryLog{}
+	if r := l.Receive(replication.Append{Epoch: 1, Seq: 1, Entries: []replication.Entry{{Index: 1, Epoch: 1}, {Index: 2, Epoch: 1}}}); r.Result != replication.OK || r.Match != 2 {
+		t.Fatalf("a plain append: %v", r)
+	}
+	for _, a := range []replication.Append{
+		{Epoch: top, Seq: 1, Prev: 2, PrevEpoch: 1},
+		{Epoch: replication.Limit, Seq: 1, Prev: 2, PrevEpoch: 1},
+		{Epoch: 2, Seq: top, Prev: 2, PrevEpoch: 1},
+		{Epoch: 2, Seq: 1, Prev: top - 1, PrevEpoch: 1, Entries: []replication.Entry{{Index: top, Epoch: 2}}},
+		{Epoch: 2, Seq: 1, Prev: replication.Limit - 1, PrevEpoch: 1, Entries: []replication.Entry{{Index: replication.Limit, Epoch: 2}}},
+		{Epoch: 2, Seq: 1, Prev: 2, PrevEpoch: top},
+		{Epoch: 2, Seq: 1, Prev: 2, PrevEpoch: 1, Commit: top},
+		{Epoch: 2, Seq: 1, Prev: 2, PrevEpoch: 1, Reset: true, Commit: replication.Limit},
+	} {
+		d := replication.Decide(l, a)
+		if !errors.Is(d.Err, replication.ErrOutOfRange) || d.Promise != 0 || d.Append != nil || d.Reset || d.Truncate {
+			t.Errorf("Decide(%+v) = %+v, want only ErrOutOfRange", a, d)
+		}
+		l.Receive(a)
+	}
+	if l.Promise != 1 || l.Last() != 2 {
+		t.Fatalf("the copy changed: promised %d, last %d", l.Promise, l.Last())
+	}
+	// Just below the limit is fine.
+	if r := l.Receive(replication.Append{Epoch: replication.Limit - 1, Seq: 2, Prev: 2, PrevEpoch: 1}); r.Result != replication.OK {
+		t.Errorf("epoch 2^63-1: %v", r)
+	}
+
+	s := replication.New(replication.Config{Replicas: []string{"b"}}, 3, replication.LogInfo{First: 1, Last: 2,
+		Epochs: []replication.EpochStart{{Epoch: 1, Start: 1}}})
+	s, _ = replication.Step(s, replication.Start{})
+	for _, ev := range []replication.Event{
+		replication.Acked{Replica: "b", Epoch: 3, Seq: 1, Match: top},
+		replication.Acked{Replica: "b", Epoch: top, Seq: 1, Match: 2},
+		replication.Nacked{Replica: "b", Epoch: 3, Seq: 1, Prev: 2, Last: top},
+		replication.Rejected{Replica: "b", Epoch: top},
+		replication.Rejected{Replica: "b", Epoch: replication.Limit},
+		replication.Appended{Last: top},
+	} {
+		next, acts := replication.Step(s, ev)
+		if len(acts) != 0 || !reflect.DeepEqual(next, s) {
+			t.Errorf("Step(%v) = %v, %v; want no change", ev, next, acts)
+		}
+	}
+	if _, acts := replication.Step(s, replication.Rejected{Replica: "b", Epoch: replication.Limit - 1}); len(acts) == 0 {
+		t.Error("a stale answer of epoch 2^63-1 did not step the leader down")
+	}
+}

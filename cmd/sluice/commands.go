@@ -4,6 +4,7 @@ import (
 	"context"
 	"flag"
 	"fmt"
+	"net"
 	"os"
 	"strings"
 	"time"
@@ -101,6 +102,9 @@ func runCmd(g *globals) *cobra.Command {
 	c.AddCommand(sampleCommands(g, "run", func(cmd *cobra.Command, s samples.Sample) error {
 		tp := telemetry.Noop()
 		if trace {
+			if err := checkTraceEndpoint(traceEndpoint); err != nil {
+				return err
+			}
 			sdk, err := telemetry.NewOTLPTracerProvider(cmd.Context(), "sluice-"+s.Name(), traceEndpoint)
 			if err != nil {
 				return err
@@ -113,6 +117,9 @@ func runCmd(g *globals) *cobra.Command {
 				return err
 			}
 			defer mp.Shutdown(context.WithoutCancel(cmd.Context()))
+			if err := telemetry.RuntimeMetrics(mp); err != nil {
+				return err
+			}
 			_, loopback, err := telemetry.MetricsListenAddr(metricsAddr)
 			if err != nil {
 				return fmt.Errorf("--metrics: %w", err)
@@ -323,4 +330,17 @@ func isTerminal(w any) bool {
 	}
 	st, err := f.Stat()
 	return err == nil && st.Mode()&os.ModeCharDevice != 0
+}
+
+// checkTraceEndpoint says, before a job starts, that nothing listens where
+// --trace would export, and how to start a Jaeger there; without it the
+// job would run and its traces be lost, with an error only at the end.
+func checkTraceEndpoint(endpoint string) error {
+	c, err := net.DialTimeout("tcp", endpoint, 2*time.Second)
+	if err != nil {
+		return fmt.Errorf("--trace: nothing accepts OTLP on %s (%v): start a Jaeger there first, "+
+			"e.g. `bash tools/jaeger/build.sh && bash tools/jaeger/start.sh` from sluice's repository "+
+			"(OTLP gRPC on 127.0.0.1:4317, UI and API on 127.0.0.1:16686), or give --trace-endpoint", endpoint, err)
+	}
+	return c.Close()
 }

@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"net"
 	"strings"
 	"testing"
 )
@@ -52,5 +53,23 @@ func TestSamplesAndUnknown(t *testing.T) {
 	}
 	if _, _, err := execute(t, "run", "wordcount", "--parallelism", "0"); err == nil || !strings.Contains(err.Error(), "parallelism 0") {
 		t.Fatalf("run with parallelism 0: %v, want an invalid-parallelism error", err)
+	}
+}
+
+// --trace with nothing listening fails before the job starts and says how
+// to start a Jaeger.
+func TestTraceWithoutJaeger(t *testing.T) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	closed := l.Addr().String()
+	l.Close() // a port on which nothing listens now
+	out, _, err := execute(t, "run", "wordcount", "--lines", "100", "--trace", "--trace-endpoint", closed)
+	if err == nil || !strings.Contains(err.Error(), "start a Jaeger") || !strings.Contains(err.Error(), "tools/jaeger/start.sh") {
+		t.Fatalf("run --trace without Jaeger: %v, want an error saying how to start one", err)
+	}
+	if out != "" {
+		t.Errorf("the job ran anyway: %q", out)
 	}
 }

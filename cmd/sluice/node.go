@@ -9,6 +9,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"sort"
 	"strings"
 	"time"
 
@@ -23,7 +24,7 @@ type tlsFlags struct{ ca, cert, key string }
 
 func (f *tlsFlags) add(c *cobra.Command) {
 	c.Flags().StringVar(&f.ca, "tls-ca", "", "PEM file of the cluster's certificate authority (mutual TLS)")
-	c.Flags().StringVar(&f.cert, "tls-cert", "", "PEM file of this node's certificate (names its host)")
+	c.Flags().StringVar(&f.cert, "tls-cert", "", "PEM file of this node's certificate (names its host, and its --name as a DNS SAN)")
 	c.Flags().StringVar(&f.key, "tls-key", "", "PEM file of this node's private key")
 }
 
@@ -69,6 +70,8 @@ func nodeCmd(g *globals) *cobra.Command {
 		parallelism                          int
 		lines                                int64
 		out                                  string
+		statusClients                        string
+		insecure                             bool
 	)
 	c := &cobra.Command{
 		Use:   "node --name N --port P --peers HOST:PORT,... --data DIR",
@@ -94,7 +97,7 @@ A node that the others declared lost exits with an error: restart it.`,
 				return err
 			}
 			cfg := cluster.Config{Name: name, ClusterName: clusterName, Host: host, Port: port, Peers: splitList(peers),
-				TLS: tc, Logger: log, FailureTimeout: failure,
+				TLS: tc, Insecure: insecure, StatusClients: splitList(statusClients), Logger: log, FailureTimeout: failure,
 				Jobs: clusterJobs(clusterwordcount.Options{Parallelism: parallelism, Lines: lines, Dir: out})}
 			if data != "" {
 				if err := os.MkdirAll(data, 0o700); err != nil {
@@ -162,6 +165,8 @@ A node that the others declared lost exits with an error: restart it.`,
 	c.Flags().IntVar(&parallelism, "parallelism", 6, "the cluster word count's counting instances (as on its coordinator)")
 	c.Flags().Int64Var(&lines, "lines", 1_000_000, "the cluster word count's lines (as on its coordinator: for a takeover)")
 	c.Flags().StringVar(&out, "out", "", "the cluster word count's output folder (as on its coordinator: for a takeover)")
+	c.Flags().StringVar(&statusClients, "status-clients", "", "who may read this node's status without being a member (`sluice node status`): comma-separated certificate names, or * for anyone")
+	c.Flags().BoolVar(&insecure, "insecure", false, "run without TLS on a host other than loopback (anything that reaches the port can act as any node)")
 	tf.add(c)
 	c.AddCommand(nodeStatusCmd(g))
 	return c
@@ -228,6 +233,14 @@ func printStatus(w io.Writer, st cluster.Stats) {
 	c := st.Codec
 	fmt.Fprintf(w, "  codec: packed %d, unpacked %d, refused: unregistered %d, unknown %d, undecodable %d, foreign %d\n",
 		c.Packed, c.Unpacked, c.Unregistered, c.Unknown, c.Undecodable, c.Foreign)
+	if a := st.Auth; a.Refused > 0 {
+		var reasons []string
+		for r, n := range a.ByReason {
+			reasons = append(reasons, fmt.Sprintf("%s %d", r, n))
+		}
+		sort.Strings(reasons)
+		fmt.Fprintf(w, "  refused from other nodes: %d (%s)\n", a.Refused, strings.Join(reasons, ", "))
+	}
 	for _, l := range st.Replication {
 		fmt.Fprintf(w, "  leads %s: %s, epoch %d, entries %d..%d, committed %d\n", l.Log, l.Role, l.Epoch, l.First, l.Last, l.Commit)
 		for _, r := range l.Replicas {

@@ -91,8 +91,9 @@ func TestNodeCommand(t *testing.T) {
 	if testing.Short() {
 		t.Skip("child processes")
 	}
-	a, addrA, linesA := startNodeProcess(t, "--name", "n1", "--data", t.TempDir(), "--failure-timeout", "2s")
-	b, addrB, linesB := startNodeProcess(t, "--name", "n2", "--peers", addrA, "--data", t.TempDir(), "--failure-timeout", "2s")
+	// `sluice node status` is no member: the nodes must allow it.
+	a, addrA, linesA := startNodeProcess(t, "--name", "n1", "--data", t.TempDir(), "--failure-timeout", "2s", "--status-clients", "*")
+	b, addrB, linesB := startNodeProcess(t, "--name", "n2", "--peers", addrA, "--data", t.TempDir(), "--failure-timeout", "2s", "--status-clients", "*")
 	joined := false
 	for line := range waitLines(t, linesA, 15*time.Second) {
 		if strings.Contains(line, " joined n2 "+addrB) {

@@ -3,6 +3,7 @@ package engine
 import (
 	"fmt"
 
+	"github.com/sluicehq/sluice/internal/graph"
 	"github.com/sluicehq/sluice/mailbox"
 
 	"github.com/sluicehq/sluice/actors"
@@ -51,4 +52,12 @@ func accountErrors(name string, s mailbox.Stats, ended bool) []error {
 		errs = append(errs, fmt.Errorf("%s: %d records queued and %d spilled after the job ended", name, s.Depth, s.SpillPending))
 	}
 	return errs
+}
+
+// PlanOf is the plan a topology's run executes, nil for another kind of run.
+func PlanOf(run *actors.Run) *graph.Plan {
+	if x, ok := run.Execution().(*execution); ok {
+		return x.plan
+	}
+	return nil
 }

@@ -2,6 +2,7 @@ package engine
 
 import (
 	"context"
+	"github.com/sluicehq/sluice/connector"
 	"io"
 )
 
@@ -9,7 +10,7 @@ import (
 // package operators are not reachable from here).
 type numbers int64
 
-func (n numbers) Open(_ context.Context, part, parts int, offset int64) (Reader[int64], error) {
+func (n numbers) Open(_ context.Context, part, parts int, offset int64) (connector.Reader[int64], error) {
 	return &numberReader{n: int64(n), next: offset}, nil
 }
 
@@ -32,6 +33,8 @@ func (r *numberReader) Close() error  { return nil }
 // discard is a sink that drops its records.
 type discard struct{}
 
-func (discard) Open(context.Context, int, int) (Writer[int64], error) { return discard{}, nil }
-func (discard) Write([]int64) error                                   { return nil }
-func (discard) Close() error                                          { return nil }
+func (discard) Open(context.Context, int, int) (connector.Writer[int64], error) {
+	return discard{}, nil
+}
+func (discard) Write([]int64) error { return nil }
+func (discard) Close() error        { return nil }

@@ -31,7 +31,7 @@ func (*cpDeferred) IsControl() bool { return true }
 // newCoordinator is the checkpoint coordinator of a generation of total
 // instances, with the job's policy.
 func (x *execution) newCoordinator(total int) coord.Checkpoints {
-	p := x.topo.cfg.cpPolicy
+	p := x.topo.Config().CheckpointPolicy
 	cs := coord.Checkpoints{Instances: total, Timeout: p.Timeout, MaxConcurrent: p.MaxConcurrent, MinPause: p.MinPause}
 	if x.restored != nil {
 		cs.Completed = x.restored.ID
@@ -48,7 +48,7 @@ func (j *jobActor) armExpiry(id uint64, deadline time.Time) {
 		j.expiry = map[uint64]func() bool{}
 	}
 	root, pid := j.x.root, j.x.jobPID
-	j.expiry[id] = j.x.topo.cfg.cpAfter(deadline.Sub(j.x.topo.cfg.now()), func() { root.Send(pid, &cpExpire{id: id}) })
+	j.expiry[id] = j.x.topo.Config().CheckpointAfter(deadline.Sub(j.x.topo.Config().Now()), func() { root.Send(pid, &cpExpire{id: id}) })
 }
 
 // ended forgets checkpoint id: its start and its deadline's timer.
@@ -66,7 +66,7 @@ func (j *jobActor) deferTick(at time.Time) {
 		j.deferred()
 	}
 	root, pid := j.x.root, j.x.jobPID
-	j.deferred = j.x.topo.cfg.cpAfter(at.Sub(j.x.topo.cfg.now()), func() { root.Send(pid, &cpDeferred{}) })
+	j.deferred = j.x.topo.Config().CheckpointAfter(at.Sub(j.x.topo.Config().Now()), func() { root.Send(pid, &cpDeferred{}) })
 }
 
 // stopPolicyTimers stops the deadlines' and the pause's timers.

@@ -10,40 +10,17 @@ import (
 	"sync"
 	"time"
 
+	"github.com/sluicehq/sluice/internal/graph"
+
 	"github.com/sluicehq/sluice/internal/stage"
 
 	"github.com/asynkron/protoactor-go/actor"
 
 	"github.com/sluicehq/sluice/actors"
-	"github.com/sluicehq/sluice/internal/dist"
 	"github.com/sluicehq/sluice/internal/wire"
 	"github.com/sluicehq/sluice/mailbox"
 	"github.com/sluicehq/sluice/persistence"
 )
-
-// Distributed execution: the runtime's side of package dist (which tells
-// the whole story); package cluster implements dist.Distributor.
-
-// Distributor places the instances of a distributed job (dist.Distributor).
-type Distributor = dist.Distributor
-
-// Task is a chain of operators fused into one actor per instance.
-type Task = dist.Task
-
-// Distribute runs the topology across processes with d (see Distributor).
-// Package cluster sets it; applications call cluster.Run.
-func Distribute(d Distributor) TopologyOption { return func(c *runConfig) { c.dist = d } }
-
-// Configure applies options to a topology after it was built: for a runner
-// (package cluster) that adds its own options to the user's topology.
-func (t *Topology) Configure(opts ...TopologyOption) {
-	for _, o := range opts {
-		o(&t.cfg)
-	}
-}
-
-// RestartsOnFailure says whether the topology was given RestartOnFailure.
-func (t *Topology) RestartsOnFailure() bool { return t.cfg.restart != nil }
 
 // hostLost: a process of a distributed job left.
 type hostLost struct{ addr string }
@@ -110,7 +87,7 @@ func (*inboxFailure) IsControl() bool { return true }
 
 func newRemoteInbox(mb *mailbox.Mailbox, in *instance) *remoteInbox {
 	b := &remoteInbox{Mailbox: mb, unpack: in.exec.dist.Unpack,
-		codec: in.exec.plan.chains[in.task][0].newCodec(), wseq: make([]uint64, len(in.ins))}
+		codec: in.exec.plan.Chains[in.task][0].NewCodec(), wseq: make([]uint64, len(in.ins))}
 	for _, ch := range in.ins {
 		b.senders = append(b.senders, ch.sender)
 	}
@@ -211,11 +188,11 @@ func (x *execution) place() {
 	self := x.dist.Address()
 	x.placement = x.placement[:0]
 	x.hosts = map[string]bool{}
-	for id, chain := range x.plan.chains {
-		for i := range x.plan.par[chain[0]] {
+	for id, chain := range x.plan.Chains {
+		for i := range x.plan.Par[chain[0]] {
 			addr := self
-			if chain[0].role != roleSource {
-				if a := x.dist.Place(x.topo.name, x.gen, x.plan.Tasks[id], i); a != "" {
+			if chain[0].Role() != graph.RoleSource {
+				if a := x.dist.Place(x.topo.Name(), x.gen, x.plan.Tasks[id], i); a != "" {
 					addr = a
 				}
 			}
@@ -235,7 +212,7 @@ func remoteParent(jobPID *actor.PID, gen int) string {
 
 // deploy asks every other process of the placement to run its instances.
 func (x *execution) deploy() error {
-	d := &wire.Deploy{Job: x.topo.name, JobAddress: x.jobPID.Address, JobID: x.jobPID.Id, Gen: x.gen, Placement: x.placement}
+	d := &wire.Deploy{Job: x.topo.Name(), JobAddress: x.jobPID.Address, JobID: x.jobPID.Id, Gen: x.gen, Placement: x.placement}
 	if x.restored != nil {
 		d.Checkpoint = &wire.Checkpoint{ID: x.restored.ID, States: x.restored.States, Offsets: x.restored.Offsets}
 	}
@@ -277,22 +254,22 @@ func (x *execution) stopHosts(skip map[string]bool) map[string]bool {
 // actor, whose PID it returns once they are spawned and started: stopping
 // it stops them, and then the job actor gets wire.Stopped. A failure of an
 // instance goes to the job actor as wire.Failed.
-func HostGeneration(sys *actors.System, dist Distributor, t *Topology, d *wire.Deploy) (*actor.PID, error) {
+func HostGeneration(sys *actors.System, dist graph.Distributor, t *graph.Topology, d *wire.Deploy) (*actor.PID, error) {
 	plan, err := t.Plan()
 	if err != nil {
 		return nil, err
 	}
 	x := &execution{topo: t, plan: plan, sys: sys, root: dist.Root(), dist: dist,
 		done: make(chan struct{}), launched: make(chan error, 1),
-		byID: make(map[string]*instance), counters: make(map[*node][]*stage.Counters)}
+		byID: make(map[string]*instance), counters: make(map[*graph.Node][]*stage.Counters)}
 	x.ctx, x.cancel = context.WithCancel(context.Background())
 	x.jobPID, x.gen, x.placement = actor.NewPID(d.JobAddress, d.JobID), d.Gen, d.Placement
 	if d.Checkpoint != nil {
 		x.restored = &persistence.Checkpoint{ID: d.Checkpoint.ID, States: d.Checkpoint.States, Offsets: d.Checkpoint.Offsets}
 	}
-	if n := plan.instanceCount(); len(d.Placement) != n {
+	if n := plan.InstanceCount(); len(d.Placement) != n {
 		x.cancel()
-		return nil, fmt.Errorf("operators: host %q generation %d: placement of %d instances, the plan has %d", t.name, d.Gen, len(d.Placement), n)
+		return nil, fmt.Errorf("operators: host %q generation %d: placement of %d instances, the plan has %d", t.Name(), d.Gen, len(d.Placement), n)
 	}
 	if err := x.openDeadLetters(); err != nil {
 		x.cancel()
@@ -303,21 +280,13 @@ func HostGeneration(sys *actors.System, dist Distributor, t *Topology, d *wire.D
 	pid, err := x.root.SpawnNamed(dist.Props(props), remoteParent(x.jobPID, d.Gen))
 	if err != nil {
 		x.cancel()
-		return nil, fmt.Errorf("operators: host %q generation %d: %w", t.name, d.Gen, err)
+		return nil, fmt.Errorf("operators: host %q generation %d: %w", t.Name(), d.Gen, err)
 	}
 	if err := <-x.launched; err != nil {
 		x.root.Stop(pid)
-		return nil, fmt.Errorf("operators: host %q generation %d: %w", t.name, d.Gen, err)
+		return nil, fmt.Errorf("operators: host %q generation %d: %w", t.Name(), d.Gen, err)
 	}
 	return pid, nil
-}
-
-func (p *Plan) instanceCount() int {
-	n := 0
-	for _, chain := range p.chains {
-		n += p.par[chain[0]]
-	}
-	return n
 }
 
 // hostActor parents one generation's instances in a process other than
@@ -369,7 +338,7 @@ func (h *hostActor) Receive(c actor.Context) {
 
 func (h *hostActor) arm(self *actor.PID) {
 	root := h.x.root
-	h.stopTimer = h.x.topo.cfg.after(hostStatsInterval, func() { root.Send(self, &hostStatsTick{}) })
+	h.stopTimer = h.x.topo.Config().After(hostStatsInterval, func() { root.Send(self, &hostStatsTick{}) })
 }
 
 // hostStats reports the counters of the instances that run here.
@@ -392,7 +361,7 @@ func (x *execution) hostStats(final bool) *wire.Stats {
 // instanceStats reads the counters of an instance of this process. It is
 // safe from any goroutine.
 func (x *execution) instanceStats(in *instance) wire.InstanceStats {
-	chain := x.plan.chains[in.task]
+	chain := x.plan.Chains[in.task]
 	s := wire.InstanceStats{Task: in.task, Instance: in.idx, Ops: make([]wire.OpStats, len(chain)),
 		Blocked: in.blocked.Load(), Watermark: in.evTime.Load()}
 	for pos, n := range chain {
@@ -401,7 +370,7 @@ func (x *execution) instanceStats(in *instance) wire.InstanceStats {
 			s.Ops[pos] = wire.OpStats{In: c.In.Load(), Out: c.Out.Load(), DeadLettered: c.Dead.Load(), Late: c.Late.Load()}
 		}
 	}
-	if mb := in.mb.Load(); mb != nil && chain[0].role != roleSource {
+	if mb := in.mb.Load(); mb != nil && chain[0].Role() != graph.RoleSource {
 		ms := mb.Stats()
 		s.Policy, s.Capacity, s.Depth, s.HighWater = ms.Policy, ms.Capacity, ms.Depth, ms.HighWater
 		s.Dropped, s.Spilled, s.SpillPending = ms.Dropped[:], ms.Spilled, ms.SpillPending
@@ -427,8 +396,8 @@ type statsKey struct{ gen, task, instance int }
 // (the job actor calls it). A report after the instance's final one is
 // older than it and ignored.
 func (x *execution) noteStats(gen int, s *wire.InstanceStats) {
-	if s == nil || s.Task < 0 || s.Task >= len(x.plan.chains) || len(s.Ops) != len(x.plan.chains[s.Task]) ||
-		s.Instance < 0 || s.Instance >= x.plan.par[x.plan.chains[s.Task][0]] {
+	if s == nil || s.Task < 0 || s.Task >= len(x.plan.Chains) || len(s.Ops) != len(x.plan.Chains[s.Task]) ||
+		s.Instance < 0 || s.Instance >= x.plan.Par[x.plan.Chains[s.Task][0]] {
 		return // not of this plan
 	}
 	k := statsKey{gen, s.Task, s.Instance}
@@ -538,9 +507,9 @@ func AddressOf(run *actors.Run, op string, instance int) string {
 	}
 	x.instMu.RLock()
 	defer x.instMu.RUnlock()
-	for id, chain := range x.plan.chains {
+	for id, chain := range x.plan.Chains {
 		for _, n := range chain {
-			if n.name == op && id < len(x.instances) && instance < len(x.instances[id]) {
+			if n.Name() == op && id < len(x.instances) && instance < len(x.instances[id]) {
 				return x.instances[id][instance].self.Address
 			}
 		}

@@ -5,6 +5,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sluicehq/sluice/internal/graph"
+
 	"github.com/sluicehq/sluice/internal/stage"
 
 	"github.com/asynkron/protoactor-go/actor"
@@ -24,8 +26,8 @@ func wireJob(t *testing.T, self, doubleAt string, gen int) *execution {
 	in := remoteReceiver(t)
 	x := in.exec
 	x.dist, x.gen = fakeDist{addr: self}, gen
-	x.counters = map[*node][]*stage.Counters{}
-	for id, chain := range x.plan.chains {
+	x.counters = map[*graph.Node][]*stage.Counters{}
+	for id, chain := range x.plan.Chains {
 		addr := "here:1"
 		if id == 1 {
 			addr = doubleAt
@@ -70,12 +72,12 @@ func overWire[T any](t *testing.T, v *T) *T {
 // generation, a stale report after a final one ignored.
 func TestDistributedStats(t *testing.T) {
 	coord := wireJob(t, "here:1", "there:2", 0)
-	coord.counters[coord.plan.chains[0][0]][0].Out.Store(100) // the source runs here
+	coord.counters[coord.plan.Chains[0][0]][0].Out.Store(100) // the source runs here
 
 	// Generation 0: double runs at there:2; its host reports.
 	host := wireJob(t, "there:2", "there:2", 0)
 	dbl := host.instances[1][0]
-	c := host.counters[host.plan.chains[1][0]][0]
+	c := host.counters[host.plan.Chains[1][0]][0]
 	c.In.Store(40)
 	c.Out.Store(40)
 	c.Late.Store(1)

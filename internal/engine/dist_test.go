@@ -5,6 +5,8 @@ import (
 	"errors"
 	"testing"
 
+	"github.com/sluicehq/sluice/internal/graph"
+
 	"github.com/sluicehq/sluice/internal/stage"
 
 	"github.com/asynkron/protoactor-go/actor"
@@ -13,13 +15,13 @@ import (
 	"github.com/sluicehq/sluice/internal/wire"
 )
 
-// fakeDist is a Distributor for the wire checks: nothing is deployed.
+// fakeDist is a graph.Distributor for the wire checks: nothing is deployed.
 type fakeDist struct{ addr string }
 
 func (f fakeDist) Address() string                                  { return f.addr }
 func (fakeDist) Root() *actor.RootContext                           { return nil }
 func (fakeDist) Props(p *actor.Props) *actor.Props                  { return p }
-func (fakeDist) Place(string, int, Task, int) string                { return "" }
+func (fakeDist) Place(string, int, graph.Task, int) string          { return "" }
 func (fakeDist) Deploy(context.Context, string, *wire.Deploy) error { return nil }
 func (fakeDist) StopOn(string, *wire.StopGen)                       {}
 func (fakeDist) Watch(func(string)) func()                          { return func() {} }
@@ -43,10 +45,10 @@ type packed struct{ v any }
 // one input channel comes from another process.
 func remoteReceiver(t *testing.T) *instance {
 	t.Helper()
-	top := NewTopology("wire")
-	src := Source[int64](top, "numbers", numbers(10))
-	m := Map(src, "double", func(v int64) int64 { return 2 * v }, NoFusion())
-	Sink[int64](m, "out", discard{})
+	top := graph.NewTopology("wire")
+	src := graph.Source[int64](top, "numbers", numbers(10))
+	m := graph.Map(src, "double", func(v int64) int64 { return 2 * v }, graph.NoFusion())
+	graph.Sink[int64](m, "out", discard{})
 	p, err := top.Plan()
 	if err != nil {
 		t.Fatal(err)
@@ -58,7 +60,7 @@ func remoteReceiver(t *testing.T) *instance {
 
 func records(t *testing.T, in *instance, seq uint64, vs ...int64) *wire.Records {
 	t.Helper()
-	data, err := in.exec.plan.chains[1][0].newCodec().Encode(&actors.Envelope{Kind: actors.Data, Count: len(vs), Payload: &stage.Batch[int64]{Vs: vs}})
+	data, err := in.exec.plan.Chains[1][0].NewCodec().Encode(&actors.Envelope{Kind: actors.Data, Count: len(vs), Payload: &stage.Batch[int64]{Vs: vs}})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -40,8 +40,8 @@ func (*startMsg) IsControl() bool { return true }
 // store, a queue of its own and a codec for the operator's input type.
 func (x *execution) mailboxFor(in *instance) (mailbox.Config, error) {
 	cfg := in.mbCfg
-	head := x.plan.chains[in.task][0]
-	log := x.sys.Logger().With("job", x.topo.name, "operator", head.name, "instance", in.idx, "policy", cfg.Overflow.String())
+	head := x.plan.Chains[in.task][0]
+	log := x.sys.Logger().With("job", x.topo.Name(), "operator", head.Name(), "instance", in.idx, "policy", cfg.Overflow.String())
 	cfg.OnOverflow = func(e mailbox.Episode) {
 		attrs := []any{"depth", e.Depth, "spilled", e.Spilled, "overfilled", e.Overfilled}
 		for _, r := range mailbox.Reasons() {
@@ -60,7 +60,7 @@ func (x *execution) mailboxFor(in *instance) (mailbox.Config, error) {
 		for _, d := range e.Dropped {
 			dropped += d
 		}
-		x.traceEvent("sluice.mailbox", event, attribute.String("sluice.operator", head.name), attribute.Int("sluice.instance", in.idx),
+		x.traceEvent("sluice.mailbox", event, attribute.String("sluice.operator", head.Name()), attribute.Int("sluice.instance", in.idx),
 			attribute.String("sluice.mailbox.policy", cfg.Overflow.String()), attribute.Int64("sluice.dropped", dropped),
 			attribute.Int64("sluice.spilled", e.Spilled), attribute.Int("sluice.queue.depth", e.Depth))
 	}
@@ -68,14 +68,14 @@ func (x *execution) mailboxFor(in *instance) (mailbox.Config, error) {
 	if cfg.Overflow == mailbox.OverflowSpill {
 		st, err := x.sys.SpillStore()
 		if err != nil {
-			return cfg, fmt.Errorf("operator %q: spill: %w", head.name, err)
+			return cfg, fmt.Errorf("operator %q: spill: %w", head.Name(), err)
 		}
 		opts := mailbox.SpillOptions{}
 		if cfg.Spill != nil {
 			opts = *cfg.Spill
 		}
-		opts.Store, opts.Codec, opts.Keep = st, head.newCodec(), false
-		opts.Queue = fmt.Sprintf("%s/%s.%d", x.jobPID.Id, head.name, in.idx)
+		opts.Store, opts.Codec, opts.Keep = st, head.NewCodec(), false
+		opts.Queue = fmt.Sprintf("%s/%s.%d", x.jobPID.Id, head.Name(), in.idx)
 		cfg.Spill = &opts
 	}
 	return cfg, nil
@@ -85,7 +85,7 @@ func (x *execution) mailboxFor(in *instance) (mailbox.Config, error) {
 // that failed, the instance and the cause.
 func (x *execution) operatorError(child *actor.PID, reason any) error {
 	op, instance, err := x.failureOf(child, reason)
-	return x.topo.kit.Operator(x.topo.name, op, instance, err)
+	return x.topo.Kit().Operator(x.topo.Name(), op, instance, err)
 }
 
 // failureOf names the operator and instance of a failure and its cause.
@@ -100,7 +100,7 @@ func (x *execution) failureOf(child *actor.PID, reason any) (op string, instance
 	case error:
 		err = r
 	default:
-		err = x.topo.kit.Panic(r)
+		err = x.topo.Kit().Panic(r)
 	}
 	return op, instance, err
 }
@@ -122,7 +122,7 @@ func (f *failFast) HandleFailure(_ *actor.ActorSystem, _ actor.Supervisor, child
 type jobGuardian struct{ x *execution }
 
 func (g *jobGuardian) HandleFailure(_ *actor.ActorSystem, _ actor.Supervisor, child *actor.PID, _ *actor.RestartStatistics, reason, _ any) {
-	g.x.setErr(fmt.Errorf("operators: topology %q: job actor failed: %v", g.x.topo.name, reason))
+	g.x.setErr(fmt.Errorf("operators: topology %q: job actor failed: %v", g.x.topo.Name(), reason))
 	g.x.root.Stop(child)
 }
 

@@ -2,6 +2,7 @@ package engine
 
 import (
 	"context"
+	"crypto/rand"
 	"fmt"
 	"math"
 	"slices"
@@ -9,6 +10,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/sluicehq/sluice/internal/graph"
 
 	"github.com/sluicehq/sluice/internal/stage"
 
@@ -22,23 +25,23 @@ import (
 
 // execution is a running topology: the actors.Execution of a Topology.
 type execution struct {
-	topo   *Topology
-	plan   *Plan
+	topo   *graph.Topology
+	plan   *graph.Plan
 	sys    *actors.System
 	root   *actor.RootContext
 	ctx    context.Context
 	cancel context.CancelFunc
 
 	jobPID    *actor.PID
-	gen       int             // incremented by every restart
-	dist      Distributor     // nil: every instance runs in this process
-	placement []string        // distributed: the address of every instance, by number
-	hosts     map[string]bool // distributed: the other processes of the generation
-	jobParent string          // the id of the actor that parents the instances here
-	instMu    sync.RWMutex    // guards instances against Stats during a restart
+	gen       int               // incremented by every restart
+	dist      graph.Distributor // nil: every instance runs in this process
+	placement []string          // distributed: the address of every instance, by number
+	hosts     map[string]bool   // distributed: the other processes of the generation
+	jobParent string            // the id of the actor that parents the instances here
+	instMu    sync.RWMutex      // guards instances against Stats during a restart
 	instances [][]*instance
 	byID      map[string]*instance
-	counters  map[*node][]*stage.Counters
+	counters  map[*graph.Node][]*stage.Counters
 	launched  chan error
 
 	// The latest counters reported by instances in other processes, of
@@ -104,52 +107,64 @@ func (x *execution) Checkpoints() CheckpointStats {
 	return st
 }
 
-// Start implements actors.Job: it validates the topology, spawns one actor
-// per task instance under a job actor that supervises them, and starts the
-// sources.
-func (t *Topology) Start(ctx context.Context, sys *actors.System) (actors.Execution, error) {
+// Job runs a topology on an actors.System: it is the topology's actors.Job.
+type Job struct{ T *graph.Topology }
+
+// Name is the topology's.
+func (j Job) Name() string { return j.T.Name() }
+
+// Start validates the topology, spawns one actor per task instance under a
+// job actor that supervises them, and starts the sources.
+func (j Job) Start(ctx context.Context, sys *actors.System) (actors.Execution, error) {
+	return start(ctx, sys, j.T)
+}
+
+func start(ctx context.Context, sys *actors.System, t *graph.Topology) (actors.Execution, error) {
 	plan, err := t.Plan()
 	if err != nil {
 		return nil, err
 	}
 	x := &execution{topo: t, plan: plan, sys: sys, root: sys.Root(),
 		done: make(chan struct{}), launched: make(chan error, 1),
-		byID: make(map[string]*instance), counters: make(map[*node][]*stage.Counters)}
+		byID: make(map[string]*instance), counters: make(map[*graph.Node][]*stage.Counters)}
 	x.ctx, x.cancel = context.WithCancel(context.WithoutCancel(ctx))
-	if t.cfg.cpInterval > 0 {
+	if t.Config().CheckpointInterval > 0 {
 		if err := x.openCheckpoints(ctx); err != nil {
 			x.cancel()
-			return nil, fmt.Errorf("operators: start %q: %w", t.name, err)
+			return nil, fmt.Errorf("operators: start %q: %w", t.Name(), err)
 		}
 	}
 	if err := x.openDeadLetters(); err != nil {
 		x.cancel()
-		return nil, fmt.Errorf("operators: start %q: %w", t.name, err)
+		return nil, fmt.Errorf("operators: start %q: %w", t.Name(), err)
 	}
 	if x.metrics, err = newJobMetrics(x); err != nil {
 		x.cancel()
-		return nil, fmt.Errorf("operators: start %q: metrics: %w", t.name, err)
+		return nil, fmt.Errorf("operators: start %q: metrics: %w", t.Name(), err)
 	}
 	props := actor.PropsFromProducer(func() actor.Actor { return newJobActor(x) },
 		actor.WithSupervisor(&failFast{x: x}), actor.WithGuardian(&jobGuardian{x: x}))
-	if x.dist = t.cfg.dist; x.dist != nil {
+	if x.dist = t.Config().Dist; x.dist != nil {
 		x.root, props = x.dist.Root(), x.dist.Props(props)
 	}
-	pid, err := x.root.SpawnNamed(props, fmt.Sprintf("job-%s-%d", t.name, jobSeq.Add(1)))
+	// The job actor's name ends in 128 random bits (crypto/rand): another
+	// process that can reach this one cannot guess it (the cluster also
+	// accepts job messages only from members, in their own names).
+	pid, err := x.root.SpawnNamed(props, fmt.Sprintf("job-%s-%d-%s", t.Name(), jobSeq.Add(1), rand.Text()))
 	if err != nil {
 		x.cancel()
-		return nil, fmt.Errorf("operators: start %q: %w", t.name, err)
+		return nil, fmt.Errorf("operators: start %q: %w", t.Name(), err)
 	}
 	select {
 	case err := <-x.launched: // the job actor has set x.jobPID
 		if err != nil {
 			<-x.done
-			return nil, fmt.Errorf("operators: start %q: %w", t.name, err)
+			return nil, fmt.Errorf("operators: start %q: %w", t.Name(), err)
 		}
 	case <-ctx.Done():
 		x.root.Send(pid, &abortMsg{})
 		<-x.done
-		return nil, fmt.Errorf("operators: start %q: %w", t.name, context.Cause(ctx))
+		return nil, fmt.Errorf("operators: start %q: %w", t.Name(), context.Cause(ctx))
 	}
 	return x, nil
 }
@@ -210,9 +225,9 @@ func (x *execution) Stats() []actors.OperatorStats {
 	x.statsMu.Lock()
 	defer x.statsMu.Unlock()
 	var out []actors.OperatorStats
-	for id, chain := range x.plan.chains {
+	for id, chain := range x.plan.Chains {
 		for pos, n := range chain {
-			st := actors.OperatorStats{Name: n.name, Kind: n.kind, Task: id, Parallelism: x.plan.par[n]}
+			st := actors.OperatorStats{Name: n.Name(), Kind: n.Kind(), Task: id, Parallelism: x.plan.Par[n]}
 			for _, c := range x.counters[n] {
 				st.In += c.In.Load()
 				st.Out += c.Out.Load()
@@ -277,13 +292,13 @@ func addInstanceStats(st *actors.OperatorStats, s *wire.InstanceStats) {
 // openDeadLetters finds the dead-letter store when an operator needs one.
 func (x *execution) openDeadLetters() error {
 	need := false
-	for _, n := range x.topo.nodes {
-		need = need || n.recordAttempts > 0
+	for _, n := range x.topo.Nodes() {
+		need = need || n.RecordAttempts() > 0
 	}
 	if !need {
 		return nil
 	}
-	x.deadLetters = x.topo.cfg.deadLetters
+	x.deadLetters = x.topo.Config().DeadLetters
 	if x.deadLetters != nil {
 		return nil
 	}
@@ -301,7 +316,7 @@ func (x *execution) openDeadLetters() error {
 // openCheckpoints finds the checkpoint store and the checkpoint to resume
 // from.
 func (x *execution) openCheckpoints(ctx context.Context) error {
-	x.cpStore = x.topo.cfg.cpStore
+	x.cpStore = x.topo.Config().CheckpointStore
 	if x.cpStore == nil {
 		db, err := x.sys.DB()
 		if err != nil {
@@ -312,35 +327,32 @@ func (x *execution) openCheckpoints(ctx context.Context) error {
 			return fmt.Errorf("checkpoints: %w", err)
 		}
 	}
-	cp, ok, err := x.cpStore.Latest(ctx, x.topo.name)
+	cp, ok, err := x.cpStore.Latest(ctx, x.topo.Name())
 	if err != nil {
 		return fmt.Errorf("checkpoints: load the latest: %w", err)
 	}
 	if ok {
 		x.restored = &cp
 		x.cpStats.RestoredFrom = cp.ID
-		x.sys.Logger().Info("restoring from checkpoint", "job", x.topo.name, "checkpoint", cp.ID,
+		x.sys.Logger().Info("restoring from checkpoint", "job", x.topo.Name(), "checkpoint", cp.ID,
 			"states", len(cp.States), "offsets", len(cp.Offsets))
 	}
 	return nil
 }
-
-// Plan returns the physical plan the job runs.
-func (x *execution) Plan() *Plan { return x.plan }
 
 // build wires every instance: channels, credits, stages. It runs before any
 // instance is spawned, so instances start fully formed.
 func (x *execution) build() error {
 	x.instMu.Lock()
 	defer x.instMu.Unlock()
-	p, cfg := x.plan, x.topo.cfg
-	x.instances = make([][]*instance, len(p.chains))
+	p, cfg := x.plan, x.topo.Config()
+	x.instances = make([][]*instance, len(p.Chains))
 	if x.jobParent == "" {
 		x.jobParent = x.jobPID.Id
 	}
 	nums := 0
-	for id, chain := range p.chains {
-		par := p.par[chain[0]]
+	for id, chain := range p.Chains {
+		par := p.Par[chain[0]]
 		for i := 0; i < par; i++ {
 			name := "t" + strconv.Itoa(id) + "." + strconv.Itoa(i)
 			if x.gen > 0 {
@@ -370,11 +382,11 @@ func (x *execution) build() error {
 	// sends to it). Window: the receiver's capacity shared by its channels.
 	type key struct{ task, edge, from, to int }
 	chanOf := make(map[key]int)
-	for id := range p.chains {
+	for id := range p.Chains {
 		for _, recv := range x.instances[id] {
-			for ei, e := range p.ins[id] {
-				for _, snd := range x.instances[e.from] {
-					if e.part == partForward && snd.idx != recv.idx {
+			for ei, e := range p.Ins[id] {
+				for _, snd := range x.instances[e.From] {
+					if e.Part == stage.Forward && snd.idx != recv.idx {
 						continue
 					}
 					chanOf[key{id, ei, snd.idx, recv.idx}] = len(recv.ins)
@@ -382,38 +394,38 @@ func (x *execution) build() error {
 				}
 			}
 			recv.eosLeft = len(recv.ins)
-			recv.mbCfg = mailbox.Block(cfg.capacity)
-			if head := p.chains[id][0]; head.input != nil {
-				recv.mbCfg = *head.input
+			recv.mbCfg = mailbox.Block(cfg.Capacity)
+			if head := p.Chains[id][0]; head.Input() != nil {
+				recv.mbCfg = *head.Input()
 			}
 			recv.credited = recv.mbCfg.Overflow == mailbox.OverflowBlock
 			if recv.credited { // room for every channel's window
-				recv.mbCfg.Capacity = max(recv.mbCfg.Capacity, cfg.batchSize*len(recv.ins))
+				recv.mbCfg.Capacity = max(recv.mbCfg.Capacity, cfg.BatchSize*len(recv.ins))
 			}
 		}
 	}
-	window := func(recv *instance) int { return max(cfg.batchSize, recv.mbCfg.Capacity/max(1, len(recv.ins))) }
+	window := func(recv *instance) int { return max(cfg.BatchSize, recv.mbCfg.Capacity/max(1, len(recv.ins))) }
 	// Output channels and emitters.
 	specsOf := make([][]*outputSpec, len(x.instances))
-	for id := range p.chains {
+	for id := range p.Chains {
 		specsOf[id] = make([]*outputSpec, len(x.instances[id]))
 	}
 	outSpecs := func(snd *instance) []*outputSpec {
 		var specs []*outputSpec
-		for _, e := range p.outs[snd.task] {
-			ei := e.index
-			spec := &outputSpec{part: e.part}
-			if e.via != nil {
-				spec.hasher = e.via.hasher
+		for _, e := range p.Outs[snd.task] {
+			ei := e.Index
+			spec := &outputSpec{part: e.Part, side: e.ToNode.Side()}
+			if e.Via != nil {
+				spec.hasher = e.Via.Hasher()
 			}
-			for _, recv := range x.instances[e.to] {
-				if e.part == partForward && snd.idx != recv.idx {
+			for _, recv := range x.instances[e.To] {
+				if e.Part == stage.Forward && snd.idx != recv.idx {
 					continue
 				}
-				ci := chanOf[key{e.to, ei, snd.idx, recv.idx}]
+				ci := chanOf[key{e.To, ei, snd.idx, recv.idx}]
 				oc := &outChan{target: recv.self, channel: ci, credits: window(recv), credited: recv.credited}
 				if !x.local(recv.self) && x.local(snd.self) {
-					oc.codec = p.chains[e.to][0].newCodec()
+					oc.codec = p.Chains[e.To][0].NewCodec()
 				}
 				recv.ins[ci].out = len(snd.outs)
 				snd.outs = append(snd.outs, oc)
@@ -424,12 +436,12 @@ func (x *execution) build() error {
 		return specs
 	}
 	num := 0
-	for id, chain := range p.chains {
+	for id, chain := range p.Chains {
 		for _, in := range x.instances[id] {
 			in.num = num
 			num++
 			if !x.local(in.self) { // wired for its senders, built where it runs
-				if tail := chain[len(chain)-1]; tail.role != roleSink {
+				if tail := chain[len(chain)-1]; tail.Role() != graph.RoleSink {
 					outSpecs(in)
 				}
 				continue
@@ -442,52 +454,69 @@ func (x *execution) build() error {
 			}
 			in.idleIn = make([]bool, len(in.ins))
 			in.curWm = math.MinInt64
-			in.idleAfter = chain[0].idleAfter
-			in.lastData = cfg.now()
-			in.finKey = chain[0].name + "/" + strconv.Itoa(in.idx) + "#finished"
+			in.idleAfter = chain[0].IdleAfter()
+			in.lastData = cfg.Now()
+			in.finKey = chain[0].Name() + "/" + strconv.Itoa(in.idx) + "#finished"
 			in.restoredDone = x.restored != nil && x.restored.Offsets[in.finKey] != 0
-			if chain[0].role == roleSource {
-				in.srcKey = chain[0].name + "/" + strconv.Itoa(in.idx)
+			if chain[0].Role() == graph.RoleSource {
+				in.srcKey = chain[0].Name() + "/" + strconv.Itoa(in.idx)
 				if x.restored != nil {
 					in.srcOffset = x.restored.Offsets[in.srcKey]
 				}
 			}
 			tail := chain[len(chain)-1]
-			var next any
-			if tail.role == roleSink {
+			var next, late any
+			if tail.Role() == graph.RoleSink {
 				in.em = nopFlusher{}
 			} else {
-				next, in.em = tail.newEmitter(outSpecs(in), in)
+				var outs, lateOuts []stage.Output
+				for _, s := range outSpecs(in) {
+					o := stage.Output{Part: s.part, Hasher: s.hasher, Targets: len(s.chans)}
+					if s.side { // to the window's late records' stream
+						in.lateOutputs, lateOuts = append(in.lateOutputs, s), append(lateOuts, o)
+					} else {
+						in.outputs, outs = append(in.outputs, s), append(outs, o)
+					}
+				}
+				next, in.em = tail.NewEmitter(outs, cfg.BatchSize, in)
+				if tail.LateNode() != nil && len(lateOuts) > 0 {
+					var lf stage.Flusher
+					late, lf = tail.NewLateEmitter(lateOuts, cfg.BatchSize, lateSender{in})
+					in.em = flushers{in.em, lf}
+				}
 			}
 			for pos := len(chain) - 1; pos >= 0; pos-- {
 				n := chain[pos]
-				sc := &stage.Ctx{Name: n.name, Kind: n.kind, Head: pos == 0 && n.role != roleSource, PanicErr: x.topo.kit.Panic,
-					Instance: in.idx, Parts: p.par[n], Context: x.ctx, C: x.counters[n][in.idx], BatchSize: cfg.batchSize, Tracer: in.tr,
-					After: in.afterFunc, Now: cfg.now, FinalCheckpoint: x.topo.cfg.cpInterval > 0}
+				sc := &stage.Ctx{Name: n.Name(), Kind: n.Kind(), Head: pos == 0 && n.Role() != graph.RoleSource, PanicErr: x.topo.Kit().Panic,
+					Instance: in.idx, Parts: p.Par[n], Context: x.ctx, C: x.counters[n][in.idx], BatchSize: cfg.BatchSize, Tracer: in.tr,
+					After: in.afterFunc, Now: cfg.Now, FinalCheckpoint: x.topo.Config().CheckpointInterval > 0}
+				if n == tail {
+					sc.Late = late
+				}
 				if x.restored != nil {
 					sc.Restore, sc.Restored = x.restored.States[sc.Key()]
 				}
-				if n.recordAttempts > 0 {
-					sc.Failures = stage.NewFailureHandler(sc, n.recordAttempts, x.deadLetters, x.topo.name)
+				if n.RecordAttempts() > 0 {
+					sc.Failures = stage.NewFailureHandler(sc, n.RecordAttempts(), x.deadLetters, x.topo.Name())
 				}
-				if n.role == roleSource {
-					in.src = n.newSource(next, sc)
+				if n.Role() == graph.RoleSource {
+					in.src = n.NewSource(next, sc)
 					continue
 				}
-				next = n.newStage(next, sc)
-				if st, ok := next.(stage.Stateful); ok && x.topo.cfg.cpInterval > 0 {
+				next = n.NewStage(next, sc)
+				if st, ok := next.(stage.Stateful); ok && x.topo.Config().CheckpointInterval > 0 {
 					in.states = append([]stateSlot{{key: sc.Key(), st: st}}, in.states...)
 				}
 				if r, ok := next.(interface{ RestoreState([]byte) error }); ok && sc.Restored {
 					if err := r.RestoreState(sc.Restore); err != nil {
-						return fmt.Errorf("operator %q instance %d: restore from checkpoint %d: %w", n.name, in.idx, x.restored.ID, err)
+						return fmt.Errorf("operator %q instance %d: restore from checkpoint %d: %w", n.Name(), in.idx, x.restored.ID, err)
 					}
 				}
 				if o, ok := next.(opener); ok {
 					in.sinks = append(in.sinks, o)
 				}
 				if pos == 0 {
-					in.head = n.newInlet(next)
+					in.head = n.NewInlet(next)
 				}
 			}
 		}

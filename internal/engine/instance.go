@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -32,7 +33,13 @@ type instance struct {
 	src   stage.SourceRunner
 	head  stage.Inlet
 	sinks []opener
-	em    flusher
+	em    stage.Flusher
+	// outputs are the instance's output edges, whose channels its
+	// emitter sends on (see Enqueue).
+	outputs []*outputSpec
+	// lateOutputs are the edges of the late records of the chain's
+	// window, which its late emitter sends on (see lateSender).
+	lateOutputs []*outputSpec
 
 	outs     []*outChan
 	ins      []inChan
@@ -138,12 +145,12 @@ func (in *instance) Receive(c actor.Context) {
 		if m.waiter {
 			in.waiterActive = false
 		}
-		in.Step()
+		in.step()
 	case *timerMsg:
 		if _, ok := in.timers[m.id]; ok {
 			delete(in.timers, m.id)
 			m.f()
-			in.em.flush()
+			in.em.Flush()
 			in.maybeReport()
 		}
 	case *startMsg:
@@ -199,7 +206,7 @@ func (in *instance) maybeAligned() {
 	id, held := in.align.id, in.align.held
 	in.align = alignment{}
 	in.answered = max(in.answered, id)
-	in.em.flush()
+	in.em.Flush()
 	states := in.snapshot(id)
 	for _, oc := range in.outs {
 		in.enqueue(oc, &actors.Envelope{Kind: actors.Barrier, Mark: int64(id)})
@@ -212,7 +219,7 @@ func (in *instance) maybeAligned() {
 // are recorded, and the barrier follows the records emitted so far.
 func (in *instance) sourceBarrier(id uint64) {
 	in.answered = id
-	in.em.flush()
+	in.em.Flush()
 	states := in.snapshot(id)
 	for _, oc := range in.outs {
 		in.enqueue(oc, &actors.Envelope{Kind: actors.Barrier, Mark: int64(id)})
@@ -346,7 +353,7 @@ func (in *instance) handle(env *actors.Envelope) {
 		if in.tr != nil && env.Headers != nil {
 			done := in.tr.Receive(env.Headers)
 			in.head.Deliver(env.Payload)
-			in.em.flush()
+			in.em.Flush()
 			done()
 		} else {
 			in.head.Deliver(env.Payload)
@@ -354,7 +361,7 @@ func (in *instance) handle(env *actors.Envelope) {
 		if in.exec.metrics != nil {
 			in.exec.metrics.batchDone(in, time.Since(start))
 		}
-		in.em.flush()
+		in.em.Flush()
 		if in.credited {
 			in.grant(env)
 		}
@@ -422,7 +429,7 @@ func (in *instance) advance() {
 		in.curWm = low
 		in.noteEventTime(low)
 		in.head.Watermark(low)
-		in.em.flush()
+		in.em.Flush()
 	}
 }
 
@@ -431,7 +438,7 @@ func (in *instance) goIdle() {
 	if in.idleOut {
 		return
 	}
-	in.em.flush()
+	in.em.Flush()
 	in.idleOut = true
 	for _, oc := range in.outs {
 		in.enqueue(oc, &actors.Envelope{Kind: actors.Idle})
@@ -450,7 +457,7 @@ func (in *instance) checkIdle() {
 	if in.idleAfter <= 0 || in.idleOut || in.idleTimer {
 		return
 	}
-	quiet := in.exec.topo.cfg.now().Sub(in.lastData)
+	quiet := in.exec.topo.Config().Now().Sub(in.lastData)
 	if quiet >= in.idleAfter {
 		in.goIdle()
 		return
@@ -471,7 +478,7 @@ func (in *instance) afterFunc(d time.Duration, f func()) {
 	in.timerSeq++
 	id := in.timerSeq
 	root, self := in.exec.root, in.self
-	in.timers[id] = in.exec.topo.cfg.after(d, func() { root.Send(self, &timerMsg{id: id, f: f}) })
+	in.timers[id] = in.exec.topo.Config().After(d, func() { root.Send(self, &timerMsg{id: id, f: f}) })
 }
 
 // eosDrained is the Mark of an end-of-stream that a drain caused.
@@ -499,7 +506,7 @@ func (in *instance) endOfInput() {
 	default:
 		in.head.Finish()
 	}
-	in.em.flush()
+	in.em.Flush()
 	var mark int64
 	if in.drainedEnd {
 		mark = eosDrained
@@ -621,7 +628,7 @@ func (in *instance) readTick() (n int, err error) {
 		for range sourceBatchesPerTick {
 			n, err = in.src.Step()
 			read += n
-			in.em.flush()
+			in.em.Flush()
 			if n == 0 || err != nil || in.blockedN > 0 {
 				break
 			}
@@ -630,7 +637,7 @@ func (in *instance) readTick() (n int, err error) {
 	}
 	for range sourceBatchesPerTick {
 		n, err = in.src.Step()
-		in.em.flush()
+		in.em.Flush()
 		if n == 0 || err != nil || in.blockedN > 0 {
 			break
 		}
@@ -639,7 +646,7 @@ func (in *instance) readTick() (n int, err error) {
 }
 
 // step reads batches from the source and pushes it through the chain.
-func (in *instance) Step() {
+func (in *instance) step() {
 	in.tickPending = false
 	if in.done {
 		return
@@ -664,7 +671,7 @@ func (in *instance) Step() {
 		panic(err)
 	case n > 0:
 		if in.idleAfter > 0 {
-			in.lastData = in.exec.topo.cfg.now()
+			in.lastData = in.exec.topo.Config().Now()
 			in.idleOut = false
 		}
 		in.scheduleTick()
@@ -706,4 +713,42 @@ func (in *instance) release() {
 // nopFlusher is the emitter of a chain that ends in a sink.
 type nopFlusher struct{}
 
-func (nopFlusher) flush() {}
+func (nopFlusher) Flush() {}
+
+// Enqueue sends env on channel target of output out (stage.Sender).
+func (in *instance) Enqueue(out, target int, env *actors.Envelope) {
+	in.enqueue(in.outputs[out].chans[target], env)
+}
+
+// Traced is the trace context of the batch being processed (stage.Sender).
+func (in *instance) Traced() context.Context {
+	if in.tr == nil {
+		return nil
+	}
+	return in.tr.Current()
+}
+
+// Watermarked notes that watermark wm went out on every output
+// (stage.Sender).
+func (in *instance) Watermarked(wm int64) {
+	in.idleOut = false
+	in.noteEventTime(wm)
+}
+
+// lateSender is the stage.Sender of a window's late records: the instance's
+// late outputs.
+type lateSender struct{ *instance }
+
+// Enqueue sends env on channel target of late output out.
+func (l lateSender) Enqueue(out, target int, env *actors.Envelope) {
+	l.enqueue(l.lateOutputs[out].chans[target], env)
+}
+
+// flushers flush a chain's emitters: its results' and its late records'.
+type flushers []stage.Flusher
+
+func (fs flushers) Flush() {
+	for _, f := range fs {
+		f.Flush()
+	}
+}

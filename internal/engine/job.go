@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/sluicehq/sluice/internal/graph"
 	"github.com/sluicehq/sluice/internal/stage"
 
 	"github.com/asynkron/protoactor-go/actor"
@@ -36,16 +37,16 @@ type jobActor struct {
 }
 
 func newJobActor(x *execution) *jobActor {
-	j := &jobActor{x: x, life: coord.Job{Name: x.topo.name, Checkpoints: x.cpStore != nil, Distributed: x.dist != nil}}
-	if rp := x.topo.cfg.restart; rp != nil {
-		j.life.Restart = &coord.Budget{Max: rp.budget, Within: rp.within}
+	j := &jobActor{x: x, life: coord.Job{Name: x.topo.Name(), Checkpoints: x.cpStore != nil, Distributed: x.dist != nil}}
+	if rp := x.topo.Config().Restart; rp != nil {
+		j.life.Restart = &coord.Budget{Max: rp.Budget, Within: rp.Within}
 	}
 	return j
 }
 
 func (j *jobActor) Receive(c actor.Context) {
 	x := j.x
-	now := x.topo.cfg.now()
+	now := x.topo.Config().Now()
 	switch m := c.Message().(type) {
 	case *actor.Started:
 		x.jobPID = c.Self()
@@ -87,27 +88,27 @@ func (j *jobActor) Receive(c actor.Context) {
 		x.onStats(m)
 	case *wire.Finished:
 		x.noteStats(m.Gen, m.Stats)
-		j.Step(c, coord.InstanceFinished{At: now, Gen: m.Gen, Slot: coord.Slot{Task: m.Task, Instance: m.Instance}})
+		j.step(c, coord.InstanceFinished{At: now, Gen: m.Gen, Slot: coord.Slot{Task: m.Task, Instance: m.Instance}})
 	case *wire.Failed:
 		j.onFailure(c, now, m)
 	case *actor.Terminated:
 		if in := x.byID[m.Who.Id]; in != nil {
-			j.Step(c, coord.InstanceTerminated{At: now, Gen: in.gen})
+			j.step(c, coord.InstanceTerminated{At: now, Gen: in.gen})
 		}
 	case *wire.Stopped:
-		j.Step(c, coord.HostStopped{At: now, Gen: m.Gen, Addr: m.Address})
+		j.step(c, coord.HostStopped{At: now, Gen: m.Gen, Addr: m.Address})
 	case *hostLost:
-		j.Step(c, coord.HostLost{At: now, Addr: m.addr})
+		j.step(c, coord.HostLost{At: now, Addr: m.addr})
 	case *restartMsg:
-		j.Step(c, coord.BackoffElapsed{At: now, Gen: m.gen})
+		j.step(c, coord.BackoffElapsed{At: now, Gen: m.gen})
 	case *wire.Drain:
-		j.Step(c, coord.DrainAsked{At: now})
+		j.step(c, coord.DrainAsked{At: now})
 	case *abortMsg:
-		err := x.topo.kit.Aborted
+		err := x.topo.Kit().Aborted
 		if m.cause != nil {
-			err = fmt.Errorf("%w: %w", x.topo.kit.Aborted, m.cause)
+			err = fmt.Errorf("%w: %w", x.topo.Kit().Aborted, m.cause)
 		}
-		j.Step(c, coord.AbortAsked{At: now, Err: err})
+		j.step(c, coord.AbortAsked{At: now, Err: err})
 	case *actor.Stopped:
 		if x.dist != nil {
 			j.unwatch()
@@ -118,7 +119,7 @@ func (j *jobActor) Receive(c actor.Context) {
 			j.timer()
 		}
 		j.stopPolicyTimers()
-		j.endSavepoints(j.x.topo.kit.Aborted)
+		j.endSavepoints(j.x.topo.Kit().Aborted)
 		if j.stopTimer != nil {
 			j.stopTimer()
 		}
@@ -131,7 +132,7 @@ func (j *jobActor) Receive(c actor.Context) {
 // (total instances, local of them here) and tells the lifecycle.
 func (j *jobActor) launched(c actor.Context, now time.Time, total, local int) {
 	j.startCheckpoints(total)
-	j.Step(c, coord.Launched{At: now, Instances: total, Local: local, Hosts: j.x.hostList()})
+	j.step(c, coord.Launched{At: now, Instances: total, Local: local, Hosts: j.x.hostList()})
 }
 
 // startCheckpoints starts the checkpoint coordinator of a generation of
@@ -164,11 +165,11 @@ func (j *jobActor) onFailure(c actor.Context, now time.Time, m *wire.Failed) {
 		}
 		reason = stage.NewFailure(m.Operator, errors.New(m.Message))
 	}
-	j.Step(c, coord.InstanceFailed{At: now, Gen: gen, Err: x.operatorError(actor.NewPID(m.Address, m.ID), reason)})
+	j.step(c, coord.InstanceFailed{At: now, Gen: gen, Err: x.operatorError(actor.NewPID(m.Address, m.ID), reason)})
 }
 
 // step steps the lifecycle and carries out its actions.
-func (j *jobActor) Step(c actor.Context, ev coord.JobEvent) {
+func (j *jobActor) step(c actor.Context, ev coord.JobEvent) {
 	x := j.x
 	var acts []coord.JobAction
 	j.life, acts = j.life.Step(ev)
@@ -193,31 +194,31 @@ func (j *jobActor) Step(c actor.Context, ev coord.JobEvent) {
 				x.stopHosts(map[string]bool{a.Lost: true})
 			}
 		case coord.ScheduleRelaunch:
-			delay := x.topo.cfg.restart.backoff.Delay(a.Restart)
+			delay := x.topo.Config().Restart.Backoff.Delay(a.Restart)
 			x.noteRestart(delay)
 			x.traceEvent("sluice.job", "restart", attribute.Int("sluice.restart", a.Restart),
 				attribute.String("sluice.delay", delay.String()), attribute.String("error", a.Err.Error()))
-			x.sys.Logger().Warn("operator failed; restarting the job from its last checkpoint", "job", x.topo.name,
+			x.sys.Logger().Warn("operator failed; restarting the job from its last checkpoint", "job", x.topo.Name(),
 				"err", a.Err, "restart", a.Restart, "delay", delay)
 			root, pid, gen := x.root, x.jobPID, a.Gen
-			j.stopTimer = x.topo.cfg.after(delay, func() { root.Send(pid, &restartMsg{gen: gen}) })
+			j.stopTimer = x.topo.Config().After(delay, func() { root.Send(pid, &restartMsg{gen: gen}) })
 		case coord.Relaunch:
 			acts = append(acts, j.relaunch(c, a.Gen)...)
 		case coord.TakeFinalCheckpoint:
-			j.feed(c, coord.TakeFinal{At: x.topo.cfg.now()})
+			j.feed(c, coord.TakeFinal{At: x.topo.Config().Now()})
 		case coord.StopCheckpoints:
 			j.feed(c, coord.Stop{})
 		case coord.DrainSources:
-			for id, chain := range x.plan.chains {
-				if chain[0].role == roleSource {
+			for id, chain := range x.plan.Chains {
+				if chain[0].Role() == graph.RoleSource {
 					for _, in := range x.instances[id] {
 						x.tellFrom(c, in.self, &wire.Drain{})
 					}
 				}
 			}
 		case coord.ClearCheckpoints:
-			if err := x.cpStore.Clear(x.ctx, x.topo.name); err != nil {
-				x.sys.Logger().Error("clear checkpoints", "job", x.topo.name, "err", err)
+			if err := x.cpStore.Clear(x.ctx, x.topo.Name()); err != nil {
+				x.sys.Logger().Error("clear checkpoints", "job", x.topo.Name(), "err", err)
 			}
 		case coord.Fail:
 			x.setErr(a.Err)
@@ -232,12 +233,12 @@ func (j *jobActor) Step(c actor.Context, ev coord.JobEvent) {
 // the lifecycle's actions on the outcome.
 func (j *jobActor) relaunch(c actor.Context, gen int) []coord.JobAction {
 	x := j.x
-	now := x.topo.cfg.now()
+	now := x.topo.Config().Now()
 	x.gen = gen
 	if x.cpStore != nil {
-		cp, ok, err := x.cpStore.Latest(x.ctx, x.topo.name)
+		cp, ok, err := x.cpStore.Latest(x.ctx, x.topo.Name())
 		if err != nil {
-			return j.stepped(coord.LaunchFailed{At: now, Err: fmt.Errorf("operators: topology %q: restart: load the latest checkpoint: %w", x.topo.name, err)})
+			return j.stepped(coord.LaunchFailed{At: now, Err: fmt.Errorf("operators: topology %q: restart: load the latest checkpoint: %w", x.topo.Name(), err)})
 		}
 		x.restored = nil
 		if ok {
@@ -248,7 +249,7 @@ func (j *jobActor) relaunch(c actor.Context, gen int) []coord.JobAction {
 	if err != nil {
 		// In a distributed job a process may have left while it was
 		// deployed to: restart again.
-		return j.stepped(coord.LaunchFailed{At: now, Err: fmt.Errorf("operators: topology %q: restart: %w", x.topo.name, err),
+		return j.stepped(coord.LaunchFailed{At: now, Err: fmt.Errorf("operators: topology %q: restart: %w", x.topo.Name(), err),
 			Retryable: true, Local: local, Hosts: x.hostList()})
 	}
 	if x.restored != nil {
@@ -326,7 +327,7 @@ func Savepoint(ctx context.Context, run *actors.Run) (uint64, error) {
 			return r.id, r.err
 		default:
 		}
-		return 0, fmt.Errorf("operators: savepoint: the job ended: %w", x.topo.kit.Aborted)
+		return 0, fmt.Errorf("operators: savepoint: the job ended: %w", x.topo.Kit().Aborted)
 	case <-ctx.Done():
 		return 0, ctx.Err()
 	}
@@ -338,7 +339,7 @@ func (j *jobActor) arm() {
 		return
 	}
 	root, pid := j.x.root, j.x.jobPID
-	j.timer = j.x.topo.cfg.cpAfter(j.x.topo.cfg.cpInterval, func() { root.Send(pid, &cpTick{}) })
+	j.timer = j.x.topo.Config().CheckpointAfter(j.x.topo.Config().CheckpointInterval, func() { root.Send(pid, &cpTick{}) })
 }
 
 // feed steps the coordinator and carries out its actions.
@@ -355,7 +356,7 @@ func (j *jobActor) feed(c actor.Context, ev coord.CheckpointEvent) {
 		case coord.Inject:
 			// Every instance hears of the checkpoint: running sources
 			// start it, finished instances answer it (see wire.Barrier).
-			j.started[a.ID] = x.topo.cfg.now()
+			j.started[a.ID] = x.topo.Config().Now()
 			j.armExpiry(a.ID, a.Deadline)
 			for _, insts := range x.instances {
 				for _, in := range insts {
@@ -364,7 +365,7 @@ func (j *jobActor) feed(c actor.Context, ev coord.CheckpointEvent) {
 			}
 		case coord.Abandoned:
 			j.ended(a.ID)
-			x.sys.Logger().Debug("checkpoint abandoned for a later one", "job", x.topo.name, "checkpoint", a.ID)
+			x.sys.Logger().Debug("checkpoint abandoned for a later one", "job", x.topo.Name(), "checkpoint", a.ID)
 		case coord.TickAt:
 			j.deferTick(a.At)
 		case coord.Store:
@@ -372,19 +373,19 @@ func (j *jobActor) feed(c actor.Context, ev coord.CheckpointEvent) {
 			if a.Unaligned { // the in-flight records have no place in persistence.Checkpoint yet: never lose them silently
 				err = errors.New("unaligned checkpoints are not stored by this engine yet")
 			} else {
-				err = x.cpStore.Complete(x.ctx, x.topo.name, persistence.Checkpoint{
-					ID: a.ID, Time: x.topo.cfg.now(), States: a.States, Offsets: a.Offsets})
+				err = x.cpStore.Complete(x.ctx, x.topo.Name(), persistence.Checkpoint{
+					ID: a.ID, Time: x.topo.Config().Now(), States: a.States, Offsets: a.Offsets})
 			}
 			var more []coord.CheckpointAction
-			j.cs, more = j.cs.Step(coord.Stored{ID: a.ID, Err: err, At: x.topo.cfg.now()})
+			j.cs, more = j.cs.Step(coord.Stored{ID: a.ID, Err: err, At: x.topo.Config().Now()})
 			j.publishInProgress()
 			acts = append(acts, more...)
 		case coord.Completed:
-			d := x.topo.cfg.now().Sub(j.started[a.ID])
+			d := x.topo.Config().Now().Sub(j.started[a.ID])
 			j.ended(a.ID)
 			x.cpStatsMu.Lock()
 			x.cpStats.Completed++
-			x.cpStats.LastID, x.cpStats.LastDuration, x.cpStats.LastTime = a.ID, d, x.topo.cfg.now()
+			x.cpStats.LastID, x.cpStats.LastDuration, x.cpStats.LastTime = a.ID, d, x.topo.Config().Now()
 			x.cpStatsMu.Unlock()
 			x.metrics.checkpointDone(d)
 			j.savepointDone(c, a.ID)
@@ -393,15 +394,15 @@ func (j *jobActor) feed(c actor.Context, ev coord.CheckpointEvent) {
 					x.tellFrom(c, in.self, &wire.Committed{Gen: x.gen, ID: a.ID})
 				}
 			}
-			x.sys.Logger().Debug("checkpoint completed", "job", x.topo.name, "checkpoint", a.ID, "duration", d, "final", a.Final)
+			x.sys.Logger().Debug("checkpoint completed", "job", x.topo.Name(), "checkpoint", a.ID, "duration", d, "final", a.Final)
 			if a.Final {
-				j.Step(c, coord.FinalCheckpointDone{At: x.topo.cfg.now()})
+				j.step(c, coord.FinalCheckpointDone{At: x.topo.Config().Now()})
 			}
 		case coord.CheckpointFailed:
 			j.ended(a.ID)
 			j.endSavepoints(fmt.Errorf("operators: savepoint: checkpoint %d failed: %w", a.ID, a.Err))
 			x.noteFailed(a.Err)
-			x.sys.Logger().Error("checkpoint failed", "job", x.topo.name, "checkpoint", a.ID, "err", a.Err, "final", a.Final)
+			x.sys.Logger().Error("checkpoint failed", "job", x.topo.Name(), "checkpoint", a.ID, "err", a.Err, "final", a.Final)
 			if a.Final {
 				// Without it the sinks' tail can only be committed outside any
 				// checkpoint: abort them instead (Aborter discards) and fail,
@@ -410,8 +411,8 @@ func (j *jobActor) feed(c actor.Context, ev coord.CheckpointEvent) {
 				if j.cs.Completed > 0 {
 					since = "checkpoint " + strconv.FormatUint(j.cs.Completed, 10)
 				}
-				j.Step(c, coord.FinalCheckpointFailed{At: x.topo.cfg.now(), Err: fmt.Errorf("operators: topology %q: final checkpoint %d: %w (the sinks' records since %s are not committed)",
-					x.topo.name, a.ID, a.Err, since)})
+				j.step(c, coord.FinalCheckpointFailed{At: x.topo.Config().Now(), Err: fmt.Errorf("operators: topology %q: final checkpoint %d: %w (the sinks' records since %s are not committed)",
+					x.topo.Name(), a.ID, a.Err, since)})
 			}
 		}
 	}
@@ -423,7 +424,7 @@ func (j *jobActor) launch(c actor.Context) (total, local int, err error) {
 	x := j.x
 	defer func() { // a panic while building must reach Start as an error, not hang it
 		if r := recover(); r != nil {
-			err = fmt.Errorf("operators: launching job %q: %v", x.topo.name, r)
+			err = fmt.Errorf("operators: launching job %q: %v", x.topo.Name(), r)
 		}
 	}()
 	x.place()

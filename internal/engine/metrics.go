@@ -26,7 +26,7 @@ func newJobMetrics(x *execution) (*jobMetrics, error) {
 		return nil, nil
 	}
 	m := mp.Meter("github.com/sluicehq/sluice/operators")
-	jm := &jobMetrics{job: attribute.String("sluice.topology", x.topo.name)}
+	jm := &jobMetrics{job: attribute.String("sluice.topology", x.topo.Name())}
 	var err error
 	counter := func(name, desc string) metric.Int64ObservableCounter {
 		c, e := m.Int64ObservableCounter(name, metric.WithDescription(desc), metric.WithUnit("{record}"))
@@ -46,8 +46,10 @@ func newJobMetrics(x *execution) (*jobMetrics, error) {
 	failed, e6 := m.Int64ObservableCounter("sluice.checkpoints.failed", metric.WithDescription("checkpoints that failed (store failed or timed out)"))
 	inProgress, e7 := m.Int64ObservableGauge("sluice.checkpoints.in_progress", metric.WithDescription("checkpoints in flight"))
 	var e4, e5 error
-	jm.checkpoint, e4 = m.Float64Histogram("sluice.checkpoint.duration", metric.WithDescription("from barriers injected to checkpoint stored"), metric.WithUnit("s"))
-	jm.latency, e5 = m.Float64Histogram("sluice.batch.processing", metric.WithDescription("time an operator instance spent on one batch of records"), metric.WithUnit("s"))
+	jm.checkpoint, e4 = m.Float64Histogram("sluice.checkpoint.duration", metric.WithDescription("from barriers injected to checkpoint stored"), metric.WithUnit("s"),
+		metric.WithExplicitBucketBoundaries(checkpointBuckets...))
+	jm.latency, e5 = m.Float64Histogram("sluice.batch.processing", metric.WithDescription("time an operator instance spent on one batch of records"), metric.WithUnit("s"),
+		metric.WithExplicitBucketBoundaries(batchBuckets...))
 	for _, e := range []error{e1, e2, e3, e4, e5, e6, e7} {
 		if e != nil && err == nil {
 			err = e
@@ -87,7 +89,7 @@ func (jm *jobMetrics) checkpointDone(d time.Duration) {
 
 func (jm *jobMetrics) batchDone(in *instance, d time.Duration) {
 	jm.latency.Record(context.Background(), d.Seconds(), metric.WithAttributes(jm.job,
-		attribute.String("sluice.operator", in.exec.plan.chains[in.task][0].name)))
+		attribute.String("sluice.operator", in.exec.plan.Chains[in.task][0].Name())))
 }
 
 func (jm *jobMetrics) Close() {
@@ -95,3 +97,16 @@ func (jm *jobMetrics) Close() {
 		_ = jm.reg.Unregister()
 	}
 }
+
+// Bucket boundaries fit for what the histograms measure, in seconds
+// (OpenTelemetry's default boundaries, 0 to 10000, suit milliseconds: every
+// batch of tens of microseconds would land in the first bucket of 5 s).
+var (
+	// A batch takes microseconds to milliseconds; a slow user function
+	// seconds.
+	batchBuckets = []float64{1e-6, 2.5e-6, 5e-6, 1e-5, 2.5e-5, 5e-5, 1e-4, 2.5e-4, 5e-4,
+		1e-3, 2.5e-3, 5e-3, 1e-2, 2.5e-2, 5e-2, 0.1, 0.25, 0.5, 1, 2.5, 5, 10}
+	// A checkpoint takes milliseconds to tens of seconds.
+	checkpointBuckets = []float64{1e-3, 2.5e-3, 5e-3, 1e-2, 2.5e-2, 5e-2, 0.1, 0.25, 0.5,
+		1, 2.5, 5, 10, 30, 60, 120}
+)

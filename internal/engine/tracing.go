@@ -20,7 +20,7 @@ func newTracer(x *execution, in *instance) *stage.Tracer {
 		}
 		return 0
 	}
-	return stage.NewTracer(tp.Tracer("github.com/sluicehq/sluice/operators"), x.ctx, depth, x.topo.name, in.mbCfg.Overflow.String())
+	return stage.NewTracer(tp.Tracer("github.com/sluicehq/sluice/operators"), x.ctx, depth, x.topo.Name(), in.mbCfg.Overflow.String())
 }
 
 // traceEvent records a job-level event (a restart, a mailbox overflow) as a
@@ -30,7 +30,7 @@ func (x *execution) traceEvent(name, event string, attrs ...attribute.KeyValue) 
 	if _, noop := tp.(tracenoop.TracerProvider); noop || tp == nil {
 		return
 	}
-	attrs = append(attrs, attribute.String("sluice.topology", x.topo.name))
+	attrs = append(attrs, attribute.String("sluice.topology", x.topo.Name()))
 	_, span := tp.Tracer("github.com/sluicehq/sluice/operators").Start(x.ctx, name, trace.WithNewRoot(), trace.WithAttributes(attrs...))
 	span.AddEvent(event, trace.WithAttributes(attrs...))
 	span.End()

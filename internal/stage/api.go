@@ -4,6 +4,7 @@ import (
 	"math"
 	"time"
 
+	"github.com/sluicehq/sluice/connector"
 	"github.com/sluicehq/sluice/supervision"
 )
 
@@ -12,7 +13,7 @@ import (
 // (a Pusher of its output, as any) and the stage's context.
 
 // NewSource reads src.
-func NewSource[T any](src SourceConnector[T], next any, sc *Ctx) SourceRunner {
+func NewSource[T any](src connector.Source[T], next any, sc *Ctx) SourceRunner {
 	return &SourceStage[T]{conn: src, next: next.(Pusher[T]), sc: sc}
 }
 
@@ -38,7 +39,7 @@ func NewKeyed[K comparable, T, A, O any](key func(T) K, step func(A, bool, T) A,
 }
 
 // NewSink writes to sink.
-func NewSink[T any](sink SinkConnector[T], sc *Ctx) any { return &SinkStage[T]{conn: sink, sc: sc} }
+func NewSink[T any](sink connector.Sink[T], sc *Ctx) any { return &SinkStage[T]{conn: sink, sc: sc} }
 
 // NewTimestamps takes event times from ts, with watermarks bound behind the
 // largest.

@@ -12,6 +12,7 @@ import (
 	"github.com/vmihailenco/msgpack/v5"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/sluicehq/sluice/connector"
 	"github.com/sluicehq/sluice/internal/msgpacksafe"
 )
 
@@ -97,11 +98,14 @@ type Ctx struct {
 	After func(d time.Duration, f func())
 	Now   func() time.Time
 	// finalCheckpoint: the job takes a final checkpoint after its input
-	// ends, so a sink whose writer is a TwoPhaseWriter or a Checkpointer
+	// ends, so a sink whose writer is a TwoPhaseWriter or a connector.Checkpointer
 	// stays open at end of stream until that checkpoint is committed.
 	FinalCheckpoint bool
 	// panicErr is the error of user code that panicked (the job's kit).
 	PanicErr func(v any) error
+	// Late is a windowed stage's late records' stream (a Pusher of its
+	// input type), nil when nobody takes them (LateRecords).
+	Late any
 }
 
 // key names the stage's instance in checkpoints: "operator/instance".
@@ -414,8 +418,8 @@ func (s *KeyedStage[K, T, A, O]) Finish() {
 }
 
 type SinkStage[T any] struct {
-	conn SinkConnector[T]
-	w    Writer[T]
+	conn connector.Sink[T]
+	w    connector.Writer[T]
 	sc   *Ctx
 	// ended: end of stream reached a writer kept open for the final
 	// checkpoint (see closeFinal). last is the state recorded at the last
@@ -425,9 +429,9 @@ type SinkStage[T any] struct {
 }
 
 func (s *SinkStage[T]) Open() error {
-	var w Writer[T]
+	var w connector.Writer[T]
 	var err error
-	if r, ok := s.conn.(RestorableSink[T]); ok && s.sc.Restored {
+	if r, ok := s.conn.(connector.RestorableSink[T]); ok && s.sc.Restored {
 		w, err = r.OpenAt(s.sc.Context, s.sc.Instance, s.sc.Parts, s.sc.Restore)
 	} else {
 		w, err = s.conn.Open(s.sc.Context, s.sc.Instance, s.sc.Parts)
@@ -453,7 +457,7 @@ func (s *SinkStage[T]) Push(b *Batch[T]) {
 func (s *SinkStage[T]) Watermark(int64) {}
 
 // finish is the end of the stream. A writer whose position belongs in
-// checkpoints (TwoPhaseWriter, Checkpointer) stays open when the job takes a
+// checkpoints (connector.TwoPhaseWriter, connector.Checkpointer) stays open when the job takes a
 // final checkpoint: that checkpoint records it (PreCommit) and commits it,
 // and closeFinal closes it afterwards with nothing left to commit. Other
 // writers, and every writer of a job without checkpoints, close now: Close
@@ -461,7 +465,7 @@ func (s *SinkStage[T]) Watermark(int64) {}
 func (s *SinkStage[T]) Finish() {
 	if s.sc.FinalCheckpoint && s.w != nil {
 		switch s.w.(type) {
-		case TwoPhaseWriter, Checkpointer:
+		case connector.TwoPhaseWriter, connector.Checkpointer:
 			s.ended = true
 			return
 		}
@@ -499,9 +503,9 @@ func (s *SinkStage[T]) SnapshotState(checkpoint uint64) ([]byte, error) {
 	}
 	var b []byte
 	var err error
-	if tp, ok := s.w.(TwoPhaseWriter); ok {
+	if tp, ok := s.w.(connector.TwoPhaseWriter); ok {
 		b, err = tp.PreCommit(checkpoint)
-	} else if c, ok := s.w.(Checkpointer); ok {
+	} else if c, ok := s.w.(connector.Checkpointer); ok {
 		b, err = c.Checkpoint()
 	} else {
 		return nil, nil // at-least-once: nothing to record
@@ -514,7 +518,7 @@ func (s *SinkStage[T]) SnapshotState(checkpoint uint64) ([]byte, error) {
 
 // commit finishes the two-phase commit of a completed checkpoint.
 func (s *SinkStage[T]) Commit(checkpoint uint64) {
-	if tp, ok := s.w.(TwoPhaseWriter); ok {
+	if tp, ok := s.w.(connector.TwoPhaseWriter); ok {
 		if err := tp.Commit(s.sc.Context, checkpoint); err != nil {
 			s.sc.fail(fmt.Errorf("commit checkpoint %d: %w", checkpoint, err))
 		}
@@ -529,7 +533,7 @@ func (s *SinkStage[T]) Abort() {
 	if s.w == nil {
 		return
 	}
-	if a, ok := s.w.(Aborter); ok {
+	if a, ok := s.w.(connector.Aborter); ok {
 		_ = a.Abort()
 	} else {
 		_ = s.w.Close()
@@ -547,13 +551,13 @@ type SourceRunner interface {
 	Step() (int, error)
 	Finish()
 	Close() error
-	Waiter() Waiter
+	Waiter() connector.Waiter
 	Ack(offset int64) error
 }
 
 type SourceStage[T any] struct {
-	conn SourceConnector[T]
-	r    Reader[T]
+	conn connector.Source[T]
+	r    connector.Reader[T]
 	next Pusher[T]
 	sc   *Ctx
 	buf  Batch[T]
@@ -602,7 +606,7 @@ func (s *SourceStage[T]) Close() error {
 // ack tells the reader that a completed checkpoint covers every record
 // before offset.
 func (s *SourceStage[T]) Ack(offset int64) error {
-	if a, ok := s.r.(Acker); ok && s.r != nil {
+	if a, ok := s.r.(connector.Acker); ok && s.r != nil {
 		if err := a.Ack(s.sc.Context, offset); err != nil {
 			return &Failure{op: s.sc.Name, err: fmt.Errorf("ack offset %d: %w", offset, err)}
 		}
@@ -610,8 +614,8 @@ func (s *SourceStage[T]) Ack(offset int64) error {
 	return nil
 }
 
-func (s *SourceStage[T]) Waiter() Waiter {
-	w, _ := s.r.(Waiter)
+func (s *SourceStage[T]) Waiter() connector.Waiter {
+	w, _ := s.r.(connector.Waiter)
 	return w
 }
 

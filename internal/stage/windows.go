@@ -29,28 +29,22 @@ type WinFns[K comparable, T, A, O any] struct {
 }
 
 // lateOutput is the side output of a windowed stage: late records are
-// counted and written to the LateTo sink, if any.
+// counted and pushed to the LateRecords stream, if any.
 type lateOutput[T any] struct {
-	sink *SinkStage[T]
+	side Pusher[T] // the late records' stream (LateRecords), nil without one
 	c    *Counters
 	buf  Batch[T]
 }
 
-func newLateOutput[T any](sc *Ctx, late any) *lateOutput[T] {
+func newLateOutput[T any](sc *Ctx) *lateOutput[T] {
 	l := &lateOutput[T]{c: sc.C}
-	if conn, ok := late.(SinkConnector[T]); ok {
-		lsc := *sc
-		// Late records are at-least-once (in no checkpoint): the late sink
-		// closes at end of stream, before any final checkpoint.
-		lsc.C, lsc.Tracer, lsc.FinalCheckpoint = new(Counters), nil, false
-		l.sink = &SinkStage[T]{conn: conn, sc: &lsc}
-	}
+	l.side, _ = sc.Late.(Pusher[T])
 	return l
 }
 
 func (l *lateOutput[T]) add(v T, ts int64) {
 	l.c.Late.Add(1)
-	if l.sink != nil {
+	if l.side != nil {
 		l.buf.Vs = append(l.buf.Vs, v)
 		l.buf.Ts = append(l.buf.Ts, ts)
 	}
@@ -58,28 +52,22 @@ func (l *lateOutput[T]) add(v T, ts int64) {
 
 func (l *lateOutput[T]) flush() {
 	if len(l.buf.Vs) > 0 {
-		l.sink.Push(&l.buf)
+		l.side.Push(&l.buf)
 		l.buf.Vs, l.buf.Ts = l.buf.Vs[:0], l.buf.Ts[:0]
 	}
 }
 
-func (l *lateOutput[T]) Open() error {
-	if l.sink == nil {
-		return nil
-	}
-	return l.sink.Open()
-}
-
-func (l *lateOutput[T]) Abort() {
-	if l.sink != nil {
-		l.sink.Abort()
+// watermark passes the window's event time on to the late records' stream.
+func (l *lateOutput[T]) watermark(wm int64) {
+	if l.side != nil {
+		l.side.Watermark(wm)
 	}
 }
 
 func (l *lateOutput[T]) Finish() {
-	if l.sink != nil {
+	if l.side != nil {
 		l.flush()
-		l.sink.Finish()
+		l.side.Finish()
 	}
 }
 
@@ -122,11 +110,11 @@ type winStage[K comparable, T, A, O any] struct {
 	restoredProc []int64 // restored processing-time windows, armed at open
 }
 
-func NewWinStage[K comparable, T, A, O any](fns WinFns[K, T, A, O], w Windows, lateness time.Duration, late any, next Pusher[O], sc *Ctx) *winStage[K, T, A, O] {
+func NewWinStage[K comparable, T, A, O any](fns WinFns[K, T, A, O], w Windows, lateness time.Duration, next Pusher[O], sc *Ctx) *winStage[K, T, A, O] {
 	return &winStage[K, T, A, O]{fns: fns, kind: w.kind, size: int64(w.size), slide: int64(w.slide), gap: int64(w.gap),
 		lateness: int64(lateness), proc: w.proc, wm: math.MinInt64,
 		panes: make(map[int64]*pane[K, A]), sess: make(map[K][]session[A]),
-		late: newLateOutput[T](sc, late), out: NewOutBuf(next, sc), next: next, sc: sc}
+		late: newLateOutput[T](sc), out: NewOutBuf(next, sc), next: next, sc: sc}
 }
 
 var errNoEventTime = errors.New("records carry no event time: add operators.Timestamps upstream, or use ProcessingTime windows")
@@ -270,6 +258,7 @@ func (s *winStage[K, T, A, O]) fireProc(end int64) {
 }
 
 func (s *winStage[K, T, A, O]) Watermark(wm int64) {
+	s.late.watermark(wm)
 	defer s.sc.attribute()
 	if wm <= s.wm {
 		return
@@ -380,10 +369,10 @@ func (s *winStage[K, T, A, O]) Open() error {
 		s.sc.After(time.Duration(max(0, end-now)), func() { s.fireProc(end) })
 	}
 	s.restoredProc = nil
-	return s.late.Open()
+	return nil
 }
 
-func (s *winStage[K, T, A, O]) Abort() { s.late.Abort() }
+func (s *winStage[K, T, A, O]) Abort() {}
 
 // winState is the checkpointed form of a window stage.
 type winState[K comparable, A any] struct {

@@ -55,12 +55,11 @@ func MergeVisits(a, b Visit) Visit {
 func Sessionize(clicks operators.Stream[Click], outOfOrder, gap, lateness time.Duration, late operators.SinkConnector[Click], parallelism int) operators.Stream[Session] {
 	timed := operators.Timestamps(clicks, "event-time", Click.EventTime, operators.OutOfOrderness(outOfOrder))
 	byUser := operators.KeyBy(timed, "by-user", func(c Click) string { return c.User }, operators.Parallelism(parallelism))
-	opts := []operators.WindowOption{operators.AllowedLateness(lateness)}
-	if late != nil {
-		opts = append(opts, operators.LateTo(late))
-	}
 	windows := operators.WindowAggregate(byUser, "sessions", operators.Sessions(gap),
-		func() Visit { return Visit{} }, AddClick, MergeVisits, opts...)
+		func() Visit { return Visit{} }, AddClick, MergeVisits, operators.AllowedLateness(lateness))
+	if late != nil {
+		operators.Sink(operators.LateRecords(byUser, windows, "late"), "late-clicks", late)
+	}
 	return operators.Map(windows, "session", func(w operators.Windowed[string, Visit]) Session {
 		return Session{User: w.Key, Start: w.Start, End: w.End, Clicks: w.Value.Clicks, Pages: w.Value.Pages}
 	})

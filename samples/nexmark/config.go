@@ -47,8 +47,15 @@ func (u RateUnit) usPerUnit() int64 {
 //
 // Beam knobs left out because they would make the stream depend on the wall
 // clock: useWallclockEventTime (the base time is always
-// 2015-07-15T00:00:00Z), isRateLimited and probDelayedEvent (events are
-// produced as fast as they are consumed, with their synthetic event time).
+// 2015-07-15T00:00:00Z), isRateLimited, probDelayedEvent and
+// occasionalDelaySec (events are produced as fast as they are consumed, with
+// their synthetic event time, and none is delayed behind the watermark).
+// Beam query knobs left out because sluice's queries are defined otherwise:
+// maxAuctionsWaitingTime (q3 is the regular unbounded join, which forgets
+// nothing), maxLogEvents (q11 emits each session once, when it closes, with
+// no early firings), fanout (the hot-key fanout of Beam's combiners; q7
+// spreads each window over a fixed number of partial maxima instead), and
+// q11's allowed lateness of occasionalDelaySec/2 (no event is late).
 type Config struct {
 	// NumEvents is the number of events of the whole stream, over all
 	// generators. 0 means as many as Beam allows without overflow:
@@ -110,46 +117,31 @@ type Config struct {
 	// AuctionSkip: q2 selects bids of auctions whose id is a multiple of
 	// it. Default 123.
 	AuctionSkip int
-	// Fanout is the hot-key fanout of q4, q5 and q7's combiners. Default 5.
-	Fanout int
-	// MaxAuctionsWaitingTime is how long, in seconds of event time, q3
-	// keeps auctions waiting for their seller. Default 600.
-	MaxAuctionsWaitingTime int
-	// OccasionalDelaySec bounds the delay of late events; q11 allows a
-	// lateness of half of it. Default 3.
-	OccasionalDelaySec int64
-	// MaxLogEvents is the number of elements after which q11 fires early.
-	// Default 100 000.
-	MaxLogEvents int
 }
 
 // DefaultConfig returns Beam's default configuration.
 func DefaultConfig() Config {
 	return Config{
-		NumEvents:              100_000,
-		NumEventGenerators:     100,
-		RateShape:              RateShapeSine,
-		FirstEventRate:         10_000,
-		NextEventRate:          10_000,
-		RateUnit:               PerSecond,
-		RatePeriodSec:          600,
-		AvgPersonByteSize:      200,
-		AvgAuctionByteSize:     500,
-		AvgBidByteSize:         100,
-		HotAuctionRatio:        2,
-		HotSellersRatio:        4,
-		HotBiddersRatio:        4,
-		NumInFlightAuctions:    100,
-		NumActivePeople:        1000,
-		OutOfOrderGroupSize:    1,
-		WindowSizeSec:          10,
-		WindowPeriodSec:        5,
-		WatermarkHoldbackSec:   0,
-		AuctionSkip:            123,
-		Fanout:                 5,
-		MaxAuctionsWaitingTime: 600,
-		OccasionalDelaySec:     3,
-		MaxLogEvents:           100_000,
+		NumEvents:            100_000,
+		NumEventGenerators:   100,
+		RateShape:            RateShapeSine,
+		FirstEventRate:       10_000,
+		NextEventRate:        10_000,
+		RateUnit:             PerSecond,
+		RatePeriodSec:        600,
+		AvgPersonByteSize:    200,
+		AvgAuctionByteSize:   500,
+		AvgBidByteSize:       100,
+		HotAuctionRatio:      2,
+		HotSellersRatio:      4,
+		HotBiddersRatio:      4,
+		NumInFlightAuctions:  100,
+		NumActivePeople:      1000,
+		OutOfOrderGroupSize:  1,
+		WindowSizeSec:        10,
+		WindowPeriodSec:      5,
+		WatermarkHoldbackSec: 0,
+		AuctionSkip:          123,
 	}
 }
 
@@ -181,9 +173,6 @@ func (c Config) Validate() error {
 		{"numInFlightAuctions", c.NumInFlightAuctions, 0},
 		{"numActivePeople", c.NumActivePeople, 0},
 		{"auctionSkip", c.AuctionSkip, 1},
-		{"fanout", c.Fanout, 1},
-		{"maxAuctionsWaitingTime", c.MaxAuctionsWaitingTime, 0},
-		{"maxLogEvents", c.MaxLogEvents, 1},
 	}
 	if c.NumEvents < 0 {
 		return bad("numEvents", c.NumEvents, "want 0 (as many as possible) or more")
@@ -208,7 +197,6 @@ func (c Config) Validate() error {
 		{"windowSizeSec", c.WindowSizeSec, 1},
 		{"windowPeriodSec", c.WindowPeriodSec, 1},
 		{"watermarkHoldbackSec", c.WatermarkHoldbackSec, 0},
-		{"occasionalDelaySec", c.OccasionalDelaySec, 0},
 	} {
 		if k.v < k.min {
 			return bad(k.knob, k.v, fmt.Sprintf("want %d or more", k.min))
@@ -273,8 +261,4 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.Int64Var(&c.WindowPeriodSec, "windowPeriodSec", c.WindowPeriodSec, "period of q5's sliding windows, in seconds")
 	fs.Int64Var(&c.WatermarkHoldbackSec, "watermarkHoldbackSec", c.WatermarkHoldbackSec, "seconds the watermark is held back")
 	fs.IntVar(&c.AuctionSkip, "auctionSkip", c.AuctionSkip, "q2 selects bids of auctions whose id is a multiple of this")
-	fs.IntVar(&c.Fanout, "fanout", c.Fanout, "hot-key fanout of the combiners")
-	fs.IntVar(&c.MaxAuctionsWaitingTime, "maxAuctionsWaitingTime", c.MaxAuctionsWaitingTime, "seconds q3 keeps auctions waiting for their seller")
-	fs.Int64Var(&c.OccasionalDelaySec, "occasionalDelaySec", c.OccasionalDelaySec, "bound of the delay of late events, in seconds")
-	fs.IntVar(&c.MaxLogEvents, "maxLogEvents", c.MaxLogEvents, "elements after which q11 fires early")
 }

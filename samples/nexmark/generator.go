@@ -4,6 +4,9 @@ import (
 	"fmt"
 	"iter"
 	"math"
+	"math/bits"
+	"slices"
+	"time"
 )
 
 // BaseTime is the event time of the first event, 2015-07-15T00:00:00Z in ms
@@ -649,6 +652,88 @@ func (s *Stream) SetOffset(offset int64) error {
 	}
 	s.offset = offset
 	return nil
+}
+
+// MaxOutOfOrderness returns how far the latest event time seen in c's stream
+// may be ahead of the stream's watermark (Beam's: the least of its
+// generators' Watermark): at every point of the stream, and of every
+// subsequence of it (a source instance's share), the latest event time so far
+// less MaxOutOfOrderness is at or before the watermark. So a Timestamps that
+// allows this out-of-orderness (ParamsOf sets it) never puts its watermark
+// ahead of the generator's, and no event is late that Beam does not call late;
+// it lags the generator's watermark by at most this much.
+//
+// It is 0 with OutOfOrderGroupSize 1 (every generator's events are in time
+// order, and the generators share one timeline). With groups of n events, an
+// event is at most n−1 event numbers ahead of the start of its group, whose
+// time is the watermark: with one rate that is ⌈(n−1)·delay/1000⌉ ms (delay:
+// a generator's inter-event delay in µs), with a varying rate
+// (n−1)·⌈delay/1000⌉ ms for the longest delay. c must be valid.
+func (c Config) MaxOutOfOrderness() time.Duration {
+	n := c.OutOfOrderGroupSize
+	if n <= 1 {
+		return 0
+	}
+	tl := newTimeline(c, 0)
+	var ms int64
+	if len(tl.delaysUs) == 1 {
+		ms = ceilMul(n-1, tl.delaysUs[0], 1000)
+	} else {
+		ms = ceilMul(n-1, ceilDiv(slices.Max(tl.delaysUs), 1000), 1)
+	}
+	if ms > math.MaxInt64/int64(time.Millisecond) {
+		return math.MaxInt64
+	}
+	return time.Duration(ms) * time.Millisecond
+}
+
+// RepeatsIDs reports whether c's stream may have an event id (so a person
+// or an auction id) more than once. With OutOfOrderGroupSize n > 1, Beam's
+// permutation of a generator's last group, when n does not divide its
+// count, may reach past the generator's ids into the next generator's,
+// which has them too; and with n a multiple of 953 the permutation is not
+// one-to-one. Otherwise every id is unique. It may answer true when unsure
+// (a last group of more than 2²⁰ events), never false wrongly.
+func (c Config) RepeatsIDs() bool {
+	n := c.OutOfOrderGroupSize
+	if n <= 1 || c.NumEventGenerators <= 1 && n%953 != 0 {
+		return false
+	}
+	if n%953 == 0 {
+		return true
+	}
+	// Every generator but the last has total/k events; the last one's ids
+	// may go past the end, where no generator has them.
+	per := maxEvents(c) / int64(c.NumEventGenerators)
+	r := per % n
+	if r > 1<<20 {
+		return true
+	}
+	for j := range r {
+		if (j*953)%n >= r {
+			return true
+		}
+	}
+	return false
+}
+
+// ceilDiv is ⌈a/b⌉ for a ≥ 0, b > 0.
+func ceilDiv(a, b int64) int64 { return (a + b - 1) / b }
+
+// ceilMul is ⌈a·b/d⌉ for a, b ≥ 0 and d > 0, saturating at math.MaxInt64.
+func ceilMul(a, b, d int64) int64 {
+	hi, lo := bits.Mul64(uint64(a), uint64(b))
+	if hi >= uint64(d) {
+		return math.MaxInt64
+	}
+	q, r := bits.Div64(hi, lo, uint64(d))
+	if r != 0 {
+		q++
+	}
+	if q > math.MaxInt64 {
+		return math.MaxInt64
+	}
+	return int64(q)
 }
 
 // Watermark returns a lower bound, in ms, of the event times of all the

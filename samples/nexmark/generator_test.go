@@ -9,6 +9,7 @@ import (
 	"math"
 	"os"
 	"reflect"
+	"strings"
 	"testing"
 	"time"
 )
@@ -551,6 +552,15 @@ func TestConfigRegisterFlags(t *testing.T) {
 	cfg.RegisterFlags(fs)
 	if err := fs.Parse([]string{"-rateShape", "ZIPF"}); err == nil {
 		t.Error("-rateShape ZIPF accepted")
+	}
+	// Beam knobs that no sluice query reads are not flags.
+	for _, gone := range []string{"maxAuctionsWaitingTime", "occasionalDelaySec", "maxLogEvents", "fanout"} {
+		fs = flag.NewFlagSet("gen", flag.ContinueOnError)
+		fs.SetOutput(new(bytes.Buffer))
+		cfg.RegisterFlags(fs)
+		if err := fs.Parse([]string{"-" + gone, "1"}); err == nil || !strings.Contains(err.Error(), "not defined") {
+			t.Errorf("-%s 1: error %v, want an undefined flag", gone, err)
+		}
 	}
 }
 

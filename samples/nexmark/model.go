@@ -3,6 +3,7 @@ package nexmark
 import (
 	"cmp"
 	"slices"
+	"strings"
 )
 
 // The reference models: one plain, single-goroutine function per query that
@@ -25,6 +26,20 @@ import (
 // An event is the kind of its first non-nil field in the order Person,
 // Auction, Bid (as Event.Time reads it); empty events are passed through by
 // q0 and ignored by the other queries.
+//
+// Person and auction ids may repeat: the generator repeats some when
+// OutOfOrderGroupSize does not divide a generator's count (as Beam's does).
+// The queries that identify persons or auctions by id keep the first record
+// of each id, as Beam's q3 keeps the first person of an id, and ignore the
+// others: q3 (each auction once, with the first person of its seller) and
+// the winning bids of q4, q6 and q9 (each auction id once: its first
+// auction). The first is the earliest in event time; records of one id at
+// the same time are ordered by the fields the query reads (auctions by
+// expiry, seller, category and reserve; persons by name, city and state), so
+// the result does not depend on the input's order.
+// The copies the generator makes differ only in their times. q8 works per
+// window, as Beam's: a person or auction id repeated in another window
+// counts there.
 
 // Windows of the queries, in ms (Beam's windowSizeSec = 10, windowPeriodSec
 // = 5, which the Flink SQL queries hard-code).
@@ -96,29 +111,36 @@ func ModelQ2(events []Event) []Q2 {
 
 // ModelQ3 is q3, local item suggestion: the inner join of the auctions in
 // category 10 with the persons in state OR, ID or CA on auction.seller =
-// person.id. It outputs one result for each pair of a matching auction event
-// and person event, whatever their order: with person ids unique (as the
-// generator makes them) that is once per auction whose seller is such a
-// person.
+// person.id, whatever their order. Each auction (id and seller) is joined
+// once, however often it occurs, with the first of the person events of its
+// seller's id in those states: the earliest, then by name, city and state.
+// (The topology keeps the first person to arrive: the same one when the
+// copies of a person differ only in time, as the generator's do.)
 func ModelQ3(events []Event) []Q3 {
-	persons := make(map[int64][]*Person) // by id
-	var auctions []*Auction
+	type sale struct{ id, seller int64 }
+	persons := make(map[int64]*Person) // by id: the first
+	auctions := make(map[sale]bool)
 	for _, e := range events {
 		switch {
 		case e.Person != nil:
-			if p := e.Person; p.State == "OR" || p.State == "ID" || p.State == "CA" {
-				persons[p.ID] = append(persons[p.ID], p)
+			p := e.Person
+			if p.State != "OR" && p.State != "ID" && p.State != "CA" {
+				continue
+			}
+			if q := persons[p.ID]; q == nil || cmp.Or(cmp.Compare(p.DateTime, q.DateTime), strings.Compare(p.Name, q.Name),
+				strings.Compare(p.City, q.City), strings.Compare(p.State, q.State)) < 0 {
+				persons[p.ID] = p
 			}
 		case e.Auction != nil:
 			if e.Auction.Category == 10 {
-				auctions = append(auctions, e.Auction)
+				auctions[sale{e.Auction.ID, e.Auction.Seller}] = true
 			}
 		}
 	}
 	var out []Q3
-	for _, a := range auctions {
-		for _, p := range persons[a.Seller] {
-			out = append(out, Q3{Name: p.Name, City: p.City, State: p.State, ID: a.ID})
+	for a := range auctions {
+		if p := persons[a.seller]; p != nil {
+			out = append(out, Q3{Name: p.Name, City: p.City, State: p.State, ID: a.id})
 		}
 	}
 	return Sorted(out)
@@ -186,11 +208,9 @@ func ModelQ6(events []Event) []Q6 {
 // ties by auction id; for each, its seller and the average price of the
 // seller's last 10 winning bids so far, this one included, computed as
 // float64(sum of the prices as int64) / float64(their number, at most 10).
-// The order of the updates of one seller is deterministic; the updates of
-// different sellers with auctions of equal expiry and id are in input order.
 func ModelQ6Updates(events []Event) []Q6 {
 	wins := modelWinningBids(events)
-	slices.SortStableFunc(wins, func(x, y modelWin) int {
+	slices.SortFunc(wins, func(x, y modelWin) int {
 		return cmp.Or(cmp.Compare(x.auction.Expires, y.auction.Expires), cmp.Compare(x.auction.ID, y.auction.ID))
 	})
 	last := make(map[int64][]int64) // by seller: the last ≤ 10 prices, oldest first
@@ -267,9 +287,9 @@ func ModelQ8(events []Event) []Q8 {
 // bid.price ≥ A.reserve. The winning bid is the valid bid with the highest
 // price; ties go to the earliest (smallest dateTime), then to the smallest
 // bidder id. Bids that tie on all of these have the same output, so the
-// result does not depend on the order of the input. (Each auction event is
-// an auction: an id repeated in the input, which the generator never does,
-// gives one result per auction event.)
+// result does not depend on the order of the input. An auction id that
+// occurs more than once is one auction, its first (modelFirstAuctions); the
+// others are ignored.
 func ModelQ9(events []Event) []Q9 {
 	var out []Q9
 	for _, w := range modelWinningBids(events) {
@@ -332,34 +352,49 @@ func modelBetterBid(b, c *Bid) bool {
 	return cmp.Or(cmp.Compare(b.Price, c.Price), cmp.Compare(c.DateTime, b.DateTime), cmp.Compare(c.Bidder, b.Bidder)) > 0
 }
 
-// modelWinningBids returns the auctions that have a valid bid, with their
-// winning bid (see ModelQ9), in the input order of the auctions.
-func modelWinningBids(events []Event) []modelWin {
-	var wins []modelWin
-	byID := make(map[int64][]int) // auction id -> indexes in wins
+// modelFirstAuctions returns the first auction of each id (see the models'
+// doc): the earliest, then the one first in the order of
+// compareAuctionCopies.
+func modelFirstAuctions(events []Event) map[int64]*Auction {
+	first := make(map[int64]*Auction)
 	for _, e := range events {
-		if e.Person == nil && e.Auction != nil {
-			byID[e.Auction.ID] = append(byID[e.Auction.ID], len(wins))
-			wins = append(wins, modelWin{auction: e.Auction})
+		if e.Person != nil || e.Auction == nil {
+			continue
 		}
+		a := e.Auction
+		if f := first[a.ID]; f == nil || compareAuctionCopies(auctionInfoOf(a), auctionInfoOf(f)) < 0 {
+			first[a.ID] = a
+		}
+	}
+	return first
+}
+
+// modelWinningBids returns the auctions that have a valid bid, with their
+// winning bid (see ModelQ9), in the order of their ids.
+func modelWinningBids(events []Event) []modelWin {
+	byID := make(map[int64]*modelWin)
+	for id, a := range modelFirstAuctions(events) {
+		byID[id] = &modelWin{auction: a}
 	}
 	for _, b := range modelBids(events) {
-		for _, i := range byID[b.Auction] {
-			w := &wins[i]
-			a := w.auction
-			if b.DateTime < a.DateTime || b.DateTime > a.Expires || b.Price < a.Reserve {
-				continue
-			}
-			if w.bid == nil || modelBetterBid(b, w.bid) {
-				w.bid = b
-			}
+		w := byID[b.Auction]
+		if w == nil {
+			continue
+		}
+		a := w.auction
+		if b.DateTime < a.DateTime || b.DateTime > a.Expires || b.Price < a.Reserve {
+			continue
+		}
+		if w.bid == nil || modelBetterBid(b, w.bid) {
+			w.bid = b
 		}
 	}
-	out := wins[:0]
-	for _, w := range wins {
+	var out []modelWin
+	for _, w := range byID {
 		if w.bid != nil {
-			out = append(out, w)
+			out = append(out, *w)
 		}
 	}
+	slices.SortFunc(out, func(x, y modelWin) int { return cmp.Compare(x.auction.ID, y.auction.ID) })
 	return out
 }

@@ -91,6 +91,15 @@ func TestModelQ3(t *testing.T) {
 		{"two auctions of one seller", []Event{modelA(16, 4, 10, 1, 2, 0), modelP(4, "Di", "LA", "CA", 0), modelA(15, 4, 10, 3, 4, 0)},
 			[]Q3{{"Di", "LA", "CA", 15}, {"Di", "LA", "CA", 16}}},
 		{"seller is not the bidder", []Event{modelP(5, "Ed", "Bend", "OR", 0), modelB(17, 5, 100, 1), modelA(17, 6, 10, 0, 9, 0)}, nil},
+		// Repeated ids: each auction once, with the first person of the id.
+		{"an auction twice", []Event{modelP(7, "Fay", "Bend", "OR", 0), modelA(18, 7, 10, 1, 2, 0), modelA(18, 7, 10, 50, 60, 0)},
+			[]Q3{{"Fay", "Bend", "OR", 18}}},
+		{"a person twice", []Event{modelA(19, 8, 10, 1, 2, 0), modelP(8, "Gus", "Kent", "CA", 9), modelP(8, "Gus", "Kent", "CA", 3)},
+			[]Q3{{"Gus", "Kent", "CA", 19}}},
+		{"the earliest person of an id", []Event{modelP(9, "Hal", "Bend", "OR", 9), modelA(20, 9, 10, 1, 2, 0), modelP(9, "Ida", "Boise", "ID", 3)},
+			[]Q3{{"Ida", "Boise", "ID", 20}}},
+		{"the first person in a state", []Event{modelP(10, "Jo", "Kent", "WA", 0), modelA(21, 10, 10, 1, 2, 0), modelP(10, "Jo", "Bend", "OR", 3)},
+			[]Q3{{"Jo", "Bend", "OR", 21}}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) { modelCheck(t, ModelQ3, tt.in, tt.want) })
@@ -146,6 +155,25 @@ func TestModelQ9(t *testing.T) {
 		{Auction: 5, Bidder: 9, Price: 1234, DateTime: 50},
 		{Auction: 6, Bidder: 9, Price: 1235, DateTime: 60},
 	})
+}
+
+// TestModelQ9RepeatedAuction: of the auctions of one id the earliest
+// counts, wherever it is in the input; a bid valid only for a later copy
+// does not win, and the later copy's seller and category are not used.
+func TestModelQ9RepeatedAuction(t *testing.T) {
+	in := []Event{
+		modelA(1, 100, 10, 5000, 9000, 1), // a later copy: ignored
+		modelB(1, 20, 900, 6000),          // valid only for the later copy
+		modelB(1, 21, 50, 1500),
+		modelA(1, 101, 11, 1000, 2000, 1), // the first
+		modelA(2, 102, 12, 100, 200, 1),   // same time: the one expiring first
+		modelA(2, 103, 12, 100, 300, 1),
+		modelB(2, 22, 70, 250), // valid only for the second copy
+		modelB(2, 23, 60, 150),
+	}
+	modelCheck(t, ModelQ9, in, []Q9{{Auction: 1, Bidder: 21, Price: 50, DateTime: 1500}, {Auction: 2, Bidder: 23, Price: 60, DateTime: 150}})
+	modelCheck(t, ModelQ4, in, []Q4{{Category: 11, AvgPrice: 50}, {Category: 12, AvgPrice: 60}})
+	modelCheck(t, ModelQ6, in, []Q6{{Seller: 101, AvgPrice: 50}, {Seller: 102, AvgPrice: 60}})
 }
 
 // modelSold returns an auction of seller that expires at expires and its one
@@ -471,13 +499,29 @@ func modelRandomEvents(seed uint64, n int, span int64) []Event {
 }
 
 // TestModelQ9Brute checks the winning bids against a literal reading of the
-// rule: for each auction, scan every bid.
+// rule: for the first auction of each id, scan every bid.
 func TestModelQ9Brute(t *testing.T) {
 	evs := modelRandomEvents(3, 3000, 100_000)
 	var want []Q9
-	for _, ea := range evs {
+	repeated := 0
+	for i, ea := range evs {
 		a := ea.Auction
 		if a == nil {
+			continue
+		}
+		first := true
+		for j, eo := range evs {
+			o := eo.Auction
+			if o == nil || o.ID != a.ID || j == i {
+				continue
+			}
+			// The earliest, then by expiry, seller, category and reserve;
+			// of identical copies the first in the input.
+			c := compareAuctionCopies(auctionInfoOf(a), auctionInfoOf(o))
+			first = first && (c < 0 || c == 0 && i < j)
+		}
+		if !first {
+			repeated++
 			continue
 		}
 		var best *Bid
@@ -495,8 +539,8 @@ func TestModelQ9Brute(t *testing.T) {
 			want = append(want, Q9{a.ID, best.Bidder, best.Price, best.DateTime})
 		}
 	}
-	if len(want) < 20 {
-		t.Fatalf("only %d winning bids: the input is too thin", len(want))
+	if len(want) < 20 || repeated < 5 {
+		t.Fatalf("only %d winning bids and %d repeated auctions: the input is too thin", len(want), repeated)
 	}
 	modelCheck(t, ModelQ9, evs, Sorted(want))
 }

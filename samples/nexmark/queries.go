@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"errors"
 	"fmt"
+	"math"
 	"slices"
 	"strings"
 	"time"
@@ -26,14 +27,20 @@ import (
 // With the default windows and auction skip (those of the models), the
 // results equal the models' (ModelQ0...ModelQ11) as multisets, and for the
 // queries that emit updates (q4, q6) the last update per key equals the
-// model, provided no event is late: with the generator's in-order streams
-// (OutOfOrderGroupSize 1) and OutOfOrderness 0, none is. The windowed
+// model, provided no event is late. With the generator's streams and
+// ParamsOf(cfg, ...), none is, whatever cfg's OutOfOrderGroupSize: the
+// watermark trails the latest event time by Config.MaxOutOfOrderness, so it
+// is never ahead of the generator's own (Beam's) watermark. The windowed
 // operators count late events (OperatorStats.Late) and drop them; the
-// Process operators of q4, q5, q6, q7 and q9 handle a late event as well as
-// they can but do not count it.
+// Process operators of q4, q5, q6, q7 and q9 count them too, and handle them
+// as well as they can.
+//
+// Person and auction ids may repeat (see the models): q3 and the winning
+// bids of q4, q6 and q9 keep the first record of each id, as the models do.
 
 // Params are the settings of the query topologies. The zero Params is Beam's
-// defaults with parallelism 1; ParamsOf takes them from a Config.
+// defaults with parallelism 1, for input in event-time order whose ids may
+// repeat; ParamsOf takes them from a Config.
 type Params struct {
 	// Parallelism is the number of instances of every keyed operator (joins,
 	// windows, Process, aggregations). Sources keep their own parallelism,
@@ -42,7 +49,8 @@ type Params struct {
 	// OutOfOrderness is how far behind the latest event time an event may
 	// arrive and still be on time (operators.OutOfOrderness). Default 0:
 	// events arrive in order, as the generator produces them with
-	// OutOfOrderGroupSize 1.
+	// OutOfOrderGroupSize 1. For the generator's out-of-order streams
+	// ParamsOf sets the generator's own, Config.MaxOutOfOrderness.
 	OutOfOrderness time.Duration
 	// WindowSize is the size of q5's sliding windows and of q7's and q8's
 	// tumbling windows, and the gap of q11's sessions (Beam's
@@ -54,6 +62,15 @@ type Params struct {
 	// AuctionSkip: q2 selects the bids whose auction id is a multiple of it
 	// (Beam's auctionSkip). Default (0): 123.
 	AuctionSkip int64
+	// UniqueIDs promises that no auction id repeats in the input: the
+	// winning-bid operator of q4, q6 and q9 then opens an auction as soon as
+	// it arrives and forgets it once it has closed. Without it (the
+	// default) it keeps the first auction of each id (the earliest, as
+	// ModelQ9): it opens an auction only once the watermark has passed its
+	// time (no earlier copy can come then), and remembers every closed id
+	// for the rest of the run, to ignore later copies. ParamsOf sets it when
+	// the configuration's generator repeats no id (Config.RepeatsIDs).
+	UniqueIDs bool
 }
 
 // The defaults of Params, Beam's.
@@ -67,15 +84,26 @@ const (
 )
 
 // ParamsOf returns the query parameters of cfg's knobs: WindowSizeSec,
-// WindowPeriodSec, AuctionSkip, and WatermarkHoldbackSec as the
-// OutOfOrderness; with the given parallelism.
+// WindowPeriodSec, AuctionSkip; as the OutOfOrderness WatermarkHoldbackSec
+// plus the generator's own out-of-orderness (Config.MaxOutOfOrderness), so
+// that the queries' watermark is never ahead of the generator's; and
+// UniqueIDs unless the generator repeats ids (Config.RepeatsIDs); with the
+// given parallelism. cfg must be valid. For an event file, pass the
+// configuration it was generated with.
 func ParamsOf(cfg Config, parallelism int) Params {
+	ooo := cfg.MaxOutOfOrderness()
+	if hold := time.Duration(cfg.WatermarkHoldbackSec) * time.Second; hold/time.Second != time.Duration(cfg.WatermarkHoldbackSec) || ooo > math.MaxInt64-hold {
+		ooo = math.MaxInt64
+	} else {
+		ooo += hold
+	}
 	return Params{
 		Parallelism:    parallelism,
-		OutOfOrderness: time.Duration(cfg.WatermarkHoldbackSec) * time.Second,
+		OutOfOrderness: ooo,
 		WindowSize:     time.Duration(cfg.WindowSizeSec) * time.Second,
 		WindowPeriod:   time.Duration(cfg.WindowPeriodSec) * time.Second,
 		AuctionSkip:    int64(cfg.AuctionSkip),
+		UniqueIDs:      !cfg.RepeatsIDs(),
 	}
 }
 
@@ -253,11 +281,24 @@ type q3Auction struct {
 	Seller int64 `msgpack:"s"`
 }
 
-// BuildQ3 is q3, local item suggestion: the regular (unbounded) inner join,
-// with operators.Join on seller = person id, of the auctions in category 10
-// with the persons in OR, ID or CA. Every pair is joined once, whichever
-// side comes first; the join keeps both sides for ever (as Flink's regular
-// join without state TTL).
+// q3State is a seller's state in q3: the first person of its id in OR, ID
+// or CA, and the ids of its auctions in category 10 so far, each once.
+type q3State struct {
+	Person    q3Person `msgpack:"p"`
+	HasPerson bool     `msgpack:"h"`
+	Auctions  []int64  `msgpack:"a,omitempty"`
+}
+
+type q3Ctx = operators.ProcessContext[int64, q3State, Q3]
+
+// BuildQ3 is q3, local item suggestion: the regular (unbounded) inner join
+// of the auctions in category 10 with the persons in OR, ID or CA on seller
+// = person id: both brought together by person id (KeyedUnion) into a
+// Process that keeps, per seller, the first person of its id and the ids of
+// its auctions. Each auction id of a seller is joined once, whichever side
+// comes first, with the first person to arrive; later copies of an auction
+// or a person are ignored (the generator's copies differ only in time). The
+// state is kept for ever, as in Flink's regular join without state TTL.
 func BuildQ3(events operators.Stream[Event], p Params) operators.Stream[Q3] {
 	p = p.withDefaults()
 	auctions := operators.Map(operators.Filter(events, "q3.auctions", func(e Event) bool {
@@ -272,10 +313,29 @@ func BuildQ3(events operators.Stream[Event], p Params) operators.Stream[Q3] {
 	}), "q3.person", func(e Event) q3Person {
 		return q3Person{ID: e.Person.ID, Name: e.Person.Name, City: e.Person.City, State: e.Person.State}
 	})
-	return operators.Join(auctions, persons, "q3.join",
-		func(a q3Auction) int64 { return a.Seller }, func(x q3Person) int64 { return x.ID },
-		func(a q3Auction, x q3Person) Q3 { return Q3{Name: x.Name, City: x.City, State: x.State, ID: a.ID} },
-		p.par())
+	bySeller := operators.KeyedUnion(auctions, persons, "q3.by-seller",
+		func(a q3Auction) int64 { return a.Seller }, func(x q3Person) int64 { return x.ID })
+	return operators.Process(bySeller, "q3.join",
+		func(c *q3Ctx, e operators.Either[q3Auction, q3Person]) {
+			st := c.State()
+			if e.Right { // a person
+				if st.HasPerson {
+					return // a later copy
+				}
+				st.Person, st.HasPerson = e.R, true
+				for _, id := range st.Auctions {
+					c.Emit(Q3{Name: e.R.Name, City: e.R.City, State: e.R.State, ID: id})
+				}
+				return
+			}
+			if slices.Contains(st.Auctions, e.L.ID) {
+				return // a later copy
+			}
+			st.Auctions = append(st.Auctions, e.L.ID)
+			if st.HasPerson {
+				c.Emit(Q3{Name: st.Person.Name, City: st.Person.City, State: st.Person.State, ID: e.L.ID})
+			}
+		}, nil, p.par())
 }
 
 // ---- winning bids: the core of q4, q6 and q9 ----
@@ -291,15 +351,33 @@ type winningBid struct {
 	DateTime int64 `msgpack:"t"` // the bid's, ms
 }
 
+// auctionInfoOf is what the winning-bid operator keeps of a.
+func auctionInfoOf(a *Auction) auctionInfo {
+	return auctionInfo{ID: a.ID, Seller: a.Seller, Category: a.Category, DateTime: a.DateTime, Expires: a.Expires, Reserve: a.Reserve}
+}
+
+// compareAuctionCopies orders the auctions of one id: the first is the
+// earliest, then the one that expires first, then by seller, category and
+// reserve. Copies equal in all of these give the same results.
+func compareAuctionCopies(a, b auctionInfo) int {
+	return cmp.Or(cmp.Compare(a.DateTime, b.DateTime), cmp.Compare(a.Expires, b.Expires),
+		cmp.Compare(a.Seller, b.Seller), cmp.Compare(a.Category, b.Category), cmp.Compare(a.Reserve, b.Reserve))
+}
+
 // auctionState is the state of one auction id in the winning-bid operator.
 type auctionState struct {
 	Auction auctionInfo `msgpack:"a"`
-	Open    bool        `msgpack:"o"` // Auction is set
-	Best    bidInfo     `msgpack:"b"`
-	HasBest bool        `msgpack:"h"`
-	// Pending are the bids that came before their auction, kept until the
-	// watermark passes their time: by then an auction they are valid for
-	// (A.dateTime ≤ B.dateTime) has arrived, or none will.
+	Has     bool        `msgpack:"h"` // Auction is set
+	// Open: Auction is the id's first auction, valid bids count. Until then
+	// (without Params.UniqueIDs) it is the earliest so far, and the bids
+	// wait in Pending.
+	Open    bool    `msgpack:"o"`
+	Closed  bool    `msgpack:"x"` // the first auction has closed: ignore the id
+	Best    bidInfo `msgpack:"b"`
+	HasBest bool    `msgpack:"bh"`
+	// Pending are the bids that came before their auction was open, kept
+	// until it opens or the watermark passes their time: by then an auction
+	// they are valid for (A.dateTime ≤ B.dateTime) has arrived, or none will.
 	Pending []bidInfo `msgpack:"p,omitempty"`
 }
 
@@ -318,34 +396,54 @@ func (st *auctionState) offer(b bidInfo) {
 
 type winCtx = operators.ProcessContext[int64, auctionState, winningBid]
 
+// open opens the auction: the pending bids are offered to it, and a timer
+// closes it at its expiry.
+func (st *auctionState) open(c *winCtx) {
+	st.Open = true
+	for _, b := range st.Pending {
+		st.offer(b)
+	}
+	st.Pending = nil
+	c.Timer(time.UnixMilli(st.Auction.Expires))
+}
+
 // winningBids adds the winning-bid operator of query q: auctions and bids
 // brought together by auction id (KeyedUnion) into a Process that keeps the
 // auction, its best valid bid so far and the bids that came before it, and
 // emits the winning bid when the watermark passes the auction's expiry (an
-// event-time timer), with the expiry as its event time. Auction ids are
-// unique, as the generator makes them.
+// event-time timer), with the expiry as its event time. The first auction of
+// an id counts, later copies are ignored (see Params.UniqueIDs).
 func winningBids(events operators.Stream[Event], q string, p Params) operators.Stream[winningBid] {
 	events = timestamped(events, q, p)
+	unique := p.UniqueIDs
 	auctions := operators.Map(operators.Filter(events, q+".auctions", isAuction), q+".auction", func(e Event) auctionInfo {
-		a := e.Auction
-		return auctionInfo{ID: a.ID, Seller: a.Seller, Category: a.Category, DateTime: a.DateTime, Expires: a.Expires, Reserve: a.Reserve}
+		return auctionInfoOf(e.Auction)
 	})
 	byAuction := operators.KeyedUnion(auctions, bids(events, q), q+".by-auction",
 		func(a auctionInfo) int64 { return a.ID }, func(b bidInfo) int64 { return b.Auction })
 	return operators.Process(byAuction, q+".winning",
 		func(c *winCtx, e operators.Either[auctionInfo, bidInfo]) {
+			if c.IsLate() {
+				c.CountLate()
+			}
 			st := c.State()
 			switch {
+			case st.Closed: // a later copy of the auction, or a bid after it closed
 			case !e.Right: // an auction
-				st.Auction, st.Open = e.L, true
-				for _, b := range st.Pending {
-					st.offer(b)
+				// An open auction is the first: a copy at or before its time
+				// cannot come once the watermark has passed it.
+				if st.Open || st.Has && compareAuctionCopies(e.L, st.Auction) >= 0 {
+					return
 				}
-				st.Pending = nil
-				c.Timer(time.UnixMilli(e.L.Expires))
+				st.Auction, st.Has = e.L, true
+				if unique {
+					st.open(c)
+				} else {
+					c.Timer(time.UnixMilli(e.L.DateTime)) // no earlier copy can come then
+				}
 			case st.Open:
 				st.offer(e.R)
-			default: // a bid before its auction, or after it closed
+			default: // a bid before its auction is open, or after it closed
 				st.Pending = append(st.Pending, e.R)
 				c.Timer(time.UnixMilli(e.R.DateTime))
 			}
@@ -353,7 +451,10 @@ func winningBids(events operators.Stream[Event], q string, p Params) operators.S
 		func(c *winCtx) {
 			st := c.State()
 			now := c.Time().UnixMilli()
-			if st.Open {
+			switch {
+			case st.Closed:
+				return
+			case st.Open:
 				if now < st.Auction.Expires {
 					return // the timer of a bid that was pending
 				}
@@ -362,12 +463,20 @@ func winningBids(events operators.Stream[Event], q string, p Params) operators.S
 					c.Emit(winningBid{Auction: a.ID, Seller: a.Seller, Category: a.Category, Expires: a.Expires,
 						Bidder: b.Bidder, Price: b.Price, DateTime: b.DateTime})
 				}
-				c.Clear()
+				if unique {
+					c.Clear()
+				} else {
+					*st = auctionState{Closed: true}
+				}
+				return
+			case st.Has && now >= st.Auction.DateTime:
+				st.open(c)
 				return
 			}
-			// No auction for these bids by now: drop those it is too late for.
+			// No auction open for these bids by now: drop those it is too
+			// late for (an auction that comes later starts after them).
 			st.Pending = slices.DeleteFunc(st.Pending, func(b bidInfo) bool { return b.DateTime <= now })
-			if len(st.Pending) == 0 {
+			if !st.Has && len(st.Pending) == 0 {
 				c.Clear()
 			}
 		}, p.par())
@@ -431,6 +540,9 @@ func BuildQ6(events operators.Stream[Event], p Params) operators.Stream[Q6] {
 	bySeller := operators.KeyBy(winningBids(events, "q6", p), "q6.by-seller", func(w winningBid) int64 { return w.Seller }, p.par())
 	return operators.Process(bySeller, "q6.average",
 		func(c *q6Ctx, w winningBid) {
+			if c.IsLate() {
+				c.CountLate()
+			}
 			st := c.State()
 			st.Pending = append(st.Pending, w)
 			c.Timer(time.UnixMilli(w.Expires))
@@ -488,6 +600,9 @@ func BuildQ5(events operators.Stream[Event], p Params) operators.Stream[Q5] {
 	byWindow := operators.KeyBy(counts, "q5.by-window", func(w operators.Windowed[int64, int64]) int64 { return w.Start.UnixMilli() }, p.par())
 	return operators.Process(byWindow, "q5.max",
 		func(c *q5Ctx, w operators.Windowed[int64, int64]) {
+			if c.IsLate() {
+				c.CountLate()
+			}
 			st := c.State()
 			switch {
 			case len(st.Auctions) == 0 || w.Value > st.Max:
@@ -545,6 +660,9 @@ func BuildQ7(events operators.Stream[Event], p Params) operators.Stream[Q7] {
 	byWindow := operators.KeyBy(partial, "q7.by-window", func(w operators.Windowed[int64, q7Max]) int64 { return w.Start.UnixMilli() }, p.par())
 	return operators.Process(byWindow, "q7.max",
 		func(c *q7Ctx, w operators.Windowed[int64, q7Max]) {
+			if c.IsLate() {
+				c.CountLate()
+			}
 			st := c.State()
 			if len(st.Bids) == 0 {
 				st.Start, st.End = w.Start.UnixMilli(), w.End.UnixMilli()

@@ -54,7 +54,7 @@ func (s *Sample) Description() string {
 // the first two.
 func (s *Sample) Flags(fs *flag.FlagSet) {
 	fs.StringVar(&s.query, "query", s.query, "the query to run: "+strings.Join(Queries(), ", "))
-	fs.StringVar(&s.input, "input", s.input, "event file to read (the format of 'sluice nexmark gen') instead of the live generator")
+	fs.StringVar(&s.input, "input", s.input, "event file to read (the format of 'sluice nexmark gen') instead of the live generator; give the generator knobs it was written with, which set the out-of-orderness the queries allow")
 	fs.StringVar(&s.out, "out", s.out, "file to write the results to, one JSON object a line (default: count them only)")
 	fs.BoolVar(&s.skip, "skip-malformed", s.skip, "skip and count the malformed lines of --input instead of failing")
 	fs.IntVar(&s.parallelism, "parallelism", s.parallelism, "instances of the keyed operators, and of the generator source (at most one per generator)")

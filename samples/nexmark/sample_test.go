@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -128,5 +129,38 @@ func TestSampleBadOptions(t *testing.T) {
 	}
 	if err := New().Report(new(bytes.Buffer)); err == nil {
 		t.Error("Report before a run: no error")
+	}
+}
+
+// TestSampleOutOfOrderFile runs the sample on an event file of an
+// out-of-order stream whose ids repeat (groups of 10, 6 generators), given
+// the knobs it was generated with: q4, q5, q6, q9 and q11 equal their
+// models, and q9 writes the same file three times.
+func TestSampleOutOfOrderFile(t *testing.T) {
+	cfg := oooCase{events: 20_000, gens: 6, group: 10, rate: 1000}.config()
+	args := []string{"--events", "20000", "--generators", "6", "--outOfOrderGroupSize", "10", "--firstEventRate", "1000", "--nextEventRate", "1000"}
+	evs := queryEvents(t, cfg)
+	if !cfg.RepeatsIDs() {
+		t.Fatal("the stream repeats no id")
+	}
+	input := queryWriteFile(t, evs)
+	want := modelLines(evs)
+	var q9 []string
+	for i, q := range []string{"q4", "q5", "q6", "q9", "q11", "q9", "q9"} {
+		t.Run(fmt.Sprintf("%s-%d", q, i), func(t *testing.T) {
+			out := filepath.Join(t.TempDir(), q+".jsonl")
+			sampleRun(t, sampleWith(t, append(args, "--input", input, "--query", q, "--parallelism", "2", "--out", out)...))
+			lines := sampleLines(t, out)
+			queryCompare(t, resultLines(t, q, lines), want[q])
+			if q != "q9" {
+				return
+			}
+			sorted := resultLines(t, q, lines)
+			if q9 == nil {
+				q9 = sorted
+			} else if !slices.Equal(sorted, q9) {
+				t.Error("q9's lines differ from its first run's")
+			}
+		})
 	}
 }

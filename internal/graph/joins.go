@@ -1,4 +1,4 @@
-package engine
+package graph
 
 import (
 	"fmt"
@@ -69,7 +69,7 @@ func WindowJoin[K comparable, L, R, O any](left Stream[L], right Stream[R], name
 func IntervalJoin[K comparable, L, R, O any](left Stream[L], right Stream[R], name string, lkey func(L) K, rkey func(R) K, lower, upper time.Duration, join func(L, R) O, opts ...Option) Stream[O] {
 	ks := joinInputs(left, right, name, lkey, rkey)
 	t := ks.n.topo
-	nd := &node{name: name, kind: "interval-join", role: roleOperator, stateful: true, timed: true, needsTime: true,
+	nd := &Node{name: name, kind: "interval-join", role: roleOperator, stateful: true, timed: true, needsTime: true,
 		inType: typeOf[Either[L, R]](), outType: typeOf[O](), stateTypes: []reflect.Type{typeOf[K](), typeOf[L](), typeOf[R]()}}
 	if join == nil {
 		t.errs = append(t.errs, opErr(t, name, KindInvalid, "nil function"))
@@ -83,14 +83,14 @@ func IntervalJoin[K comparable, L, R, O any](left Stream[L], right Stream[R], na
 	}
 	setTypedPlumbing[O](nd)
 	setInlet[Either[L, R]](nd)
-	return Stream[O]{t.add(nd, []*node{ks.n}, opts)}
+	return Stream[O]{t.add(nd, []*Node{ks.n}, opts)}
 }
 
 // StateTTL makes an unbounded Join forget a key's records once the key has
 // seen no record for d of processing time (as Flink's state TTL), so that
 // its state stays bounded when keys stop appearing. Without it the join
 // keeps every record.
-func StateTTL(d time.Duration) Option { return func(nd *node) { nd.ttl = d } }
+func StateTTL(d time.Duration) Option { return func(nd *Node) { nd.ttl = d } }
 
 // Join is the unbounded (regular) inner join of two keyed streams: every
 // left record is joined with every right record of the same key that came
@@ -101,7 +101,7 @@ func StateTTL(d time.Duration) Option { return func(nd *node) { nd.ttl = d } }
 func Join[K comparable, L, R, O any](left Stream[L], right Stream[R], name string, lkey func(L) K, rkey func(R) K, join func(L, R) O, opts ...Option) Stream[O] {
 	ks := joinInputs(left, right, name, lkey, rkey)
 	t := ks.n.topo
-	nd := &node{name: name, kind: "join", role: roleOperator, stateful: true,
+	nd := &Node{name: name, kind: "join", role: roleOperator, stateful: true,
 		inType: typeOf[Either[L, R]](), outType: typeOf[O](), stateTypes: []reflect.Type{typeOf[K](), typeOf[L](), typeOf[R]()}}
 	if join == nil {
 		t.errs = append(t.errs, opErr(t, name, KindInvalid, "nil function"))
@@ -112,7 +112,7 @@ func Join[K comparable, L, R, O any](left Stream[L], right Stream[R], name strin
 	}
 	setTypedPlumbing[O](nd)
 	setInlet[Either[L, R]](nd)
-	t.add(nd, []*node{ks.n}, opts)
+	t.add(nd, []*Node{ks.n}, opts)
 	if nd.ttl < 0 {
 		t.errs = append(t.errs, opErr(t, name, KindInvalid, fmt.Sprintf("StateTTL(%v): must be positive", nd.ttl)))
 	}

@@ -1,4 +1,4 @@
-package engine
+package graph
 
 import (
 	"reflect"
@@ -17,7 +17,7 @@ func Process[K comparable, T, S, O any](ks KeyedStream[K, T], name string, onRec
 	if t == nil {
 		t = orphan(name)
 	}
-	nd := &node{name: name, kind: "process", role: roleOperator, stateful: true, timed: true,
+	nd := &Node{name: name, kind: "process", role: roleOperator, stateful: true, timed: true,
 		inType: typeOf[T](), outType: typeOf[O](), stateTypes: []reflect.Type{typeOf[K](), typeOf[S]()}}
 	if onRecord == nil {
 		t.errs = append(t.errs, opErr(t, name, KindInvalid, "nil function"))
@@ -28,5 +28,5 @@ func Process[K comparable, T, S, O any](ks KeyedStream[K, T], name string, onRec
 	}
 	setTypedPlumbing[O](nd)
 	setInlet[T](nd)
-	return Stream[O]{t.add(nd, []*node{ks.n}, opts)}
+	return Stream[O]{t.add(nd, []*Node{ks.n}, opts)}
 }

@@ -1,4 +1,4 @@
-package engine
+package graph
 
 import (
 	"errors"
@@ -68,5 +68,5 @@ var plainErrors = Errors{
 var ErrAborted = errors.New("job stopped before it finished")
 
 func opErr(t *Topology, op string, kind Kind, detail string) error {
-	return t.kit.Topology(t.name, op, kind, detail)
+	return t.kit.Topology(t.tname, op, kind, detail)
 }

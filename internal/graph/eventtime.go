@@ -1,4 +1,4 @@
-package engine
+package graph
 
 import (
 	"fmt"
@@ -20,11 +20,11 @@ import (
 // watermarks from the largest time seen so far, less the out-of-orderness
 // allowed with OutOfOrderness (default 0: records arrive in order). A
 // record that arrives later than that is late for the windows downstream:
-// see AllowedLateness and LateTo. Watermarks from upstream are replaced by
+// see AllowedLateness and LateRecords. Watermarks from upstream are replaced by
 // the ones Timestamps generates. It is stateless and fuses with its
 // neighbours.
 func Timestamps[T any](s Stream[T], name string, ts func(T) time.Time, opts ...Option) Stream[T] {
-	var nd *node
+	var nd *Node
 	nd = stateless[T, T](s, name, "timestamps", ts == nil, func(next any, sc *stage.Ctx) any {
 		return stage.NewTimestamps(ts, int64(nd.bound), next, sc)
 	}, opts)
@@ -38,21 +38,15 @@ func Timestamps[T any](s Stream[T], name string, ts func(T) time.Time, opts ...O
 // OutOfOrderness sets how far behind the latest event time a record may
 // arrive and still be on time (Timestamps): the watermark trails the
 // largest event time seen by d.
-func OutOfOrderness(d time.Duration) Option { return func(nd *node) { nd.bound = d } }
+func OutOfOrderness(d time.Duration) Option { return func(nd *Node) { nd.bound = d } }
 
 // IdleAfter marks a source instance idle when it has read nothing for d:
 // downstream event time stops waiting for it (otherwise one quiet partition
 // holds every window back) until it reads again. For sources only.
-func IdleAfter(d time.Duration) Option { return func(nd *node) { nd.idleAfter = d } }
+func IdleAfter(d time.Duration) Option { return func(nd *Node) { nd.idleAfter = d } }
 
 // AllowedLateness keeps an event-time window's state for d after it fired:
 // a record that arrives that late still updates the window, which fires
 // again with the new result. Records later than that are late: they are
-// counted (OperatorStats.Late) and go to LateTo's sink, or are dropped.
-func AllowedLateness(d time.Duration) Option { return func(nd *node) { nd.lateness = d } }
-
-// LateTo sends the records that arrive after every window they belong to
-// has closed (past the allowed lateness) to sink, a side output, besides
-// counting them. Its type must be the windowed operator's input type. The
-// sink runs in the windowed operator's instances, at-least-once.
-func LateTo[T any](sink SinkConnector[T]) Option { return func(nd *node) { nd.late = sink } }
+// counted (OperatorStats.Late) and go to the LateRecords stream, if any.
+func AllowedLateness(d time.Duration) Option { return func(nd *Node) { nd.lateness = d } }

@@ -1,4 +1,4 @@
-package engine
+package stage
 
 import (
 	"encoding/binary"
@@ -14,32 +14,32 @@ import (
 // redistributed when parallelism changes.
 const maxKeyGroups = 128
 
-type partitionKind uint8
+type Partition uint8
 
 const (
-	partForward   partitionKind = iota // instance i sends to instance i
-	partRebalance                      // round-robin over all instances
-	partHash                           // by key hash
-	partBroadcast                      // to every instance
+	Forward   Partition = iota // instance i sends to instance i
+	Rebalance                  // round-robin over all instances
+	Hash                       // by key hash
+	Broadcast                  // to every instance
 )
 
-func (p partitionKind) String() string {
+func (p Partition) String() string {
 	switch p {
-	case partForward:
+	case Forward:
 		return "forward"
-	case partRebalance:
+	case Rebalance:
 		return "rebalance"
-	case partHash:
+	case Hash:
 		return "hash"
-	case partBroadcast:
+	case Broadcast:
 		return "broadcast"
 	}
 	return "?"
 }
 
-// instanceFor maps a key hash to the instance (of parallelism p) that owns
+// InstanceFor maps a key hash to the instance (of parallelism p) that owns
 // its key group.
-func instanceFor(hash uint64, p int) int {
+func InstanceFor(hash uint64, p int) int {
 	kg := int(hash % maxKeyGroups)
 	return kg * p / maxKeyGroups
 }
@@ -84,12 +84,12 @@ func mix(h uint64) uint64 {
 	return h
 }
 
-// hasherFor returns a hash function for keys of type K whose values depend
+// HasherFor returns a hash function for keys of type K whose values depend
 // only on the key's value: the same on every run, machine and architecture.
 // Strings, integers, floats and booleans hash their value; other types hash
 // their msgpack encoding (deterministic for structs, which encode their
 // fields in declaration order).
-func hasherFor[K comparable]() func(K) uint64 {
+func HasherFor[K comparable]() func(K) uint64 {
 	rt := reflect.TypeFor[K]()
 	// The unsafe casts read a K as its underlying kind: same size and layout.
 	kind := rt.Kind()

@@ -1,8 +1,9 @@
-package engine
+package graph
 
 import (
 	"reflect"
 
+	"github.com/sluicehq/sluice/connector"
 	"github.com/sluicehq/sluice/internal/stage"
 
 	"github.com/sluicehq/sluice/mailbox"
@@ -11,8 +12,8 @@ import (
 // Source adds an operator that reads records from src. Sources run with
 // parallelism 1 unless Parallelism says otherwise; each instance reads one
 // partition of the connector.
-func Source[T any](t *Topology, name string, src SourceConnector[T], opts ...Option) Stream[T] {
-	nd := &node{name: name, kind: "source", role: roleSource, outType: typeOf[T]()}
+func Source[T any](t *Topology, name string, src connector.Source[T], opts ...Option) Stream[T] {
+	nd := &Node{name: name, kind: "source", role: RoleSource, outType: typeOf[T]()}
 	_, once := src.(interface{ notReplayable() })
 	nd.replayable = !once
 	if src == nil {
@@ -47,18 +48,18 @@ func FlatMap[In, Out any](s Stream[In], name string, f func(In) []Out, opts ...O
 	}, opts)}
 }
 
-func stateless[In, Out any](s Stream[In], name, kind string, nilFunc bool, build func(any, *stage.Ctx) any, opts []Option) *node {
+func stateless[In, Out any](s Stream[In], name, kind string, nilFunc bool, build func(any, *stage.Ctx) any, opts []Option) *Node {
 	t := topoOf(s.n)
 	if t == nil {
 		t = orphan(name)
 	}
-	nd := &node{name: name, kind: kind, role: roleOperator, inType: typeOf[In](), outType: typeOf[Out](), newStage: build}
+	nd := &Node{name: name, kind: kind, role: roleOperator, inType: typeOf[In](), outType: typeOf[Out](), newStage: build}
 	if nilFunc {
 		t.errs = append(t.errs, opErr(t, name, KindInvalid, "nil function"))
 	}
 	setTypedPlumbing[Out](nd)
 	setInlet[In](nd)
-	return t.add(nd, []*node{s.n}, opts)
+	return t.add(nd, []*Node{s.n}, opts)
 }
 
 // orphan is the topology that collects the errors of an operator whose input
@@ -78,16 +79,16 @@ func KeyBy[T any, K comparable](s Stream[T], name string, key func(T) K, opts ..
 	if t == nil {
 		t = orphan(name)
 	}
-	nd := &node{name: name, kind: "keyby", role: rolePartition, partition: partHash,
+	nd := &Node{name: name, kind: "keyby", role: rolePartition, partition: stage.Hash,
 		inType: typeOf[T](), outType: typeOf[T]()}
 	if key == nil {
 		t.errs = append(t.errs, opErr(t, name, KindInvalid, "nil key function"))
 	} else {
-		h := hasherFor[K]()
+		h := stage.HasherFor[K]()
 		nd.hasher = func(v T) uint64 { return h(key(v)) }
 	}
 	setTypedPlumbing[T](nd)
-	return KeyedStream[K, T]{n: t.add(nd, []*node{s.n}, opts), key: key}
+	return KeyedStream[K, T]{n: t.add(nd, []*Node{s.n}, opts), key: key}
 }
 
 // Broadcast sends every record of s to every instance of the next operator.
@@ -96,10 +97,10 @@ func Broadcast[T any](s Stream[T], name string, opts ...Option) Stream[T] {
 	if t == nil {
 		t = orphan(name)
 	}
-	nd := &node{name: name, kind: "broadcast", role: rolePartition, partition: partBroadcast,
+	nd := &Node{name: name, kind: "broadcast", role: rolePartition, partition: stage.Broadcast,
 		inType: typeOf[T](), outType: typeOf[T]()}
 	setTypedPlumbing[T](nd)
-	return Stream[T]{t.add(nd, []*node{s.n}, opts)}
+	return Stream[T]{t.add(nd, []*Node{s.n}, opts)}
 }
 
 // Rebalance distributes the records of s round-robin, a batch at a time,
@@ -109,16 +110,16 @@ func Rebalance[T any](s Stream[T], name string, opts ...Option) Stream[T] {
 	if t == nil {
 		t = orphan(name)
 	}
-	nd := &node{name: name, kind: "rebalance", role: rolePartition, partition: partRebalance,
+	nd := &Node{name: name, kind: "rebalance", role: rolePartition, partition: stage.Rebalance,
 		inType: typeOf[T](), outType: typeOf[T]()}
 	setTypedPlumbing[T](nd)
-	return Stream[T]{t.add(nd, []*node{s.n}, opts)}
+	return Stream[T]{t.add(nd, []*Node{s.n}, opts)}
 }
 
 // Merge unites several streams of the same type into one (a union). Records
 // of one input keep their order; records of different inputs interleave.
 func Merge[T any](name string, streams ...Stream[T]) Stream[T] {
-	ns := make([]*node, len(streams))
+	ns := make([]*Node, len(streams))
 	for i, s := range streams {
 		ns[i] = s.n
 	}
@@ -126,7 +127,7 @@ func Merge[T any](name string, streams ...Stream[T]) Stream[T] {
 	if t == nil {
 		t = orphan(name)
 	}
-	nd := &node{name: name, kind: "merge", role: roleJunction, inType: typeOf[T](), outType: typeOf[T]()}
+	nd := &Node{name: name, kind: "merge", role: roleJunction, inType: typeOf[T](), outType: typeOf[T]()}
 	if len(streams) == 0 {
 		t.errs = append(t.errs, opErr(t, name, KindUnconnected, "merge of no streams"))
 	}
@@ -136,7 +137,7 @@ func Merge[T any](name string, streams ...Stream[T]) Stream[T] {
 
 // Emit sets when a per-key aggregation (Count, Reduce, Aggregate) emits.
 // The default is EmitUpdates.
-func Emit(m EmitMode) Option { return func(nd *node) { nd.emit = m } }
+func Emit(m EmitMode) Option { return func(nd *Node) { nd.emit = m } }
 
 // Keyed adds a per-key aggregation of kind (count, reduce, aggregate): step
 // folds a record into its key's accumulator (seen is false for the key's
@@ -146,7 +147,7 @@ func Keyed[K comparable, T, A, O any](ks KeyedStream[K, T], name, kind string, n
 	if t == nil {
 		t = orphan(name)
 	}
-	nd := &node{name: name, kind: kind, role: roleOperator, stateful: true, inType: typeOf[T](), outType: typeOf[O](),
+	nd := &Node{name: name, kind: kind, role: roleOperator, stateful: true, inType: typeOf[T](), outType: typeOf[O](),
 		stateTypes: []reflect.Type{typeOf[K](), typeOf[A]()}}
 	if nilFunc {
 		t.errs = append(t.errs, opErr(t, name, KindInvalid, "nil function"))
@@ -157,34 +158,34 @@ func Keyed[K comparable, T, A, O any](ks KeyedStream[K, T], name, kind string, n
 	}
 	setTypedPlumbing[O](nd)
 	setInlet[T](nd)
-	return Stream[O]{t.add(nd, []*node{ks.n}, opts)}
+	return Stream[O]{t.add(nd, []*Node{ks.n}, opts)}
 }
 
 // Sink adds an operator that writes every record of s to sink.
-func Sink[T any](s Stream[T], name string, sink SinkConnector[T], opts ...Option) {
+func Sink[T any](s Stream[T], name string, sink connector.Sink[T], opts ...Option) {
 	t := topoOf(s.n)
 	if t == nil {
 		t = orphan(name)
 	}
-	nd := &node{name: name, kind: "sink", role: roleSink, inType: typeOf[T]()}
+	nd := &Node{name: name, kind: "sink", role: RoleSink, inType: typeOf[T]()}
 	if sink == nil {
 		t.errs = append(t.errs, opErr(t, name, KindInvalid, "nil sink connector"))
 	}
 	nd.newStage = func(_ any, sc *stage.Ctx) any { return stage.NewSink(sink, sc) }
 	setInlet[T](nd)
-	t.add(nd, []*node{s.n}, opts)
+	t.add(nd, []*Node{s.n}, opts)
 }
 
 // setTypedPlumbing gives a node producing T its emitter factory.
-func setTypedPlumbing[T any](nd *node) {
-	nd.newEmitter = func(outs []*outputSpec, in *instance) (any, flusher) {
-		e := newEmitter[T](outs, in)
+func setTypedPlumbing[T any](nd *Node) {
+	nd.newEmitter = func(outs []stage.Output, size int, s stage.Sender) (any, stage.Flusher) {
+		e := stage.NewEmitter[T](outs, size, s)
 		return e, e
 	}
 }
 
 // setInlet gives a node consuming In the adapter that feeds it envelopes.
-func setInlet[In any](nd *node) {
+func setInlet[In any](nd *Node) {
 	nd.newInlet = func(head any) stage.Inlet { return stage.NewInlet[In](head) }
 	nd.newCodec = func() mailbox.Codec { return stage.Codec[In]{} }
 }

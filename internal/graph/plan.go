@@ -1,4 +1,4 @@
-package engine
+package graph
 
 import (
 	"errors"
@@ -21,10 +21,10 @@ type Plan struct {
 	Edges    []Edge
 
 	// runtime view
-	chains [][]*node
-	ins    [][]physEdge // per task: its input edges
-	outs   [][]physEdge // per task: its output edges, in consumer order
-	par    map[*node]int
+	Chains [][]*Node
+	Ins    [][]PhysEdge // per task: its input edges
+	Outs   [][]PhysEdge // per task: its output edges, in consumer order
+	Par    map[*Node]int
 }
 
 // Edge carries records from every instance of task From to instances of task To.
@@ -34,12 +34,12 @@ type Edge struct {
 	Via       string // the KeyBy, Broadcast or Rebalance operator that chose the partitioning, if any
 }
 
-type physEdge struct {
-	from, to int // task ids
-	part     partitionKind
-	via      *node
-	toNode   *node
-	index    int // position in the consumer task's inputs
+type PhysEdge struct {
+	From, To int // task ids
+	Part     stage.Partition
+	Via      *Node
+	ToNode   *Node
+	Index    int // position in the consumer task's inputs
 }
 
 // Validate checks the topology and returns every problem found, each a
@@ -53,7 +53,7 @@ func (t *Topology) Validate() error {
 func (t *Topology) Plan() (*Plan, error) {
 	errs := slices.Clone(t.errs)
 
-	byName := make(map[string]*node, len(t.nodes))
+	byName := make(map[string]*Node, len(t.nodes))
 	for _, n := range t.nodes {
 		if n.name == "" {
 			errs = append(errs, opErr(t, fmt.Sprintf("#%d %s", n.id, n.kind), KindInvalid, "empty name"))
@@ -69,8 +69,8 @@ func (t *Topology) Plan() (*Plan, error) {
 
 	// Resolve connections into a copy of the graph's edges, so that Plan can
 	// be called more than once.
-	inputs := make(map[*node][]*node, len(t.nodes))
-	consumers := make(map[*node][]*node, len(t.nodes))
+	inputs := make(map[*Node][]*Node, len(t.nodes))
+	consumers := make(map[*Node][]*Node, len(t.nodes))
 	for _, n := range t.nodes {
 		inputs[n] = slices.Clone(n.inputs)
 		consumers[n] = slices.Clone(n.consumers)
@@ -100,7 +100,7 @@ func (t *Topology) Plan() (*Plan, error) {
 		if n.explicitP && n.parallelism < 1 {
 			errs = append(errs, opErr(t, n.name, KindParallelism, fmt.Sprintf("parallelism %d: must be at least 1", n.parallelism)))
 		}
-		if n.role == roleSource {
+		if n.role == RoleSource {
 			hasSource = true
 		}
 		if n.declared && len(inputs[n]) == 0 {
@@ -117,14 +117,14 @@ func (t *Topology) Plan() (*Plan, error) {
 		if n.input != nil {
 			if err := checkInput(n); err != nil {
 				errs = append(errs, opErr(t, n.name, KindInvalid, err.Error()))
-			} else if c := n.input.Capacity; c < t.cfg.batchSize && n.input.Overflow != mailbox.OverflowBlock {
+			} else if c := n.input.Capacity; c < t.cfg.BatchSize && n.input.Overflow != mailbox.OverflowBlock {
 				// A batch is admitted whole into an empty mailbox, so such a
 				// mailbox would hold more than its capacity.
 				errs = append(errs, opErr(t, n.name, KindInvalid, fmt.Sprintf(
-					"input capacity %d is below the topology's batch size %d: raise it, or lower BatchSize", c, t.cfg.batchSize)))
+					"input capacity %d is below the topology's batch size %d: raise it, or lower BatchSize", c, t.cfg.BatchSize)))
 			}
 		}
-		if n.role != roleSink && len(consumers[n]) == 0 {
+		if n.role != RoleSink && len(consumers[n]) == 0 {
 			errs = append(errs, opErr(t, n.name, KindUnconnected, "output is not consumed (add a Sink, or remove the operator)"))
 		}
 	}
@@ -134,9 +134,9 @@ func (t *Topology) Plan() (*Plan, error) {
 	if len(t.nodes) == 0 {
 		errs = append(errs, opErr(t, "", KindNoSource, "the topology is empty"))
 	}
-	timedOut := make(map[*node]bool)
-	var timed func(n *node, depth int) bool
-	timed = func(n *node, depth int) bool {
+	timedOut := make(map[*Node]bool)
+	var timed func(n *Node, depth int) bool
+	timed = func(n *Node, depth int) bool {
 		if v, ok := timedOut[n]; ok {
 			return v
 		}
@@ -144,7 +144,7 @@ func (t *Topology) Plan() (*Plan, error) {
 		switch {
 		case n.timed:
 			v = true
-		case n.role == roleSource || depth > len(t.nodes):
+		case n.role == RoleSource || depth > len(t.nodes):
 		case n.stateful && n.emit != EmitUpdates:
 		default:
 			v = len(inputs[n]) > 0
@@ -174,12 +174,12 @@ func (t *Topology) Plan() (*Plan, error) {
 		}
 		errs = append(errs, opErr(t, cyc[0].name, KindCycle, strings.Join(names, " -> ")))
 	}
-	if t.cfg.cpInterval < 0 {
-		errs = append(errs, opErr(t, "", KindInvalid, fmt.Sprintf("checkpoint interval %v: must be positive", t.cfg.cpInterval)))
+	if t.cfg.CheckpointInterval < 0 {
+		errs = append(errs, opErr(t, "", KindInvalid, fmt.Sprintf("checkpoint interval %v: must be positive", t.cfg.CheckpointInterval)))
 	}
-	if t.cfg.cpInterval > 0 {
+	if t.cfg.CheckpointInterval > 0 {
 		for _, n := range t.nodes {
-			if n.role == roleSource && !n.replayable {
+			if n.role == RoleSource && !n.replayable {
 				errs = append(errs, opErr(t, n.name, KindInvalid, "checkpoints need replayable sources: this source cannot rewind to an offset (for records an application sends, use operators.NewDurableIngress instead of Ingress or FromChannel)"))
 			}
 			for _, st := range n.stateTypes {
@@ -198,28 +198,28 @@ func (t *Topology) Plan() (*Plan, error) {
 	return buildPlan(t, inputs, consumers), nil
 }
 
-func (c runConfig) Validate() error {
-	if c.batchSize < 1 {
-		return fmt.Errorf("batch size %d: must be at least 1", c.batchSize)
+func (c Config) Validate() error {
+	if c.BatchSize < 1 {
+		return fmt.Errorf("batch size %d: must be at least 1", c.BatchSize)
 	}
-	if c.capacity < c.batchSize {
-		return fmt.Errorf("capacity %d: must be at least the batch size %d", c.capacity, c.batchSize)
+	if c.Capacity < c.BatchSize {
+		return fmt.Errorf("capacity %d: must be at least the batch size %d", c.Capacity, c.BatchSize)
 	}
 	return nil
 }
 
 // findCycle returns the nodes of one cycle, or nil.
-func findCycle(nodes []*node, consumers map[*node][]*node) []*node {
+func findCycle(nodes []*Node, consumers map[*Node][]*Node) []*Node {
 	const (
 		white = iota
 		grey
 		black
 	)
-	color := make(map[*node]int, len(nodes))
-	var stack []*node
-	var found []*node
-	var visit func(n *node) bool
-	visit = func(n *node) bool {
+	color := make(map[*Node]int, len(nodes))
+	var stack []*Node
+	var found []*Node
+	var visit func(n *Node) bool
+	visit = func(n *Node) bool {
 		color[n] = grey
 		stack = append(stack, n)
 		for _, c := range consumers[n] {
@@ -247,11 +247,11 @@ func findCycle(nodes []*node, consumers map[*node][]*node) []*node {
 }
 
 // topoOrder orders an acyclic graph so that every node follows its inputs.
-func topoOrder(nodes []*node, inputs map[*node][]*node) []*node {
-	done := make(map[*node]bool, len(nodes))
-	var out []*node
-	var visit func(n *node)
-	visit = func(n *node) {
+func topoOrder(nodes []*Node, inputs map[*Node][]*Node) []*Node {
+	done := make(map[*Node]bool, len(nodes))
+	var out []*Node
+	var visit func(n *Node)
+	visit = func(n *Node) {
 		if done[n] {
 			return
 		}
@@ -268,16 +268,16 @@ func topoOrder(nodes []*node, inputs map[*node][]*node) []*node {
 }
 
 type upstream struct {
-	node *node
-	part partitionKind
-	via  *node // partition node, nil for a plain edge
+	node *Node
+	part stage.Partition
+	via  *Node // partition node, nil for a plain edge
 }
 
-func buildPlan(t *Topology, inputs, consumers map[*node][]*node) *Plan {
+func buildPlan(t *Topology, inputs, consumers map[*Node][]*Node) *Plan {
 	order := topoOrder(t.nodes, inputs)
 
 	// Effective parallelism: explicit, else the first input's.
-	par := make(map[*node]int, len(order))
+	par := make(map[*Node]int, len(order))
 	for _, n := range order {
 		switch {
 		case n.explicitP:
@@ -289,12 +289,12 @@ func buildPlan(t *Topology, inputs, consumers map[*node][]*node) *Plan {
 		}
 	}
 
-	executes := func(n *node) bool { return n.role != rolePartition && n.role != roleJunction }
+	executes := func(n *Node) bool { return n.role != rolePartition && n.role != roleJunction }
 
 	// Physical inputs of every executing node: partition and junction nodes
 	// are folded into edges; the partition nearest the consumer wins.
-	var expand func(n *node, via *node) []upstream
-	expand = func(n *node, via *node) []upstream {
+	var expand func(n *Node, via *Node) []upstream
+	expand = func(n *Node, via *Node) []upstream {
 		if executes(n) {
 			return []upstream{{node: n, via: via}}
 		}
@@ -307,8 +307,8 @@ func buildPlan(t *Topology, inputs, consumers map[*node][]*node) *Plan {
 		}
 		return out
 	}
-	phys := make(map[*node][]upstream)
-	physOut := make(map[*node][]*node)
+	phys := make(map[*Node][]upstream)
+	physOut := make(map[*Node][]*Node)
 	for _, n := range order {
 		if !executes(n) {
 			continue
@@ -323,9 +323,9 @@ func buildPlan(t *Topology, inputs, consumers map[*node][]*node) *Plan {
 			case u.via != nil:
 				u.part = u.via.partition
 			case par[u.node] == par[n]:
-				u.part = partForward
+				u.part = stage.Forward
 			default:
-				u.part = partRebalance
+				u.part = stage.Rebalance
 			}
 			physOut[u.node] = append(physOut[u.node], n)
 		}
@@ -334,8 +334,8 @@ func buildPlan(t *Topology, inputs, consumers map[*node][]*node) *Plan {
 
 	// Fusion: n joins its single upstream's chain over a forward edge when
 	// neither opts out, n is stateless, and the upstream feeds only n.
-	chainOf := make(map[*node]int)
-	var chains [][]*node
+	chainOf := make(map[*Node]int)
+	var chains [][]*Node
 	for _, n := range order {
 		if !executes(n) {
 			continue
@@ -343,7 +343,7 @@ func buildPlan(t *Topology, inputs, consumers map[*node][]*node) *Plan {
 		ups := phys[n]
 		if len(ups) == 1 {
 			u := ups[0]
-			if u.part == partForward && !n.stateful && n.role != roleSource && !n.noFusion && !u.node.noFusion && n.input == nil &&
+			if u.part == stage.Forward && !n.stateful && n.role != RoleSource && !n.noFusion && !u.node.noFusion && n.input == nil &&
 				len(physOut[u.node]) == 1 {
 				c := chainOf[u.node]
 				if chains[c][len(chains[c])-1] == u.node {
@@ -354,11 +354,11 @@ func buildPlan(t *Topology, inputs, consumers map[*node][]*node) *Plan {
 			}
 		}
 		chainOf[n] = len(chains)
-		chains = append(chains, []*node{n})
+		chains = append(chains, []*Node{n})
 	}
 
-	p := &Plan{Topology: t.name, chains: chains, par: par,
-		ins: make([][]physEdge, len(chains)), outs: make([][]physEdge, len(chains))}
+	p := &Plan{Topology: t.tname, Chains: chains, Par: par,
+		Ins: make([][]PhysEdge, len(chains)), Outs: make([][]PhysEdge, len(chains))}
 	for id, ch := range chains {
 		task := Task{ID: id, Parallelism: par[ch[0]]}
 		for _, n := range ch {
@@ -370,10 +370,10 @@ func buildPlan(t *Topology, inputs, consumers map[*node][]*node) *Plan {
 	for id, ch := range chains {
 		head := ch[0]
 		for _, u := range phys[head] {
-			e := physEdge{from: chainOf[u.node], to: id, part: u.part, via: u.via, toNode: head, index: len(p.ins[id])}
-			p.ins[id] = append(p.ins[id], e)
-			p.outs[e.from] = append(p.outs[e.from], e)
-			pe := Edge{From: e.from, To: id, Partition: u.part.String()}
+			e := PhysEdge{From: chainOf[u.node], To: id, Part: u.part, Via: u.via, ToNode: head, Index: len(p.Ins[id])}
+			p.Ins[id] = append(p.Ins[id], e)
+			p.Outs[e.From] = append(p.Outs[e.From], e)
+			pe := Edge{From: e.From, To: id, Partition: u.part.String()}
 			if u.via != nil {
 				pe.Via = u.via.name
 			}
@@ -384,8 +384,8 @@ func buildPlan(t *Topology, inputs, consumers map[*node][]*node) *Plan {
 }
 
 // checkInput validates an operator's Input mailbox as the job will build it.
-func checkInput(n *node) error {
-	if n.role == roleSource || n.role == rolePartition || n.role == roleJunction {
+func checkInput(n *Node) error {
+	if n.role == RoleSource || n.role == rolePartition || n.role == roleJunction {
 		return fmt.Errorf("input mailbox on a %s: only operators and sinks have one", n.kind)
 	}
 	cfg := *n.input

@@ -1,4 +1,4 @@
-package engine
+package graph
 
 import (
 	"fmt"
@@ -71,12 +71,12 @@ func WindowReduce[K comparable, T, O any](ks KeyedStream[K, T], name string, w W
 type Result[K comparable, V, O any] func(k K, start, end time.Time, v V) O
 
 // windowed adds a windowed operator over a keyed stream.
-func windowed[K comparable, T, A, O any](ks KeyedStream[K, T], name, kind string, w Windows, nilFunc bool, fns stage.WinFns[K, T, A, O], opts []Option) *node {
+func windowed[K comparable, T, A, O any](ks KeyedStream[K, T], name, kind string, w Windows, nilFunc bool, fns stage.WinFns[K, T, A, O], opts []Option) *Node {
 	t := topoOf(ks.n)
 	if t == nil {
 		t = orphan(name)
 	}
-	nd := &node{name: name, kind: kind, role: roleOperator, stateful: true, timed: true, needsTime: !w.InProcessingTime(),
+	nd := &Node{name: name, kind: kind, role: roleOperator, stateful: true, timed: true, needsTime: !w.InProcessingTime(),
 		inType: typeOf[T](), outType: typeOf[O](), stateTypes: []reflect.Type{typeOf[K](), typeOf[A]()}}
 	if nilFunc {
 		t.errs = append(t.errs, opErr(t, name, KindInvalid, "nil function"))
@@ -86,22 +86,56 @@ func windowed[K comparable, T, A, O any](ks KeyedStream[K, T], name, kind string
 	}
 	fns.Key = ks.key
 	nd.newStage = func(next any, sc *stage.Ctx) any {
-		return stage.NewWinStage(fns, w, nd.lateness, nd.late, next.(stage.Pusher[O]), sc)
+		return stage.NewWinStage(fns, w, nd.lateness, next.(stage.Pusher[O]), sc)
 	}
 	setTypedPlumbing[O](nd)
 	setInlet[T](nd)
-	t.add(nd, []*node{ks.n}, opts)
-	checkLate[T](nd)
+	nd.newLateEmitter = func(outs []stage.Output, size int, s stage.Sender) (any, stage.Flusher) {
+		e := stage.NewEmitter[T](outs, size, s)
+		return e, e
+	}
+	t.add(nd, []*Node{ks.n}, opts)
 	return nd
 }
 
-// checkLate reports a LateTo sink of the wrong type.
-func checkLate[T any](nd *node) {
-	if nd.late == nil {
-		return
+// LateRecords is the stream of the records of ks that the windowed
+// aggregation w over ks found late (a side output): those that arrived
+// after every window they belong to had closed, past the allowed lateness.
+// They keep their event times. The operator it adds, named name, runs with
+// w's parallelism.
+func LateRecords[K comparable, T, R any](ks KeyedStream[K, T], w Stream[R], name string) Stream[T] {
+	t := topoOf(ks.n, w.n)
+	if t == nil {
+		t = orphan(name)
 	}
-	if _, ok := nd.late.(SinkConnector[T]); !ok {
-		nd.topo.errs = append(nd.topo.errs, opErr(nd.topo, nd.name, KindTypeMismatch,
-			fmt.Sprintf("LateTo: the sink takes %T, the operator's input is %v", nd.late, typeOf[T]())))
+	nd := &Node{name: name, kind: "late", role: roleOperator, side: true, noFusion: true, timed: true,
+		inType: typeOf[T](), outType: typeOf[T]()}
+	switch win := w.n; {
+	case win == nil || ks.n == nil:
+		t.errs = append(t.errs, opErr(t, name, KindUnconnected, "LateRecords of a zero stream"))
+		return Stream[T]{t.add(nd, nil, nil)}
+	case win.kind != "window" && win.kind != "window-count" && win.kind != "window-reduce":
+		t.errs = append(t.errs, opErr(t, name, KindInvalid, fmt.Sprintf("LateRecords: %q is a %s, not a windowed aggregation", win.name, win.kind)))
+	case len(win.inputs) != 1 || win.inputs[0] != ks.n:
+		t.errs = append(t.errs, opErr(t, name, KindInvalid, fmt.Sprintf("LateRecords: %q does not window %q", win.name, ks.n.name)))
+	case win.lateNode != nil:
+		t.errs = append(t.errs, opErr(t, name, KindInvalid, fmt.Sprintf("LateRecords: the late records of %q are taken by %q already", win.name, win.lateNode.name)))
+	default:
+		win.lateNode = nd
 	}
+	nd.newStage = func(next any, sc *stage.Ctx) any { return stage.NewMap(func(v T) T { return v }, next, sc) }
+	setTypedPlumbing[T](nd)
+	setInlet[T](nd)
+	return Stream[T]{t.add(nd, []*Node{w.n}, nil)}
+}
+
+// LateNode is the node that takes the window's late records, nil when none.
+func (n *Node) LateNode() *Node { return n.lateNode }
+
+// Side says whether the node's input is the late records of a window.
+func (n *Node) Side() bool { return n.side }
+
+// NewLateEmitter builds the emitter of a window's late records.
+func (n *Node) NewLateEmitter(outs []stage.Output, size int, s stage.Sender) (any, stage.Flusher) {
+	return n.newLateEmitter(outs, size, s)
 }

@@ -1,4 +1,4 @@
-package engine
+package graph
 
 import (
 	"time"
@@ -14,20 +14,20 @@ import (
 // RestartOnFailure). It covers Map, Filter, FlatMap and the per-key
 // aggregations (their key and fold functions).
 func OnRecordFailure(attempts int) Option {
-	return func(nd *node) { nd.recordAttempts, nd.recordPolicy = attempts, true }
+	return func(nd *Node) { nd.recordAttempts, nd.recordPolicy = attempts, true }
 }
 
 // DeadLetters sets where the job's dead letters go. Default: the system's
 // store (see sluice deadletters).
 func DeadLetters(s supervision.DeadLetterStore) TopologyOption {
-	return func(c *runConfig) { c.deadLetters = s }
+	return func(c *Config) { c.DeadLetters = s }
 }
 
-// restartPolicy is RestartOnFailure's configuration.
-type restartPolicy struct {
-	backoff supervision.Backoff
-	budget  int
-	within  time.Duration
+// RestartPolicy is RestartOnFailure's configuration.
+type RestartPolicy struct {
+	Backoff supervision.Backoff
+	Budget  int
+	Within  time.Duration
 }
 
 // RestartOnFailure makes the job restart when an operator fails (a panic
@@ -38,5 +38,5 @@ type restartPolicy struct {
 // restarts within the window are allowed; the next failure stops the job
 // with an error that gives the reason and the count.
 func RestartOnFailure(backoff supervision.Backoff, maxRestarts int, within time.Duration) TopologyOption {
-	return func(c *runConfig) { c.restart = &restartPolicy{backoff: backoff, budget: maxRestarts, within: within} }
+	return func(c *Config) { c.Restart = &RestartPolicy{Backoff: backoff, Budget: maxRestarts, Within: within} }
 }

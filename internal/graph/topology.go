@@ -1,4 +1,4 @@
-package engine
+package graph
 
 import (
 	"fmt"
@@ -14,12 +14,12 @@ import (
 )
 
 // role says how a logical node takes part in execution.
-type role uint8
+type Role uint8
 
 const (
-	roleSource    role = iota // reads a SourceConnector
+	RoleSource    Role = iota // reads a connector.Source
 	roleOperator              // runs user code on records
-	roleSink                  // writes to a SinkConnector
+	RoleSink                  // writes to a connector.Sink
 	rolePartition             // KeyBy, Broadcast: shapes the edge to its consumers, runs nothing
 	roleJunction              // Merge, Declare: joins inputs, runs nothing
 )
@@ -29,11 +29,11 @@ const (
 // Validate or Plan, and run it with actors.System.Run. A Topology is not safe
 // for concurrent construction.
 type Topology struct {
-	name     string
-	nodes    []*node
+	tname    string
+	nodes    []*Node
 	errs     []error
 	connects []connection
-	cfg      runConfig
+	cfg      Config
 	kit      Errors
 }
 
@@ -41,7 +41,7 @@ type connection struct{ from, to string }
 
 // NewTopology starts an empty topology named name.
 func NewTopology(name string, opts ...TopologyOption) *Topology {
-	t := &Topology{name: name, cfg: defaultRunConfig(), kit: plainErrors}
+	t := &Topology{tname: name, cfg: defaultRunConfig(), kit: plainErrors}
 	for _, o := range opts {
 		o(&t.cfg)
 	}
@@ -49,26 +49,26 @@ func NewTopology(name string, opts ...TopologyOption) *Topology {
 }
 
 // Name returns the topology's name.
-func (t *Topology) Name() string { return t.name }
+func (t *Topology) Name() string { return t.tname }
 
 // node is one logical operator.
-type node struct {
+type Node struct {
 	id             int
 	name           string
 	kind           string // "source", "map", "keyby", "count", "sink", ...
-	role           role
+	role           Role
 	topo           *Topology
 	inType         reflect.Type // nil for sources
 	outType        reflect.Type // nil for sinks
-	inputs         []*node
-	consumers      []*node
+	inputs         []*Node
+	consumers      []*Node
 	parallelism    int // 0: inherit
 	explicitP      bool
 	noFusion       bool
 	stateful       bool
 	declared       bool
-	partition      partitionKind // for rolePartition nodes
-	hasher         any           // func(T) uint64, for KeyBy
+	partition      stage.Partition // for rolePartition nodes
+	hasher         any             // func(T) uint64, for KeyBy
 	emit           EmitMode
 	input          *mailbox.Config // the operator's input mailbox, when set with Input
 	stateTypes     []reflect.Type  // types in the operator's checkpointed state
@@ -80,7 +80,6 @@ type node struct {
 	ttl            time.Duration   // StateTTL of a Join
 	timed          bool            // the operator's output carries event times it assigned
 	needsTime      bool            // the operator needs event times on its input
-	late           any             // SinkConnector[In] for late records (LateTo)
 	lateness       time.Duration   // AllowedLateness
 
 	// typed builders, set by the generic constructors
@@ -88,13 +87,20 @@ type node struct {
 	newStage   func(next any, sc *stage.Ctx) any // returns pusher[In]
 	newInlet   func(head any) stage.Inlet
 	newCodec   func() mailbox.Codec // spills this node's input envelopes
-	newEmitter func(outs []*outputSpec, in *instance) (any, flusher)
+	newEmitter func(outs []stage.Output, size int, s stage.Sender) (any, stage.Flusher)
+
+	// Late records (LateRecords): a window's lateNode takes them, through
+	// an emitter of the window's input type; the late node's input edge
+	// is a side edge.
+	lateNode       *Node
+	side           bool
+	newLateEmitter func(outs []stage.Output, size int, s stage.Sender) (any, stage.Flusher)
 }
 
 // Stream is a typed stream of records produced by one operator. Streams are
 // values: pass them to the next operator's constructor. A stream may be
 // consumed by several operators; each receives every record.
-type Stream[T any] struct{ n *node }
+type Stream[T any] struct{ n *Node }
 
 // Name returns the name of the operator that produces the stream.
 func (s Stream[T]) Name() string {
@@ -107,7 +113,7 @@ func (s Stream[T]) Name() string {
 // KeyedStream is a stream partitioned by key: every record with the same key
 // reaches the same instance of the consuming operator. Create it with KeyBy.
 type KeyedStream[K comparable, T any] struct {
-	n   *node
+	n   *Node
 	key func(T) K
 }
 
@@ -120,13 +126,13 @@ func (s KeyedStream[K, T]) Name() string {
 }
 
 // Option configures one operator at its call site.
-type Option func(*node)
+type Option func(*Node)
 
 // Parallelism sets how many instances (actors) run the operator. The default
 // is the parallelism of the operator's first input (1 for sources). On KeyBy
 // it sets the parallelism of the keyed consumers.
 func Parallelism(n int) Option {
-	return func(nd *node) { nd.parallelism, nd.explicitP = n, true }
+	return func(nd *Node) { nd.parallelism, nd.explicitP = n, true }
 }
 
 // Input sets the operator's input mailbox: its capacity in records and what
@@ -139,44 +145,45 @@ func Parallelism(n int) Option {
 // encodable. An operator with its own Input is never fused with its
 // predecessor.
 func Input(cfg mailbox.Config) Option {
-	return func(nd *node) { c := cfg; nd.input = &c }
+	return func(nd *Node) { c := cfg; nd.input = &c }
 }
 
 // NoFusion keeps the operator in an actor of its own instead of fusing it
 // with its neighbours into one chain.
-func NoFusion() Option { return func(nd *node) { nd.noFusion = true } }
+func NoFusion() Option { return func(nd *Node) { nd.noFusion = true } }
 
 // TopologyOption configures how a topology runs.
-type TopologyOption func(*runConfig)
+type TopologyOption func(*Config)
 
-type runConfig struct {
-	batchSize   int
-	capacity    int
-	cpInterval  time.Duration
-	cpPolicy    CheckpointPolicy
-	cpStore     persistence.CheckpointStore
-	deadLetters supervision.DeadLetterStore
-	restart     *restartPolicy
-	dist        Distributor // nil: in this process
+type Config struct {
+	BatchSize          int
+	Capacity           int
+	CheckpointInterval time.Duration
+	CheckpointPolicy   CheckpointPolicy
+	CheckpointStore    persistence.CheckpointStore
+	DeadLetters        supervision.DeadLetterStore
+	Restart            *RestartPolicy
+	Dist               Distributor // nil: in this process
 	// after runs f once d has passed, and returns a function that cancels it
 	// (time.AfterFunc; tests replace it).
-	after func(d time.Duration, f func()) (stop func() bool)
-	now   func() time.Time // the clock of processing time
+	After func(d time.Duration, f func()) (stop func() bool)
+	Now   func() time.Time // the clock of processing time
 	// cpAfter times the checkpoint interval (the job's clock).
-	cpAfter func(d time.Duration, f func()) (stop func() bool)
+	CheckpointAfter func(d time.Duration, f func()) (stop func() bool)
 }
 
-func defaultRunConfig() runConfig {
+func defaultRunConfig() Config {
 	realAfter := func(d time.Duration, f func()) func() bool { return time.AfterFunc(d, f).Stop }
-	return runConfig{batchSize: 256, capacity: 4096, now: time.Now, after: realAfter, cpAfter: realAfter,
-		cpPolicy: CheckpointPolicy{Timeout: DefaultCheckpointTimeout, MaxConcurrent: 1}}
+	return Config{BatchSize: 256, Capacity: 4096, Now: time.Now, After: realAfter, CheckpointAfter: realAfter,
+		CheckpointPolicy: CheckpointPolicy{Timeout: DefaultCheckpointTimeout, MaxConcurrent: 1}}
 }
 
 // DefaultCheckpointTimeout is how long a checkpoint may take unless
 // CheckpointTimeout says otherwise (Flink's default).
 const DefaultCheckpointTimeout = 10 * time.Minute
 
-// CheckpointPolicy bounds a job's checkpoints (see coord.Checkpoints).
+// CheckpointPolicy bounds a job's checkpoints (see internal/coord's
+// Checkpoints).
 type CheckpointPolicy struct {
 	Timeout       time.Duration // a checkpoint not complete after it fails; 0: never
 	MaxConcurrent int           // checkpoints in flight at once (at least 1)
@@ -188,7 +195,7 @@ type CheckpointPolicy struct {
 // job goes on and the next interval starts the next checkpoint. Default
 // DefaultCheckpointTimeout; 0 disables it.
 func CheckpointTimeout(d time.Duration) TopologyOption {
-	return func(c *runConfig) { c.cpPolicy.Timeout = max(0, d) }
+	return func(c *Config) { c.CheckpointPolicy.Timeout = max(0, d) }
 }
 
 // MaxConcurrentCheckpoints lets up to n checkpoints be in flight at once
@@ -196,7 +203,7 @@ func CheckpointTimeout(d time.Duration) TopologyOption {
 // in flight starts none. A checkpoint that completes subsumes the older
 // ones still in flight.
 func MaxConcurrentCheckpoints(n int) TopologyOption {
-	return func(c *runConfig) { c.cpPolicy.MaxConcurrent = max(1, n) }
+	return func(c *Config) { c.CheckpointPolicy.MaxConcurrent = max(1, n) }
 }
 
 // MinPauseBetweenCheckpoints makes a checkpoint start only d after the
@@ -204,18 +211,18 @@ func MaxConcurrentCheckpoints(n int) TopologyOption {
 // so that a job whose checkpoints take long still gets time to process
 // records between them.
 func MinPauseBetweenCheckpoints(d time.Duration) TopologyOption {
-	return func(c *runConfig) { c.cpPolicy.MinPause = max(0, d) }
+	return func(c *Config) { c.CheckpointPolicy.MinPause = max(0, d) }
 }
 
 // BatchSize sets how many records travel together in one envelope between
 // actors (default 256). Larger batches cost memory and latency and save
 // per-message overhead.
-func BatchSize(n int) TopologyOption { return func(c *runConfig) { c.batchSize = n } }
+func BatchSize(n int) TopologyOption { return func(c *Config) { c.BatchSize = n } }
 
 // Capacity sets each operator instance's input capacity in records (default
 // 4096). Senders hold credits for it; a sender without credits stops taking
 // input, which propagates back-pressure up to the sources.
-func Capacity(n int) TopologyOption { return func(c *runConfig) { c.capacity = n } }
+func Capacity(n int) TopologyOption { return func(c *Config) { c.Capacity = n } }
 
 // Checkpoints makes the job take a checkpoint every interval: barriers flow
 // from the sources through every operator, each records its state, and the
@@ -233,14 +240,14 @@ func Capacity(n int) TopologyOption { return func(c *runConfig) { c.capacity = n
 // emitting their records again. When the job is drained no periodic
 // checkpoint starts any more, and once every operator has finished its
 // input the job takes a final checkpoint (as Flink does on drain and at the end of input): sinks
-// that commit with checkpoints (TwoPhaseWriter) commit their last records
+// that commit with checkpoints (connector.TwoPhaseWriter) commit their last records
 // through it, and only then close. A job that ran to its end then forgets
 // its checkpoints, so a rerun starts afresh; a drained job keeps the final
 // one and the next run resumes exactly where it stopped. If the final
 // checkpoint cannot be stored, the sinks are aborted and the job fails (or
 // restarts, with RestartOnFailure) from its last completed checkpoint.
 func Checkpoints(interval time.Duration) TopologyOption {
-	return func(c *runConfig) { c.cpInterval = interval }
+	return func(c *Config) { c.CheckpointInterval = interval }
 }
 
 // Clock is the time source of a job: processing-time windows, source
@@ -250,18 +257,18 @@ type Clock = clock.Clock
 
 // WithClock makes the job read time from c instead of the system clock.
 func WithClock(c Clock) TopologyOption {
-	return func(cfg *runConfig) { cfg.now, cfg.after, cfg.cpAfter = c.Now, c.AfterFunc, c.AfterFunc }
+	return func(cfg *Config) { cfg.Now, cfg.After, cfg.CheckpointAfter = c.Now, c.AfterFunc, c.AfterFunc }
 }
 
 // CheckpointStore sets where the job's checkpoints are kept.
 func CheckpointStore(s persistence.CheckpointStore) TopologyOption {
-	return func(c *runConfig) { c.cpStore = s }
+	return func(c *Config) { c.CheckpointStore = s }
 }
 
 func typeOf[T any]() reflect.Type { return reflect.TypeFor[T]() }
 
 // add registers a node, checking that its inputs belong to this topology.
-func (t *Topology) add(nd *node, inputs []*node, opts []Option) *node {
+func (t *Topology) add(nd *Node, inputs []*Node, opts []Option) *Node {
 	nd.id = len(t.nodes)
 	nd.topo = t
 	for _, o := range opts {
@@ -276,7 +283,7 @@ func (t *Topology) add(nd *node, inputs []*node, opts []Option) *node {
 		}
 		if in.topo != t {
 			t.errs = append(t.errs, opErr(t, nd.name, KindForeignStream,
-				fmt.Sprintf("input %q belongs to topology %q", in.name, in.topo.name)))
+				fmt.Sprintf("input %q belongs to topology %q", in.name, in.topo.tname)))
 			continue
 		}
 		nd.inputs = append(nd.inputs, in)
@@ -286,7 +293,7 @@ func (t *Topology) add(nd *node, inputs []*node, opts []Option) *node {
 	return nd
 }
 
-func topoOf(ns ...*node) *Topology {
+func topoOf(ns ...*Node) *Topology {
 	for _, n := range ns {
 		if n != nil {
 			return n.topo
@@ -308,7 +315,7 @@ func (t *Topology) Connect(from, to string) {
 // configuration. It passes every record through unchanged. A declared input
 // that is never connected makes the topology invalid.
 func Declare[T any](t *Topology, name string, opts ...Option) Stream[T] {
-	nd := &node{name: name, kind: "declare", role: roleJunction, declared: true,
+	nd := &Node{name: name, kind: "declare", role: roleJunction, declared: true,
 		inType: typeOf[T](), outType: typeOf[T]()}
 	setTypedPlumbing[T](nd)
 	return Stream[T]{t.add(nd, nil, opts)}
@@ -320,7 +327,7 @@ func (t *Topology) SetErrors(kit Errors) { t.kit = kit }
 
 // NotReplayable marks a source that cannot rewind to an offset (a channel,
 // an ingress): a topology with checkpoints rejects it.
-func NotReplayable() Option { return func(nd *node) { nd.replayable = false } }
+func NotReplayable() Option { return func(nd *Node) { nd.replayable = false } }
 
 // userTopology returns the engine topology under a value of the user API's
 // Topology type; package operators binds it when it is initialised.
@@ -345,7 +352,7 @@ func Of(t any) (*Topology, bool) {
 
 // WithTimer replaces the timer that delays restarts, for tests.
 func WithTimer(after func(d time.Duration, f func()) (stop func() bool)) TopologyOption {
-	return func(c *runConfig) { c.after = after }
+	return func(c *Config) { c.After = after }
 }
 
 // With returns a copy of t whose run settings are t's with opts applied;
@@ -359,4 +366,53 @@ func (t *Topology) With(opts ...TopologyOption) *Topology {
 		}
 	}
 	return &c
+}
+
+// Config is the topology's run settings.
+func (t *Topology) Config() Config { return t.cfg }
+
+// Kit is what the topology's errors are built with.
+func (t *Topology) Kit() Errors { return t.kit }
+
+// Nodes is the topology's operators, in the order they were added.
+func (t *Topology) Nodes() []*Node { return t.nodes }
+
+// The node's view for the runtime.
+
+// Name is the operator's name.
+func (n *Node) Name() string { return n.name }
+
+// Kind is the operator's kind: "source", "map", "keyby", ...
+func (n *Node) Kind() string { return n.kind }
+
+// Role is how the operator takes part in execution.
+func (n *Node) Role() Role { return n.role }
+
+// RecordAttempts is OnRecordFailure's tries per record, 0 without it.
+func (n *Node) RecordAttempts() int { return n.recordAttempts }
+
+// Input is the operator's input mailbox when Input set one.
+func (n *Node) Input() *mailbox.Config { return n.input }
+
+// IdleAfter is a source's idle timeout (IdleAfter).
+func (n *Node) IdleAfter() time.Duration { return n.idleAfter }
+
+// Hasher is a KeyBy's func(T) uint64.
+func (n *Node) Hasher() any { return n.hasher }
+
+// NewSource builds a source's stage over the chain next.
+func (n *Node) NewSource(next any, sc *stage.Ctx) stage.SourceRunner { return n.newSource(next, sc) }
+
+// NewStage builds the operator's stage over the chain next.
+func (n *Node) NewStage(next any, sc *stage.Ctx) any { return n.newStage(next, sc) }
+
+// NewInlet feeds envelopes to the chain whose head stage is head.
+func (n *Node) NewInlet(head any) stage.Inlet { return n.newInlet(head) }
+
+// NewCodec encodes the envelopes of the node's input.
+func (n *Node) NewCodec() mailbox.Codec { return n.newCodec() }
+
+// NewEmitter builds the typed tail of a chain that ends with the node.
+func (n *Node) NewEmitter(outs []stage.Output, size int, s stage.Sender) (any, stage.Flusher) {
+	return n.newEmitter(outs, size, s)
 }

@@ -1,0 +1,150 @@
+package stage
+
+import (
+	"context"
+	"math"
+
+	"github.com/sluicehq/sluice/actors"
+	"github.com/sluicehq/sluice/telemetry"
+)
+
+// Flusher sends what a chain's tail holds.
+type Flusher interface{ Flush() }
+
+// Sender is what an emitter sends through: the operator instance, which
+// sends the envelopes on its output channels as credits allow.
+type Sender interface {
+	// Enqueue sends env on channel target of output out.
+	Enqueue(out, target int, env *actors.Envelope)
+	// Traced is the trace context of the batch being processed, nil when it
+	// is not traced.
+	Traced() context.Context
+	// Watermarked says that watermark wm went out on every channel.
+	Watermarked(wm int64)
+}
+
+// Output is one output edge of an instance: how records are partitioned,
+// Hasher (a func(T) uint64 for Hash edges), and the number of channels
+// (target instances; one for Forward edges).
+type Output struct {
+	Part    Partition
+	Hasher  any
+	Targets int
+}
+
+// emitter is the tail of a chain whose operator has consumers: it
+// partitions records into per-target batches and hands full batches to the
+// instance, which sends them as credits allow.
+type Emitter[T any] struct {
+	s    Sender
+	outs []*output[T]
+	size int
+	wm   int64           // the chain's event time: sent on every channel at the next flush when it advanced
+	sent int64           // the last watermark sent
+	tctx context.Context // the trace of the last traced batch pushed, for the envelopes it fills
+}
+
+type output[T any] struct {
+	index int
+	spec  Output
+	hash  func(T) uint64
+	bufs  []Batch[T]
+	rr    int
+}
+
+func NewEmitter[T any](specs []Output, size int, snd Sender) *Emitter[T] {
+	e := &Emitter[T]{s: snd, size: size, wm: math.MinInt64, sent: math.MinInt64}
+	for i, s := range specs {
+		o := &output[T]{index: i, spec: s, bufs: make([]Batch[T], s.Targets)}
+		if s.Part == Hash {
+			o.hash = s.Hasher.(func(T) uint64)
+		}
+		e.outs = append(e.outs, o)
+	}
+	return e
+}
+
+func (e *Emitter[T]) Push(b *Batch[T]) {
+	e.tctx = e.s.Traced()
+	for _, o := range e.outs {
+		switch o.spec.Part {
+		case Forward:
+			e.add(o, 0, b)
+		case Rebalance:
+			e.add(o, o.rr, b)
+			o.rr = (o.rr + 1) % len(o.bufs)
+		case Broadcast:
+			for t := range o.bufs {
+				e.add(o, t, b)
+			}
+		case Hash:
+			n := len(o.bufs)
+			for i, v := range b.Vs {
+				t := InstanceFor(o.hash(v), n)
+				buf := &o.bufs[t]
+				buf.Vs = append(buf.Vs, v)
+				if b.Ts != nil {
+					buf.Ts = append(buf.Ts, b.Ts[i])
+				}
+				if len(buf.Vs) >= e.size {
+					e.ship(o, t)
+				}
+			}
+		}
+	}
+}
+
+func (e *Emitter[T]) add(o *output[T], t int, b *Batch[T]) {
+	buf := &o.bufs[t]
+	buf.Vs = append(buf.Vs, b.Vs...)
+	if b.Ts != nil {
+		buf.Ts = append(buf.Ts, b.Ts...)
+	}
+	if len(buf.Vs) >= e.size {
+		e.ship(o, t)
+	}
+}
+
+// ship hands the target's buffer over in envelopes of at most one batch; the
+// receiver owns them from then on.
+func (e *Emitter[T]) ship(o *output[T], t int) {
+	buf := o.bufs[t]
+	o.bufs[t] = Batch[T]{}
+	for start := 0; start < len(buf.Vs); start += e.size {
+		end := min(start+e.size, len(buf.Vs))
+		part := &Batch[T]{Vs: buf.Vs[start:end:end]}
+		if buf.Ts != nil {
+			part.Ts = buf.Ts[start:end:end]
+		}
+		env := &actors.Envelope{Kind: actors.Data, Count: end - start, Payload: part}
+		if e.tctx != nil {
+			env.Headers = telemetry.Inject(e.tctx, nil)
+		}
+		e.s.Enqueue(o.index, t, env)
+	}
+}
+
+func (e *Emitter[T]) Flush() {
+	for _, o := range e.outs {
+		for t := range o.bufs {
+			if len(o.bufs[t].Vs) > 0 {
+				e.ship(o, t)
+			}
+		}
+	}
+	e.tctx = nil
+	if e.wm > e.sent { // after the records it follows, on every channel
+		e.sent = e.wm
+		for _, o := range e.outs {
+			for t := range o.spec.Targets {
+				e.s.Enqueue(o.index, t, &actors.Envelope{Kind: actors.Watermark, Mark: e.wm})
+			}
+		}
+		e.s.Watermarked(e.wm)
+	}
+}
+
+// watermark records the chain's new event time; flush sends it.
+func (e *Emitter[T]) Watermark(wm int64) { e.wm = max(e.wm, wm) }
+
+func (e *Emitter[T]) Finish() { e.Flush() }
