@@ -54,6 +54,18 @@ type Checkpoints struct {
 	// -1 when there has been none.
 	AgeMS        int64  `json:"age_ms"`
 	RestoredFrom uint64 `json:"restored_from"`
+	// TimedOut counts the failed checkpoints that timed out, LastFailure is
+	// the newest failure's reason.
+	TimedOut    int64  `json:"timed_out"`
+	LastFailure string `json:"last_failure,omitempty"`
+	// InProgress counts the checkpoints in flight; the oldest of them is
+	// OldestID, in progress for OldestSinceMS (-1 when none), acknowledged
+	// by OldestAcked instances and waiting for OldestPending.
+	InProgress    int    `json:"in_progress"`
+	OldestID      uint64 `json:"oldest_id,omitempty"`
+	OldestSinceMS int64  `json:"oldest_since_ms"`
+	OldestAcked   int    `json:"oldest_acked"`
+	OldestPending int    `json:"oldest_pending"`
 }
 
 // Operator is one logical operator, summed over its instances.
@@ -135,7 +147,16 @@ func buildJob(info jobInfo, prev *sample, cur sample, links traceLinks) Job {
 			LastDurationMS: ms(cur.cp.LastDuration),
 			AgeMS:          -1,
 			RestoredFrom:   cur.cp.RestoredFrom,
+			TimedOut:       cur.cp.TimedOut,
+			LastFailure:    cur.cp.LastFailure,
+			InProgress:     len(cur.cp.InProgress),
+			OldestSinceMS:  -1,
 		},
+	}
+	if len(cur.cp.InProgress) > 0 {
+		o := cur.cp.InProgress[0]
+		j.Checkpoints.OldestID, j.Checkpoints.OldestAcked, j.Checkpoints.OldestPending = o.ID, len(o.Acked), o.Pending
+		j.Checkpoints.OldestSinceMS = max(cur.at.Sub(o.Started).Milliseconds(), 0)
 	}
 	if cur.done {
 		j.State = StateFinished

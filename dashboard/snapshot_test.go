@@ -87,7 +87,8 @@ func TestNoRatesWithoutTwoLiveSamples(t *testing.T) {
 
 func TestJobStateAndCheckpoints(t *testing.T) {
 	cp := operators.CheckpointStats{Completed: 7, Failed: 1, LastID: 9, LastDuration: 1500 * time.Microsecond,
-		LastTime: t0, RestoredFrom: 2, Restarts: 3}
+		LastTime: t0, RestoredFrom: 2, Restarts: 3, TimedOut: 1, LastFailure: "timed out after 1s",
+		InProgress: []operators.InProgressCheckpoint{{ID: 10, Started: t0.Add(500 * time.Millisecond), Acked: []int{0, 2}, Pending: 1}, {ID: 11, Started: t0.Add(time.Second)}}}
 	cur := sample{at: t0.Add(2 * time.Second), cp: cp, done: true, err: errors.New("operator \"parse\": boom"),
 		stats: []actors.OperatorStats{
 			{Name: "src", Task: 0, Parallelism: 1},
@@ -98,7 +99,8 @@ func TestJobStateAndCheckpoints(t *testing.T) {
 	if j.State != StateFailed || !strings.Contains(j.Error, "boom") || j.Restarts != 3 {
 		t.Errorf("state %q error %q restarts %d", j.State, j.Error, j.Restarts)
 	}
-	want := Checkpoints{Completed: 7, Failed: 1, LastID: 9, LastDurationMS: 1.5, AgeMS: 2000, RestoredFrom: 2}
+	want := Checkpoints{Completed: 7, Failed: 1, LastID: 9, LastDurationMS: 1.5, AgeMS: 2000, RestoredFrom: 2,
+		TimedOut: 1, LastFailure: "timed out after 1s", InProgress: 2, OldestID: 10, OldestSinceMS: 1500, OldestAcked: 2, OldestPending: 1}
 	got := j.Checkpoints
 	got.LastTime = nil
 	if got != want || j.Checkpoints.LastTime == nil || !j.Checkpoints.LastTime.Equal(t0) {

@@ -11,7 +11,9 @@ import (
 // CheckpointStats are a job's checkpoints and restarts so far.
 type CheckpointStats struct {
 	Completed    int64         // checkpoints completed in this run
-	Failed       int64         // checkpoints whose store failed
+	Failed       int64         // checkpoints that failed: their store failed or they timed out
+	TimedOut     int64         // of Failed, those that timed out (CheckpointTimeout)
+	LastFailure  string        // the reason of the newest failed checkpoint
 	LastID       uint64        // the newest completed checkpoint
 	LastDuration time.Duration // from injecting its barriers to stored
 	LastTime     time.Time
@@ -20,14 +22,31 @@ type CheckpointStats struct {
 	// RestartDelays the backoff before each.
 	Restarts      int
 	RestartDelays []time.Duration
+	// InProgress are the checkpoints in flight, oldest first.
+	InProgress []InProgressCheckpoint
+}
+
+// InProgressCheckpoint is a checkpoint being taken: since when, which
+// operator instances (numbered in the job) acknowledged it, and how many
+// have not yet.
+type InProgressCheckpoint struct {
+	ID      uint64
+	Started time.Time
+	Acked   []int
+	Pending int
 }
 
 // CheckpointStatsOf reports the checkpoints of a topology's run (zero
 // statistics for another kind of job).
 func CheckpointStatsOf(run *actors.Run) CheckpointStats {
 	s := engine.CheckpointStatsOf(run)
-	return CheckpointStats{Completed: s.Completed, Failed: s.Failed, LastID: s.LastID, LastDuration: s.LastDuration,
-		LastTime: s.LastTime, RestoredFrom: s.RestoredFrom, Restarts: s.Restarts, RestartDelays: s.RestartDelays}
+	st := CheckpointStats{Completed: s.Completed, Failed: s.Failed, TimedOut: s.TimedOut, LastFailure: s.LastFailure,
+		LastID: s.LastID, LastDuration: s.LastDuration, LastTime: s.LastTime, RestoredFrom: s.RestoredFrom,
+		Restarts: s.Restarts, RestartDelays: s.RestartDelays}
+	for _, p := range s.InProgress {
+		st.InProgress = append(st.InProgress, InProgressCheckpoint(p))
+	}
+	return st
 }
 
 // Savepoint takes a checkpoint of the running job now, outside its

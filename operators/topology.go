@@ -125,7 +125,8 @@ func Capacity(n int) TopologyOption { return TopologyOption{graph.Capacity(n)} }
 // the same name starts and its last checkpoint exists, every operator is
 // restored to it and the sources rewind to its offsets. Checkpoints are kept
 // in the system's store unless CheckpointStore names another. Sources must
-// be replayable (FromChannel and Ingress are not); per-key state must be
+// be replayable (FromChannel and Ingress are not: an application feeds a
+// checkpointed topology through NewDurableIngress); per-key state must be
 // msgpack-encodable.
 //
 // Checkpoints go on while some sources have ended and others run: an
@@ -144,6 +145,30 @@ func Capacity(n int) TopologyOption { return TopologyOption{graph.Capacity(n)} }
 // checkpoint.
 func Checkpoints(interval time.Duration) TopologyOption {
 	return TopologyOption{graph.Checkpoints(interval)}
+}
+
+// CheckpointTimeout makes a checkpoint that is not complete d after it
+// started fail, counted in CheckpointStats.Failed and TimedOut with the
+// reason "timed out after d"; the job goes on and the next interval starts
+// the next checkpoint. Default 10 minutes; 0 disables it.
+func CheckpointTimeout(d time.Duration) TopologyOption {
+	return TopologyOption{graph.CheckpointTimeout(d)}
+}
+
+// MaxConcurrentCheckpoints lets up to n checkpoints be in flight at once
+// (default 1; values below 1 mean 1). An interval that elapses while n are
+// in flight starts none. A checkpoint that completes subsumes the older
+// ones still in flight.
+func MaxConcurrentCheckpoints(n int) TopologyOption {
+	return TopologyOption{graph.MaxConcurrentCheckpoints(n)}
+}
+
+// MinPauseBetweenCheckpoints makes a checkpoint start only d after the
+// previous one ended (completed or failed), and only when none is in flight,
+// so that a job whose checkpoints take long still processes records between
+// them.
+func MinPauseBetweenCheckpoints(d time.Duration) TopologyOption {
+	return TopologyOption{graph.MinPauseBetweenCheckpoints(d)}
 }
 
 // CheckpointStore sets where the job's checkpoints are kept.

@@ -93,7 +93,7 @@
     var f = {};
     [['restarts', 'restarts'], ['cp-completed', 'checkpoints'], ['cp-last', 'last checkpoint'],
       ['cp-duration', 'its duration'], ['cp-age', 'age'], ['cp-failed', 'failed checkpoints'],
-      ['cp-restored', 'restored from']].forEach(function (p) {
+      ['cp-restored', 'restored from'], ['cp-progress', 'in progress']].forEach(function (p) {
       var d = el('div', { 'class': 'fact' });
       d.append(el('span', { 'class': 'k' }, p[1]));
       f[p[0]] = el('span', { 'class': 'v', 'data-field': p[0] }, '–');
@@ -270,6 +270,12 @@
     setText(v.facts['cp-age'], cp.age_ms >= 0 ? fmtMS(cp.age_ms) + ' ago' : '–');
     setText(v.facts['cp-failed'], fmtCount(cp.failed));
     setText(v.facts['cp-restored'], cp.restored_from ? '#' + cp.restored_from : '–');
+    setText(v.facts['cp-progress'], cp.in_progress > 0
+      ? '#' + cp.oldest_id + ' for ' + fmtMS(cp.oldest_since_ms) + ': ' + cp.oldest_acked + ' acked, ' + cp.oldest_pending + ' pending' +
+        (cp.in_progress > 1 ? ' (+' + (cp.in_progress - 1) + ')' : '')
+      : '–');
+    setValue(v.facts['cp-progress'], cp.in_progress);
+    if (cp.last_failure && v.facts['cp-failed']) { v.facts['cp-failed'].title = cp.last_failure; }
 
     // The graph, redrawn only when the plan changes.
     var gk = JSON.stringify(job.graph) + '|' + job.operators.map(function (o) { return o.traces_url || ''; }).join();

@@ -52,14 +52,17 @@ func TestJobTranscripts(t *testing.T) {
 	})
 }
 
+// atArg is the time of at=D, epoch without it.
+func atArg(t *testing.T, d *datadriven.TestData) time.Time {
+	if !d.HasArg("at") {
+		return epoch
+	}
+	return epoch.Add(duration(t, d, strArg(t, d, "at")))
+}
+
 // jobEvent makes the event a transcript line names.
 func jobEvent(t *testing.T, d *datadriven.TestData) JobEvent {
-	at := epoch
-	if d.HasArg("at") {
-		var s string
-		d.ScanArgs(t, "at", &s)
-		at = epoch.Add(duration(t, d, s))
-	}
+	at := atArg(t, d)
 	gen := intArg(t, d, "gen")
 	switch d.Cmd {
 	case "launched":
@@ -149,22 +152,39 @@ func TestCheckpointTranscripts(t *testing.T) {
 			var ev CheckpointEvent
 			switch d.Cmd {
 			case "new":
-				s = Checkpoints{Instances: intArg(t, d, "instances"), Completed: uint64(intArg(t, d, "completed"))}
+				s = Checkpoints{Instances: intArg(t, d, "instances"), Completed: uint64(intArg(t, d, "completed")),
+					MaxConcurrent: intArg(t, d, "concurrent")}
+				if d.HasArg("timeout") {
+					s.Timeout = duration(t, d, strArg(t, d, "timeout"))
+				}
+				if d.HasArg("pause") {
+					s.MinPause = duration(t, d, strArg(t, d, "pause"))
+				}
+				s.Unaligned = d.HasArg("unaligned")
+				if d.HasArg("align-timeout") {
+					s.AlignmentTimeout = duration(t, d, strArg(t, d, "align-timeout"))
+				}
 				return describeCheckpoints(s)
 			case "tick":
-				ev = Tick{}
+				ev = Tick{At: atArg(t, d)}
+			case "align-timeout":
+				ev = AlignTimeout{ID: uint64(intArg(t, d, "id")), At: atArg(t, d)}
+			case "expire":
+				ev = Expire{ID: uint64(intArg(t, d, "id")), At: atArg(t, d)}
 			case "ack":
 				ev = Acked{ID: uint64(intArg(t, d, "id")), Instance: intArg(t, d, "instance"),
-					States: bytesMap(listArg(t, d, "states")), Offsets: offsetMap(t, d, listArg(t, d, "offsets"))}
+					States: bytesMap(listArg(t, d, "states")), Offsets: offsetMap(t, d, listArg(t, d, "offsets")),
+					Channels: bytesMap(listArg(t, d, "channels"))}
 			case "stored":
-				ev = Stored{ID: uint64(intArg(t, d, "id"))}
+				st := Stored{ID: uint64(intArg(t, d, "id")), At: atArg(t, d)}
 				if d.HasArg("err") {
-					ev = Stored{ID: uint64(intArg(t, d, "id")), Err: errArg(t, d)}
+					st.Err = errArg(t, d)
 				}
+				ev = st
 			case "stop":
 				ev = Stop{}
 			case "final":
-				ev = TakeFinal{}
+				ev = TakeFinal{At: atArg(t, d)}
 			default:
 				d.Fatalf(t, "unknown command %q", d.Cmd)
 			}
@@ -193,8 +213,17 @@ func describeCheckpoints(s Checkpoints) string {
 	if s.Final != 0 {
 		fmt.Fprintf(&b, " final %d", s.Final)
 	}
-	if f := s.InFlight; f != nil {
-		fmt.Fprintf(&b, "; in flight %d acked %v states %s offsets %s", f.ID, sortedKeys(f.Acked), describeBytes(f.States), describeOffsets(f.Offsets))
+	if !s.LastEnded.IsZero() {
+		fmt.Fprintf(&b, " last ended %v", s.LastEnded.Sub(epoch))
+	}
+	if !s.Deferred.IsZero() {
+		fmt.Fprintf(&b, " deferred to %v", s.Deferred.Sub(epoch))
+	}
+	for _, f := range s.InFlight {
+		fmt.Fprintf(&b, "; in flight %d since %v acked %v states %s offsets %s", f.ID, f.Started.Sub(epoch), sortedKeys(f.Acked), describeBytes(f.States), describeOffsets(f.Offsets))
+		if f.Unaligned || len(f.Channels) > 0 {
+			fmt.Fprintf(&b, " unaligned channels %s", describeBytes(f.Channels))
+		}
 	}
 	return b.String()
 }
@@ -208,9 +237,27 @@ func describeCheckpointAction(a CheckpointAction) string {
 	}
 	switch a := a.(type) {
 	case Inject:
-		return fmt.Sprintf("inject %d%s", a.ID, final(a.Final))
+		out := fmt.Sprintf("inject %d%s", a.ID, final(a.Final))
+		if !a.Deadline.IsZero() {
+			out += fmt.Sprintf(" deadline %v", a.Deadline.Sub(epoch))
+		}
+		if a.Unaligned {
+			out += " unaligned"
+		}
+		if !a.AlignBy.IsZero() {
+			out += fmt.Sprintf(" align-by %v", a.AlignBy.Sub(epoch))
+		}
+		return out
+	case SwitchUnaligned:
+		return fmt.Sprintf("switch-unaligned %d", a.ID)
+	case TickAt:
+		return fmt.Sprintf("tick-at %v", a.At.Sub(epoch))
 	case Store:
-		return fmt.Sprintf("store %d states %s offsets %s", a.ID, describeBytes(a.States), describeOffsets(a.Offsets))
+		out := fmt.Sprintf("store %d states %s offsets %s", a.ID, describeBytes(a.States), describeOffsets(a.Offsets))
+		if a.Unaligned {
+			out += " unaligned channels " + describeBytes(a.Channels)
+		}
+		return out
 	case Completed:
 		return fmt.Sprintf("completed %d%s", a.ID, final(a.Final))
 	case CheckpointFailed:

@@ -66,7 +66,9 @@ type execution struct {
 // CheckpointStats describe a job's checkpoints.
 type CheckpointStats struct {
 	Completed    int64         // checkpoints completed in this run
-	Failed       int64         // checkpoints whose store failed
+	Failed       int64         // checkpoints that failed: their store failed or they timed out
+	TimedOut     int64         // of Failed, those that timed out
+	LastFailure  string        // the reason of the newest failed checkpoint
 	LastID       uint64        // the newest completed checkpoint
 	LastDuration time.Duration // from injecting its barriers to stored
 	LastTime     time.Time
@@ -75,6 +77,8 @@ type CheckpointStats struct {
 	// RestartDelays the backoff before each.
 	Restarts      int
 	RestartDelays []time.Duration
+	// InProgress are the checkpoints in flight, oldest first.
+	InProgress []InProgressCheckpoint
 }
 
 func (x *execution) noteRestart(d time.Duration) {
@@ -99,6 +103,7 @@ func (x *execution) Checkpoints() CheckpointStats {
 	defer x.cpStatsMu.Unlock()
 	st := x.cpStats
 	st.RestartDelays = slices.Clone(st.RestartDelays)
+	st.InProgress = slices.Clone(st.InProgress)
 	return st
 }
 

@@ -43,12 +43,14 @@ func newJobMetrics(x *execution) (*jobMetrics, error) {
 	depth, e1 := m.Int64ObservableGauge("sluice.queue.depth", metric.WithDescription("records waiting in an operator's input mailboxes"), metric.WithUnit("{record}"))
 	restarts, e2 := m.Int64ObservableCounter("sluice.job.restarts", metric.WithDescription("restarts of the job from its last checkpoint"))
 	completed, e3 := m.Int64ObservableCounter("sluice.checkpoints.completed", metric.WithDescription("checkpoints completed"))
+	failed, e6 := m.Int64ObservableCounter("sluice.checkpoints.failed", metric.WithDescription("checkpoints that failed (store failed or timed out)"))
+	inProgress, e7 := m.Int64ObservableGauge("sluice.checkpoints.in_progress", metric.WithDescription("checkpoints in flight"))
 	var e4, e5 error
 	jm.checkpoint, e4 = m.Float64Histogram("sluice.checkpoint.duration", metric.WithDescription("from barriers injected to checkpoint stored"), metric.WithUnit("s"),
 		metric.WithExplicitBucketBoundaries(checkpointBuckets...))
 	jm.latency, e5 = m.Float64Histogram("sluice.batch.processing", metric.WithDescription("time an operator instance spent on one batch of records"), metric.WithUnit("s"),
 		metric.WithExplicitBucketBoundaries(batchBuckets...))
-	for _, e := range []error{e1, e2, e3, e4, e5} {
+	for _, e := range []error{e1, e2, e3, e4, e5, e6, e7} {
 		if e != nil && err == nil {
 			err = e
 		}
@@ -69,8 +71,10 @@ func newJobMetrics(x *execution) (*jobMetrics, error) {
 		cs := x.Checkpoints()
 		o.ObserveInt64(restarts, int64(cs.Restarts), metric.WithAttributes(jm.job))
 		o.ObserveInt64(completed, cs.Completed, metric.WithAttributes(jm.job))
+		o.ObserveInt64(failed, cs.Failed, metric.WithAttributes(jm.job))
+		o.ObserveInt64(inProgress, int64(len(cs.InProgress)), metric.WithAttributes(jm.job))
 		return nil
-	}, in, out, dropped, spilled, dead, depth, restarts, completed)
+	}, in, out, dropped, spilled, dead, depth, restarts, completed, failed, inProgress)
 	if err != nil {
 		return nil, err
 	}

@@ -180,7 +180,7 @@ func (t *Topology) Plan() (*Plan, error) {
 	if t.cfg.CheckpointInterval > 0 {
 		for _, n := range t.nodes {
 			if n.role == RoleSource && !n.replayable {
-				errs = append(errs, opErr(t, n.name, KindInvalid, "checkpoints need replayable sources: this source cannot rewind to an offset"))
+				errs = append(errs, opErr(t, n.name, KindInvalid, "checkpoints need replayable sources: this source cannot rewind to an offset (for records an application sends, use operators.NewDurableIngress instead of Ingress or FromChannel)"))
 			}
 			for _, st := range n.stateTypes {
 				if err := spillable(st); err != nil {

@@ -159,6 +159,7 @@ type Config struct {
 	BatchSize          int
 	Capacity           int
 	CheckpointInterval time.Duration
+	CheckpointPolicy   CheckpointPolicy
 	CheckpointStore    persistence.CheckpointStore
 	DeadLetters        supervision.DeadLetterStore
 	Restart            *RestartPolicy
@@ -173,7 +174,44 @@ type Config struct {
 
 func defaultRunConfig() Config {
 	realAfter := func(d time.Duration, f func()) func() bool { return time.AfterFunc(d, f).Stop }
-	return Config{BatchSize: 256, Capacity: 4096, Now: time.Now, After: realAfter, CheckpointAfter: realAfter}
+	return Config{BatchSize: 256, Capacity: 4096, Now: time.Now, After: realAfter, CheckpointAfter: realAfter,
+		CheckpointPolicy: CheckpointPolicy{Timeout: DefaultCheckpointTimeout, MaxConcurrent: 1}}
+}
+
+// DefaultCheckpointTimeout is how long a checkpoint may take unless
+// CheckpointTimeout says otherwise (Flink's default).
+const DefaultCheckpointTimeout = 10 * time.Minute
+
+// CheckpointPolicy bounds a job's checkpoints (see internal/coord's
+// Checkpoints).
+type CheckpointPolicy struct {
+	Timeout       time.Duration // a checkpoint not complete after it fails; 0: never
+	MaxConcurrent int           // checkpoints in flight at once (at least 1)
+	MinPause      time.Duration // from the end of one checkpoint to the start of the next
+}
+
+// CheckpointTimeout makes a checkpoint that is not complete d after it
+// started fail, counted in Failed with the reason "timed out after d"; the
+// job goes on and the next interval starts the next checkpoint. Default
+// DefaultCheckpointTimeout; 0 disables it.
+func CheckpointTimeout(d time.Duration) TopologyOption {
+	return func(c *Config) { c.CheckpointPolicy.Timeout = max(0, d) }
+}
+
+// MaxConcurrentCheckpoints lets up to n checkpoints be in flight at once
+// (default 1; values below 1 mean 1). An interval that elapses while n are
+// in flight starts none. A checkpoint that completes subsumes the older
+// ones still in flight.
+func MaxConcurrentCheckpoints(n int) TopologyOption {
+	return func(c *Config) { c.CheckpointPolicy.MaxConcurrent = max(1, n) }
+}
+
+// MinPauseBetweenCheckpoints makes a checkpoint start only d after the
+// previous one ended (completed or failed), and only when none is in flight,
+// so that a job whose checkpoints take long still gets time to process
+// records between them.
+func MinPauseBetweenCheckpoints(d time.Duration) TopologyOption {
+	return func(c *Config) { c.CheckpointPolicy.MinPause = max(0, d) }
 }
 
 // BatchSize sets how many records travel together in one envelope between

@@ -1,0 +1,395 @@
+// Package durablelog is an append-only log of byte records in a bbolt
+// store: the storage of operators.DurableIngress. Append returns only once
+// its records are durable (committed and fsync'd by bbolt); concurrent
+// appends share one transaction (group commit: the first waiting appender
+// commits everything queued, the others wait for it, so no goroutine runs
+// behind the log). Every record has an offset, counted from 0 and never
+// reused; a reader reads from any offset still kept, and Trim drops the
+// records before an offset once nothing will read them again (a completed
+// checkpoint covers them). Close ends the stream durably: readers reach the
+// end after the last record, also after a restart.
+//
+// Back-pressure: Capacity bounds the records appended and not yet read
+// (Read advances the read position); Append waits for room, honouring its
+// context, and TryAppend fails with ErrFull.
+//
+//	l, err := durablelog.Open(db, "orders", 4096)
+//	first, err := l.Append(ctx, [][]byte{rec1, rec2}) // durable on return
+//	r := l.Reader(0)
+//	n, err := r.Read(buf) // io.EOF after Close and the last record
+package durablelog
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"sync"
+
+	bolt "go.etcd.io/bbolt"
+)
+
+// The log's errors, for errors.Is.
+var (
+	ErrFull   = errors.New("durable log: full")
+	ErrClosed = errors.New("durable log: closed")
+	// ErrTrimmed: a reader asked for a record that was trimmed.
+	ErrTrimmed = errors.New("durable log: offset trimmed")
+)
+
+// rootBucket holds one bucket per log: records under 8-byte big-endian
+// offsets in its "records" bucket, and the keys first (the trim point) and
+// closed.
+var (
+	rootBucket = []byte("sluice.ingress")
+	recBucket  = []byte("records")
+	firstKey   = []byte("first")
+	closedKey  = []byte("closed")
+)
+
+// Log is one named log in a store. It is safe for concurrent use.
+type Log struct {
+	db       *bolt.DB
+	name     []byte
+	capacity int64
+	token    chan struct{} // held by the appender that commits
+
+	mu      sync.Mutex
+	pending []*batch
+	next    int64         // the offset the next record gets (committed records: [first, next))
+	first   int64         // the first record kept
+	read    int64         // the read position (how far the reader has read)
+	queued  int64         // records in pending batches, reserved against capacity
+	closing bool          // Close was called: append nothing more
+	closed  bool          // ended durably
+	changed chan struct{} // closed and replaced when next, read or closed change
+}
+
+type batch struct {
+	recs  [][]byte
+	done  chan struct{}
+	first int64
+	err   error
+}
+
+// Open opens (or creates) the log name in db. capacity bounds the records
+// appended and not yet read (at least 1).
+func Open(db *bolt.DB, name string, capacity int) (*Log, error) {
+	if name == "" {
+		return nil, errors.New("durable log: empty name")
+	}
+	l := &Log{db: db, name: []byte(name), capacity: int64(max(1, capacity)), token: make(chan struct{}, 1), changed: make(chan struct{})}
+	err := db.Update(func(tx *bolt.Tx) error {
+		root, err := tx.CreateBucketIfNotExists(rootBucket)
+		if err != nil {
+			return err
+		}
+		b, err := root.CreateBucketIfNotExists(l.name)
+		if err != nil {
+			return err
+		}
+		recs, err := b.CreateBucketIfNotExists(recBucket)
+		if err != nil {
+			return err
+		}
+		l.next = int64(recs.Sequence())
+		if v := b.Get(firstKey); v != nil {
+			if len(v) != 8 {
+				return fmt.Errorf("key %q: %d bytes, want 8", firstKey, len(v))
+			}
+			l.first = int64(binary.BigEndian.Uint64(v))
+		}
+		if l.first > l.next || l.first < 0 || l.next < 0 {
+			return fmt.Errorf("trim point %d beyond the end %d", l.first, l.next)
+		}
+		l.closed = b.Get(closedKey) != nil
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("durable log %q: open: %w", name, err)
+	}
+	l.read = l.first
+	return l, nil
+}
+
+// Append appends recs and returns the offset of the first once they are
+// durable. It waits while the log holds Capacity unread records (a batch
+// larger than that waits for the reader to catch up completely), until ctx
+// ends; once its records are queued for the store it waits for the commit
+// whatever ctx says, as they may already be durable.
+func (l *Log) Append(ctx context.Context, recs [][]byte) (int64, error) {
+	b, err := l.reserve(ctx, recs, true)
+	if err != nil {
+		return 0, err
+	}
+	return l.await(b)
+}
+
+// TryAppend is Append that fails with ErrFull instead of waiting for room.
+func (l *Log) TryAppend(recs [][]byte) (int64, error) {
+	b, err := l.reserve(context.Background(), recs, false)
+	if err != nil {
+		return 0, err
+	}
+	return l.await(b)
+}
+
+// reserve queues recs once there is room for them.
+func (l *Log) reserve(ctx context.Context, recs [][]byte, wait bool) (*batch, error) {
+	n := int64(len(recs))
+	l.mu.Lock()
+	for {
+		if l.closing || l.closed {
+			l.mu.Unlock()
+			return nil, fmt.Errorf("durable log %q: append: %w", l.name, ErrClosed)
+		}
+		unread := l.next + l.queued - l.read
+		if unread == 0 || unread+n <= l.capacity {
+			break
+		}
+		if !wait {
+			l.mu.Unlock()
+			return nil, fmt.Errorf("durable log %q: %d unread records: %w", l.name, unread, ErrFull)
+		}
+		ch := l.changed
+		l.mu.Unlock()
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return nil, fmt.Errorf("durable log %q: append: %w", l.name, context.Cause(ctx))
+		}
+		l.mu.Lock()
+	}
+	b := &batch{recs: recs, done: make(chan struct{})}
+	l.pending = append(l.pending, b)
+	l.queued += n
+	l.mu.Unlock()
+	return b, nil
+}
+
+// await waits until b is committed, committing the queued batches itself
+// when no other appender is.
+func (l *Log) await(b *batch) (int64, error) {
+	for {
+		select {
+		case <-b.done:
+			return b.first, b.err
+		case l.token <- struct{}{}:
+			l.commitPending()
+			<-l.token
+		}
+	}
+}
+
+// commitPending writes every queued batch in one transaction.
+func (l *Log) commitPending() {
+	l.mu.Lock()
+	bs := l.pending
+	l.pending = nil
+	next := l.next
+	l.mu.Unlock()
+	if len(bs) == 0 {
+		return
+	}
+	var n int64
+	err := l.db.Update(func(tx *bolt.Tx) error {
+		recs := tx.Bucket(rootBucket).Bucket(l.name).Bucket(recBucket)
+		if recs == nil {
+			return errors.New("its bucket is gone")
+		}
+		off := next
+		var key [8]byte
+		for _, b := range bs {
+			for _, r := range b.recs {
+				binary.BigEndian.PutUint64(key[:], uint64(off))
+				if err := recs.Put(key[:], r); err != nil {
+					return err
+				}
+				off++
+			}
+		}
+		n = off - next
+		return recs.SetSequence(uint64(off))
+	})
+	l.mu.Lock()
+	off := next
+	for _, b := range bs {
+		l.queued -= int64(len(b.recs))
+		if err != nil {
+			b.err = fmt.Errorf("durable log %q: append: %w", l.name, err)
+		} else {
+			b.first = off
+			off += int64(len(b.recs))
+		}
+		close(b.done)
+	}
+	if err == nil {
+		l.next += n
+	}
+	l.notify()
+	l.mu.Unlock()
+}
+
+// notify wakes everyone waiting for a change; l.mu is held.
+func (l *Log) notify() {
+	close(l.changed)
+	l.changed = make(chan struct{})
+}
+
+// Close ends the log durably: readers reach the end after its last record,
+// and appends fail with ErrClosed. Appends in progress finish first.
+func (l *Log) Close() error {
+	l.mu.Lock()
+	if l.closed {
+		l.mu.Unlock()
+		return nil
+	}
+	l.closing = true
+	l.notify()
+	l.mu.Unlock()
+	l.token <- struct{}{} // no commit runs; queued batches commit here
+	defer func() { <-l.token }()
+	l.commitPending()
+	err := l.db.Update(func(tx *bolt.Tx) error {
+		return tx.Bucket(rootBucket).Bucket(l.name).Put(closedKey, []byte{1})
+	})
+	if err != nil {
+		return fmt.Errorf("durable log %q: close: %w", l.name, err)
+	}
+	l.mu.Lock()
+	l.closed = true
+	l.notify()
+	l.mu.Unlock()
+	return nil
+}
+
+// Trim drops the records before offset (they will not be read again).
+func (l *Log) Trim(offset int64) error {
+	l.mu.Lock()
+	first, next := l.first, l.next
+	l.mu.Unlock()
+	if offset <= first {
+		return nil
+	}
+	if offset > next {
+		return fmt.Errorf("durable log %q: trim to %d beyond the end %d", l.name, offset, next)
+	}
+	err := l.db.Update(func(tx *bolt.Tx) error {
+		b := tx.Bucket(rootBucket).Bucket(l.name)
+		c := b.Bucket(recBucket).Cursor()
+		var key [8]byte
+		binary.BigEndian.PutUint64(key[:], uint64(first))
+		for k, _ := c.Seek(key[:]); k != nil && int64(binary.BigEndian.Uint64(k)) < offset; k, _ = c.Next() {
+			if err := c.Delete(); err != nil {
+				return err
+			}
+		}
+		binary.BigEndian.PutUint64(key[:], uint64(offset))
+		return b.Put(firstKey, key[:])
+	})
+	if err != nil {
+		return fmt.Errorf("durable log %q: trim to %d: %w", l.name, offset, err)
+	}
+	l.mu.Lock()
+	l.first = max(l.first, offset)
+	l.mu.Unlock()
+	return nil
+}
+
+// Stats are a log's positions.
+type Stats struct {
+	First, Next, Read int64 // first kept, next to append, the read position
+	Closed            bool
+}
+
+// Stats returns the log's positions now.
+func (l *Log) Stats() Stats {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return Stats{First: l.first, Next: l.next, Read: l.read, Closed: l.closed}
+}
+
+// Reader reads the log from offset. The log counts one reader's position
+// for its capacity: the last one opened.
+func (l *Log) Reader(offset int64) (*Reader, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if offset < l.first || offset > l.next {
+		return nil, fmt.Errorf("durable log %q: read from %d, kept [%d, %d): %w", l.name, offset, l.first, l.next, ErrTrimmed)
+	}
+	l.read = offset
+	l.notify()
+	return &Reader{l: l, off: offset}, nil
+}
+
+// Reader reads a log in order. Its methods are for one goroutine at a time.
+type Reader struct {
+	l   *Log
+	off int64
+}
+
+// Read fills buf with the records from the reader's offset (the slices
+// are copies) and returns how many; 0, nil when none is committed yet, and
+// 0, io.EOF after the last record of a closed log.
+func (r *Reader) Read(buf [][]byte) (int, error) {
+	l := r.l
+	l.mu.Lock()
+	next, closed := l.next, l.closed
+	l.mu.Unlock()
+	if r.off >= next {
+		if closed {
+			return 0, io.EOF
+		}
+		return 0, nil
+	}
+	want := min(int64(len(buf)), next-r.off)
+	n := 0
+	err := l.db.View(func(tx *bolt.Tx) error {
+		c := tx.Bucket(rootBucket).Bucket(l.name).Bucket(recBucket).Cursor()
+		var key [8]byte
+		binary.BigEndian.PutUint64(key[:], uint64(r.off))
+		for k, v := c.Seek(key[:]); k != nil && int64(n) < want; k, v = c.Next() {
+			if got := int64(binary.BigEndian.Uint64(k)); got != r.off+int64(n) {
+				return fmt.Errorf("record %d missing (found %d): %w", r.off+int64(n), got, ErrTrimmed)
+			}
+			buf[n] = append([]byte(nil), v...)
+			n++
+		}
+		if int64(n) < want {
+			return fmt.Errorf("records %d to %d missing: %w", r.off+int64(n), r.off+want, ErrTrimmed)
+		}
+		return nil
+	})
+	if err != nil {
+		return 0, fmt.Errorf("durable log %q: read at %d: %w", l.name, r.off, err)
+	}
+	r.off += int64(n)
+	l.mu.Lock()
+	l.read = max(l.read, r.off)
+	l.notify()
+	l.mu.Unlock()
+	return n, nil
+}
+
+// Offset is the offset of the next record the reader reads.
+func (r *Reader) Offset() int64 { return r.off }
+
+// Wait blocks until Read may return records or the end, or ctx ends.
+func (r *Reader) Wait(ctx context.Context) error {
+	for {
+		l := r.l
+		l.mu.Lock()
+		if r.off < l.next || l.closed {
+			l.mu.Unlock()
+			return nil
+		}
+		ch := l.changed
+		l.mu.Unlock()
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+}

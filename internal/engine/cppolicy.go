@@ -1,0 +1,110 @@
+package engine
+
+import (
+	"errors"
+	"slices"
+	"time"
+
+	"github.com/sluicehq/sluice/internal/coord"
+)
+
+// InProgressCheckpoint is a checkpoint being taken: since when, which
+// operator instances (by number in the job) acknowledged it, and how many
+// have not yet.
+type InProgressCheckpoint struct {
+	ID      uint64
+	Started time.Time
+	Acked   []int
+	Pending int
+}
+
+// cpExpire: the deadline of checkpoint id passed (coord.Inject.Deadline).
+type cpExpire struct{ id uint64 }
+
+// cpDeferred: the minimum pause before the next checkpoint passed
+// (coord.TickAt).
+type cpDeferred struct{}
+
+func (*cpExpire) IsControl() bool   { return true }
+func (*cpDeferred) IsControl() bool { return true }
+
+// newCoordinator is the checkpoint coordinator of a generation of total
+// instances, with the job's policy.
+func (x *execution) newCoordinator(total int) coord.Checkpoints {
+	p := x.topo.Config().CheckpointPolicy
+	cs := coord.Checkpoints{Instances: total, Timeout: p.Timeout, MaxConcurrent: p.MaxConcurrent, MinPause: p.MinPause}
+	if x.restored != nil {
+		cs.Completed = x.restored.ID
+	}
+	return cs
+}
+
+// armExpiry asks for Expire{id} at deadline, on the job's clock.
+func (j *jobActor) armExpiry(id uint64, deadline time.Time) {
+	if deadline.IsZero() {
+		return
+	}
+	if j.expiry == nil {
+		j.expiry = map[uint64]func() bool{}
+	}
+	root, pid := j.x.root, j.x.jobPID
+	j.expiry[id] = j.x.topo.Config().CheckpointAfter(deadline.Sub(j.x.topo.Config().Now()), func() { root.Send(pid, &cpExpire{id: id}) })
+}
+
+// ended forgets checkpoint id: its start and its deadline's timer.
+func (j *jobActor) ended(id uint64) {
+	delete(j.started, id)
+	if stop := j.expiry[id]; stop != nil {
+		stop()
+		delete(j.expiry, id)
+	}
+}
+
+// deferTick asks for a tick at at (the minimum pause).
+func (j *jobActor) deferTick(at time.Time) {
+	if j.deferred != nil {
+		j.deferred()
+	}
+	root, pid := j.x.root, j.x.jobPID
+	j.deferred = j.x.topo.Config().CheckpointAfter(at.Sub(j.x.topo.Config().Now()), func() { root.Send(pid, &cpDeferred{}) })
+}
+
+// stopPolicyTimers stops the deadlines' and the pause's timers.
+func (j *jobActor) stopPolicyTimers() {
+	for id := range j.expiry {
+		j.ended(id)
+	}
+	if j.deferred != nil {
+		j.deferred()
+		j.deferred = nil
+	}
+}
+
+// publishInProgress shows the checkpoints in flight in the job's statistics.
+func (j *jobActor) publishInProgress() {
+	var ps []InProgressCheckpoint
+	for _, f := range j.cs.InFlight {
+		acked := make([]int, 0, len(f.Acked))
+		for i := range f.Acked {
+			acked = append(acked, i)
+		}
+		slices.Sort(acked)
+		ps = append(ps, InProgressCheckpoint{ID: f.ID, Started: f.Started, Acked: acked, Pending: j.cs.Instances - len(acked)})
+	}
+	x := j.x
+	x.cpStatsMu.Lock()
+	x.cpStats.InProgress = ps
+	x.cpStatsMu.Unlock()
+}
+
+// noteFailed counts a failed checkpoint and its reason.
+func (x *execution) noteFailed(err error) {
+	var te *coord.TimeoutError
+	x.cpStatsMu.Lock()
+	x.cpStats.Failed++
+	if errors.As(err, &te) {
+		x.cpStats.TimedOut++
+	}
+	x.cpStats.LastFailure = err.Error()
+	x.cpStatsMu.Unlock()
+}
