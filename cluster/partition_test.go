@@ -146,7 +146,8 @@ func TestPartitionCoordinatorCutOff(t *testing.T) {
 	cl := "part-" + strconv.FormatInt(time.Now().UnixNano(), 36)
 	cfg := func(i int, name string, peers ...string) childConfig {
 		return childConfig{Name: name, Cluster: cl, Host: lab.ip[i], Insecure: true, Netns: lab.ns[i], Peers: peers,
-			Store: storeIn(t, name), FailureTimeout: partitionFailureTimeout, Replicas: -1, JobN: jobRecords, JobDir: dir}
+			Store: storeIn(t, name), FailureTimeout: partitionFailureTimeout, Replicas: -1, JobN: jobRecords, JobDir: dir,
+			HoldSource: true} // the job cannot end before the cut has had its effect, at any speed
 	}
 	a := startChild(t, cfg(0, "a"))
 	b := startChild(t, cfg(1, "b", a.Address))
@@ -178,6 +179,7 @@ func TestPartitionCoordinatorCutOff(t *testing.T) {
 	if !aEnd.Before(tookAt) {
 		t.Errorf("two coordinators at once: a ran until %v, %s began at %v", aEnd.Format(time.RFC3339Nano), winner.cfg.Name, tookAt.Format(time.RFC3339Nano))
 	}
+	openGates("source", b, c)
 	got := winner.jobLine(2*time.Minute, "RESULT")
 	if len(got) != 2 || got[1] != want {
 		t.Fatalf("result after the partition:\n%v\nwant the plain loop's\n%s", got, want)
