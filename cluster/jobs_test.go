@@ -29,24 +29,32 @@ const jobRecords = 3_000_000
 // before the test has done what it must do while the job runs (a kill, a
 // pause), however fast the machine (the gate is sourceGate). A held source idles as a dry source
 // does: checkpoints go on.
-type heldSource struct{ n, hold int64 }
+type heldSource struct {
+	n, hold int64
+	gate    <-chan struct{} // nil: sourceGate
+}
 
 func (s heldSource) Open(ctx context.Context, part, parts int, offset int64) (operators.Reader[int64], error) {
 	r, err := operators.Generate(s.n, func(i int64) int64 { return i }).Open(ctx, part, parts, offset)
 	if err != nil {
 		return nil, err
 	}
-	return &heldReader{Reader: r, hold: s.hold / int64(parts)}, nil
+	gate := s.gate
+	if gate == nil {
+		gate = sourceGate
+	}
+	return &heldReader{Reader: r, hold: s.hold / int64(parts), gate: gate}, nil
 }
 
 type heldReader struct {
 	operators.Reader[int64]
 	hold int64 // records of this partition read before the gate
+	gate <-chan struct{}
 }
 
 func (r *heldReader) Read(buf []int64) (int, error) {
 	select {
-	case <-sourceGate:
+	case <-r.gate:
 		return r.Reader.Read(buf)
 	default:
 	}
@@ -59,7 +67,7 @@ func (r *heldReader) Read(buf []int64) (int, error) {
 
 func (r *heldReader) Wait(ctx context.Context) error {
 	select {
-	case <-sourceGate:
+	case <-r.gate:
 		return nil
 	case <-ctx.Done():
 		return ctx.Err()
@@ -114,10 +122,11 @@ func testJobs() cluster.Jobs {
 // that takes no record in until then is slower than any source, at any
 // machine speed.
 var (
-	sourceGate, slowGate = make(chan struct{}), make(chan struct{})
-	gates                = map[string]func(){
+	sourceGate, slowGate, dropGate = make(chan struct{}), make(chan struct{}), make(chan struct{})
+	gates                          = map[string]func(){
 		"source": sync.OnceFunc(func() { close(sourceGate) }),
 		"slow":   sync.OnceFunc(func() { close(slowGate) }),
+		"drop":   sync.OnceFunc(func() { close(dropGate) }), // the dropping job's source (policy_test.go)
 	}
 )
 
@@ -185,7 +194,7 @@ func report(run *actors.Run, say func(string, ...any)) {
 	tick := time.NewTicker(20 * time.Millisecond)
 	defer tick.Stop()
 	var last uint64
-	var waiting, dropping bool // said SOURCE-WAITING, SLOW-DROPPING
+	var waiting, dropping, pending bool // said SOURCE-WAITING, SLOW-DROPPING, CHECKPOINT-PENDING
 	for {
 		select {
 		case err := <-done:
@@ -215,6 +224,9 @@ func report(run *actors.Run, say func(string, ...any)) {
 			if st := operators.CheckpointStatsOf(run); st.LastID != last {
 				last = st.LastID
 				say("CHECKPOINT %d", last)
+			} else if len(st.InProgress) > 0 && !pending {
+				pending = true
+				say("CHECKPOINT-PENDING %d", st.InProgress[0].ID)
 			}
 			for _, st := range run.Stats() {
 				switch {

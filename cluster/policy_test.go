@@ -22,17 +22,11 @@ import (
 // the full mailbox all the same.
 func droppingJob(n int64, dir string) *operators.Topology {
 	t := operators.NewTopology("dropping", operators.Checkpoints(50*time.Millisecond), operators.BatchSize(64))
-	src := operators.Source(t, "numbers", operators.Generate(n, func(i int64) int64 { return i }))
-	// The source's own work, a millisecond per 1000 records, makes it emit
-	// for a second or more: several checkpoints run meanwhile, each barrier
-	// behind a full mailbox of the slow operator.
-	paced := operators.Map(src, "pace", func(v int64) int64 {
-		if v%1000 == 0 {
-			time.Sleep(time.Millisecond)
-		}
-		return v
-	})
-	slow := operators.Map(paced, "slow", func(v int64) string {
+	// The source emits half its records, then runs dry until the test
+	// opens its gate ("open drop"): checkpoints go on meanwhile, each
+	// barrier behind the full mailbox of the gated slow operator.
+	src := operators.Source(t, "numbers", heldSource{n: n, hold: n / 2, gate: dropGate})
+	slow := operators.Map(src, "slow", func(v int64) string {
 		<-slowGate // closed until the test has seen drops (jobs_test.go)
 		return "k" + strconv.Itoa(int(v*7%23))
 	}, operators.Parallelism(2), operators.Input(mailbox.DropNewest(64)))
@@ -106,10 +100,12 @@ func TestDistributedRunStats(t *testing.T) {
 
 	const m = 1_000_000
 	a.send(fmt.Sprintf("run dropping %d %s off", m, t.TempDir()))
-	// The gate holds the slow operator until its full mailbox drops:
-	// checkpoint barriers injected meanwhile wait behind the full mailbox.
+	// The gate holds the slow operator until its full mailbox drops and a
+	// checkpoint has started: its barrier waits behind the full mailbox.
 	a.jobLine(time.Minute, "SLOW-DROPPING")
+	a.jobLine(time.Minute, "CHECKPOINT-PENDING")
 	openGates("slow", a, b, c)
+	openGates("drop", a, b, c)
 	stats, restarts, checkpoints := jobStats(t, a)
 	a.expect(10*time.Second, "RESULT")
 	slow := stats["slow"]
@@ -123,10 +119,9 @@ func TestDistributedRunStats(t *testing.T) {
 	if c := stats["count"]; c[0] != slow[1] {
 		t.Fatalf("count got %d records, slow sent %d", c[0], slow[1])
 	}
-	// The source emits for a second or more (its pacing); the first
-	// checkpoint starts 50 ms in, while the gate is closed, so its barrier
-	// waits behind the full, dropping mailbox: it completes once the gate
-	// opens unless a barrier was dropped.
+	// A checkpoint started while the slow operator was gated behind its
+	// full, dropping mailbox: it completes once the gate opens unless its
+	// barrier was dropped.
 	if checkpoints < 1 {
 		t.Fatalf("no checkpoint completed: a barrier behind the dropping mailbox was lost")
 	}
