@@ -204,6 +204,9 @@ func report(run *actors.Run, say func(string, ...any)) {
 				return
 			}
 			st := operators.CheckpointStatsOf(run)
+			if st.LastID != last { // completed after the last tick
+				say("CHECKPOINT %d", st.LastID)
+			}
 			b, err := os.ReadFile(filepath.Join(jobDir, "counts"))
 			if err != nil {
 				say("JOBERROR %v", err)
