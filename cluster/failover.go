@@ -579,7 +579,14 @@ func (n *Node) abandon(job string, why error) {
 // abandonAll stops every job this node coordinates: the cluster declared
 // it lost, and the others take its jobs over.
 func (n *Node) abandonAll() {
+	n.mu.Lock()
+	lease := n.fencedBy
+	n.mu.Unlock()
 	for _, j := range n.Jobs() {
+		if lease != nil {
+			n.abandon(j.Job, fmt.Errorf("cluster: job %q: %w: node %s's lease ran out (%v); the others take its jobs over", j.Job, ErrFenced, n.cfg.Name, lease))
+			continue
+		}
 		n.abandon(j.Job, fmt.Errorf("cluster: job %q: %w: the cluster declared node %s lost; the others take its jobs over", j.Job, ErrFenced, n.cfg.Name))
 	}
 }

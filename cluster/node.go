@@ -274,6 +274,8 @@ type Node struct {
 	subs     map[int]func(MemberEvent)
 	nextSub  int
 	excluded bool
+	// fencedBy: why a LeasedProvider fenced this node (its lease ran out)
+	fencedBy error
 	stores   []*ReplicatedCheckpointStore
 	// lost holds the ids of the members that left: they cannot rejoin
 	// (protoactor blocks them). Kept here because protoactor's block list
@@ -374,6 +376,9 @@ func Start(ctx context.Context, cfg Config) (n *Node, err error) {
 		n.static = &staticProvider{n: n}
 		provider = n.static
 	}
+	if lp, ok := provider.(LeasedProvider); ok {
+		lp.Bind(ProviderHooks{Publish: n.publishMembers, Fence: n.fence, Logger: log})
+	}
 	ccfg := pc.Configure(cfg.ClusterName, provider, disthash.New(), rc,
 		pc.WithRequestTimeout(cfg.RequestTimeout),
 		// Gossip heartbeats block members too; leave failure detection to
@@ -395,6 +400,8 @@ func Start(ctx context.Context, cfg Config) (n *Node, err error) {
 	n.gossipStopped = true
 	if n.static != nil {
 		n.static.begin()
+	} else if lp, ok := provider.(LeasedProvider); ok {
+		lp.Begin()
 	}
 	if err := n.startServices(); err != nil {
 		n.shutdown(context.WithoutCancel(ctx))
