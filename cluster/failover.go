@@ -332,6 +332,7 @@ func (n *Node) watchRun(store *ReplicatedCheckpointStore, name string, run *acto
 	delete(n.jobReg.abandoned, name)
 	n.jobReg.mu.Unlock()
 	if why != nil { // the log is another node's now: nothing to record
+		n.leadEnded(name)
 		n.emitJob(JobEvent{Kind: JobEnded, Job: name, Run: run, Err: why, Time: time.Now()})
 		return
 	}
@@ -340,6 +341,7 @@ func (n *Node) watchRun(store *ReplicatedCheckpointStore, name string, run *acto
 	if e := store.endRun(ctx, name); e != nil && n.life.Err() == nil {
 		n.log.Warn("failover: could not mark the job's run as over", "job", name, "err", e)
 	}
+	n.leadEnded(name) // after the log says the run is over: a copy elected next resigns
 	n.emitJob(JobEvent{Kind: JobEnded, Job: name, Run: run, Err: err, Time: time.Now()})
 }
 
@@ -396,6 +398,18 @@ func (n *Node) considerTakeovers(lost Member) {
 		r.standing[job] = true
 		n.lifeWG.Add(1)
 		r.mu.Unlock()
+		if n.cfg.Leadership != nil {
+			go func() {
+				defer n.lifeWG.Done()
+				defer func() {
+					n.jobReg.mu.Lock()
+					delete(n.jobReg.standing, job)
+					n.jobReg.mu.Unlock()
+				}()
+				n.standLeadership(job)
+			}()
+			continue
+		}
 		go n.stand(job, lost)
 	}
 }

@@ -109,6 +109,11 @@ type Config struct {
 	// Jobs are the topologies this node can run (Run) and host instances
 	// of for other nodes: the same on every node.
 	Jobs Jobs
+	// Leadership, when set, elects each job's coordinator in a
+	// coordination service and fences its checkpoint commits there (see
+	// Leadership; cluster/etcd's Provider.Leadership). nil: the copies of
+	// a job's log elect its coordinator among themselves.
+	Leadership Leadership
 	// System hosts the node. nil: the node creates its own (with Store and
 	// Logger) and stops it in Stop. A given System must not serve remote
 	// yet, and must be stopped after the node.
@@ -300,6 +305,7 @@ type Node struct {
 	lifeMu     sync.Mutex // orders lifeWG.Add with Stop's Wait
 	lifeWG     sync.WaitGroup
 	jobReg     jobRegistry
+	leads      leaderships // with a Leadership (leadership_node.go)
 }
 
 // Names of the node's own actors.

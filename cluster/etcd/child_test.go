@@ -39,6 +39,9 @@ type childConfig struct {
 	JobN       int64
 	JobDir     string
 	HoldSource bool
+	// Leadership: the jobs' coordinators are elected in etcd, and their
+	// checkpoints committed there (Provider.Leadership).
+	Leadership bool
 }
 
 // TestChildNode is the child process of these tests: one node on the etcd
@@ -83,8 +86,12 @@ func TestChildNode(t *testing.T) {
 		log = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	}
 	ctx := context.Background()
-	n, err := cluster.Start(ctx, cluster.Config{Name: cfg.Name, ClusterName: cfg.Cluster, Port: cfg.Port, Store: cfg.Store,
-		Provider: p, FailureTimeout: cfg.FailureTimeout, Logger: log, Jobs: cluster.Jobs{"counting": func() *operators.Topology { return countingJob(jobN, jobDir) }}})
+	ncfg := cluster.Config{Name: cfg.Name, ClusterName: cfg.Cluster, Port: cfg.Port, Store: cfg.Store,
+		Provider: p, FailureTimeout: cfg.FailureTimeout, Logger: log, Jobs: cluster.Jobs{"counting": func() *operators.Topology { return countingJob(jobN, jobDir) }}}
+	if cfg.Leadership {
+		ncfg.Leadership = p.Leadership()
+	}
+	n, err := cluster.Start(ctx, ncfg)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -69,6 +69,7 @@ import (
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.etcd.io/etcd/client/v3/concurrency"
 
 	"github.com/sluicehq/sluice/clock"
 	"github.com/sluicehq/sluice/cluster"
@@ -119,18 +120,21 @@ type Provider struct {
 	hooks cluster.ProviderHooks
 	log   *slog.Logger
 
-	mu      sync.Mutex
-	client  *clientv3.Client
-	lease   clientv3.LeaseID
-	self    *pc.Member
-	members map[string]*pc.Member // by member id, this node included
-	state   leaseState
-	fenceT  func() bool // stops the pending fence check
-	cancel  context.CancelFunc
-	wg      sync.WaitGroup
-	started bool
-	begun   bool // publishing the others (see cluster.LeasedProvider)
-	down    bool
+	mu          sync.Mutex
+	client      *clientv3.Client
+	lease       clientv3.LeaseID
+	self        *pc.Member
+	members     map[string]*pc.Member // by member id, this node included
+	state       leaseState
+	fenceT      func() bool // stops the pending fence check
+	cancel      context.CancelFunc
+	wg          sync.WaitGroup
+	sess        *concurrency.Session // for the elections (leadership.go)
+	sessCtx     context.Context
+	clusterName string
+	started     bool
+	begun       bool // publishing the others (see cluster.LeasedProvider)
+	down        bool
 }
 
 var _ cluster.LeasedProvider = (*Provider)(nil)
@@ -262,7 +266,7 @@ func (p *Provider) StartMember(c *pc.Cluster) error {
 	}
 	self := &pc.Member{Id: id, Host: host, Port: int32(port), Kinds: c.GetClusterKinds()}
 	p.mu.Lock()
-	p.client, p.lease, p.self, p.cancel = client, g.ID, self, cancel
+	p.client, p.lease, p.self, p.cancel, p.sessCtx, p.clusterName = client, g.ID, self, cancel, ctx, c.Config.Name
 	p.members[id] = self
 	p.state = leaseState{ttl: p.ttl}
 	p.state.renewed(sent, time.Duration(g.TTL)*time.Second)
@@ -307,12 +311,15 @@ func (p *Provider) Shutdown(bool) error {
 		return nil
 	}
 	p.down = true
-	cancel, client, lease := p.cancel, p.client, p.lease
+	cancel, client, lease, sess := p.cancel, p.client, p.lease, p.sess
 	if p.fenceT != nil {
 		p.fenceT()
 	}
 	p.mu.Unlock()
 	cancel()
+	if sess != nil {
+		sess.Orphan() // its keys go with the lease, revoked below
+	}
 	p.wg.Wait()
 	ctx, c2 := context.WithTimeout(context.Background(), 2*time.Second)
 	defer c2()

@@ -1,11 +1,17 @@
 package etcd_test
 
 import (
+	"context"
 	"fmt"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
+
+	"github.com/sluicehq/sluice/cluster/etcd"
 )
 
 // The fault tests: three nodes in child processes form a cluster through
@@ -24,10 +30,18 @@ const (
 // others. cfg makes another node's configuration.
 func etcdCluster(t *testing.T, eps []string, dir string) (a, b, c *child, cfg func(name string) childConfig) {
 	t.Helper()
+	return etcdClusterWith(t, eps, dir, testLease)
+}
+
+// etcdClusterWith is etcdCluster with leases of ttl.
+func etcdClusterWith(t *testing.T, eps []string, dir string, ttl time.Duration) (a, b, c *child, cfg func(name string) childConfig) {
+	t.Helper()
+	leadership := strings.HasSuffix(t.Name(), "/leadership")
 	cl := "etcd-" + strconv.FormatInt(time.Now().UnixNano(), 36)
 	cfg = func(name string) childConfig {
 		return childConfig{Name: name, Cluster: cl, Store: t.TempDir() + "/" + name + ".db", Endpoints: eps, BaseKey: "/sluice-test",
-			LeaseTTL: testLease, FailureTimeout: testFailure, JobN: jobRecords, JobDir: dir, HoldSource: true}
+			LeaseTTL: ttl, FailureTimeout: testFailure, JobN: jobRecords, JobDir: dir, HoldSource: true,
+			Leadership: leadership}
 	}
 	a = startChild(t, cfg("a"))
 	b = startChild(t, cfg("b"))
@@ -35,7 +49,8 @@ func etcdCluster(t *testing.T, eps []string, dir string) (a, b, c *child, cfg fu
 	a.event(20*time.Second, "joined", b.ID)
 	a.event(20*time.Second, "joined", c.ID)
 	b.event(20*time.Second, "joined", c.ID)
-	c.event(20*time.Second, "joined", a.ID)
+	// c found a and b registered when it started: they are its members
+	// from the start (the events may come before its subscription).
 	return a, b, c, cfg
 }
 
@@ -103,72 +118,79 @@ func TestMembersJoinAndLeaveThroughEtcd(t *testing.T) {
 	a := startChild(t, cfg("a"))
 	b := startChild(t, cfg("b"))
 	a.event(20*time.Second, "joined", b.ID)
-	b.event(20*time.Second, "joined", a.ID)
 	b.stop()
 	a.event(20*time.Second, "left", b.ID)
 }
 
 // The fault-free run, for comparison: the result is the plain loop's.
 func TestEtcdJobFaultFree(t *testing.T) {
-	needEtcd(t)
-	dir := t.TempDir()
-	a, b, c, _ := etcdCluster(t, endpoints, dir)
-	runCounting(t, a, dir)
-	open(a, b, c)
-	if got := a.jobLine(2*time.Minute, "RESULT"); got[1] != wantCounts(jobRecords) {
-		t.Fatalf("result %v, want %s", got, wantCounts(jobRecords))
-	}
+	modes(t, func(t *testing.T) {
+		needEtcd(t)
+		dir := t.TempDir()
+		a, b, c, cfg := etcdCluster(t, endpoints, dir)
+		runCounting(t, a, dir)
+		open(a, b, c)
+		if got := a.jobLine(2*time.Minute, "RESULT"); got[1] != wantCounts(jobRecords) {
+			t.Fatalf("result %v, want %s", got, wantCounts(jobRecords))
+		}
+		checkCommitted(t, cfg("x"), "counting", a.ID)
+	})
 }
 
 // A node hosting counters is SIGKILLed: its lease expires, the others see
 // it leave, and the job restarts on the survivors from its last
 // checkpoint; the result is exact.
 func TestEtcdJobSurvivesKill(t *testing.T) {
-	needEtcd(t)
-	dir := t.TempDir()
-	a, b, c, _ := etcdCluster(t, endpoints, dir)
-	where := runCounting(t, a, dir)
-	victim := b
-	if where[b.Address] == 0 {
-		victim = c
-	}
-	if where[victim.Address] == 0 {
-		t.Fatalf("no instance on b or c: %v", where)
-	}
-	victim.kill()
-	a.event(20*time.Second, "left", victim.ID)
-	open(a, other(victim, b, c))
-	r := a.jobLine(2*time.Minute, "RESTARTS")
-	if r[1] == "0" {
-		t.Fatalf("the job did not restart after the kill: %v", r)
-	}
-	if got := a.expect(10*time.Second, "RESULT"); got[1] != wantCounts(jobRecords) {
-		t.Fatalf("result after the kill %v, want %s", got, wantCounts(jobRecords))
-	}
+	modes(t, func(t *testing.T) {
+		needEtcd(t)
+		dir := t.TempDir()
+		a, b, c, _ := etcdCluster(t, endpoints, dir)
+		where := runCounting(t, a, dir)
+		victim := b
+		if where[b.Address] == 0 {
+			victim = c
+		}
+		if where[victim.Address] == 0 {
+			t.Fatalf("no instance on b or c: %v", where)
+		}
+		victim.kill()
+		a.event(20*time.Second, "left", victim.ID)
+		open(a, other(victim, b, c))
+		r := a.jobLine(2*time.Minute, "RESTARTS")
+		if r[1] == "0" {
+			t.Fatalf("the job did not restart after the kill: %v", r)
+		}
+		if got := a.expect(10*time.Second, "RESULT"); got[1] != wantCounts(jobRecords) {
+			t.Fatalf("result after the kill %v, want %s", got, wantCounts(jobRecords))
+		}
+	})
 }
 
 // The coordinator is SIGKILLed: once etcd expires its lease, one of the
 // survivors takes the job over from the newest checkpoint; the result is
 // exact, and only one of them took it over.
 func TestEtcdCoordinatorKilled(t *testing.T) {
-	needEtcd(t)
-	dir := t.TempDir()
-	a, b, c, _ := etcdCluster(t, endpoints, dir)
-	runCounting(t, a, dir)
-	a.kill()
-	winner, took := firstLine(t, 30*time.Second, "TOOKOVER", b, c)
-	if took[1] != "counting" || took[2] != "a" {
-		t.Fatalf("took over %v, want counting from a", took)
-	}
-	open(b, c)
-	if got := winner.jobLine(2*time.Minute, "RESULT"); got[1] != wantCounts(jobRecords) {
-		t.Fatalf("result after the coordinator's kill %v, want %s", got, wantCounts(jobRecords))
-	}
-	for _, line := range other(winner, b, c).seenLines() {
-		if strings.HasPrefix(line, "TOOKOVER") {
-			t.Fatalf("both survivors took the job over: %q", line)
+	modes(t, func(t *testing.T) {
+		needEtcd(t)
+		dir := t.TempDir()
+		a, b, c, cfg := etcdCluster(t, endpoints, dir)
+		runCounting(t, a, dir)
+		a.kill()
+		winner, took := firstLine(t, 30*time.Second, "TOOKOVER", b, c)
+		if took[1] != "counting" || took[2] != "a" {
+			t.Fatalf("took over %v, want counting from a", took)
 		}
-	}
+		open(b, c)
+		if got := winner.jobLine(2*time.Minute, "RESULT"); got[1] != wantCounts(jobRecords) {
+			t.Fatalf("result after the coordinator's kill %v, want %s", got, wantCounts(jobRecords))
+		}
+		checkCommitted(t, cfg("x"), "counting", winner.ID)
+		for _, line := range other(winner, b, c).seenLines() {
+			if strings.HasPrefix(line, "TOOKOVER") {
+				t.Fatalf("both survivors took the job over: %q", line)
+			}
+		}
+	})
 }
 
 // The coordinator is paused (SIGSTOP) for longer than its lease: etcd
@@ -177,69 +199,115 @@ func TestEtcdCoordinatorKilled(t *testing.T) {
 // fences it: a stops its own run of the job (a zombie must not go on) and
 // reports Excluded. The survivor's result is exact.
 func TestEtcdPausedCoordinatorFenced(t *testing.T) {
-	needEtcd(t)
-	dir := t.TempDir()
-	a, b, c, _ := etcdCluster(t, endpoints, dir)
-	runCounting(t, a, dir)
-	a.pause()
-	winner, took := firstLine(t, 30*time.Second, "TOOKOVER", b, c)
-	a.resume()
-	t.Logf("%s took the job over at checkpoint %s while a was paused", winner.cfg.Name, took[3])
-	f := a.awaitLine(30*time.Second, "the old coordinator's run to stop", func(f []string) bool {
-		if f[0] == "RESULT" {
-			t.Fatalf("the paused coordinator finished its run: %v", f)
+	modes(t, func(t *testing.T) {
+		needEtcd(t)
+		dir := t.TempDir()
+		a, b, c, cfg := etcdCluster(t, endpoints, dir)
+		runCounting(t, a, dir)
+		a.pause()
+		winner, took := firstLine(t, 30*time.Second, "TOOKOVER", b, c)
+		a.resume()
+		t.Logf("%s took the job over at checkpoint %s while a was paused", winner.cfg.Name, took[3])
+		f := a.awaitLine(30*time.Second, "the old coordinator's run to stop", func(f []string) bool {
+			if f[0] == "RESULT" {
+				t.Fatalf("the paused coordinator finished its run: %v", f)
+			}
+			return f[0] == "JOBERROR"
+		})
+		if !strings.Contains(strings.Join(f, " "), "lease") {
+			t.Errorf("a's run stopped for another reason than its lease: %v", f)
 		}
-		return f[0] == "JOBERROR"
+		a.event(10*time.Second, "excluded", a.ID)
+		open(b, c)
+		if got := winner.jobLine(2*time.Minute, "RESULT"); got[1] != wantCounts(jobRecords) {
+			t.Fatalf("result after the takeover %v, want %s", got, wantCounts(jobRecords))
+		}
+		checkCommitted(t, cfg("x"), "counting", winner.ID)
 	})
-	if !strings.Contains(strings.Join(f, " "), "lease") {
-		t.Errorf("a's run stopped for another reason than its lease: %v", f)
-	}
-	a.event(10*time.Second, "excluded", a.ID)
-	open(b, c)
-	if got := winner.jobLine(2*time.Minute, "RESULT"); got[1] != wantCounts(jobRecords) {
-		t.Fatalf("result after the takeover %v, want %s", got, wantCounts(jobRecords))
-	}
 }
 
 // A node hosting counters is killed; the job goes on without it; the node
 // restarts (a new member id, its old port and store), rejoins through etcd
 // and hosts instances of the next run, whose result is exact too.
 func TestEtcdKilledNodeRejoins(t *testing.T) {
-	needEtcd(t)
-	dir := t.TempDir()
-	a, b, c, cfg := etcdCluster(t, endpoints, dir)
-	where := runCounting(t, a, dir)
-	victim := b
-	if where[b.Address] == 0 {
-		victim = c
-	}
-	port, store := victim.port(), victim.cfg.Store
-	victim.kill()
-	a.event(20*time.Second, "left", victim.ID)
-	open(a, other(victim, b, c))
-	if got := a.jobLine(2*time.Minute, "RESULT"); got[1] != wantCounts(jobRecords) {
-		t.Fatalf("first run %v, want %s", got, wantCounts(jobRecords))
-	}
-	a.skipTo(a.lastMatch() + 1)
-	again := cfg(victim.cfg.Name)
-	again.Port, again.Store, again.HoldSource = port, store, false
-	back := startChild(t, again)
-	a.event(20*time.Second, "joined", back.ID)
-	dir2 := t.TempDir()
-	a.send(fmt.Sprintf("run counting %d %s", jobRecords/3, dir2))
-	f := a.expect(30*time.Second, "PLACED")
-	got := map[string]int{f[1]: int(atou(f[2]))}
-	for len(got) < 3 {
-		f, ok := a.await(200*time.Millisecond, "PLACED")
-		if !ok {
-			break
+	modes(t, func(t *testing.T) {
+		needEtcd(t)
+		dir := t.TempDir()
+		a, b, c, cfg := etcdCluster(t, endpoints, dir)
+		where := runCounting(t, a, dir)
+		victim := b
+		if where[b.Address] == 0 {
+			victim = c
 		}
-		got[f[1]] = int(atou(f[2]))
+		port, store := victim.port(), victim.cfg.Store
+		victim.kill()
+		a.event(20*time.Second, "left", victim.ID)
+		open(a, other(victim, b, c))
+		if got := a.jobLine(2*time.Minute, "RESULT"); got[1] != wantCounts(jobRecords) {
+			t.Fatalf("first run %v, want %s", got, wantCounts(jobRecords))
+		}
+		a.skipTo(a.lastMatch() + 1)
+		again := cfg(victim.cfg.Name)
+		again.Port, again.Store, again.HoldSource = port, store, false
+		back := startChild(t, again)
+		a.event(20*time.Second, "joined", back.ID)
+		dir2 := t.TempDir()
+		a.send(fmt.Sprintf("run counting %d %s", jobRecords/3, dir2))
+		f := a.expect(30*time.Second, "PLACED")
+		got := map[string]int{f[1]: int(atou(f[2]))}
+		for len(got) < 3 {
+			f, ok := a.await(200*time.Millisecond, "PLACED")
+			if !ok {
+				break
+			}
+			got[f[1]] = int(atou(f[2]))
+		}
+		if got[back.Address] == 0 {
+			t.Fatalf("the restarted node hosts nothing: %v", got)
+		}
+		if r := a.jobLine(2*time.Minute, "RESULT"); r[1] != wantCounts(jobRecords/3) {
+			t.Fatalf("second run %v, want %s", r, wantCounts(jobRecords/3))
+		}
+	})
+}
+
+// modes runs a fault test in both modes: membership through etcd with the
+// copies electing coordinators ("membership"), and coordinators elected in
+// etcd with their checkpoints committed there ("leadership").
+func modes(t *testing.T, test func(t *testing.T)) {
+	for _, m := range []string{"membership", "leadership"} {
+		t.Run(m, test)
 	}
-	if got[back.Address] == 0 {
-		t.Fatalf("the restarted node hosts nothing: %v", got)
+}
+
+// checkCommitted checks, in leadership mode, that etcd holds the job's
+// latest committed checkpoint, committed by the member with id leader.
+func checkCommitted(t *testing.T, cfg childConfig, job, leader string) {
+	t.Helper()
+	if !cfg.Leadership {
+		return
 	}
-	if r := a.jobLine(2*time.Minute, "RESULT"); r[1] != wantCounts(jobRecords/3) {
-		t.Fatalf("second run %v, want %s", r, wantCounts(jobRecords/3))
+	cli, err := clientv3.New(clientv3.Config{Endpoints: cfg.Endpoints, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
+	if err != nil {
+		t.Fatal(err)
 	}
+	defer cli.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	key := cfg.BaseKey + "/" + cfg.Cluster + "/jobs/" + job + "/checkpoint"
+	resp, err := cli.Get(ctx, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(resp.Kvs) == 0 {
+		t.Fatalf("no committed checkpoint in etcd at %s", key)
+	}
+	cp, by, err := etcd.DecodePointer(key, resp.Kvs[0].Value)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if by != leader || cp == 0 {
+		t.Fatalf("etcd's pointer: checkpoint %d committed by %s, want one committed by %s", cp, by, leader)
+	}
+	t.Logf("etcd: job %s's latest committed checkpoint %d, by %s", job, cp, by)
 }
