@@ -584,6 +584,7 @@ func (n *Node) abandon(job string, why error) {
 		return
 	}
 	n.log.Error("stopping a job that another node takes over", "job", job, "reason", why)
+	n.cancelCommit(job) // the job actor may wait in a checkpoint's commit
 	engine.Abort(j.Run, why)
 	if halt != nil {
 		halt()

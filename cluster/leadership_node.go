@@ -21,6 +21,9 @@ type leaderships struct {
 type jobLead struct {
 	st   lead
 	term Term
+	// cancelCommit ends the commit in progress (the job is abandoned: its
+	// actor, waiting in Complete, must be free to stop)
+	cancelCommit context.CancelFunc
 }
 
 // leadStep steps job's machine (and sets or clears its term: term is
@@ -146,6 +149,11 @@ func (n *Node) commitCheckpoint(ctx context.Context, job string, id uint64) erro
 	// transaction until it has one); a commit that times out fails this
 	// checkpoint only.
 	cctx, cancel := context.WithTimeout(ctx, n.cfg.RequestTimeout)
+	n.leads.mu.Lock()
+	if j := n.leads.jobs[job]; j != nil {
+		j.cancelCommit = cancel
+	}
+	n.leads.mu.Unlock()
 	err := term.Commit(cctx, id)
 	cancel()
 	ev := leadCommitted{Checkpoint: id, Fenced: errors.Is(err, ErrFenced)}
@@ -158,6 +166,16 @@ func (n *Node) commitCheckpoint(ctx context.Context, job string, id uint64) erro
 		return fmt.Errorf("cluster: job %q checkpoint %d: commit through its leadership: %w", job, id, err)
 	}
 	return nil
+}
+
+// cancelCommit ends job's commit in progress, if any (abandon calls it:
+// the job must stop within the time its lease leaves).
+func (n *Node) cancelCommit(job string) {
+	n.leads.mu.Lock()
+	defer n.leads.mu.Unlock()
+	if j := n.leads.jobs[job]; j != nil && j.cancelCommit != nil {
+		j.cancelCommit()
+	}
 }
 
 // leadEnded tells job's machine that its run here ended.

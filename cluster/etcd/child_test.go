@@ -42,6 +42,11 @@ type childConfig struct {
 	// Leadership: the jobs' coordinators are elected in etcd, and their
 	// checkpoints committed there (Provider.Leadership).
 	Leadership bool
+	// Host and Insecure are the node's (a network namespace's address);
+	// Netns runs the child in that network namespace (ip netns exec).
+	Host     string
+	Insecure bool
+	Netns    string
 }
 
 // TestChildNode is the child process of these tests: one node on the etcd
@@ -50,8 +55,8 @@ type childConfig struct {
 //
 //	READY <address> <id>
 //	EVENT <joined|left|excluded> <name> <id>
-//	TOOKOVER <job> <from> <checkpoint>, then what report prints
-//	PLACED <address> <instances> | CHECKPOINT <id> | RUNEND |
+//	TOOKOVER <job> <from> <checkpoint> <unix nanoseconds>, then what report prints
+//	PLACED <address> <instances> | CHECKPOINT <id> | RUNEND <unix nanoseconds> |
 //	JOBERROR <error> | RESTARTS <n> <restored from> | RESULT <lines>
 //
 // Commands: run JOB N DIR (the counting job, coordinated here) | open (the
@@ -86,7 +91,7 @@ func TestChildNode(t *testing.T) {
 		log = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	}
 	ctx := context.Background()
-	ncfg := cluster.Config{Name: cfg.Name, ClusterName: cfg.Cluster, Port: cfg.Port, Store: cfg.Store,
+	ncfg := cluster.Config{Name: cfg.Name, ClusterName: cfg.Cluster, Host: cfg.Host, Insecure: cfg.Insecure, Port: cfg.Port, Store: cfg.Store,
 		Provider: p, FailureTimeout: cfg.FailureTimeout, Logger: log, Jobs: cluster.Jobs{"counting": func() *operators.Topology { return countingJob(jobN, jobDir) }}}
 	if cfg.Leadership {
 		ncfg.Leadership = p.Leadership()
@@ -100,7 +105,7 @@ func TestChildNode(t *testing.T) {
 	defer reports.Wait()
 	n.SubscribeJobs(func(ev cluster.JobEvent) {
 		if ev.Kind == cluster.JobTakenOver {
-			say("TOOKOVER %s %s %d", ev.Job, ev.From, ev.Checkpoint)
+			say("TOOKOVER %s %s %d %d", ev.Job, ev.From, ev.Checkpoint, ev.Time.UnixNano())
 			reports.Add(1)
 			go func() {
 				defer reports.Done()
@@ -235,7 +240,7 @@ func report(run *actors.Run, say func(string, ...any)) {
 	for {
 		select {
 		case err := <-done:
-			say("RUNEND")
+			say("RUNEND %d", time.Now().UnixNano()) // its sources and sinks have stopped
 			if err != nil {
 				say("JOBERROR %v", err)
 				return
@@ -294,6 +299,9 @@ func startChild(t testing.TB, cfg childConfig) *child {
 	raw, _ := json.Marshal(cfg)
 	c := &child{t: t, cfg: cfg, grew: make(chan struct{}), exited: make(chan struct{}), readerDone: make(chan struct{})}
 	c.cmd = exec.Command(os.Args[0], "-test.run=^TestChildNode$")
+	if cfg.Netns != "" {
+		c.cmd = exec.Command("ip", "netns", "exec", cfg.Netns, os.Args[0], "-test.run=^TestChildNode$")
+	}
 	c.cmd.Env = append(os.Environ(), childEnv+"="+string(raw))
 	inR, inW, err := os.Pipe()
 	if err != nil {

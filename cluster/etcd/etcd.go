@@ -347,37 +347,70 @@ func (p *Provider) wait(ctx context.Context, d time.Duration) bool {
 }
 
 // keepAlive renews the lease every renewEvery until the provider stops or
-// the lease is gone.
+// the lease is gone. Each renewal has half the TTL to be confirmed and
+// runs on its own (up to three at once): one stuck on a connection to an
+// etcd member that died does not hold up the next, and a late
+// confirmation still counts from its send time.
 func (p *Provider) keepAlive(ctx context.Context) {
 	defer p.wg.Done()
+	type renewal struct {
+		sent time.Time
+		resp *clientv3.LeaseKeepAliveResponse
+		err  error
+	}
+	const maxInFlight = 3
+	results := make(chan renewal, maxInFlight)
+	tick := make(chan struct{}, 1)
+	tick <- struct{}{}
+	inFlight := 0
+	stopTick := func() bool { return false }
+	defer func() { stopTick() }()
 	for {
-		sent := p.clk.Now()
-		rctx, cancel := context.WithTimeout(ctx, p.renewEvery())
-		resp, err := p.client.KeepAliveOnce(rctx, p.lease)
-		cancel()
-		if ctx.Err() != nil {
+		select {
+		case <-ctx.Done():
 			return
-		}
-		switch {
-		case errors.Is(err, rpctypes.ErrLeaseNotFound) || err == nil && resp.TTL <= 0:
-			p.fence(fmt.Errorf("etcd says lease %x is gone (expired)", int64(p.lease)))
-			return
-		case err != nil:
-			p.log.Warn("etcd provider: renew the lease", "err", err, "valid until", p.validUntil())
-		default:
-			p.mu.Lock()
-			p.state.renewed(sent, time.Duration(resp.TTL)*time.Second)
-			if !p.state.fenced {
-				p.armFence()
+		case <-tick:
+			stopTick = p.clk.AfterFunc(p.renewEvery(), func() {
+				select {
+				case tick <- struct{}{}:
+				default:
+				}
+			})
+			if inFlight >= maxInFlight {
+				continue
 			}
-			fenced := p.state.fenced
-			p.mu.Unlock()
-			if fenced {
+			inFlight++
+			p.wg.Add(1)
+			go func(sent time.Time) {
+				defer p.wg.Done()
+				rctx, cancel := context.WithTimeout(ctx, p.ttl/2)
+				resp, err := p.client.KeepAliveOnce(rctx, p.lease)
+				cancel()
+				results <- renewal{sent, resp, err}
+			}(p.clk.Now())
+		case r := <-results:
+			inFlight--
+			if ctx.Err() != nil {
 				return
 			}
-		}
-		if !p.wait(ctx, p.renewEvery()-p.clk.Now().Sub(sent)) {
-			return
+			switch {
+			case errors.Is(r.err, rpctypes.ErrLeaseNotFound) || r.err == nil && r.resp.TTL <= 0:
+				p.fence(fmt.Errorf("etcd says lease %x is gone (expired)", int64(p.lease)))
+				return
+			case r.err != nil:
+				p.log.Warn("etcd provider: renew the lease", "err", r.err, "sent", r.sent, "valid until", p.validUntil())
+			default:
+				p.mu.Lock()
+				p.state.renewed(r.sent, time.Duration(r.resp.TTL)*time.Second)
+				if !p.state.fenced {
+					p.armFence()
+				}
+				fenced := p.state.fenced
+				p.mu.Unlock()
+				if fenced {
+					return
+				}
+			}
 		}
 	}
 }

@@ -29,6 +29,13 @@ type ownEtcd struct {
 // t.TempDir(), and waits until it has a leader.
 func startOwnEtcd(t *testing.T) *ownEtcd {
 	t.Helper()
+	return startOwnEtcdIn(t, "127.0.0.1", "")
+}
+
+// startOwnEtcdIn is startOwnEtcd on host, in network namespace netns
+// ("": this one).
+func startOwnEtcdIn(t *testing.T, host, netns string) *ownEtcd {
+	t.Helper()
 	bin, err := exec.LookPath("etcd")
 	if err != nil {
 		if os.Getenv("SLUICE_REQUIRE_ETCD") == "1" || os.Getenv("SLUICE_REQUIRE_SERVICES") == "1" {
@@ -36,7 +43,12 @@ func startOwnEtcd(t *testing.T) *ownEtcd {
 		}
 		t.Skipf("no etcd binary: %v", err)
 	}
+	next := 42000 + int(time.Now().UnixNano()%1000)*10 // in a namespace of the test's own: free
 	free := func() int {
+		if netns != "" {
+			next++
+			return next
+		}
 		l, err := net.Listen("tcp", "127.0.0.1:0")
 		if err != nil {
 			t.Fatal(err)
@@ -52,19 +64,23 @@ func startOwnEtcd(t *testing.T) *ownEtcd {
 	for i := range 3 {
 		p := ports{free(), free()}
 		ps = append(ps, p)
-		peers = append(peers, fmt.Sprintf("m%d=http://127.0.0.1:%d", i, p.peer))
-		e.endpoints = append(e.endpoints, fmt.Sprintf("127.0.0.1:%d", p.client))
+		peers = append(peers, fmt.Sprintf("m%d=http://%s:%d", i, host, p.peer))
+		e.endpoints = append(e.endpoints, fmt.Sprintf("%s:%d", host, p.client))
 	}
 	for i, p := range ps {
 		log, err := os.Create(filepath.Join(dir, fmt.Sprintf("m%d.log", i)))
 		if err != nil {
 			t.Fatal(err)
 		}
-		cmd := exec.Command(bin, "--name", fmt.Sprintf("m%d", i), "--data-dir", filepath.Join(dir, fmt.Sprintf("m%d", i)),
-			"--listen-client-urls", "http://"+e.endpoints[i], "--advertise-client-urls", "http://"+e.endpoints[i],
-			"--listen-peer-urls", fmt.Sprintf("http://127.0.0.1:%d", p.peer), "--initial-advertise-peer-urls", fmt.Sprintf("http://127.0.0.1:%d", p.peer),
+		args := []string{bin, "--name", fmt.Sprintf("m%d", i), "--data-dir", filepath.Join(dir, fmt.Sprintf("m%d", i)),
+			"--listen-client-urls", "http://" + e.endpoints[i], "--advertise-client-urls", "http://" + e.endpoints[i],
+			"--listen-peer-urls", fmt.Sprintf("http://%s:%d", host, p.peer), "--initial-advertise-peer-urls", fmt.Sprintf("http://%s:%d", host, p.peer),
 			"--initial-cluster", strings.Join(peers, ","), "--initial-cluster-state", "new", "--initial-cluster-token", filepath.Base(dir),
-			"--heartbeat-interval", "100", "--election-timeout", "1000")
+			"--heartbeat-interval", "100", "--election-timeout", "1000"}
+		if netns != "" {
+			args = append([]string{"ip", "netns", "exec", netns}, args...)
+		}
+		cmd := exec.Command(args[0], args[1:]...)
 		cmd.Stdout, cmd.Stderr = log, log
 		if err := cmd.Start(); err != nil {
 			t.Fatal(err)
@@ -141,9 +157,9 @@ func TestEtcdLeaderKilledJobGoesOn(t *testing.T) {
 		runCounting(t, a, dir)
 		l := e.leader(10 * time.Second)
 		e.kill(l)
-		t.Logf("killed etcd's leader m%d", l)
+		killed := time.Now()
 		nl := e.leader(20 * time.Second)
-		t.Logf("etcd elected m%d", nl)
+		t.Logf("killed etcd's leader m%d; etcd elected m%d within %v", l, nl, time.Since(killed).Round(time.Millisecond))
 		// Checkpoints complete after the re-election (committed in etcd in
 		// leadership mode).
 		last := uint64(0)
