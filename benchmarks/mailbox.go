@@ -167,7 +167,7 @@ func benchOverload(ctx context.Context, e *env) ([]Result, error) {
 	var out []Result
 	var base Result
 	for _, c := range overloadCases {
-		cmd := exec.CommandContext(ctx, self, "-child", "overload", "-child-case", c, "-child-n", fmt.Sprint(n), "-child-burn", fmt.Sprint(burn))
+		cmd := exec.CommandContext(ctx, self, childFlag, "-case", c, "-n", fmt.Sprint(n), "-burn", fmt.Sprint(burn))
 		cmd.Stderr = os.Stderr
 		raw, err := cmd.Output()
 		if err != nil {

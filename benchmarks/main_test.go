@@ -8,7 +8,7 @@ import (
 // TestPipelineSmall runs the pipeline benchmark at a tiny scale: every
 // variant must compute the right sum (each checks it) and report a ratio.
 func TestPipelineSmall(t *testing.T) {
-	res, err := benchPipeline(context.Background(), &env{scale: 0.001, rounds: 1, log: nil})
+	res, err := benchPipeline(context.Background(), &env{scale: 0.001, rounds: 1})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -19,12 +19,18 @@ func TestPipelineSmall(t *testing.T) {
 			t.Errorf("%s: value %v", r.Name, r.Value)
 		}
 	}
-	for _, n := range []string{"pipeline/loop", "pipeline/channels", "pipeline/protoactor-chain", "pipeline/sluice-fused", "pipeline/sluice-unfused"} {
+	for _, n := range []string{"pipeline/base-loop", "pipeline/base-channels-batched", "pipeline/base-protoactor-batched",
+		"pipeline/sluice-fused-vs-loop", "pipeline/sluice-unfused-vs-channels-batched", "pipeline/sluice-unfused-vs-protoactor-batched",
+		"pipeline/context-channels-per-record", "pipeline/context-protoactor-per-record"} {
 		if _, ok := names[n]; !ok {
 			t.Errorf("missing result %s", n)
 		}
 	}
-	if r := names["pipeline/sluice-fused"]; r.Baseline != "pipeline/loop" || r.Ratio <= 0 {
-		t.Errorf("fused result lacks its baseline: %+v", r)
+	for name, base := range map[string]string{"pipeline/sluice-fused-vs-loop": "pipeline/base-loop",
+		"pipeline/sluice-unfused-vs-channels-batched": "pipeline/base-channels-batched",
+		"pipeline/sluice-unfused-vs-protoactor-batched": "pipeline/base-protoactor-batched"} {
+		if r := names[name]; r.Baseline != base || r.Ratio <= 0 {
+			t.Errorf("%s lacks its baseline %s: %+v", name, base, r)
+		}
 	}
 }
