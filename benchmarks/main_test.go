@@ -27,7 +27,7 @@ func TestPipelineSmall(t *testing.T) {
 		}
 	}
 	for name, base := range map[string]string{"pipeline/sluice-fused-vs-loop": "pipeline/base-loop",
-		"pipeline/sluice-unfused-vs-channels-batched": "pipeline/base-channels-batched",
+		"pipeline/sluice-unfused-vs-channels-batched":   "pipeline/base-channels-batched",
 		"pipeline/sluice-unfused-vs-protoactor-batched": "pipeline/base-protoactor-batched"} {
 		if r := names[name]; r.Baseline != base || r.Ratio <= 0 {
 			t.Errorf("%s lacks its baseline %s: %+v", name, base, r)
