@@ -71,8 +71,8 @@ func suite() []benchmark {
 				"batches with the same records in flight, and raw protoactor-go with one batch per message; one record per send/message as context",
 			"unfused >= 0.8x batched channels and >= 1.0x protoactor with batches; fused >= 0.5x the loop", benchPipeline},
 		{"hop",
-			"one sender -> one receiver, 5 M messages: the embedded actor's Ref.Send into Block(1024) against protoactor's default mailbox (one " +
-				"message each), and a topology hop (batches of 256 with credits) against two goroutines joined by chan []int64 of the same batches " +
+			"one sender -> one receiver: 5 M messages by the embedded actor's Ref.Send into Block(1024) against protoactor's default mailbox (one " +
+				"message each), and 20 M records by a topology hop (batches of 256 with credits) against two goroutines joined by chan []int64 of the same batches " +
 				"and in-flight records, and against protoactor carrying one batch per message",
 			"Ref.Send >= 1.0x protoactor default; topology hop >= 0.8x batched channels", benchHop},
 		{"overload",
