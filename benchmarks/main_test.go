@@ -2,6 +2,8 @@ package main
 
 import (
 	"context"
+	"log/slog"
+	"strings"
 	"testing"
 )
 
@@ -32,5 +34,27 @@ func TestPipelineSmall(t *testing.T) {
 		if r := names[name]; r.Baseline != base || r.Ratio <= 0 {
 			t.Errorf("%s lacks its baseline %s: %+v", name, base, r)
 		}
+	}
+}
+
+// TestNexmarkChecksOutput runs the Nexmark benchmark on 100 k events: every
+// query's topology output must equal its model's (the benchmark fails
+// otherwise), and each result names the model as its baseline.
+func TestNexmarkChecksOutput(t *testing.T) {
+	res, err := benchNexmark(context.Background(), &env{scale: 0.05, rounds: 1, log: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	compared := 0
+	for _, r := range res {
+		if q, ok := strings.CutSuffix(r.Name, "/sluice-vs-model"); ok {
+			compared++
+			if r.Baseline != q+"/base-model" || r.Ratio <= 0 {
+				t.Errorf("%s: baseline %q ratio %v", r.Name, r.Baseline, r.Ratio)
+			}
+		}
+	}
+	if compared != 11 {
+		t.Errorf("%d queries compared with their models, want 11", compared)
 	}
 }
