@@ -34,6 +34,10 @@ type counterActor struct {
 }
 
 func (c *counterActor) Receive(ctx actor.Context) {
+	if _, ok := ctx.Message().(overloadEnd); ok {
+		close(c.done)
+		return
+	}
 	if v, ok := ctx.Message().(int64); ok {
 		if c.burn > 0 {
 			c.sink += spin(c.burn, v)
@@ -238,9 +242,15 @@ type overloadReport struct {
 	Seconds   float64 `json:"seconds"`
 	// PeakRSSKiB is the child's own peak RSS (VmHWM), 0 where unknown.
 	PeakRSSKiB int64 `json:"peak_rss_kib"`
+	// Hung: the case did not finish in time (see overloadChild).
+	Hung bool `json:"hung,omitempty"`
 }
 
-var overloadCases = []string{"protoactor-unbounded", "sluice-block", "sluice-drop-oldest", "sluice-spill"}
+var overloadCases = []string{"protoactor-unbounded", "protoactor-bounded", "protoactor-bounded-dropping", "sluice-block", "sluice-drop-oldest", "sluice-spill"}
+
+// overloadEnd follows the last message of a protoactor overload case: the
+// consumer has seen everything that was not dropped when it arrives.
+type overloadEnd struct{}
 
 // benchOverload runs each case in a child process of its own and reports its
 // peak RSS.
@@ -250,11 +260,13 @@ func benchOverload(ctx context.Context, e *env) ([]Result, error) {
 	if err != nil {
 		return nil, err
 	}
-	burn := calibrateBurn()
+	cal := calibrateOverload()
+	slow := fmt.Sprintf("consumer %.1fx slower than the producer (measured: producer %.2f M msgs/s, consumer %.2f M msgs/s)",
+		cal.producer/cal.consumer, cal.producer/1e6, cal.consumer/1e6)
 	var out []Result
 	var base Result
 	for _, c := range overloadCases {
-		cmd := exec.CommandContext(ctx, self, childFlag, "-case", c, "-n", fmt.Sprint(n), "-burn", fmt.Sprint(burn))
+		cmd := exec.CommandContext(ctx, self, childFlag, "-case", c, "-n", fmt.Sprint(n), "-burn", fmt.Sprint(cal.burn))
 		cmd.Stderr = os.Stderr
 		raw, err := cmd.Output()
 		if err != nil {
@@ -264,17 +276,31 @@ func benchOverload(ctx context.Context, e *env) ([]Result, error) {
 		if err := json.Unmarshal(raw, &rep); err != nil {
 			return nil, fmt.Errorf("overload %s: child said %q: %w", c, raw, err)
 		}
+		if !rep.Hung && rep.Delivered+rep.Dropped != int64(n) {
+			return nil, fmt.Errorf("overload %s: delivered %d + dropped %d != %d", c, rep.Delivered, rep.Dropped, n)
+		}
 		rss := float64(rep.PeakRSSKiB) / 1024
 		if rss == 0 { // no /proc: rusage, which may count the parent's peak
 			if ru, _ := cmd.ProcessState.SysUsage().(*syscall.Rusage); ru != nil {
 				rss = float64(ru.Maxrss) / 1024 // KiB on Linux
 			}
 		}
-		r := Result{Name: "overload/" + c + "/peak-rss", Value: rss, Unit: "MiB",
-			Note: fmt.Sprintf("%d msgs, consumer ~10x slower: delivered %d, dropped %d, %.1fs", n, rep.Delivered, rep.Dropped, rep.Seconds)}
-		if c == "protoactor-unbounded" {
+		name := "overload/" + c + "/peak-rss"
+		if strings.HasPrefix(c, "protoactor-") {
+			name = "overload/base-" + c + "/peak-rss"
+		}
+		r := Result{Name: name, Value: rss, Unit: "MiB",
+			Note: fmt.Sprintf("%d msgs, %s: delivered %d, dropped %d, %.1fs", n, slow, rep.Delivered, rep.Dropped, rep.Seconds)}
+		if rep.Hung {
+			r.Note = fmt.Sprintf("%d msgs, %s: HUNG after %.0fs (its sender blocked in the mailbox's make-room race), peak RSS until then", n, slow, rep.Seconds)
+		}
+		switch c {
+		case "protoactor-bounded":
 			base = r
-		} else {
+		case "protoactor-unbounded", "protoactor-bounded-dropping":
+		default:
+			r.Name = "overload/" + c + "-vs-protoactor-bounded/peak-rss"
+			r.Note += " (aim <= the baseline + 16 MiB)"
 			r = r.against(base)
 		}
 		out = append(out, r)
@@ -282,19 +308,51 @@ func benchOverload(ctx context.Context, e *env) ([]Result, error) {
 	return out, nil
 }
 
-// calibrateBurn finds the spin count that makes the consumer about ten
-// times slower than a sluice Ref.Send.
-func calibrateBurn() int {
-	const probe = 200_000
+// overloadCalibration: the spin count of the consumer's work per message,
+// and the rates it gives, measured on this machine now.
+type overloadCalibration struct {
+	burn               int
+	producer, consumer float64 // messages/s
+}
+
+// calibrateOverload measures the producer's rate (root.Send into a
+// protoactor actor that does nothing) and picks the consumer's work so that
+// the consumer is about ten times slower, then measures the consumer's
+// rate with that work (the same counting actor, fed as fast as it goes).
+func calibrateOverload() overloadCalibration {
+	const probe = 500_000
+	rate := func(burn int) (send, consume float64) {
+		sys := quietSystem()
+		defer sys.Shutdown()
+		root := actor.NewRootContext(sys, nil)
+		c := &counterActor{want: probe, burn: burn, done: make(chan struct{})}
+		pid := root.Spawn(actor.PropsFromProducer(func() actor.Actor { return c }))
+		start := time.Now()
+		for i := int64(0); i < probe; i++ {
+			root.Send(pid, i)
+		}
+		sent := time.Since(start)
+		<-c.done
+		return probe / sent.Seconds(), probe / time.Since(start).Seconds()
+	}
+	producer, _ := rate(0)
 	start := time.Now()
 	var s int64
-	for i := int64(0); i < probe; i++ {
+	for i := int64(0); i < probe/10; i++ {
 		s += spin(100, i)
 	}
-	perHundred := time.Since(start) / probe
+	perHundred := time.Since(start) / (probe / 10)
 	_ = s
-	target := 2 * time.Microsecond // ~10x a Send on this class of machine
-	return max(1, int(100*target/max(perHundred, 1)))
+	target := time.Duration(10 * float64(time.Second) / producer)
+	burn := max(1, int(100*target/max(perHundred, 1)))
+	_, consumer := rate(burn)
+	// The spin's cost alone misses the actor's own cost per message: correct
+	// the work once by the slowness measured, and measure again.
+	if slow := producer / consumer; slow < 8 || slow > 12 {
+		burn = max(1, int(float64(burn)*10/slow))
+		_, consumer = rate(burn)
+	}
+	return overloadCalibration{burn: burn, producer: producer, consumer: consumer}
 }
 
 func overloadChild(c string, n int64, burn int) error {
@@ -304,16 +362,34 @@ func overloadChild(c string, n int64, burn int) error {
 	done := make(chan struct{})
 	cons := &counterActor{burn: burn, done: done}
 	switch c {
-	case "protoactor-unbounded":
+	case "protoactor-unbounded", "protoactor-bounded", "protoactor-bounded-dropping":
 		sys := quietSystem()
 		root := actor.NewRootContext(sys, nil)
-		cons.want = n
-		pid := root.Spawn(actor.PropsFromProducer(func() actor.Actor { return cons }))
-		for i := int64(0); i < n; i++ {
-			root.Send(pid, i)
+		cons.want = -1
+		var opts []actor.PropsOption
+		switch c {
+		case "protoactor-bounded": // the sender waits when it is full
+			opts = append(opts, actor.WithMailbox(actor.Bounded(1024)))
+		case "protoactor-bounded-dropping": // drops the oldest when full
+			opts = append(opts, actor.WithMailbox(actor.BoundedDropping(1024)))
 		}
-		<-done
-		rep.Delivered = cons.n
+		pid := root.Spawn(actor.PropsFromProducer(func() actor.Actor { return cons }, opts...))
+		go func() { // ends with the process
+			for i := int64(0); i < n; i++ {
+				root.Send(pid, i)
+			}
+			root.Send(pid, overloadEnd{}) // pushed last: never the one dropped
+		}()
+		// protoactor's BoundedDropping checks the queue's length and then
+		// takes its oldest message to make room: when the consumer empties
+		// the queue in between, the sender blocks for ever. A case that
+		// stops moving is reported as hung, with its peak RSS so far.
+		select {
+		case <-done:
+			rep.Delivered, rep.Dropped = cons.n, n-cons.n
+		case <-time.After(max(time.Minute, time.Duration(n)*time.Microsecond*20)):
+			rep.Hung = true
+		}
 	default:
 		cfg := mailbox.Block(1024)
 		var stopStore func()

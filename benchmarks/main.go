@@ -76,7 +76,7 @@ func suite() []benchmark {
 				"and in-flight records, and against protoactor carrying one batch per message",
 			"Ref.Send >= 1.0x protoactor default; topology hop >= 0.8x batched channels", benchHop},
 		{"overload",
-			"10 M messages into a consumer slower than the producer (its slowness measured and printed: producer rate / consumer rate), one " +
+			"10 M messages into a consumer about 10x slower than the producer (its slowness measured and printed: producer rate / consumer rate), one " +
 				"child process per case: peak RSS of protoactor unbounded, Bounded(1024), BoundedDropping(1024) and sluice Block, DropOldest, Spill",
 			"each sluice policy's peak RSS <= protoactor Bounded(1024)'s + 16 MiB", benchOverload},
 		{"spill", "1 M messages through Spill(1024) (embedded actor) and 20 M records through Spill(4096) (topology edge), consumer held until the " +
