@@ -58,3 +58,26 @@ func TestNexmarkChecksOutput(t *testing.T) {
 		t.Errorf("%d queries compared with their models, want 11", compared)
 	}
 }
+
+// BenchmarkPipelineUnfused is the unfused pipeline alone, for profiling:
+// go test -run '^$' -bench PipelineUnfused -cpuprofile cpu.out ./benchmarks
+func BenchmarkPipelineUnfused(b *testing.B) {
+	const n = 2_000_000
+	want := expectedSum(n)
+	for b.Loop() {
+		sum, err := sluicePipeline(context.Background(), n, false)
+		if err != nil || sum != want {
+			b.Fatalf("sum %d, %v; want %d", sum, err, want)
+		}
+	}
+	b.ReportMetric(float64(n)*float64(b.N)/b.Elapsed().Seconds(), "records/s")
+}
+
+// BenchmarkPipelineChannelsBatched is its batched channel baseline.
+func BenchmarkPipelineChannelsBatched(b *testing.B) {
+	const n = 2_000_000
+	for b.Loop() {
+		batchedChannelPipeline(n, benchBatch, benchInFlight/benchBatch)
+	}
+	b.ReportMetric(float64(n)*float64(b.N)/b.Elapsed().Seconds(), "records/s")
+}
