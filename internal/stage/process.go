@@ -141,6 +141,39 @@ func (s *ProcessStage[K, T, S, O]) SnapshotState(uint64) ([]byte, error) { retur
 
 func (s *ProcessStage[K, T, S, O]) RestoreState(b []byte) error { return s.restore(b) }
 
+// RestoreKeyGroups implements KeyGroupRestorer: the states and timers of
+// the keys in [lo, hi), the lowest event time.
+func (s *ProcessStage[K, T, S, O]) RestoreKeyGroups(states [][]byte, lo, hi int) error {
+	owns := ownsKeys[K](lo, hi)
+	merged := processState[K, S]{Wm: s.wm}
+	for i, b := range states {
+		st, err := decodeProcess[K, S](b)
+		if err != nil {
+			return fmt.Errorf("state %d of %d: %w", i+1, len(states), err)
+		}
+		if i == 0 || st.Wm < merged.Wm {
+			merged.Wm = st.Wm
+		}
+		for j, k := range st.Keys {
+			if owns(k) {
+				merged.Keys, merged.States = append(merged.Keys, k), append(merged.States, st.States[j])
+			}
+		}
+		for j, k := range st.TKeys {
+			if owns(k) {
+				merged.TKeys, merged.TAt = append(merged.TKeys, k), append(merged.TAt, st.TAt[j])
+			}
+		}
+		for j, k := range st.PKeys {
+			if owns(k) {
+				merged.PKeys, merged.PAt = append(merged.PKeys, k), append(merged.PAt, st.PAt[j])
+			}
+		}
+	}
+	s.restoreFrom(merged)
+	return nil
+}
+
 // ProcCore is the part of a process stage that does not depend on its input type.
 type ProcCore[K comparable, S, O any] struct {
 	onTimer  func(c *ProcessContext[K, S, O])
@@ -254,14 +287,27 @@ func (s *ProcCore[K, S, O]) snapshot() ([]byte, error) {
 	return b, nil
 }
 
-func (s *ProcCore[K, S, O]) restore(b []byte) error {
+func decodeProcess[K comparable, S any](b []byte) (processState[K, S], error) {
 	var st processState[K, S]
 	if err := decodeState(b, &st, "process state"); err != nil {
-		return err
+		return st, err
 	}
 	if len(st.Keys) != len(st.States) || len(st.TKeys) != len(st.TAt) || len(st.PKeys) != len(st.PAt) {
-		return fmt.Errorf("%d keys but %d states, %d timer keys but %d times", len(st.Keys), len(st.States), len(st.TKeys), len(st.TAt))
+		return st, fmt.Errorf("%d keys but %d states, %d timer keys but %d times", len(st.Keys), len(st.States), len(st.TKeys), len(st.TAt))
 	}
+	return st, nil
+}
+
+func (s *ProcCore[K, S, O]) restore(b []byte) error {
+	st, err := decodeProcess[K, S](b)
+	if err != nil {
+		return err
+	}
+	s.restoreFrom(st)
+	return nil
+}
+
+func (s *ProcCore[K, S, O]) restoreFrom(st processState[K, S]) {
 	s.wm = st.Wm
 	for i, k := range st.Keys {
 		s.state[k] = &st.States[i]
@@ -275,5 +321,4 @@ func (s *ProcCore[K, S, O]) restore(b []byte) error {
 		s.ptimers[id] = struct{}{}
 		s.restored = append(s.restored, id)
 	}
-	return nil
 }

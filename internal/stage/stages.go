@@ -330,6 +330,30 @@ func (s *KeyedStage[K, T, A, O]) RestoreState(b []byte) error {
 	return nil
 }
 
+// RestoreKeyGroups implements KeyGroupRestorer: the keys of groups
+// [lo, hi) from every state, in the order of the states, each in its
+// first-seen order.
+func (s *KeyedStage[K, T, A, O]) RestoreKeyGroups(states [][]byte, lo, hi int) error {
+	owns := ownsKeys[K](lo, hi)
+	s.order, s.state = nil, map[K]A{}
+	for i, b := range states {
+		var st keyedState[K, A]
+		if err := decodeState(b, &st, "per-key state"); err != nil {
+			return fmt.Errorf("state %d of %d: %w", i+1, len(states), err)
+		}
+		if len(st.Keys) != len(st.Accs) {
+			return fmt.Errorf("state %d of %d: %d keys but %d values", i+1, len(states), len(st.Keys), len(st.Accs))
+		}
+		for j, k := range st.Keys {
+			if _, dup := s.state[k]; !dup && owns(k) {
+				s.order = append(s.order, k)
+				s.state[k] = st.Accs[j]
+			}
+		}
+	}
+	return nil
+}
+
 type KeyedStage[K comparable, T, A, O any] struct {
 	links  []trace.Link // the traced inputs of the results not yet emitted (EmitAtEnd)
 	key    func(T) K
