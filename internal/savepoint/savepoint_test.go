@@ -168,7 +168,10 @@ func TestOpenRefusesBadInput(t *testing.T) {
 			ab, bb := mustRead(t, a), mustRead(t, b)
 			os.WriteFile(a, bb, 0o644)
 			os.WriteFile(b, ab, 0o644)
-			manifest(func(m *Manifest) { m.Files[0].Size, m.Files[1].Size = m.Files[1].Size, m.Files[0].Size; m.Files[0].SHA256, m.Files[1].SHA256 = m.Files[1].SHA256, m.Files[0].SHA256 })(t, dir)
+			manifest(func(m *Manifest) {
+				m.Files[0].Size, m.Files[1].Size = m.Files[1].Size, m.Files[0].Size
+				m.Files[0].SHA256, m.Files[1].SHA256 = m.Files[1].SHA256, m.Files[0].SHA256
+			})(t, dir)
 		}, "0000.bin", ErrCorrupt, "holds operator"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
