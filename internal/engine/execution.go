@@ -499,7 +499,7 @@ func (x *execution) build() error {
 				n := chain[pos]
 				sc := &stage.Ctx{Name: n.Name(), Kind: n.Kind(), Head: pos == 0 && n.Role() != graph.RoleSource, PanicErr: x.topo.Kit().Panic,
 					Instance: in.idx, Parts: p.Par[n], Context: x.ctx, C: x.counters[n][in.idx], BatchSize: cfg.BatchSize, Tracer: in.tr,
-					After: in.afterFunc, Now: cfg.Now, FinalCheckpoint: x.topo.Config().CheckpointInterval > 0}
+					After: in.afterFunc, Now: cfg.Now, FinalCheckpoint: x.topo.Config().CheckpointInterval > 0, StateTTL: int64(n.TTL())}
 				if n == tail {
 					sc.Late = late
 				}

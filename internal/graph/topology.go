@@ -284,6 +284,9 @@ func (t *Topology) add(nd *Node, inputs []*Node, opts []Option) *Node {
 			o(nd)
 		}
 	}
+	if nd.ttl < 0 {
+		t.errs = append(t.errs, opErr(t, nd.name, KindInvalid, fmt.Sprintf("StateTTL(%v): must be positive", nd.ttl)))
+	}
 	for _, in := range inputs {
 		if in == nil {
 			t.errs = append(t.errs, opErr(t, nd.name, KindUnconnected, "input is a zero Stream (not produced by an operator)"))
@@ -407,6 +410,9 @@ func (n *Node) IdleAfter() time.Duration { return n.idleAfter }
 
 // Hasher is a KeyBy's func(T) uint64.
 func (n *Node) Hasher() any { return n.hasher }
+
+// TTL is the operator's StateTTL (0: none).
+func (n *Node) TTL() time.Duration { return n.ttl }
 
 // KeyGrouped says whether the operator keeps state per key (aggregations,
 // windows, joins, Process): redistributed by key group when its

@@ -132,6 +132,9 @@ func (s *ProcessStage[K, T, S, O]) Push(b *Batch[T]) {
 			c.at = b.Ts[i]
 		}
 		c.key = s.key(v)
+		if s.sc.StateTTL > 0 {
+			s.ttl.touch(s.sc, c.key, s.expire)
+		}
 		s.onRecord(c, v)
 	}
 	s.out.flush()
@@ -183,10 +186,18 @@ type ProcCore[K comparable, S, O any] struct {
 	timerSet map[TimerID[K]]struct{}
 	ptimers  map[TimerID[K]]struct{} // processing-time timers set
 	restored []TimerID[K]            // processing-time timers to arm at open
+	ttl      keyTTL[K]               // StateTTL: the keys' state expires, their timers stay
 	ctx      ProcessContext[K, S, O]
 	next     Pusher[O]
 	sc       *Ctx
 	out      OutBuf[O]
+}
+
+// expire forgets the state of keys idle for longer than the TTL.
+func (s *ProcCore[K, S, O]) expire(gone map[K]bool) {
+	for k := range gone {
+		delete(s.state, k)
+	}
 }
 
 // armProcessing asks the instance to run a processing-time timer.
@@ -248,6 +259,7 @@ func (s *ProcCore[K, S, O]) Watermark(wm int64) {
 
 func (s *ProcCore[K, S, O]) Finish() {
 	defer s.sc.attribute()
+	s.ttl.stop()
 	s.fire(math.MaxInt64)
 	s.out.flush()
 	s.state = nil
@@ -308,6 +320,7 @@ func (s *ProcCore[K, S, O]) restore(b []byte) error {
 }
 
 func (s *ProcCore[K, S, O]) restoreFrom(st processState[K, S]) {
+	s.ttl.restored(s.sc, slices.Values(st.Keys))
 	s.wm = st.Wm
 	for i, k := range st.Keys {
 		s.state[k] = &st.States[i]
