@@ -1,8 +1,10 @@
 package operators_test
 
 import (
+	"crypto/sha256"
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"slices"
@@ -55,6 +57,7 @@ func TestSavepointRescale(t *testing.T) {
 	store := persistence.NewMemoryCheckpointStore()
 	counts, wins := operators.NewCollector[operators.KV[string, int64]](), operators.NewCollector[operators.Windowed[string, int64]]()
 	dirs := []string{filepath.Join(t.TempDir(), "sp1"), filepath.Join(t.TempDir(), "sp2")}
+	digests := map[string]string{}
 	for phase, p := range []int{2, 4, 1} {
 		opts := []operators.TopologyOption{operators.Checkpoints(time.Hour), operators.CheckpointStore(store)}
 		if phase > 0 {
@@ -82,10 +85,16 @@ func TestSavepointRescale(t *testing.T) {
 		if info.Parallelism["count"] != p || info.Parallelism["numbers"] != 1 || info.ID == "" || info.Checkpoint == 0 {
 			t.Fatalf("phase %d: savepoint %+v", phase, info)
 		}
+		digests[dirs[phase]] = dirDigest(t, dirs[phase])
 		_ = job.Stop(ctx)
 		_ = job.Wait(ctx)
 		if got := job.Checkpoints().RestoredFrom; phase > 0 && got == 0 {
 			t.Fatalf("phase %d did not restore", phase)
+		}
+	}
+	for _, d := range dirs {
+		if got := dirDigest(t, d); got != digests[d] {
+			t.Errorf("savepoint %s changed by the jobs started from it", d)
 		}
 	}
 	if got, want := sortedStrings(counts.Items()), sortedStrings(refCounts.Items()); !slices.Equal(got, want) {
@@ -158,12 +167,45 @@ func TestFromSavepointRefuses(t *testing.T) {
 	if err := os.WriteFile(path, b, 0o644); err != nil {
 		t.Fatal(err)
 	}
+	before := dirDigest(t, dir)
 	if err := start(rescaled(in, 2, counts, wins)); !errors.Is(err, savepoint.ErrCorrupt) || !strings.Contains(err.Error(), path) {
 		t.Fatalf("a damaged savepoint: %v", err)
+	}
+	if dirDigest(t, dir) != before {
+		t.Fatal("a refused savepoint was changed")
 	}
 	if _, err := operators.ReadSavepoint(dir); !errors.Is(err, savepoint.ErrCorrupt) {
 		t.Fatalf("read a damaged savepoint: %v", err)
 	}
+}
+
+// dirDigest is every file under dir: name, mode, time and SHA-256.
+func dirDigest(t *testing.T, dir string) string {
+	t.Helper()
+	var b strings.Builder
+	err := filepath.WalkDir(dir, func(path string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		info, err := d.Info()
+		if err != nil {
+			return err
+		}
+		fmt.Fprintf(&b, "%s %v %v", path, info.Mode(), info.ModTime())
+		if !d.IsDir() {
+			data, err := os.ReadFile(path)
+			if err != nil {
+				return err
+			}
+			fmt.Fprintf(&b, " %x", sha256.Sum256(data))
+		}
+		b.WriteString("\n")
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b.String()
 }
 
 // fixedParts is a source connector without connector.OffsetRescaler.

@@ -486,10 +486,10 @@ func (m *Manifest) check() error {
 	return nil
 }
 
-// validFileName: state/NNNN.bin and nothing else (no path leaves the
+// validFileName: state/NNNN.bin or state/NNNNN.bin and nothing else (no path leaves the
 // savepoint's directory).
 func validFileName(n string) bool {
-	if len(n) != len("state/0000.bin") || !strings.HasPrefix(n, "state/") || !strings.HasSuffix(n, ".bin") {
+	if len(n) < len("state/0000.bin") || len(n) > len("state/00000.bin") || !strings.HasPrefix(n, "state/") || !strings.HasSuffix(n, ".bin") {
 		return false
 	}
 	for _, c := range n[len("state/") : len(n)-len(".bin")] {
