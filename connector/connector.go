@@ -117,3 +117,15 @@ type Writer[T any] interface {
 	Write(records []T) error
 	Close() error
 }
+
+// OffsetRescaler is implemented by sources whose partitions' offsets can be
+// redistributed over another number of partitions, so that a job restored
+// from a savepoint (or checkpoint) may run the source at another
+// parallelism. RescaleOffsets gets the offset of every old partition (its
+// Reader.Offset, 0 for one never read) and returns those of parts new
+// partitions, each to be passed to Open, that read exactly the records the
+// old partitions had not read; or an error saying why it cannot. A source
+// without it keeps its parallelism: a restore at another one is refused.
+type OffsetRescaler interface {
+	RescaleOffsets(offsets []int64, parts int) ([]int64, error)
+}

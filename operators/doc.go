@@ -19,7 +19,9 @@
 //	err = job.Wait(ctx)
 //
 // Start returns a Job: Wait, Drain and Stop it, read its Stats and
-// Checkpoints, take a Savepoint. Run settings (Checkpoints,
+// Checkpoints, take a checkpoint now (CheckpointNow) or a Savepoint to a
+// directory of its own, from which a later job starts at another
+// parallelism (FromSavepoint). Run settings (Checkpoints,
 // RestartOnFailure, WithClock, stores) may be given to NewTopology or to
 // Start, which applies them to that run only. A Topology is also an
 // actors.Job, for sys.Run.

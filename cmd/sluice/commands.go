@@ -13,6 +13,8 @@ import (
 
 	"github.com/sluicehq/sluice/actors"
 	"github.com/sluicehq/sluice/dashboard"
+	"github.com/sluicehq/sluice/operators"
+	"github.com/sluicehq/sluice/persistence"
 	"github.com/sluicehq/sluice/samples"
 	"github.com/sluicehq/sluice/telemetry"
 )
@@ -85,6 +87,7 @@ func runCmd(g *globals) *cobra.Command {
 	var trace bool
 	var traceEndpoint, metricsAddr, uiAddr string
 	var uiWait bool
+	var sp savepointFlags
 	c := &cobra.Command{
 		Use:   "run SAMPLE [flags]",
 		Short: "run a sample, with a live progress line on stderr",
@@ -95,6 +98,9 @@ func runCmd(g *globals) *cobra.Command {
 	c.PersistentFlags().StringVar(&traceEndpoint, "trace-endpoint", "127.0.0.1:4317", "OTLP gRPC endpoint for --trace (a local Jaeger)")
 	c.PersistentFlags().StringVar(&metricsAddr, "metrics", "", "serve Prometheus metrics at http://ADDR/metrics (e.g. "+telemetry.DefaultMetricsAddr+"; a port alone binds 127.0.0.1, a host written out is used as written)")
 	c.PersistentFlags().StringVar(&uiAddr, "ui", "", "serve the live dashboard at http://ADDR/ while the sample runs (e.g. 127.0.0.1:8080; a port alone binds 127.0.0.1, a host written out is used as written)")
+	c.PersistentFlags().StringVar(&sp.save, "savepoint", "", "on Ctrl-C, write a savepoint of the job into DIR (new or empty), then stop it")
+	c.PersistentFlags().StringVar(&sp.from, "from-savepoint", "", "start the job from the savepoint in DIR (at the parallelism the flags give)")
+	c.PersistentFlags().DurationVar(&sp.interval, "checkpoints", 0, "checkpoint interval (default with --savepoint or --from-savepoint: 10s)")
 	c.PersistentFlags().BoolVar(&uiWait, "ui-wait", false, "with --ui: after the job ends, keep serving its final state until interrupted (Ctrl-C)")
 	// The cluster word count starts node processes of its own: it is a
 	// command rather than a samples.Sample, reachable as a sample too.
@@ -146,7 +152,7 @@ func runCmd(g *globals) *cobra.Command {
 			defer stopUI()
 			ui = d
 		}
-		err := runSample(cmd.Context(), g, s, progress, tp, ui)
+		err := runSample(cmd.Context(), g, s, progress, tp, ui, sp)
 		flush, cancel := context.WithTimeout(context.WithoutCancel(cmd.Context()), 5*time.Second)
 		defer cancel()
 		if ferr := tp.Shutdown(flush); ferr != nil && err == nil {
@@ -191,7 +197,30 @@ func serveUI(g *globals, addr string, trace bool, service string) (d *dashboard.
 	return d, func() { cancel(); _ = wait() }, nil
 }
 
-func runSample(ctx context.Context, g *globals, s samples.Sample, every time.Duration, tp telemetry.Providers, ui *dashboard.Dashboard) error {
+// savepointFlags are run's --savepoint, --from-savepoint and --checkpoints.
+type savepointFlags struct {
+	save, from string
+	interval   time.Duration
+}
+
+// options are the run settings the flags ask for: checkpoints (in memory:
+// the savepoint is what outlives the run) when a savepoint is involved.
+func (f savepointFlags) options() []operators.TopologyOption {
+	var opts []operators.TopologyOption
+	iv := f.interval
+	if iv == 0 && (f.save != "" || f.from != "") {
+		iv = 10 * time.Second
+	}
+	if iv > 0 {
+		opts = append(opts, operators.Checkpoints(iv), operators.CheckpointStore(persistence.NewMemoryCheckpointStore()))
+	}
+	if f.from != "" {
+		opts = append(opts, operators.FromSavepoint(f.from))
+	}
+	return opts
+}
+
+func runSample(ctx context.Context, g *globals, s samples.Sample, every time.Duration, tp telemetry.Providers, ui *dashboard.Dashboard, sp savepointFlags) error {
 	log, err := g.logger()
 	if err != nil {
 		return err
@@ -209,9 +238,13 @@ func runSample(ctx context.Context, g *globals, s samples.Sample, every time.Dur
 		defer cancel()
 		_ = sys.Stop(stopCtx)
 	}()
-	run, err := sys.Run(ctx, t)
+	job, err := operators.Start(ctx, sys, t, sp.options()...)
 	if err != nil {
 		return err
+	}
+	run := job.Run()
+	if sp.from != "" {
+		fmt.Fprintf(g.stderr, "started from savepoint %s (checkpoint %d)\n", sp.from, job.Checkpoints().RestoredFrom)
 	}
 	if ui != nil {
 		if err := ui.Add(run); err != nil {
@@ -238,6 +271,18 @@ wait:
 				break wait
 			}
 			interrupted = true
+			if sp.save != "" {
+				fmt.Fprintf(g.stderr, "\ninterrupted: writing a savepoint into %s, then stopping the job\n", sp.save)
+				spCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
+				info, err := job.Savepoint(spCtx, sp.save)
+				cancel()
+				_ = job.Stop(context.WithoutCancel(ctx))
+				if err != nil {
+					return err
+				}
+				fmt.Fprintf(g.stdout, "savepoint %s: checkpoint %d of job %s (sluice savepoint inspect %s)\n", info.Dir, info.Checkpoint, info.Job, info.Dir)
+				return nil
+			}
 			fmt.Fprintln(g.stderr, "\ninterrupted: draining (sources stop, in-flight records finish)")
 			drainCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 			err := run.Drain(drainCtx)

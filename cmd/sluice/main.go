@@ -4,6 +4,7 @@
 //	sluice run wordcount [flags]       # run one, with a live progress line on stderr
 //	sluice plan wordcount [flags]      # print its physical plan (fused chains, parallelism, edges)
 //	sluice cluster-wordcount --nodes 3 # word count across 3 local node processes
+//	sluice savepoint inspect DIR       # what a savepoint holds (read-only)
 package main
 
 import (
@@ -54,7 +55,7 @@ func newRoot(stdout, stderr io.Writer) *cobra.Command {
 	root.SetErr(stderr)
 	root.PersistentFlags().StringVar(&g.logLevel, "log-level", "warn", "log level: debug, info, warn, error")
 	root.AddCommand(samplesCmd(g), runCmd(g), planCmd(g))
-	root.AddCommand(storeCmd(g))
+	root.AddCommand(storeCmd(g), savepointCmd(g))
 	root.AddCommand(deadLettersCmd(g))
 	root.AddCommand(nexmarkCmd(g))
 	root.AddCommand(nodeCmd(g), clusterWordCountCmd(g))

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/internal/graph"
+	"github.com/sluicehq/sluice/internal/savepoint"
 
 	"github.com/sluicehq/sluice/internal/stage"
 
@@ -58,6 +59,9 @@ type execution struct {
 	cpStore     persistence.CheckpointStore // nil: no checkpoints
 	deadLetters supervision.DeadLetterStore
 	restored    *persistence.Checkpoint // the checkpoint the job resumed from
+	rest        restoration             // what restored says of the plan that took it
+	origin      string                  // the savepoint the job's lineage started from
+	planBytes   []byte                  // the plan recorded in the job's checkpoints (savepoint.Plan)
 	cpStats     CheckpointStats
 	cpStatsMu   sync.Mutex
 	metrics     *jobMetrics // nil without a MeterProvider
@@ -327,12 +331,20 @@ func (x *execution) openCheckpoints(ctx context.Context) error {
 			return fmt.Errorf("checkpoints: %w", err)
 		}
 	}
+	x.planBytes = savepoint.EncodePlan(x.planRecord())
 	cp, ok, err := x.cpStore.Latest(ctx, x.topo.Name())
 	if err != nil {
 		return fmt.Errorf("checkpoints: load the latest: %w", err)
 	}
+	if dir := x.topo.Config().Savepoint; dir != "" {
+		if cp, ok, err = x.fromSavepoint(ctx, dir, cp, ok); err != nil {
+			return err
+		}
+	}
 	if ok {
-		x.restored = &cp
+		if err := x.adopt(&cp); err != nil {
+			return err
+		}
 		x.cpStats.RestoredFrom = cp.ID
 		x.sys.Logger().Info("restoring from checkpoint", "job", x.topo.Name(), "checkpoint", cp.ID,
 			"states", len(cp.States), "offsets", len(cp.Offsets))
@@ -457,12 +469,10 @@ func (x *execution) build() error {
 			in.idleAfter = chain[0].IdleAfter()
 			in.lastData = cfg.Now()
 			in.finKey = chain[0].Name() + "/" + strconv.Itoa(in.idx) + "#finished"
-			in.restoredDone = x.restored != nil && x.restored.Offsets[in.finKey] != 0
+			in.restoredDone = x.restoredFinished(chain[0], in.idx)
 			if chain[0].Role() == graph.RoleSource {
 				in.srcKey = chain[0].Name() + "/" + strconv.Itoa(in.idx)
-				if x.restored != nil {
-					in.srcOffset = x.restored.Offsets[in.srcKey]
-				}
+				in.srcOffset = x.restoredOffset(chain[0], in.idx)
 			}
 			tail := chain[len(chain)-1]
 			var next, late any
@@ -489,11 +499,12 @@ func (x *execution) build() error {
 				n := chain[pos]
 				sc := &stage.Ctx{Name: n.Name(), Kind: n.Kind(), Head: pos == 0 && n.Role() != graph.RoleSource, PanicErr: x.topo.Kit().Panic,
 					Instance: in.idx, Parts: p.Par[n], Context: x.ctx, C: x.counters[n][in.idx], BatchSize: cfg.BatchSize, Tracer: in.tr,
-					After: in.afterFunc, Now: cfg.Now, FinalCheckpoint: x.topo.Config().CheckpointInterval > 0}
+					After: in.afterFunc, Now: cfg.Now, FinalCheckpoint: x.topo.Config().CheckpointInterval > 0, StateTTL: int64(n.TTL())}
 				if n == tail {
 					sc.Late = late
 				}
-				if x.restored != nil {
+				old, rescaled := x.rescaled(n)
+				if x.restored != nil && !rescaled {
 					sc.Restore, sc.Restored = x.restored.States[sc.Key()]
 				}
 				if n.Role() == graph.RoleSink {
@@ -513,6 +524,12 @@ func (x *execution) build() error {
 				if r, ok := next.(interface{ RestoreState([]byte) error }); ok && sc.Restored {
 					if err := r.RestoreState(sc.Restore); err != nil {
 						return fmt.Errorf("operator %q instance %d: restore from checkpoint %d: %w", n.Name(), in.idx, x.restored.ID, err)
+					}
+				}
+				if rescaled {
+					if err := x.restoreRescaled(n, old, in.idx, next); err != nil {
+						return fmt.Errorf("operator %q instance %d: restore from checkpoint %d (parallelism %d, now %d): %w",
+							n.Name(), in.idx, x.restored.ID, old.Parallelism, p.Par[n], err)
 					}
 				}
 				if o, ok := next.(opener); ok {

@@ -16,6 +16,9 @@ func Source[T any](t *Topology, name string, src connector.Source[T], opts ...Op
 	nd := &Node{name: name, kind: "source", role: RoleSource, outType: typeOf[T]()}
 	_, once := src.(interface{ notReplayable() })
 	nd.replayable = !once
+	if r, ok := src.(connector.OffsetRescaler); ok {
+		nd.rescale = r.RescaleOffsets
+	}
 	if src == nil {
 		t.errs = append(t.errs, opErr(t, name, KindInvalid, "nil source connector"))
 	}

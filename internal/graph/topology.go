@@ -70,17 +70,18 @@ type Node struct {
 	partition      stage.Partition // for rolePartition nodes
 	hasher         any             // func(T) uint64, for KeyBy
 	emit           EmitMode
-	input          *mailbox.Config // the operator's input mailbox, when set with Input
-	stateTypes     []reflect.Type  // types in the operator's checkpointed state
-	replayable     bool            // a source that can rewind to an offset
-	recordAttempts int             // OnRecordFailure: tries per record
-	recordPolicy   bool            // OnRecordFailure was given
-	idleAfter      time.Duration   // a source's idle timeout (IdleAfter)
-	bound          time.Duration   // OutOfOrderness of Timestamps
-	ttl            time.Duration   // StateTTL of a Join
-	timed          bool            // the operator's output carries event times it assigned
-	needsTime      bool            // the operator needs event times on its input
-	lateness       time.Duration   // AllowedLateness
+	input          *mailbox.Config                                   // the operator's input mailbox, when set with Input
+	stateTypes     []reflect.Type                                    // types in the operator's checkpointed state
+	replayable     bool                                              // a source that can rewind to an offset
+	recordAttempts int                                               // OnRecordFailure: tries per record
+	recordPolicy   bool                                              // OnRecordFailure was given
+	idleAfter      time.Duration                                     // a source's idle timeout (IdleAfter)
+	bound          time.Duration                                     // OutOfOrderness of Timestamps
+	ttl            time.Duration                                     // StateTTL of a Join
+	timed          bool                                              // the operator's output carries event times it assigned
+	needsTime      bool                                              // the operator needs event times on its input
+	lateness       time.Duration                                     // AllowedLateness
+	rescale        func(offsets []int64, parts int) ([]int64, error) // a source's connector.OffsetRescaler
 
 	// typed builders, set by the generic constructors
 	newSource  func(next any, sc *stage.Ctx) stage.SourceRunner
@@ -164,6 +165,7 @@ type Config struct {
 	DeadLetters        supervision.DeadLetterStore
 	Restart            *RestartPolicy
 	Dist               Distributor // nil: in this process
+	Savepoint          string      // FromSavepoint: the savepoint directory the job starts from
 	// after runs f once d has passed, and returns a function that cancels it
 	// (time.AfterFunc; tests replace it).
 	After func(d time.Duration, f func()) (stop func() bool)
@@ -265,6 +267,12 @@ func CheckpointStore(s persistence.CheckpointStore) TopologyOption {
 	return func(c *Config) { c.CheckpointStore = s }
 }
 
+// FromSavepoint starts the job from the savepoint in dir (see
+// operators.FromSavepoint).
+func FromSavepoint(dir string) TopologyOption {
+	return func(c *Config) { c.Savepoint = dir }
+}
+
 func typeOf[T any]() reflect.Type { return reflect.TypeFor[T]() }
 
 // add registers a node, checking that its inputs belong to this topology.
@@ -275,6 +283,9 @@ func (t *Topology) add(nd *Node, inputs []*Node, opts []Option) *Node {
 		if o != nil {
 			o(nd)
 		}
+	}
+	if nd.ttl < 0 {
+		t.errs = append(t.errs, opErr(t, nd.name, KindInvalid, fmt.Sprintf("StateTTL(%v): must be positive", nd.ttl)))
 	}
 	for _, in := range inputs {
 		if in == nil {
@@ -399,6 +410,21 @@ func (n *Node) IdleAfter() time.Duration { return n.idleAfter }
 
 // Hasher is a KeyBy's func(T) uint64.
 func (n *Node) Hasher() any { return n.hasher }
+
+// TTL is the operator's StateTTL (0: none).
+func (n *Node) TTL() time.Duration { return n.ttl }
+
+// KeyGrouped says whether the operator keeps state per key (aggregations,
+// windows, joins, Process): redistributed by key group when its
+// parallelism changes.
+func (n *Node) KeyGrouped() bool { return n.stateful }
+
+// RescaleOffsets is a source's connector.OffsetRescaler, nil when its
+// connector has none.
+func (n *Node) RescaleOffsets() func(offsets []int64, parts int) ([]int64, error) { return n.rescale }
+
+// Inputs are the operator's inputs, in order.
+func (n *Node) Inputs() []*Node { return n.inputs }
 
 // NewSource builds a source's stage over the chain next.
 func (n *Node) NewSource(next any, sc *stage.Ctx) stage.SourceRunner { return n.newSource(next, sc) }
