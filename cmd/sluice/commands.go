@@ -13,6 +13,7 @@ import (
 
 	"github.com/sluicehq/sluice/actors"
 	"github.com/sluicehq/sluice/dashboard"
+	"github.com/sluicehq/sluice/operators"
 	"github.com/sluicehq/sluice/samples"
 	"github.com/sluicehq/sluice/telemetry"
 )
@@ -85,6 +86,7 @@ func runCmd(g *globals) *cobra.Command {
 	var trace bool
 	var traceEndpoint, metricsAddr, uiAddr string
 	var uiWait bool
+	var dur durability
 	c := &cobra.Command{
 		Use:   "run SAMPLE [flags]",
 		Short: "run a sample, with a live progress line on stderr",
@@ -99,7 +101,10 @@ func runCmd(g *globals) *cobra.Command {
 	// The cluster word count starts node processes of its own: it is a
 	// command rather than a samples.Sample, reachable as a sample too.
 	c.AddCommand(clusterWordCountCmd(g))
-	c.AddCommand(sampleCommands(g, "run", func(cmd *cobra.Command, s samples.Sample) error {
+	runs := sampleCommands(g, "run", func(cmd *cobra.Command, s samples.Sample) error {
+		if err := dur.check(cmd, s); err != nil {
+			return err
+		}
 		tp := telemetry.Noop()
 		if trace {
 			if err := checkTraceEndpoint(traceEndpoint); err != nil {
@@ -146,7 +151,7 @@ func runCmd(g *globals) *cobra.Command {
 			defer stopUI()
 			ui = d
 		}
-		err := runSample(cmd.Context(), g, s, progress, tp, ui)
+		err := runSample(cmd.Context(), g, s, progress, tp, ui, dur)
 		flush, cancel := context.WithTimeout(context.WithoutCancel(cmd.Context()), 5*time.Second)
 		defer cancel()
 		if ferr := tp.Shutdown(flush); ferr != nil && err == nil {
@@ -157,8 +162,51 @@ func runCmd(g *globals) *cobra.Command {
 			<-cmd.Context().Done()
 		}
 		return err
-	})...)
+	})
+	for _, rc := range runs {
+		dur.flags(rc)
+	}
+	c.AddCommand(runs...)
 	return c
+}
+
+// durability is what `run --store FILE --checkpoints D` asks for: a store
+// that outlives the run, and checkpoints in it from which a run started
+// again with the same flags resumes.
+type durability struct {
+	store       string
+	checkpoints time.Duration
+}
+
+// flags adds --store and --checkpoints to a sample's run command, unless
+// the sample has a flag of that name of its own (the bank's --store is its
+// journal's).
+func (d *durability) flags(c *cobra.Command) {
+	if c.Flags().Lookup("store") == nil {
+		c.Flags().StringVar(&d.store, "store", "", "bbolt file of the run's durable state: its checkpoints, spilled records and dead letters (default: a temporary file, removed when the run ends)")
+	}
+	if c.Flags().Lookup("checkpoints") == nil {
+		c.Flags().DurationVar(&d.checkpoints, "checkpoints", 0, "take a checkpoint every DURATION in --store (exactly-once state and --out files); "+
+			"a run killed and started again with the same flags resumes from its last completed checkpoint (0: none)")
+	}
+}
+
+// check refuses flags that cannot work, before anything starts.
+func (d *durability) check(cmd *cobra.Command, s samples.Sample) error {
+	name := cmd.CommandPath()
+	switch {
+	case d.checkpoints < 0:
+		return fmt.Errorf("%s: --checkpoints %v: want a positive interval (or 0 for none)", name, d.checkpoints)
+	case d.checkpoints == 0:
+		return nil
+	}
+	if why, ok := s.(samples.NotResumable); ok {
+		return fmt.Errorf("%s: --checkpoints: %s", name, why.NotResumable())
+	}
+	if d.store == "" {
+		return fmt.Errorf("%s: --checkpoints %v needs --store FILE: the checkpoints are kept there, and without it the run's store is temporary, removed when the run ends, so no run could resume from them", name, d.checkpoints)
+	}
+	return nil
 }
 
 // serveUI serves a dashboard for `run --ui ADDR` (a port alone means
@@ -191,7 +239,7 @@ func serveUI(g *globals, addr string, trace bool, service string) (d *dashboard.
 	return d, func() { cancel(); _ = wait() }, nil
 }
 
-func runSample(ctx context.Context, g *globals, s samples.Sample, every time.Duration, tp telemetry.Providers, ui *dashboard.Dashboard) error {
+func runSample(ctx context.Context, g *globals, s samples.Sample, every time.Duration, tp telemetry.Providers, ui *dashboard.Dashboard, dur durability) error {
 	log, err := g.logger()
 	if err != nil {
 		return err
@@ -200,7 +248,10 @@ func runSample(ctx context.Context, g *globals, s samples.Sample, every time.Dur
 	if err != nil {
 		return err
 	}
-	sys, err := actors.NewSystem(actors.Config{Name: "sluice", Logger: log, TracerProvider: tp.Tracer, MeterProvider: tp.Meter})
+	if dur.checkpoints > 0 {
+		t.Configure(operators.Checkpoints(dur.checkpoints))
+	}
+	sys, err := actors.NewSystem(actors.Config{Name: "sluice", Logger: log, TracerProvider: tp.Tracer, MeterProvider: tp.Meter, Store: dur.store})
 	if err != nil {
 		return err
 	}
@@ -213,12 +264,23 @@ func runSample(ctx context.Context, g *globals, s samples.Sample, every time.Dur
 	if err != nil {
 		return err
 	}
+	cps := operators.CheckpointStatsOf(run)
+	switch {
+	case cps.RestoredFrom != 0:
+		fmt.Fprintf(g.stderr, "resumed job %s from checkpoint %d of %s in %s\n", t.Name(), cps.RestoredFrom,
+			cps.RestoredTime.UTC().Format(time.RFC3339Nano), dur.store)
+	case dur.checkpoints > 0:
+		fmt.Fprintf(g.stderr, "started job %s afresh: no checkpoint of it in %s; checkpoints every %v\n", t.Name(), dur.store, dur.checkpoints)
+	}
 	if ui != nil {
 		if err := ui.Add(run); err != nil {
 			return err
 		}
 	}
 	p := newProgress(g.stderr, isTerminal(g.stderr))
+	if dur.checkpoints > 0 {
+		p.checkpoints = func() operators.CheckpointStats { return operators.CheckpointStatsOf(run) }
+	}
 	var tick <-chan time.Time
 	if every > 0 {
 		tk := time.NewTicker(every)
@@ -266,6 +328,8 @@ type progress struct {
 	lastIn   int64
 	lastOut  int64
 	lastTime time.Duration
+	// checkpoints, when set, adds the job's checkpoints to the line.
+	checkpoints func() operators.CheckpointStats
 }
 
 func newProgress(w interface{ Write([]byte) (int, error) }, tty bool) *progress {
@@ -298,6 +362,14 @@ func (p *progress) show(name string, elapsed time.Duration, stats []actors.Opera
 	p.lastIn, p.lastOut, p.lastTime = in, out, elapsed
 	line := fmt.Sprintf("%s %5.1fs  in %s/s  out %s/s | %s", name, elapsed.Seconds(),
 		human(int64(rin)), human(int64(rout)), strings.Join(ops, "  "))
+	if p.checkpoints != nil {
+		cs := p.checkpoints()
+		line += fmt.Sprintf(" | checkpoint %d (%d this run", cs.LastID, cs.Completed)
+		if cs.Failed > 0 {
+			line += fmt.Sprintf(", %d failed", cs.Failed)
+		}
+		line += ")"
+	}
 	if p.tty {
 		fmt.Fprintf(p.w, "\r\x1b[K%s", line)
 	} else {

@@ -72,7 +72,8 @@ type CheckpointStats struct {
 	LastID       uint64        // the newest completed checkpoint
 	LastDuration time.Duration // from injecting its barriers to stored
 	LastTime     time.Time
-	RestoredFrom uint64 // the checkpoint this run resumed from, 0 if none
+	RestoredFrom uint64    // the checkpoint this run resumed from, 0 if none
+	RestoredTime time.Time // when that checkpoint was taken
 	// Restarts counts RestartOnFailure's restarts of the job, and
 	// RestartDelays the backoff before each.
 	Restarts      int
@@ -333,7 +334,7 @@ func (x *execution) openCheckpoints(ctx context.Context) error {
 	}
 	if ok {
 		x.restored = &cp
-		x.cpStats.RestoredFrom = cp.ID
+		x.cpStats.RestoredFrom, x.cpStats.RestoredTime = cp.ID, cp.Time
 		x.sys.Logger().Info("restoring from checkpoint", "job", x.topo.Name(), "checkpoint", cp.ID,
 			"states", len(cp.States), "offsets", len(cp.Offsets))
 	}
