@@ -129,3 +129,15 @@ type Writer[T any] interface {
 type OffsetRescaler interface {
 	RescaleOffsets(offsets []int64, parts int) ([]int64, error)
 }
+
+// StateRescaler is implemented by sinks whose per-partition checkpointed
+// state (a Checkpointer's) can be redistributed over another number of
+// partitions, so that a job restored from a savepoint (or checkpoint) may
+// run the sink at another parallelism. RescaleStates gets the state of
+// every old partition (nil for one that recorded none) and returns those of
+// parts new partitions, each passed to the new partition's OpenAt; or an
+// error saying why it cannot. A sink with state and without it keeps its
+// parallelism: a restore at another one is refused.
+type StateRescaler interface {
+	RescaleStates(states [][]byte, parts int) ([][]byte, error)
+}

@@ -20,7 +20,8 @@ type CheckpointStats struct {
 	LastID       uint64        // the newest completed checkpoint
 	LastDuration time.Duration // from injecting its barriers to stored
 	LastTime     time.Time
-	RestoredFrom uint64 // the checkpoint this run resumed from, 0 if none
+	RestoredFrom uint64    // the checkpoint this run resumed from, 0 if none
+	RestoredTime time.Time // when that checkpoint was taken (zero if none)
 	// Restarts counts RestartOnFailure's restarts of the job, and
 	// RestartDelays the backoff before each.
 	Restarts      int
@@ -45,7 +46,8 @@ func CheckpointStatsOf(run *actors.Run) CheckpointStats {
 	s := engine.CheckpointStatsOf(run)
 	st := CheckpointStats{Completed: s.Completed, Failed: s.Failed, TimedOut: s.TimedOut, LastFailure: s.LastFailure,
 		LastID: s.LastID, LastDuration: s.LastDuration, LastTime: s.LastTime, RestoredFrom: s.RestoredFrom,
-		Restarts: s.Restarts, RestartDelays: s.RestartDelays}
+		RestoredTime: s.RestoredTime,
+		Restarts:     s.Restarts, RestartDelays: s.RestartDelays}
 	for _, p := range s.InProgress {
 		st.InProgress = append(st.InProgress, InProgressCheckpoint(p))
 	}

@@ -41,6 +41,18 @@ func NewTopology(name string, opts ...TopologyOption) *Topology {
 	return &Topology{t}
 }
 
+// Configure applies topology options to a topology already built, as if
+// they had been given to NewTopology; a later option overrides an earlier
+// one. A command line uses it to add checkpoints to a topology that a
+// library built (sluice run --checkpoints).
+func (t *Topology) Configure(opts ...TopologyOption) {
+	for _, o := range opts {
+		if o.o != nil {
+			t.t.Configure(o.o)
+		}
+	}
+}
+
 // Name returns the topology's name.
 func (t *Topology) Name() string { return t.t.Name() }
 

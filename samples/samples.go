@@ -29,6 +29,15 @@ type Sample interface {
 	Report(w io.Writer) error
 }
 
+// NotResumable is implemented by the samples whose work does not happen in
+// their topology (a driver that runs its own systems when its source
+// opens): checkpoints of the topology could not resume that work, and
+// `sluice run --checkpoints` refuses them with the reason NotResumable
+// gives.
+type NotResumable interface {
+	NotResumable() string
+}
+
 // Catalog returns a fresh instance of every sample, in listing order.
 func Catalog() []Sample {
 	return []Sample{

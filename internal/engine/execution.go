@@ -76,7 +76,8 @@ type CheckpointStats struct {
 	LastID       uint64        // the newest completed checkpoint
 	LastDuration time.Duration // from injecting its barriers to stored
 	LastTime     time.Time
-	RestoredFrom uint64 // the checkpoint this run resumed from, 0 if none
+	RestoredFrom uint64    // the checkpoint this run resumed from, 0 if none
+	RestoredTime time.Time // when that checkpoint was taken
 	// Restarts counts RestartOnFailure's restarts of the job, and
 	// RestartDelays the backoff before each.
 	Restarts      int
@@ -345,7 +346,7 @@ func (x *execution) openCheckpoints(ctx context.Context) error {
 		if err := x.adopt(&cp); err != nil {
 			return err
 		}
-		x.cpStats.RestoredFrom = cp.ID
+		x.cpStats.RestoredFrom, x.cpStats.RestoredTime = cp.ID, cp.Time
 		x.sys.Logger().Info("restoring from checkpoint", "job", x.topo.Name(), "checkpoint", cp.ID,
 			"states", len(cp.States), "offsets", len(cp.Offsets))
 	}
@@ -504,8 +505,11 @@ func (x *execution) build() error {
 					sc.Late = late
 				}
 				old, rescaled := x.rescaled(n)
-				if x.restored != nil && !rescaled {
+				switch sts, ok := x.rest.states[n.Name()]; {
+				case x.restored != nil && !rescaled:
 					sc.Restore, sc.Restored = x.restored.States[sc.Key()]
+				case rescaled && ok:
+					sc.Restore, sc.Restored = sts[in.idx], true
 				}
 				if n.Role() == graph.RoleSink {
 					sc.Context = stage.WithSinkStart(sc.Context, stage.SinkStart{Fresh: x.gen == 0 && x.restored == nil, Checkpoints: x.topo.Config().CheckpointInterval > 0})

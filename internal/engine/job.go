@@ -258,7 +258,7 @@ func (j *jobActor) relaunch(c actor.Context, gen int) []coord.JobAction {
 	}
 	if x.restored != nil {
 		x.cpStatsMu.Lock()
-		x.cpStats.RestoredFrom = x.restored.ID
+		x.cpStats.RestoredFrom, x.cpStats.RestoredTime = x.restored.ID, x.restored.Time
 		x.cpStatsMu.Unlock()
 	}
 	j.startCheckpoints(total)

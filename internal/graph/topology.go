@@ -82,6 +82,7 @@ type Node struct {
 	needsTime      bool                                              // the operator needs event times on its input
 	lateness       time.Duration                                     // AllowedLateness
 	rescale        func(offsets []int64, parts int) ([]int64, error) // a source's connector.OffsetRescaler
+	rescaleStates  func(states [][]byte, parts int) ([][]byte, error) // a sink's connector.StateRescaler
 
 	// typed builders, set by the generic constructors
 	newSource  func(next any, sc *stage.Ctx) stage.SourceRunner
@@ -422,6 +423,12 @@ func (n *Node) KeyGrouped() bool { return n.stateful }
 // RescaleOffsets is a source's connector.OffsetRescaler, nil when its
 // connector has none.
 func (n *Node) RescaleOffsets() func(offsets []int64, parts int) ([]int64, error) { return n.rescale }
+
+// RescaleStates is a sink's connector.StateRescaler, nil when its connector
+// has none.
+func (n *Node) RescaleStates() func(states [][]byte, parts int) ([][]byte, error) {
+	return n.rescaleStates
+}
 
 // Inputs are the operator's inputs, in order.
 func (n *Node) Inputs() []*Node { return n.inputs }
