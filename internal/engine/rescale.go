@@ -33,8 +33,8 @@ import (
 
 // restoration is what a restored checkpoint says of the plan that took it.
 type restoration struct {
-	old     *savepoint.Plan    // nil: a checkpoint that records no plan (same layout assumed)
-	offsets map[string][]int64 // rescaled sources: the offset of every new partition
+	old     *savepoint.Plan     // nil: a checkpoint that records no plan (same layout assumed)
+	offsets map[string][]int64  // rescaled sources: the offset of every new partition
 	states  map[string][][]byte // rescaled sinks with a StateRescaler: the state of every new partition
 }
 

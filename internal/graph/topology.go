@@ -70,18 +70,18 @@ type Node struct {
 	partition      stage.Partition // for rolePartition nodes
 	hasher         any             // func(T) uint64, for KeyBy
 	emit           EmitMode
-	input          *mailbox.Config                                   // the operator's input mailbox, when set with Input
-	stateTypes     []reflect.Type                                    // types in the operator's checkpointed state
-	replayable     bool                                              // a source that can rewind to an offset
-	recordAttempts int                                               // OnRecordFailure: tries per record
-	recordPolicy   bool                                              // OnRecordFailure was given
-	idleAfter      time.Duration                                     // a source's idle timeout (IdleAfter)
-	bound          time.Duration                                     // OutOfOrderness of Timestamps
-	ttl            time.Duration                                     // StateTTL of a Join
-	timed          bool                                              // the operator's output carries event times it assigned
-	needsTime      bool                                              // the operator needs event times on its input
-	lateness       time.Duration                                     // AllowedLateness
-	rescale        func(offsets []int64, parts int) ([]int64, error) // a source's connector.OffsetRescaler
+	input          *mailbox.Config                                    // the operator's input mailbox, when set with Input
+	stateTypes     []reflect.Type                                     // types in the operator's checkpointed state
+	replayable     bool                                               // a source that can rewind to an offset
+	recordAttempts int                                                // OnRecordFailure: tries per record
+	recordPolicy   bool                                               // OnRecordFailure was given
+	idleAfter      time.Duration                                      // a source's idle timeout (IdleAfter)
+	bound          time.Duration                                      // OutOfOrderness of Timestamps
+	ttl            time.Duration                                      // StateTTL of a Join
+	timed          bool                                               // the operator's output carries event times it assigned
+	needsTime      bool                                               // the operator needs event times on its input
+	lateness       time.Duration                                      // AllowedLateness
+	rescale        func(offsets []int64, parts int) ([]int64, error)  // a source's connector.OffsetRescaler
 	rescaleStates  func(states [][]byte, parts int) ([][]byte, error) // a sink's connector.StateRescaler
 
 	// typed builders, set by the generic constructors
