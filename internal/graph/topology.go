@@ -81,6 +81,7 @@ type Node struct {
 	timed          bool            // the operator's output carries event times it assigned
 	needsTime      bool            // the operator needs event times on its input
 	lateness       time.Duration   // AllowedLateness
+	selective      bool            // must not see sampled input (Selective)
 
 	// typed builders, set by the generic constructors
 	newSource  func(next any, sc *stage.Ctx) stage.SourceRunner
@@ -148,6 +149,12 @@ func Input(cfg mailbox.Config) Option {
 	return func(nd *Node) { c := cfg; nd.input = &c }
 }
 
+// Selective declares that the operator must not see sampled input (a
+// selective query: a join, a rare pattern): a LatencyTarget never samples
+// upstream of it, and drops whole batches instead (DESIGN.md, Latency and
+// shedding).
+func Selective() Option { return func(nd *Node) { nd.selective = true } }
+
 // NoFusion keeps the operator in an actor of its own instead of fusing it
 // with its neighbours into one chain.
 func NoFusion() Option { return func(nd *Node) { nd.noFusion = true } }
@@ -170,6 +177,13 @@ type Config struct {
 	Now   func() time.Time // the clock of processing time
 	// cpAfter times the checkpoint interval (the job's clock).
 	CheckpointAfter func(d time.Duration, f func()) (stop func() bool)
+	// Latency (DESIGN.md, Latency and shedding): NoLatency turns its
+	// measurement off; LatencyWindow is the window of LatencyWindow stats
+	// and of the controller (default 1 s); LatencyTarget, when positive,
+	// sheds load to hold the end-to-end p99 under it.
+	NoLatency     bool
+	LatencyWindow time.Duration
+	LatencyTarget time.Duration
 }
 
 func defaultRunConfig() Config {
@@ -218,6 +232,17 @@ func MinPauseBetweenCheckpoints(d time.Duration) TopologyOption {
 // actors (default 256). Larger batches cost memory and latency and save
 // per-message overhead.
 func BatchSize(n int) TopologyOption { return func(c *Config) { c.BatchSize = n } }
+
+// NoLatencyStats turns the measurement of latency off.
+func NoLatencyStats() TopologyOption { return func(c *Config) { c.NoLatency = true } }
+
+// LatencyWindow sets the window of the latency statistics and of a
+// LatencyTarget's controller.
+func LatencyWindow(d time.Duration) TopologyOption { return func(c *Config) { c.LatencyWindow = d } }
+
+// LatencyTarget makes the job shed load to hold its end-to-end p99 latency
+// under d.
+func LatencyTarget(d time.Duration) TopologyOption { return func(c *Config) { c.LatencyTarget = d } }
 
 // Capacity sets each operator instance's input capacity in records (default
 // 4096). Senders hold credits for it; a sender without credits stops taking
@@ -396,6 +421,9 @@ func (n *Node) Input() *mailbox.Config { return n.input }
 
 // IdleAfter is a source's idle timeout (IdleAfter).
 func (n *Node) IdleAfter() time.Duration { return n.idleAfter }
+
+// Selective reports that the operator must not see sampled input.
+func (n *Node) Selective() bool { return n.selective }
 
 // Hasher is a KeyBy's func(T) uint64.
 func (n *Node) Hasher() any { return n.hasher }
