@@ -47,10 +47,25 @@ func (x *execution) setupLatency() error {
 		return fmt.Errorf("latency target %v, window %v: must not be negative", cfg.LatencyTarget, cfg.LatencyWindow)
 	}
 	x.lats = make([][]*instLatency, len(x.plan.Chains))
+	p := x.plan
+	if k := cfg.FixedShed; k > 0 && k < 1 {
+		x.sheds = make(map[[2]int]*shedPoint)
+		for s, chain := range p.Chains {
+			if chain[0].Role() == graph.RoleSource {
+				for _, e := range p.Outs[s] {
+					sp := newShedPoint()
+					sp.set(k, cfg.FixedDrop)
+					x.sheds[[2]int{s, e.To}] = sp
+				}
+			}
+		}
+	}
 	if cfg.LatencyTarget == 0 {
 		return nil
 	}
-	p := x.plan
+	if x.sheds != nil {
+		return errors.New("LatencyTarget and a fixed shedding rate exclude each other")
+	}
 	x.sheds = make(map[[2]int]*shedPoint)
 	sh := &shedder{points: make(map[string][]*shedPoint), blocked: make([]time.Duration, len(p.Chains))}
 	point := func(from, to int) *shedPoint {

@@ -184,6 +184,11 @@ type Config struct {
 	NoLatency     bool
 	LatencyWindow time.Duration
 	LatencyTarget time.Duration
+	// FixedShed, when in (0, 1), sheds at every source's outputs with that
+	// rate from the start, without a controller (sampling, or with
+	// FixedDrop dropping whole batches): a seam for tests.
+	FixedShed float64
+	FixedDrop bool
 }
 
 func defaultRunConfig() Config {
@@ -239,6 +244,13 @@ func NoLatencyStats() TopologyOption { return func(c *Config) { c.NoLatency = tr
 // LatencyWindow sets the window of the latency statistics and of a
 // LatencyTarget's controller.
 func LatencyWindow(d time.Duration) TopologyOption { return func(c *Config) { c.LatencyWindow = d } }
+
+// FixedShed sheds at every source's outputs with rate keep from the start
+// (dropping whole batches with drop, else sampling), without a controller:
+// a seam for tests.
+func FixedShed(keep float64, drop bool) TopologyOption {
+	return func(c *Config) { c.FixedShed, c.FixedDrop = keep, drop }
+}
 
 // LatencyTarget makes the job shed load to hold its end-to-end p99 latency
 // under d.
