@@ -15,6 +15,7 @@ import (
 	"github.com/sluicehq/sluice/actors"
 	"github.com/sluicehq/sluice/internal/wire"
 	"github.com/sluicehq/sluice/mailbox"
+	"go.opentelemetry.io/otel/metric"
 )
 
 // opener is a stage with resources to open at start and release on abort.
@@ -112,6 +113,8 @@ type instance struct {
 	sentAt   int64
 	sinkTail bool
 	shedRand uint64 // the state of the shedding's random numbers (splitmix64)
+	// the attributes of its OpenTelemetry measurements, made once
+	mAttrs, mSinkAttrs metric.MeasurementOption
 
 	mb           atomic.Pointer[mailbox.Mailbox]
 	blocked      atomic.Int64 // nanoseconds without credit, past episodes
@@ -595,6 +598,9 @@ func (in *instance) enqueue(oc *outChan, env *actors.Envelope) {
 		if in.blockedN == 1 {
 			in.since = time.Now()
 			in.blockedSince.Store(in.since.UnixNano())
+			if in.lat != nil {
+				in.lat.blockedSince.Store(in.since.UnixNano())
+			}
 		}
 	}
 	oc.queue = append(oc.queue, env)
@@ -633,6 +639,7 @@ func (in *instance) onCredit(m *wire.Credit) {
 	in.blocked.Add(int64(time.Since(in.since)))
 	if in.lat != nil {
 		in.lat.blocked.Add(int64(time.Since(in.since)))
+		in.lat.blockedSince.Store(0)
 	}
 	in.blockedSince.Store(0)
 	in.drain()
@@ -695,6 +702,7 @@ func (in *instance) sourceStep() (int, error) {
 	n, err := in.src.Step()
 	if n > 0 {
 		in.lat.offered.Add(int64(n))
+		in.lat.lastBorn.Store(in.curBorn)
 	}
 	in.em.Flush()
 	if n > 0 {
@@ -713,8 +721,16 @@ func (in *instance) sourceStep() (int, error) {
 // processing, and at a sink its end-to-end latency.
 func (in *instance) batchDone(env *actors.Envelope, start, count int64) {
 	end := in.exec.now()
-	if in.exec.metrics != nil {
-		in.exec.metrics.batchDone(in, time.Duration(end-start))
+	if m := in.exec.metrics; m != nil {
+		m.batchDone(in, time.Duration(end-start))
+		queue, e2e := time.Duration(-1), time.Duration(-1)
+		if env.Sent != 0 {
+			queue = time.Duration(start - env.Sent)
+		}
+		if in.sinkTail && env.Born != 0 {
+			e2e = time.Duration(end - env.Born)
+		}
+		m.latencyDone(in, queue, e2e)
 	}
 	if l := in.lat; l != nil {
 		if env.Sent != 0 {

@@ -161,6 +161,8 @@ type instLatency struct {
 	handled          atomic.Int64 // records handled (after the mailbox's shedding)
 	offered          atomic.Int64 // a source's: records read, before LatencyTarget shed any
 	blocked          atomic.Int64 // nanoseconds without credit to send, in episodes that ended
+	blockedSince     atomic.Int64 // the start of the episode going on (unix ns), 0: none
+	lastBorn         atomic.Int64 // a source's: the ingestion time of the latest batch read (unix ns)
 	shed             [numShedReasons]atomic.Int64
 }
 
@@ -186,6 +188,9 @@ func (l *instLatency) snapshot() latencySnap {
 	s := latencySnap{queue: l.queue.snapshot(), proc: l.proc.snapshot(), e2e: l.e2e.snapshot(),
 		busy: time.Duration(l.busy.Load()), handled: l.handled.Load(), offered: l.offered.Load(),
 		blocked: time.Duration(l.blocked.Load())}
+	if since := l.blockedSince.Load(); since != 0 {
+		s.blocked += max(0, time.Since(time.Unix(0, since)))
+	}
 	for i := range s.shed {
 		s.shed[i] = l.shed[i].Load()
 	}

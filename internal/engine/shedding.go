@@ -3,7 +3,6 @@ package engine
 import (
 	"errors"
 	"fmt"
-	"math"
 	"slices"
 	"strings"
 	"time"
@@ -24,12 +23,11 @@ const DefaultLatencyWindow = time.Second
 // job actor turns each latency window into a shed.Window and carries out
 // what the controller returns. Only the job actor touches it.
 type shedder struct {
-	c       shed.Controller
-	points  map[string][]*shedPoint // by the controller's point names
-	sources []int                   // the source tasks, whose back-pressure stands for hidden demand
-	blocked []time.Duration         // the sources' blocked time at the last window, by task
-	view    shed.Controller         // a copy of c for Stats, under latMu
-	report  shed.Report             // the latest report, under latMu
+	c      shed.Controller
+	points map[string][]*shedPoint // by the controller's point names
+	born   map[[2]int]int64        // each source instance's latest ingestion time read, at the last window
+	view   shed.Controller         // a copy of c for Stats, under latMu
+	report shed.Report             // the latest report, under latMu
 }
 
 // setupLatency reads the topology's latency options: measurement (on
@@ -67,7 +65,7 @@ func (x *execution) setupLatency() error {
 		return errors.New("LatencyTarget and a fixed shedding rate exclude each other")
 	}
 	x.sheds = make(map[[2]int]*shedPoint)
-	sh := &shedder{points: make(map[string][]*shedPoint), blocked: make([]time.Duration, len(p.Chains))}
+	sh := &shedder{points: make(map[string][]*shedPoint), born: make(map[[2]int]int64)}
 	point := func(from, to int) *shedPoint {
 		k := [2]int{from, to}
 		if x.sheds[k] == nil {
@@ -106,7 +104,6 @@ func (x *execution) setupLatency() error {
 	for b, chain := range p.Chains {
 		task := shed.Task{Name: chain[0].Name()}
 		if isSource(b) {
-			sh.sources = append(sh.sources, b)
 			tasks = append(tasks, task)
 			continue
 		}
@@ -198,11 +195,21 @@ func (x *execution) closeLatencyWindow() {
 		}
 		w.Loads[t] = shed.Load{Busy: s.busy, Parallelism: x.plan.Par[x.plan.Chains[t][0]]}
 	}
-	for _, t := range sh.sources {
-		b := cur[t].blocked
-		frac := float64(b-sh.blocked[t]) / (float64(length) * float64(max(w.Loads[t].Parallelism, 1)))
-		sh.blocked[t] = b
-		w.Blocked = max(w.Blocked, math.Min(frac, 1))
+	// How far the sources read through their arrivals in the window: the
+	// ingestion time they advanced over the window's length (1: they keep
+	// up; less: back-pressure leaves records waiting outside).
+	w.Reading = 1
+	for t, chain := range x.plan.Chains {
+		if chain[0].Role() != graph.RoleSource || t >= len(x.lats) {
+			continue
+		}
+		for i, l := range x.lats[t] {
+			born := l.lastBorn.Load()
+			if prev := sh.born[[2]int{t, i}]; prev != 0 && born != 0 {
+				w.Reading = min(w.Reading, float64(born-prev)/float64(length))
+			}
+			sh.born[[2]int{t, i}] = born
+		}
 	}
 	var acts []shed.Action
 	sh.c, acts = sh.c.Step(w)

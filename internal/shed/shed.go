@@ -12,11 +12,13 @@
 // highest utilisation (busy time over the window, per instance), and
 // compares the end-to-end p99 latency of the window with the target T:
 //
-//   - p99 > T (over) two windows in a row, or p99 > 2T: the rate kept at the bottleneck's shed point becomes
-//     Headroom × keep × (1 − blocked) / utilisation, and at most 0.9 × keep:
-//     the admitted load is scaled to Headroom of the bottleneck's capacity,
-//     and "blocked", the fraction of the window the sources spent
-//     back-pressured, stands for the demand that back-pressure hid.
+//   - p99 > T (over) two windows in a row, or p99 > 2T: the rate kept
+//     at the bottleneck's shed point becomes the least of
+//     Headroom × keep × reading / utilisation (the load offered, the
+//     sources' reading rate over their arrival rate, scaled to Headroom of
+//     the bottleneck's capacity), keep × max(0.5, T / p99) (a cut as deep
+//     as the overshoot, at most by half, so that a backlog drains) and
+//     0.9 × keep.
 //   - p99 < Low × T (well under) for a second window in a row, and
 //     something is shed: keep grows by Headroom / utilisation, at most
 //     doubling a window, to 1 (shedding stops).
@@ -99,10 +101,14 @@ func New(cfg Config) Controller {
 
 // Window is what the job measured over one window.
 type Window struct {
-	Length  time.Duration
-	P99     time.Duration // end to end, the highest over the sinks; 0: no record reached a sink
-	Blocked float64       // the fraction of the window the sources were back-pressured (0..1)
-	Loads   []Load        // by task, as Config.Tasks
+	Length time.Duration
+	P99    time.Duration // end to end, the highest over the sinks; 0: no record reached a sink
+	Loads  []Load        // by task, as Config.Tasks
+	// Reading is how far the sources read through their arrivals: the
+	// ingestion time they advanced in the window over its length (1: they
+	// keep up; 1/3: back-pressure lets them read a third of what arrives).
+	// 0: unknown, taken as 1.
+	Reading float64
 }
 
 // Load is one task's work in a window.
@@ -169,7 +175,11 @@ func (c Controller) Step(w Window) (Controller, []Action) {
 			acts = append(acts, SetRate{Point: c.Point, Keep: 1})
 			c.Point, c.Keep = "", 1
 		}
-		k := c.Headroom * c.Keep * (1 - clamp(w.Blocked, 0, 0.99)) / max(util, 1e-9)
+		reading := clamp(w.Reading, 0.05, 1)
+		if w.Reading == 0 {
+			reading = 1
+		}
+		k := min(c.Headroom*c.Keep*reading/max(util, 1e-9), c.Keep*max(0.5, float64(c.Target)/float64(w.P99)))
 		k = clamp(min(k, 0.9*c.Keep), c.MinKeep, 1)
 		if c.Keep <= c.MinKeep {
 			c.AtMin++

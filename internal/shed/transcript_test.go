@@ -16,7 +16,7 @@ import (
 //
 //	new target=200ms [headroom=0.9 low=0.5 minkeep=0.01 patience=3]
 //	<task> [point=<name>] [sample]     one line per task
-//	window p99=350ms util=(0.2,1.0) [blocked=0.6]   windows of 1s, parallelism 1
+//	window p99=350ms util=(0.2,1.0) [reading=0.33]   windows of 1s, parallelism 1
 //	repeat n=5 p99=... util=...        the same window n times, one output line each
 func TestTranscripts(t *testing.T) {
 	datadriven.Walk(t, "testdata", func(t *testing.T, path string) {
@@ -77,7 +77,7 @@ func TestTranscripts(t *testing.T) {
 }
 
 func windowArg(t *testing.T, d *datadriven.TestData, tasks int) Window {
-	w := Window{Length: time.Second, P99: durArg(t, d, "p99"), Blocked: floatArg(t, d, "blocked", 0)}
+	w := Window{Length: time.Second, P99: durArg(t, d, "p99"), Reading: floatArg(t, d, "reading", 0)}
 	var utils []string
 	d.ScanArgs(t, "util", &utils)
 	if len(utils) != tasks {
