@@ -285,7 +285,11 @@ func (x *execution) Stats() []actors.OperatorStats {
 func (x *execution) addLatencyStats(st *actors.OperatorStats, task, pos int) {
 	st.SampleRate = 1
 	if !st.Watermark.IsZero() {
-		st.EventTimeLag = max(0, x.nowFn().Sub(st.Watermark))
+		now := x.topo.Config().Now
+		if x.nowFn != nil {
+			now = x.nowFn
+		}
+		st.EventTimeLag = max(0, now().Sub(st.Watermark))
 	}
 	if x.lats == nil {
 		return

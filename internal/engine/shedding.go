@@ -23,11 +23,13 @@ const DefaultLatencyWindow = time.Second
 // job actor turns each latency window into a shed.Window and carries out
 // what the controller returns. Only the job actor touches it.
 type shedder struct {
-	c      shed.Controller
-	points map[string][]*shedPoint // by the controller's point names
-	born   map[[2]int]int64        // each source instance's latest ingestion time read, at the last window
-	view   shed.Controller         // a copy of c for Stats, under latMu
-	report shed.Report             // the latest report, under latMu
+	c       shed.Controller
+	points  map[string][]*shedPoint // by the controller's point names
+	born    map[[2]int]int64        // each source instance's latest ingestion time read, at the last window
+	offered map[[2]int]int64        // and the records it had read
+	started int64                   // the job's start (unix ns): the ingestion time before the first window
+	view    shed.Controller         // a copy of c for Stats, under latMu
+	report  shed.Report             // the latest report, under latMu
 }
 
 // setupLatency reads the topology's latency options: measurement (on
@@ -65,7 +67,7 @@ func (x *execution) setupLatency() error {
 		return errors.New("LatencyTarget and a fixed shedding rate exclude each other")
 	}
 	x.sheds = make(map[[2]int]*shedPoint)
-	sh := &shedder{points: make(map[string][]*shedPoint), born: make(map[[2]int]int64)}
+	sh := &shedder{points: make(map[string][]*shedPoint), born: make(map[[2]int]int64), offered: make(map[[2]int]int64), started: x.now()}
 	point := func(from, to int) *shedPoint {
 		k := [2]int{from, to}
 		if x.sheds[k] == nil {
@@ -195,20 +197,45 @@ func (x *execution) closeLatencyWindow() {
 		}
 		w.Loads[t] = shed.Load{Busy: s.busy, Parallelism: x.plan.Par[x.plan.Chains[t][0]]}
 	}
-	// How far the sources read through their arrivals in the window: the
-	// ingestion time they advanced over the window's length (1: they keep
-	// up; less: back-pressure leaves records waiting outside).
-	w.Reading = 1
+	// The rate records arrive at the sources: what they read over the
+	// ingestion time it covers (more than they read when back-pressure
+	// leaves records waiting outside, less while they read a backlog), and
+	// how far behind the arrivals the most behind of them read. A source
+	// whose reader does not say when records arrived (IngestionTimer)
+	// counts them as arriving when read.
+	now := x.now()
+	var admitted int64
 	for t, chain := range x.plan.Chains {
 		if chain[0].Role() != graph.RoleSource || t >= len(x.lats) {
 			continue
 		}
 		for i, l := range x.lats[t] {
-			born := l.lastBorn.Load()
-			if prev := sh.born[[2]int{t, i}]; prev != 0 && born != 0 {
-				w.Reading = min(w.Reading, float64(born-prev)/float64(length))
+			k := [2]int{t, i}
+			born, offered := l.lastBorn.Load(), l.offered.Load()
+			if prev := sh.born[k]; born != 0 && offered > sh.offered[k] {
+				if prev == 0 {
+					prev = sh.started
+				}
+				span := max(time.Duration(born-prev), length/100)
+				w.Arrivals += float64(offered-sh.offered[k]) / span.Seconds()
+				w.Lag = max(w.Lag, time.Duration(now-born))
 			}
-			sh.born[[2]int{t, i}] = born
+			sh.born[k], sh.offered[k] = born, offered
+		}
+		admitted += cur[t].offered - cur[t].shed[shedSampled] - cur[t].shed[shedDropped]
+	}
+	for t, s := range win {
+		if s.busy > 0 && s.handled > 0 {
+			w.Loads[t].Capacity = float64(s.handled) / s.busy.Seconds() * float64(w.Loads[t].Parallelism)
+		}
+		if admitted > 0 { // as if nothing were shed on the edges into t
+			g := float64(cur[t].handled) / float64(admitted)
+			for k, p := range x.sheds {
+				if k[1] == t && !x.isSourceTask(k[0]) {
+					g /= max(p.rate(), 1e-3)
+				}
+			}
+			w.Loads[t].Gain = g
 		}
 	}
 	var acts []shed.Action
@@ -280,3 +307,5 @@ func ShedStatsOf(run *actors.Run) ShedStats {
 	}
 	return ShedStats{}
 }
+
+func (x *execution) isSourceTask(t int) bool { return x.plan.Chains[t][0].Role() == graph.RoleSource }

@@ -13,12 +13,20 @@
 // compares the end-to-end p99 latency of the window with the target T:
 //
 //   - p99 > T (over) two windows in a row, or p99 > 2T: the rate kept
-//     at the bottleneck's shed point becomes the least of
-//     Headroom × keep × reading / utilisation (the load offered, the
-//     sources' reading rate over their arrival rate, scaled to Headroom of
-//     the bottleneck's capacity), keep × max(0.5, T / p99) (a cut as deep
-//     as the overshoot, at most by half, so that a backlog drains) and
-//     0.9 × keep.
+//     at the bottleneck's shed point becomes
+//     Headroom × capacity / (arrivals × gain) / (1 + lag / window):
+//     the first factor admits Headroom of the bottleneck's capacity
+//     (records a second it handles when busy all the time) of what
+//     arrives at the sources (records a second, whether or not they could
+//     read it: back-pressure leaves it waiting outside), gain being the
+//     records the bottleneck handles per record admitted; "lag" is how far
+//     behind the arrivals the sources read, the backlog waiting outside,
+//     and the second factor lets them read through it within a window.
+//     Without those measurements, Headroom × keep / utilisation. When the
+//     p99 was over the window before too and did not fall, the rate is
+//     also cut to at most 0.9 × keep. Once the sources have read their
+//     backlog (lag under a tenth of the window) and the p99 is no longer
+//     over, the rate goes back to the steady one, the first factor alone.
 //   - p99 < Low × T (well under) for a second window in a row, and
 //     something is shed: keep grows by Headroom / utilisation, at most
 //     doubling a window, to 1 (shedding stops).
@@ -79,6 +87,8 @@ type Controller struct {
 	AtMin      int     // over windows in a row at MinKeep
 	Over       int     // windows in a row over the target
 	Under      int     // windows in a row well under the target
+	LastP99    time.Duration
+	Steady     float64 // the rate the latest cut found without the backlog's share
 	Infeasible bool    // the target was reported unreachable, and still is
 }
 
@@ -104,17 +114,22 @@ type Window struct {
 	Length time.Duration
 	P99    time.Duration // end to end, the highest over the sinks; 0: no record reached a sink
 	Loads  []Load        // by task, as Config.Tasks
-	// Reading is how far the sources read through their arrivals: the
-	// ingestion time they advanced in the window over its length (1: they
-	// keep up; 1/3: back-pressure lets them read a third of what arrives).
-	// 0: unknown, taken as 1.
-	Reading float64
+	// Arrivals is the rate records arrived at the sources (records a
+	// second), whether or not the sources read them; 0: unknown.
+	Arrivals float64
+	// Lag is how far behind its arrivals the most behind source read at
+	// the window's end: the age of the newest record it read.
+	Lag time.Duration
 }
 
 // Load is one task's work in a window.
 type Load struct {
 	Busy        time.Duration // summed over its instances
 	Parallelism int
+	// Capacity is the records a second the task handles when all its
+	// instances are busy all the time (0: unknown), and Gain the records
+	// it handles per record the sources admit (0: unknown, taken as 1).
+	Capacity, Gain float64
 }
 
 // Action is what the driver carries out.
@@ -141,6 +156,8 @@ func (Report) action()  {}
 // does not change c.
 func (c Controller) Step(w Window) (Controller, []Action) {
 	var acts []Action
+	prevP99 := c.LastP99
+	c.LastP99 = w.P99
 	b, util := c.bottleneck(w)
 	if b >= 0 {
 		c.Bottleneck = c.Tasks[b].Name
@@ -175,12 +192,23 @@ func (c Controller) Step(w Window) (Controller, []Action) {
 			acts = append(acts, SetRate{Point: c.Point, Keep: 1})
 			c.Point, c.Keep = "", 1
 		}
-		reading := clamp(w.Reading, 0.05, 1)
-		if w.Reading == 0 {
-			reading = 1
+		// The rate that admits Headroom of the bottleneck's capacity of
+		// what arrives, lowered so that the sources also read their
+		// backlog within a window.
+		k := c.Headroom * c.Keep / max(util, 1e-9)
+		if l := w.Loads[b]; l.Capacity > 0 && w.Arrivals > 0 {
+			gain := l.Gain
+			if gain <= 0 {
+				gain = 1
+			}
+			k = c.Headroom * l.Capacity / (w.Arrivals * gain)
 		}
-		k := min(c.Headroom*c.Keep*reading/max(util, 1e-9), c.Keep*max(0.5, float64(c.Target)/float64(w.P99)))
-		k = clamp(min(k, 0.9*c.Keep), c.MinKeep, 1)
+		if c.Over >= 2 && w.P99 >= prevP99*9/10 { // over and not falling: cut
+			k = min(k, 0.9*c.Keep)
+		}
+		c.Steady = round(clamp(k, c.MinKeep, 1))
+		k /= 1 + float64(max(w.Lag, 0))/float64(max(w.Length, 1))
+		k = clamp(k, c.MinKeep, 1)
 		if c.Keep <= c.MinKeep {
 			c.AtMin++
 		} else {
@@ -192,12 +220,17 @@ func (c Controller) Step(w Window) (Controller, []Action) {
 			return c.report(acts, true, fmt.Sprintf("p99 %v over the target %v with %s keeping %.2f, the least allowed", w.P99, c.Target, c.Point, c.MinKeep))
 		}
 		return c, acts
+	case c.Point != "" && c.Keep < c.Steady && w.Lag < w.Length/10:
+		// The backlog the rate was lowered for is read: back to the
+		// steady rate.
+		c.Keep = c.Steady
+		acts = append(acts, SetRate{Point: c.Point, Keep: c.Keep, Drop: c.Drop})
 	case under && c.Point != "" && c.Under >= 2:
 		c.AtMin = 0
 		k := c.Keep * min(2, c.Headroom/max(util, 1e-9))
 		if k >= 0.99 {
 			acts = append(acts, SetRate{Point: c.Point, Keep: 1})
-			c.Point, c.Keep, c.Drop = "", 1, false
+			c.Point, c.Keep, c.Drop, c.Steady = "", 1, false, 0
 		} else if k = round(k); k > c.Keep {
 			c.Keep = k
 			acts = append(acts, SetRate{Point: c.Point, Keep: c.Keep, Drop: c.Drop})

@@ -16,7 +16,8 @@ import (
 //
 //	new target=200ms [headroom=0.9 low=0.5 minkeep=0.01 patience=3]
 //	<task> [point=<name>] [sample]     one line per task
-//	window p99=350ms util=(0.2,1.0) [reading=0.33]   windows of 1s, parallelism 1
+//	window p99=350ms util=(0.2,1.0) [arrivals=3000 cap=(0,0,1000) lag=600ms]   windows of 1s, parallelism 1;
+//	                                   arrivals in records/s, cap: each task's capacity, records/s
 //	repeat n=5 p99=... util=...        the same window n times, one output line each
 func TestTranscripts(t *testing.T) {
 	datadriven.Walk(t, "testdata", func(t *testing.T, path string) {
@@ -77,20 +78,35 @@ func TestTranscripts(t *testing.T) {
 }
 
 func windowArg(t *testing.T, d *datadriven.TestData, tasks int) Window {
-	w := Window{Length: time.Second, P99: durArg(t, d, "p99"), Reading: floatArg(t, d, "reading", 0)}
+	w := Window{Length: time.Second, P99: durArg(t, d, "p99"), Arrivals: floatArg(t, d, "arrivals", 0)}
+	if d.HasArg("lag") {
+		w.Lag = durArg(t, d, "lag")
+	}
 	var utils []string
 	d.ScanArgs(t, "util", &utils)
 	if len(utils) != tasks {
 		d.Fatalf(t, "util: %d values for %d tasks", len(utils), tasks)
 	}
-	for _, u := range utils {
-		v, err := strconv.ParseFloat(u, 64)
-		if err != nil {
-			d.Fatalf(t, "util %q: %v", u, err)
+	var caps []string
+	if d.HasArg("cap") {
+		d.ScanArgs(t, "cap", &caps)
+	}
+	for i, u := range utils {
+		l := Load{Busy: time.Duration(parse(t, d, u) * float64(time.Second)), Parallelism: 1}
+		if i < len(caps) {
+			l.Capacity = parse(t, d, caps[i])
 		}
-		w.Loads = append(w.Loads, Load{Busy: time.Duration(v * float64(time.Second)), Parallelism: 1})
+		w.Loads = append(w.Loads, l)
 	}
 	return w
+}
+
+func parse(t *testing.T, d *datadriven.TestData, s string) float64 {
+	v, err := strconv.ParseFloat(s, 64)
+	if err != nil {
+		d.Fatalf(t, "%q: %v", s, err)
+	}
+	return v
 }
 
 func durArg(t *testing.T, d *datadriven.TestData, key string) time.Duration {

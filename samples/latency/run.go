@@ -94,7 +94,9 @@ type estimates = operators.Collector[operators.Windowed[int, operators.Estimate]
 // pipeline builds one policy's topology: load -> ts -> slow -> (out, by-key
 // -> count -> counts).
 func pipeline(cfg Config, policy string, s *schedule, c clock.Clock) (*operators.Topology, *estimates) {
-	opts := []operators.TopologyOption{operators.WithClock(c)}
+	// Batches of 32: at a millisecond a record, a batch is 32 ms of work,
+	// fine enough for the latency windows of a second.
+	opts := []operators.TopologyOption{operators.WithClock(c), operators.BatchSize(32)}
 	in := operators.Input(mailbox.Block(cfg.Capacity))
 	switch policy {
 	case "drop-oldest":
