@@ -113,7 +113,7 @@ func (x *execution) setupLatency() error {
 		// or downstream of b (no branch bypasses it); else on the edges
 		// into b.
 		var srcs []int
-		bypass := false
+		useEdges := false
 		for s := range p.Chains {
 			if !isSource(s) || !reach[s][b] {
 				continue
@@ -121,14 +121,23 @@ func (x *execution) setupLatency() error {
 			srcs = append(srcs, s)
 			for u := range p.Chains {
 				if reach[s][u] && !reach[u][b] && !reach[b][u] {
-					bypass = true
+					useEdges = true
 				}
 			}
 		}
 		var names []string
 		var pts []*shedPoint
 		sample := true
-		if !bypass && len(srcs) > 0 {
+		// Sampling at the sources would reach a Selective operator, but one
+		// upstream of b only: the edges into b, where sampling is allowed,
+		// relieve b and leave that operator's input whole.
+		edgeSamples := !slices.ContainsFunc(chain, (*graph.Node).Selective) && !selectiveFrom(b)
+		for _, s := range srcs {
+			if selectiveFrom(s) && edgeSamples {
+				useEdges = true
+			}
+		}
+		if !useEdges && len(srcs) > 0 {
 			for _, s := range srcs {
 				names = append(names, p.Chains[s][0].Name())
 				for _, e := range p.Outs[s] {
@@ -141,7 +150,7 @@ func (x *execution) setupLatency() error {
 				names = append(names, p.Chains[e.From][0].Name()+"->"+chain[0].Name())
 				pts = append(pts, point(e.From, b))
 			}
-			sample = !slices.ContainsFunc(p.Chains[b], (*graph.Node).Selective) && !selectiveFrom(b)
+			sample = edgeSamples
 		}
 		slices.Sort(names)
 		names = slices.Compact(names)

@@ -24,6 +24,9 @@ type Config struct {
 	Overload, Calm time.Duration
 	Target         time.Duration // the LatencyTarget
 	Keys           int           // keys of the approximate counts
+	// Selective declares the slow operator Selective: the target then
+	// drops whole batches at the source instead of sampling.
+	Selective bool
 	Capacity       int           // the slow operator's mailbox, records
 	// Clock drives the load, the work and the job (nil: the real clock).
 	// Under testing/synctest the real clock is the bubble's fake one, and
@@ -77,6 +80,7 @@ type Outcome struct {
 	Offered   int64 // records that arrived
 	Processed int64 // records the slow operator handled
 	Shed      int64 // records the target shed, or the mailbox dropped
+	ShedBy    map[string]int64
 	// The approximate counts (target): key-windows reported, the mean of
 	// |estimate − truth| / truth, and the share whose truth was within the
 	// reported 95 % bound.
@@ -107,7 +111,11 @@ func pipeline(cfg Config, policy string, s *schedule, c clock.Clock) (*operators
 	t := operators.NewTopology("latency-"+policy, opts...)
 	src := operators.Source(t, "load", &loadSource{s: s, c: c})
 	ts := operators.Timestamps(src, "ts", func(e Event) time.Time { return e.Arrived })
-	slow := operators.Map(ts, "slow", func(e Event) Event { work(c, cfg.Cost); return e }, in, operators.NoFusion())
+	mapOpts := []operators.MapOption{in, operators.NoFusion()}
+	if cfg.Selective {
+		mapOpts = append(mapOpts, operators.Selective())
+	}
+	slow := operators.Map(ts, "slow", func(e Event) Event { work(c, cfg.Cost); return e }, mapOpts...)
 	operators.Sink(slow, "out", operators.SinkFunc(func(Event) error { return nil }))
 	by := operators.KeyBy(slow, "by-key", func(e Event) int { return e.Key })
 	counts := operators.WindowCountEstimate(by, "count", operators.Tumbling(time.Second))
@@ -182,6 +190,15 @@ func runOne(ctx context.Context, sys *actors.System, cfg Config, policy string, 
 	st := stats(run)
 	o.Offered, o.Processed = st["load"].Out, st["slow"].In
 	o.Shed = st["load"].Shed + st["slow"].Dropped
+	o.ShedBy = map[string]int64{}
+	for _, op := range []string{"load", "slow"} {
+		for r, n := range st[op].ShedBy {
+			o.ShedBy[r] += n
+		}
+		for r, n := range st[op].DroppedBy {
+			o.ShedBy[r] += n
+		}
+	}
 	if policy == "target" {
 		o.Windows, o.MeanError, o.Covered = accuracy(got.Items(), s, phases)
 	}

@@ -38,6 +38,7 @@ func (s *Sample) Flags(fs *flag.FlagSet) {
 	fs.DurationVar(&s.cfg.Overload, "overload", s.cfg.Overload, "how long the load runs at 3x the capacity")
 	fs.DurationVar(&s.cfg.Calm, "calm", s.cfg.Calm, "how long it then runs at 0.5x")
 	fs.DurationVar(&s.cfg.Target, "target", s.cfg.Target, "the latency target")
+	fs.BoolVar(&s.cfg.Selective, "selective", s.cfg.Selective, "declare the slow operator Selective: the target drops whole batches instead of sampling")
 }
 
 // Configure sets the options without flags (for tests and embedding).
@@ -128,8 +129,8 @@ func Print(w io.Writer, cfg Config, outs []Outcome) {
 		fmt.Fprintf(w, " %12s\n", keep)
 	}
 	for _, o := range outs {
-		fmt.Fprintf(w, "%-12s offered %d, processed %d (%.0f/s, %.2fx the capacity), shed or dropped %d\n",
-			o.Policy, o.Offered, o.Processed, o.Throughput(), o.Throughput()/capacity, o.Shed)
+		fmt.Fprintf(w, "%-12s offered %d, processed %d (%.0f/s, %.2fx the capacity), shed or dropped %d %v\n",
+			o.Policy, o.Offered, o.Processed, o.Throughput(), o.Throughput()/capacity, o.Shed, o.ShedBy)
 		if o.Windows > 0 {
 			fmt.Fprintf(w, "%-12s approximate counts: %d key-windows, mean error %.1f %%, truth within the 95 %% bound in %.1f %%\n",
 				"", o.Windows, 100*o.MeanError, 100*o.Covered)
