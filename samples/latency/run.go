@@ -27,7 +27,7 @@ type Config struct {
 	// Selective declares the slow operator Selective: the target then
 	// drops whole batches at the source instead of sampling.
 	Selective bool
-	Capacity       int           // the slow operator's mailbox, records
+	Capacity  int // the slow operator's mailbox, records
 	// Clock drives the load, the work and the job (nil: the real clock).
 	// Under testing/synctest the real clock is the bubble's fake one, and
 	// the experiment's outcome does not depend on the machine's speed.
