@@ -112,3 +112,19 @@ func ReadSavepoint(dir string) (SavepointInfo, error) {
 // is only read. A savepoint that is damaged, truncated, of another program
 // or of a newer format is refused by Start, naming the file.
 func FromSavepoint(dir string) TopologyOption { return TopologyOption{graph.FromSavepoint(dir)} }
+
+// ShedStats describe a LatencyTarget's controller now (DESIGN.md, Latency
+// and shedding).
+type ShedStats struct {
+	Target     time.Duration
+	Point      string  // where it sheds: the sources ("clicks"), or an edge ("parse->count"); "" when it sheds nothing
+	Keep       float64 // the fraction of records kept there (1: nothing shed)
+	Drop       bool    // it drops whole batches, since an operator downstream is Selective; else it samples
+	Bottleneck string  // the busiest task (its first operator) in the latest window
+	Infeasible string  // why the target cannot be held now, "" while it can
+}
+
+// ShedStatsOf reports a topology run's LatencyTarget controller: zero
+// statistics for a run without one. What it shed is in each operator's
+// OperatorStats (Shed, ShedBy, SampleRate).
+func ShedStatsOf(run *actors.Run) ShedStats { return ShedStats(engine.ShedStatsOf(run)) }
