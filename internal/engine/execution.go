@@ -61,6 +61,7 @@ type execution struct {
 	cpStats     CheckpointStats
 	cpStatsMu   sync.Mutex
 	metrics     *jobMetrics // nil without a MeterProvider
+	live        liveInputs  // inputs changed while the job runs (control.go)
 }
 
 // CheckpointStats describe a job's checkpoints.
@@ -398,6 +399,9 @@ func (x *execution) build() error {
 			if head := p.Chains[id][0]; head.Input() != nil {
 				recv.mbCfg = *head.Input()
 			}
+			if o, ok := x.liveInput(id); ok { // changed while the job ran (control.go)
+				recv.mbCfg = o
+			}
 			recv.credited = recv.mbCfg.Overflow == mailbox.OverflowBlock
 			if recv.credited { // room for every channel's window
 				recv.mbCfg.Capacity = max(recv.mbCfg.Capacity, cfg.BatchSize*len(recv.ins))
@@ -459,6 +463,7 @@ func (x *execution) build() error {
 			in.finKey = chain[0].Name() + "/" + strconv.Itoa(in.idx) + "#finished"
 			in.restoredDone = x.restored != nil && x.restored.Offsets[in.finKey] != 0
 			if chain[0].Role() == graph.RoleSource {
+				in.paused = x.livePaused(id) // a restart keeps a pause (control.go)
 				in.srcKey = chain[0].Name() + "/" + strconv.Itoa(in.idx)
 				if x.restored != nil {
 					in.srcOffset = x.restored.Offsets[in.srcKey]
