@@ -25,8 +25,8 @@ import (
 //     the newest records that do not fit, Block spills them (its senders
 //     hold credits, which bound them).
 //
-// Callbacks (OnOverflow, OnError), the clock and the throughput of the
-// current configuration are kept when cfg leaves them unset.
+// The callbacks (OnOverflow, OnError), the clock and the throughput of the
+// mailbox stay as they were: those of cfg are ignored.
 func (m *Mailbox) Reconfigure(cfg Config) error {
 	if err := cfg.Validate(); err != nil {
 		return err
@@ -40,18 +40,9 @@ func (m *Mailbox) Reconfigure(cfg Config) error {
 		return fmt.Errorf("mailbox: reconfigure: %w", m.refuse)
 	}
 	old := m.cfg
-	if cfg.OnOverflow == nil {
-		cfg.OnOverflow = old.OnOverflow
-	}
-	if cfg.OnError == nil {
-		cfg.OnError = old.OnError
-	}
-	if cfg.Now == nil {
-		cfg.Now = old.Now
-	}
-	if cfg.Throughput == 0 {
-		cfg.Throughput = old.Throughput
-	}
+	// The callbacks, the clock and the throughput stay: they are read
+	// outside the lock.
+	cfg.OnOverflow, cfg.OnError, cfg.Now, cfg.Throughput = old.OnOverflow, old.OnError, old.Now, old.Throughput
 	cfg = cfg.withDefaults()
 	if cfg.Overflow == OverflowSpill && m.spill == nil {
 		sq, _, err := openSpillQueue(cfg.Spill)
@@ -69,7 +60,8 @@ func (m *Mailbox) Reconfigure(cfg Config) error {
 	if cfg.Overflow == OverflowSample && old.Overflow != OverflowSample {
 		m.sampled = 0
 	}
-	m.cfg = cfg
+	m.cfg.Capacity, m.cfg.Overflow, m.cfg.HighWater = cfg.Capacity, cfg.Overflow, cfg.HighWater
+	m.cfg.SampleEvery, m.cfg.Rate, m.cfg.Spill = cfg.SampleEvery, cfg.Rate, cfg.Spill
 	m.st.Policy, m.st.Capacity = cfg.Overflow.String(), cfg.Capacity
 	if m.waiters > 0 { // a larger capacity may let waiting Puts in
 		close(m.space)

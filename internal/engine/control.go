@@ -176,11 +176,27 @@ func SetInput(ctx context.Context, run *actors.Run, op string, cfg mailbox.Confi
 		return fmt.Errorf("%w: job %q is distributed: live changes of inputs are for jobs in one process", ErrNoLiveChange, x.topo.Name())
 	}
 	cfg = public(cfg)
+	var spill *mailbox.SpillStore
 	if cfg.Overflow == mailbox.OverflowSpill {
-		cfg.Spill = &mailbox.SpillOptions{} // filled per instance
+		st, err := x.sys.SpillStore()
+		if err != nil {
+			return fmt.Errorf("%w: operator %q: spill: %w", ErrNoLiveChange, op, err)
+		}
+		spill = st
 	}
-	if err := cfg.Validate(); err != nil {
+	// spillFor fills in a Spill's options as at the start (mailboxFor).
+	spillFor := func(c mailbox.Config, idx int) mailbox.Config {
+		if spill != nil {
+			c.Spill = &mailbox.SpillOptions{Store: spill, Codec: head.NewCodec(),
+				Queue: fmt.Sprintf("%s/%s.%d", x.jobPID.Id, head.Name(), idx)}
+		}
+		return c
+	}
+	if err := spillFor(cfg, 0).Validate(); err != nil {
 		return fmt.Errorf("operator %q: %w", op, err)
+	}
+	if spill != nil {
+		cfg.Spill = &mailbox.SpillOptions{} // a restart fills it in (mailboxFor)
 	}
 	select {
 	case <-x.done:
@@ -203,16 +219,7 @@ func SetInput(ctx context.Context, run *actors.Run, op string, cfg mailbox.Confi
 	x.instMu.RUnlock()
 	replies := make(chan error, len(insts))
 	for _, in := range insts {
-		c := cfg
-		if c.Overflow == mailbox.OverflowSpill {
-			st, err := x.sys.SpillStore()
-			if err != nil {
-				return fmt.Errorf("%w: operator %q: spill: %w", ErrNoLiveChange, op, err)
-			}
-			c.Spill = &mailbox.SpillOptions{Store: st, Codec: head.NewCodec(),
-				Queue: fmt.Sprintf("%s/%s.%d", x.jobPID.Id, head.Name(), in.idx)}
-		}
-		x.root.Send(in.self, &setInputMsg{cfg: c, reply: replies})
+		x.root.Send(in.self, &setInputMsg{cfg: spillFor(cfg, in.idx), reply: replies})
 	}
 	var errs []error
 	for range insts {
@@ -340,6 +347,12 @@ type (
 func (*setInputMsg) control() {}
 func (*gateMsg) control()     {}
 func (*pauseMsg) control()    {}
+
+// The control plane's messages are control messages of the mailbox: never
+// counted as records, never dropped.
+func (*setInputMsg) IsControl() bool { return true }
+func (*gateMsg) IsControl() bool     { return true }
+func (*pauseMsg) IsControl() bool    { return true }
 
 // liveGate is a receiver's state of its latest live change to Block.
 type liveGate struct {
