@@ -132,11 +132,29 @@ func (s *Server) Add(run *actors.Run) error {
 	return nil
 }
 
-// Remove forgets a job.
-func (s *Server) Remove(name string) {
+// Remove forgets a run (a job of the same name that replaced it stays).
+func (s *Server) Remove(run *actors.Run) {
 	s.mu.Lock()
-	delete(s.jobs, name)
-	s.mu.Unlock()
+	defer s.mu.Unlock()
+	if j, ok := s.jobs[run.Name()]; ok && j.run == run {
+		delete(s.jobs, run.Name())
+	}
+}
+
+// Replace puts run under control in the place of a job of the same name
+// (a job taken over by this process), keeping its history.
+func (s *Server) Replace(run *actors.Run) error {
+	if run == nil {
+		return fmt.Errorf("%w: Replace: nil run", ErrInvalid)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if j, ok := s.jobs[run.Name()]; ok {
+		j.run = run
+		return nil
+	}
+	s.jobs[run.Name()] = &job{run: run}
+	return nil
 }
 
 func (s *Server) runOf(name string) (*actors.Run, error) {
@@ -272,13 +290,14 @@ func (s *Server) applyInput(ctx context.Context, ev *Event, in Input) error {
 			info = &infos[i]
 		}
 	}
-	spill := info == nil || info.Spill
+	if info == nil || info.Operator != ev.Target { // unknown or fused: the engine says which
+		return engine.SetInput(ctx, run, ev.Target, in.config())
+	}
+	spill := info.Spill
 	if err := desired.CheckInput("input", desired.Input(in), spill); err != nil {
 		return fmt.Errorf("%w: %w", ErrInvalid, err)
 	}
-	if info != nil && info.Operator == ev.Target {
-		ev.Detail = fmt.Sprintf("%s (was %s)", in, inputOf(info.Config))
-	}
+	ev.Detail = fmt.Sprintf("%s (was %s)", in, inputOf(info.Config))
 	ctx, cancel := context.WithTimeout(ctx, s.opts.ChangeTimeout)
 	defer cancel()
 	return engine.SetInput(ctx, run, ev.Target, in.config())

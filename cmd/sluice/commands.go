@@ -85,6 +85,7 @@ func runCmd(g *globals) *cobra.Command {
 	var trace bool
 	var traceEndpoint, metricsAddr, uiAddr string
 	var uiWait bool
+	var af adminFlags
 	c := &cobra.Command{
 		Use:   "run SAMPLE [flags]",
 		Short: "run a sample, with a live progress line on stderr",
@@ -96,6 +97,7 @@ func runCmd(g *globals) *cobra.Command {
 	c.PersistentFlags().StringVar(&metricsAddr, "metrics", "", "serve Prometheus metrics at http://ADDR/metrics (e.g. "+telemetry.DefaultMetricsAddr+"; a port alone binds 127.0.0.1, a host written out is used as written)")
 	c.PersistentFlags().StringVar(&uiAddr, "ui", "", "serve the live dashboard at http://ADDR/ while the sample runs (e.g. 127.0.0.1:8080; a port alone binds 127.0.0.1, a host written out is used as written)")
 	c.PersistentFlags().BoolVar(&uiWait, "ui-wait", false, "with --ui: after the job ends, keep serving its final state until interrupted (Ctrl-C)")
+	af.add(c, true)
 	// The cluster word count starts node processes of its own: it is a
 	// command rather than a samples.Sample, reachable as a sample too.
 	c.AddCommand(clusterWordCountCmd(g))
@@ -146,7 +148,17 @@ func runCmd(g *globals) *cobra.Command {
 			defer stopUI()
 			ui = d
 		}
-		err := runSample(cmd.Context(), g, s, progress, tp, ui)
+		srv, stopAdmin, err := af.start(g, tp)
+		if err != nil {
+			return err
+		}
+		defer stopAdmin()
+		err = runSample(cmd.Context(), g, s, progress, tp, ui, func(run *actors.Run) (func(), error) {
+			if err := addJob(srv, run); err != nil {
+				return nil, err
+			}
+			return af.watch(srv), nil
+		})
 		flush, cancel := context.WithTimeout(context.WithoutCancel(cmd.Context()), 5*time.Second)
 		defer cancel()
 		if ferr := tp.Shutdown(flush); ferr != nil && err == nil {
@@ -191,7 +203,10 @@ func serveUI(g *globals, addr string, trace bool, service string) (d *dashboard.
 	return d, func() { cancel(); _ = wait() }, nil
 }
 
-func runSample(ctx context.Context, g *globals, s samples.Sample, every time.Duration, tp telemetry.Providers, ui *dashboard.Dashboard) error {
+// runSample runs a sample to its end; started (which may be nil) is told
+// of the run once it started, and what it returns runs when the run ended.
+func runSample(ctx context.Context, g *globals, s samples.Sample, every time.Duration, tp telemetry.Providers, ui *dashboard.Dashboard,
+	started func(*actors.Run) (func(), error)) error {
 	log, err := g.logger()
 	if err != nil {
 		return err
@@ -217,6 +232,13 @@ func runSample(ctx context.Context, g *globals, s samples.Sample, every time.Dur
 		if err := ui.Add(run); err != nil {
 			return err
 		}
+	}
+	if started != nil {
+		done, err := started(run)
+		if err != nil {
+			return err
+		}
+		defer done()
 	}
 	p := newProgress(g.stderr, isTerminal(g.stderr))
 	var tick <-chan time.Time

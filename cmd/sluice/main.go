@@ -4,6 +4,8 @@
 //	sluice run wordcount [flags]       # run one, with a live progress line on stderr
 //	sluice plan wordcount [flags]      # print its physical plan (fused chains, parallelism, edges)
 //	sluice cluster-wordcount --nodes 3 # word count across 3 local node processes
+//	sluice run nexmark-q5 --admin 7070 # ... with the admin API; then, in another shell:
+//	sluice ctl show nexmark-q5         # drive it: list, show, pause, resume, savepoint, stop, set-policy
 package main
 
 import (
@@ -58,5 +60,6 @@ func newRoot(stdout, stderr io.Writer) *cobra.Command {
 	root.AddCommand(deadLettersCmd(g))
 	root.AddCommand(nexmarkCmd(g))
 	root.AddCommand(nodeCmd(g), clusterWordCountCmd(g))
+	root.AddCommand(ctlCmd(g))
 	return root
 }
