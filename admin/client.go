@@ -29,7 +29,9 @@ type APIError struct {
 	Message string
 }
 
-func (e *APIError) Error() string { return fmt.Sprintf("admin: %d %s: %s", e.Status, http.StatusText(e.Status), e.Message) }
+func (e *APIError) Error() string {
+	return fmt.Sprintf("admin: %d %s: %s", e.Status, http.StatusText(e.Status), e.Message)
+}
 
 func (c *Client) call(ctx context.Context, method, path string, body, out any) error {
 	var rd io.Reader
