@@ -109,6 +109,16 @@ func (s *Server) feed(ctx context.Context, source string, ev desired.Event) erro
 	s.ds.feedMu.Lock()
 	defer s.ds.feedMu.Unlock()
 	var rejected error
+	var named []string // the jobs the document names: a rejection goes in their histories
+	if r, ok := ev.(desired.Read); ok {
+		for j := range r.Doc.Jobs {
+			named = append(named, j)
+		}
+		slices.Sort(named)
+	}
+	if len(named) == 0 {
+		named = []string{""}
+	}
 	queue := []desired.Event{ev}
 	for len(queue) > 0 {
 		s.ds.mu.Lock()
@@ -131,8 +141,10 @@ func (s *Server) feed(ctx context.Context, source string, ev desired.Event) erro
 				rejected = nil
 			case desired.Nack:
 				rejected = errors.New(a.Reason)
-				s.noteDesired(ctx, Event{Who: "desired " + source, What: "desired", Version: a.Version,
-					Detail: fmt.Sprintf("version %d rejected whole; the last good version stays in force", a.Version)}, rejected)
+				for _, j := range named {
+					s.noteDesired(ctx, Event{Who: "desired " + source, Job: j, What: "desired", Version: a.Version,
+						Detail: fmt.Sprintf("version %d rejected whole; the last good version stays in force", a.Version)}, rejected)
+				}
 			case desired.Ignore:
 			}
 		}

@@ -122,6 +122,7 @@ func TestWatchFile(t *testing.T) {
 	}
 	want := []string{
 		"set-input work v1 applied", "desired  v1 applied",
+		"desired  v2 rejected", // v3 did not parse: it names no job
 		"pause src v4 applied", "set-input work v4 applied", "desired  v4 applied",
 	}
 	if strings.Join(lines, "\n") != strings.Join(want, "\n") {
