@@ -36,10 +36,10 @@ func spin(v int64) int64 {
 // implies: every record of the Block and Spill stretches exactly once, the
 // DropOldest and Sample stretches short by exactly their drops.
 func TestLivePolicySwitch(t *testing.T) {
-	const n = 300_000
+	const n = 1 << 40 // never reached: the test stops the job
 	sys, ctx := newSystem(t)
 	var mu sync.Mutex
-	seen := make([]int, n)
+	seen := map[int64]int{}
 	top := operators.NewTopology("overload", operators.BatchSize(64))
 	src := operators.Source(top, "src", operators.Generate(n, func(i int64) int64 { return i }))
 	keyed := operators.KeyBy(src, "by-key", func(v int64) int64 { return v % 16 }, operators.Parallelism(2))
@@ -151,20 +151,23 @@ func TestLivePolicySwitch(t *testing.T) {
 	set(admin.Input{Policy: "sample", Capacity: 1024, SampleEvery: 4})
 	e3 := stretch("sample", b2+15_000)
 	b3, d3 := e3.Posted, e3.Dropped-d1
-	if b3 >= n {
-		t.Fatalf("the source ended during the stretches (%d records): make n larger", b3)
-	}
 	set(admin.Input{Policy: "block", Capacity: 1024})
-	post("/v1/jobs/overload/sources/src/resume")
+	e4 := stretch("block again", b3+15_000)
+	if e4.Dropped != e3.Dropped {
+		t.Fatalf("block again: %d dropped", e4.Dropped-e3.Dropped)
+	}
+	// Stop with a savepoint, the source paused: it drains, and ends.
+	post("/v1/jobs/overload/stop")
 	if err := run.Wait(ctx); err != nil {
 		t.Fatal(err)
 	}
 	end := edge()
 	exact("end", end)
+	total := produced()
 	t.Logf("stretches (records produced): block %d, drop-oldest %d (dropped %d), spill %d, sample %d (dropped %d), block %d; %d looks at the accounting",
-		b0, b1-b0, d1, b2-b1, b3-b2, d3, n-b3, looks)
-	if end.Posted != n || end.Dropped != d1+d3 || end.Queued != 0 || end.SpillPending != 0 {
-		t.Fatalf("end: %+v; want %d posted, %d dropped, nothing queued", end, n, d1+d3)
+		b0, b1-b0, d1, b2-b1, b3-b2, d3, total-b3, looks)
+	if end.Posted != total || total != e4.Posted || end.Dropped != d1+d3 || end.Queued != 0 || end.SpillPending != 0 {
+		t.Fatalf("end: %+v; want %d posted, %d dropped, nothing queued", end, total, d1+d3)
 	}
 	if d1 == 0 {
 		t.Errorf("drop-oldest dropped nothing: the edge was not overloaded")
@@ -178,6 +181,7 @@ func TestLivePolicySwitch(t *testing.T) {
 				t.Fatalf("record %d delivered %d times", i, seen[i])
 			}
 			got += int64(seen[i])
+			delete(seen, i)
 		}
 		return got
 	}
@@ -186,11 +190,14 @@ func TestLivePolicySwitch(t *testing.T) {
 		lo, hi int64
 		lost   int64
 	}{
-		{"block", 0, b0, 0}, {"drop-oldest", b0, b1, d1}, {"spill", b1, b2, 0}, {"sample", b2, b3, d3}, {"block again", b3, n, 0},
+		{"block", 0, b0, 0}, {"drop-oldest", b0, b1, d1}, {"spill", b1, b2, 0}, {"sample", b2, b3, d3}, {"block again", b3, total, 0},
 	} {
 		if got := count(s.lo, s.hi); got != s.hi-s.lo-s.lost {
 			t.Errorf("%s stretch [%d, %d): %d records delivered, want %d (%d dropped)", s.name, s.lo, s.hi, got, s.hi-s.lo-s.lost, s.lost)
 		}
+	}
+	if len(seen) != 0 {
+		t.Fatalf("%d records delivered that the source did not produce", len(seen))
 	}
 	hist, _ := a.srv.History("overload")
 	changes := 0
@@ -199,8 +206,8 @@ func TestLivePolicySwitch(t *testing.T) {
 			changes++
 		}
 	}
-	if changes != 4 {
-		t.Fatalf("history has %d applied input changes, want 4: %+v", changes, hist)
+	if changes != 4 || hist[len(hist)-1].What != "stop" {
+		t.Fatalf("history has %d applied input changes, want 4, then the stop: %+v", changes, hist)
 	}
 }
 
