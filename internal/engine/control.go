@@ -217,15 +217,20 @@ func SetInput(ctx context.Context, run *actors.Run, op string, cfg mailbox.Confi
 	x.instMu.RLock()
 	insts := append([]*instance(nil), x.instances[id]...)
 	x.instMu.RUnlock()
-	replies := make(chan error, len(insts))
+	replies := make(chan setInputReply, len(insts))
 	for _, in := range insts {
 		x.root.Send(in.self, &setInputMsg{cfg: spillFor(cfg, in.idx), reply: replies})
 	}
 	var errs []error
+	var done []setInputReply
 	for range insts {
 		select {
-		case err := <-replies:
-			errs = append(errs, err)
+		case r := <-replies:
+			if r.err != nil {
+				errs = append(errs, r.err)
+			} else {
+				done = append(done, r)
+			}
 		case <-x.done:
 			return fmt.Errorf("%w: job %q ended during the change", ErrNoLiveChange, x.topo.Name())
 		case <-ctx.Done():
@@ -233,7 +238,22 @@ func SetInput(ctx context.Context, run *actors.Run, op string, cfg mailbox.Confi
 		}
 	}
 	if err := errors.Join(errs...); err != nil {
-		return err
+		// Whole or nothing: the instances that changed go back.
+		back := make(chan setInputReply, len(done))
+		for _, r := range done {
+			x.root.Send(r.in.self, &setInputMsg{cfg: r.prev, reply: back})
+		}
+		for range done {
+			select {
+			case r := <-back:
+				if r.err != nil {
+					errs = append(errs, fmt.Errorf("undo: %w", r.err))
+				}
+			case <-x.done:
+			case <-ctx.Done():
+			}
+		}
+		return errors.Join(errs...)
 	}
 	ok = true
 	return nil
@@ -327,7 +347,13 @@ type (
 	// setInputMsg asks a receiver to change its input mailbox.
 	setInputMsg struct {
 		cfg   mailbox.Config
-		reply chan<- error
+		reply chan<- setInputReply
+	}
+	// setInputReply: the instance's outcome, and its input before.
+	setInputReply struct {
+		in   *instance
+		prev mailbox.Config
+		err  error
 	}
 	// gateMsg tells a sender that its channel out is credit-gated from now
 	// on (with window credits, epoch naming the change) or no longer.
@@ -364,7 +390,11 @@ type liveGate struct {
 func (in *instance) onControl(m controlMsg) {
 	switch m := m.(type) {
 	case *setInputMsg:
-		m.reply <- in.setInput(m.cfg)
+		prev := in.mbCfg
+		if mb := in.mb.Load(); mb != nil {
+			prev = mb.Config() // with its spill's options, should it spill
+		}
+		m.reply <- setInputReply{in: in, prev: prev, err: in.setInput(m.cfg)}
 	case *gateMsg:
 		in.onGate(m)
 	case *pauseMsg:
