@@ -64,14 +64,15 @@ func Inputs(run *actors.Run) ([]InputInfo, error) {
 	if !ok {
 		return nil, fmt.Errorf("%w: not a topology's run", ErrNoLiveChange)
 	}
-	_, spillErr := x.sys.SpillStore()
 	x.instMu.RLock()
 	defer x.instMu.RUnlock()
 	var out []InputInfo
 	for id, chain := range x.plan.Chains {
 		head := chain[0]
 		info := InputInfo{Operator: head.Name(), Parallelism: x.plan.Par[head], Source: head.Role() == graph.RoleSource,
-			Spill: spillErr == nil, Live: true}
+			// A System always has a store (its file, or a temporary one
+			// opened when first needed), so a job in one process can spill.
+			Spill: x.dist == nil, Live: true}
 		for _, n := range chain[1:] {
 			info.Fused = append(info.Fused, n.Name())
 		}
