@@ -14,10 +14,10 @@ import (
 // instances over and over while the job runs at full speed (no pause),
 // through every policy and Block windows of several sizes: credits are
 // resynchronised on every channel each time (the job never stalls), the
-// accounting is exact at every look, and at the end every record produced
-// was delivered or counted as dropped.
+// accounting is exact at every look, and once the job is stopped every
+// record produced was delivered or counted as dropped.
 func TestPolicyChurn(t *testing.T) {
-	const n = 200_000
+	const n = 1 << 40 // never reached: the test stops the job
 	sys, ctx := newSystem(t)
 	var got atomic.Int64
 	top := operators.NewTopology("churn", operators.BatchSize(32))
@@ -76,26 +76,20 @@ func TestPolicyChurn(t *testing.T) {
 		// Let some records through under this policy before the next.
 		from := look(in.Policy).Posted
 		waitFor(t, "records under "+in.String(), func() bool {
-			select {
-			case <-run.Done():
-				return true
-			default:
-			}
-			return look(in.Policy+" (running)").Posted >= min(n, from+2_000) || stat(t, run, "src").Out == n
+			return look(in.Policy+" (running)").Posted >= from+2_000
 		})
-		if stat(t, run, "src").Out == n {
-			break
-		}
+	}
+	// Stop with a savepoint: the sources stop, what is in flight finishes.
+	if _, err := srv.Stop(ctx, "test", "churn"); err != nil {
+		t.Fatal(err)
 	}
 	if err := run.Wait(ctx); err != nil {
 		t.Fatal(err)
 	}
 	end := look("end")
+	produced := stat(t, run, "src").Out
 	t.Logf("%d changes; posted %d, delivered %d, dropped %v, overfilled %d", changes, end.Posted, end.Delivered, end.Dropped, end.Overfilled)
-	if end.Posted != n || end.Depth != 0 || end.SpillPending != 0 || end.Delivered != got.Load() || end.Dropped[mailbox.ReasonRefused] != 0 {
+	if end.Posted != produced || end.Depth != 0 || end.SpillPending != 0 || end.Delivered != got.Load() || end.Dropped[mailbox.ReasonRefused] != 0 {
 		t.Fatalf("end: %+v, sink got %d", end, got.Load())
-	}
-	if changes < len(cycle) {
-		t.Errorf("only %d changes before the source ended", changes)
 	}
 }
