@@ -40,8 +40,10 @@ func TestPolicyChurn(t *testing.T) {
 	cycle := []admin.Input{
 		{Policy: "drop-oldest", Capacity: 512},
 		{Policy: "block", Capacity: 256},
+		{Policy: "block", Capacity: 2048}, // a new window: regated
 		{Policy: "spill", Capacity: 256},
 		{Policy: "block", Capacity: 2048},
+		{Policy: "block", Capacity: 96},
 		{Policy: "sample", Capacity: 512, SampleEvery: 3},
 		{Policy: "block", Capacity: 128},
 		{Policy: "throttle", Capacity: 512, Rate: 20_000},
