@@ -285,87 +285,75 @@ func (m *Mailbox) admitLocked(msg any, n int, ctl bool) (error, []Episode) {
 		m.dropLocked(n, ReasonUnspillable)
 		return fmt.Errorf("%w: %w", ErrDropped, m.refuse), nil
 	}
+	if done, err, fire := m.admitLiveLocked(msg, n); done { // after a live change (reconfigure.go)
+		return err, fire
+	}
 	var started *Episode
 	var err error
 	c := m.cfg.Capacity
-	draining := m.spill != nil && m.cfg.Overflow != OverflowSpill && m.spill.active()
-	if draining {
-		// A live change away from Spill: the spill drains first.
-		err, started = m.admitDrainingLocked(msg, n)
-	}
-	switch overflow := m.cfg.Overflow; {
-	case draining:
-	case overflow == OverflowBlock && m.overfill && m.depth+n > c:
-		m.st.Overfilled += int64(n)
-		if m.ep != nil {
-			m.ep.Overfilled += int64(n)
+	switch m.cfg.Overflow {
+	case OverflowBlock:
+		// Put waits and TryPut refuses before they get here: only a
+		// message posted through protoactor (PostUserMessage, an actor's
+		// ctx.Send) can find no room. It is refused, whole, and counted;
+		// sluice operators send within their credits and never are. A
+		// message larger than the capacity is admitted into an empty
+		// mailbox, so that it is not refused forever.
+		if m.depth+n > c && m.depth > 0 {
+			started = m.overflowLocked()
+			m.dropLocked(n, ReasonRefused)
+			err = fmt.Errorf("%w: %w", ErrDropped, ErrFull)
+			break
 		}
 		m.push(msg, n, false)
-	default:
-		switch m.cfg.Overflow {
-		case OverflowBlock:
-			// Put waits and TryPut refuses before they get here: only a
-			// message posted through protoactor (PostUserMessage, an actor's
-			// ctx.Send) can find no room. It is refused, whole, and counted;
-			// sluice operators send within their credits and never are. A
-			// message larger than the capacity is admitted into an empty
-			// mailbox, so that it is not refused forever.
-			if m.depth+n > c && m.depth > 0 {
-				started = m.overflowLocked()
-				m.dropLocked(n, ReasonRefused)
-				err = fmt.Errorf("%w: %w", ErrDropped, ErrFull)
-				break
-			}
-			m.push(msg, n, false)
-		case OverflowDropNewest:
-			n, started, err = m.fitNewestLocked(msg, n, ReasonFull)
-		case OverflowDropOldest:
-			if n > c { // keep the newest c of the incoming records
-				cut := n - c
-				n = retain(msg, func(i int) bool { return i >= cut })
-				started = m.overflowLocked()
-				m.dropLocked(cut, ReasonEvicted)
-			}
-			if m.depth+n > c {
-				if s := m.overflowLocked(); s != nil {
-					started = s
-				}
-				m.evictLocked(m.depth + n - c)
-			}
-			if n > 0 {
-				m.push(msg, n, false)
-			}
-		case OverflowSample, OverflowThrottle:
-			if m.depth >= m.cfg.HighWater {
-				kept := m.shedLocked(msg, n)
-				if kept < n {
-					started = m.overflowLocked()
-					why := ReasonSampled
-					if m.cfg.Overflow == OverflowThrottle {
-						why = ReasonThrottled
-					}
-					m.dropLocked(n-kept, why)
-				}
-				if kept == 0 {
-					err = ErrDropped
-					break
-				}
-				n = kept
-			}
-			var s *Episode
-			n, s, err = m.fitNewestLocked(msg, n, ReasonFull)
-			if s != nil {
+	case OverflowDropNewest:
+		n, started, err = m.fitNewestLocked(msg, n, ReasonFull)
+	case OverflowDropOldest:
+		if n > c { // keep the newest c of the incoming records
+			cut := n - c
+			n = retain(msg, func(i int) bool { return i >= cut })
+			started = m.overflowLocked()
+			m.dropLocked(cut, ReasonEvicted)
+		}
+		if m.depth+n > c {
+			if s := m.overflowLocked(); s != nil {
 				started = s
 			}
-		case OverflowSpill:
-			if m.spill.active() || m.depth+n > c {
+			m.evictLocked(m.depth + n - c)
+		}
+		if n > 0 {
+			m.push(msg, n, false)
+		}
+	case OverflowSample, OverflowThrottle:
+		if m.depth >= m.cfg.HighWater {
+			kept := m.shedLocked(msg, n)
+			if kept < n {
 				started = m.overflowLocked()
-				if e := m.spillLocked(msg, n, false); e != nil {
-					err = ErrDropped
+				why := ReasonSampled
+				if m.cfg.Overflow == OverflowThrottle {
+					why = ReasonThrottled
 				}
-			} else {
-				m.push(msg, n, false)
+				m.dropLocked(n-kept, why)
 			}
+			if kept == 0 {
+				err = ErrDropped
+				break
+			}
+			n = kept
+		}
+		var s *Episode
+		n, s, err = m.fitNewestLocked(msg, n, ReasonFull)
+		if s != nil {
+			started = s
+		}
+	case OverflowSpill:
+		if m.spill.active() || m.depth+n > c {
+			started = m.overflowLocked()
+			if e := m.spillLocked(msg, n, false); e != nil {
+				err = ErrDropped
+			}
+		} else {
+			m.push(msg, n, false)
 		}
 	}
 	if started != nil {

@@ -1,7 +1,6 @@
 package mailbox
 
 import (
-	"errors"
 	"fmt"
 )
 
@@ -90,9 +89,30 @@ func (m *Mailbox) SetOverfill(on bool) {
 	m.mu.Unlock()
 }
 
-// errDraining is no error: admitDrainingLocked's result for records it
-// spilled.
-var errDraining = errors.New("mailbox: draining")
+// admitLiveLocked admits a data message in the two cases a live change
+// leaves behind: a spill that drains after a change away from Spill, and
+// a Block mailbox settling after a change to Block (SetOverfill). done is
+// false in every other case.
+func (m *Mailbox) admitLiveLocked(msg any, n int) (done bool, err error, fire []Episode) {
+	switch {
+	case m.spill != nil && m.cfg.Overflow != OverflowSpill && m.spill.active():
+		err, started := m.admitDrainingLocked(msg, n)
+		if started != nil {
+			e := *started
+			e.Depth = m.depth
+			fire = []Episode{e}
+		}
+		return true, err, fire
+	case m.overfill && m.cfg.Overflow == OverflowBlock && m.depth+n > m.cfg.Capacity && m.depth > 0:
+		m.st.Overfilled += int64(n)
+		if m.ep != nil {
+			m.ep.Overfilled += int64(n)
+		}
+		m.push(msg, n, false)
+		return true, nil, nil
+	}
+	return false, nil, nil
+}
 
 // admitDrainingLocked admits a data message into a mailbox whose policy is
 // no longer Spill while spilled records remain: it goes behind them, into
