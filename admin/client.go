@@ -135,6 +135,13 @@ func (c *Client) Stop(ctx context.Context, job string) (uint64, error) {
 	return out.Checkpoint, err
 }
 
+// Push sends a desired-state document (JSON) to apply; a rejection is an
+// *APIError with status 409 whose message names the field.
+func (c *Client) Push(ctx context.Context, doc []byte) (DesiredStatus, error) {
+	var out DesiredStatus
+	return out, c.call(ctx, http.MethodPut, "/v1/desired", json.RawMessage(doc), &out)
+}
+
 // Desired is the desired state's status.
 func (c *Client) Desired(ctx context.Context) (DesiredStatus, error) {
 	var out DesiredStatus

@@ -23,6 +23,7 @@
 //	POST /v1/jobs/{job}/savepoint                  take a checkpoint now: {"checkpoint": 12}
 //	POST /v1/jobs/{job}/stop                       drain the job, keeping its final checkpoint to resume from
 //	GET  /v1/desired                               the desired-state document's status: desired, applied per job, last rejection
+//	PUT  /v1/desired                               push a desired-state document: 200 applied, 409 rejected whole (the reason names the field)
 //
 // An input change is applied at a consistent point of every instance's
 // mailbox, so the accounting stays exact across it: for every input,

@@ -534,6 +534,18 @@ func (s *Server) Handler() http.Handler {
 		reply(w, map[string]any{"job": r.PathValue("job"), "checkpoint": id}, err)
 	})
 	mux.HandleFunc("GET /v1/desired", func(w http.ResponseWriter, r *http.Request) { writeJSON(w, http.StatusOK, s.DesiredStatus()) })
+	mux.HandleFunc("PUT /v1/desired", func(w http.ResponseWriter, r *http.Request) {
+		data, err := io.ReadAll(io.LimitReader(r.Body, desired.MaxDocument+1))
+		if err != nil {
+			writeError(w, http.StatusBadRequest, "admin: request body: "+err.Error())
+			return
+		}
+		if err := s.ApplyDocument(r.Context(), who(r), data); err != nil {
+			writeError(w, http.StatusConflict, err.Error())
+			return
+		}
+		writeJSON(w, http.StatusOK, s.DesiredStatus())
+	})
 	return s.guard(mux)
 }
 

@@ -115,6 +115,7 @@ the bearer token, from --token-file or $` + tokenEnv + `.
   sluice ctl savepoint JOB                          take a checkpoint now
   sluice ctl stop JOB                               drain, keeping the final checkpoint
   sluice ctl set-policy JOB OPERATOR --policy P [--capacity N] [--sample-every N] [--rate R]
+  sluice ctl apply FILE                             push a desired-state document (JSON)
   sluice ctl desired                                the desired state: desired vs applied`,
 	}
 	c.PersistentFlags().StringVar(&addr, "addr", "127.0.0.1:7070", "the admin API's address (HOST:PORT, or a URL)")
@@ -238,6 +239,19 @@ the bearer token, from --token-file or $` + tokenEnv + `.
 	sp.Flags().Float64Var(&in.Rate, "rate", 0, "throttle: records per second")
 	sp.Flags().IntVar(&in.HighWater, "high-water", 0, "sample, throttle: the depth above which they shed (default three quarters of the capacity)")
 	c.AddCommand(sp)
+	c.AddCommand(&cobra.Command{Use: "apply FILE", Short: "push a desired-state document: applied whole, or rejected whole with the reason", Args: cobra.ExactArgs(1),
+		RunE: do(func(ctx context.Context, cl *admin.Client, args []string) error {
+			doc, err := os.ReadFile(args[0])
+			if err != nil {
+				return err
+			}
+			ds, err := cl.Push(ctx, doc)
+			if err != nil {
+				return err
+			}
+			fmt.Fprintf(out, "applied: good v%d\n", ds.Good)
+			return nil
+		})})
 	c.AddCommand(&cobra.Command{Use: "desired", Short: "the desired state: the version read, the version each job runs, the last rejection", Args: cobra.NoArgs,
 		RunE: do(func(ctx context.Context, cl *admin.Client, _ []string) error {
 			ds, err := cl.Desired(ctx)

@@ -89,6 +89,19 @@ func TestCtl(t *testing.T) {
 		!strings.Contains(out, "rejected") || !strings.Contains(out, "@") {
 		t.Fatalf("history: %v\n%s", err, out)
 	}
+	// Push a document: a bad one is rejected whole, a good one applied.
+	bad, good := filepath.Join(t.TempDir(), "bad.json"), filepath.Join(t.TempDir(), "good.json")
+	os.WriteFile(bad, []byte(`{"version": 1, "jobs": {"ctl-job": {"operators": {"work": {"input": {"policy": "drop-oldest", "capacity": 0}}}}}}`), 0o600)
+	os.WriteFile(good, []byte(`{"version": 2, "jobs": {"ctl-job": {"operators": {"work": {"input": {"policy": "drop-oldest", "capacity": 100}}}}}}`), 0o600)
+	if _, err := ctl("apply", bad); err == nil || !strings.Contains(err.Error(), "409") || !strings.Contains(err.Error(), "jobs.ctl-job.operators.work.input.capacity") {
+		t.Fatalf("apply a bad document: %v", err)
+	}
+	if out, err := ctl("apply", good); err != nil || !strings.Contains(out, "applied: good v2") {
+		t.Fatalf("apply: %v\n%s", err, out)
+	}
+	if out, err := ctl("desired"); err != nil || !strings.Contains(out, "ctl-job: applied v2") || !strings.Contains(out, "last rejected v1") {
+		t.Fatalf("desired: %v\n%s", err, out)
+	}
 	close(feed)
 	if err := run.Wait(ctx); err != nil {
 		t.Fatal(err)
