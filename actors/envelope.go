@@ -12,6 +12,7 @@ const (
 	Barrier                 // a checkpoint barrier; Mark is the checkpoint id
 	Watermark               // event time has reached Mark on this channel
 	Idle                    // the sender has nothing for a while: event time stops waiting for the channel until it sends again
+	Gate                    // from here on the sender holds credits again (a live change to Block); Mark is the change's epoch
 )
 
 func (k Kind) String() string {
@@ -26,6 +27,8 @@ func (k Kind) String() string {
 		return "watermark"
 	case Idle:
 		return "idle"
+	case Gate:
+		return "gate"
 	}
 	return fmt.Sprintf("kind(%d)", uint8(k))
 }

@@ -88,6 +88,7 @@ func runCmd(g *globals) *cobra.Command {
 	var traceEndpoint, metricsAddr, uiAddr string
 	var uiWait bool
 	var dur durability
+	var af adminFlags
 	c := &cobra.Command{
 		Use:   "run SAMPLE [flags]",
 		Short: "run a sample, with a live progress line on stderr",
@@ -101,6 +102,7 @@ func runCmd(g *globals) *cobra.Command {
 	c.PersistentFlags().BoolVar(&uiWait, "ui-wait", false, "with --ui: after the job ends, keep serving its final state until interrupted (Ctrl-C)")
 	c.PersistentFlags().StringVar(&dur.save, "savepoint", "", "on Ctrl-C, write a savepoint of the job into DIR (new or empty), then stop it")
 	c.PersistentFlags().StringVar(&dur.from, "from-savepoint", "", "start the job from the savepoint in DIR (at the parallelism the flags give)")
+	af.add(c, true)
 	// The cluster word count starts node processes of its own: it is a
 	// command rather than a samples.Sample, reachable as a sample too.
 	c.AddCommand(clusterWordCountCmd(g))
@@ -154,7 +156,17 @@ func runCmd(g *globals) *cobra.Command {
 			defer stopUI()
 			ui = d
 		}
-		err := runSample(cmd.Context(), g, s, progress, tp, ui, dur)
+		srv, stopAdmin, err := af.start(g, tp)
+		if err != nil {
+			return err
+		}
+		defer stopAdmin()
+		err = runSample(cmd.Context(), g, s, progress, tp, ui, dur, func(run *actors.Run) (func(), error) {
+			if err := addJob(srv, run); err != nil {
+				return nil, err
+			}
+			return af.watch(srv), nil
+		})
 		flush, cancel := context.WithTimeout(context.WithoutCancel(cmd.Context()), 5*time.Second)
 		defer cancel()
 		if ferr := tp.Shutdown(flush); ferr != nil && err == nil {
@@ -268,7 +280,10 @@ func serveUI(g *globals, addr string, trace bool, service string) (d *dashboard.
 	return d, func() { cancel(); _ = wait() }, nil
 }
 
-func runSample(ctx context.Context, g *globals, s samples.Sample, every time.Duration, tp telemetry.Providers, ui *dashboard.Dashboard, dur durability) error {
+// runSample runs a sample to its end; started (which may be nil) is told
+// of the run once it started, and what it returns runs when the run ended.
+func runSample(ctx context.Context, g *globals, s samples.Sample, every time.Duration, tp telemetry.Providers, ui *dashboard.Dashboard, dur durability,
+	started func(*actors.Run) (func(), error)) error {
 	log, err := g.logger()
 	if err != nil {
 		return err
@@ -305,6 +320,13 @@ func runSample(ctx context.Context, g *globals, s samples.Sample, every time.Dur
 		if err := ui.Add(run); err != nil {
 			return err
 		}
+	}
+	if started != nil {
+		done, err := started(run)
+		if err != nil {
+			return err
+		}
+		defer done()
 	}
 	p := newProgress(g.stderr, isTerminal(g.stderr))
 	if dur.checkpoints > 0 {

@@ -77,6 +77,7 @@ type execution struct {
 	latWin  []latencySnap
 	latPrev []latencySnap
 	shedder *shedder // nil without a LatencyTarget
+	live        liveInputs  // inputs changed while the job runs (control.go)
 }
 
 // now is the job's clock, in unix nanoseconds.
@@ -487,6 +488,9 @@ func (x *execution) build() error {
 			if head := p.Chains[id][0]; head.Input() != nil {
 				recv.mbCfg = *head.Input()
 			}
+			if o, ok := x.liveInput(id); ok { // changed while the job ran (control.go)
+				recv.mbCfg = o
+			}
 			recv.credited = recv.mbCfg.Overflow == mailbox.OverflowBlock
 			if recv.credited { // room for every channel's window
 				recv.mbCfg.Capacity = max(recv.mbCfg.Capacity, cfg.BatchSize*len(recv.ins))
@@ -554,6 +558,7 @@ func (x *execution) build() error {
 			in.finKey = chain[0].Name() + "/" + strconv.Itoa(in.idx) + "#finished"
 			in.restoredDone = x.restoredFinished(chain[0], in.idx)
 			if chain[0].Role() == graph.RoleSource {
+				in.paused = x.livePaused(id) // a restart keeps a pause (control.go)
 				in.srcKey = chain[0].Name() + "/" + strconv.Itoa(in.idx)
 				in.srcOffset = x.restoredOffset(chain[0], in.idx)
 			}

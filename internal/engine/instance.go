@@ -115,6 +115,8 @@ type instance struct {
 	shedRand uint64 // the state of the shedding's random numbers (splitmix64)
 	// the attributes of its OpenTelemetry measurements, made once
 	mAttrs, mSinkAttrs metric.MeasurementOption
+	paused bool      // a source paused through the control plane (PauseSource)
+	ctl    *liveGate // a live change of the input's policy (control.go), nil before any
 
 	mb           atomic.Pointer[mailbox.Mailbox]
 	blocked      atomic.Int64 // nanoseconds without credit, past episodes
@@ -177,6 +179,8 @@ func (in *instance) Receive(c actor.Context) {
 			in.draining = true
 			in.scheduleTick()
 		}
+	case controlMsg:
+		in.onControl(m)
 	case *inboxFailure:
 		panic(m.err)
 	case *actor.Stopping:
@@ -381,12 +385,15 @@ func (in *instance) handle(env *actors.Envelope) {
 		if in.lat != nil || in.exec.metrics != nil {
 			in.batchDone(env, start, count)
 		}
-		if in.credited {
+		if in.credited && in.gatedIn(env.Channel) {
 			in.grant(env)
 		}
+	case actors.Gate:
+		in.onGateMark(env.Channel, env.Mark)
 	case actors.EndOfStream:
 		in.eosLeft--
 		in.finishedIn[env.Channel] = true
+		in.gateEnded(env.Channel)
 		if env.Mark == eosDrained {
 			in.drainedEnd = true
 		}
@@ -618,12 +625,19 @@ func (in *instance) onCredit(m *wire.Credit) {
 	}
 	oc.credits += int(m.Total - oc.granted)
 	oc.granted = m.Total
+	in.flushQueue(oc)
+}
+
+// flushQueue sends what waits on oc as far as its credits reach (all of
+// it when oc is not credit-gated), and goes on with the instance's own
+// input once nothing waits on any channel.
+func (in *instance) flushQueue(oc *outChan) {
 	if len(oc.queue) == 0 {
 		return
 	}
 	for len(oc.queue) > 0 {
 		env := oc.queue[0]
-		if env.Kind == actors.Data && oc.credits < env.Count {
+		if oc.credited && env.Kind == actors.Data && oc.credits < env.Count {
 			return
 		}
 		oc.credits -= env.Count
@@ -758,6 +772,9 @@ func (in *instance) step() {
 	if in.draining {
 		in.drainedEnd = true
 		in.endOfInput()
+		return
+	}
+	if in.paused { // PauseSource: Resume ticks again
 		return
 	}
 	// Several batches per tick: the tick is a message through the mailbox,
