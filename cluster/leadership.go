@@ -120,6 +120,9 @@ type (
 	// leadJobEnded: the job's run here ended (ran to its end, failed,
 	// drained, stopped).
 	leadJobEnded struct{}
+	// leadAbandoned: the node is stopping the job here (fenced, its lease
+	// ran out): no more commits, though the run has not ended yet.
+	leadAbandoned struct{}
 )
 
 // Actions.
@@ -196,6 +199,11 @@ func (l lead) Step(ev any) (lead, []any) {
 		case leadCampaigning:
 			return lead{Phase: leadIdle}, nil
 		}
+	case leadAbandoned:
+		if l.Phase == leadLeading || l.Phase == leadClaiming {
+			l.Phase = leadOver
+		}
+		return l, nil
 	case leadJobEnded:
 		if l.Phase == leadLeading {
 			return lead{Phase: leadIdle}, []any{leadResign{Why: "the job's run ended here"}}

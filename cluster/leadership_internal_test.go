@@ -12,7 +12,7 @@ import (
 // leadership machine for one job and record the actions and the state
 // after each (go test -rewrite rewrites them).
 //
-//	run | lost | claimed [ok] | term-ended | job-ended
+//	run | lost | claimed [ok] | term-ended | job-ended | abandoned
 //	elected token=N pointer=N held=N [running] [live] [self]
 //	committed cp=N [fenced] [err=TEXT]
 func TestLeadershipTranscripts(t *testing.T) {
@@ -47,6 +47,8 @@ func TestLeadershipTranscripts(t *testing.T) {
 				ev = leadTermEnded{}
 			case "job-ended":
 				ev = leadJobEnded{}
+			case "abandoned":
+				ev = leadAbandoned{}
 			default:
 				d.Fatalf(t, "unknown command %q", d.Cmd)
 			}

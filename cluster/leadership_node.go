@@ -52,16 +52,6 @@ func (n *Node) leadStep(job string, ev any, term Term) (Term, []any) {
 	return t, acts
 }
 
-// termOf returns the term in which this node leads job (nil: none).
-func (n *Node) termOf(job string) Term {
-	n.leads.mu.Lock()
-	defer n.leads.mu.Unlock()
-	if j := n.leads.jobs[job]; j != nil && j.st.Phase == leadLeading {
-		return j.term
-	}
-	return nil
-}
-
 // leadDo performs the actions that need no answer: resign, abandon.
 func (n *Node) leadDo(job string, term Term, acts []any) {
 	for _, a := range acts {
@@ -138,24 +128,24 @@ func (n *Node) watchTerm(job string, term Term) {
 // commitCheckpoint commits a replicated checkpoint of job through its term
 // (no term: nothing to do). A fenced commit stops the job here.
 func (n *Node) commitCheckpoint(ctx context.Context, job string, id uint64) error {
-	term := n.termOf(job)
+	// Bounded: the job actor waits (etcd without a leader holds the
+	// transaction until it has one); a commit that times out fails this
+	// checkpoint only. abandon cancels it (cancelCommit).
+	cctx, cancel := context.WithTimeout(ctx, n.cfg.RequestTimeout)
+	defer cancel()
+	var term Term
+	n.leads.mu.Lock()
+	if j := n.leads.jobs[job]; j != nil && j.st.Phase == leadLeading {
+		term, j.cancelCommit = j.term, cancel
+	}
+	n.leads.mu.Unlock()
 	if term == nil {
 		if n.cfg.Leadership != nil {
 			return fmt.Errorf("cluster: job %q checkpoint %d: %w: this node does not lead the job", job, id, ErrFenced)
 		}
 		return nil
 	}
-	// Bounded: the job actor waits (etcd without a leader holds the
-	// transaction until it has one); a commit that times out fails this
-	// checkpoint only.
-	cctx, cancel := context.WithTimeout(ctx, n.cfg.RequestTimeout)
-	n.leads.mu.Lock()
-	if j := n.leads.jobs[job]; j != nil {
-		j.cancelCommit = cancel
-	}
-	n.leads.mu.Unlock()
 	err := term.Commit(cctx, id)
-	cancel()
 	ev := leadCommitted{Checkpoint: id, Fenced: errors.Is(err, ErrFenced)}
 	if err != nil {
 		ev.Err = err.Error()
@@ -168,9 +158,14 @@ func (n *Node) commitCheckpoint(ctx context.Context, job string, id uint64) erro
 	return nil
 }
 
-// cancelCommit ends job's commit in progress, if any (abandon calls it:
-// the job must stop within the time its lease leaves).
+// cancelCommit ends job's commit in progress, if any, and refuses the
+// next ones (abandon calls it: the job must stop within the time its lease
+// leaves, and its actor may be waiting in a commit).
 func (n *Node) cancelCommit(job string) {
+	if n.cfg.Leadership == nil {
+		return
+	}
+	n.leadStep(job, leadAbandoned{}, nil)
 	n.leads.mu.Lock()
 	defer n.leads.mu.Unlock()
 	if j := n.leads.jobs[job]; j != nil && j.cancelCommit != nil {

@@ -32,10 +32,11 @@ var (
 	ErrInvalidConfig = errors.New("cluster: invalid configuration")
 )
 
-// Provider discovers the members of a cluster: one of protoactor-go's
-// cluster providers (consul.New, etcd.New, k8s.New in their packages
-// under github.com/asynkron/protoactor-go/cluster/clusterproviders), or nil
-// for the static peers of Config.Peers.
+// Provider discovers the members of a cluster: cluster/etcd's (a
+// LeasedProvider: it fences a node whose lease runs out), one of
+// protoactor-go's cluster providers (wrapped by cluster/consul and
+// cluster/k8s: membership only, untested against a server), or nil for
+// the static peers of Config.Peers.
 type Provider = pc.ClusterProvider
 
 // Defaults of Config's zero fields.

@@ -370,20 +370,35 @@ func (c *child) find(d time.Duration, match func(f []string) bool) ([]string, er
 	defer timer.Stop()
 	next := 0
 	for {
+		// match runs without the lock: it may fail the test (Goexit).
+		type line struct {
+			i int
+			f []string
+		}
+		var lines []line
 		c.mu.Lock()
 		for i := max(next, c.base); i < len(c.seen); i++ {
-			if c.taken[i] {
-				continue
-			}
-			if f := strings.Fields(c.seen[i]); len(f) > 0 && match(f) {
-				c.taken[i], c.last = true, i
-				c.mu.Unlock()
-				return f, nil
+			if !c.taken[i] {
+				lines = append(lines, line{i, strings.Fields(c.seen[i])})
 			}
 		}
 		next = len(c.seen)
 		ended, grew := c.ended, c.grew
 		c.mu.Unlock()
+		for _, l := range lines {
+			if len(l.f) == 0 || !match(l.f) {
+				continue
+			}
+			c.mu.Lock()
+			took := !c.taken[l.i]
+			if took {
+				c.taken[l.i], c.last = true, l.i
+			}
+			c.mu.Unlock()
+			if took {
+				return l.f, nil
+			}
+		}
 		if ended {
 			return nil, errEnded
 		}

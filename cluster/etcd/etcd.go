@@ -14,7 +14,8 @@
 // A node writes one key, BaseKey/ClusterName/members/<member id>, with its
 // member id, Host and Port (msgpack, decoded through sluice's bounded
 // decoder on the way back), attached to a lease of LeaseTTL that it
-// renews every LeaseTTL/6. It lists and watches the prefix: the keys are
+// renews every LeaseTTL/6 (renewals run side by side, each with half the
+// TTL to be confirmed; after a failed one, another follows within 0.2 s). It lists and watches the prefix: the keys are
 // the membership, and a key that goes (its lease expired, or the node
 // stopped and revoked it) is a member that left, whose id never comes
 // back (the others block it, as with static peers).
@@ -79,7 +80,7 @@ import (
 // Defaults of Config's zero fields.
 const (
 	DefaultBaseKey  = "/sluice"
-	DefaultLeaseTTL = 6 * time.Second
+	DefaultLeaseTTL = 10 * time.Second
 )
 
 // Config configures the provider.
@@ -330,6 +331,9 @@ func (p *Provider) Shutdown(bool) error {
 	return client.Close()
 }
 
+// retryAfter is the time before another renewal after one failed.
+const retryAfter = 200 * time.Millisecond
+
 // renewEvery is the time between renewals.
 func (p *Provider) renewEvery() time.Duration { return p.ttl / 6 }
 
@@ -370,6 +374,7 @@ func (p *Provider) keepAlive(ctx context.Context) {
 		case <-ctx.Done():
 			return
 		case <-tick:
+			stopTick()
 			stopTick = p.clk.AfterFunc(p.renewEvery(), func() {
 				select {
 				case tick <- struct{}{}:
@@ -399,6 +404,16 @@ func (p *Provider) keepAlive(ctx context.Context) {
 				return
 			case r.err != nil:
 				p.log.Warn("etcd provider: renew the lease", "err", r.err, "sent", r.sent, "valid until", p.validUntil())
+				// Try again soon rather than at the next beat: etcd that
+				// elects a leader refuses renewals until it has one, and
+				// the first renewal sent after counts from its send time.
+				stopTick()
+				stopTick = p.clk.AfterFunc(min(p.renewEvery(), retryAfter), func() {
+					select {
+					case tick <- struct{}{}:
+					default:
+					}
+				})
 			default:
 				p.mu.Lock()
 				p.state.renewed(r.sent, time.Duration(r.resp.TTL)*time.Second)

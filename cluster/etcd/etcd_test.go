@@ -197,7 +197,8 @@ func TestEtcdCoordinatorKilled(t *testing.T) {
 // expires it, the others see a leave and one takes the job over. When a
 // resumes, its provider finds no renewal confirmed within the lease and
 // fences it: a stops its own run of the job (a zombie must not go on) and
-// reports Excluded. The survivor's result is exact.
+// reports Excluded. The survivor's result is exact; a, restarted, joins
+// with a new member id.
 func TestEtcdPausedCoordinatorFenced(t *testing.T) {
 	modes(t, func(t *testing.T) {
 		needEtcd(t)
@@ -223,6 +224,27 @@ func TestEtcdPausedCoordinatorFenced(t *testing.T) {
 			t.Fatalf("result after the takeover %v, want %s", got, wantCounts(jobRecords))
 		}
 		checkCommitted(t, cfg("x"), "counting", winner.ID)
+		// Fenced, a must restart: its id never comes back; the new process
+		// joins with a new one.
+		a.stop()
+		again := cfg("a")
+		again.Store, again.HoldSource = a.cfg.Store, false
+		back := startChild(t, again)
+		if back.ID == a.ID {
+			t.Fatalf("the restarted a has the fenced id %s", a.ID)
+		}
+		winner.event(20*time.Second, "joined", back.ID)
+		for _, ch := range []*child{b, c} {
+			n := 0
+			for _, line := range ch.seenLines() {
+				if line == "EVENT joined a "+a.ID {
+					n++
+				}
+			}
+			if n > 1 {
+				t.Errorf("%s saw the fenced id %s join again", ch.cfg.Name, a.ID)
+			}
+		}
 	})
 }
 

@@ -136,13 +136,17 @@ func (e *ownEtcd) kill(i int) {
 	<-e.exited[i]
 }
 
-// outageCluster is etcdCluster on the test's own etcd, with leases long
-// enough to outlast its re-election (6 s: a node fences itself after 4 s
-// without a confirmed renewal; etcd elects within about 2 election
-// timeouts, 2 s).
+// outageLease is the nodes' lease in the tests that kill etcd's leader:
+// long enough to outlast its re-election (a node fences itself 5.3 s after
+// the send time of its last confirmed renewal; etcd elects within about
+// two election timeouts, 2 s, up to 3 s on a loaded machine).
+const outageLease = 8 * time.Second
+
+// outageCluster is etcdCluster on the test's own etcd, with leases of
+// outageLease.
 func outageCluster(t *testing.T, e *ownEtcd, dir string) (a, b, c *child) {
 	t.Helper()
-	a, b, c, _ = etcdClusterWith(t, e.endpoints, dir, 6*time.Second)
+	a, b, c, _ = etcdClusterWith(t, e.endpoints, dir, outageLease)
 	return a, b, c
 }
 

@@ -125,7 +125,7 @@ func TestEtcdPartitionCoordinatorCutOffFromEtcd(t *testing.T) {
 		cl := "etcd-part-" + strconv.FormatInt(time.Now().UnixNano(), 36)
 		cfg := func(i int, name string) childConfig {
 			return childConfig{Name: name, Cluster: cl, Host: lab.ip[i], Insecure: true, Netns: lab.ns[i], Store: t.TempDir() + "/" + name + ".db",
-				Endpoints: e.endpoints, BaseKey: "/sluice-test", LeaseTTL: 6 * time.Second, FailureTimeout: testFailure,
+				Endpoints: e.endpoints, BaseKey: "/sluice-test", LeaseTTL: outageLease, FailureTimeout: testFailure,
 				JobN: jobRecords, JobDir: dir, HoldSource: true, Leadership: strings.HasSuffix(t.Name(), "/leadership")}
 		}
 		a := startChild(t, cfg(0, "a"))
