@@ -395,15 +395,15 @@ func (d *Dashboard) routes() http.Handler {
 		w.Header().Set("Cache-Control", "no-cache")
 		_, _ = w.Write(data)
 	})
+	page, err := assets.ReadFile("assets/index.html")
+	if err != nil {
+		panic(err) // the embedded tree is fixed at build time
+	}
 	mux.HandleFunc("GET /{$}", func(w http.ResponseWriter, r *http.Request) {
-		page, err := assets.ReadFile("assets/index.html")
-		if err != nil {
-			http.Error(w, err.Error(), http.StatusInternalServerError)
-			return
-		}
+		data, _, _ := d.latest()
 		w.Header().Set("Content-Type", "text/html; charset=utf-8")
 		w.Header().Set("Cache-Control", "no-cache")
-		_, _ = w.Write(page)
+		_, _ = w.Write(firstFrame(page, data))
 	})
 	mux.Handle("GET /app.js", files)
 	mux.Handle("GET /style.css", files)
@@ -428,6 +428,23 @@ func (d *Dashboard) routes() http.Handler {
 		}
 		mux.ServeHTTP(w, r)
 	})
+}
+
+// firstFrame puts the latest snapshot into the page, so that it shows the
+// jobs as soon as it loads, before the first event of the stream: the JSON
+// goes into a data block (<script type="application/json">, which the
+// browser does not run, so the Content Security Policy allows it), and the
+// "No job yet" line is hidden when there are jobs. encoding/json escapes
+// <, > and & in strings, so no value can end the block early.
+func firstFrame(page, data []byte) []byte {
+	var s Snapshot
+	hidden := ""
+	if json.Unmarshal(data, &s) == nil && len(s.Jobs) > 0 {
+		hidden = " hidden"
+	}
+	block := `<script type="application/json" id="first-frame">` + string(data) + `</script>`
+	out := strings.Replace(string(page), "<!--empty-hidden-->", hidden, 1)
+	return []byte(strings.Replace(out, "<!--first-frame-->", block, 1))
 }
 
 // ListenAddr returns the address to listen on for addr as a user wrote it:

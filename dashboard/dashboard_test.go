@@ -266,3 +266,58 @@ func TestServe(t *testing.T) {
 		t.Errorf("%d streams after Serve stopped", d.Streams())
 	}
 }
+
+// firstFrameOf returns the snapshot the page carries in its data block.
+func firstFrameOf(t *testing.T, body string) Snapshot {
+	t.Helper()
+	const open = `<script type="application/json" id="first-frame">`
+	i := strings.Index(body, open)
+	if i < 0 {
+		t.Fatalf("no first frame in the page:\n%s", body)
+	}
+	rest := body[i+len(open):]
+	j := strings.Index(rest, "</script>")
+	if j < 0 {
+		t.Fatalf("the first frame does not end:\n%s", body)
+	}
+	var s Snapshot
+	if err := json.Unmarshal([]byte(rest[:j]), &s); err != nil {
+		t.Fatalf("first frame: %v\n%s", err, rest[:j])
+	}
+	return s
+}
+
+// TestFirstFrameInPage: the page carries the latest snapshot, so it shows
+// a running job at load, before any event; with no job it says so. A title
+// that tries to end the data block stays inside it.
+func TestFirstFrameInPage(t *testing.T) {
+	const title = `orders</script><script>alert(1)</script>`
+	d := newDashboard(t, Options{Title: title, Interval: 50 * time.Millisecond})
+	srv := httptest.NewServer(d.Handler())
+	defer srv.Close()
+
+	_, body := get(t, srv.URL+"/")
+	if s := firstFrameOf(t, body); s.Title != title || len(s.Jobs) != 0 {
+		t.Errorf("first frame without jobs: %+v", s)
+	}
+	if !strings.Contains(body, `<p id="empty" class="muted">No job yet.</p>`) {
+		t.Errorf("no job, but the page does not say so:\n%s", body)
+	}
+
+	sys, ctx := newSystem(t)
+	run := startPaced(t, sys, ctx, "first", 500)
+	if err := d.Add(run); err != nil {
+		t.Fatal(err)
+	}
+	_, body = get(t, srv.URL+"/")
+	s := firstFrameOf(t, body)
+	if len(s.Jobs) != 1 || s.Jobs[0].Name != "first" || len(s.Jobs[0].Operators) != 4 || len(s.Jobs[0].Graph.Tasks) == 0 {
+		t.Errorf("first frame with a job: %+v", s)
+	}
+	if !strings.Contains(body, `<p id="empty" class="muted" hidden>`) {
+		t.Errorf("a job runs, but the page says there is none:\n%s", body)
+	}
+	if strings.Count(body, "<script") != 2 { // app.js and the data block; the title's tags are escaped
+		t.Errorf("the page has %d script tags:\n%s", strings.Count(body, "<script"), body)
+	}
+}

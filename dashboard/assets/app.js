@@ -395,6 +395,13 @@
     setText(statusEl, state);
   }
 
+  // The first frame: the snapshot the server put into the page, drawn
+  // before the stream's first event arrives.
+  var first = document.getElementById('first-frame');
+  if (first && first.textContent) {
+    try { apply(JSON.parse(first.textContent)); } catch (e) { /* the stream brings the next */ }
+  }
+
   // The browser reconnects by itself (the stream asks for a one-second
   // retry); the page keeps the last snapshot meanwhile.
   var es = new EventSource('events');
