@@ -39,13 +39,26 @@
 // records in and out with their rates per second (and a sparkline of the
 // last minute's input rate), queue depth and high-water mark against the
 // capacity and policy, drops in total, per second and by reason, spills
-// (total and pending), back-pressure (instances without credit now, the
-// share of the last interval spent without credit, the total time), late
-// records, watermark and dead letters. With Options.JaegerURL, every
+// (total and pending), how the task's instances spent the last interval
+// (busy handling records, back-pressured without credit to send, idle: three
+// shares that sum to 100 %, as Flink shows them), late records, watermark
+// and dead letters. A legend explains the colours. Each operator's row
+// expands into a row per instance (subtask) with its own records, rates,
+// queue and shares; an operator whose busiest instance takes SkewThreshold
+// times the mean or more is marked "skew ×N" and that instance "hot". Below
+// the table, the checkpoints in progress (since when, how many instances
+// acknowledged) and the completed ones, newest first (id, time, duration,
+// bytes of state); and the exceptions: the failure that ended the job, each
+// restart with its cause, the newest failed checkpoint, the dead letters by
+// operator. With Options.JaegerURL, every
 // operator links to a Jaeger search for its spans: sluice names each span
 // after its operator and tags it with the topology (see package telemetry).
 //
 // # Data
+//
+// The page itself carries the latest snapshot (a JSON data block, which the
+// Content Security Policy allows since the browser does not run it), so it
+// shows the jobs at load, before the stream's first event.
 //
 // One goroutine per dashboard reads every job's statistics once per
 // Options.Interval (half a second by default), however many pages are open,

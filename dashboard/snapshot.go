@@ -41,6 +41,71 @@ type Job struct {
 	Checkpoints Checkpoints `json:"checkpoints"`
 	Graph       Graph       `json:"graph"`
 	Operators   []Operator  `json:"operators"`
+	Exceptions  Exceptions  `json:"exceptions"`
+}
+
+// Exceptions are what went wrong in a job: the failure that ended it, the
+// failures that made it restart (newest last, up to 64), the newest failed
+// checkpoint, and the records given to the dead-letter store, by operator.
+type Exceptions struct {
+	Error             string           `json:"error,omitempty"`
+	Restarts          []Restart        `json:"restarts"`
+	CheckpointFailure string           `json:"checkpoint_failure,omitempty"`
+	DeadLetters       map[string]int64 `json:"dead_letters,omitempty"`
+}
+
+// Restart is one restart of a job: when, why, after what backoff.
+type Restart struct {
+	Time    time.Time `json:"time"`
+	Error   string    `json:"error"`
+	DelayMS float64   `json:"delay_ms"`
+}
+
+// CheckpointRow is one completed checkpoint of Checkpoints.History.
+type CheckpointRow struct {
+	ID         uint64    `json:"id"`
+	Time       time.Time `json:"time"`
+	DurationMS float64   `json:"duration_ms"`
+	// Size is the bytes of operator state stored; States how many instance
+	// states.
+	Size   int64 `json:"size"`
+	States int   `json:"states"`
+}
+
+// Pending is one checkpoint in progress: since when, and how many
+// instances acknowledged it and have yet to.
+type Pending struct {
+	ID      uint64 `json:"id"`
+	SinceMS int64  `json:"since_ms"`
+	Acked   int    `json:"acked"`
+	Waiting int    `json:"waiting"`
+}
+
+// Instance is one instance (subtask) of an operator: its records, and for
+// the first operator of a task its mailbox and how it spent the last
+// interval.
+type Instance struct {
+	Index         int     `json:"index"`
+	Host          string  `json:"host,omitempty"` // "" in the dashboard's process
+	In            int64   `json:"in"`
+	Out           int64   `json:"out"`
+	InRate        float64 `json:"in_rate"`
+	OutRate       float64 `json:"out_rate"`
+	Queued        int     `json:"queued"`
+	Capacity      int     `json:"capacity"`
+	Dropped       int64   `json:"dropped"`
+	Backpressured bool    `json:"backpressured"`
+	// Shares of the last interval, 0 to 1, summing to 1: handling batches
+	// (busy), waiting for credit to send (back-pressured), the rest (idle).
+	// Busy and idle are -1 when not measured (NoLatencyStats, or an
+	// instance in another process) or without two samples yet.
+	Busy      float64    `json:"busy"`
+	Blocked   float64    `json:"blocked"`
+	Idle      float64    `json:"idle"`
+	Watermark *time.Time `json:"watermark,omitempty"`
+	// Hot marks the instance that takes the most records of a skewed
+	// operator (Operator.Skew).
+	Hot bool `json:"hot,omitempty"`
 }
 
 // Checkpoints sums up a job's checkpoints.
@@ -66,6 +131,10 @@ type Checkpoints struct {
 	OldestSinceMS int64  `json:"oldest_since_ms"`
 	OldestAcked   int    `json:"oldest_acked"`
 	OldestPending int    `json:"oldest_pending"`
+	// History are the newest completed checkpoints (up to 64), newest
+	// first; Pending those in progress, oldest first.
+	History []CheckpointRow `json:"history"`
+	Pending []Pending       `json:"pending"`
 }
 
 // Operator is one logical operator, summed over its instances.
@@ -108,12 +177,31 @@ type Operator struct {
 	// TracesURL searches Jaeger for the operator's spans; empty when the
 	// dashboard has no JaegerURL.
 	TracesURL string `json:"traces_url,omitempty"`
+
+	// Busy, Blocked and Idle are the shares of the last interval the
+	// task's instances spent handling batches, back-pressured and idle (0
+	// to 1, averaged over the instances, summing to 1; Busy and Idle -1
+	// when not measured), on the first operator of a task.
+	Busy    float64 `json:"busy"`
+	Blocked float64 `json:"blocked"`
+	Idle    float64 `json:"idle"`
+	// Instances are the operator's instances, in order; Skew is the
+	// records of its busiest instance over the mean of them all (1: even),
+	// over the last interval (or in total, without rates yet); 0 with one
+	// instance or no records.
+	Instances []Instance `json:"instances"`
+	Skew      float64    `json:"skew"`
 }
+
+// SkewThreshold is the Operator.Skew from which the page highlights an
+// operator's busiest instance.
+const SkewThreshold = 1.5
 
 // sample is one reading of a job's statistics.
 type sample struct {
 	at    time.Time
 	stats []actors.OperatorStats
+	insts []operators.InstanceStats
 	cp    operators.CheckpointStats
 	// done is set once the job has ended; err is its outcome.
 	done    bool
@@ -177,6 +265,17 @@ func buildJob(info jobInfo, prev *sample, cur sample, links traceLinks) Job {
 			before[s.Name] = s
 		}
 	}
+	byTask := map[int][]operators.InstanceStats{}
+	for _, is := range cur.insts {
+		byTask[is.Task] = append(byTask[is.Task], is)
+	}
+	prevInst := map[[2]int]operators.InstanceStats{}
+	if dt > 0 {
+		for _, is := range prev.insts {
+			prevInst[[2]int{is.Task, is.Instance}] = is
+		}
+	}
+	pos := map[int]int{} // the next operator's position in its task's chain
 	heads := map[int]bool{}
 	for _, s := range cur.stats {
 		op := Operator{
@@ -202,9 +301,123 @@ func buildJob(info jobInfo, prev *sample, cur sample, links traceLinks) Job {
 				op.BlockedShare = round3(min(max(float64(s.Blocked-p.Blocked)/float64(dt)/float64(s.Parallelism), 0), 1))
 			}
 		}
+		instances(&op, byTask[s.Task], pos[s.Task], prevInst, dt)
+		pos[s.Task]++
 		j.Operators = append(j.Operators, op)
 	}
+	for i := len(cur.cp.History) - 1; i >= 0; i-- {
+		h := cur.cp.History[i]
+		j.Checkpoints.History = append(j.Checkpoints.History,
+			CheckpointRow{ID: h.ID, Time: h.Time, DurationMS: ms(h.Duration), Size: h.Size, States: h.Instances})
+	}
+	for _, p := range cur.cp.InProgress {
+		j.Checkpoints.Pending = append(j.Checkpoints.Pending,
+			Pending{ID: p.ID, SinceMS: max(cur.at.Sub(p.Started).Milliseconds(), 0), Acked: len(p.Acked), Waiting: p.Pending})
+	}
+	j.Exceptions = Exceptions{Error: j.Error, Restarts: []Restart{}, CheckpointFailure: cur.cp.LastFailure}
+	for _, r := range cur.cp.RestartCauses {
+		j.Exceptions.Restarts = append(j.Exceptions.Restarts, Restart{Time: r.Time, Error: r.Err, DelayMS: ms(r.Delay)})
+	}
+	for _, op := range j.Operators {
+		if op.DeadLettered > 0 {
+			if j.Exceptions.DeadLetters == nil {
+				j.Exceptions.DeadLetters = map[string]int64{}
+			}
+			j.Exceptions.DeadLetters[op.Name] = op.DeadLettered
+		}
+	}
 	return j
+}
+
+// instances fills in op's instances from those of its task (op is at
+// position pos of the task's chain), with rates and shares of time over dt
+// from their previous readings, and its skew.
+func instances(op *Operator, insts []operators.InstanceStats, pos int, prev map[[2]int]operators.InstanceStats, dt time.Duration) {
+	op.Busy, op.Blocked, op.Idle = -1, -1, -1
+	op.Instances = []Instance{}
+	var busySum, blockedSum float64
+	var busyN, blockedN int
+	for _, is := range insts {
+		in := Instance{Index: is.Instance, Host: is.Host, Busy: -1, Blocked: -1, Idle: -1}
+		if pos < len(is.In) {
+			in.In, in.Out = is.In[pos], is.Out[pos]
+		}
+		if op.Head {
+			in.Queued, in.Capacity, in.Dropped, in.Backpressured = is.Queued, is.Capacity, is.Dropped, is.Backpressured
+			if !is.Watermark.IsZero() {
+				w := is.Watermark
+				in.Watermark = &w
+			}
+		}
+		if p, ok := prev[[2]int{is.Task, is.Instance}]; ok && dt > 0 {
+			if pos < len(p.In) {
+				in.InRate, in.OutRate = rate(p.In[pos], in.In, dt), rate(p.Out[pos], in.Out, dt)
+			}
+			if op.Head {
+				blocked := share(is.Blocked-p.Blocked, dt)
+				busy := -1.0
+				if is.BusyKnown && p.BusyKnown {
+					busy = share(is.Busy-p.Busy, dt)
+					if busy+blocked > 1 { // clock skew between the two readings
+						busy = 1 - blocked
+					}
+				}
+				in.Blocked = blocked
+				blockedSum += blocked
+				blockedN++
+				if busy >= 0 {
+					in.Busy, in.Idle = round3(busy), round3(max(1-busy-blocked, 0))
+					busySum += busy
+					busyN++
+				}
+			}
+		}
+		op.Instances = append(op.Instances, in)
+	}
+	if blockedN > 0 {
+		op.Blocked = round3(blockedSum / float64(blockedN))
+	}
+	if busyN > 0 && busyN == blockedN {
+		op.Busy = round3(busySum / float64(busyN))
+		op.Idle = round3(max(1-op.Busy-op.Blocked, 0))
+	}
+	// Skew: over the interval's rates when there are some, else totals.
+	n := len(op.Instances)
+	if n < 2 {
+		return
+	}
+	val := func(in Instance) float64 { return in.InRate }
+	var sum float64
+	for _, in := range op.Instances {
+		sum += in.InRate
+	}
+	if sum == 0 {
+		val = func(in Instance) float64 { return float64(in.In) }
+		for _, in := range op.Instances {
+			sum += float64(in.In)
+		}
+	}
+	if sum == 0 {
+		return
+	}
+	hot := 0
+	for i, in := range op.Instances {
+		if val(in) > val(op.Instances[hot]) {
+			hot = i
+		}
+	}
+	op.Skew = round3(val(op.Instances[hot]) / (sum / float64(n)))
+	if op.Skew >= SkewThreshold {
+		op.Instances[hot].Hot = true
+	}
+}
+
+// share is d as a share of dt, from 0 to 1, to three decimals.
+func share(d, dt time.Duration) float64 {
+	if dt <= 0 {
+		return 0
+	}
+	return round3(min(max(float64(d)/float64(dt), 0), 1))
 }
 
 // rate is the change from a to b per second over dt. A counter that went

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"math"
 	"net/url"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -88,7 +89,10 @@ func TestNoRatesWithoutTwoLiveSamples(t *testing.T) {
 func TestJobStateAndCheckpoints(t *testing.T) {
 	cp := operators.CheckpointStats{Completed: 7, Failed: 1, LastID: 9, LastDuration: 1500 * time.Microsecond,
 		LastTime: t0, RestoredFrom: 2, Restarts: 3, TimedOut: 1, LastFailure: "timed out after 1s",
-		InProgress: []operators.InProgressCheckpoint{{ID: 10, Started: t0.Add(500 * time.Millisecond), Acked: []int{0, 2}, Pending: 1}, {ID: 11, Started: t0.Add(time.Second)}}}
+		InProgress: []operators.InProgressCheckpoint{{ID: 10, Started: t0.Add(500 * time.Millisecond), Acked: []int{0, 2}, Pending: 1}, {ID: 11, Started: t0.Add(time.Second)}},
+		History: []operators.CompletedCheckpoint{{ID: 8, Time: t0.Add(-time.Second), Duration: time.Millisecond, Size: 100, Instances: 3},
+			{ID: 9, Time: t0, Duration: 1500 * time.Microsecond, Size: 120, Instances: 3}},
+		RestartCauses: []operators.RestartCause{{Time: t0, Err: "operator \"parse\": first", Delay: 10 * time.Millisecond}}}
 	cur := sample{at: t0.Add(2 * time.Second), cp: cp, done: true, err: errors.New("operator \"parse\": boom"),
 		stats: []actors.OperatorStats{
 			{Name: "src", Task: 0, Parallelism: 1},
@@ -103,7 +107,20 @@ func TestJobStateAndCheckpoints(t *testing.T) {
 		TimedOut: 1, LastFailure: "timed out after 1s", InProgress: 2, OldestID: 10, OldestSinceMS: 1500, OldestAcked: 2, OldestPending: 1}
 	got := j.Checkpoints
 	got.LastTime = nil
-	if got != want || j.Checkpoints.LastTime == nil || !j.Checkpoints.LastTime.Equal(t0) {
+	// History newest first; in progress oldest first.
+	if h := got.History; len(h) != 2 || h[0] != (CheckpointRow{ID: 9, Time: t0, DurationMS: 1.5, Size: 120, States: 3}) || h[1].ID != 8 {
+		t.Errorf("history %+v", h)
+	}
+	if p := got.Pending; len(p) != 2 || p[0] != (Pending{ID: 10, SinceMS: 1500, Acked: 2, Waiting: 1}) || p[1].ID != 11 || p[1].SinceMS != 1000 {
+		t.Errorf("in progress %+v", p)
+	}
+	got.History, got.Pending = nil, nil
+	ex := j.Exceptions
+	if !strings.Contains(ex.Error, "boom") || len(ex.Restarts) != 1 || ex.Restarts[0].Error != "operator \"parse\": first" ||
+		ex.Restarts[0].DelayMS != 10 || ex.CheckpointFailure != "timed out after 1s" || ex.DeadLetters["w"] != 2 || len(ex.DeadLetters) != 1 {
+		t.Errorf("exceptions %+v", ex)
+	}
+	if !reflect.DeepEqual(got, want) || j.Checkpoints.LastTime == nil || !j.Checkpoints.LastTime.Equal(t0) {
 		t.Errorf("checkpoints %+v, want %+v with last time %v", j.Checkpoints, want, t0)
 	}
 	if opNamed(t, j, "parse").Head || !opNamed(t, j, "src").Head {
@@ -176,5 +193,60 @@ func TestTraceLinks(t *testing.T) {
 	}
 	if (traceLinks{service: "s"}).url("x") != "" {
 		t.Error("a link without a Jaeger URL")
+	}
+}
+
+// Per instance: records and rates of each instance at the operator's
+// position in its task, the busy / back-pressured / idle shares of the
+// interval summing to 1, and the skewed operator's busiest instance marked.
+func TestInstancesSharesAndSkew(t *testing.T) {
+	ops := []actors.OperatorStats{
+		{Name: "count", Kind: "count", Task: 1, Parallelism: 2},
+		{Name: "fmt", Kind: "map", Task: 1, Parallelism: 2},
+	}
+	prev := sample{at: t0, stats: ops, insts: []operators.InstanceStats{
+		{Task: 1, Instance: 0, In: []int64{0, 0}, Out: []int64{0, 0}, BusyKnown: true},
+		{Task: 1, Instance: 1, In: []int64{0, 0}, Out: []int64{0, 0}, BusyKnown: true, Blocked: time.Second},
+	}}
+	cur := sample{at: t0.Add(time.Second), stats: ops, insts: []operators.InstanceStats{
+		// Instance 0: 900 records, busy 600 ms, 100 ms without credit.
+		{Task: 1, Instance: 0, In: []int64{900, 900}, Out: []int64{900, 800}, BusyKnown: true, Busy: 600 * time.Millisecond,
+			Blocked: 100 * time.Millisecond, Backpressured: true, Queued: 7, Capacity: 64},
+		// Instance 1: 100 records, busy 50 ms.
+		{Task: 1, Instance: 1, In: []int64{100, 100}, Out: []int64{100, 90}, BusyKnown: true, Busy: 50 * time.Millisecond,
+			Blocked: time.Second},
+	}}
+	j := buildJob(jobInfo{}, &prev, cur, traceLinks{})
+	count, fm := opNamed(t, j, "count"), opNamed(t, j, "fmt")
+	if len(count.Instances) != 2 || len(fm.Instances) != 2 {
+		t.Fatalf("instances: count %+v, fmt %+v", count.Instances, fm.Instances)
+	}
+	i0, i1 := count.Instances[0], count.Instances[1]
+	if i0.In != 900 || !near(i0.InRate, 900) || i0.Queued != 7 || !i0.Backpressured || !near(i0.Busy, 0.6) || !near(i0.Blocked, 0.1) || !near(i0.Idle, 0.3) {
+		t.Errorf("instance 0: %+v", i0)
+	}
+	if !near(i1.Busy, 0.05) || i1.Blocked != 0 || !near(i1.Idle, 0.95) {
+		t.Errorf("instance 1: %+v", i1)
+	}
+	for _, in := range count.Instances {
+		if !near(in.Busy+in.Blocked+in.Idle, 1) {
+			t.Errorf("instance %d: shares %v + %v + %v do not sum to 1", in.Index, in.Busy, in.Blocked, in.Idle)
+		}
+	}
+	if !near(count.Busy, 0.325) || !near(count.Blocked, 0.05) || !near(count.Idle, 0.625) {
+		t.Errorf("count: busy %v blocked %v idle %v", count.Busy, count.Blocked, count.Idle)
+	}
+	// 900 of 1000 records on one of two instances: 1.8 times the mean.
+	if !near(count.Skew, 1.8) || !i0.Hot || i1.Hot {
+		t.Errorf("skew %v, hot %v %v", count.Skew, i0.Hot, i1.Hot)
+	}
+	// The second operator of the chain: its own counters, no mailbox.
+	if f := fm.Instances[0]; f.Out != 800 || !near(f.OutRate, 800) || f.Queued != 0 || f.Busy != -1 || fm.Busy != -1 {
+		t.Errorf("fmt instance 0: %+v (op busy %v)", f, fm.Busy)
+	}
+	// Without a previous sample: no shares, skew from the totals.
+	j = buildJob(jobInfo{}, nil, cur, traceLinks{})
+	if c := opNamed(t, j, "count"); c.Busy != -1 || c.Instances[0].Busy != -1 || !near(c.Skew, 1.8) {
+		t.Errorf("first sample: busy %v, skew %v", c.Busy, c.Skew)
 	}
 }

@@ -26,8 +26,67 @@ type CheckpointStats struct {
 	// RestartDelays the backoff before each.
 	Restarts      int
 	RestartDelays []time.Duration
+	// RestartCauses are the newest restarts (up to 64), oldest first.
+	RestartCauses []RestartCause
 	// InProgress are the checkpoints in flight, oldest first.
 	InProgress []InProgressCheckpoint
+	// History are the newest completed checkpoints (up to 64), oldest
+	// first.
+	History []CompletedCheckpoint
+}
+
+// CompletedCheckpoint is one completed checkpoint: its id, when it
+// completed, how long it took from injecting its barriers to stored, and
+// the operator state it stored (bytes, and instance states).
+type CompletedCheckpoint struct {
+	ID        uint64
+	Time      time.Time
+	Duration  time.Duration
+	Size      int64
+	Instances int
+}
+
+// RestartCause is one restart of a job (RestartOnFailure): when, the
+// failure that caused it, and the backoff before it.
+type RestartCause struct {
+	Time  time.Time
+	Err   string
+	Delay time.Duration
+}
+
+// InstanceStats are the figures of one task instance (a subtask): what
+// actors.Run.Stats sums over the instances of a task, kept apart so that
+// skew between them shows.
+type InstanceStats struct {
+	Task, Instance int
+	// Host is the process the instance runs in ("" in this process).
+	Host string
+	// In and Out are per operator of the task's chain, in chain order.
+	In, Out []int64
+	// The input mailbox (zero for a source).
+	Policy                      string
+	Capacity, Queued, HighWater int
+	Dropped, Spilled            int64
+	// Blocked is the time spent without credit to send, in total;
+	// Backpressured says whether the instance is without credit now.
+	Blocked       time.Duration
+	Backpressured bool
+	// Busy is the time spent handling batches (reading, for a source), in
+	// total; BusyKnown is false when it is not measured (NoLatencyStats,
+	// or an instance in another process).
+	Busy      time.Duration
+	BusyKnown bool
+	Watermark time.Time
+}
+
+// InstanceStatsOf reports every task instance of a topology's run, task by
+// task and instance by instance (nil for another kind of job).
+func InstanceStatsOf(run *actors.Run) []InstanceStats {
+	var out []InstanceStats
+	for _, s := range engine.InstanceStatsOf(run) {
+		out = append(out, InstanceStats(s))
+	}
+	return out
 }
 
 // InProgressCheckpoint is a checkpoint being taken: since when, which
@@ -50,6 +109,12 @@ func CheckpointStatsOf(run *actors.Run) CheckpointStats {
 		Restarts:     s.Restarts, RestartDelays: s.RestartDelays}
 	for _, p := range s.InProgress {
 		st.InProgress = append(st.InProgress, InProgressCheckpoint(p))
+	}
+	for _, h := range s.History {
+		st.History = append(st.History, CompletedCheckpoint(h))
+	}
+	for _, r := range s.RestartCauses {
+		st.RestartCauses = append(st.RestartCauses, RestartCause(r))
 	}
 	return st
 }

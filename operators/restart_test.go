@@ -61,6 +61,20 @@ func TestRestartFromCheckpointIsExactlyOnce(t *testing.T) {
 	if st.RestoredFrom == 0 {
 		t.Fatalf("the restart did not restore a checkpoint (stats %+v)", st)
 	}
+	if len(st.RestartCauses) != 1 || !strings.Contains(st.RestartCauses[0].Err, fmt.Sprintf("record %d", n*3/4)) {
+		t.Errorf("restart causes %+v, want the one failure", st.RestartCauses)
+	}
+	// The history: the newest completed checkpoints, in order, the last
+	// being LastID, each with the state it stored.
+	h := st.History
+	if len(h) != int(min(st.Completed, 64)) || len(h) == 0 || h[len(h)-1].ID != st.LastID {
+		t.Fatalf("history of %d checkpoints for %d completed, last %d: %+v", len(h), st.Completed, st.LastID, h)
+	}
+	for i, c := range h {
+		if c.Size <= 0 || c.Instances == 0 || c.Duration < 0 || c.Time.IsZero() || i > 0 && c.ID <= h[i-1].ID {
+			t.Errorf("history[%d] = %+v (before it %+v)", i, c, h[max(i-1, 0)])
+		}
+	}
 	if got := readParts(t, dir); got != want {
 		t.Fatalf("output after a restart from checkpoint %d differs from the run without failure (%d vs %d bytes)", st.RestoredFrom, len(got), len(want))
 	}
@@ -99,7 +113,16 @@ func TestFlappingOperatorBacksOffAndGivesUp(t *testing.T) {
 	if !slices.Equal(asked, want) {
 		t.Fatalf("restart delays %v, want %v", asked, want)
 	}
-	if st := operators.CheckpointStatsOf(run); st.Restarts != 3 || !slices.Equal(st.RestartDelays, want) {
+	st := operators.CheckpointStatsOf(run)
+	if st.Restarts != 3 || !slices.Equal(st.RestartDelays, want) {
 		t.Fatalf("stats: %d restarts %v, want 3 %v", st.Restarts, st.RestartDelays, want)
+	}
+	if len(st.RestartCauses) != 3 {
+		t.Fatalf("restart causes %+v, want 3", st.RestartCauses)
+	}
+	for i, c := range st.RestartCauses {
+		if !strings.Contains(c.Err, "record 500") || c.Delay != want[i] || c.Time.IsZero() {
+			t.Errorf("restart cause %d: %+v, want the failure of record 500 after %v", i, c, want[i])
+		}
 	}
 }

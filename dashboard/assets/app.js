@@ -8,7 +8,7 @@
   // The geometry of a task box; dashboard/layout.go computes box heights
   // with the same numbers.
   var HEADER_H = 26, OP_H = 38, BAR_H = 18;
-  var SPARK_N = 60;
+  var SPARK_N = 60, SPARK_W = 60, SPARK_H = 22;
 
   var jobsEl = document.getElementById('jobs');
   var emptyEl = document.getElementById('empty');
@@ -73,6 +73,14 @@
   function fill(ratio) {
     return ratio >= 0.9 ? 'full' : ratio >= 0.5 ? 'warn' : '';
   }
+  function fmtBytes(n) {
+    if (!n) return '0 B';
+    if (n < 1024) return n + ' B';
+    if (n < 1024 * 1024) return (n / 1024).toFixed(1) + ' KiB';
+    if (n < 1024 * 1024 * 1024) return (n / 1024 / 1024).toFixed(1) + ' MiB';
+    return (n / 1024 / 1024 / 1024).toFixed(2) + ' GiB';
+  }
+  function pct(x) { return Math.round(100 * x) + '%'; }
   function byReason(m) {
     if (!m) return '';
     return Object.keys(m).sort().map(function (k) { return k + ' ' + fmtCount(m[k]); }).join(' · ');
@@ -102,20 +110,54 @@
     });
 
     var graph = el('div', { 'class': 'graph' });
+    var legend = el('div', { 'class': 'legend' });
+    [['sw-bp', 'task back-pressured (an instance without credit to send)'], ['sw-drop', 'task dropping records'],
+      ['sw-hash', 'hash'], ['sw-forward', 'forward'], ['sw-rebalance', 'rebalance'], ['sw-broadcast', 'broadcast'],
+      ['sw-busy', 'busy'], ['sw-blocked', 'back-pressured'], ['sw-idle', 'idle'], ['sw-hot', 'skewed instance']].forEach(function (p) {
+      var item = el('span', { 'class': 'item' });
+      item.append(el('span', { 'class': 'swatch ' + p[0] }), document.createTextNode(p[1]));
+      legend.append(item);
+    });
     var table = el('table', { 'class': 'ops' });
     var thead = el('thead');
     var hr = el('tr');
-    ['operator', 'task', 'in', 'in/s', 'out', 'out/s', 'queue', 'dropped', 'spilled', 'back-pressure',
-      'late', 'watermark', 'dead letters', ''].forEach(function (h) { hr.append(el('th', null, h)); });
+    [['operator'], ['task'], ['in'], ['in/s'], ['out'], ['out/s'], ['queue'], ['dropped'], ['spilled'],
+      ['busy · back-pressured · idle', 'share of the last interval the instances spent handling records, waiting for credit to send, and waiting for input'],
+      ['late'], ['watermark'], ['dead', 'dead letters'], ['']].forEach(function (h) {
+      var th = el('th', null, h[0]);
+      if (h[1]) th.title = h[1];
+      hr.append(th);
+    });
     thead.append(hr);
     var tbody = el('tbody');
     table.append(thead, tbody);
     var wrap = el('div', { 'class': 'table-wrap' });
     wrap.append(table);
-    sec.append(head, err, facts, graph, wrap);
+    // Checkpoints (in progress, then the completed ones, newest first) and
+    // exceptions, side by side.
+    var panels = el('div', { 'class': 'panels' });
+    var cpPanel = el('div', { 'class': 'panel', 'data-panel': 'checkpoints' });
+    cpPanel.append(el('h3', null, 'checkpoints'));
+    var cpTable = el('table', { 'class': 'cps' });
+    var cpHead = el('tr');
+    ['id', 'completed', 'duration', 'size', 'states'].forEach(function (h) { cpHead.append(el('th', null, h)); });
+    var cpTHead = el('thead');
+    cpTHead.append(cpHead);
+    var cpBody = el('tbody');
+    cpTable.append(cpTHead, cpBody);
+    var cpScroll = el('div', { 'class': 'scroll' });
+    cpScroll.append(cpTable);
+    var cpNone = el('p', { 'class': 'muted none' }, 'No checkpoint yet.');
+    cpPanel.append(cpScroll, cpNone);
+    var exPanel = el('div', { 'class': 'panel', 'data-panel': 'exceptions' });
+    exPanel.append(el('h3', null, 'exceptions'));
+    var exBody = el('div', { 'class': 'ex-body' });
+    exPanel.append(exBody);
+    panels.append(cpPanel, exPanel);
+    sec.append(head, err, facts, graph, legend, wrap, panels);
     return { id: job.id, sec: sec, badge: badge, elapsed: elapsed, err: err, facts: f, graph: graph,
       tbody: tbody, graphKey: '', rowsKey: '', rows: new Map(), svgOps: new Map(), svgTasks: new Map(),
-      history: new Map() };
+      history: new Map(), expanded: new Set(), cpBody: cpBody, cpNone: cpNone, cpKey: '', exBody: exBody, exKey: '' };
   }
 
   // drawGraph draws the tasks and edges the layout placed.
@@ -209,12 +251,16 @@
       return c;
     }
     var name = td('name', 'name');
-    name.append(el('b', null, op.name), el('span', { 'class': 'kind' }, op.kind));
+    cells.toggle = el('button', { type: 'button', 'class': 'toggle', 'data-op': op.name, 'aria-expanded': 'false',
+      title: 'show the ' + op.parallelism + ' instances' }, '▸');
+    cells.toggle.addEventListener('click', function () { toggleInstances(v, op.name); });
+    cells.skew = el('span', { 'class': 'skew', 'data-field': 'skew', hidden: '' });
+    name.append(cells.toggle, el('b', null, op.name), el('span', { 'class': 'kind' }, op.kind), cells.skew);
     td('task', 'num').textContent = op.task + ' ×' + op.parallelism;
     td('in', 'num');
     var inRate = td('in_rate', 'num');
     cells.inText = el('span');
-    cells.spark = sv('svg', { 'class': 'spark', width: SPARK_N, height: 16 });
+    cells.spark = sv('svg', { 'class': 'spark', width: SPARK_W, height: SPARK_H });
     cells.sparkLine = sv('polyline', { points: '' });
     cells.spark.append(cells.sparkLine);
     inRate.append(cells.inText, cells.spark);
@@ -231,7 +277,8 @@
     }
     td('dropped', 'num');
     td('spilled', 'num');
-    td('backpressure', 'num');
+    var sh = td('backpressure', 'shares-cell');
+    if (op.head) shareBar(cells, sh);
     td('late', 'num');
     td('watermark', 'num');
     td('dead_lettered', 'num');
@@ -240,7 +287,157 @@
       tl.append(el('a', { 'class': 'traces', href: op.traces_url, target: '_blank', rel: 'noopener',
         title: 'spans of ' + op.name + ' in Jaeger' }, 'traces ↗'));
     }
+    return { tr: tr, cells: cells, inst: [] };
+  }
+
+  // shareBar puts a bar of busy / back-pressured / idle shares into cell.
+  function shareBar(cells, cell) {
+    cells.shares = el('div', { 'class': 'shares', 'data-field': 'shares' });
+    cells.shBusy = el('span', { 'class': 'sh busy' });
+    cells.shBlocked = el('span', { 'class': 'sh blocked' });
+    cells.shIdle = el('span', { 'class': 'sh idle' });
+    cells.shares.append(cells.shBusy, cells.shBlocked, cells.shIdle);
+    cells.shText = el('span', { 'class': 'sub' });
+    cell.append(cells.shares, cells.shText);
+  }
+
+  function setShares(cells, busy, blocked, idle) {
+    if (!cells.shares) return;
+    var known = busy >= 0, measured = blocked >= 0;
+    var b = known ? busy : 0, k = measured ? blocked : 0, i = known ? idle : 0;
+    cells.shBusy.style.width = (100 * b).toFixed(1) + '%';
+    cells.shBlocked.style.width = (100 * k).toFixed(1) + '%';
+    cells.shIdle.style.width = (100 * i).toFixed(1) + '%';
+    cells.shares.setAttribute('data-busy', String(busy));
+    cells.shares.setAttribute('data-blocked', String(blocked));
+    cells.shares.setAttribute('data-idle', String(idle));
+    cells.shares.classList.toggle('unknown', !measured);
+    var text = !measured ? '–' : known ? pct(b) + ' · ' + pct(k) + ' · ' + pct(i) : pct(k) + ' back-pressured';
+    setText(cells.shText, text);
+  }
+
+  function toggleInstances(v, name) {
+    var open = !v.expanded.has(name);
+    if (open) v.expanded.add(name); else v.expanded.delete(name);
+    var r = v.rows.get(name);
+    if (!r) return;
+    r.cells.toggle.setAttribute('aria-expanded', String(open));
+    setText(r.cells.toggle, open ? '▾' : '▸');
+    r.inst.forEach(function (ir) { ir.tr.hidden = !open; });
+  }
+
+  // newInstanceRow is a row for instance i of op, under its operator's.
+  function newInstanceRow(v, op, i) {
+    var tr = el('tr', { 'class': 'instance', 'data-op': op.name, 'data-instance': String(i) });
+    tr.hidden = !v.expanded.has(op.name);
+    var cells = {};
+    function td(field, cls) {
+      var c = el('td', { 'data-field': field });
+      if (cls) c.className = cls;
+      tr.append(c);
+      cells[field] = c;
+      return c;
+    }
+    td('name', 'name inst-name');
+    td('task', 'num');
+    td('in', 'num'); td('in_rate', 'num'); td('out', 'num'); td('out_rate', 'num');
+    td('queue', 'num'); td('dropped', 'num'); td('spilled', 'num');
+    var sh = td('backpressure', 'shares-cell');
+    if (op.head) shareBar(cells, sh);
+    td('late', 'num'); td('watermark', 'num'); td('dead_lettered', 'num'); td('traces');
     return { tr: tr, cells: cells };
+  }
+
+  function updateInstances(v, r, op) {
+    var insts = op.instances || [];
+    while (r.inst.length < insts.length) {
+      var ir = newInstanceRow(v, op, r.inst.length);
+      var after = r.inst.length ? r.inst[r.inst.length - 1].tr : r.tr;
+      after.after(ir.tr);
+      r.inst.push(ir);
+    }
+    r.cells.toggle.hidden = insts.length === 0;
+    insts.forEach(function (in_, i) {
+      var c = r.inst[i].cells;
+      r.inst[i].tr.classList.toggle('hot', !!in_.hot);
+      setText(c.name, '#' + in_.index + (in_.host ? ' @ ' + in_.host : '') + (in_.hot ? ' ▲ hot' : ''));
+      setText(c.in, fmtCount(in_.in)); setValue(c.in, in_.in);
+      setText(c.in_rate, fmtRate(in_.in_rate)); setValue(c.in_rate, in_.in_rate);
+      setText(c.out, fmtCount(in_.out)); setValue(c.out, in_.out);
+      setText(c.out_rate, fmtRate(in_.out_rate));
+      if (op.head && in_.capacity > 0) {
+        setText(c.queue, fmtCount(in_.queued) + ' / ' + fmtCount(in_.capacity)); setValue(c.queue, in_.queued);
+      }
+      if (op.head) { setText(c.dropped, fmtCount(in_.dropped)); setValue(c.dropped, in_.dropped); }
+      setShares(c, in_.busy, in_.blocked, in_.idle);
+      if (c.shares) c.shares.classList.toggle('bp-now', !!in_.backpressured);
+      setText(c.watermark, in_.watermark ? fmtTime(in_.watermark).slice(11) : '');
+    });
+  }
+
+  function updateCheckpoints(v, cp) {
+    var hist = cp.history || [], pend = cp.pending || [];
+    var key = JSON.stringify([hist.map(function (h) { return h.id; }), pend]);
+    v.cpNone.hidden = hist.length + pend.length > 0;
+    v.cpBody.parentNode.hidden = !v.cpNone.hidden;
+    if (key === v.cpKey) return;
+    v.cpKey = key;
+    var rows = [];
+    pend.forEach(function (p) {
+      var tr = el('tr', { 'class': 'pending', 'data-checkpoint': String(p.id), 'data-state': 'in-progress' });
+      tr.append(el('td', { 'class': 'num' }, '#' + p.id),
+        el('td', { colspan: 4 }, 'in progress for ' + fmtMS(p.since_ms) + ' · ' + p.acked + ' of ' + (p.acked + p.waiting) + ' instances acknowledged'));
+      rows.push(tr);
+    });
+    hist.forEach(function (h) {
+      var tr = el('tr', { 'data-checkpoint': String(h.id), 'data-state': 'completed' });
+      tr.append(el('td', { 'class': 'num' }, '#' + h.id), el('td', { 'class': 'num' }, fmtTime(h.time).slice(11)),
+        el('td', { 'class': 'num' }, fmtMS(h.duration_ms)), el('td', { 'class': 'num' }, fmtBytes(h.size)),
+        el('td', { 'class': 'num' }, String(h.states)));
+      rows.push(tr);
+    });
+    v.cpBody.replaceChildren.apply(v.cpBody, rows);
+  }
+
+  function updateExceptions(v, ex) {
+    var key = JSON.stringify(ex);
+    if (key === v.exKey) return;
+    v.exKey = key;
+    var parts = [];
+    var restarts = ex.restarts || [];
+    if (ex.error) {
+      var e = el('div', { 'class': 'exception failure', 'data-kind': 'failure' });
+      e.append(el('span', { 'class': 'k' }, 'job failed'), el('pre', null, ex.error));
+      parts.push(e);
+    }
+    if (restarts.length) {
+      var t = el('table', { 'class': 'restarts' });
+      var hr = el('tr');
+      ['restarted at', 'after', 'cause'].forEach(function (h) { hr.append(el('th', null, h)); });
+      t.append(hr);
+      restarts.slice().reverse().forEach(function (r) {
+        var tr = el('tr', { 'class': 'exception', 'data-kind': 'restart' });
+        tr.append(el('td', { 'class': 'num' }, fmtTime(r.time).slice(11)), el('td', { 'class': 'num' }, fmtMS(r.delay_ms)),
+          el('td', { 'class': 'cause' }, r.error));
+        t.append(tr);
+      });
+      parts.push(t);
+    }
+    if (ex.checkpoint_failure) {
+      var c = el('div', { 'class': 'exception', 'data-kind': 'checkpoint' });
+      c.append(el('span', { 'class': 'k' }, 'last failed checkpoint'), el('pre', null, ex.checkpoint_failure));
+      parts.push(c);
+    }
+    var dl = ex.dead_letters || {};
+    var names = Object.keys(dl).sort();
+    if (names.length) {
+      var d = el('div', { 'class': 'exception', 'data-kind': 'dead-letters' });
+      d.append(el('span', { 'class': 'k' }, 'dead letters'),
+        el('span', null, names.map(function (n) { return n + ' ' + fmtCount(dl[n]); }).join(' · ')));
+      parts.push(d);
+    }
+    if (!parts.length) parts.push(el('p', { 'class': 'muted none' }, 'No failure, restart or dead letter.'));
+    v.exBody.replaceChildren.apply(v.exBody, parts);
   }
 
   function spark(v, op, cells) {
@@ -249,8 +446,9 @@
     h.push(op.in_rate || 0);
     if (h.length > SPARK_N) h.shift();
     var top = Math.max.apply(null, h) || 1;
+    var step = SPARK_W / SPARK_N;
     var pts = h.map(function (r, i) {
-      return (SPARK_N - h.length + i) + ',' + (15 - 14 * r / top).toFixed(1);
+      return ((SPARK_N - h.length + i) * step).toFixed(1) + ',' + (SPARK_H - 1 - (SPARK_H - 2) * r / top).toFixed(1);
     });
     cells.sparkLine.setAttribute('points', pts.join(' '));
   }
@@ -277,6 +475,9 @@
     setValue(v.facts['cp-progress'], cp.in_progress);
     if (cp.last_failure && v.facts['cp-failed']) { v.facts['cp-failed'].title = cp.last_failure; }
 
+    updateCheckpoints(v, cp);
+    updateExceptions(v, job.exceptions || {});
+
     // The graph, redrawn only when the plan changes.
     var gk = JSON.stringify(job.graph) + '|' + job.operators.map(function (o) { return o.traces_url || ''; }).join();
     if (gk !== v.graphKey) {
@@ -292,6 +493,7 @@
         var r = newRow(v, op);
         v.rows.set(op.name, r);
         v.tbody.append(r.tr);
+        updateInstances(v, r, op);
       });
       v.rowsKey = rk;
     }
@@ -325,11 +527,18 @@
       setText(c.spilled, op.spilled ? fmtCount(op.spilled) + ' (' + fmtCount(op.spill_pending) + ' pending)' : '0');
       setValue(c.spilled, op.spilled);
       if (op.head) {
-        setText(c.backpressure, op.backpressured + '/' + op.parallelism + ' now · ' +
-          Math.round(100 * op.blocked_share) + '% · ' + fmtMS(op.blocked_ms));
-        c.backpressure.className = 'num' + (op.backpressured > 0 ? ' warn' : '');
+        setShares(c, op.busy, op.blocked, op.idle);
+        c.shares.classList.toggle('bp-now', op.backpressured > 0);
+        c.backpressure.title = op.backpressured + ' of ' + op.parallelism + ' instances without credit now; ' +
+          fmtMS(op.blocked_ms) + ' without credit in total, summed over instances';
         setValue(c.backpressure, op.backpressured);
       }
+      // The server marks the busiest instance of a skewed operator (SkewThreshold).
+      var skewed = (op.instances || []).some(function (i) { return i.hot; });
+      c.skew.hidden = !skewed;
+      if (skewed) setText(c.skew, 'skew ×' + op.skew.toFixed(1));
+      setValue(c.skew, op.skew || 0);
+      updateInstances(v, r, op);
       setText(c.late, fmtCount(op.late)); setValue(c.late, op.late);
       // The time of day; the date is in the tooltip.
       setText(c.watermark, op.watermark ? fmtTime(op.watermark).slice(11) : '–');

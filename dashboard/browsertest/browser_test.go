@@ -13,12 +13,14 @@ import (
 	"testing"
 	"time"
 
+	"github.com/chromedp/cdproto/network"
 	"github.com/chromedp/chromedp"
 
 	"github.com/sluicehq/sluice/actors"
 	"github.com/sluicehq/sluice/dashboard"
 	"github.com/sluicehq/sluice/mailbox"
 	"github.com/sluicehq/sluice/operators"
+	"github.com/sluicehq/sluice/supervision"
 )
 
 // defaultChromium is where Debian's chromium package puts the browser.
@@ -153,9 +155,12 @@ func pollNumber(ctx context.Context, sel, attr string, floor float64) (float64, 
 }
 
 // TestDashboardInChromium serves the dashboard over running jobs on
-// 127.0.0.1 and reads the page in a real headless Chromium: the graph of a
-// job is drawn with every operator, its numbers move, and an overloaded job
-// added later shows its queue rising to capacity and its drops.
+// 127.0.0.1 and reads the page in a real headless Chromium at 1,280 px: at
+// load (the stream blocked) it shows the job from the server's first frame;
+// the graph of a job is drawn with every operator; the table fits; the
+// per-instance rows and the checkpoint history are there; its numbers move;
+// an overloaded job added later shows its queue rising to capacity and its
+// drops; a failure injected into a third shows among its exceptions.
 func TestDashboardInChromium(t *testing.T) {
 	chromium := chromiumPath(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Second)
@@ -207,8 +212,68 @@ func TestDashboardInChromium(t *testing.T) {
 
 	tab, _ := startBrowser(t, ctx, chromium)
 	console := watchConsole(t, tab)
-	if err := chromedp.Do(tab, chromedp.EmulateViewport(1400, 1000), chromedp.Navigate(srv.URL+"/")); err != nil {
+	shots := os.Getenv("SLUICE_SCREENSHOT_DIR")
+	if shots == "" {
+		shots = t.TempDir()
+	} else if err := os.MkdirAll(shots, 0o755); err != nil {
+		t.Fatal(err)
+	}
+
+	// At load, with the event stream blocked: what the page shows then is
+	// the first frame the server put into it, and it shows the job.
+	if err := chromedp.Do(tab, chromedp.EmulateViewport(1280, 1000)); err != nil {
+		t.Fatalf("start the browser: %v", err)
+	}
+	block := func(patterns ...string) {
+		t.Helper()
+		var ps []*network.BlockPattern
+		for _, p := range patterns {
+			ps = append(ps, &network.BlockPattern{URLPattern: p, Block: true})
+		}
+		if _, err := chromedp.Call(tab, network.SetBlockedURLs, network.SetBlockedURLsParams{URLPatterns: ps}); err != nil {
+			t.Fatalf("block %v: %v", patterns, err)
+		}
+	}
+	block(srv.URL + "/events")
+	if err := chromedp.Do(tab, chromedp.Navigate(srv.URL+"/")); err != nil {
 		t.Fatalf("open the page: %v", err)
+	}
+	loadShot, err := chromedp.Run(tab, chromedp.CaptureScreenshot())
+	if err != nil {
+		t.Fatal(err)
+	}
+	atLoad, err := chromedp.Run(tab, chromedp.Evaluate[map[string]any](`(() => {
+		const job = document.querySelector('section.job[data-job="1"]');
+		return {
+			empty: document.getElementById('empty').hidden,
+			status: document.getElementById('status').dataset.state,
+			ops: job ? job.querySelectorAll('svg g.op').length : 0,
+			rows: job ? job.querySelectorAll('table.ops tbody tr:not(.instance)').length : 0,
+			rendered: job ? job.getBoundingClientRect().height : 0,
+		};
+	})()`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	nOps := 0
+	for _, task := range plan.Tasks {
+		nOps += len(task.Operators)
+	}
+	if atLoad["empty"] != true || atLoad["status"] == "live" || atLoad["ops"] != float64(nOps) || atLoad["rows"] != float64(nOps) ||
+		atLoad["rendered"].(float64) < 200 {
+		t.Errorf("at load, before any event, the page shows %v: want the job (%d operators), no \"No job yet\"", atLoad, nOps)
+	}
+	if err := os.WriteFile(filepath.Join(shots, "dashboard-at-load.png"), loadShot, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("at load (no event yet): %v; screenshot %d bytes", atLoad, len(loadShot))
+	block() // the stream again
+	if err := chromedp.Do(tab, chromedp.Reload()); err != nil {
+		t.Fatalf("reload the page: %v", err)
+	}
+	if _, err := chromedp.Run(tab, chromedp.Poll[bool](`document.getElementById('status').dataset.state === 'live' || null`,
+		chromedp.WithPollingInterval(20*time.Millisecond), chromedp.WithPollingTimeout(15*time.Second))); err != nil {
+		t.Fatalf("the stream does not connect: %v", err)
 	}
 
 	// The graph: a box per task, a row per operator with its name, an edge
@@ -248,12 +313,81 @@ func TestDashboardInChromium(t *testing.T) {
 		t.Errorf("traces link of count: %q, %v", link.Value, err)
 	}
 
-	// Checkpoints complete, and the page says so.
-	if cps, err := pollNumber(tab, job1+` [data-field="cp-completed"]`, "data-value", 0); err != nil {
-		t.Errorf("no checkpoint shown: %v", err)
-	} else {
-		t.Logf("checkpoints completed: %v", cps)
+	// Readable at 1,280 px: the table fits, no operator name or header
+	// wraps or is cut, the sparklines are tall enough, the colours have a
+	// legend.
+	fit, err := chromedp.Run(tab, chromedp.Evaluate[map[string]float64](`(() => {
+		const job = document.querySelector('section.job[data-job="1"]');
+		const wrap = job.querySelector('.table-wrap'), table = wrap.querySelector('table.ops');
+		let wrapped = 0, cut = 0;
+		for (const b of table.querySelectorAll('tbody td.name b')) if (b.getClientRects().length !== 1) wrapped++;
+		for (const th of table.querySelectorAll('th')) if (th.scrollWidth > th.clientWidth + 1) cut++;
+		return {
+			overflow: table.scrollWidth - wrap.clientWidth, wrapped, cut, page: document.documentElement.scrollWidth - window.innerWidth,
+			spark: job.querySelector('svg.spark').getBoundingClientRect().height,
+			legend: job.querySelectorAll('.legend .item').length,
+		};
+	})()`))
+	if err != nil {
+		t.Fatal(err)
 	}
+	if fit["overflow"] > 0 || fit["page"] > 0 || fit["wrapped"] != 0 || fit["cut"] != 0 || fit["spark"] < 20 || fit["legend"] < 8 {
+		t.Errorf("at 1,280 px: %v (want no overflow, nothing wrapped or cut, sparklines of 20 px or more, a legend)", fit)
+	}
+
+	// Per-instance rows: count runs ×2; its row expands into one row per
+	// instance, each with its records and its share of time.
+	if err := chromedp.Do(tab, chromedp.Click(chromedp.CSS(job1+` button.toggle[data-op="count"]`))); err != nil {
+		t.Fatal(err)
+	}
+	insts, err := chromedp.Run(tab, chromedp.Poll[[]map[string]any](`(() => {
+		const rows = document.querySelectorAll('section.job[data-job="1"] tr.instance[data-op="count"]');
+		const out = [];
+		for (const r of rows) {
+			if (r.hidden) return null;
+			const sh = r.querySelector('.shares');
+			const busy = Number(sh.dataset.busy), blocked = Number(sh.dataset.blocked), idle = Number(sh.dataset.idle);
+			const in_ = Number(r.querySelector('td[data-field="in"]').dataset.value);
+			if (!(in_ > 0) || !(blocked >= 0) || !(busy >= 0)) return null;
+			out.push({instance: r.dataset.instance, in: in_, busy, blocked, idle, sum: busy + blocked + idle});
+		}
+		return out.length ? out : null;
+	})()`, chromedp.WithPollingInterval(20*time.Millisecond), chromedp.WithPollingTimeout(15*time.Second)))
+	if err != nil {
+		t.Fatalf("count's instance rows: %v", err)
+	}
+	if len(insts) != 2 {
+		t.Errorf("count ×2 shows %d instance rows: %v", len(insts), insts)
+	}
+	for _, in := range insts {
+		if sum := in["sum"].(float64); sum < 0.99 || sum > 1.01 {
+			t.Errorf("instance %v: busy + back-pressured + idle = %v, want 100%%", in, sum)
+		}
+	}
+	t.Logf("count's instances: %v", insts)
+
+	// Checkpoints complete, and the page lists each: one history row per
+	// completed checkpoint, newest first.
+	history, err := chromedp.Run(tab, chromedp.Poll[map[string]any](`(() => {
+		const job = document.querySelector('section.job[data-job="1"]');
+		const completed = Number(job.querySelector('[data-field="cp-completed"]').dataset.value);
+		const rows = Array.from(job.querySelectorAll('[data-panel="checkpoints"] tr[data-state="completed"]'));
+		const ids = rows.map(r => Number(r.dataset.checkpoint));
+		const last = Number(job.querySelector('[data-field="cp-last"]').dataset.value);
+		if (completed < 3 || rows.length !== Math.min(completed, 64) || ids[0] !== last) return null;
+		return {completed, rows: rows.length, ids: ids.join(','), first: rows[0].textContent};
+	})()`, chromedp.WithPollingInterval(20*time.Millisecond), chromedp.WithPollingTimeout(15*time.Second)))
+	if err != nil {
+		t.Fatalf("checkpoint history: %v", err)
+	}
+	ids := strings.Split(history["ids"].(string), ",")
+	for i := 1; i < len(ids); i++ {
+		if len(ids[i]) > len(ids[i-1]) || len(ids[i]) == len(ids[i-1]) && ids[i] >= ids[i-1] {
+			t.Errorf("checkpoint history not newest first: %v", ids)
+			break
+		}
+	}
+	t.Logf("checkpoint history: %v", history)
 
 	// The numbers move: two reads of count's "in", some time apart, differ.
 	inCell := job1 + ` tr[data-op="count"] td[data-field="in"]`
@@ -330,17 +464,42 @@ func TestDashboardInChromium(t *testing.T) {
 		t.Errorf("the overload is not shown as such: %v", shown)
 	}
 
+	// An injected failure: a map fails once on record 200; the job restarts
+	// and the exceptions view shows the cause.
+	flakyPace := newPacer(time.Millisecond)
+	var failed sync.Once
+	flakyTop := operators.NewTopology("flaky", operators.BatchSize(16),
+		operators.RestartOnFailure(supervision.Backoff{Initial: time.Millisecond, Max: 4 * time.Millisecond, Multiplier: 2, Jitter: supervision.NoJitter}, 3, time.Minute))
+	nums := operators.Source(flakyTop, "nums", operators.Generate(operators.Unbounded, func(i int64) int64 { return i }))
+	checked := operators.Map(nums, "check", func(v int64) int64 {
+		flakyPace.wait()
+		if v == 200 {
+			failed.Do(func() { panic("injected failure at record 200") })
+		}
+		return v
+	})
+	operators.Sink(checked, "out", operators.SinkFunc(func(int64) error { return nil }))
+	flaky := start(t, ctx, sys, flakyTop, flakyPace)
+	if err := d.Add(flaky); err != nil {
+		t.Fatal(err)
+	}
+	cause, err := chromedp.Run(tab, chromedp.Poll[string](`(() => {
+		const r = document.querySelector('section.job[data-job="3"] [data-panel="exceptions"] tr.exception[data-kind="restart"] td.cause');
+		return r && r.textContent.includes('injected failure at record 200') ? r.textContent : null;
+	})()`, chromedp.WithPollingInterval(20*time.Millisecond), chromedp.WithPollingTimeout(15*time.Second)))
+	if err != nil {
+		t.Fatalf("the injected failure is not shown among the exceptions: %v", err)
+	}
+	if n, err := pollNumber(tab, `section.job[data-job="3"] [data-field="restarts"]`, "data-value", 0); err != nil || n != 1 {
+		t.Errorf("restarts shown: %v, %v; want 1", n, err)
+	}
+	t.Logf("exception shown: %s", cause)
+
 	shot, err := chromedp.Run(tab, chromedp.FullScreenshot(100))
 	if err != nil {
 		t.Fatal(err)
 	}
-	dir := os.Getenv("SLUICE_SCREENSHOT_DIR")
-	if dir == "" {
-		dir = t.TempDir()
-	} else if err := os.MkdirAll(dir, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	path := filepath.Join(dir, "dashboard.png")
+	path := filepath.Join(shots, "dashboard.png")
 	if err := os.WriteFile(path, shot, 0o644); err != nil {
 		t.Fatal(err)
 	}

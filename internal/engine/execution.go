@@ -98,14 +98,25 @@ type CheckpointStats struct {
 	// RestartDelays the backoff before each.
 	Restarts      int
 	RestartDelays []time.Duration
+	// RestartCauses are the newest restarts (up to 64), oldest first: when,
+	// why, after what backoff.
+	RestartCauses []RestartCause
 	// InProgress are the checkpoints in flight, oldest first.
 	InProgress []InProgressCheckpoint
+	// History are the newest completed checkpoints (up to 64), oldest
+	// first.
+	History []CompletedCheckpoint
 }
 
-func (x *execution) noteRestart(d time.Duration) {
+func (x *execution) noteRestart(d time.Duration, cause error) {
 	x.cpStatsMu.Lock()
 	x.cpStats.Restarts++
 	x.cpStats.RestartDelays = append(x.cpStats.RestartDelays, d)
+	why := "unknown"
+	if cause != nil {
+		why = cause.Error()
+	}
+	x.cpStats.RestartCauses = appendBounded(x.cpStats.RestartCauses, RestartCause{Time: x.topo.Config().Now(), Err: why, Delay: d})
 	x.cpStatsMu.Unlock()
 }
 
@@ -125,6 +136,8 @@ func (x *execution) Checkpoints() CheckpointStats {
 	st := x.cpStats
 	st.RestartDelays = slices.Clone(st.RestartDelays)
 	st.InProgress = slices.Clone(st.InProgress)
+	st.RestartCauses = slices.Clone(st.RestartCauses)
+	st.History = slices.Clone(st.History)
 	return st
 }
 

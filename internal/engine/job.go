@@ -36,6 +36,7 @@ type jobActor struct {
 	stopTimer  func() bool             // stops the restart backoff's timer
 	unwatch    func()                  // distributed: stops watching for lost processes
 	latTimer   func() bool             // stops the latency window's timer
+	sizes      map[uint64]cpSize       // checkpoints stored, not yet completed: what they hold
 }
 
 func newJobActor(x *execution) *jobActor {
@@ -204,7 +205,7 @@ func (j *jobActor) step(c actor.Context, ev coord.JobEvent) {
 			}
 		case coord.ScheduleRelaunch:
 			delay := x.topo.Config().Restart.Backoff.Delay(a.Restart)
-			x.noteRestart(delay)
+			x.noteRestart(delay, a.Err)
 			x.traceEvent("sluice.job", "restart", attribute.Int("sluice.restart", a.Restart),
 				attribute.String("sluice.delay", delay.String()), attribute.String("error", a.Err.Error()))
 			x.sys.Logger().Warn("operator failed; restarting the job from its last checkpoint", "job", x.topo.Name(),
@@ -399,6 +400,9 @@ func (j *jobActor) feed(c actor.Context, ev coord.CheckpointEvent) {
 				if err = x.cpStore.Complete(x.ctx, x.topo.Name(), cp); err == nil && len(j.savepoints) > 0 {
 					j.stored = &cp
 				}
+				if err == nil {
+					j.noteSize(a.ID, a.States)
+				}
 			}
 			var more []coord.CheckpointAction
 			j.cs, more = j.cs.Step(coord.Stored{ID: a.ID, Err: err, At: x.topo.Config().Now()})
@@ -410,6 +414,10 @@ func (j *jobActor) feed(c actor.Context, ev coord.CheckpointEvent) {
 			x.cpStatsMu.Lock()
 			x.cpStats.Completed++
 			x.cpStats.LastID, x.cpStats.LastDuration, x.cpStats.LastTime = a.ID, d, x.topo.Config().Now()
+			size := j.sizes[a.ID]
+			delete(j.sizes, a.ID)
+			x.cpStats.History = appendBounded(x.cpStats.History, CompletedCheckpoint{ID: a.ID, Time: x.cpStats.LastTime,
+				Duration: d, Size: size.bytes, Instances: size.states})
 			x.cpStatsMu.Unlock()
 			x.metrics.checkpointDone(d)
 			j.savepointDone(c, a.ID)
