@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"io"
+	"math"
 	"net/http"
 	"net/http/httptest"
 	"strconv"
@@ -145,12 +146,29 @@ func TestEventsStreamRunningJob(t *testing.T) {
 			t.Fatalf("snapshot %d after %d", last.Seq, first.Seq)
 		}
 		op := opNamed(t, last.Jobs[0], "pace")
-		if op.Out > opNamed(t, first.Jobs[0], "pace").Out && op.OutRate > 0 {
+		// Until the counters move and the instances of count have two
+		// readings, for their shares.
+		if c := opNamed(t, last.Jobs[0], "count"); op.Out > opNamed(t, first.Jobs[0], "pace").Out && op.OutRate > 0 && c.Busy >= 0 {
 			break
 		}
 		if time.Now().After(deadline) {
 			t.Fatalf("the source's counters never moved: %+v", op)
 		}
+	}
+	// Per instance, from the running job: count runs ×2, and its instances'
+	// records add up to at least its own (they are read just after); each
+	// has shares of the interval that sum to 1 (busy is measured: latency
+	// statistics are on by default).
+	count := opNamed(t, last.Jobs[0], "count")
+	var sum int64
+	for _, in := range count.Instances {
+		sum += in.In
+		if in.Busy < 0 || in.Blocked < 0 || math.Abs(in.Busy+in.Blocked+in.Idle-1) > 1e-6 {
+			t.Errorf("count instance %d: shares %v + %v + %v", in.Index, in.Busy, in.Blocked, in.Idle)
+		}
+	}
+	if len(count.Instances) != 2 || sum < count.In || sum == 0 || count.Busy < 0 {
+		t.Errorf("count ×%d: instances %+v take %d of its %d", count.Parallelism, count.Instances, sum, count.In)
 	}
 	if got := d.Streams(); got != 1 {
 		t.Errorf("%d streams in progress, want 1", got)
