@@ -239,6 +239,8 @@ func buildJob(info jobInfo, prev *sample, cur sample, links traceLinks) Job {
 			LastFailure:    cur.cp.LastFailure,
 			InProgress:     len(cur.cp.InProgress),
 			OldestSinceMS:  -1,
+			History:        []CheckpointRow{},
+			Pending:        []Pending{},
 		},
 	}
 	if len(cur.cp.InProgress) > 0 {

@@ -138,7 +138,8 @@ func TestJobStateAndCheckpoints(t *testing.T) {
 
 // The JSON the page reads: its field names are the contract with app.js.
 func TestSnapshotJSONFields(t *testing.T) {
-	cur := sample{at: t0, stats: []actors.OperatorStats{{Name: "a", Kind: "map", Task: 0, Parallelism: 1}}}
+	cur := sample{at: t0, stats: []actors.OperatorStats{{Name: "a", Kind: "map", Task: 0, Parallelism: 1}},
+		insts: []operators.InstanceStats{{Task: 0, Instance: 0, In: []int64{1}, Out: []int64{1}}}}
 	snap := Snapshot{Seq: 3, Time: t0, IntervalMS: 500, Jobs: []Job{buildJob(jobInfo{id: "1", name: "j",
 		graph: layout([]operators.Task{{ID: 0, Operators: []string{"a"}, Kinds: []string{"map"}, Parallelism: 1}}, nil)},
 		nil, cur, traceLinks{})}}
@@ -151,7 +152,7 @@ func TestSnapshotJSONFields(t *testing.T) {
 		t.Fatal(err)
 	}
 	job := m["jobs"].([]any)[0].(map[string]any)
-	for _, k := range []string{"id", "name", "state", "elapsed_ms", "restarts", "checkpoints", "graph", "operators"} {
+	for _, k := range []string{"id", "name", "state", "elapsed_ms", "restarts", "checkpoints", "graph", "operators", "exceptions"} {
 		if _, ok := job[k]; !ok {
 			t.Errorf("job lacks %q: %s", k, data)
 		}
@@ -159,10 +160,24 @@ func TestSnapshotJSONFields(t *testing.T) {
 	op := job["operators"].([]any)[0].(map[string]any)
 	for _, k := range []string{"name", "kind", "task", "parallelism", "head", "in", "out", "in_rate", "out_rate", "drop_rate",
 		"capacity", "queued", "queue_high_water", "dropped", "spilled", "spill_pending", "blocked_ms", "blocked_share",
-		"backpressured", "dead_lettered", "late"} {
+		"backpressured", "dead_lettered", "late", "busy", "blocked", "idle", "instances", "skew"} {
 		if _, ok := op[k]; !ok {
 			t.Errorf("operator lacks %q: %s", k, data)
 		}
+	}
+	in := op["instances"].([]any)[0].(map[string]any)
+	for _, k := range []string{"index", "in", "out", "in_rate", "out_rate", "queued", "capacity", "dropped", "backpressured", "busy", "blocked", "idle"} {
+		if _, ok := in[k]; !ok {
+			t.Errorf("instance lacks %q: %s", k, data)
+		}
+	}
+	for _, k := range []string{"history", "pending"} {
+		if _, ok := job["checkpoints"].(map[string]any)[k]; !ok {
+			t.Errorf("checkpoints lack %q: %s", k, data)
+		}
+	}
+	if _, ok := job["exceptions"].(map[string]any)["restarts"]; !ok {
+		t.Errorf("exceptions lack restarts: %s", data)
 	}
 	for _, k := range []string{"watermark", "traces_url", "dropped_by"} {
 		if _, ok := op[k]; ok {
