@@ -343,6 +343,7 @@ func read(run *actors.Run, now time.Time) sample {
 	// After the end check: a job that ended meanwhile has final counters.
 	s.stats = run.Stats()
 	s.insts = operators.InstanceStatsOf(run)
+	s.dead = operators.RecentDeadLetters(run)
 	s.cp = operators.CheckpointStatsOf(run)
 	s.elapsed = run.Elapsed()
 	return s

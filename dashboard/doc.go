@@ -50,7 +50,8 @@
 // acknowledged) and the completed ones, newest first (id, time, duration,
 // bytes of state); and the exceptions: the failure that ended the job, each
 // restart with its cause, the newest failed checkpoint, the dead letters by
-// operator. With Options.JaegerURL, every
+// operator and the newest of them (store sequence number, operator
+// instance, attempts, failure; `sluice deadletters` reads the records). With Options.JaegerURL, every
 // operator links to a Jaeger search for its spans: sluice names each span
 // after its operator and tags it with the topology (see package telemetry).
 //

@@ -52,6 +52,20 @@ type Exceptions struct {
 	Restarts          []Restart        `json:"restarts"`
 	CheckpointFailure string           `json:"checkpoint_failure,omitempty"`
 	DeadLetters       map[string]int64 `json:"dead_letters,omitempty"`
+	// Recent are the newest dead letters (up to 64), newest first.
+	Recent []DeadLetter `json:"recent_dead_letters"`
+}
+
+// DeadLetter is a record given up: its sequence number in the dead-letter
+// store (`sluice deadletters` reads, replays and purges it), the operator
+// instance, the failure, the attempts, when.
+type DeadLetter struct {
+	Seq      uint64    `json:"seq"`
+	Operator string    `json:"operator"`
+	Instance int       `json:"instance"`
+	Error    string    `json:"error"`
+	Attempts int       `json:"attempts"`
+	Time     time.Time `json:"time"`
 }
 
 // Restart is one restart of a job: when, why, after what backoff.
@@ -202,6 +216,7 @@ type sample struct {
 	at    time.Time
 	stats []actors.OperatorStats
 	insts []operators.InstanceStats
+	dead  []operators.DeadLetterInfo
 	cp    operators.CheckpointStats
 	// done is set once the job has ended; err is its outcome.
 	done    bool
@@ -316,7 +331,12 @@ func buildJob(info jobInfo, prev *sample, cur sample, links traceLinks) Job {
 		j.Checkpoints.Pending = append(j.Checkpoints.Pending,
 			Pending{ID: p.ID, SinceMS: max(cur.at.Sub(p.Started).Milliseconds(), 0), Acked: len(p.Acked), Waiting: p.Pending})
 	}
-	j.Exceptions = Exceptions{Error: j.Error, Restarts: []Restart{}, CheckpointFailure: cur.cp.LastFailure}
+	j.Exceptions = Exceptions{Error: j.Error, Restarts: []Restart{}, CheckpointFailure: cur.cp.LastFailure, Recent: []DeadLetter{}}
+	for i := len(cur.dead) - 1; i >= 0; i-- {
+		d := cur.dead[i]
+		j.Exceptions.Recent = append(j.Exceptions.Recent,
+			DeadLetter{Seq: d.Seq, Operator: d.Operator, Instance: d.Instance, Error: d.Error, Attempts: d.Attempts, Time: d.Time})
+	}
 	for _, r := range cur.cp.RestartCauses {
 		j.Exceptions.Restarts = append(j.Exceptions.Restarts, Restart{Time: r.Time, Error: r.Err, DelayMS: ms(r.Delay)})
 	}

@@ -94,6 +94,8 @@ func TestJobStateAndCheckpoints(t *testing.T) {
 			{ID: 9, Time: t0, Duration: 1500 * time.Microsecond, Size: 120, Instances: 3}},
 		RestartCauses: []operators.RestartCause{{Time: t0, Err: "operator \"parse\": first", Delay: 10 * time.Millisecond}}}
 	cur := sample{at: t0.Add(2 * time.Second), cp: cp, done: true, err: errors.New("operator \"parse\": boom"),
+		dead: []operators.DeadLetterInfo{{Seq: 4, Operator: "w", Instance: 0, Error: "bad", Attempts: 3, Time: t0},
+			{Seq: 5, Operator: "w", Instance: 1, Error: "worse", Attempts: 3, Time: t0}},
 		stats: []actors.OperatorStats{
 			{Name: "src", Task: 0, Parallelism: 1},
 			{Name: "parse", Task: 0, Parallelism: 1},
@@ -119,6 +121,9 @@ func TestJobStateAndCheckpoints(t *testing.T) {
 	if !strings.Contains(ex.Error, "boom") || len(ex.Restarts) != 1 || ex.Restarts[0].Error != "operator \"parse\": first" ||
 		ex.Restarts[0].DelayMS != 10 || ex.CheckpointFailure != "timed out after 1s" || ex.DeadLetters["w"] != 2 || len(ex.DeadLetters) != 1 {
 		t.Errorf("exceptions %+v", ex)
+	}
+	if r := ex.Recent; len(r) != 2 || r[0] != (DeadLetter{Seq: 5, Operator: "w", Instance: 1, Error: "worse", Attempts: 3, Time: t0}) || r[1].Seq != 4 {
+		t.Errorf("recent dead letters %+v, want newest first", r)
 	}
 	if !reflect.DeepEqual(got, want) || j.Checkpoints.LastTime == nil || !j.Checkpoints.LastTime.Equal(t0) {
 		t.Errorf("checkpoints %+v, want %+v with last time %v", j.Checkpoints, want, t0)

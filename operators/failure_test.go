@@ -110,6 +110,18 @@ func TestPoisonRecordsGoToDeadLetters(t *testing.T) {
 	if s := stat(t, run, "sum"); s.DeadLettered != int64(len(poisonCount)) {
 		t.Errorf("sum stats: dead-lettered %d, want %d", s.DeadLettered, len(poisonCount))
 	}
+	// The run remembers the newest 64 of them (for the dashboard): the
+	// store's last ones, in order.
+	recent := operators.RecentDeadLetters(run)
+	if want := min(len(letters), 64); len(recent) != want {
+		t.Fatalf("%d recent dead letters, want %d", len(recent), want)
+	}
+	tail := letters[len(letters)-len(recent):]
+	for i, r := range recent {
+		if d := tail[i]; r.Seq != d.Seq || r.Operator != d.Operator || r.Error != d.Error || r.Attempts != d.Attempts || r.Instance != d.Instance {
+			t.Errorf("recent[%d] = %+v, the store's is %+v", i, r, d)
+		}
+	}
 }
 
 func maps(a, b map[int64]bool) bool {

@@ -79,6 +79,31 @@ type InstanceStats struct {
 	Watermark time.Time
 }
 
+// DeadLetterInfo is a dead letter as RecentDeadLetters reports it: its
+// sequence number in the store, the operator instance that gave it up, the
+// failure, the attempts, when, and the record's trace id if it was sampled;
+// not the record itself (read it from the store by Seq).
+type DeadLetterInfo struct {
+	Seq      uint64
+	Operator string
+	Instance int
+	Error    string
+	Attempts int
+	Time     time.Time
+	TraceID  string
+}
+
+// RecentDeadLetters reports the newest dead letters (up to 64) the run's
+// operators gave to the dead-letter store in this process, oldest first;
+// nil when no operator has OnRecordFailure. The store keeps every one.
+func RecentDeadLetters(run *actors.Run) []DeadLetterInfo {
+	var out []DeadLetterInfo
+	for _, d := range engine.RecentDeadLetters(run) {
+		out = append(out, DeadLetterInfo(d))
+	}
+	return out
+}
+
 // InstanceStatsOf reports every task instance of a topology's run, task by
 // task and instance by instance (nil for another kind of job).
 func InstanceStatsOf(run *actors.Run) []InstanceStats {

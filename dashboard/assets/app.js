@@ -436,6 +436,21 @@
         el('span', null, names.map(function (n) { return n + ' ' + fmtCount(dl[n]); }).join(' · ')));
       parts.push(d);
     }
+    var recent = (ex.recent_dead_letters || []).slice(0, 20);
+    if (recent.length) {
+      var rt = el('table', { 'class': 'restarts dead-letters' });
+      var rh = el('tr');
+      ['seq', 'at', 'operator', 'attempts', 'failure'].forEach(function (h) { rh.append(el('th', null, h)); });
+      rt.append(rh);
+      recent.forEach(function (d) {
+        var tr = el('tr', { 'class': 'exception', 'data-kind': 'dead-letter', 'data-seq': String(d.seq) });
+        tr.append(el('td', { 'class': 'num' }, String(d.seq)), el('td', { 'class': 'num' }, fmtTime(d.time).slice(11)),
+          el('td', null, d.operator + ' #' + d.instance), el('td', { 'class': 'num' }, String(d.attempts)),
+          el('td', { 'class': 'cause' }, d.error));
+        rt.append(tr);
+      });
+      parts.push(rt);
+    }
     if (!parts.length) parts.push(el('p', { 'class': 'muted none' }, 'No failure, restart or dead letter.'));
     v.exBody.replaceChildren.apply(v.exBody, parts);
   }

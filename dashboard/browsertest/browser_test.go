@@ -465,10 +465,15 @@ func TestDashboardInChromium(t *testing.T) {
 	}
 
 	// An injected failure: a map fails once on record 200; the job restarts
-	// and the exceptions view shows the cause.
+	// and the exceptions view shows the cause. Another map gives up every
+	// 50th record to the dead letters, which the view lists too.
 	flakyPace := newPacer(time.Millisecond)
 	var failed sync.Once
-	flakyTop := operators.NewTopology("flaky", operators.BatchSize(16),
+	dead, err := supervision.NewMemoryDeadLetters(0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	flakyTop := operators.NewTopology("flaky", operators.BatchSize(16), operators.DeadLetters(dead),
 		operators.RestartOnFailure(supervision.Backoff{Initial: time.Millisecond, Max: 4 * time.Millisecond, Multiplier: 2, Jitter: supervision.NoJitter}, 3, time.Minute))
 	nums := operators.Source(flakyTop, "nums", operators.Generate(operators.Unbounded, func(i int64) int64 { return i }))
 	checked := operators.Map(nums, "check", func(v int64) int64 {
@@ -478,7 +483,13 @@ func TestDashboardInChromium(t *testing.T) {
 		}
 		return v
 	})
-	operators.Sink(checked, "out", operators.SinkFunc(func(int64) error { return nil }))
+	poisoned := operators.Map(checked, "poisoned", func(v int64) int64 {
+		if v%50 == 7 {
+			panic(fmt.Sprintf("poison record %d", v))
+		}
+		return v
+	}, operators.OnRecordFailure(1))
+	operators.Sink(poisoned, "out", operators.SinkFunc(func(int64) error { return nil }))
 	flaky := start(t, ctx, sys, flakyTop, flakyPace)
 	if err := d.Add(flaky); err != nil {
 		t.Fatal(err)
@@ -494,6 +505,14 @@ func TestDashboardInChromium(t *testing.T) {
 		t.Errorf("restarts shown: %v, %v; want 1", n, err)
 	}
 	t.Logf("exception shown: %s", cause)
+	letter, err := chromedp.Run(tab, chromedp.Poll[string](`(() => {
+		const r = document.querySelector('section.job[data-job="3"] [data-panel="exceptions"] tr.exception[data-kind="dead-letter"]');
+		return r && r.textContent.includes('poison record') ? r.textContent : null;
+	})()`, chromedp.WithPollingInterval(20*time.Millisecond), chromedp.WithPollingTimeout(15*time.Second)))
+	if err != nil {
+		t.Fatalf("no dead letter shown among the exceptions: %v", err)
+	}
+	t.Logf("dead letter shown: %s", letter)
 
 	shot, err := chromedp.Run(tab, chromedp.FullScreenshot(100))
 	if err != nil {

@@ -58,6 +58,7 @@ type execution struct {
 
 	cpStore     persistence.CheckpointStore // nil: no checkpoints
 	deadLetters supervision.DeadLetterStore
+	recentDead  *recentDeadLetters // deadLetters, remembering the newest added; nil without
 	restored    *persistence.Checkpoint // the checkpoint the job resumed from
 	rest        restoration             // what restored says of the plan that took it
 	origin      string                  // the savepoint the job's lineage started from
@@ -387,18 +388,18 @@ func (x *execution) openDeadLetters() error {
 	if !need {
 		return nil
 	}
-	x.deadLetters = x.topo.Config().DeadLetters
-	if x.deadLetters != nil {
-		return nil
+	store := x.topo.Config().DeadLetters
+	if store == nil {
+		db, err := x.sys.DB()
+		if err != nil {
+			return fmt.Errorf("dead letters: %w", err)
+		}
+		if store, err = supervision.NewBoltDeadLetters(db); err != nil {
+			return fmt.Errorf("dead letters: %w", err)
+		}
 	}
-	db, err := x.sys.DB()
-	if err != nil {
-		return fmt.Errorf("dead letters: %w", err)
-	}
-	x.deadLetters, err = supervision.NewBoltDeadLetters(db)
-	if err != nil {
-		return fmt.Errorf("dead letters: %w", err)
-	}
+	x.recentDead = &recentDeadLetters{DeadLetterStore: store}
+	x.deadLetters = x.recentDead
 	return nil
 }
 

@@ -1,10 +1,14 @@
 package engine
 
 import (
+	"cmp"
+	"slices"
+	"sync"
 	"time"
 
 	"github.com/sluicehq/sluice/actors"
 	"github.com/sluicehq/sluice/internal/wire"
+	"github.com/sluicehq/sluice/supervision"
 )
 
 // InstanceStats are the figures of one task instance (a subtask, in
@@ -134,4 +138,59 @@ func (j *jobActor) noteSize(id uint64, states map[string][]byte) {
 		s.states++
 	}
 	j.sizes[id] = s
+}
+
+// DeadLetterInfo is a dead letter as RecentDeadLetters reports it: where
+// and why, without the record.
+type DeadLetterInfo struct {
+	Seq      uint64
+	Operator string
+	Instance int
+	Error    string
+	Attempts int
+	Time     time.Time
+	TraceID  string
+}
+
+// RecentDeadLetters reports the newest dead letters (up to 64) that the
+// run's operators gave to the dead-letter store in this process, oldest
+// first (nil when no operator has a dead-letter policy, or for another
+// kind of job). The store keeps them all; this is for a page to show.
+func RecentDeadLetters(run *actors.Run) []DeadLetterInfo {
+	if x, ok := run.Execution().(*execution); ok && x.recentDead != nil {
+		return x.recentDead.recent()
+	}
+	return nil
+}
+
+// recentDeadLetters is a dead-letter store that remembers the newest
+// letters added through it.
+type recentDeadLetters struct {
+	supervision.DeadLetterStore
+	mu   sync.Mutex
+	last []DeadLetterInfo
+}
+
+func (r *recentDeadLetters) Add(d supervision.DeadLetter) (uint64, error) {
+	seq, err := r.DeadLetterStore.Add(d)
+	if err == nil {
+		info := DeadLetterInfo{Seq: seq, Operator: d.Operator, Instance: d.Instance,
+			Error: d.Error, Attempts: d.Attempts, Time: d.Time, TraceID: d.TraceID}
+		r.mu.Lock()
+		// In the order of Seq, though instances add concurrently: the
+		// newest maxHistory by Seq are kept.
+		i, _ := slices.BinarySearchFunc(r.last, seq, func(e DeadLetterInfo, s uint64) int { return cmp.Compare(e.Seq, s) })
+		r.last = slices.Insert(r.last, i, info)
+		if len(r.last) > maxHistory {
+			r.last = slices.Delete(r.last, 0, len(r.last)-maxHistory)
+		}
+		r.mu.Unlock()
+	}
+	return seq, err
+}
+
+func (r *recentDeadLetters) recent() []DeadLetterInfo {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return slices.Clone(r.last)
 }
