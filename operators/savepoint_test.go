@@ -160,6 +160,9 @@ func TestFromSavepointRefuses(t *testing.T) {
 		}
 		return err
 	}
+	if _, err := operators.Start(ctx, sys, rescaled(in, 2, counts, wins), operators.FromSavepoint(dir)); err == nil || !strings.Contains(err.Error(), "needs Checkpoints") {
+		t.Fatalf("FromSavepoint without checkpoints: %v", err)
+	}
 	other := operators.NewTopology("rescaled")
 	operators.Sink(operators.Source(other, "numbers", operators.SourceConnector[int64](in)), "counts", operators.NewCollector[int64]())
 	if err := start(other); err == nil || !strings.Contains(err.Error(), "another topology") || !strings.Contains(err.Error(), "only in the savepoint: [ts (timestamps)") {

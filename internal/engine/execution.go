@@ -132,6 +132,10 @@ func start(ctx context.Context, sys *actors.System, t *graph.Topology) (actors.E
 		done: make(chan struct{}), launched: make(chan error, 1),
 		byID: make(map[string]*instance), counters: make(map[*graph.Node][]*stage.Counters)}
 	x.ctx, x.cancel = context.WithCancel(context.WithoutCancel(ctx))
+	if t.Config().Savepoint != "" && t.Config().CheckpointInterval <= 0 {
+		x.cancel()
+		return nil, fmt.Errorf("operators: start %q: FromSavepoint(%s) needs Checkpoints: the job restores through its checkpoint store", t.Name(), t.Config().Savepoint)
+	}
 	if t.Config().CheckpointInterval > 0 {
 		if err := x.openCheckpoints(ctx); err != nil {
 			x.cancel()
