@@ -20,7 +20,8 @@ type CheckpointStats struct {
 	LastID       uint64        // the newest completed checkpoint
 	LastDuration time.Duration // from injecting its barriers to stored
 	LastTime     time.Time
-	RestoredFrom uint64 // the checkpoint this run resumed from, 0 if none
+	RestoredFrom uint64    // the checkpoint this run resumed from, 0 if none
+	RestoredTime time.Time // when that checkpoint was taken (zero if none)
 	// Restarts counts RestartOnFailure's restarts of the job, and
 	// RestartDelays the backoff before each.
 	Restarts      int
@@ -45,7 +46,8 @@ func CheckpointStatsOf(run *actors.Run) CheckpointStats {
 	s := engine.CheckpointStatsOf(run)
 	st := CheckpointStats{Completed: s.Completed, Failed: s.Failed, TimedOut: s.TimedOut, LastFailure: s.LastFailure,
 		LastID: s.LastID, LastDuration: s.LastDuration, LastTime: s.LastTime, RestoredFrom: s.RestoredFrom,
-		Restarts: s.Restarts, RestartDelays: s.RestartDelays}
+		RestoredTime: s.RestoredTime,
+		Restarts:     s.Restarts, RestartDelays: s.RestartDelays}
 	for _, p := range s.InProgress {
 		st.InProgress = append(st.InProgress, InProgressCheckpoint(p))
 	}
@@ -111,3 +113,19 @@ func ReadSavepoint(dir string) (SavepointInfo, error) {
 // that is damaged, truncated, of another program or of a newer format is
 // refused by Start, naming the file.
 func FromSavepoint(dir string) TopologyOption { return TopologyOption{graph.FromSavepoint(dir)} }
+
+// ShedStats describe a LatencyTarget's controller now (DESIGN.md, Latency
+// and shedding).
+type ShedStats struct {
+	Target     time.Duration
+	Point      string  // where it sheds: the sources ("clicks"), or an edge ("parse->count"); "" when it sheds nothing
+	Keep       float64 // the fraction of records kept there (1: nothing shed)
+	Drop       bool    // it drops whole batches, since an operator downstream is Selective; else it samples
+	Bottleneck string  // the busiest task (its first operator) in the latest window
+	Infeasible string  // why the target cannot be held now, "" while it can
+}
+
+// ShedStatsOf reports a topology run's LatencyTarget controller: zero
+// statistics for a run without one. What it shed is in each operator's
+// OperatorStats (Shed, ShedBy, SampleRate).
+func ShedStatsOf(run *actors.Run) ShedStats { return ShedStats(engine.ShedStatsOf(run)) }

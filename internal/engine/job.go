@@ -35,6 +35,7 @@ type jobActor struct {
 	deferred   func() bool             // stops the minimum pause's timer
 	stopTimer  func() bool             // stops the restart backoff's timer
 	unwatch    func()                  // distributed: stops watching for lost processes
+	latTimer   func() bool             // stops the latency window's timer
 }
 
 func newJobActor(x *execution) *jobActor {
@@ -63,6 +64,10 @@ func (j *jobActor) Receive(c actor.Context) {
 			return
 		}
 		j.launched(c, now, total, local)
+		j.armLatency()
+	case *latencyTick:
+		x.closeLatencyWindow()
+		j.armLatency()
 	case *cpTick:
 		j.feed(c, coord.Tick{At: now})
 		j.arm()
@@ -118,6 +123,9 @@ func (j *jobActor) Receive(c actor.Context) {
 		x.metrics.Close()
 		if j.timer != nil {
 			j.timer()
+		}
+		if j.latTimer != nil {
+			j.latTimer()
 		}
 		j.stopPolicyTimers()
 		j.endSavepoints(j.x.topo.Kit().Aborted)
@@ -258,7 +266,7 @@ func (j *jobActor) relaunch(c actor.Context, gen int) []coord.JobAction {
 	}
 	if x.restored != nil {
 		x.cpStatsMu.Lock()
-		x.cpStats.RestoredFrom = x.restored.ID
+		x.cpStats.RestoredFrom, x.cpStats.RestoredTime = x.restored.ID, x.restored.Time
 		x.cpStatsMu.Unlock()
 	}
 	j.startCheckpoints(total)
@@ -480,4 +488,16 @@ func (j *jobActor) launch(c actor.Context) (total, local int, err error) {
 		}
 	}
 	return total, local, nil
+}
+
+// armLatency sets the timer of the next latency window (DESIGN.md, Latency
+// and shedding), on the system's clock: a job's own clock (WithClock) is a
+// test's to drive, and its timers are the operators'.
+func (j *jobActor) armLatency() {
+	x := j.x
+	if x.lats == nil {
+		return
+	}
+	root, pid := x.root, x.jobPID
+	j.latTimer = x.sys.Config().Clock.AfterFunc(x.latencyWindowLength(), func() { root.Send(pid, &latencyTick{}) })
 }

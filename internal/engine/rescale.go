@@ -22,6 +22,8 @@ import (
 //     overlaps it (stage.KeyGroupRestorer);
 //   - is a source: its connector redistributes its offsets
 //     (connector.OffsetRescaler), or the restore is refused;
+//   - is a sink whose connector redistributes its state
+//     (connector.StateRescaler): new instance i restores what it returned;
 //   - keeps other state (a sink's position): refused; without state: nothing
 //     to do.
 //
@@ -31,8 +33,9 @@ import (
 
 // restoration is what a restored checkpoint says of the plan that took it.
 type restoration struct {
-	old     *savepoint.Plan    // nil: a checkpoint that records no plan (same layout assumed)
-	offsets map[string][]int64 // rescaled sources: the offset of every new partition
+	old     *savepoint.Plan     // nil: a checkpoint that records no plan (same layout assumed)
+	offsets map[string][]int64  // rescaled sources: the offset of every new partition
+	states  map[string][][]byte // rescaled sinks with a StateRescaler: the state of every new partition
 }
 
 // planRecord is the plan recorded in this job's checkpoints.
@@ -111,6 +114,22 @@ func (x *execution) restorationOf(cp *persistence.Checkpoint) (restoration, erro
 				}
 				r.offsets[n.Name()] = nw
 			case n.KeyGrouped() && o.KeyGrouped:
+			case n.Role() == graph.RoleSink && n.RescaleStates() != nil:
+				old := make([][]byte, o.Parallelism)
+				for j := range old {
+					old[j] = cp.States[n.Name()+"/"+strconv.Itoa(j)]
+				}
+				nw, err := n.RescaleStates()(old, par)
+				if err != nil {
+					return restoration{}, fmt.Errorf("%s: sink %q from parallelism %d to %d: %w", where, n.Name(), o.Parallelism, par, err)
+				}
+				if len(nw) != par {
+					return restoration{}, fmt.Errorf("%s: sink %q from parallelism %d to %d: its connector returned %d states", where, n.Name(), o.Parallelism, par, len(nw))
+				}
+				if r.states == nil {
+					r.states = map[string][][]byte{}
+				}
+				r.states[n.Name()] = nw
 			default:
 				for j := range o.Parallelism {
 					if b := cp.States[n.Name()+"/"+strconv.Itoa(j)]; len(b) > 0 {

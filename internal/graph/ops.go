@@ -171,6 +171,9 @@ func Sink[T any](s Stream[T], name string, sink connector.Sink[T], opts ...Optio
 		t = orphan(name)
 	}
 	nd := &Node{name: name, kind: "sink", role: RoleSink, inType: typeOf[T]()}
+	if r, ok := sink.(connector.StateRescaler); ok {
+		nd.rescaleStates = r.RescaleStates
+	}
 	if sink == nil {
 		t.errs = append(t.errs, opErr(t, name, KindInvalid, "nil sink connector"))
 	}

@@ -109,6 +109,22 @@ type Ctx struct {
 	// StateTTL: a keyed stage forgets a key's state once the key has seen
 	// no record for this many nanoseconds of processing time (0: never).
 	StateTTL int64
+	// Ingested, when set, is told a source's batch's ingestion time (unix
+	// ns) that the reader reports (connector.IngestionTimer), before the
+	// batch is pushed.
+	Ingested func(unixNano int64)
+	// Keep, when set, is the probability that a record of the batch being
+	// handled survived the load shedding upstream (1: nothing was shed):
+	// approximate aggregations scale by its inverse.
+	Keep func() float64
+}
+
+// KeepRate is sc.Keep() or 1 without it.
+func (sc *Ctx) KeepRate() float64 {
+	if sc.Keep == nil {
+		return 1
+	}
+	return sc.Keep()
 }
 
 // key names the stage's instance in checkpoints: "operator/instance".
@@ -641,6 +657,11 @@ func (s *SourceStage[T]) Step() (int, error) {
 	s.buf.Vs = s.buf.Vs[:s.sc.BatchSize]
 	n, err := s.r.Read(s.buf.Vs)
 	if n > 0 {
+		if it, ok := s.r.(connector.IngestionTimer); ok && s.sc.Ingested != nil {
+			if at := it.IngestedAt(); !at.IsZero() {
+				s.sc.Ingested(at.UnixNano())
+			}
+		}
 		s.buf.Vs, s.buf.Ts = s.buf.Vs[:n], nil
 		s.sc.C.Out.Add(int64(n))
 		s.next.Push(&s.buf) // in the trace the instance started for this tick, if any
