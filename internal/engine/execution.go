@@ -76,8 +76,8 @@ type execution struct {
 	latMu   sync.Mutex
 	latWin  []latencySnap
 	latPrev []latencySnap
-	shedder *shedder // nil without a LatencyTarget
-	live        liveInputs  // inputs changed while the job runs (control.go)
+	shedder *shedder   // nil without a LatencyTarget
+	live    liveInputs // inputs changed while the job runs (control.go)
 }
 
 // now is the job's clock, in unix nanoseconds.
