@@ -77,8 +77,8 @@ type execution struct {
 	latMu   sync.Mutex
 	latWin  []latencySnap
 	latPrev []latencySnap
-	shedder *shedder // nil without a LatencyTarget
-	live        liveInputs  // inputs changed while the job runs (control.go)
+	shedder *shedder   // nil without a LatencyTarget
+	live    liveInputs // inputs changed while the job runs (control.go)
 }
 
 // now is the job's clock, in unix nanoseconds.
@@ -166,6 +166,10 @@ func start(ctx context.Context, sys *actors.System, t *graph.Topology) (actors.E
 	if err := x.setupLatency(); err != nil {
 		x.cancel()
 		return nil, fmt.Errorf("operators: start %q: %w", t.Name(), err)
+	}
+	if t.Config().Savepoint != "" && t.Config().CheckpointInterval <= 0 {
+		x.cancel()
+		return nil, fmt.Errorf("operators: start %q: FromSavepoint(%s) needs Checkpoints: the job restores through its checkpoint store", t.Name(), t.Config().Savepoint)
 	}
 	if t.Config().CheckpointInterval > 0 {
 		if err := x.openCheckpoints(ctx); err != nil {

@@ -115,8 +115,8 @@ type instance struct {
 	shedRand uint64 // the state of the shedding's random numbers (splitmix64)
 	// the attributes of its OpenTelemetry measurements, made once
 	mAttrs, mSinkAttrs metric.MeasurementOption
-	paused bool      // a source paused through the control plane (PauseSource)
-	ctl    *liveGate // a live change of the input's policy (control.go), nil before any
+	paused             bool      // a source paused through the control plane (PauseSource)
+	ctl                *liveGate // a live change of the input's policy (control.go), nil before any
 
 	mb           atomic.Pointer[mailbox.Mailbox]
 	blocked      atomic.Int64 // nanoseconds without credit, past episodes
