@@ -58,7 +58,7 @@ type execution struct {
 
 	cpStore     persistence.CheckpointStore // nil: no checkpoints
 	deadLetters supervision.DeadLetterStore
-	recentDead  *recentDeadLetters // deadLetters, remembering the newest added; nil without
+	recentDead  *recentDeadLetters      // deadLetters, remembering the newest added; nil without
 	restored    *persistence.Checkpoint // the checkpoint the job resumed from
 	rest        restoration             // what restored says of the plan that took it
 	origin      string                  // the savepoint the job's lineage started from
