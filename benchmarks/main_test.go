@@ -4,7 +4,9 @@ import (
 	"context"
 	"log/slog"
 	"strings"
+	"syscall"
 	"testing"
+	"time"
 )
 
 // TestPipelineSmall runs the pipeline benchmark at a tiny scale: every
@@ -64,6 +66,7 @@ func TestNexmarkChecksOutput(t *testing.T) {
 func BenchmarkPipelineUnfused(b *testing.B) {
 	const n = 2_000_000
 	want := expectedSum(n)
+	cpu0 := cpuTime()
 	for b.Loop() {
 		sum, err := sluicePipeline(context.Background(), n, false)
 		if err != nil || sum != want {
@@ -71,13 +74,26 @@ func BenchmarkPipelineUnfused(b *testing.B) {
 		}
 	}
 	b.ReportMetric(float64(n)*float64(b.N)/b.Elapsed().Seconds(), "records/s")
+	b.ReportMetric(float64(cpuTime()-cpu0)/(float64(n)*float64(b.N)), "cpu-ns/record")
 }
 
 // BenchmarkPipelineChannelsBatched is its batched channel baseline.
 func BenchmarkPipelineChannelsBatched(b *testing.B) {
 	const n = 2_000_000
+	cpu0 := cpuTime()
 	for b.Loop() {
 		batchedChannelPipeline(n, benchBatch, benchInFlight/benchBatch)
 	}
 	b.ReportMetric(float64(n)*float64(b.N)/b.Elapsed().Seconds(), "records/s")
+	b.ReportMetric(float64(cpuTime()-cpu0)/(float64(n)*float64(b.N)), "cpu-ns/record")
+}
+
+// cpuTime is the process's user and system CPU time so far: on a loaded
+// machine it says more about a change than the wall time.
+func cpuTime() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }

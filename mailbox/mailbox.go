@@ -46,6 +46,7 @@ type Mailbox struct {
 
 	invoker    actor.MessageInvoker
 	dispatcher actor.Dispatcher
+	proc       func()      // m.process, built once: a method value allocates on every schedule
 	registered atomic.Bool // dispatcher is set
 	refuse     error       // set by refusing: every record is dropped
 }
@@ -59,6 +60,7 @@ func New(cfg Config) (*Mailbox, error) {
 	}
 	cfg = cfg.withDefaults()
 	m := &Mailbox{cfg: cfg, space: make(chan struct{}), tokens: cfg.burst(), refill: cfg.Now()}
+	m.proc = m.process
 	m.st.Policy, m.st.Capacity = cfg.Overflow.String(), cfg.Capacity
 	if cfg.Overflow == OverflowSpill {
 		sq, recovered, err := openSpillQueue(cfg.Spill)
@@ -562,7 +564,7 @@ func (m *Mailbox) schedule() {
 		return // Start schedules once the handlers are registered
 	}
 	if m.scheduled.CompareAndSwap(false, true) {
-		m.dispatcher.Schedule(m.process)
+		m.dispatcher.Schedule(m.proc)
 	}
 }
 
@@ -582,7 +584,7 @@ func (m *Mailbox) process() {
 	for {
 		if m.run() {
 			// Yield: let other actors have the goroutine's processor.
-			m.dispatcher.Schedule(m.process)
+			m.dispatcher.Schedule(m.proc)
 			return
 		}
 		m.scheduled.Store(false)
