@@ -7,6 +7,9 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/sluicehq/sluice/actors"
+	"github.com/sluicehq/sluice/operators"
 )
 
 // TestPipelineSmall runs the pipeline benchmark at a tiny scale: every
@@ -96,4 +99,32 @@ func cpuTime() time.Duration {
 		return 0
 	}
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// BenchmarkTopologyHop is the topology hop alone (source -> sink actor),
+// for profiling.
+func BenchmarkTopologyHop(b *testing.B) {
+	const n = 4_000_000
+	ctx := context.Background()
+	cpu0 := cpuTime()
+	for b.Loop() {
+		sys, err := actors.NewSystem(actors.Config{Name: "hop"})
+		if err != nil {
+			b.Fatal(err)
+		}
+		var count int64
+		t := operators.NewTopology("hop")
+		src := operators.Source(t, "src", operators.Generate(int64(n), func(i int64) int64 { return i }))
+		operators.Sink(src, "sink", operators.SinkFunc(func(int64) error { count++; return nil }), operators.NoFusion())
+		run, err := sys.Run(ctx, t)
+		if err != nil {
+			b.Fatal(err)
+		}
+		if err := run.Wait(ctx); err != nil || count != n {
+			b.Fatalf("%d of %d, %v", count, n, err)
+		}
+		sys.Stop(ctx)
+	}
+	b.ReportMetric(float64(n)*float64(b.N)/b.Elapsed().Seconds(), "records/s")
+	b.ReportMetric(float64(cpuTime()-cpu0)/(float64(n)*float64(b.N)), "cpu-ns/record")
 }

@@ -42,6 +42,7 @@ type Mailbox struct {
 	suspended atomic.Bool
 	sysN      atomic.Int32 // system messages queued
 	errs      []error      // for OnError, reported outside the lock
+	errN      atomic.Int32 // len(errs), read without the lock
 	local     []entry      // messages handed to the actor, being processed
 
 	invoker    actor.MessageInvoker
@@ -480,17 +481,19 @@ func (m *Mailbox) PostSystemMessage(msg any) {
 func (m *Mailbox) reportLocked(err error) {
 	if m.cfg.OnError != nil {
 		m.errs = append(m.errs, err)
+		m.errN.Store(int32(len(m.errs)))
 	}
 }
 
 // reportErrors hands queued errors to OnError, outside the lock.
 func (m *Mailbox) reportErrors() {
-	if m.cfg.OnError == nil {
+	if m.cfg.OnError == nil || m.errN.Load() == 0 { // without the lock: every post and every batch taken call this
 		return
 	}
 	m.mu.Lock()
 	errs := m.errs
 	m.errs = nil
+	m.errN.Store(0)
 	m.mu.Unlock()
 	for _, err := range errs {
 		m.cfg.OnError(err)
