@@ -8,7 +8,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/asynkron/protoactor-go/actor"
+
 	"github.com/sluicehq/sluice/actors"
+	"github.com/sluicehq/sluice/mailbox"
 	"github.com/sluicehq/sluice/operators"
 )
 
@@ -123,6 +126,34 @@ func BenchmarkTopologyHop(b *testing.B) {
 		if err := run.Wait(ctx); err != nil || count != n {
 			b.Fatalf("%d of %d, %v", count, n, err)
 		}
+		sys.Stop(ctx)
+	}
+	b.ReportMetric(float64(n)*float64(b.N)/b.Elapsed().Seconds(), "records/s")
+	b.ReportMetric(float64(cpuTime()-cpu0)/(float64(n)*float64(b.N)), "cpu-ns/record")
+}
+
+// BenchmarkRefSend is the embedded actor's Ref.Send into Block(1024), for
+// profiling and A/B runs.
+func BenchmarkRefSend(b *testing.B) {
+	const n = 1_000_000
+	ctx := context.Background()
+	cpu0 := cpuTime()
+	for b.Loop() {
+		sys, err := actors.NewSystem(actors.Config{Name: "hop"})
+		if err != nil {
+			b.Fatal(err)
+		}
+		c := &counterActor{want: n, done: make(chan struct{})}
+		ref, err := sys.Spawn("counter", func() actor.Actor { return c }, actors.Mailbox(mailbox.Block(1024)))
+		if err != nil {
+			b.Fatal(err)
+		}
+		for i := int64(0); i < n; i++ {
+			if err := ref.Send(ctx, i); err != nil {
+				b.Fatal(err)
+			}
+		}
+		<-c.done
 		sys.Stop(ctx)
 	}
 	b.ReportMetric(float64(n)*float64(b.N)/b.Elapsed().Seconds(), "records/s")
