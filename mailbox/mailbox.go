@@ -643,7 +643,12 @@ func (m *Mailbox) popBatch(buf []entry, k int) (_ []entry, ended *Episode) {
 			ended = &end
 		}
 	}
-	if m.waiters > 0 && m.depth < m.cfg.Capacity {
+	// Waiting Puts wake once the queue is down to half its capacity, not at
+	// the first free slot: a sender woken for every batch the actor takes
+	// would park and wake again for each. (A Put of more than half the
+	// capacity is woken again by every batch taken below that, until it
+	// fits or the queue is empty.)
+	if m.waiters > 0 && m.depth <= m.cfg.Capacity/2 {
 		close(m.space)
 		m.space = make(chan struct{})
 	}
