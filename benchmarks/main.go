@@ -89,6 +89,8 @@ func suite() []benchmark {
 			"producer is done, against mailboxes big enough for everything", "edge spill >= 0.3x the edge in memory", benchSpill},
 		{"checkpoint", "keyed count (2 instances) over 30 M records, checkpoints every second into bbolt against none",
 			"with checkpoints >= 0.9x without", benchCheckpoint},
+		{"latency", "unfused 4-stage pipeline: latency measured (the default) against NoLatencyStats, alternating rounds",
+			"measurement costs <= 3 % throughput", benchLatency},
 		{"tracing", "unfused 4-stage pipeline over 10 M records: no telemetry against an SDK tracer sampling nothing, 1 % and 100 %",
 			"<= 1 % overhead off, <= 5 % at 1 %", benchTracing},
 		{"journal", "bbolt journal with real fsyncs: group commit (64 and 1024 concurrent appenders, one event per Append) against bbolt's own " +

@@ -12,6 +12,7 @@ import (
 	"github.com/sluicehq/sluice/samples/clickstream"
 	"github.com/sluicehq/sluice/samples/fraud"
 	"github.com/sluicehq/sluice/samples/jetstreamtopg"
+	"github.com/sluicehq/sluice/samples/latency"
 	"github.com/sluicehq/sluice/samples/nexmark"
 	"github.com/sluicehq/sluice/samples/overload"
 	"github.com/sluicehq/sluice/samples/wordcount"
@@ -29,6 +30,15 @@ type Sample interface {
 	Report(w io.Writer) error
 }
 
+// NotResumable is implemented by the samples whose work does not happen in
+// their topology (a driver that runs its own systems when its source
+// opens): checkpoints of the topology could not resume that work, and
+// `sluice run --checkpoints` refuses them with the reason NotResumable
+// gives.
+type NotResumable interface {
+	NotResumable() string
+}
+
 // Catalog returns a fresh instance of every sample, in listing order.
 func Catalog() []Sample {
 	return []Sample{
@@ -39,6 +49,7 @@ func Catalog() []Sample {
 		clickstream.New(),
 		fraud.New(),
 		overload.New(),
+		latency.New(),
 	}
 }
 

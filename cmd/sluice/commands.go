@@ -13,6 +13,8 @@ import (
 
 	"github.com/sluicehq/sluice/actors"
 	"github.com/sluicehq/sluice/dashboard"
+	"github.com/sluicehq/sluice/operators"
+	"github.com/sluicehq/sluice/persistence"
 	"github.com/sluicehq/sluice/samples"
 	"github.com/sluicehq/sluice/telemetry"
 )
@@ -85,6 +87,8 @@ func runCmd(g *globals) *cobra.Command {
 	var trace bool
 	var traceEndpoint, metricsAddr, uiAddr string
 	var uiWait bool
+	var dur durability
+	var af adminFlags
 	c := &cobra.Command{
 		Use:   "run SAMPLE [flags]",
 		Short: "run a sample, with a live progress line on stderr",
@@ -96,10 +100,16 @@ func runCmd(g *globals) *cobra.Command {
 	c.PersistentFlags().StringVar(&metricsAddr, "metrics", "", "serve Prometheus metrics at http://ADDR/metrics (e.g. "+telemetry.DefaultMetricsAddr+"; a port alone binds 127.0.0.1, a host written out is used as written)")
 	c.PersistentFlags().StringVar(&uiAddr, "ui", "", "serve the live dashboard at http://ADDR/ while the sample runs (e.g. 127.0.0.1:8080; a port alone binds 127.0.0.1, a host written out is used as written)")
 	c.PersistentFlags().BoolVar(&uiWait, "ui-wait", false, "with --ui: after the job ends, keep serving its final state until interrupted (Ctrl-C)")
+	c.PersistentFlags().StringVar(&dur.save, "savepoint", "", "on Ctrl-C, write a savepoint of the job into DIR (new or empty), then stop it")
+	c.PersistentFlags().StringVar(&dur.from, "from-savepoint", "", "start the job from the savepoint in DIR (at the parallelism the flags give)")
+	af.add(c, true)
 	// The cluster word count starts node processes of its own: it is a
 	// command rather than a samples.Sample, reachable as a sample too.
 	c.AddCommand(clusterWordCountCmd(g))
-	c.AddCommand(sampleCommands(g, "run", func(cmd *cobra.Command, s samples.Sample) error {
+	runs := sampleCommands(g, "run", func(cmd *cobra.Command, s samples.Sample) error {
+		if err := dur.check(cmd, s); err != nil {
+			return err
+		}
 		tp := telemetry.Noop()
 		if trace {
 			if err := checkTraceEndpoint(traceEndpoint); err != nil {
@@ -146,7 +156,17 @@ func runCmd(g *globals) *cobra.Command {
 			defer stopUI()
 			ui = d
 		}
-		err := runSample(cmd.Context(), g, s, progress, tp, ui)
+		srv, stopAdmin, err := af.start(g, tp)
+		if err != nil {
+			return err
+		}
+		defer stopAdmin()
+		err = runSample(cmd.Context(), g, s, progress, tp, ui, dur, func(run *actors.Run) (func(), error) {
+			if err := addJob(srv, run); err != nil {
+				return nil, err
+			}
+			return af.watch(srv), nil
+		})
 		flush, cancel := context.WithTimeout(context.WithoutCancel(cmd.Context()), 5*time.Second)
 		defer cancel()
 		if ferr := tp.Shutdown(flush); ferr != nil && err == nil {
@@ -157,8 +177,77 @@ func runCmd(g *globals) *cobra.Command {
 			<-cmd.Context().Done()
 		}
 		return err
-	})...)
+	})
+	for _, rc := range runs {
+		dur.flags(rc)
+	}
+	c.AddCommand(runs...)
 	return c
+}
+
+// durability is what `run --store FILE --checkpoints D` asks for: a store
+// that outlives the run, and checkpoints in it from which a run started
+// again with the same flags resumes; and `--savepoint DIR` (written on
+// Ctrl-C) and `--from-savepoint DIR`.
+type durability struct {
+	store       string
+	checkpoints time.Duration
+	save, from  string
+}
+
+// savepoints says whether a savepoint is written or read.
+func (d durability) savepoints() bool { return d.save != "" || d.from != "" }
+
+// options are the run settings the flags ask for. With a savepoint and no
+// --store, checkpoints are kept in memory (the savepoint is what outlives
+// the run), every 10s unless --checkpoints says otherwise.
+func (d durability) options() []operators.TopologyOption {
+	var opts []operators.TopologyOption
+	iv := d.checkpoints
+	if iv == 0 && d.savepoints() {
+		iv = 10 * time.Second
+	}
+	if iv > 0 {
+		opts = append(opts, operators.Checkpoints(iv))
+		if d.store == "" {
+			opts = append(opts, operators.CheckpointStore(persistence.NewMemoryCheckpointStore()))
+		}
+	}
+	if d.from != "" {
+		opts = append(opts, operators.FromSavepoint(d.from))
+	}
+	return opts
+}
+
+// flags adds --store and --checkpoints to a sample's run command, unless
+// the sample has a flag of that name of its own (the bank's --store is its
+// journal's).
+func (d *durability) flags(c *cobra.Command) {
+	if c.Flags().Lookup("store") == nil {
+		c.Flags().StringVar(&d.store, "store", "", "bbolt file of the run's durable state: its checkpoints, spilled records and dead letters (default: a temporary file, removed when the run ends)")
+	}
+	if c.Flags().Lookup("checkpoints") == nil {
+		c.Flags().DurationVar(&d.checkpoints, "checkpoints", 0, "take a checkpoint every DURATION in --store (exactly-once state and --out files); "+
+			"a run killed and started again with the same flags resumes from its last completed checkpoint (0: none)")
+	}
+}
+
+// check refuses flags that cannot work, before anything starts.
+func (d *durability) check(cmd *cobra.Command, s samples.Sample) error {
+	name := cmd.CommandPath()
+	switch {
+	case d.checkpoints < 0:
+		return fmt.Errorf("%s: --checkpoints %v: want a positive interval (or 0 for none)", name, d.checkpoints)
+	case d.checkpoints == 0:
+		return nil
+	}
+	if why, ok := s.(samples.NotResumable); ok {
+		return fmt.Errorf("%s: --checkpoints: %s", name, why.NotResumable())
+	}
+	if d.store == "" && !d.savepoints() {
+		return fmt.Errorf("%s: --checkpoints %v needs --store FILE: the checkpoints are kept there, and without it the run's store is temporary, removed when the run ends, so no run could resume from them", name, d.checkpoints)
+	}
+	return nil
 }
 
 // serveUI serves a dashboard for `run --ui ADDR` (a port alone means
@@ -191,7 +280,10 @@ func serveUI(g *globals, addr string, trace bool, service string) (d *dashboard.
 	return d, func() { cancel(); _ = wait() }, nil
 }
 
-func runSample(ctx context.Context, g *globals, s samples.Sample, every time.Duration, tp telemetry.Providers, ui *dashboard.Dashboard) error {
+// runSample runs a sample to its end; started (which may be nil) is told
+// of the run once it started, and what it returns runs when the run ended.
+func runSample(ctx context.Context, g *globals, s samples.Sample, every time.Duration, tp telemetry.Providers, ui *dashboard.Dashboard, dur durability,
+	started func(*actors.Run) (func(), error)) error {
 	log, err := g.logger()
 	if err != nil {
 		return err
@@ -200,7 +292,7 @@ func runSample(ctx context.Context, g *globals, s samples.Sample, every time.Dur
 	if err != nil {
 		return err
 	}
-	sys, err := actors.NewSystem(actors.Config{Name: "sluice", Logger: log, TracerProvider: tp.Tracer, MeterProvider: tp.Meter})
+	sys, err := actors.NewSystem(actors.Config{Name: "sluice", Logger: log, TracerProvider: tp.Tracer, MeterProvider: tp.Meter, Store: dur.store})
 	if err != nil {
 		return err
 	}
@@ -209,16 +301,37 @@ func runSample(ctx context.Context, g *globals, s samples.Sample, every time.Dur
 		defer cancel()
 		_ = sys.Stop(stopCtx)
 	}()
-	run, err := sys.Run(ctx, t)
+	job, err := operators.Start(ctx, sys, t, dur.options()...)
 	if err != nil {
 		return err
+	}
+	run := job.Run()
+	cps := job.Checkpoints()
+	switch {
+	case dur.from != "":
+		fmt.Fprintf(g.stderr, "job %s: started from savepoint %s (checkpoint %d)\n", t.Name(), dur.from, cps.RestoredFrom)
+	case cps.RestoredFrom != 0:
+		fmt.Fprintf(g.stderr, "resumed job %s from checkpoint %d of %s in %s\n", t.Name(), cps.RestoredFrom,
+			cps.RestoredTime.UTC().Format(time.RFC3339Nano), dur.store)
+	case dur.checkpoints > 0:
+		fmt.Fprintf(g.stderr, "started job %s afresh: no checkpoint of it in %s; checkpoints every %v\n", t.Name(), dur.store, dur.checkpoints)
 	}
 	if ui != nil {
 		if err := ui.Add(run); err != nil {
 			return err
 		}
 	}
+	if started != nil {
+		done, err := started(run)
+		if err != nil {
+			return err
+		}
+		defer done()
+	}
 	p := newProgress(g.stderr, isTerminal(g.stderr))
+	if dur.checkpoints > 0 {
+		p.checkpoints = func() operators.CheckpointStats { return job.Checkpoints() }
+	}
 	var tick <-chan time.Time
 	if every > 0 {
 		tk := time.NewTicker(every)
@@ -238,6 +351,18 @@ wait:
 				break wait
 			}
 			interrupted = true
+			if dur.save != "" {
+				fmt.Fprintf(g.stderr, "\ninterrupted: writing a savepoint into %s, then stopping the job\n", dur.save)
+				spCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
+				info, err := job.Savepoint(spCtx, dur.save)
+				cancel()
+				_ = job.Stop(context.WithoutCancel(ctx))
+				if err != nil {
+					return err
+				}
+				fmt.Fprintf(g.stdout, "savepoint %s: checkpoint %d of job %s (sluice savepoint inspect %s)\n", info.Dir, info.Checkpoint, info.Job, info.Dir)
+				return nil
+			}
 			fmt.Fprintln(g.stderr, "\ninterrupted: draining (sources stop, in-flight records finish)")
 			drainCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 			err := run.Drain(drainCtx)
@@ -266,6 +391,8 @@ type progress struct {
 	lastIn   int64
 	lastOut  int64
 	lastTime time.Duration
+	// checkpoints, when set, adds the job's checkpoints to the line.
+	checkpoints func() operators.CheckpointStats
 }
 
 func newProgress(w interface{ Write([]byte) (int, error) }, tty bool) *progress {
@@ -298,6 +425,14 @@ func (p *progress) show(name string, elapsed time.Duration, stats []actors.Opera
 	p.lastIn, p.lastOut, p.lastTime = in, out, elapsed
 	line := fmt.Sprintf("%s %5.1fs  in %s/s  out %s/s | %s", name, elapsed.Seconds(),
 		human(int64(rin)), human(int64(rout)), strings.Join(ops, "  "))
+	if p.checkpoints != nil {
+		cs := p.checkpoints()
+		line += fmt.Sprintf(" | checkpoint %d (%d this run", cs.LastID, cs.Completed)
+		if cs.Failed > 0 {
+			line += fmt.Sprintf(", %d failed", cs.Failed)
+		}
+		line += ")"
+	}
 	if p.tty {
 		fmt.Fprintf(p.w, "\r\x1b[K%s", line)
 	} else {

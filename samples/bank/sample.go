@@ -204,3 +204,9 @@ func Cents(n int64) string {
 	}
 	return sign + string(out)
 }
+
+// NotResumable implements samples.NotResumable: the bank's workload and
+// recovery run on systems of their own when the job's source opens.
+func (s *Sample) NotResumable() string {
+	return "the bank sample runs its workload and its recovery on systems of its own when its source opens (its --store is that bank's store, kept for `sluice store inspect`); checkpoints of its topology could not resume them: run it without --checkpoints"
+}

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/operators"
+	"github.com/sluicehq/sluice/samples/internal/collect"
 )
 
 // Sample is the clickstream program. Create it with New.
@@ -20,8 +21,8 @@ type Sample struct {
 	top         int
 
 	clicks   []Click
-	sessions *operators.Collector[Session]
-	late     *operators.Collector[Click]
+	sessions *collect.Sink[Session]
+	late     *collect.Sink[Click]
 }
 
 // New returns the sample with DefaultConfig, two instances of the session
@@ -71,8 +72,8 @@ func (s *Sample) Topology() (*operators.Topology, error) {
 		return nil, fmt.Errorf("clickstream: parallelism %d, top %d: parallelism must be at least 1 and top not negative", s.parallelism, s.top)
 	}
 	s.clicks = Generate(s.cfg)
-	s.sessions = operators.NewCollector[Session]()
-	s.late = operators.NewCollector[Click]()
+	s.sessions = collect.New[Session]()
+	s.late = collect.New[Click]()
 	t := operators.NewTopology("clickstream", operators.BatchSize(1))
 	clicks := operators.Source(t, "clicks", operators.FromSlice(s.clicks))
 	sessions := Sessionize(clicks, s.cfg.OutOfOrder, s.cfg.Gap, s.cfg.Lateness, s.late, s.parallelism)

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/operators"
+	"github.com/sluicehq/sluice/samples/internal/collect"
 )
 
 // Sample is the fraud program. Create it with New.
@@ -18,7 +19,7 @@ type Sample struct {
 	show        int
 
 	data   Data
-	alerts *operators.Collector[Alert]
+	alerts *collect.Sink[Alert]
 }
 
 // New returns the sample with DefaultConfig, two instances of each join,
@@ -68,7 +69,7 @@ func (s *Sample) Topology() (*operators.Topology, error) {
 		return nil, fmt.Errorf("fraud: parallelism %d, show %d: parallelism must be at least 1 and show not negative", s.parallelism, s.show)
 	}
 	s.data = Generate(s.cfg)
-	s.alerts = operators.NewCollector[Alert]()
+	s.alerts = collect.New[Alert]()
 	t := operators.NewTopology("fraud")
 	txs := operators.Timestamps(operators.Source(t, "transactions", operators.FromSlice(s.data.Txs)),
 		"tx-time", Tx.EventTime, operators.OutOfOrderness(MaxDelay))

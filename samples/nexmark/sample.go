@@ -89,7 +89,12 @@ func (s *Sample) Topology() (*operators.Topology, error) {
 	}
 	operators.Sink(results, "count", countingSink{&s.results})
 	if s.out != "" {
-		operators.Sink(results, "out", operators.File(s.out, func(line string) string { return line }), operators.Parallelism(1))
+		// With checkpoints (sluice run --checkpoints) the file sink is
+		// exactly-once: a resumed run cuts the file back to its
+		// checkpointed position. A run that starts afresh overwrites the
+		// file, as a run without checkpoints always does.
+		operators.Sink(results, "out", operators.File(s.out, func(line string) string { return line }, operators.FileOverwrite()),
+			operators.Parallelism(1))
 	}
 	s.ran = s.query
 	return t, nil

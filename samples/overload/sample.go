@@ -211,3 +211,9 @@ func ms(d time.Duration) string {
 	}
 	return d.Round(10 * time.Millisecond).String()
 }
+
+// NotResumable implements samples.NotResumable: the measured pipelines run
+// on a system of their own when the job's source opens.
+func (s *Sample) NotResumable() string {
+	return "the overload sample measures its pipelines on a system of its own when its source opens (a measurement: timing matters, and a resumed one would measure something else); run it without --checkpoints"
+}

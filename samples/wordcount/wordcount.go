@@ -16,6 +16,7 @@ import (
 	"unicode"
 
 	"github.com/sluicehq/sluice/operators"
+	"github.com/sluicehq/sluice/samples/internal/collect"
 )
 
 // Sample is the wordcount program. Create it with New.
@@ -26,7 +27,7 @@ type Sample struct {
 	top         int
 	parallelism int
 
-	result *operators.Collector[operators.KV[string, int64]]
+	result *collect.Sink[operators.KV[string, int64]]
 }
 
 // New returns the sample with its default options.
@@ -73,7 +74,7 @@ func (s *Sample) Topology() (*operators.Topology, error) {
 	words := operators.FlatMap(lines, "split", Words)
 	byWord := operators.KeyBy(words, "by-word", func(w string) string { return w }, operators.Parallelism(s.parallelism))
 	counts := operators.Count(byWord, "count", operators.Emit(operators.EmitAtEnd))
-	s.result = operators.NewCollector[operators.KV[string, int64]]()
+	s.result = collect.New[operators.KV[string, int64]]()
 	operators.Sink(counts, "collect", s.result)
 	return t, nil
 }
