@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 
 	"github.com/asynkron/protoactor-go/actor"
 
@@ -58,8 +59,9 @@ type Ref struct {
 	name  string
 	spill bool // its mailbox spills: no requests
 
+	mb atomic.Pointer[mailbox.Mailbox] // replaced if protoactor builds a new mailbox; read on every Send, without mu
+
 	mu       sync.Mutex
-	mb       *mailbox.Mailbox      // replaced if protoactor builds a new mailbox
 	done     chan struct{}         // closed when the actor has ended
 	err      error                 // why; set before done closes
 	failure  error                 // the last failure its guardian saw
@@ -92,11 +94,7 @@ func (r *Ref) Err() error {
 	return r.err
 }
 
-func (r *Ref) mailbox() *mailbox.Mailbox {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return r.mb
-}
+func (r *Ref) mailbox() *mailbox.Mailbox { return r.mb.Load() }
 
 // Send delivers msg, waiting while the mailbox is full until ctx ends. Call
 // it from application goroutines, never from inside an actor's Receive (use

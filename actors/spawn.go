@@ -69,9 +69,7 @@ func (s *System) Spawn(name string, producer func() actor.Actor, opts ...SpawnOp
 	ref := &Ref{sys: s, name: name, spill: cfg.mailbox.Overflow == mailbox.OverflowSpill,
 		done: make(chan struct{}), requests: map[string]*actor.PID{}}
 	mbProducer, err := cfg.mailbox.Producer(func(mb *mailbox.Mailbox) {
-		ref.mu.Lock()
-		ref.mb = mb
-		ref.mu.Unlock()
+		ref.mb.Store(mb)
 	})
 	if err != nil {
 		return nil, fmt.Errorf("actors: spawn %q: %w", name, err)

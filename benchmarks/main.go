@@ -1,14 +1,20 @@
-// Command benchmarks measures sluice against baselines measured in the same
-// run (a hand-written loop, plain Go channels, raw protoactor-go) and prints
+// Command benchmarks measures sluice against fair baselines measured in the
+// same run, on the same records: a hand-written loop; Go channels and raw
+// protoactor-go carrying the same batches as sluice, with the same records
+// in flight; bbolt's own db.Batch with the same writers; protoactor's
+// bounded mailboxes; each Nexmark query's single-goroutine model. It prints
 // one result a line, or one JSON object a line with -json.
 //
 //	go run ./benchmarks                  # every benchmark
+//	go run ./benchmarks -list            # what each measures, and its aim
 //	go run ./benchmarks -run pipeline    # those whose name matches
 //	go run ./benchmarks -run pipeline -json
 //
-// Results are throughputs; a result that has a baseline also reports the
-// ratio value/baseline, so that figures from different machines compare.
-// See RESULTS.md for recorded runs.
+// Baselines are named .../base-...; a result compared with one is named
+// ...-vs-<baseline> and reports the ratio value/baseline, so that figures
+// from different machines compare. Figures named .../context-... are for
+// context only (one record per message, published figures). See RESULTS.md
+// for recorded runs.
 package main
 
 import (
@@ -93,9 +99,9 @@ func suite() []benchmark {
 		{"nexmark", "Nexmark q0-q9, q11 on 2 M pre-generated events held in memory: sluice (2 source instances, parallelism 2) against each " +
 			"query's single-goroutine reference model on the same events, every output checked against its model; Flink 1.11 figures as context",
 			"every query >= 0.5x its model (2 cores against one goroutine)", benchNexmark},
-		{"connectors", "JetStream -> topology -> PostgreSQL (exactly-once) against a plain nats.go consumer feeding pgx COPY",
+		{"connectors", "200 k messages: JetStream -> topology -> PostgreSQL (exactly-once) against a plain nats.go consumer feeding pgx COPY",
 			"context: the cost of exactly-once", benchConnectors},
-		{"remote", "one hop between two nodes on loopback: sluice codec against raw protoactor remote and an in-process hop",
+		{"remote", "300 k records over one hop between two nodes on loopback: sluice codec against raw protoactor remote and an in-process hop",
 			"context", benchRemote},
 	}
 }

@@ -4,7 +4,15 @@ import (
 	"context"
 	"log/slog"
 	"strings"
+	"syscall"
 	"testing"
+	"time"
+
+	"github.com/asynkron/protoactor-go/actor"
+
+	"github.com/sluicehq/sluice/actors"
+	"github.com/sluicehq/sluice/mailbox"
+	"github.com/sluicehq/sluice/operators"
 )
 
 // TestPipelineSmall runs the pipeline benchmark at a tiny scale: every
@@ -64,6 +72,7 @@ func TestNexmarkChecksOutput(t *testing.T) {
 func BenchmarkPipelineUnfused(b *testing.B) {
 	const n = 2_000_000
 	want := expectedSum(n)
+	cpu0 := cpuTime()
 	for b.Loop() {
 		sum, err := sluicePipeline(context.Background(), n, false)
 		if err != nil || sum != want {
@@ -71,13 +80,82 @@ func BenchmarkPipelineUnfused(b *testing.B) {
 		}
 	}
 	b.ReportMetric(float64(n)*float64(b.N)/b.Elapsed().Seconds(), "records/s")
+	b.ReportMetric(float64(cpuTime()-cpu0)/(float64(n)*float64(b.N)), "cpu-ns/record")
 }
 
 // BenchmarkPipelineChannelsBatched is its batched channel baseline.
 func BenchmarkPipelineChannelsBatched(b *testing.B) {
 	const n = 2_000_000
+	cpu0 := cpuTime()
 	for b.Loop() {
 		batchedChannelPipeline(n, benchBatch, benchInFlight/benchBatch)
 	}
 	b.ReportMetric(float64(n)*float64(b.N)/b.Elapsed().Seconds(), "records/s")
+	b.ReportMetric(float64(cpuTime()-cpu0)/(float64(n)*float64(b.N)), "cpu-ns/record")
+}
+
+// cpuTime is the process's user and system CPU time so far: on a loaded
+// machine it says more about a change than the wall time.
+func cpuTime() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// BenchmarkTopologyHop is the topology hop alone (source -> sink actor),
+// for profiling.
+func BenchmarkTopologyHop(b *testing.B) {
+	const n = 4_000_000
+	ctx := context.Background()
+	cpu0 := cpuTime()
+	for b.Loop() {
+		sys, err := actors.NewSystem(actors.Config{Name: "hop"})
+		if err != nil {
+			b.Fatal(err)
+		}
+		var count int64
+		t := operators.NewTopology("hop")
+		src := operators.Source(t, "src", operators.Generate(int64(n), func(i int64) int64 { return i }))
+		operators.Sink(src, "sink", operators.SinkFunc(func(int64) error { count++; return nil }), operators.NoFusion())
+		run, err := sys.Run(ctx, t)
+		if err != nil {
+			b.Fatal(err)
+		}
+		if err := run.Wait(ctx); err != nil || count != n {
+			b.Fatalf("%d of %d, %v", count, n, err)
+		}
+		sys.Stop(ctx)
+	}
+	b.ReportMetric(float64(n)*float64(b.N)/b.Elapsed().Seconds(), "records/s")
+	b.ReportMetric(float64(cpuTime()-cpu0)/(float64(n)*float64(b.N)), "cpu-ns/record")
+}
+
+// BenchmarkRefSend is the embedded actor's Ref.Send into Block(1024), for
+// profiling and A/B runs.
+func BenchmarkRefSend(b *testing.B) {
+	const n = 1_000_000
+	ctx := context.Background()
+	cpu0 := cpuTime()
+	for b.Loop() {
+		sys, err := actors.NewSystem(actors.Config{Name: "hop"})
+		if err != nil {
+			b.Fatal(err)
+		}
+		c := &counterActor{want: n, done: make(chan struct{})}
+		ref, err := sys.Spawn("counter", func() actor.Actor { return c }, actors.Mailbox(mailbox.Block(1024)))
+		if err != nil {
+			b.Fatal(err)
+		}
+		for i := int64(0); i < n; i++ {
+			if err := ref.Send(ctx, i); err != nil {
+				b.Fatal(err)
+			}
+		}
+		<-c.done
+		sys.Stop(ctx)
+	}
+	b.ReportMetric(float64(n)*float64(b.N)/b.Elapsed().Seconds(), "records/s")
+	b.ReportMetric(float64(cpuTime()-cpu0)/(float64(n)*float64(b.N)), "cpu-ns/record")
 }

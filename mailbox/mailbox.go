@@ -42,10 +42,12 @@ type Mailbox struct {
 	suspended atomic.Bool
 	sysN      atomic.Int32 // system messages queued
 	errs      []error      // for OnError, reported outside the lock
+	errN      atomic.Int32 // len(errs), read without the lock
 	local     []entry      // messages handed to the actor, being processed
 
 	invoker    actor.MessageInvoker
 	dispatcher actor.Dispatcher
+	proc       func()      // m.process, built once: a method value allocates on every schedule
 	registered atomic.Bool // dispatcher is set
 	refuse     error       // set by refusing: every record is dropped
 	overfill   bool        // a Block mailbox admits beyond capacity (SetOverfill)
@@ -60,6 +62,7 @@ func New(cfg Config) (*Mailbox, error) {
 	}
 	cfg = cfg.withDefaults()
 	m := &Mailbox{cfg: cfg, space: make(chan struct{}), tokens: cfg.burst(), refill: cfg.Now()}
+	m.proc = m.process
 	m.st.Policy, m.st.Capacity = cfg.Overflow.String(), cfg.Capacity
 	if cfg.Overflow == OverflowSpill {
 		sq, recovered, err := openSpillQueue(cfg.Spill)
@@ -482,17 +485,19 @@ func (m *Mailbox) PostSystemMessage(msg any) {
 func (m *Mailbox) reportLocked(err error) {
 	if m.cfg.OnError != nil {
 		m.errs = append(m.errs, err)
+		m.errN.Store(int32(len(m.errs)))
 	}
 }
 
 // reportErrors hands queued errors to OnError, outside the lock.
 func (m *Mailbox) reportErrors() {
-	if m.cfg.OnError == nil {
+	if m.cfg.OnError == nil || m.errN.Load() == 0 { // without the lock: every post and every batch taken call this
 		return
 	}
 	m.mu.Lock()
 	errs := m.errs
 	m.errs = nil
+	m.errN.Store(0)
 	m.mu.Unlock()
 	for _, err := range errs {
 		m.cfg.OnError(err)
@@ -566,7 +571,7 @@ func (m *Mailbox) schedule() {
 		return // Start schedules once the handlers are registered
 	}
 	if m.scheduled.CompareAndSwap(false, true) {
-		m.dispatcher.Schedule(m.process)
+		m.dispatcher.Schedule(m.proc)
 	}
 }
 
@@ -586,7 +591,7 @@ func (m *Mailbox) process() {
 	for {
 		if m.run() {
 			// Yield: let other actors have the goroutine's processor.
-			m.dispatcher.Schedule(m.process)
+			m.dispatcher.Schedule(m.proc)
 			return
 		}
 		m.scheduled.Store(false)
@@ -642,7 +647,12 @@ func (m *Mailbox) popBatch(buf []entry, k int) (_ []entry, ended *Episode) {
 			ended = &end
 		}
 	}
-	if m.waiters > 0 && m.depth < m.cfg.Capacity {
+	// Waiting Puts wake once the queue is down to half its capacity, not at
+	// the first free slot: a sender woken for every batch the actor takes
+	// would park and wake again for each. (A Put of more than half the
+	// capacity is woken again by every batch taken below that, until it
+	// fits or the queue is empty.)
+	if m.waiters > 0 && m.depth <= m.cfg.Capacity/2 {
 		close(m.space)
 		m.space = make(chan struct{})
 	}

@@ -270,6 +270,51 @@ func TestPutWaitsForSpace(t *testing.T) {
 	})
 }
 
+// TestPutWakesAtHalfCapacity: waiting Puts are woken once the queue is
+// down to half its capacity (not for every message taken); a Put of more
+// than half the capacity still gets in once it fits, and no Put is left
+// waiting with room free.
+func TestPutWakesAtHalfCapacity(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		h := newHarness(t, mailbox.Config{Capacity: 10}, 32)
+		release := h.hold()
+		var first []any
+		for i := range 10 {
+			first = append(first, fmt.Sprint(i))
+		}
+		h.tryPut(first...)
+
+		ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+		defer cancel()
+		big := &batch{P: 1, Seqs: []int{1, 2, 3, 4, 5, 6, 7, 8}} // 8 records: more than half
+		done := make(chan error, 2)
+		go func() { done <- h.mb.Put(ctx, big) }()
+		go func() { done <- h.mb.Put(ctx, "small") }()
+		synctest.Wait()
+		select {
+		case err := <-done:
+			t.Fatalf("a Put on a full mailbox returned %v before the actor took anything", err)
+		default:
+		}
+
+		release()
+		for range 2 {
+			if err := wait(t, done, "Put after release"); err != nil {
+				t.Fatalf("Put after release = %v, want nil", err)
+			}
+		}
+		h.expect(first...)
+		got := []any{<-h.got, <-h.got}
+		if !(got[0] == big && got[1] == "small" || got[0] == "small" && got[1] == big) {
+			t.Fatalf("after the first 10: %v, want the batch and \"small\"", got)
+		}
+		h.expectNothingMore()
+		if st := h.mb.Stats(); st.Delivered != 20 || st.DroppedTotal() != 0 { // the gate, 10, 8 and 1
+			t.Fatalf("stats %+v: want 20 delivered, none dropped", st)
+		}
+	})
+}
+
 func TestPutReturnsContextErrorAtDeadline(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		h := newHarness(t, mailbox.Config{Capacity: 1}, 2)

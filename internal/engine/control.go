@@ -446,6 +446,7 @@ func (in *instance) setInput(cfg mailbox.Config) error {
 			if in.finishedIn[ch] {
 				continue
 			}
+			in.ins[ch].every = grantEvery(window(cfg), batch) // from its Gate on (onGateMark)
 			g.pending++
 			in.c.Send(ic.sender, &gateMsg{out: ic.out, credited: true, window: window(cfg), epoch: g.epoch})
 		}
@@ -495,7 +496,7 @@ func (in *instance) onGateMark(ch int, epoch int64) {
 		return // of an older change
 	}
 	g.gated[ch] = true
-	in.ins[ch].consumed = 0 // the sender counts its credits afresh
+	in.ins[ch].consumed, in.ins[ch].reported = 0, 0 // the sender counts its credits afresh
 	in.gateSettled()
 }
 

@@ -190,6 +190,10 @@ func (in *instance) hasRemoteSender() bool {
 func (in *instance) grant(env *actors.Envelope) {
 	ch := &in.ins[env.Channel]
 	ch.consumed += int64(env.Count)
+	if ch.consumed-ch.reported < ch.every {
+		return // gathered: see grantEvery
+	}
+	ch.reported = ch.consumed
 	in.c.Send(ch.sender, &wire.Credit{Out: ch.out, Total: ch.consumed})
 }
 

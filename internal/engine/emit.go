@@ -39,4 +39,16 @@ type inChan struct {
 	sender   *actor.PID
 	out      int   // the sender's output channel index
 	consumed int64 // records handled, in total: the credit granted back (wire.Credit)
+	reported int64 // the total last granted back
+	every    int64 // grant once this many records were handled since (grantEvery)
+}
+
+// grantEvery is how many handled records a receiver gathers before it
+// grants them back on a channel of window records whose batches hold up to
+// batch records: half the window, so that the sender fills one half while
+// the receiver handles the other, and never more than window - batch, so
+// that a sender without credit for its next batch always has records
+// queued at the receiver, whose handling grants it (no deadlock).
+func grantEvery(window, batch int) int64 {
+	return int64(max(1, min(window/2, window-batch)))
 }

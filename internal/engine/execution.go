@@ -540,6 +540,7 @@ func (x *execution) build() error {
 					oc.codec = p.Chains[e.To][0].NewCodec()
 				}
 				recv.ins[ci].out = len(snd.outs)
+				recv.ins[ci].every = grantEvery(oc.credits, cfg.BatchSize)
 				snd.outs = append(snd.outs, oc)
 				spec.chans = append(spec.chans, oc)
 			}

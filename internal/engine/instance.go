@@ -85,8 +85,11 @@ type instance struct {
 	evTime    atomic.Int64  // curWm or the chain's emitted watermark, for Stats
 	tr        *stage.Tracer // nil when tracing is off
 
-	c        actor.Context
-	stash    []*actors.Envelope
+	c     actor.Context
+	stash []*actors.Envelope
+	// stashBuf backs stash whenever it is empty again: drain takes from the
+	// front, so without it every envelope stashed would grow a new array.
+	stashBuf [8]*actors.Envelope
 	blockedN int
 	since    time.Time
 	done     bool
@@ -199,6 +202,9 @@ func (in *instance) drain() {
 			continue
 		}
 		in.handle(env)
+	}
+	if len(in.stash) == 0 {
+		in.stash = in.stashBuf[:0]
 	}
 }
 
@@ -635,17 +641,21 @@ func (in *instance) flushQueue(oc *outChan) {
 	if len(oc.queue) == 0 {
 		return
 	}
-	for len(oc.queue) > 0 {
-		env := oc.queue[0]
+	sent := 0
+	for ; sent < len(oc.queue); sent++ {
+		env := oc.queue[sent]
 		if oc.credited && env.Kind == actors.Data && oc.credits < env.Count {
-			return
+			break
 		}
 		oc.credits -= env.Count
 		in.send(oc, env)
-		oc.queue[0] = nil
-		oc.queue = oc.queue[1:]
+		oc.queue[sent] = nil
 	}
-	oc.queue = nil
+	if sent < len(oc.queue) {
+		oc.queue = oc.queue[sent:]
+		return
+	}
+	oc.queue = oc.queue[:0] // its array serves the next time the channel waits
 	in.blockedN--
 	if in.blockedN > 0 {
 		return

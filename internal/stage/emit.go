@@ -82,6 +82,13 @@ func (e *Emitter[T]) Push(b *Batch[T]) {
 			for i, v := range b.Vs {
 				t := InstanceFor(o.hash(v), n)
 				buf := &o.bufs[t]
+				if buf.Vs == nil { // filled one record at a time: sized once, not grown
+					c := min(e.size, len(b.Vs))
+					buf.Vs = make([]T, 0, c)
+					if b.Ts != nil {
+						buf.Ts = make([]int64, 0, c)
+					}
+				}
 				buf.Vs = append(buf.Vs, v)
 				if b.Ts != nil {
 					buf.Ts = append(buf.Ts, b.Ts[i])
@@ -105,6 +112,12 @@ func (e *Emitter[T]) add(o *output[T], t int, b *Batch[T]) {
 	}
 }
 
+// shipped is a data envelope with its batch.
+type shipped[T any] struct {
+	env actors.Envelope
+	b   Batch[T]
+}
+
 // ship hands the target's buffer over in envelopes of at most one batch; the
 // receiver owns them from then on.
 func (e *Emitter[T]) ship(o *output[T], t int) {
@@ -112,11 +125,14 @@ func (e *Emitter[T]) ship(o *output[T], t int) {
 	o.bufs[t] = Batch[T]{}
 	for start := 0; start < len(buf.Vs); start += e.size {
 		end := min(start+e.size, len(buf.Vs))
-		part := &Batch[T]{Vs: buf.Vs[start:end:end]}
+		// The envelope and its batch in one allocation: they travel and die
+		// together.
+		x := &shipped[T]{env: actors.Envelope{Kind: actors.Data, Count: end - start}, b: Batch[T]{Vs: buf.Vs[start:end:end]}}
+		part, env := &x.b, &x.env
 		if buf.Ts != nil {
 			part.Ts = buf.Ts[start:end:end]
 		}
-		env := &actors.Envelope{Kind: actors.Data, Count: end - start, Payload: part}
+		env.Payload = part
 		if e.tctx != nil {
 			env.Headers = telemetry.Inject(e.tctx, nil)
 		}
