@@ -281,9 +281,29 @@ func (d *distributor) Deploy(ctx context.Context, addr string, w *wire.Deploy) e
 		defer cancel()
 		defer context.AfterFunc(d.halt, cancel)()
 	}
-	r, err := d.n.Request(ctx, d.n.PID(addr, jobsActorName), w)
-	if err != nil {
-		return err
+	if _, ok := ctx.Deadline(); !ok {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, d.n.cfg.RequestTimeout)
+		defer cancel()
+	}
+	// A member that has just joined may not know this node yet: its guard
+	// refuses (counts and drops) what a non-member sends, and the request
+	// would wait for its whole timeout. Ask again, with growing waits,
+	// until ctx ends; a host that already runs the generation says so
+	// (deploy is idempotent there).
+	var r any
+	for wait := 250 * time.Millisecond; ; wait = min(2*wait, 2*time.Second) {
+		actx, cancel := context.WithTimeout(ctx, wait)
+		var err error
+		r, err = d.n.Request(actx, d.n.PID(addr, jobsActorName), w)
+		cancel()
+		if err == nil {
+			break
+		}
+		if ctx.Err() != nil || actx.Err() == nil {
+			return err
+		}
+		d.n.log.Debug("deploy: no answer yet, asking again", "job", w.Job, "generation", w.Gen, "host", addr, "waited", wait)
 	}
 	resp, ok := r.(*wire.Deployed)
 	if !ok {
@@ -428,6 +448,9 @@ func (a *jobsActor) Receive(c actor.Context) {
 
 func (a *jobsActor) deploy(d *wire.Deploy) string {
 	n := a.n
+	if _, ok := a.gens[genKey{d.JobAddress, d.JobID, d.Gen}]; ok {
+		return "" // asked again (Deploy retries a request it had no answer to)
+	}
 	build, ok := n.cfg.Jobs[d.Job]
 	if !ok {
 		return fmt.Sprintf("no job %q on node %q", d.Job, n.cfg.Name)
