@@ -12,6 +12,11 @@ const (
 	Barrier                 // a checkpoint barrier; Mark is the checkpoint id
 	Watermark               // event time has reached Mark on this channel
 	Idle                    // the sender has nothing for a while: event time stops waiting for the channel until it sends again
+	// UnalignedBarrier is the barrier of an unaligned checkpoint (Mark is
+	// its id, Seq the channel's next record): it overtakes the records
+	// queued in the receiver's mailbox (mailbox.Urgent); those before Seq
+	// that the receiver had not processed are recorded with the checkpoint.
+	UnalignedBarrier
 )
 
 func (k Kind) String() string {
@@ -26,6 +31,8 @@ func (k Kind) String() string {
 		return "watermark"
 	case Idle:
 		return "idle"
+	case UnalignedBarrier:
+		return "unaligned-barrier"
 	}
 	return fmt.Sprintf("kind(%d)", uint8(k))
 }
@@ -52,6 +59,10 @@ type Envelope struct {
 // IsControl reports whether the envelope is a control record. It makes
 // *Envelope a mailbox.Control.
 func (e *Envelope) IsControl() bool { return e.Kind != Data }
+
+// IsUrgent implements mailbox.Urgent: an unaligned barrier overtakes the
+// queue.
+func (e *Envelope) IsUrgent() bool { return e.Kind == UnalignedBarrier }
 
 // Records implements mailbox.Batch: the number of records of a data envelope.
 func (e *Envelope) Records() int {

@@ -67,6 +67,8 @@ func suite() []benchmark {
 		{"overload", "10M messages into a 10x slower consumer, each policy in its own process: peak RSS", benchOverload},
 		{"spill", "spill-to-bbolt path vs in-memory mailbox", benchSpill},
 		{"checkpoint", "keyed count with checkpoints every second vs none", benchCheckpoint},
+		{"checkpoint-unaligned", "a 10x slower consumer under Block back-pressure: unaligned (and aligned) checkpoints every second vs none", benchUnaligned},
+		{"checkpoint-ingress", "durable ingress into a checkpointed keyed count vs the durable spill path", benchIngress},
 		{"tracing", "unfused pipeline: no telemetry vs tracing off, 1 % and 100 % sampled", benchTracing},
 		{"journal", "bbolt journal: group commit vs a transaction per event; recovery of a 1M-event journal", benchJournal},
 		{"nexmark", "Nexmark q0-q9, q11 on the live generator: events/s per core vs Flink 1.11's published figures", benchNexmark},

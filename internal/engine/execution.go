@@ -74,6 +74,9 @@ type CheckpointStats struct {
 	LastTime     time.Time
 	RestoredFrom uint64    // the checkpoint this run resumed from, 0 if none
 	RestoredTime time.Time // when that checkpoint was taken
+	// RestoredInFlight counts the input channels whose in-flight records
+	// (of an unaligned checkpoint) the run processed first.
+	RestoredInFlight int
 	// Restarts counts RestartOnFailure's restarts of the job, and
 	// RestartDelays the backoff before each.
 	Restarts      int
@@ -129,6 +132,10 @@ func start(ctx context.Context, sys *actors.System, t *graph.Topology) (actors.E
 		done: make(chan struct{}), launched: make(chan error, 1),
 		byID: make(map[string]*instance), counters: make(map[*graph.Node][]*stage.Counters)}
 	x.ctx, x.cancel = context.WithCancel(context.WithoutCancel(ctx))
+	if err := checkUnaligned(t, plan); err != nil {
+		x.cancel()
+		return nil, fmt.Errorf("operators: start %q: %w", t.Name(), err)
+	}
 	if t.Config().CheckpointInterval > 0 {
 		if err := x.openCheckpoints(ctx); err != nil {
 			x.cancel()
@@ -334,7 +341,7 @@ func (x *execution) openCheckpoints(ctx context.Context) error {
 	}
 	if ok {
 		x.restored = &cp
-		x.cpStats.RestoredFrom, x.cpStats.RestoredTime = cp.ID, cp.Time
+		x.cpStats.RestoredFrom, x.cpStats.RestoredTime, x.cpStats.RestoredInFlight = cp.ID, cp.Time, len(cp.Channels)
 		x.sys.Logger().Info("restoring from checkpoint", "job", x.topo.Name(), "checkpoint", cp.ID,
 			"states", len(cp.States), "offsets", len(cp.Offsets))
 	}
@@ -449,6 +456,10 @@ func (x *execution) build() error {
 			}
 			in.tr = newTracer(x, in)
 			in.finishedIn = make([]bool, len(in.ins))
+			in.nextIn = make([]uint64, len(in.ins))
+			if chain[0].Role() != graph.RoleSource {
+				in.codec = chain[0].NewCodec()
+			}
 			in.inWm = make([]int64, len(in.ins))
 			for i := range in.inWm {
 				in.inWm[i] = math.MinInt64
@@ -525,5 +536,5 @@ func (x *execution) build() error {
 			}
 		}
 	}
-	return nil
+	return x.restoreChannels()
 }

@@ -31,9 +31,11 @@ type jobActor struct {
 	savepoints []savepointWait
 	started    map[uint64]time.Time   // when each checkpoint's barriers went out
 	expiry     map[uint64]func() bool // stop the timers of checkpoints' deadlines
-	deferred   func() bool            // stops the minimum pause's timer
-	stopTimer  func() bool            // stops the restart backoff's timer
-	unwatch    func()                 // distributed: stops watching for lost processes
+	// alignTimers stop the timers of alignment timeouts
+	alignTimers []func() bool
+	deferred    func() bool // stops the minimum pause's timer
+	stopTimer   func() bool // stops the restart backoff's timer
+	unwatch     func()      // distributed: stops watching for lost processes
 }
 
 func newJobActor(x *execution) *jobActor {
@@ -69,6 +71,8 @@ func (j *jobActor) Receive(c actor.Context) {
 		j.feed(c, coord.Tick{At: now})
 	case *cpExpire:
 		j.feed(c, coord.Expire{ID: m.id, At: now})
+	case *cpAlignTimeout:
+		j.feed(c, coord.AlignTimeout{ID: m.id, At: now})
 	case *savepointMsg:
 		if x.cpStore == nil {
 			m.reply <- savepointResult{err: errors.New("operators: savepoint: the job takes no checkpoints (use the Checkpoints option)")}
@@ -82,7 +86,7 @@ func (j *jobActor) Receive(c actor.Context) {
 		j.feed(c, coord.Tick{At: now})
 	case *wire.Ack:
 		if m.Gen == x.gen {
-			j.feed(c, coord.Acked{ID: m.ID, Instance: m.Instance, States: m.States, Offsets: m.Offsets})
+			j.feed(c, coord.Acked{ID: m.ID, Instance: m.Instance, States: m.States, Offsets: m.Offsets, Channels: m.Channels})
 		}
 	case *wire.Stats:
 		x.onStats(m)
@@ -254,7 +258,7 @@ func (j *jobActor) relaunch(c actor.Context, gen int) []coord.JobAction {
 	}
 	if x.restored != nil {
 		x.cpStatsMu.Lock()
-		x.cpStats.RestoredFrom, x.cpStats.RestoredTime = x.restored.ID, x.restored.Time
+		x.cpStats.RestoredFrom, x.cpStats.RestoredTime, x.cpStats.RestoredInFlight = x.restored.ID, x.restored.Time, len(x.restored.Channels)
 		x.cpStatsMu.Unlock()
 	}
 	j.startCheckpoints(total)
@@ -358,9 +362,20 @@ func (j *jobActor) feed(c actor.Context, ev coord.CheckpointEvent) {
 			// start it, finished instances answer it (see wire.Barrier).
 			j.started[a.ID] = x.topo.Config().Now()
 			j.armExpiry(a.ID, a.Deadline)
+			j.armAlignTimeout(a.ID, a.AlignBy)
 			for _, insts := range x.instances {
 				for _, in := range insts {
-					x.tellFrom(c, in.self, &wire.Barrier{ID: a.ID})
+					x.tellFrom(c, in.self, &wire.Barrier{ID: a.ID, Unaligned: a.Unaligned})
+				}
+			}
+		case coord.SwitchUnaligned:
+			// Every instance hears of it: those aligning the checkpoint, or
+			// with its barrier queued, record their state now; sources
+			// have answered already.
+			x.sys.Logger().Debug("checkpoint switched to unaligned", "job", x.topo.Name(), "checkpoint", a.ID)
+			for _, insts := range x.instances {
+				for _, in := range insts {
+					x.tellFrom(c, in.self, &wire.Barrier{ID: a.ID, Unaligned: true})
 				}
 			}
 		case coord.Abandoned:
@@ -369,13 +384,8 @@ func (j *jobActor) feed(c actor.Context, ev coord.CheckpointEvent) {
 		case coord.TickAt:
 			j.deferTick(a.At)
 		case coord.Store:
-			var err error
-			if a.Unaligned { // the in-flight records have no place in persistence.Checkpoint yet: never lose them silently
-				err = errors.New("unaligned checkpoints are not stored by this engine yet")
-			} else {
-				err = x.cpStore.Complete(x.ctx, x.topo.Name(), persistence.Checkpoint{
-					ID: a.ID, Time: x.topo.Config().Now(), States: a.States, Offsets: a.Offsets})
-			}
+			err := x.cpStore.Complete(x.ctx, x.topo.Name(), persistence.Checkpoint{
+				ID: a.ID, Time: x.topo.Config().Now(), States: a.States, Offsets: a.Offsets, Channels: a.Channels})
 			var more []coord.CheckpointAction
 			j.cs, more = j.cs.Step(coord.Stored{ID: a.ID, Err: err, At: x.topo.Config().Now()})
 			j.publishInProgress()
