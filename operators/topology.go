@@ -192,8 +192,9 @@ func MinPauseBetweenCheckpoints(d time.Duration) TopologyOption {
 // (the in-flight records). Exactly-once state holds as with aligned ones.
 // The final checkpoint stays aligned (nothing is in flight at the end). It
 // applies to jobs in one process whose inputs have the Block policy (the
-// default); a Spill input, another overflow policy or a distributed job is
-// refused when the job starts (see docs/checkpoints.md).
+// default) or Spill (the spilled records are copied into the checkpoint);
+// a dropping policy or a distributed job is refused when the job starts
+// (see docs/checkpoints.md).
 func UnalignedCheckpoints() TopologyOption {
 	return TopologyOption{graph.UnalignedCheckpoints()}
 }

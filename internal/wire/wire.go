@@ -157,3 +157,8 @@ func (*Barrier) IsUrgent() bool { return true }
 // sinks commit without waiting for the records queued after the
 // checkpoint (and a spill cannot hold it: it is no envelope).
 func (*Committed) IsUrgent() bool { return true }
+
+// IsUrgent makes a credit overtake the queue: the sender it frees sends
+// sooner, and a spill cannot hold it (it is no envelope). Credits are
+// totals, so their order against records does not matter.
+func (*Credit) IsUrgent() bool { return true }
