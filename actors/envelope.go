@@ -12,6 +12,7 @@ const (
 	Barrier                 // a checkpoint barrier; Mark is the checkpoint id
 	Watermark               // event time has reached Mark on this channel
 	Idle                    // the sender has nothing for a while: event time stops waiting for the channel until it sends again
+	Gate                    // from here on the sender holds credits again (a live change to Block); Mark is the change's epoch
 	// UnalignedBarrier is the barrier of an unaligned checkpoint (Mark is
 	// its id, Seq the channel's next record): it overtakes the records
 	// queued in the receiver's mailbox (mailbox.Urgent); those before Seq
@@ -31,6 +32,8 @@ func (k Kind) String() string {
 		return "watermark"
 	case Idle:
 		return "idle"
+	case Gate:
+		return "gate"
 	case UnalignedBarrier:
 		return "unaligned-barrier"
 	}
@@ -54,6 +57,16 @@ type Envelope struct {
 	Mark int64
 	// Headers carry W3C trace context and other metadata.
 	Headers map[string]string
+	// Born is the ingestion time of the records (unix ns, the job's clock):
+	// when the source read the batch they come from, or the batch whose
+	// handling sent them; 0: unknown. Sent is when the sender enqueued the
+	// envelope (unix ns), 0: unknown. They measure latency (DESIGN.md,
+	// Latency and shedding) and do not cross processes.
+	Born, Sent int64
+	// Keep is the probability that a record of the envelope survived the
+	// load shedding upstream (LatencyTarget's sampling), 0 meaning 1:
+	// approximate aggregations scale by its inverse.
+	Keep float64
 }
 
 // IsControl reports whether the envelope is a control record. It makes

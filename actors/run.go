@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 	"time"
 )
 
@@ -68,6 +69,47 @@ type OperatorStats struct {
 	// Backpressured is the number of the task's instances without credit now
 	// (first operator of a task only).
 	Backpressured int
+	// Latency is what the job measured since it started (DESIGN.md, Latency
+	// and shedding), weighted by records: QueueWait and Processing on the
+	// first operator of a task (processing covers the task's whole fused
+	// chain), EndToEnd on a sink (from the records' ingestion at a source to
+	// the end of the sink's handling). LatencyWindow is the same over the
+	// latest complete latency window (one second by default; see
+	// operators.LatencyWindow), what a LatencyTarget steers by.
+	Latency, LatencyWindow LatencyStats
+	// EventTimeLag is how far the operator's event time trails the job's
+	// clock: processing time − Watermark, zero before the first watermark.
+	EventTimeLag time.Duration
+	// Shed counts the records a LatencyTarget shed from this operator's
+	// output (a source, or the operator before a bottleneck), by reason in
+	// ShedBy ("latency-sampled", "latency-dropped"). They are not in
+	// Dropped, which counts what the input mailbox dropped.
+	Shed   int64
+	ShedBy map[string]int64
+	// SampleRate is the fraction of records a LatencyTarget keeps on this
+	// operator's output now: 1 when it sheds nothing.
+	SampleRate float64
+}
+
+// LatencyStats are latency percentiles of one operator.
+type LatencyStats struct {
+	QueueWait  Percentiles // from sent by the upstream task to handled
+	Processing Percentiles // handling a batch, in the task's whole chain
+	EndToEnd   Percentiles // sinks: from ingestion at a source to written
+}
+
+// Percentiles of a latency, over Count records. Each is the upper bound of
+// the histogram bucket it falls in (buckets are at most 6 % wide), at most
+// Max.
+type Percentiles struct {
+	Count              int64
+	P50, P95, P99, Max time.Duration
+}
+
+// String prints the percentiles in milliseconds.
+func (p Percentiles) String() string {
+	ms := func(d time.Duration) string { return strconv.FormatFloat(float64(d)/1e6, 'f', 3, 64) }
+	return "p50 " + ms(p.P50) + " p95 " + ms(p.P95) + " p99 " + ms(p.P99) + " max " + ms(p.Max) + " ms (" + strconv.FormatInt(p.Count, 10) + ")"
 }
 
 // Run is the handle of a running job.

@@ -20,6 +20,7 @@ import (
 	"os"
 	"regexp"
 	"runtime"
+	"strings"
 	"time"
 )
 
@@ -46,15 +47,17 @@ func (r Result) against(b Result) Result {
 // benchmark is one named group of measurements.
 type benchmark struct {
 	name string
-	desc string
+	desc string // what it measures: the workload and its sizes at -scale 1
+	aim  string // what it is for: the ratios it should reach
 	run  func(ctx context.Context, env *env) ([]Result, error)
 }
 
 // env is what every benchmark gets: its scale and a logger.
 type env struct {
-	scale  float64 // multiplies the default record counts
-	rounds int     // repetitions; the best round counts
-	log    *slog.Logger
+	scale    float64 // multiplies the default record counts
+	rounds   int     // repetitions; the best round counts
+	skipSlow bool    // leave out the context-only figures (one record per message)
+	log      *slog.Logger
 }
 
 func (e *env) n(base int) int { return max(1, int(float64(base)*e.scale)) }
@@ -62,48 +65,88 @@ func (e *env) n(base int) int { return max(1, int(float64(base)*e.scale)) }
 // suite lists every benchmark, in the order they run.
 func suite() []benchmark {
 	return []benchmark{
-		{"pipeline", "4-stage stateless pipeline: source -> map -> filter -> sink", benchPipeline},
-		{"hop", "one actor hop: sluice Block mailbox vs protoactor's default", benchHop},
-		{"overload", "10M messages into a 10x slower consumer, each policy in its own process: peak RSS", benchOverload},
-		{"spill", "spill-to-bbolt path vs in-memory mailbox", benchSpill},
-		{"checkpoint", "keyed count with checkpoints every second vs none", benchCheckpoint},
-		{"checkpoint-unaligned", "a 10x slower consumer under Block back-pressure: unaligned (and aligned) checkpoints every second vs none", benchUnaligned},
-		{"checkpoint-ingress", "durable ingress into a checkpointed keyed count vs the durable spill path", benchIngress},
-		{"tracing", "unfused pipeline: no telemetry vs tracing off, 1 % and 100 % sampled", benchTracing},
-		{"journal", "bbolt journal: group commit vs a transaction per event; recovery of a 1M-event journal", benchJournal},
-		{"nexmark", "Nexmark q0-q9, q11 on the live generator: events/s per core vs Flink 1.11's published figures", benchNexmark},
-		{"connectors", "JetStream -> topology -> PostgreSQL (exactly-once) vs a plain nats.go consumer feeding pgx COPY", benchConnectors},
-		{"remote", "one hop between two nodes on loopback: sluice codec vs raw protoactor remote vs an in-process hop", benchRemote},
+		{"pipeline",
+			"source -> map -> filter -> sink over 20 M int64 records, best of -rounds: sluice fused (one actor) and unfused (an actor per stage, " +
+				"batches of 256, 4096 credits per edge) against a hand-written loop, a goroutine per stage joined by chan []int64 carrying the same " +
+				"batches with the same records in flight, and raw protoactor-go with one batch per message; one record per send/message as context",
+			"unfused >= 0.8x batched channels and >= 1.0x protoactor with batches; fused >= 0.5x the loop", benchPipeline},
+		{"hop",
+			"one sender -> one receiver: 5 M messages by the embedded actor's Ref.Send into Block(1024) against protoactor's default mailbox (one " +
+				"message each), and 20 M records by a topology hop (batches of 256 with credits) against two goroutines joined by chan []int64 of the same batches " +
+				"and in-flight records, and against protoactor carrying one batch per message",
+			"Ref.Send >= 1.0x protoactor default; topology hop >= 0.8x batched channels", benchHop},
+		{"overload",
+			"10 M messages into a consumer about 10x slower than the producer (its slowness measured and printed: producer rate / consumer rate), one " +
+				"child process per case: peak RSS of protoactor unbounded, Bounded(1024), BoundedDropping(1024) and sluice Block, DropOldest, Spill",
+			"each sluice policy's peak RSS <= protoactor Bounded(1024)'s + 16 MiB", benchOverload},
+		{"spill", "1 M messages through Spill(1024) (embedded actor) and 20 M records through Spill(4096) (topology edge), consumer held until the " +
+			"producer is done, against mailboxes big enough for everything", "edge spill >= 0.3x the edge in memory", benchSpill},
+		{"checkpoint", "keyed count (2 instances) over 30 M records, checkpoints every second into bbolt against none",
+			"with checkpoints >= 0.9x without", benchCheckpoint},
+		{"checkpoint-unaligned", "keyed count with a consumer about 10x slower than the source, Block back-pressure: unaligned and aligned " +
+			"checkpoints every second against none; then 1 M records with the count's input spilling and unaligned checkpoints every 500 ms",
+			"unaligned >= 0.9x none; with Spill >= 5 checkpoints while the spill holds >= 100 k records, p99 <= 1 s", benchUnaligned},
+		{"checkpoint-ingress", "an app's SendBatch (4096, durable when it returns) through the durable ingress into a checkpointed keyed count " +
+			"against the same records through a Spill mailbox into a store of its own (fsynced per 4096-message group)",
+			"ingress >= 0.8x the spill path", benchIngress},
+		{"latency", "unfused 4-stage pipeline: latency measured (the default) against NoLatencyStats, alternating rounds",
+			"measurement costs <= 3 % throughput", benchLatency},
+		{"tracing", "unfused 4-stage pipeline over 10 M records: no telemetry against an SDK tracer sampling nothing, 1 % and 100 %",
+			"<= 1 % overhead off, <= 5 % at 1 %", benchTracing},
+		{"journal", "bbolt journal with real fsyncs: group commit (64 and 1024 concurrent appenders, one event per Append) against bbolt's own " +
+			"db.Batch with the same writers (and one db.Update per event as context); recovery of a 1 M-event journal with a snapshot every 10 k",
+			"group commit >= 1.0x db.Batch with the same writers; recovery <= 200 ms", benchJournal},
+		{"nexmark", "Nexmark q0-q9, q11 on 2 M pre-generated events held in memory: sluice (2 source instances, parallelism 2) against each " +
+			"query's single-goroutine reference model on the same events, every output checked against its model; Flink 1.11 figures as context",
+			"every query >= 0.5x its model (2 cores against one goroutine)", benchNexmark},
+		{"connectors", "JetStream -> topology -> PostgreSQL (exactly-once) against a plain nats.go consumer feeding pgx COPY",
+			"context: the cost of exactly-once", benchConnectors},
+		{"remote", "one hop between two nodes on loopback: sluice codec against raw protoactor remote and an in-process hop",
+			"context", benchRemote},
 	}
 }
 
 func main() {
-	var (
-		runPat = flag.String("run", "", "run only the benchmarks whose name matches this regular expression")
-		asJSON = flag.Bool("json", false, "print one JSON object per result per line")
-		scale  = flag.Float64("scale", 1, "multiply the record counts (smaller is quicker and noisier)")
-		rounds = flag.Int("rounds", 3, "repetitions of each measurement; the best counts")
-		list   = flag.Bool("list", false, "list the benchmarks and exit")
-		child  = flag.String("child", "", "internal: run one case of a benchmark in this process")
-		ccase  = flag.String("child-case", "", "internal: the child's case")
-		cn     = flag.Int64("child-n", 0, "internal: the child's message count")
-		cburn  = flag.Int("child-burn", 0, "internal: the child consumer's work per message")
-	)
-	flag.Parse()
-	if *child != "" {
-		if err := overloadChild(*ccase, *cn, *cburn); err != nil {
+	// The overload benchmark runs each case in a child process of this
+	// binary; the child's flags are not the command's, so they stay out of -h.
+	if len(os.Args) > 1 && os.Args[1] == childFlag {
+		if err := childMain(os.Args[2:]); err != nil {
 			fmt.Fprintln(os.Stderr, "benchmarks child:", err)
 			os.Exit(1)
 		}
 		return
 	}
-	if err := run(*runPat, *asJSON, *scale, *rounds, *list); err != nil {
+	var (
+		runPat  = flag.String("run", "", "run only the benchmarks whose name matches this regular expression")
+		asJSON  = flag.Bool("json", false, "print one JSON object per result per line")
+		scale   = flag.Float64("scale", 1, "multiply the record counts (smaller is quicker and noisier)")
+		rounds  = flag.Int("rounds", 3, "repetitions of each measurement; the best counts")
+		list    = flag.Bool("list", false, "list the benchmarks, what each measures and its aim, and exit")
+		withCtx = flag.Bool("context", true, "also measure the context-only figures (one record per channel send or actor message: slow)")
+	)
+	flag.Parse()
+	if err := run(*runPat, *asJSON, *scale, *rounds, *list, !*withCtx); err != nil {
 		fmt.Fprintln(os.Stderr, "benchmarks:", err)
 		os.Exit(1)
 	}
 }
 
-func run(pat string, asJSON bool, scale float64, rounds int, list bool) error {
+// childFlag, as the first argument, runs one case of a benchmark in this
+// process (see benchOverload).
+const childFlag = "-internal-child"
+
+func childMain(args []string) error {
+	fs := flag.NewFlagSet("child", flag.ContinueOnError)
+	ccase := fs.String("case", "", "")
+	cn := fs.Int64("n", 0, "")
+	cburn := fs.Int("burn", 0, "")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	return overloadChild(*ccase, *cn, *cburn)
+}
+
+func run(pat string, asJSON bool, scale float64, rounds int, list, skipSlow bool) error {
 	re, err := regexp.Compile(pat)
 	if err != nil {
 		return fmt.Errorf("-run %q: %w", pat, err)
@@ -111,10 +154,11 @@ func run(pat string, asJSON bool, scale float64, rounds int, list bool) error {
 	if scale <= 0 || rounds < 1 {
 		return fmt.Errorf("-scale must be > 0 and -rounds >= 1")
 	}
-	e := &env{scale: scale, rounds: rounds, log: slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))}
+	e := &env{scale: scale, rounds: rounds, skipSlow: skipSlow, log: slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))}
 	ctx := context.Background()
 	if !asJSON {
-		fmt.Printf("# %s/%s, %d CPUs, %s\n", runtime.GOOS, runtime.GOARCH, runtime.NumCPU(), runtime.Version())
+		fmt.Printf("# %s/%s, %d CPUs, %s, load average %s\n", runtime.GOOS, runtime.GOARCH, runtime.NumCPU(), runtime.Version(), loadAvg())
+		defer func() { fmt.Printf("# load average at the end %s\n", loadAvg()) }()
 	}
 	matched := 0
 	for _, b := range suite() {
@@ -123,8 +167,11 @@ func run(pat string, asJSON bool, scale float64, rounds int, list bool) error {
 		}
 		matched++
 		if list {
-			fmt.Printf("%-12s %s\n", b.name, b.desc)
+			fmt.Printf("%s\n  measures: %s\n  aim: %s\n", b.name, b.desc, b.aim)
 			continue
+		}
+		if !asJSON {
+			fmt.Printf("## %s\n# measures: %s\n# aim: %s\n", b.name, b.desc, b.aim)
 		}
 		start := time.Now()
 		res, err := b.run(ctx, e)
@@ -137,7 +184,7 @@ func run(pat string, asJSON bool, scale float64, rounds int, list bool) error {
 				fmt.Println(string(line))
 				continue
 			}
-			fmt.Printf("%-40s %14.0f %-10s", r.Name, r.Value, r.Unit)
+			fmt.Printf("%-48s %14.0f %-10s", r.Name, r.Value, r.Unit)
 			if r.Baseline != "" {
 				fmt.Printf("  %.2fx %s", r.Ratio, r.Baseline)
 			}
@@ -170,4 +217,18 @@ func best(rounds, n int, f func() (time.Duration, error)) (float64, error) {
 		}
 	}
 	return top, nil
+}
+
+// loadAvg is the machine's 1, 5 and 15 minute load averages, "?" where
+// unknown: the machine may be shared, and the figures say how much.
+func loadAvg() string {
+	b, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return "?"
+	}
+	f := strings.Fields(string(b))
+	if len(f) < 3 {
+		return "?"
+	}
+	return strings.Join(f[:3], " ")
 }

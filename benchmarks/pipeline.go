@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"strings"
 	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
@@ -32,6 +33,15 @@ func expectedSum(n int) int64 {
 	return s
 }
 
+// The sizes sluice runs with by default (internal/graph): records per batch
+// and records in flight per edge (the receiver's capacity, granted to its
+// one sender as credits). The channel and protoactor baselines carry the same
+// batches; the channels hold the same records in flight per edge.
+const (
+	benchBatch    = 256
+	benchInFlight = 4096
+)
+
 func benchPipeline(ctx context.Context, e *env) ([]Result, error) {
 	n := e.n(20_000_000)
 	want := expectedSum(n)
@@ -41,62 +51,75 @@ func benchPipeline(ctx context.Context, e *env) ([]Result, error) {
 		}
 		return nil
 	}
-
-	loop, err := best(e.rounds, n, func() (time.Duration, error) {
-		start := time.Now()
-		sum := handLoop(n, pipeGen, pipeMap, pipeFilter)
-		return time.Since(start), check("loop", sum)
-	})
-	if err != nil {
-		return nil, err
-	}
-	chans, err := best(e.rounds, n, func() (time.Duration, error) {
-		start := time.Now()
-		sum := channelPipeline(n, 1024)
-		return time.Since(start), check("channels", sum)
-	})
-	if err != nil {
-		return nil, err
-	}
-	raw, err := best(e.rounds, n, func() (time.Duration, error) {
-		start := time.Now()
-		sum, err := protoactorChain(n)
-		if err != nil {
-			return 0, err
+	measure := func(name string, f func() (int64, error)) func() (float64, error) {
+		return func() (float64, error) {
+			return best(e.rounds, n, func() (time.Duration, error) {
+				start := time.Now()
+				sum, err := f()
+				if err != nil {
+					return 0, err
+				}
+				return time.Since(start), check(name, sum)
+			})
 		}
-		return time.Since(start), check("protoactor", sum)
-	})
-	if err != nil {
-		return nil, err
 	}
-	sluice := func(fused bool) (float64, error) {
-		return best(e.rounds, n, func() (time.Duration, error) {
-			start := time.Now()
-			sum, err := sluicePipeline(ctx, n, fused)
-			if err != nil {
-				return 0, err
+	cases := []struct {
+		name string
+		f    func() (int64, error)
+		v    float64
+	}{
+		{name: "loop", f: func() (int64, error) { return handLoop(n, pipeGen, pipeMap, pipeFilter), nil }},
+		{name: "channels-batched", f: func() (int64, error) { return batchedChannelPipeline(n, benchBatch, benchInFlight/benchBatch), nil }},
+		{name: "protoactor-batched", f: func() (int64, error) { return protoactorBatchChain(n, benchBatch) }},
+		{name: "sluice-fused", f: func() (int64, error) { return sluicePipeline(ctx, n, true) }},
+		{name: "sluice-unfused", f: func() (int64, error) { return sluicePipeline(ctx, n, false) }},
+		{name: "channels-per-record", f: func() (int64, error) { return channelPipeline(n, benchInFlight), nil }},
+		{name: "protoactor-per-record", f: func() (int64, error) { return protoactorChain(n) }},
+	}
+	for i := range cases {
+		if e.skipSlow && strings.HasSuffix(cases[i].name, "per-record") {
+			continue
+		}
+		v, err := measure(cases[i].name, cases[i].f)()
+		if err != nil {
+			return nil, err
+		}
+		cases[i].v = v
+	}
+	v := func(name string) float64 {
+		for _, c := range cases {
+			if c.name == name {
+				return c.v
 			}
-			return time.Since(start), check("sluice", sum)
-		})
+		}
+		return 0
 	}
-	fused, err := sluice(true)
-	if err != nil {
-		return nil, err
+	rLoop := Result{Name: "pipeline/base-loop", Value: v("loop"), Unit: "records/s", Note: "hand-written single-goroutine loop, same functions"}
+	rChan := Result{Name: "pipeline/base-channels-batched", Value: v("channels-batched"), Unit: "records/s",
+		Note: fmt.Sprintf("goroutine per stage, chan []int64 of %d-record batches, %d slots (%d records in flight per edge)", benchBatch, benchInFlight/benchBatch, benchInFlight)}
+	rRaw := Result{Name: "pipeline/base-protoactor-batched", Value: v("protoactor-batched"), Unit: "records/s",
+		Note: fmt.Sprintf("protoactor actor per stage, default mailbox, one []int64 of %d records per message", benchBatch)}
+	unfused := Result{Name: "pipeline/sluice-unfused", Value: v("sluice-unfused"), Unit: "records/s", Note: "actor per stage, Block edges, batches of 256, 4096 credits per edge"}
+	out := []Result{rLoop, rChan, rRaw,
+		Result{Name: "pipeline/sluice-fused-vs-loop", Value: v("sluice-fused"), Unit: "records/s", Note: "one actor (aim >= 0.5x)"}.against(rLoop),
+		unfused.rename("pipeline/sluice-unfused-vs-channels-batched", "aim >= 0.8x").against(rChan),
+		unfused.rename("pipeline/sluice-unfused-vs-protoactor-batched", "aim >= 1.0x").against(rRaw),
 	}
-	unfused, err := sluice(false)
-	if err != nil {
-		return nil, err
+	if !e.skipSlow { // context only: one record per channel send or per message
+		out = append(out,
+			Result{Name: "pipeline/context-channels-per-record", Value: v("channels-per-record"), Unit: "records/s", Note: fmt.Sprintf("goroutine per stage, chan int64 cap %d, one record per send", benchInFlight)},
+			Result{Name: "pipeline/context-protoactor-per-record", Value: v("protoactor-per-record"), Unit: "records/s", Note: "protoactor actor per stage, one record per message"})
 	}
+	return out, nil
+}
 
-	rLoop := Result{Name: "pipeline/loop", Value: loop, Unit: "records/s", Note: "hand-written single-goroutine loop"}
-	rChan := Result{Name: "pipeline/channels", Value: chans, Unit: "records/s", Note: "goroutine per stage, chan cap 1024"}
-	rRaw := Result{Name: "pipeline/protoactor-chain", Value: raw, Unit: "records/s", Note: "actor per stage, default mailbox, message per record"}
-	return []Result{
-		rLoop, rChan, rRaw.against(rChan),
-		Result{Name: "pipeline/sluice-fused", Value: fused, Unit: "records/s", Note: "one actor"}.against(rLoop),
-		Result{Name: "pipeline/sluice-unfused", Value: unfused, Unit: "records/s", Note: "actor per stage, credit-gated edges"}.against(rChan),
-		Result{Name: "pipeline/sluice-unfused-vs-protoactor", Value: unfused, Unit: "records/s"}.against(rRaw),
-	}, nil
+// rename gives r another name and adds aim to its note.
+func (r Result) rename(name, aim string) Result {
+	r.Name = name
+	if aim != "" {
+		r.Note = r.Note + " (" + aim + ")"
+	}
+	return r
 }
 
 //go:noinline
@@ -143,6 +166,129 @@ func channelPipeline(n, capacity int) int64 {
 		done <- sum
 	}()
 	return <-done
+}
+
+// batchedChannelPipeline is channelPipeline carrying batches: each stage
+// fills a fresh []int64 of up to batch records and sends it on a channel of
+// slots batches, as an idiomatic Go pipeline would.
+func batchedChannelPipeline(n, batch, slots int) int64 {
+	a := make(chan []int64, slots)
+	b := make(chan []int64, slots)
+	c := make(chan []int64, slots)
+	done := make(chan int64)
+	go func() {
+		buf := make([]int64, 0, batch)
+		for i := int64(0); i < int64(n); i++ {
+			if buf = append(buf, pipeGen(i)); len(buf) == batch {
+				a <- buf
+				buf = make([]int64, 0, batch)
+			}
+		}
+		if len(buf) > 0 {
+			a <- buf
+		}
+		close(a)
+	}()
+	go func() {
+		for in := range a {
+			out := make([]int64, len(in))
+			for i, v := range in {
+				out[i] = pipeMap(v)
+			}
+			b <- out
+		}
+		close(b)
+	}()
+	go func() {
+		for in := range b {
+			out := make([]int64, 0, len(in))
+			for _, v := range in {
+				if pipeFilter(v) {
+					out = append(out, v)
+				}
+			}
+			if len(out) > 0 {
+				c <- out
+			}
+		}
+		close(c)
+	}()
+	go func() {
+		var sum int64
+		for in := range c {
+			for _, v := range in {
+				sum += v
+			}
+		}
+		done <- sum
+	}()
+	return <-done
+}
+
+// protoactorBatchChain is protoactorChain carrying one []int64 of up to
+// batch records per message (a fresh slice per message and stage, as the
+// channel baseline does), default unbounded mailboxes, no flow control.
+func protoactorBatchChain(n, batch int) (int64, error) {
+	sys := actor.NewActorSystem(actor.WithLoggerFactory(func(*actor.ActorSystem) *slog.Logger { return slog.New(slog.DiscardHandler) }))
+	defer sys.Shutdown()
+	root := actor.NewRootContext(sys, nil)
+	done := make(chan int64, 1)
+	var sum int64
+	sink := root.Spawn(actor.PropsFromFunc(func(c actor.Context) {
+		switch m := c.Message().(type) {
+		case []int64:
+			for _, v := range m {
+				sum += v
+			}
+		case rawEnd:
+			done <- sum
+		}
+	}))
+	filter := root.Spawn(actor.PropsFromFunc(func(c actor.Context) {
+		switch m := c.Message().(type) {
+		case []int64:
+			out := make([]int64, 0, len(m))
+			for _, v := range m {
+				if pipeFilter(v) {
+					out = append(out, v)
+				}
+			}
+			if len(out) > 0 {
+				c.Send(sink, out)
+			}
+		case rawEnd:
+			c.Send(sink, m)
+		}
+	}))
+	mapper := root.Spawn(actor.PropsFromFunc(func(c actor.Context) {
+		switch m := c.Message().(type) {
+		case []int64:
+			out := make([]int64, len(m))
+			for i, v := range m {
+				out[i] = pipeMap(v)
+			}
+			c.Send(filter, out)
+		case rawEnd:
+			c.Send(filter, m)
+		}
+	}))
+	buf := make([]int64, 0, batch)
+	for i := int64(0); i < int64(n); i++ {
+		if buf = append(buf, pipeGen(i)); len(buf) == batch {
+			root.Send(mapper, buf)
+			buf = make([]int64, 0, batch)
+		}
+	}
+	if len(buf) > 0 {
+		root.Send(mapper, buf)
+	}
+	root.Send(mapper, rawEnd{})
+	select {
+	case s := <-done:
+		return s, nil
+	case <-time.After(5 * time.Minute):
+		return 0, fmt.Errorf("protoactor batch chain did not finish")
+	}
 }
 
 type rawEnd struct{}

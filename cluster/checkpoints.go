@@ -271,6 +271,17 @@ func (s *ReplicatedCheckpointStore) Complete(ctx context.Context, job string, cp
 		}
 		return err
 	}
+	s.mu.Lock()
+	runs := s.runs[job] != nil
+	s.mu.Unlock()
+	if runs { // with a Leadership, complete once committed through the job's term
+		if err := s.n.commitCheckpoint(ctx, job, cp.ID); err != nil {
+			if errors.Is(err, ErrFenced) {
+				s.n.abandon(job, err)
+			}
+			return err
+		}
+	}
 	return nil
 }
 

@@ -197,9 +197,21 @@
 // FailureTimeout. Sinks that commit on checkpoints (the file sink,
 // transactional database sinks) and are reachable from every copy stay
 // as exactly-once across a failover as they are across a restart; the others are at-least-once: what they
-// wrote after the last completed checkpoint is written again. The leases
-// need the static-peers provider (its pongs tell when a peer was last
-// heard from): with a Provider there are none.
+// wrote after the last completed checkpoint is written again. These
+// leases need the static-peers provider (its pongs tell when a peer was
+// last heard from). A LeasedProvider (cluster/etcd's) brings its own: a
+// node whose registration's lease runs out, or may have, is fenced as if
+// the others had excluded it (it stops the jobs it coordinates and the
+// instances it hosts, and must restart); other providers (Consul,
+// Kubernetes) fence nothing.
+//
+// With Config.Leadership (cluster/etcd's Provider.Leadership), each job's
+// coordinator is elected in etcd instead, one election per job, and every
+// checkpoint is committed there after its replication, by a
+// compare-and-swap on the term's fencing token that a stale coordinator
+// cannot pass; a copy elected after a coordinator left takes the job over
+// only if it holds the checkpoint committed last (see Leadership and
+// docs/deployment.md).
 //
 // Limits of this version: the counts of a node that dies stop at its
 // last report (up to half a second of them are missing from the totals);

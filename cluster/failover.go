@@ -332,6 +332,7 @@ func (n *Node) watchRun(store *ReplicatedCheckpointStore, name string, run *acto
 	delete(n.jobReg.abandoned, name)
 	n.jobReg.mu.Unlock()
 	if why != nil { // the log is another node's now: nothing to record
+		n.leadEnded(name)
 		n.emitJob(JobEvent{Kind: JobEnded, Job: name, Run: run, Err: why, Time: time.Now()})
 		return
 	}
@@ -340,6 +341,7 @@ func (n *Node) watchRun(store *ReplicatedCheckpointStore, name string, run *acto
 	if e := store.endRun(ctx, name); e != nil && n.life.Err() == nil {
 		n.log.Warn("failover: could not mark the job's run as over", "job", name, "err", e)
 	}
+	n.leadEnded(name) // after the log says the run is over: a copy elected next resigns
 	n.emitJob(JobEvent{Kind: JobEnded, Job: name, Run: run, Err: err, Time: time.Now()})
 }
 
@@ -396,6 +398,18 @@ func (n *Node) considerTakeovers(lost Member) {
 		r.standing[job] = true
 		n.lifeWG.Add(1)
 		r.mu.Unlock()
+		if n.cfg.Leadership != nil {
+			go func() {
+				defer n.lifeWG.Done()
+				defer func() {
+					n.jobReg.mu.Lock()
+					delete(n.jobReg.standing, job)
+					n.jobReg.mu.Unlock()
+				}()
+				n.standLeadership(job)
+			}()
+			continue
+		}
 		go n.stand(job, lost)
 	}
 }
@@ -570,6 +584,7 @@ func (n *Node) abandon(job string, why error) {
 		return
 	}
 	n.log.Error("stopping a job that another node takes over", "job", job, "reason", why)
+	n.cancelCommit(job) // the job actor may wait in a checkpoint's commit
 	engine.Abort(j.Run, why)
 	if halt != nil {
 		halt()
@@ -579,7 +594,14 @@ func (n *Node) abandon(job string, why error) {
 // abandonAll stops every job this node coordinates: the cluster declared
 // it lost, and the others take its jobs over.
 func (n *Node) abandonAll() {
+	n.mu.Lock()
+	lease := n.fencedBy
+	n.mu.Unlock()
 	for _, j := range n.Jobs() {
+		if lease != nil {
+			n.abandon(j.Job, fmt.Errorf("cluster: job %q: %w: node %s's lease ran out (%v); the others take its jobs over", j.Job, ErrFenced, n.cfg.Name, lease))
+			continue
+		}
 		n.abandon(j.Job, fmt.Errorf("cluster: job %q: %w: the cluster declared node %s lost; the others take its jobs over", j.Job, ErrFenced, n.cfg.Name))
 	}
 }

@@ -144,12 +144,19 @@ func (n *Node) runJobAt(ctx context.Context, name string, at time.Time, opts Run
 	// a node holding a copy takes the job over.
 	rec := runRecord{Coordinator: n.cfg.Name, CoordinatorID: n.ID(),
 		Options: runOptionsRecord{Initial: b.Initial, Max: b.Max, Multiplier: b.Multiplier, Jitter: b.Jitter, MaxRestarts: maxR, Within: within, OffCoordinator: opts.OffCoordinator}}
+	if n.cfg.Leadership != nil && from == "" {
+		if err := n.campaignForRun(ctx, name); err != nil {
+			return nil, err
+		}
+	}
 	if err := store.beginRun(ctx, name, rec); err != nil {
+		n.leadEnded(name)
 		return nil, fmt.Errorf("cluster: run %q: record the run: %w", name, err)
 	}
 	n.lifeMu.Lock()
 	if n.life.Err() != nil {
 		n.lifeMu.Unlock()
+		n.leadEnded(name)
 		return nil, fmt.Errorf("cluster: run %q: %w", name, ErrStopped)
 	}
 	n.lifeWG.Add(1)
@@ -160,6 +167,7 @@ func (n *Node) runJobAt(ctx context.Context, name string, at time.Time, opts Run
 		ectx, cancel := context.WithTimeout(context.WithoutCancel(ctx), n.cfg.RequestTimeout)
 		defer cancel()
 		_ = store.endRun(ectx, name)
+		n.leadEnded(name)
 		return nil, err
 	}
 	n.jobReg.mu.Lock()

@@ -462,12 +462,14 @@ func countingOnThree(t *testing.T) (a, b, c *child, cp []string) {
 // RESULT) and returns its fields; a JOBERROR line first fails the test.
 func (c *child) jobLine(d time.Duration, prefix string) []string {
 	c.t.Helper()
-	return c.awaitLine(d, prefix, func(f []string) bool {
-		if f[0] == "JOBERROR" {
-			c.t.Fatalf("the job failed on %s: %s", c.cfg.Name, strings.Join(f[1:], " "))
-		}
-		return f[0] == prefix
-	})
+	// The match runs under the log's lock: it only says which line it is,
+	// and the test fails after (a Fatalf there would hold the lock while
+	// the test's cleanups run).
+	f := c.awaitLine(d, prefix, func(f []string) bool { return f[0] == "JOBERROR" || f[0] == prefix })
+	if f[0] == "JOBERROR" {
+		c.t.Fatalf("the job failed on %s: %s", c.cfg.Name, strings.Join(f[1:], " "))
+	}
+	return f
 }
 
 // firstLine waits for the first of the children to print a line starting

@@ -32,10 +32,11 @@ var (
 	ErrInvalidConfig = errors.New("cluster: invalid configuration")
 )
 
-// Provider discovers the members of a cluster: one of protoactor-go's
-// cluster providers (consul.New, etcd.New, k8s.New in their packages
-// under github.com/asynkron/protoactor-go/cluster/clusterproviders), or nil
-// for the static peers of Config.Peers.
+// Provider discovers the members of a cluster: cluster/etcd's (a
+// LeasedProvider: it fences a node whose lease runs out), one of
+// protoactor-go's cluster providers (wrapped by cluster/consul and
+// cluster/k8s: membership only, untested against a server), or nil for
+// the static peers of Config.Peers.
 type Provider = pc.ClusterProvider
 
 // Defaults of Config's zero fields.
@@ -109,6 +110,11 @@ type Config struct {
 	// Jobs are the topologies this node can run (Run) and host instances
 	// of for other nodes: the same on every node.
 	Jobs Jobs
+	// Leadership, when set, elects each job's coordinator in a
+	// coordination service and fences its checkpoint commits there (see
+	// Leadership; cluster/etcd's Provider.Leadership). nil: the copies of
+	// a job's log elect its coordinator among themselves.
+	Leadership Leadership
 	// System hosts the node. nil: the node creates its own (with Store and
 	// Logger) and stops it in Stop. A given System must not serve remote
 	// yet, and must be stopped after the node.
@@ -274,6 +280,8 @@ type Node struct {
 	subs     map[int]func(MemberEvent)
 	nextSub  int
 	excluded bool
+	// fencedBy: why a LeasedProvider fenced this node (its lease ran out)
+	fencedBy error
 	stores   []*ReplicatedCheckpointStore
 	// lost holds the ids of the members that left: they cannot rejoin
 	// (protoactor blocks them). Kept here because protoactor's block list
@@ -298,6 +306,7 @@ type Node struct {
 	lifeMu     sync.Mutex // orders lifeWG.Add with Stop's Wait
 	lifeWG     sync.WaitGroup
 	jobReg     jobRegistry
+	leads      leaderships // with a Leadership (leadership_node.go)
 }
 
 // Names of the node's own actors.
@@ -374,6 +383,9 @@ func Start(ctx context.Context, cfg Config) (n *Node, err error) {
 		n.static = &staticProvider{n: n}
 		provider = n.static
 	}
+	if lp, ok := provider.(LeasedProvider); ok {
+		lp.Bind(ProviderHooks{Publish: n.publishMembers, Fence: n.fence, Logger: log})
+	}
 	ccfg := pc.Configure(cfg.ClusterName, provider, disthash.New(), rc,
 		pc.WithRequestTimeout(cfg.RequestTimeout),
 		// Gossip heartbeats block members too; leave failure detection to
@@ -395,6 +407,8 @@ func Start(ctx context.Context, cfg Config) (n *Node, err error) {
 	n.gossipStopped = true
 	if n.static != nil {
 		n.static.begin()
+	} else if lp, ok := provider.(LeasedProvider); ok {
+		lp.Begin()
 	}
 	if err := n.startServices(); err != nil {
 		n.shutdown(context.WithoutCancel(ctx))

@@ -19,7 +19,10 @@
 // whose Reader fills buf from xs[next:] and returns 0, io.EOF at the end.
 package connector
 
-import "context"
+import (
+	"context"
+	"time"
+)
 
 // SourceConnector opens the partitions of a source. A source with
 // parallelism P opens partitions 0..P-1, one per instance.
@@ -47,6 +50,16 @@ type Reader[T any] interface {
 // records again, or ctx ends.
 type Waiter interface {
 	Wait(ctx context.Context) error
+}
+
+// IngestionTimer is implemented by readers that know when the records they
+// return arrived at the system's edge (a message's publish time, a request's
+// arrival): IngestedAt is the time the oldest record of the last Read
+// arrived. The job measures end-to-end latency from it (DESIGN.md, Latency
+// and shedding); without it, from the moment the source read the batch, so
+// the time records waited outside before they were read is not seen.
+type IngestionTimer interface {
+	IngestedAt() time.Time
 }
 
 // Checkpointer is implemented by Writers whose position belongs in a
@@ -116,4 +129,28 @@ type Sink[T any] interface {
 type Writer[T any] interface {
 	Write(records []T) error
 	Close() error
+}
+
+// OffsetRescaler is implemented by sources whose partitions' offsets can be
+// redistributed over another number of partitions, so that a job restored
+// from a savepoint (or checkpoint) may run the source at another
+// parallelism. RescaleOffsets gets the offset of every old partition (its
+// Reader.Offset, 0 for one never read) and returns those of parts new
+// partitions, each to be passed to Open, that read exactly the records the
+// old partitions had not read; or an error saying why it cannot. A source
+// without it keeps its parallelism: a restore at another one is refused.
+type OffsetRescaler interface {
+	RescaleOffsets(offsets []int64, parts int) ([]int64, error)
+}
+
+// StateRescaler is implemented by sinks whose per-partition checkpointed
+// state (a Checkpointer's) can be redistributed over another number of
+// partitions, so that a job restored from a savepoint (or checkpoint) may
+// run the sink at another parallelism. RescaleStates gets the state of
+// every old partition (nil for one that recorded none) and returns those of
+// parts new partitions, each passed to the new partition's OpenAt; or an
+// error saying why it cannot. A sink with state and without it keeps its
+// parallelism: a restore at another one is refused.
+type StateRescaler interface {
+	RescaleStates(states [][]byte, parts int) ([][]byte, error)
 }

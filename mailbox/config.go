@@ -243,9 +243,10 @@ type Stats struct {
 	Posted    int64 // records offered to the mailbox (control messages excluded)
 	Delivered int64 // records handed to the actor
 	Dropped   [numReasons]int64
-	// Overfilled counted records admitted beyond capacity by a Block
-	// mailbox from a sender that cannot wait. A Block mailbox now refuses
-	// them (Dropped[ReasonRefused]): it stays 0.
+	// Overfilled counts records admitted beyond capacity by a Block
+	// mailbox while a live change to Block settled (SetOverfill); otherwise
+	// a Block mailbox refuses them (Dropped[ReasonRefused]). Overfilled
+	// records are queued like any other (in Depth).
 	Overfilled int64
 	// Refused counts TryPut calls that returned ErrFull.
 	Refused int64

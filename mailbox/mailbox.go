@@ -51,6 +51,7 @@ type Mailbox struct {
 	dispatcher actor.Dispatcher
 	registered atomic.Bool // dispatcher is set
 	refuse     error       // set by refusing: every record is dropped
+	overfill   bool        // a Block mailbox admits beyond capacity (SetOverfill)
 }
 
 // New builds a mailbox from a validated configuration; with OverflowSpill it
@@ -352,6 +353,9 @@ func (m *Mailbox) admitLocked(msg any, n int, ctl bool) (error, []Episode) {
 	if m.refuse != nil {
 		m.dropLocked(n, ReasonUnspillable)
 		return fmt.Errorf("%w: %w", ErrDropped, m.refuse), nil
+	}
+	if done, err, fire := m.admitLiveLocked(msg, n); done { // after a live change (reconfigure.go)
+		return err, fire
 	}
 	var started *Episode
 	var err error

@@ -242,7 +242,7 @@ func TestSavepointResumes(t *testing.T) {
 		in.Append(i)
 	}
 	waitFor(t, "the records to be counted", func() bool { return stat(t, run, "count").In == 10 })
-	id, err := operators.Savepoint(ctx, run)
+	id, err := operators.CheckpointNow(ctx, run)
 	if err != nil || id == 0 {
 		t.Fatalf("savepoint: %d, %v", id, err)
 	}

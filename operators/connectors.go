@@ -100,6 +100,46 @@ func (r *genReader[T]) Read(buf []T) (int, error) {
 	return k, nil
 }
 
+// RescaleOffsets implements connector.OffsetRescaler: see rescaleStrided.
+func (s sliceSource[T]) RescaleOffsets(offsets []int64, parts int) ([]int64, error) {
+	return rescaleStrided(offsets, parts)
+}
+
+// RescaleOffsets implements connector.OffsetRescaler: see rescaleStrided.
+func (g genSource[T]) RescaleOffsets(offsets []int64, parts int) ([]int64, error) {
+	return rescaleStrided(offsets, parts)
+}
+
+// rescaleStrided redistributes the offsets of a source whose partition i of
+// P reads the indices i, i+P, i+2P, ...: possible when what the partitions
+// read together is a prefix 0..m-1 of the sequence (each read its share of
+// it), as when every partition is at its end or a source of parallelism 1
+// is split; then partition j of parts starts at its share of m.
+func rescaleStrided(offsets []int64, parts int) ([]int64, error) {
+	if parts < 1 || len(offsets) < 1 {
+		return nil, fmt.Errorf("rescale from %d to %d partitions", len(offsets), parts)
+	}
+	share := func(m int64, j, p int) int64 { return max(0, (m-int64(j)+int64(p)-1)/int64(p)) }
+	var m int64
+	for _, o := range offsets {
+		if o < 0 {
+			return nil, fmt.Errorf("offset %d", o)
+		}
+		m += o
+	}
+	for i, o := range offsets {
+		if o != share(m, i, len(offsets)) {
+			return nil, fmt.Errorf("its %d partitions read %v records, not together the first %d of the sequence: "+
+				"a strided source rescales only when they did (at parallelism 1, or at their end)", len(offsets), offsets, m)
+		}
+	}
+	out := make([]int64, parts)
+	for j := range out {
+		out[j] = share(m, j, parts)
+	}
+	return out, nil
+}
+
 func (r *genReader[T]) Offset() int64 { return r.next }
 func (r *genReader[T]) Close() error  { return nil }
 
@@ -535,6 +575,11 @@ func (l *Log[T]) Len() int {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return len(l.recs)
+}
+
+// RescaleOffsets implements connector.OffsetRescaler (see FromSlice).
+func (l *Log[T]) RescaleOffsets(offsets []int64, parts int) ([]int64, error) {
+	return rescaleStrided(offsets, parts)
 }
 
 // Open implements SourceConnector.

@@ -19,7 +19,9 @@
 //	err = job.Wait(ctx)
 //
 // Start returns a Job: Wait, Drain and Stop it, read its Stats and
-// Checkpoints, take a Savepoint. Run settings (Checkpoints,
+// Checkpoints, take a checkpoint now (CheckpointNow) or a Savepoint to a
+// directory of its own, from which a later job starts at another
+// parallelism (FromSavepoint). Run settings (Checkpoints,
 // RestartOnFailure, WithClock, stores) may be given to NewTopology or to
 // Start, which applies them to that run only. A Topology is also an
 // actors.Job, for sys.Run.
@@ -61,6 +63,21 @@
 // drop; Spill, which keeps order and bounds memory by spilling to bbolt).
 // NewIngress is a source that an application feeds with Send, which waits
 // under back-pressure.
+//
+// # Latency and load shedding
+//
+// Every job measures latency (off with NoLatencyStats): queue wait and
+// processing per task, end to end from a record's ingestion at a source to
+// its sink, as percentiles in OperatorStats.Latency (since the start) and
+// LatencyWindow (the latest second), with each operator's EventTimeLag. A
+// source whose reader knows when records arrived (connector.IngestionTimer)
+// counts from then, so the time records wait outside under back-pressure
+// shows. LatencyTarget(d) sheds load to hold the p99 under d: at the
+// sources or the edge into the bottleneck, by sampling, or by dropping whole
+// batches before an operator declared Selective(); it sheds nothing while
+// the target holds and stops when the load falls (ShedStatsOf, and
+// OperatorStats.Shed by reason). WindowCountEstimate and WindowSumEstimate
+// scale by the sampling and report a 95 % bound (Estimate).
 //
 // # Checkpoints and failures
 //

@@ -16,3 +16,9 @@ func WithTimer(after func(d time.Duration, f func()) (stop func() bool)) Topolog
 func FileSynced(f func(path string, size int64)) FileOption {
 	return func(o *fileOptions) { o.synced = f }
 }
+
+// FixedShed sheds at every source's outputs with rate keep from the start,
+// without a controller (sampling, or dropping whole batches with drop).
+func FixedShed(keep float64, drop bool) TopologyOption {
+	return TopologyOption{graph.FixedShed(keep, drop)}
+}

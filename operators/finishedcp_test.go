@@ -159,7 +159,7 @@ func TestCheckpointsContinueAfterASourceFinished(t *testing.T) {
 	dimsEnded(t, dimOut)
 	before := operators.CheckpointStatsOf(run).Completed
 	waitFor(t, "5 checkpoints after the dims ended", func() bool { return operators.CheckpointStatsOf(run).Completed >= before+5 })
-	id, err := operators.Savepoint(ctx, run)
+	id, err := operators.CheckpointNow(ctx, run)
 	if err != nil {
 		t.Fatalf("savepoint after the dims ended: %v", err)
 	}
@@ -189,7 +189,7 @@ func TestCheckpointsContinueAfterASourceFinished(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := operators.Savepoint(ctx, run); err != nil {
+	if _, err := operators.CheckpointNow(ctx, run); err != nil {
 		t.Fatalf("savepoint in the resumed run: %v", err)
 	}
 	if err := run.Drain(ctx); err != nil {
@@ -219,7 +219,7 @@ func TestRestartAfterASourceFinishedIsExactlyOnce(t *testing.T) {
 		t.Fatal(err)
 	}
 	dimsEnded(t, dimOut)
-	id, err := operators.Savepoint(ctx, run)
+	id, err := operators.CheckpointNow(ctx, run)
 	if err != nil {
 		t.Fatalf("savepoint after the dims ended: %v", err)
 	}
@@ -236,7 +236,7 @@ func TestRestartAfterASourceFinishedIsExactlyOnce(t *testing.T) {
 	}
 	// The restored job checkpoints too, with the dims' instances finished
 	// from the start.
-	id2, err := operators.Savepoint(ctx, run)
+	id2, err := operators.CheckpointNow(ctx, run)
 	if err != nil || id2 <= id {
 		t.Fatalf("savepoint after the restart: %d, %v; want one after %d", id2, err, id)
 	}
@@ -319,7 +319,7 @@ func TestCheckpointAnsweredAtEndOfInput(t *testing.T) {
 	var id uint64
 	go func() {
 		var err error
-		id, err = operators.Savepoint(ctx, run)
+		id, err = operators.CheckpointNow(ctx, run)
 		done <- err
 	}()
 	select {

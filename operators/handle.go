@@ -58,9 +58,23 @@ func (j *Job) Stats() []actors.OperatorStats { return j.run.Stats() }
 // Checkpoints reports the job's checkpoints and restarts so far.
 func (j *Job) Checkpoints() CheckpointStats { return CheckpointStatsOf(j.run) }
 
-// Savepoint takes a checkpoint now, outside the interval, and returns its
-// id once it is durable (see the package function Savepoint).
-func (j *Job) Savepoint(ctx context.Context) (uint64, error) { return Savepoint(ctx, j.run) }
+// CheckpointNow takes a checkpoint now, outside the interval, and returns
+// its id once it is durable in the job's store (see the package function
+// CheckpointNow).
+func (j *Job) CheckpointNow(ctx context.Context) (uint64, error) { return CheckpointNow(ctx, j.run) }
+
+// Savepoint takes a checkpoint now and writes it to dir, which must not
+// exist or be empty, as a savepoint: a self-contained, versioned copy of
+// the job's state that outlives its store, from which a job of the same
+// topology starts at any parallelism (FromSavepoint). It returns once the
+// directory is complete and fsync'd; the job goes on.
+func (j *Job) Savepoint(ctx context.Context, dir string) (SavepointInfo, error) {
+	sp, err := engine.Savepoint(ctx, j.run, dir)
+	if err != nil {
+		return SavepointInfo{}, err
+	}
+	return savepointInfo(sp), nil
+}
 
 // Placement counts the job's operator instances by the address of the
 // process that runs them, for a job run across processes (package

@@ -28,7 +28,7 @@ func TestStartSettingsApplyToOneRun(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	id, err := job.Savepoint(ctx)
+	id, err := job.CheckpointNow(ctx)
 	if err != nil {
 		t.Fatalf("Savepoint: %v", err)
 	}
@@ -58,7 +58,7 @@ func TestStartSettingsApplyToOneRun(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := job2.Savepoint(ctx); err == nil || !strings.Contains(err.Error(), "takes no checkpoints") {
+	if _, err := job2.CheckpointNow(ctx); err == nil || !strings.Contains(err.Error(), "takes no checkpoints") {
 		t.Fatalf("a savepoint of a run started without Checkpoints: %v, want that it takes none", err)
 	}
 	if err := job2.Stop(ctx); err != nil {

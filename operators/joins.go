@@ -56,10 +56,24 @@ func IntervalJoin[K comparable, L, R, O any](left Stream[L], right Stream[R], na
 	return Stream[O]{graph.IntervalJoin(left.s, right.s, name, lkey, rkey, lower, upper, join, unwrap(opts)...)}
 }
 
-// StateTTL makes an unbounded Join forget a key's records once the key has
+// StateTTL makes a keyed operator forget a key's state once the key has
 // seen no record for d of processing time (as Flink's state TTL), so that
-// its state stays bounded when keys stop appearing. Without it the join
-// keeps every record.
+// its state stays bounded when keys stop appearing; without it the state
+// of every key is kept. It applies to the operators whose state grows with
+// their keys:
+//
+//   - Join forgets the key's records: a later record finds no partner;
+//   - Count, Reduce and Aggregate forget the key's accumulator: the next
+//     record starts a new one (seen is false). Under EmitAtEnd the key's
+//     result is emitted when its state expires, so nothing is lost;
+//   - Process forgets the key's state (State() returns a zero S again);
+//     its timers stay and fire.
+//
+// The state of a key expires between d and 2d after its last record (a
+// sweep runs every d, on the job's clock). The times are not
+// checkpointed: after a restore, the TTL of the restored keys counts from
+// the first record. Windows and interval joins need no TTL: event time
+// frees their state.
 func StateTTL(d time.Duration) TTLOption { return TTLOption{graph.StateTTL(d)} }
 
 // Join is the unbounded (regular) inner join of two keyed streams: every

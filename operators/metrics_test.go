@@ -56,6 +56,16 @@ func TestMetricsThroughTheMeterProvider(t *testing.T) {
 	if b := histogramBounds(rm, "sluice.batch.processing"); len(b) < 10 || b[0] != 1e-6 || b[len(b)-1] != 10 {
 		t.Errorf("batch processing buckets %v, want 1 µs to 10 s", b)
 	}
+	// Latency: queue waits into the filter, end to end at the sink fused
+	// with it, in buckets from a microsecond to a minute.
+	for _, name := range []string{"sluice.latency.queue_wait", "sluice.latency.end_to_end"} {
+		if got := histogramCount(rm, name); got == 0 {
+			t.Errorf("nothing recorded in %s", name)
+		}
+		if b := histogramBounds(rm, name); len(b) < 10 || b[0] != 1e-6 || b[len(b)-1] != 60 {
+			t.Errorf("%s buckets %v, want 1 µs to 60 s", name, b)
+		}
+	}
 	in.Close()
 	if err := run.Wait(ctx); err != nil {
 		t.Fatal(err)

@@ -13,11 +13,11 @@ import "github.com/sluicehq/sluice/internal/graph"
 //	MapOption         Map, Filter, FlatMap                      Input, OnRecordFailure
 //	TimestampsOption  Timestamps                                Input, OutOfOrderness
 //	PartitionOption   KeyBy, Broadcast, Rebalance, Declare      -
-//	AggregateOption   Count, Reduce, Aggregate                  Input, OnRecordFailure, Emit
+//	AggregateOption   Count, Reduce, Aggregate                  Input, OnRecordFailure, Emit, StateTTL
 //	WindowOption      WindowAggregate, WindowCount, WindowReduce Input, AllowedLateness
 //	JoinOption        Join                                      Input, StateTTL
 //	TimedJoinOption   WindowJoin, IntervalJoin                  Input
-//	ProcessOption     Process                                   Input
+//	ProcessOption     Process                                   Input, StateTTL
 //	SinkOption        Sink                                      Input
 type (
 	// SourceOption configures a Source.
@@ -99,7 +99,8 @@ type OrderOption struct{ o graph.Option }
 // LateOption applies to windowed aggregations: AllowedLateness.
 type LateOption struct{ o graph.Option }
 
-// TTLOption applies to Join: StateTTL.
+// TTLOption applies to the keyed operators whose state grows with their
+// keys (Count, Reduce, Aggregate, Process, Join): StateTTL.
 type TTLOption struct{ o graph.Option }
 
 func (o Option) engineOption() graph.Option              { return o.o }
@@ -135,6 +136,9 @@ func (RecordFailureOption) mapping()   {}
 func (RecordFailureOption) aggregate() {}
 
 func (EmitOption) aggregate() {}
+
+func (TTLOption) aggregate() {}
+func (TTLOption) process()   {}
 
 func (IdleOption) source() {}
 

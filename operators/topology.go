@@ -103,6 +103,14 @@ func Parallelism(n int) Option { return Option{graph.Parallelism(n)} }
 // predecessor.
 func Input(cfg mailbox.Config) InputOption { return InputOption{graph.Input(cfg)} }
 
+// Selective declares that the operator must not see sampled input: a
+// selective query (a join, a rare pattern, a session) that per-record
+// sampling would starve of its matches. A LatencyTarget then never samples
+// upstream of it; it drops whole batches there instead, so the runs of
+// input the operator sees are complete, or reports that the target cannot
+// be held (ShedStats.Infeasible).
+func Selective() InputOption { return InputOption{graph.Selective()} }
+
 // NoFusion keeps the operator in an actor of its own instead of fusing it
 // with its neighbours into one chain.
 func NoFusion() Option { return Option{graph.NoFusion()} }
@@ -125,6 +133,31 @@ type TopologyOption struct{ o graph.TopologyOption }
 // actors (default 256). Larger batches cost memory and latency and save
 // per-message overhead.
 func BatchSize(n int) TopologyOption { return TopologyOption{graph.BatchSize(n)} }
+
+// LatencyTarget makes the job shed load to hold its end-to-end p99 latency
+// (from a record's ingestion at a source to its sink) under d. A
+// controller (a pure state machine, internal/shed) watches each latency
+// window's p99 and the operators' utilisation; while the p99 is over d it
+// sheds at the place that helps most, the sources when everything they
+// feed passes the bottleneck, else the edge into the bottleneck, by
+// sampling records (the keyed estimates downstream, WindowCountEstimate,
+// scale by the rate and report their error) or, when an operator
+// downstream is Selective, by dropping whole batches. It sheds nothing
+// while the p99 holds, and stops shedding when the load falls. Every shed
+// record is counted (OperatorStats.Shed, by reason); ShedStatsOf tells
+// where it sheds and how much. Latency is measured in one process: a
+// distributed job's records lose their ingestion time when they cross to
+// another process.
+func LatencyTarget(d time.Duration) TopologyOption { return TopologyOption{graph.LatencyTarget(d)} }
+
+// LatencyWindow sets the window of the latency statistics
+// (OperatorStats.LatencyWindow) and of LatencyTarget's controller: one
+// second by default.
+func LatencyWindow(d time.Duration) TopologyOption { return TopologyOption{graph.LatencyWindow(d)} }
+
+// NoLatencyStats turns the measurement of latency off (it costs a few reads
+// of the clock per batch of records; see DESIGN.md, Latency and shedding).
+func NoLatencyStats() TopologyOption { return TopologyOption{graph.NoLatencyStats()} }
 
 // Capacity sets each operator instance's input capacity in records (default
 // 4096). Senders hold credits for it; a sender without credits stops taking

@@ -1,6 +1,7 @@
 package operators
 
 import (
+	"math"
 	"time"
 
 	"github.com/sluicehq/sluice/internal/graph"
@@ -106,4 +107,44 @@ func WindowReduce[K comparable, T any](ks KeyedStream[K, T], name string, w Wind
 //	operators.Sink(late, "late-out", lateSink)
 func LateRecords[K comparable, T, R any](ks KeyedStream[K, T], w Stream[R], name string) Stream[T] {
 	return Stream[T]{graph.LateRecords(ks.s, w.s, name)}
+}
+
+// Estimate is an approximate aggregate of one key in one window
+// (WindowCountEstimate, WindowSumEstimate), made honest about what a
+// LatencyTarget's sampling shed: Value is the estimate, each record seen
+// counted (or its value summed) divided by the probability that it was
+// kept; the true value lies within Value ± Bound with about 95 %
+// probability (Bound is 1.96 standard errors of the Horvitz-Thompson
+// estimator, sqrt(Σ x²(1−p)/p²)); Approximate tells that some of the
+// window's records were sampled away. Without sampling Value is exact,
+// Bound 0. Whole batches dropped (upstream of a Selective operator) are not
+// estimated: they are counted as shed, not scaled for.
+type Estimate struct {
+	Value       float64
+	Bound       float64
+	Approximate bool
+	Seen        int64 // records the window saw
+}
+
+// Contains reports whether v lies within the estimate's 95 % interval.
+func (e Estimate) Contains(v float64) bool { return math.Abs(v-e.Value) <= e.Bound }
+
+func estimated[K comparable](k K, start, end time.Time, e graph.Estimate) Windowed[K, Estimate] {
+	return Windowed[K, Estimate]{Key: k, Start: start, End: end, Value: Estimate{
+		Value: e.Sum, Bound: 1.96 * math.Sqrt(e.Var), Approximate: e.Approx, Seen: e.Seen}}
+}
+
+// WindowCountEstimate counts the records of each key in each window, as
+// WindowCount, scaled by the sampling of a LatencyTarget upstream: an
+// Estimate with its 95 % bound, marked approximate when records were
+// sampled away.
+func WindowCountEstimate[K comparable, T any](ks KeyedStream[K, T], name string, w Windows, opts ...WindowOption) Stream[Windowed[K, Estimate]] {
+	return Stream[Windowed[K, Estimate]]{graph.WindowEstimate(ks.s, name, w.w, func(T) float64 { return 1 }, estimated[K], unwrap(opts)...)}
+}
+
+// WindowSumEstimate sums value over the records of each key in each
+// window, scaled by the sampling of a LatencyTarget upstream (see
+// WindowCountEstimate).
+func WindowSumEstimate[K comparable, T any](ks KeyedStream[K, T], name string, w Windows, value func(T) float64, opts ...WindowOption) Stream[Windowed[K, Estimate]] {
+	return Stream[Windowed[K, Estimate]]{graph.WindowEstimate(ks.s, name, w.w, value, estimated[K], unwrap(opts)...)}
 }

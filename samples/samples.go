@@ -12,6 +12,7 @@ import (
 	"github.com/sluicehq/sluice/samples/clickstream"
 	"github.com/sluicehq/sluice/samples/fraud"
 	"github.com/sluicehq/sluice/samples/jetstreamtopg"
+	"github.com/sluicehq/sluice/samples/latency"
 	"github.com/sluicehq/sluice/samples/nexmark"
 	"github.com/sluicehq/sluice/samples/overload"
 	"github.com/sluicehq/sluice/samples/wordcount"
@@ -48,6 +49,7 @@ func Catalog() []Sample {
 		clickstream.New(),
 		fraud.New(),
 		overload.New(),
+		latency.New(),
 	}
 }
 

@@ -71,6 +71,17 @@ func main() {
 					fmt.Printf("?   \t%s\t[no test files]\n", e.Package)
 				default:
 					pkgFailed = true
+					// A package that fails without a failed test (a timeout,
+					// a crash, os.Exit) leaves its running tests without an
+					// end: print what they said, for they are the suspects.
+					for tk, tout := range output {
+						if tk.pkg == e.Package && tk.test != "" {
+							failed++
+							fmt.Printf("--- %s %s: still running when the package failed; its last output:\n", e.Package, tk.test)
+							fmt.Print(strings.Join(suspect(tout), ""))
+							delete(output, tk)
+						}
+					}
 					fmt.Print(strings.Join(out, ""))
 					fmt.Printf("FAIL\t%s\t%.3fs\n", e.Package, e.Elapsed)
 				}
@@ -107,6 +118,29 @@ func main() {
 	if failed > 0 || pkgFailed {
 		os.Exit(1)
 	}
+}
+
+// suspect is what an unfinished test said: its last 40 lines before a
+// panic (the timeout's), then the panic and the list of running tests, not
+// the goroutine dump that follows them.
+func suspect(lines []string) []string {
+	said, panicked := lines, []string(nil)
+	for i, l := range lines {
+		if strings.HasPrefix(l, "panic: ") {
+			said, panicked = lines[:i], lines[i:]
+			break
+		}
+	}
+	if len(said) > 40 {
+		said = said[len(said)-40:]
+	}
+	for i, l := range panicked {
+		if strings.TrimSpace(l) == "" {
+			panicked = panicked[:i]
+			break
+		}
+	}
+	return append(append([]string{}, said...), panicked...)
 }
 
 // reason is what a skipped test said: its output without the === and

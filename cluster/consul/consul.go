@@ -12,8 +12,15 @@
 // its member id ("name.random") as service id, its Host and Port as
 // address, and a TTL check it refreshes; Consul's view is the membership.
 // Nothing listens besides the node's own port. A member whose TTL expires
-// leaves and, as with static peers, can only rejoin after a restart.
+// leaves the others' view and is blocked there.
 // Secure the agent's API (ACL token, TLS) through Config.Consul.
+//
+// Untested against a server: CI builds and vets this module, but no Consul
+// agent runs there. It gives membership only: it is not a
+// cluster.LeasedProvider, so a paused or cut-off node is not fenced (it is
+// not told that its TTL expired), and there is no cluster.Leadership for
+// it (see docs/deployment.md; use static peers or cluster/etcd where
+// fencing matters).
 package consul
 
 import (

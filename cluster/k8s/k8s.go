@@ -14,6 +14,12 @@
 // on pods in its namespace. Node names must have at most 40 characters,
 // so that the member id ("name.random") is a valid label value. Nothing
 // listens besides the node's own port (bind Host to the pod's IP).
+//
+// Untested against a server: CI builds and vets this module, but no
+// Kubernetes API runs there. It gives membership only: it is not a
+// cluster.LeasedProvider, so a paused or cut-off node is not fenced, and
+// there is no cluster.Leadership for it (see docs/deployment.md; use
+// static peers or cluster/etcd where fencing matters).
 package k8s
 
 import (

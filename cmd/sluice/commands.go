@@ -14,6 +14,7 @@ import (
 	"github.com/sluicehq/sluice/actors"
 	"github.com/sluicehq/sluice/dashboard"
 	"github.com/sluicehq/sluice/operators"
+	"github.com/sluicehq/sluice/persistence"
 	"github.com/sluicehq/sluice/samples"
 	"github.com/sluicehq/sluice/telemetry"
 )
@@ -87,6 +88,7 @@ func runCmd(g *globals) *cobra.Command {
 	var traceEndpoint, metricsAddr, uiAddr string
 	var uiWait bool
 	var dur durability
+	var af adminFlags
 	c := &cobra.Command{
 		Use:   "run SAMPLE [flags]",
 		Short: "run a sample, with a live progress line on stderr",
@@ -98,6 +100,9 @@ func runCmd(g *globals) *cobra.Command {
 	c.PersistentFlags().StringVar(&metricsAddr, "metrics", "", "serve Prometheus metrics at http://ADDR/metrics (e.g. "+telemetry.DefaultMetricsAddr+"; a port alone binds 127.0.0.1, a host written out is used as written)")
 	c.PersistentFlags().StringVar(&uiAddr, "ui", "", "serve the live dashboard at http://ADDR/ while the sample runs (e.g. 127.0.0.1:8080; a port alone binds 127.0.0.1, a host written out is used as written)")
 	c.PersistentFlags().BoolVar(&uiWait, "ui-wait", false, "with --ui: after the job ends, keep serving its final state until interrupted (Ctrl-C)")
+	c.PersistentFlags().StringVar(&dur.save, "savepoint", "", "on Ctrl-C, write a savepoint of the job into DIR (new or empty), then stop it")
+	c.PersistentFlags().StringVar(&dur.from, "from-savepoint", "", "start the job from the savepoint in DIR (at the parallelism the flags give)")
+	af.add(c, true)
 	// The cluster word count starts node processes of its own: it is a
 	// command rather than a samples.Sample, reachable as a sample too.
 	c.AddCommand(clusterWordCountCmd(g))
@@ -151,7 +156,17 @@ func runCmd(g *globals) *cobra.Command {
 			defer stopUI()
 			ui = d
 		}
-		err := runSample(cmd.Context(), g, s, progress, tp, ui, dur)
+		srv, stopAdmin, err := af.start(g, tp)
+		if err != nil {
+			return err
+		}
+		defer stopAdmin()
+		err = runSample(cmd.Context(), g, s, progress, tp, ui, dur, func(run *actors.Run) (func(), error) {
+			if err := addJob(srv, run); err != nil {
+				return nil, err
+			}
+			return af.watch(srv), nil
+		})
 		flush, cancel := context.WithTimeout(context.WithoutCancel(cmd.Context()), 5*time.Second)
 		defer cancel()
 		if ferr := tp.Shutdown(flush); ferr != nil && err == nil {
@@ -172,10 +187,36 @@ func runCmd(g *globals) *cobra.Command {
 
 // durability is what `run --store FILE --checkpoints D` asks for: a store
 // that outlives the run, and checkpoints in it from which a run started
-// again with the same flags resumes.
+// again with the same flags resumes; and `--savepoint DIR` (written on
+// Ctrl-C) and `--from-savepoint DIR`.
 type durability struct {
 	store       string
 	checkpoints time.Duration
+	save, from  string
+}
+
+// savepoints says whether a savepoint is written or read.
+func (d durability) savepoints() bool { return d.save != "" || d.from != "" }
+
+// options are the run settings the flags ask for. With a savepoint and no
+// --store, checkpoints are kept in memory (the savepoint is what outlives
+// the run), every 10s unless --checkpoints says otherwise.
+func (d durability) options() []operators.TopologyOption {
+	var opts []operators.TopologyOption
+	iv := d.checkpoints
+	if iv == 0 && d.savepoints() {
+		iv = 10 * time.Second
+	}
+	if iv > 0 {
+		opts = append(opts, operators.Checkpoints(iv))
+		if d.store == "" {
+			opts = append(opts, operators.CheckpointStore(persistence.NewMemoryCheckpointStore()))
+		}
+	}
+	if d.from != "" {
+		opts = append(opts, operators.FromSavepoint(d.from))
+	}
+	return opts
 }
 
 // flags adds --store and --checkpoints to a sample's run command, unless
@@ -203,7 +244,7 @@ func (d *durability) check(cmd *cobra.Command, s samples.Sample) error {
 	if why, ok := s.(samples.NotResumable); ok {
 		return fmt.Errorf("%s: --checkpoints: %s", name, why.NotResumable())
 	}
-	if d.store == "" {
+	if d.store == "" && !d.savepoints() {
 		return fmt.Errorf("%s: --checkpoints %v needs --store FILE: the checkpoints are kept there, and without it the run's store is temporary, removed when the run ends, so no run could resume from them", name, d.checkpoints)
 	}
 	return nil
@@ -239,7 +280,10 @@ func serveUI(g *globals, addr string, trace bool, service string) (d *dashboard.
 	return d, func() { cancel(); _ = wait() }, nil
 }
 
-func runSample(ctx context.Context, g *globals, s samples.Sample, every time.Duration, tp telemetry.Providers, ui *dashboard.Dashboard, dur durability) error {
+// runSample runs a sample to its end; started (which may be nil) is told
+// of the run once it started, and what it returns runs when the run ended.
+func runSample(ctx context.Context, g *globals, s samples.Sample, every time.Duration, tp telemetry.Providers, ui *dashboard.Dashboard, dur durability,
+	started func(*actors.Run) (func(), error)) error {
 	log, err := g.logger()
 	if err != nil {
 		return err
@@ -247,9 +291,6 @@ func runSample(ctx context.Context, g *globals, s samples.Sample, every time.Dur
 	t, err := s.Topology()
 	if err != nil {
 		return err
-	}
-	if dur.checkpoints > 0 {
-		t.Configure(operators.Checkpoints(dur.checkpoints))
 	}
 	sys, err := actors.NewSystem(actors.Config{Name: "sluice", Logger: log, TracerProvider: tp.Tracer, MeterProvider: tp.Meter, Store: dur.store})
 	if err != nil {
@@ -260,12 +301,15 @@ func runSample(ctx context.Context, g *globals, s samples.Sample, every time.Dur
 		defer cancel()
 		_ = sys.Stop(stopCtx)
 	}()
-	run, err := sys.Run(ctx, t)
+	job, err := operators.Start(ctx, sys, t, dur.options()...)
 	if err != nil {
 		return err
 	}
-	cps := operators.CheckpointStatsOf(run)
+	run := job.Run()
+	cps := job.Checkpoints()
 	switch {
+	case dur.from != "":
+		fmt.Fprintf(g.stderr, "job %s: started from savepoint %s (checkpoint %d)\n", t.Name(), dur.from, cps.RestoredFrom)
 	case cps.RestoredFrom != 0:
 		fmt.Fprintf(g.stderr, "resumed job %s from checkpoint %d of %s in %s", t.Name(), cps.RestoredFrom,
 			cps.RestoredTime.UTC().Format(time.RFC3339Nano), dur.store)
@@ -281,9 +325,16 @@ func runSample(ctx context.Context, g *globals, s samples.Sample, every time.Dur
 			return err
 		}
 	}
+	if started != nil {
+		done, err := started(run)
+		if err != nil {
+			return err
+		}
+		defer done()
+	}
 	p := newProgress(g.stderr, isTerminal(g.stderr))
 	if dur.checkpoints > 0 {
-		p.checkpoints = func() operators.CheckpointStats { return operators.CheckpointStatsOf(run) }
+		p.checkpoints = func() operators.CheckpointStats { return job.Checkpoints() }
 	}
 	var tick <-chan time.Time
 	if every > 0 {
@@ -304,6 +355,18 @@ wait:
 				break wait
 			}
 			interrupted = true
+			if dur.save != "" {
+				fmt.Fprintf(g.stderr, "\ninterrupted: writing a savepoint into %s, then stopping the job\n", dur.save)
+				spCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
+				info, err := job.Savepoint(spCtx, dur.save)
+				cancel()
+				_ = job.Stop(context.WithoutCancel(ctx))
+				if err != nil {
+					return err
+				}
+				fmt.Fprintf(g.stdout, "savepoint %s: checkpoint %d of job %s (sluice savepoint inspect %s)\n", info.Dir, info.Checkpoint, info.Job, info.Dir)
+				return nil
+			}
 			fmt.Fprintln(g.stderr, "\ninterrupted: draining (sources stop, in-flight records finish)")
 			drainCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 			err := run.Drain(drainCtx)

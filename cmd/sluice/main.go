@@ -4,6 +4,9 @@
 //	sluice run wordcount [flags]       # run one, with a live progress line on stderr
 //	sluice plan wordcount [flags]      # print its physical plan (fused chains, parallelism, edges)
 //	sluice cluster-wordcount --nodes 3 # word count across 3 local node processes
+//	sluice savepoint inspect DIR       # what a savepoint holds (read-only)
+//	sluice run nexmark-q5 --admin 7070 # ... with the admin API; then, in another shell:
+//	sluice ctl show nexmark-q5         # drive it: list, show, pause, resume, savepoint, stop, set-policy
 package main
 
 import (
@@ -54,9 +57,10 @@ func newRoot(stdout, stderr io.Writer) *cobra.Command {
 	root.SetErr(stderr)
 	root.PersistentFlags().StringVar(&g.logLevel, "log-level", "warn", "log level: debug, info, warn, error")
 	root.AddCommand(samplesCmd(g), runCmd(g), planCmd(g))
-	root.AddCommand(storeCmd(g))
+	root.AddCommand(storeCmd(g), savepointCmd(g))
 	root.AddCommand(deadLettersCmd(g))
 	root.AddCommand(nexmarkCmd(g))
 	root.AddCommand(nodeCmd(g), clusterWordCountCmd(g))
+	root.AddCommand(ctlCmd(g))
 	return root
 }

@@ -15,6 +15,8 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/sluicehq/sluice/telemetry"
+
 	"github.com/sluicehq/sluice/cluster"
 	"github.com/sluicehq/sluice/samples/clusterwordcount"
 )
@@ -72,6 +74,7 @@ func nodeCmd(g *globals) *cobra.Command {
 		out                                  string
 		statusClients                        string
 		insecure                             bool
+		af                                   adminFlags
 	)
 	c := &cobra.Command{
 		Use:   "node --name N --port P --peers HOST:PORT,... --data DIR",
@@ -109,6 +112,27 @@ A node that the others declared lost exits with an error: restart it.`,
 			n, err := cluster.Start(ctx, cfg)
 			if err != nil {
 				return err
+			}
+			srv, stopAdmin, err := af.start(g, telemetry.Noop())
+			if err != nil {
+				_ = n.Stop(context.WithoutCancel(ctx))
+				return err
+			}
+			defer stopAdmin()
+			if srv != nil { // the jobs this node coordinates
+				cancelJobs := n.SubscribeJobs(func(ev cluster.JobEvent) {
+					switch ev.Kind {
+					case cluster.JobStarted, cluster.JobTakenOver:
+						_ = srv.Replace(ev.Run)
+					case cluster.JobEnded:
+						srv.Remove(ev.Run)
+					}
+				})
+				defer cancelJobs()
+				for _, j := range n.Jobs() {
+					_ = srv.Replace(j.Run)
+				}
+				defer af.watch(srv)()
 			}
 			excluded := make(chan struct{})
 			n.Subscribe(func(ev cluster.MemberEvent) {
@@ -168,6 +192,7 @@ A node that the others declared lost exits with an error: restart it.`,
 	c.Flags().StringVar(&statusClients, "status-clients", "", "who may read this node's status without being a member (`sluice node status`): comma-separated certificate names, or * for anyone")
 	c.Flags().BoolVar(&insecure, "insecure", false, "run without TLS on a host other than loopback (anything that reaches the port can act as any node)")
 	tf.add(c)
+	af.add(c, false)
 	c.AddCommand(nodeStatusCmd(g))
 	return c
 }

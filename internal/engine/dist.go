@@ -288,7 +288,10 @@ func HostGeneration(sys *actors.System, dist graph.Distributor, t *graph.Topolog
 	x.ctx, x.cancel = context.WithCancel(context.Background())
 	x.jobPID, x.gen, x.placement = actor.NewPID(d.JobAddress, d.JobID), d.Gen, d.Placement
 	if d.Checkpoint != nil {
-		x.restored = &persistence.Checkpoint{ID: d.Checkpoint.ID, States: d.Checkpoint.States, Offsets: d.Checkpoint.Offsets}
+		if err := x.adopt(&persistence.Checkpoint{ID: d.Checkpoint.ID, States: d.Checkpoint.States, Offsets: d.Checkpoint.Offsets}); err != nil {
+			x.cancel()
+			return nil, fmt.Errorf("operators: host %q generation %d: %w", t.Name(), d.Gen, err)
+		}
 	}
 	if n := plan.InstanceCount(); len(d.Placement) != n {
 		x.cancel()

@@ -31,6 +31,7 @@ type outChan struct {
 	codec    mailbox.Codec // the receiver's, when it is in another process
 	wseq     uint64        // messages sent to another process on this channel
 	granted  int64         // records the receiver granted room for, in total (wire.Credit)
+	shed     *shedPoint    // where a LatencyTarget may shed, nil: never here
 }
 
 // inChan identifies the sender behind one input channel, to return credits.

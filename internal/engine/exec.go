@@ -50,9 +50,13 @@ func (*replayMsg) IsUrgent() bool { return true }
 func (x *execution) mailboxFor(in *instance) (mailbox.Config, error) {
 	cfg := in.mbCfg
 	head := x.plan.Chains[in.task][0]
-	log := x.sys.Logger().With("job", x.topo.Name(), "operator", head.Name(), "instance", in.idx, "policy", cfg.Overflow.String())
+	log := x.sys.Logger().With("job", x.topo.Name(), "operator", head.Name(), "instance", in.idx)
 	cfg.OnOverflow = func(e mailbox.Episode) {
-		attrs := []any{"depth", e.Depth, "spilled", e.Spilled, "overfilled", e.Overfilled}
+		policy := cfg.Overflow.String()
+		if mb := in.mb.Load(); mb != nil { // the policy now: it may change while the job runs (control.go)
+			policy = mb.Config().Overflow.String()
+		}
+		attrs := []any{"policy", policy, "depth", e.Depth, "spilled", e.Spilled, "overfilled", e.Overfilled}
 		for _, r := range mailbox.Reasons() {
 			if e.Dropped[r] > 0 {
 				attrs = append(attrs, "dropped_"+r.String(), e.Dropped[r])
@@ -70,7 +74,7 @@ func (x *execution) mailboxFor(in *instance) (mailbox.Config, error) {
 			dropped += d
 		}
 		x.traceEvent("sluice.mailbox", event, attribute.String("sluice.operator", head.Name()), attribute.Int("sluice.instance", in.idx),
-			attribute.String("sluice.mailbox.policy", cfg.Overflow.String()), attribute.Int64("sluice.dropped", dropped),
+			attribute.String("sluice.mailbox.policy", policy), attribute.Int64("sluice.dropped", dropped),
 			attribute.Int64("sluice.spilled", e.Spilled), attribute.Int("sluice.queue.depth", e.Depth))
 	}
 	cfg.OnError = func(err error) { log.Error("mailbox spill", "err", err) }

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/internal/graph"
+	"github.com/sluicehq/sluice/internal/savepoint"
 
 	"github.com/sluicehq/sluice/internal/stage"
 
@@ -58,10 +59,29 @@ type execution struct {
 	cpStore     persistence.CheckpointStore // nil: no checkpoints
 	deadLetters supervision.DeadLetterStore
 	restored    *persistence.Checkpoint // the checkpoint the job resumed from
+	rest        restoration             // what restored says of the plan that took it
+	origin      string                  // the savepoint the job's lineage started from
+	planBytes   []byte                  // the plan recorded in the job's checkpoints (savepoint.Plan)
 	cpStats     CheckpointStats
 	cpStatsMu   sync.Mutex
 	metrics     *jobMetrics // nil without a MeterProvider
+
+	// Latency (latency.go, shedding.go): what every instance measured, by
+	// task and instance (nil when the topology measures none); the shed
+	// points by (sending task, receiving task), nil without a LatencyTarget;
+	// the job's clock; the latest complete window's measurements by task.
+	lats    [][]*instLatency
+	sheds   map[[2]int]*shedPoint
+	nowFn   func() time.Time
+	latMu   sync.Mutex
+	latWin  []latencySnap
+	latPrev []latencySnap
+	shedder *shedder   // nil without a LatencyTarget
+	live    liveInputs // inputs changed while the job runs (control.go)
 }
+
+// now is the job's clock, in unix nanoseconds.
+func (x *execution) now() int64 { return x.nowFn().UnixNano() }
 
 // CheckpointStats describe a job's checkpoints.
 type CheckpointStats struct {
@@ -133,6 +153,10 @@ func start(ctx context.Context, sys *actors.System, t *graph.Topology) (actors.E
 		byID: make(map[string]*instance), counters: make(map[*graph.Node][]*stage.Counters)}
 	x.ctx, x.cancel = context.WithCancel(context.WithoutCancel(ctx))
 	if err := checkUnaligned(t, plan); err != nil {
+		x.cancel()
+		return nil, fmt.Errorf("operators: start %q: %w", t.Name(), err)
+	}
+	if err := x.setupLatency(); err != nil {
 		x.cancel()
 		return nil, fmt.Errorf("operators: start %q: %w", t.Name(), err)
 	}
@@ -261,10 +285,61 @@ func (x *execution) Stats() []actors.OperatorStats {
 					}
 				}
 			}
+			x.addLatencyStats(&st, id, pos)
 			out = append(out, st)
 		}
 	}
 	return out
+}
+
+// addLatencyStats adds what the task's instances measured (latency.go): its
+// queue wait, processing and shedding on its first operator, end-to-end
+// latency on a sink at its end, and every operator's event-time lag.
+func (x *execution) addLatencyStats(st *actors.OperatorStats, task, pos int) {
+	st.SampleRate = 1
+	if !st.Watermark.IsZero() {
+		now := x.topo.Config().Now
+		if x.nowFn != nil {
+			now = x.nowFn
+		}
+		st.EventTimeLag = max(0, now().Sub(st.Watermark))
+	}
+	if x.lats == nil {
+		return
+	}
+	chain := x.plan.Chains[task]
+	first, sink := pos == 0, pos == len(chain)-1 && chain[pos].Role() == graph.RoleSink
+	if !first && !sink {
+		return
+	}
+	total := x.taskLatency(task)
+	var win latencySnap
+	x.latMu.Lock()
+	if task < len(x.latWin) {
+		win = x.latWin[task]
+	}
+	x.latMu.Unlock()
+	if first {
+		st.Latency.QueueWait, st.Latency.Processing = total.queue.percentiles(), total.proc.percentiles()
+		st.LatencyWindow.QueueWait, st.LatencyWindow.Processing = win.queue.percentiles(), win.proc.percentiles()
+		for r, n := range total.shed {
+			if n > 0 {
+				if st.ShedBy == nil {
+					st.ShedBy = map[string]int64{}
+				}
+				st.ShedBy[shedReasonNames[r]] += n
+				st.Shed += n
+			}
+		}
+		for k, p := range x.sheds {
+			if k[0] == task {
+				st.SampleRate = min(st.SampleRate, p.rate())
+			}
+		}
+	}
+	if sink {
+		st.Latency.EndToEnd, st.LatencyWindow.EndToEnd = total.e2e.percentiles(), win.e2e.percentiles()
+	}
 }
 
 // addInstanceStats adds what an instance says of its mailbox, blocked time
@@ -335,12 +410,20 @@ func (x *execution) openCheckpoints(ctx context.Context) error {
 			return fmt.Errorf("checkpoints: %w", err)
 		}
 	}
+	x.planBytes = savepoint.EncodePlan(x.planRecord())
 	cp, ok, err := x.cpStore.Latest(ctx, x.topo.Name())
 	if err != nil {
 		return fmt.Errorf("checkpoints: load the latest: %w", err)
 	}
+	if dir := x.topo.Config().Savepoint; dir != "" {
+		if cp, ok, err = x.fromSavepoint(ctx, dir, cp, ok); err != nil {
+			return err
+		}
+	}
 	if ok {
-		x.restored = &cp
+		if err := x.adopt(&cp); err != nil {
+			return err
+		}
 		x.cpStats.RestoredFrom, x.cpStats.RestoredTime, x.cpStats.RestoredInFlight = cp.ID, cp.Time, len(cp.Channels)
 		x.sys.Logger().Info("restoring from checkpoint", "job", x.topo.Name(), "checkpoint", cp.ID,
 			"states", len(cp.States), "offsets", len(cp.Offsets))
@@ -375,6 +458,12 @@ func (x *execution) build() error {
 			x.instances[id] = append(x.instances[id], in)
 			x.byID[in.self.Id] = in
 		}
+		if x.lats != nil && x.lats[id] == nil { // measurements go on across restarts
+			x.lats[id] = make([]*instLatency, par)
+			for i := range x.lats[id] {
+				x.lats[id][i] = new(instLatency)
+			}
+		}
 		for _, n := range chain {
 			if x.counters[n] != nil {
 				continue // counts go on across restarts
@@ -406,6 +495,9 @@ func (x *execution) build() error {
 			if head := p.Chains[id][0]; head.Input() != nil {
 				recv.mbCfg = *head.Input()
 			}
+			if o, ok := x.liveInput(id); ok { // changed while the job ran (control.go)
+				recv.mbCfg = o
+			}
 			recv.credited = recv.mbCfg.Overflow == mailbox.OverflowBlock
 			if recv.credited { // room for every channel's window
 				recv.mbCfg.Capacity = max(recv.mbCfg.Capacity, cfg.BatchSize*len(recv.ins))
@@ -431,7 +523,8 @@ func (x *execution) build() error {
 					continue
 				}
 				ci := chanOf[key{e.To, ei, snd.idx, recv.idx}]
-				oc := &outChan{target: recv.self, channel: ci, credits: window(recv), credited: recv.credited}
+				oc := &outChan{target: recv.self, channel: ci, credits: window(recv), credited: recv.credited,
+					shed: x.sheds[[2]int{snd.task, e.To}]}
 				if !x.local(recv.self) && x.local(snd.self) {
 					oc.codec = p.Chains[e.To][0].NewCodec()
 				}
@@ -455,6 +548,11 @@ func (x *execution) build() error {
 				continue
 			}
 			in.tr = newTracer(x, in)
+			if x.lats != nil {
+				in.lat = x.lats[id][in.idx]
+			}
+			in.sinkTail = chain[len(chain)-1].Role() == graph.RoleSink
+			in.shedRand = uint64(in.num+1) * 0x2545f4914f6cdd1d
 			in.finishedIn = make([]bool, len(in.ins))
 			in.nextIn = make([]uint64, len(in.ins))
 			if chain[0].Role() != graph.RoleSource {
@@ -469,12 +567,11 @@ func (x *execution) build() error {
 			in.idleAfter = chain[0].IdleAfter()
 			in.lastData = cfg.Now()
 			in.finKey = chain[0].Name() + "/" + strconv.Itoa(in.idx) + "#finished"
-			in.restoredDone = x.restored != nil && x.restored.Offsets[in.finKey] != 0
+			in.restoredDone = x.restoredFinished(chain[0], in.idx)
 			if chain[0].Role() == graph.RoleSource {
+				in.paused = x.livePaused(id) // a restart keeps a pause (control.go)
 				in.srcKey = chain[0].Name() + "/" + strconv.Itoa(in.idx)
-				if x.restored != nil {
-					in.srcOffset = x.restored.Offsets[in.srcKey]
-				}
+				in.srcOffset = x.restoredOffset(chain[0], in.idx)
 			}
 			tail := chain[len(chain)-1]
 			var next, late any
@@ -501,12 +598,20 @@ func (x *execution) build() error {
 				n := chain[pos]
 				sc := &stage.Ctx{Name: n.Name(), Kind: n.Kind(), Head: pos == 0 && n.Role() != graph.RoleSource, PanicErr: x.topo.Kit().Panic,
 					Instance: in.idx, Parts: p.Par[n], Context: x.ctx, C: x.counters[n][in.idx], BatchSize: cfg.BatchSize, Tracer: in.tr,
-					After: in.afterFunc, Now: cfg.Now, FinalCheckpoint: x.topo.Config().CheckpointInterval > 0}
+					After: in.afterFunc, Now: cfg.Now, FinalCheckpoint: x.topo.Config().CheckpointInterval > 0, StateTTL: int64(n.TTL())}
 				if n == tail {
 					sc.Late = late
 				}
-				if x.restored != nil {
+				sc.Keep = in.keepRate
+				if n.Role() == graph.RoleSource && in.lat != nil {
+					sc.Ingested = func(at int64) { in.curBorn = at }
+				}
+				old, rescaled := x.rescaled(n)
+				switch sts, ok := x.rest.states[n.Name()]; {
+				case x.restored != nil && !rescaled:
 					sc.Restore, sc.Restored = x.restored.States[sc.Key()]
+				case rescaled && ok:
+					sc.Restore, sc.Restored = sts[in.idx], true
 				}
 				if n.Role() == graph.RoleSink {
 					sc.Context = stage.WithSinkStart(sc.Context, stage.SinkStart{Fresh: x.gen == 0 && x.restored == nil, Checkpoints: x.topo.Config().CheckpointInterval > 0})
@@ -525,6 +630,12 @@ func (x *execution) build() error {
 				if r, ok := next.(interface{ RestoreState([]byte) error }); ok && sc.Restored {
 					if err := r.RestoreState(sc.Restore); err != nil {
 						return fmt.Errorf("operator %q instance %d: restore from checkpoint %d: %w", n.Name(), in.idx, x.restored.ID, err)
+					}
+				}
+				if rescaled {
+					if err := x.restoreRescaled(n, old, in.idx, next); err != nil {
+						return fmt.Errorf("operator %q instance %d: restore from checkpoint %d (parallelism %d, now %d): %w",
+							n.Name(), in.idx, x.restored.ID, old.Parallelism, p.Par[n], err)
 					}
 				}
 				if o, ok := next.(opener); ok {

@@ -15,6 +15,7 @@ import (
 	"github.com/sluicehq/sluice/actors"
 	"github.com/sluicehq/sluice/internal/wire"
 	"github.com/sluicehq/sluice/mailbox"
+	"go.opentelemetry.io/otel/metric"
 )
 
 // opener is a stage with resources to open at start and release on abort.
@@ -114,6 +115,23 @@ type instance struct {
 
 	tickPending, waiting, draining, waiterActive bool
 
+	// Latency (DESIGN.md, Latency and shedding): lat is nil when the
+	// topology measures none. curBorn and curKeep are the ingestion time and
+	// the keep probability of the envelope being handled, which the
+	// envelopes it sends inherit; sentAt is the time they are stamped with
+	// as sent (read once per batch handled); sinkTail: the chain ends in a
+	// sink, whose end-to-end latency the instance records.
+	lat      *instLatency
+	curBorn  int64
+	curKeep  float64
+	sentAt   int64
+	sinkTail bool
+	shedRand uint64 // the state of the shedding's random numbers (splitmix64)
+	// the attributes of its OpenTelemetry measurements, made once
+	mAttrs, mSinkAttrs metric.MeasurementOption
+	paused             bool      // a source paused through the control plane (PauseSource)
+	ctl                *liveGate // a live change of the input's policy (control.go), nil before any
+
 	mb           atomic.Pointer[mailbox.Mailbox]
 	blocked      atomic.Int64 // nanoseconds without credit, past episodes
 	blockedSince atomic.Int64 // start of the current episode (unix ns), 0 when not blocked
@@ -169,6 +187,7 @@ func (in *instance) Receive(c actor.Context) {
 	case *timerMsg:
 		if _, ok := in.timers[m.id]; ok {
 			delete(in.timers, m.id)
+			in.curBorn, in.curKeep, in.sentAt = 0, 0, 0
 			m.f()
 			in.em.Flush()
 			in.maybeReport()
@@ -182,6 +201,8 @@ func (in *instance) Receive(c actor.Context) {
 			in.draining = true
 			in.scheduleTick()
 		}
+	case controlMsg:
+		in.onControl(m)
 	case *inboxFailure:
 		panic(m.err)
 	case *actor.Stopping:
@@ -440,10 +461,12 @@ func (in *instance) handle(env *actors.Envelope) {
 		if env.Count == 0 { // every record was shed by the overflow policy
 			return
 		}
-		var start time.Time
-		if in.exec.metrics != nil {
-			start = time.Now()
+		var start int64
+		if in.lat != nil || in.exec.metrics != nil {
+			start = in.exec.now()
 		}
+		in.curBorn, in.curKeep, in.sentAt = env.Born, env.Keep, 0
+		count := int64(env.Count)
 		if in.tr != nil && env.Headers != nil {
 			done := in.tr.Receive(env.Headers)
 			in.head.Deliver(env.Payload)
@@ -452,16 +475,19 @@ func (in *instance) handle(env *actors.Envelope) {
 		} else {
 			in.head.Deliver(env.Payload)
 		}
-		if in.exec.metrics != nil {
-			in.exec.metrics.batchDone(in, time.Since(start))
-		}
 		in.em.Flush()
-		if in.credited && !in.replaying {
+		if in.lat != nil || in.exec.metrics != nil {
+			in.batchDone(env, start, count)
+		}
+		if in.credited && !in.replaying && in.gatedIn(env.Channel) {
 			in.grant(env)
 		}
+	case actors.Gate:
+		in.onGateMark(env.Channel, env.Mark)
 	case actors.EndOfStream:
 		in.eosLeft--
 		in.finishedIn[env.Channel] = true
+		in.gateEnded(env.Channel)
 		if env.Mark == eosDrained {
 			in.drainedEnd = true
 		}
@@ -477,6 +503,7 @@ func (in *instance) handle(env *actors.Envelope) {
 	case actors.UnalignedBarrier:
 		in.onUnalignedBarrier(env)
 	case actors.Watermark:
+		in.curBorn, in.curKeep, in.sentAt = env.Born, env.Keep, 0
 		ch := env.Channel
 		if in.idleIn[ch] {
 			in.idleIn[ch] = false
@@ -645,6 +672,23 @@ func (in *instance) finishedMsg() *wire.Finished {
 }
 
 func (in *instance) enqueue(oc *outChan, env *actors.Envelope) {
+	if env.Born == 0 {
+		env.Born = in.curBorn
+	}
+	if env.Keep == 0 {
+		env.Keep = in.curKeep
+	}
+	if env.Kind == actors.Data {
+		if oc.shed != nil && !in.shed(oc.shed, env) {
+			return // shed whole, or nothing left of it
+		}
+		if in.lat != nil {
+			if in.sentAt == 0 {
+				in.sentAt = in.exec.now()
+			}
+			env.Sent = in.sentAt
+		}
+	}
 	env.Channel = oc.channel
 	env.Seq = oc.seq
 	oc.seq += uint64(env.Count)
@@ -658,6 +702,9 @@ func (in *instance) enqueue(oc *outChan, env *actors.Envelope) {
 		if in.blockedN == 1 {
 			in.since = time.Now()
 			in.blockedSince.Store(in.since.UnixNano())
+			if in.lat != nil {
+				in.lat.blockedSince.Store(in.since.UnixNano())
+			}
 		}
 	}
 	oc.queue = append(oc.queue, env)
@@ -675,12 +722,19 @@ func (in *instance) onCredit(m *wire.Credit) {
 	}
 	oc.credits += int(m.Total - oc.granted)
 	oc.granted = m.Total
+	in.flushQueue(oc)
+}
+
+// flushQueue sends what waits on oc as far as its credits reach (all of
+// it when oc is not credit-gated), and goes on with the instance's own
+// input once nothing waits on any channel.
+func (in *instance) flushQueue(oc *outChan) {
 	if len(oc.queue) == 0 {
 		return
 	}
 	for len(oc.queue) > 0 {
 		env := oc.queue[0]
-		if env.Kind == actors.Data && oc.credits < env.Count {
+		if oc.credited && env.Kind == actors.Data && oc.credits < env.Count {
 			return
 		}
 		oc.credits -= env.Count
@@ -694,6 +748,10 @@ func (in *instance) onCredit(m *wire.Credit) {
 		return
 	}
 	in.blocked.Add(int64(time.Since(in.since)))
+	if in.lat != nil {
+		in.lat.blocked.Add(int64(time.Since(in.since)))
+		in.lat.blockedSince.Store(0)
+	}
 	in.blockedSince.Store(0)
 	in.drain()
 	if in.blockedN == 0 && in.waiting {
@@ -723,9 +781,8 @@ func (in *instance) readTick() (n int, err error) {
 		read := 0
 		defer func() { end(read) }()
 		for range sourceBatchesPerTick {
-			n, err = in.src.Step()
+			n, err = in.sourceStep()
 			read += n
-			in.em.Flush()
 			if n == 0 || err != nil || in.blockedN > 0 {
 				break
 			}
@@ -733,13 +790,70 @@ func (in *instance) readTick() (n int, err error) {
 		return n, err
 	}
 	for range sourceBatchesPerTick {
-		n, err = in.src.Step()
-		in.em.Flush()
+		n, err = in.sourceStep()
 		if n == 0 || err != nil || in.blockedN > 0 {
 			break
 		}
 	}
 	return n, err
+}
+
+// sourceStep reads one batch and pushes it through the chain. With latency
+// measured, the records' ingestion time is the reader's
+// (connector.IngestionTimer) or the clock's now, and a chain that ends in a
+// sink records their end-to-end latency.
+func (in *instance) sourceStep() (int, error) {
+	if in.lat == nil {
+		n, err := in.src.Step()
+		in.em.Flush()
+		return n, err
+	}
+	start := in.exec.now()
+	in.curBorn, in.curKeep, in.sentAt = start, 0, 0
+	n, err := in.src.Step()
+	if n > 0 {
+		in.lat.offered.Add(int64(n))
+		in.lat.lastBorn.Store(in.curBorn)
+	}
+	in.em.Flush()
+	if n > 0 {
+		end := in.exec.now()
+		in.lat.proc.observe(time.Duration(end-start), int64(n))
+		in.lat.busy.Add(end - start)
+		in.lat.handled.Add(int64(n))
+		if in.sinkTail {
+			in.lat.e2e.observe(time.Duration(end-in.curBorn), int64(n))
+		}
+	}
+	return n, err
+}
+
+// batchDone records what handling env took: its queue wait, its
+// processing, and at a sink its end-to-end latency.
+func (in *instance) batchDone(env *actors.Envelope, start, count int64) {
+	end := in.exec.now()
+	if m := in.exec.metrics; m != nil {
+		m.batchDone(in, time.Duration(end-start))
+		queue, e2e := time.Duration(-1), time.Duration(-1)
+		if env.Sent != 0 {
+			queue = time.Duration(start - env.Sent)
+		}
+		if in.sinkTail && env.Born != 0 {
+			e2e = time.Duration(end - env.Born)
+		}
+		m.latencyDone(in, queue, e2e)
+	}
+	if l := in.lat; l != nil {
+		if env.Sent != 0 {
+			l.queue.observe(time.Duration(start-env.Sent), count)
+		}
+		l.proc.observe(time.Duration(end-start), count)
+		l.busy.Add(end - start)
+		l.handled.Add(count)
+		if in.sinkTail && env.Born != 0 {
+			l.e2e.observe(time.Duration(end-env.Born), count)
+		}
+	}
 }
 
 // step reads batches from the source and pushes it through the chain.
@@ -755,6 +869,9 @@ func (in *instance) step() {
 	if in.draining {
 		in.drainedEnd = true
 		in.endOfInput()
+		return
+	}
+	if in.paused { // PauseSource: Resume ticks again
 		return
 	}
 	// Several batches per tick: the tick is a message through the mailbox,

@@ -29,13 +29,15 @@ type jobActor struct {
 	timer func() bool // stops the checkpoint interval's timer
 	// savepoints waiting for a checkpoint at or after their id
 	savepoints []savepointWait
-	started    map[uint64]time.Time   // when each checkpoint's barriers went out
-	expiry     map[uint64]func() bool // stop the timers of checkpoints' deadlines
+	stored     *persistence.Checkpoint // the newest checkpoint stored while savepoints wait
+	started    map[uint64]time.Time    // when each checkpoint's barriers went out
+	expiry     map[uint64]func() bool  // stop the timers of checkpoints' deadlines
 	// alignTimers stop the timers of alignment timeouts
 	alignTimers []func() bool
 	deferred    func() bool // stops the minimum pause's timer
 	stopTimer   func() bool // stops the restart backoff's timer
 	unwatch     func()      // distributed: stops watching for lost processes
+	latTimer    func() bool // stops the latency window's timer
 }
 
 func newJobActor(x *execution) *jobActor {
@@ -64,6 +66,10 @@ func (j *jobActor) Receive(c actor.Context) {
 			return
 		}
 		j.launched(c, now, total, local)
+		j.armLatency()
+	case *latencyTick:
+		x.closeLatencyWindow()
+		j.armLatency()
 	case *cpTick:
 		j.feed(c, coord.Tick{At: now})
 		j.arm()
@@ -75,11 +81,11 @@ func (j *jobActor) Receive(c actor.Context) {
 		j.feed(c, coord.AlignTimeout{ID: m.id, At: now})
 	case *savepointMsg:
 		if x.cpStore == nil {
-			m.reply <- savepointResult{err: errors.New("operators: savepoint: the job takes no checkpoints (use the Checkpoints option)")}
+			m.reply <- savepointResult{err: errors.New("operators: checkpoint now: the job takes no checkpoints (use the Checkpoints option)")}
 			return
 		}
 		if j.cs.Stopping {
-			m.reply <- savepointResult{err: errors.New("operators: savepoint: the job is finishing")}
+			m.reply <- savepointResult{err: errors.New("operators: checkpoint now: the job is finishing")}
 			return
 		}
 		j.savepoints = append(j.savepoints, savepointWait{min: j.cs.MinSavepoint(), reply: m.reply})
@@ -121,6 +127,9 @@ func (j *jobActor) Receive(c actor.Context) {
 		x.metrics.Close()
 		if j.timer != nil {
 			j.timer()
+		}
+		if j.latTimer != nil {
+			j.latTimer()
 		}
 		j.stopPolicyTimers()
 		j.endSavepoints(j.x.topo.Kit().Aborted)
@@ -244,9 +253,12 @@ func (j *jobActor) relaunch(c actor.Context, gen int) []coord.JobAction {
 		if err != nil {
 			return j.stepped(coord.LaunchFailed{At: now, Err: fmt.Errorf("operators: topology %q: restart: load the latest checkpoint: %w", x.topo.Name(), err)})
 		}
-		x.restored = nil
+		var restore *persistence.Checkpoint
 		if ok {
-			x.restored = &cp
+			restore = &cp
+		}
+		if err := x.adopt(restore); err != nil {
+			return j.stepped(coord.LaunchFailed{At: now, Err: fmt.Errorf("operators: topology %q: restart: %w", x.topo.Name(), err)})
 		}
 	}
 	total, local, err := j.launch(c)
@@ -282,6 +294,7 @@ type (
 	}
 	savepointResult struct {
 		id  uint64
+		cp  *persistence.Checkpoint // the checkpoint stored, with its plan
 		err error
 	}
 )
@@ -292,12 +305,17 @@ func (j *jobActor) savepointDone(c actor.Context, id uint64) {
 	kept := j.savepoints[:0]
 	for _, w := range j.savepoints {
 		if id >= w.min {
-			w.reply <- savepointResult{id: id}
+			r := savepointResult{id: id}
+			if j.stored != nil && j.stored.ID == id {
+				r.cp = j.stored
+			}
+			w.reply <- r
 		} else {
 			kept = append(kept, w)
 		}
 	}
 	j.savepoints = kept
+	j.stored = nil
 	if len(kept) > 0 {
 		c.Send(c.Self(), &savepointTick{})
 	}
@@ -310,30 +328,34 @@ func (j *jobActor) endSavepoints(err error) {
 	j.savepoints = nil
 }
 
-// Savepoint takes a checkpoint of the running job now, outside its
+// CheckpointNow takes a checkpoint of the running job now, outside its
 // interval, and returns its id once it is complete: the state of every
 // operator after every record read before the call, durable in the job's
-// checkpoint store. A job of the same name started later resumes from it.
-// The job must have been started with Checkpoints.
-func Savepoint(ctx context.Context, run *actors.Run) (uint64, error) {
+// checkpoint store. The job must have been started with Checkpoints.
+func CheckpointNow(ctx context.Context, run *actors.Run) (uint64, error) {
+	r := checkpointNow(ctx, run)
+	return r.id, r.err
+}
+
+func checkpointNow(ctx context.Context, run *actors.Run) savepointResult {
 	x, ok := run.Execution().(*execution)
 	if !ok {
-		return 0, errors.New("operators: savepoint: not a topology's run")
+		return savepointResult{err: errors.New("operators: checkpoint now: not a topology's run")}
 	}
 	reply := make(chan savepointResult, 1)
 	x.tell(&savepointMsg{reply: reply})
 	select {
 	case r := <-reply:
-		return r.id, r.err
+		return r
 	case <-x.done:
 		select {
 		case r := <-reply:
-			return r.id, r.err
+			return r
 		default:
 		}
-		return 0, fmt.Errorf("operators: savepoint: the job ended: %w", x.topo.Kit().Aborted)
+		return savepointResult{err: fmt.Errorf("operators: checkpoint now: the job ended: %w", x.topo.Kit().Aborted)}
 	case <-ctx.Done():
-		return 0, ctx.Err()
+		return savepointResult{err: ctx.Err()}
 	}
 }
 
@@ -384,8 +406,11 @@ func (j *jobActor) feed(c actor.Context, ev coord.CheckpointEvent) {
 		case coord.TickAt:
 			j.deferTick(a.At)
 		case coord.Store:
-			err := x.cpStore.Complete(x.ctx, x.topo.Name(), persistence.Checkpoint{
-				ID: a.ID, Time: x.topo.Config().Now(), States: a.States, Offsets: a.Offsets, Channels: a.Channels})
+			cp := persistence.Checkpoint{ID: a.ID, Time: x.topo.Config().Now(), States: x.withPlan(a.States), Offsets: a.Offsets, Channels: a.Channels}
+			err := x.cpStore.Complete(x.ctx, x.topo.Name(), cp)
+			if err == nil && len(j.savepoints) > 0 {
+				j.stored = &cp
+			}
 			var more []coord.CheckpointAction
 			j.cs, more = j.cs.Step(coord.Stored{ID: a.ID, Err: err, At: x.topo.Config().Now()})
 			j.publishInProgress()
@@ -410,7 +435,7 @@ func (j *jobActor) feed(c actor.Context, ev coord.CheckpointEvent) {
 			}
 		case coord.CheckpointFailed:
 			j.ended(a.ID)
-			j.endSavepoints(fmt.Errorf("operators: savepoint: checkpoint %d failed: %w", a.ID, a.Err))
+			j.endSavepoints(fmt.Errorf("operators: checkpoint now: checkpoint %d failed: %w", a.ID, a.Err))
 			x.noteFailed(a.Err)
 			x.sys.Logger().Error("checkpoint failed", "job", x.topo.Name(), "checkpoint", a.ID, "err", a.Err, "final", a.Final)
 			if a.Final {
@@ -474,4 +499,16 @@ func (j *jobActor) launch(c actor.Context) (total, local int, err error) {
 		}
 	}
 	return total, local, nil
+}
+
+// armLatency sets the timer of the next latency window (DESIGN.md, Latency
+// and shedding), on the system's clock: a job's own clock (WithClock) is a
+// test's to drive, and its timers are the operators'.
+func (j *jobActor) armLatency() {
+	x := j.x
+	if x.lats == nil {
+		return
+	}
+	root, pid := x.root, x.jobPID
+	j.latTimer = x.sys.Config().Clock.AfterFunc(x.latencyWindowLength(), func() { root.Send(pid, &latencyTick{}) })
 }

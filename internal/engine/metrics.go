@@ -16,6 +16,8 @@ type jobMetrics struct {
 	reg        metric.Registration
 	checkpoint metric.Float64Histogram
 	latency    metric.Float64Histogram
+	e2e        metric.Float64Histogram // end to end, at sinks
+	queueWait  metric.Float64Histogram
 	job        attribute.KeyValue
 }
 
@@ -50,7 +52,15 @@ func newJobMetrics(x *execution) (*jobMetrics, error) {
 		metric.WithExplicitBucketBoundaries(checkpointBuckets...))
 	jm.latency, e5 = m.Float64Histogram("sluice.batch.processing", metric.WithDescription("time an operator instance spent on one batch of records"), metric.WithUnit("s"),
 		metric.WithExplicitBucketBoundaries(batchBuckets...))
-	for _, e := range []error{e1, e2, e3, e4, e5, e6, e7} {
+	var e8, e9 error
+	jm.e2e, e8 = m.Float64Histogram("sluice.latency.end_to_end", metric.WithDescription("from a record's ingestion at a source to the end of its sink's handling"), metric.WithUnit("s"),
+		metric.WithExplicitBucketBoundaries(latencyBuckets...))
+	jm.queueWait, e9 = m.Float64Histogram("sluice.latency.queue_wait", metric.WithDescription("from a batch sent by the upstream task to its handling"), metric.WithUnit("s"),
+		metric.WithExplicitBucketBoundaries(latencyBuckets...))
+	lag, e10 := m.Float64ObservableGauge("sluice.eventtime.lag", metric.WithDescription("the job's clock less the operator's watermark"), metric.WithUnit("s"))
+	shed := counter("sluice.records.shed", "records a LatencyTarget shed from an operator's output")
+	rate, e11 := m.Float64ObservableGauge("sluice.shed.rate", metric.WithDescription("the fraction of an operator's output a LatencyTarget keeps"))
+	for _, e := range []error{e1, e2, e3, e4, e5, e6, e7, e8, e9, e10, e11} {
 		if e != nil && err == nil {
 			err = e
 		}
@@ -67,6 +77,15 @@ func newJobMetrics(x *execution) (*jobMetrics, error) {
 			o.ObserveInt64(spilled, st.Spilled, attrs)
 			o.ObserveInt64(dead, st.DeadLettered, attrs)
 			o.ObserveInt64(depth, int64(st.Queued), attrs)
+			if !st.Watermark.IsZero() {
+				o.ObserveFloat64(lag, st.EventTimeLag.Seconds(), attrs)
+			}
+			for reason, n := range st.ShedBy {
+				o.ObserveInt64(shed, n, metric.WithAttributes(jm.job, attribute.String("sluice.operator", st.Name), attribute.String("sluice.kind", st.Kind), attribute.String("sluice.reason", reason)))
+			}
+			if x.sheds != nil {
+				o.ObserveFloat64(rate, st.SampleRate, attrs)
+			}
 		}
 		cs := x.Checkpoints()
 		o.ObserveInt64(restarts, int64(cs.Restarts), metric.WithAttributes(jm.job))
@@ -74,7 +93,7 @@ func newJobMetrics(x *execution) (*jobMetrics, error) {
 		o.ObserveInt64(failed, cs.Failed, metric.WithAttributes(jm.job))
 		o.ObserveInt64(inProgress, int64(len(cs.InProgress)), metric.WithAttributes(jm.job))
 		return nil
-	}, in, out, dropped, spilled, dead, depth, restarts, completed, failed, inProgress)
+	}, in, out, dropped, spilled, dead, depth, restarts, completed, failed, inProgress, lag, shed, rate)
 	if err != nil {
 		return nil, err
 	}
@@ -88,8 +107,39 @@ func (jm *jobMetrics) checkpointDone(d time.Duration) {
 }
 
 func (jm *jobMetrics) batchDone(in *instance, d time.Duration) {
-	jm.latency.Record(context.Background(), d.Seconds(), metric.WithAttributes(jm.job,
-		attribute.String("sluice.operator", in.exec.plan.Chains[in.task][0].Name())))
+	jm.latency.Record(context.Background(), d.Seconds(), in.metricAttrs())
+}
+
+// latencyDone records a batch's queue wait and, at a sink, its end-to-end
+// latency (one value per batch: the histograms count batches, the Stats
+// records).
+func (jm *jobMetrics) latencyDone(in *instance, queue, e2e time.Duration) {
+	if queue >= 0 {
+		jm.queueWait.Record(context.Background(), queue.Seconds(), in.metricAttrs())
+	}
+	if e2e >= 0 {
+		jm.e2e.Record(context.Background(), e2e.Seconds(), in.sinkAttrs())
+	}
+}
+
+// metricAttrs are the attributes of the instance's task's measurements,
+// made once.
+func (in *instance) metricAttrs() metric.MeasurementOption {
+	if in.mAttrs == nil {
+		in.mAttrs = metric.WithAttributeSet(attribute.NewSet(in.exec.metrics.job,
+			attribute.String("sluice.operator", in.exec.plan.Chains[in.task][0].Name())))
+	}
+	return in.mAttrs
+}
+
+// sinkAttrs name the sink at the end of the instance's chain.
+func (in *instance) sinkAttrs() metric.MeasurementOption {
+	if in.mSinkAttrs == nil {
+		chain := in.exec.plan.Chains[in.task]
+		in.mSinkAttrs = metric.WithAttributeSet(attribute.NewSet(in.exec.metrics.job,
+			attribute.String("sluice.operator", chain[len(chain)-1].Name())))
+	}
+	return in.mSinkAttrs
 }
 
 func (jm *jobMetrics) Close() {
@@ -106,6 +156,10 @@ var (
 	// seconds.
 	batchBuckets = []float64{1e-6, 2.5e-6, 5e-6, 1e-5, 2.5e-5, 5e-5, 1e-4, 2.5e-4, 5e-4,
 		1e-3, 2.5e-3, 5e-3, 1e-2, 2.5e-2, 5e-2, 0.1, 0.25, 0.5, 1, 2.5, 5, 10}
+	// A latency takes microseconds (a queue wait on an idle edge) to
+	// seconds (a record behind a backlog).
+	latencyBuckets = []float64{1e-6, 5e-6, 1e-5, 2.5e-5, 5e-5, 1e-4, 2.5e-4, 5e-4,
+		1e-3, 2.5e-3, 5e-3, 1e-2, 2.5e-2, 5e-2, 0.1, 0.2, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60}
 	// A checkpoint takes milliseconds to tens of seconds.
 	checkpointBuckets = []float64{1e-3, 2.5e-3, 5e-3, 1e-2, 2.5e-2, 5e-2, 0.1, 0.25, 0.5,
 		1, 2.5, 5, 10, 30, 60, 120}

@@ -86,11 +86,13 @@ func IntervalJoin[K comparable, L, R, O any](left Stream[L], right Stream[R], na
 	return Stream[O]{t.add(nd, []*Node{ks.n}, opts)}
 }
 
-// StateTTL makes an unbounded Join forget a key's records once the key has
-// seen no record for d of processing time (as Flink's state TTL), so that
-// its state stays bounded when keys stop appearing. Without it the join
-// keeps every record.
-func StateTTL(d time.Duration) Option { return func(nd *Node) { nd.ttl = d } }
+// StateTTL makes a keyed operator (an aggregation, Process, Join) forget a
+// key's state once the key has seen no record for d of processing time (as
+// Flink's state TTL), so that its state stays bounded when keys stop
+// appearing. See operators.StateTTL.
+func StateTTL(d time.Duration) Option {
+	return func(nd *Node) { nd.ttl = d }
+}
 
 // Join is the unbounded (regular) inner join of two keyed streams: every
 // left record is joined with every right record of the same key that came
@@ -113,8 +115,5 @@ func Join[K comparable, L, R, O any](left Stream[L], right Stream[R], name strin
 	setTypedPlumbing[O](nd)
 	setInlet[Either[L, R]](nd)
 	t.add(nd, []*Node{ks.n}, opts)
-	if nd.ttl < 0 {
-		t.errs = append(t.errs, opErr(t, name, KindInvalid, fmt.Sprintf("StateTTL(%v): must be positive", nd.ttl)))
-	}
 	return Stream[O]{nd}
 }

@@ -16,6 +16,9 @@ func Source[T any](t *Topology, name string, src connector.Source[T], opts ...Op
 	nd := &Node{name: name, kind: "source", role: RoleSource, outType: typeOf[T]()}
 	_, once := src.(interface{ notReplayable() })
 	nd.replayable = !once
+	if r, ok := src.(connector.OffsetRescaler); ok {
+		nd.rescale = r.RescaleOffsets
+	}
 	if src == nil {
 		t.errs = append(t.errs, opErr(t, name, KindInvalid, "nil source connector"))
 	}
@@ -168,6 +171,9 @@ func Sink[T any](s Stream[T], name string, sink connector.Sink[T], opts ...Optio
 		t = orphan(name)
 	}
 	nd := &Node{name: name, kind: "sink", role: RoleSink, inType: typeOf[T]()}
+	if r, ok := sink.(connector.StateRescaler); ok {
+		nd.rescaleStates = r.RescaleStates
+	}
 	if sink == nil {
 		t.errs = append(t.errs, opErr(t, name, KindInvalid, "nil sink connector"))
 	}

@@ -70,17 +70,20 @@ type Node struct {
 	partition      stage.Partition // for rolePartition nodes
 	hasher         any             // func(T) uint64, for KeyBy
 	emit           EmitMode
-	input          *mailbox.Config // the operator's input mailbox, when set with Input
-	stateTypes     []reflect.Type  // types in the operator's checkpointed state
-	replayable     bool            // a source that can rewind to an offset
-	recordAttempts int             // OnRecordFailure: tries per record
-	recordPolicy   bool            // OnRecordFailure was given
-	idleAfter      time.Duration   // a source's idle timeout (IdleAfter)
-	bound          time.Duration   // OutOfOrderness of Timestamps
-	ttl            time.Duration   // StateTTL of a Join
-	timed          bool            // the operator's output carries event times it assigned
-	needsTime      bool            // the operator needs event times on its input
-	lateness       time.Duration   // AllowedLateness
+	input          *mailbox.Config                                    // the operator's input mailbox, when set with Input
+	stateTypes     []reflect.Type                                     // types in the operator's checkpointed state
+	replayable     bool                                               // a source that can rewind to an offset
+	recordAttempts int                                                // OnRecordFailure: tries per record
+	recordPolicy   bool                                               // OnRecordFailure was given
+	idleAfter      time.Duration                                      // a source's idle timeout (IdleAfter)
+	bound          time.Duration                                      // OutOfOrderness of Timestamps
+	ttl            time.Duration                                      // StateTTL of a Join
+	timed          bool                                               // the operator's output carries event times it assigned
+	needsTime      bool                                               // the operator needs event times on its input
+	lateness       time.Duration                                      // AllowedLateness
+	rescale        func(offsets []int64, parts int) ([]int64, error)  // a source's connector.OffsetRescaler
+	rescaleStates  func(states [][]byte, parts int) ([][]byte, error) // a sink's connector.StateRescaler
+	selective      bool                                               // must not see sampled input (Selective)
 
 	// typed builders, set by the generic constructors
 	newSource  func(next any, sc *stage.Ctx) stage.SourceRunner
@@ -148,6 +151,12 @@ func Input(cfg mailbox.Config) Option {
 	return func(nd *Node) { c := cfg; nd.input = &c }
 }
 
+// Selective declares that the operator must not see sampled input (a
+// selective query: a join, a rare pattern): a LatencyTarget never samples
+// upstream of it, and drops whole batches instead (DESIGN.md, Latency and
+// shedding).
+func Selective() Option { return func(nd *Node) { nd.selective = true } }
+
 // NoFusion keeps the operator in an actor of its own instead of fusing it
 // with its neighbours into one chain.
 func NoFusion() Option { return func(nd *Node) { nd.noFusion = true } }
@@ -164,12 +173,25 @@ type Config struct {
 	DeadLetters        supervision.DeadLetterStore
 	Restart            *RestartPolicy
 	Dist               Distributor // nil: in this process
+	Savepoint          string      // FromSavepoint: the savepoint directory the job starts from
 	// after runs f once d has passed, and returns a function that cancels it
 	// (time.AfterFunc; tests replace it).
 	After func(d time.Duration, f func()) (stop func() bool)
 	Now   func() time.Time // the clock of processing time
 	// cpAfter times the checkpoint interval (the job's clock).
 	CheckpointAfter func(d time.Duration, f func()) (stop func() bool)
+	// Latency (DESIGN.md, Latency and shedding): NoLatency turns its
+	// measurement off; LatencyWindow is the window of LatencyWindow stats
+	// and of the controller (default 1 s); LatencyTarget, when positive,
+	// sheds load to hold the end-to-end p99 under it.
+	NoLatency     bool
+	LatencyWindow time.Duration
+	LatencyTarget time.Duration
+	// FixedShed, when in (0, 1), sheds at every source's outputs with that
+	// rate from the start, without a controller (sampling, or with
+	// FixedDrop dropping whole batches): a seam for tests.
+	FixedShed float64
+	FixedDrop bool
 }
 
 func defaultRunConfig() Config {
@@ -235,6 +257,24 @@ func MinPauseBetweenCheckpoints(d time.Duration) TopologyOption {
 // per-message overhead.
 func BatchSize(n int) TopologyOption { return func(c *Config) { c.BatchSize = n } }
 
+// NoLatencyStats turns the measurement of latency off.
+func NoLatencyStats() TopologyOption { return func(c *Config) { c.NoLatency = true } }
+
+// LatencyWindow sets the window of the latency statistics and of a
+// LatencyTarget's controller.
+func LatencyWindow(d time.Duration) TopologyOption { return func(c *Config) { c.LatencyWindow = d } }
+
+// FixedShed sheds at every source's outputs with rate keep from the start
+// (dropping whole batches with drop, else sampling), without a controller:
+// a seam for tests.
+func FixedShed(keep float64, drop bool) TopologyOption {
+	return func(c *Config) { c.FixedShed, c.FixedDrop = keep, drop }
+}
+
+// LatencyTarget makes the job shed load to hold its end-to-end p99 latency
+// under d.
+func LatencyTarget(d time.Duration) TopologyOption { return func(c *Config) { c.LatencyTarget = d } }
+
 // Capacity sets each operator instance's input capacity in records (default
 // 4096). Senders hold credits for it; a sender without credits stops taking
 // input, which propagates back-pressure up to the sources.
@@ -281,6 +321,12 @@ func CheckpointStore(s persistence.CheckpointStore) TopologyOption {
 	return func(c *Config) { c.CheckpointStore = s }
 }
 
+// FromSavepoint starts the job from the savepoint in dir (see
+// operators.FromSavepoint).
+func FromSavepoint(dir string) TopologyOption {
+	return func(c *Config) { c.Savepoint = dir }
+}
+
 func typeOf[T any]() reflect.Type { return reflect.TypeFor[T]() }
 
 // add registers a node, checking that its inputs belong to this topology.
@@ -291,6 +337,9 @@ func (t *Topology) add(nd *Node, inputs []*Node, opts []Option) *Node {
 		if o != nil {
 			o(nd)
 		}
+	}
+	if nd.ttl < 0 {
+		t.errs = append(t.errs, opErr(t, nd.name, KindInvalid, fmt.Sprintf("StateTTL(%v): must be positive", nd.ttl)))
 	}
 	for _, in := range inputs {
 		if in == nil {
@@ -413,8 +462,32 @@ func (n *Node) Input() *mailbox.Config { return n.input }
 // IdleAfter is a source's idle timeout (IdleAfter).
 func (n *Node) IdleAfter() time.Duration { return n.idleAfter }
 
+// Selective reports that the operator must not see sampled input.
+func (n *Node) Selective() bool { return n.selective }
+
 // Hasher is a KeyBy's func(T) uint64.
 func (n *Node) Hasher() any { return n.hasher }
+
+// TTL is the operator's StateTTL (0: none).
+func (n *Node) TTL() time.Duration { return n.ttl }
+
+// KeyGrouped says whether the operator keeps state per key (aggregations,
+// windows, joins, Process): redistributed by key group when its
+// parallelism changes.
+func (n *Node) KeyGrouped() bool { return n.stateful }
+
+// RescaleOffsets is a source's connector.OffsetRescaler, nil when its
+// connector has none.
+func (n *Node) RescaleOffsets() func(offsets []int64, parts int) ([]int64, error) { return n.rescale }
+
+// RescaleStates is a sink's connector.StateRescaler, nil when its connector
+// has none.
+func (n *Node) RescaleStates() func(states [][]byte, parts int) ([][]byte, error) {
+	return n.rescaleStates
+}
+
+// Inputs are the operator's inputs, in order.
+func (n *Node) Inputs() []*Node { return n.inputs }
 
 // NewSource builds a source's stage over the chain next.
 func (n *Node) NewSource(next any, sc *stage.Ctx) stage.SourceRunner { return n.newSource(next, sc) }

@@ -72,6 +72,12 @@ type Result[K comparable, V, O any] func(k K, start, end time.Time, v V) O
 
 // windowed adds a windowed operator over a keyed stream.
 func windowed[K comparable, T, A, O any](ks KeyedStream[K, T], name, kind string, w Windows, nilFunc bool, fns stage.WinFns[K, T, A, O], opts []Option) *Node {
+	return windowedCtx(ks, name, kind, w, nilFunc, func(*stage.Ctx) stage.WinFns[K, T, A, O] { return fns }, opts)
+}
+
+// windowedCtx is windowed with functions made for each instance, from its
+// stage context.
+func windowedCtx[K comparable, T, A, O any](ks KeyedStream[K, T], name, kind string, w Windows, nilFunc bool, mk func(*stage.Ctx) stage.WinFns[K, T, A, O], opts []Option) *Node {
 	t := topoOf(ks.n)
 	if t == nil {
 		t = orphan(name)
@@ -84,8 +90,9 @@ func windowed[K comparable, T, A, O any](ks KeyedStream[K, T], name, kind string
 	if err := w.Validate(); err != nil {
 		t.errs = append(t.errs, opErr(t, name, KindInvalid, err.Error()))
 	}
-	fns.Key = ks.key
 	nd.newStage = func(next any, sc *stage.Ctx) any {
+		fns := mk(sc)
+		fns.Key = ks.key
 		return stage.NewWinStage(fns, w, nd.lateness, next.(stage.Pusher[O]), sc)
 	}
 	setTypedPlumbing[O](nd)
@@ -138,4 +145,41 @@ func (n *Node) Side() bool { return n.side }
 // NewLateEmitter builds the emitter of a window's late records.
 func (n *Node) NewLateEmitter(outs []stage.Output, size int, s stage.Sender) (any, stage.Flusher) {
 	return n.newLateEmitter(outs, size, s)
+}
+
+// Estimate is the state of an approximate sum (WindowEstimate): the
+// Horvitz-Thompson estimate of the sum of the records' values, each
+// divided by the probability it survived the load shedding upstream, and
+// the estimate of its variance.
+type Estimate struct {
+	Seen   int64   // records the window saw
+	Sum    float64 // Σ value/keep
+	Var    float64 // Σ value²·(1−keep)/keep²
+	Approx bool    // a record had keep < 1
+}
+
+// WindowEstimate sums value over the records of each key in each window,
+// scaled by the inverse of the probability that each record was kept by a
+// LatencyTarget's sampling (1 when nothing was shed).
+func WindowEstimate[K comparable, T, O any](ks KeyedStream[K, T], name string, w Windows, value func(T) float64, win Result[K, Estimate, O], opts ...Option) Stream[O] {
+	return Stream[O]{windowedCtx(ks, name, "window-estimate", w, value == nil, func(sc *stage.Ctx) stage.WinFns[K, T, Estimate, O] {
+		return stage.WinFns[K, T, Estimate, O]{
+			Zero: func() Estimate { return Estimate{} },
+			Add: func(e Estimate, v T) Estimate {
+				k := min(max(sc.KeepRate(), 1e-9), 1)
+				x := value(v)
+				e.Seen++
+				e.Sum += x / k
+				e.Var += x * x * (1 - k) / (k * k)
+				e.Approx = e.Approx || k < 1
+				return e
+			},
+			Merge: func(a, b Estimate) Estimate {
+				return Estimate{Seen: a.Seen + b.Seen, Sum: a.Sum + b.Sum, Var: a.Var + b.Var, Approx: a.Approx || b.Approx}
+			},
+			Emit: func(k K, start, end int64, e Estimate, out func(O)) {
+				out(win(k, time.Unix(0, start).UTC(), time.Unix(0, end).UTC(), e))
+			},
+		}
+	}, opts)}
 }

@@ -133,6 +133,19 @@ func (s *IntervalStage[K, L, R, O]) RestoreState(b []byte) error {
 	if err != nil {
 		return err
 	}
+	return s.restoreFrom(wm, bufs)
+}
+
+// RestoreKeyGroups implements KeyGroupRestorer.
+func (s *IntervalStage[K, L, R, O]) RestoreKeyGroups(states [][]byte, lo, hi int) error {
+	wm, bufs, err := mergeKeyed[K, IntervalBuf[L, R]](states, lo, hi, s.wm)
+	if err != nil {
+		return err
+	}
+	return s.restoreFrom(wm, bufs)
+}
+
+func (s *IntervalStage[K, L, R, O]) restoreFrom(wm int64, bufs map[K]*IntervalBuf[L, R]) error {
 	s.wm, s.bufs = wm, bufs
 	for k, buf := range bufs {
 		for _, l := range buf.Ls {
@@ -171,6 +184,28 @@ func decodeKeyed[K comparable, B any](b []byte) (int64, map[K]*B, error) {
 		m[k] = &st.Bufs[i]
 	}
 	return st.Wm, m, nil
+}
+
+// mergeKeyed decodes several keyed states and keeps the keys of groups
+// [lo, hi), with the lowest event time (wm when there are none).
+func mergeKeyed[K comparable, B any](states [][]byte, lo, hi int, wm int64) (int64, map[K]*B, error) {
+	owns := ownsKeys[K](lo, hi)
+	out := map[K]*B{}
+	for i, b := range states {
+		w, bufs, err := decodeKeyed[K, B](b)
+		if err != nil {
+			return 0, nil, fmt.Errorf("state %d of %d: %w", i+1, len(states), err)
+		}
+		if i == 0 || w < wm {
+			wm = w
+		}
+		for k, v := range bufs {
+			if owns(k) {
+				out[k] = v
+			}
+		}
+	}
+	return wm, out, nil
 }
 
 type JoinBuf[L, R any] struct {
@@ -257,6 +292,19 @@ func (s *JoinStage[K, L, R, O]) RestoreState(b []byte) error {
 	if err != nil {
 		return err
 	}
+	return s.restoreFrom(bufs)
+}
+
+// RestoreKeyGroups implements KeyGroupRestorer.
+func (s *JoinStage[K, L, R, O]) RestoreKeyGroups(states [][]byte, lo, hi int) error {
+	_, bufs, err := mergeKeyed[K, JoinBuf[L, R]](states, lo, hi, 0)
+	if err != nil {
+		return err
+	}
+	return s.restoreFrom(bufs)
+}
+
+func (s *JoinStage[K, L, R, O]) restoreFrom(bufs map[K]*JoinBuf[L, R]) error {
 	now := s.sc.Now().UnixNano()
 	for _, buf := range bufs {
 		buf.Touched = now // the TTL counts from the restart

@@ -131,3 +131,38 @@ func HasherFor[K comparable]() func(K) uint64 {
 		return fnvBytes(b)
 	}
 }
+
+// KeyGroups is the number of key groups keys hash into (Flink's maximum
+// parallelism): an operator runs with at most as many instances holding
+// state, and its state is redistributed by key group when its parallelism
+// changes.
+const KeyGroups = maxKeyGroups
+
+// KeyGroupOf is the key group of a key hash.
+func KeyGroupOf(hash uint64) int { return int(hash % maxKeyGroups) }
+
+// KeyGroupRange is the range [lo, hi) of key groups that instance i of p
+// owns: the groups kg with InstanceFor = i (Flink's key-group ranges). An
+// instance beyond the 128th owns none (lo == hi).
+func KeyGroupRange(i, p int) (lo, hi int) {
+	return (i*maxKeyGroups + p - 1) / p, ((i+1)*maxKeyGroups + p - 1) / p
+}
+
+// KeyGroupRestorer is implemented by the stages that keep state per key
+// (aggregations, windows, joins, Process). RestoreKeyGroups restores the
+// keys whose key group lies in [lo, hi) from the states of several
+// instances of a run at another parallelism (their SnapshotState), which
+// may hold other keys too: an instance's share after a rescale.
+type KeyGroupRestorer interface {
+	RestoreKeyGroups(states [][]byte, lo, hi int) error
+}
+
+// ownsKeys says whether a key's group lies in [lo, hi), hashing as KeyBy
+// partitions.
+func ownsKeys[K comparable](lo, hi int) func(K) bool {
+	h := HasherFor[K]()
+	return func(k K) bool {
+		kg := KeyGroupOf(h(k))
+		return kg >= lo && kg < hi
+	}
+}

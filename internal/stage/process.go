@@ -132,6 +132,9 @@ func (s *ProcessStage[K, T, S, O]) Push(b *Batch[T]) {
 			c.at = b.Ts[i]
 		}
 		c.key = s.key(v)
+		if s.sc.StateTTL > 0 {
+			s.ttl.touch(s.sc, c.key, s.expire)
+		}
 		s.onRecord(c, v)
 	}
 	s.out.flush()
@@ -140,6 +143,39 @@ func (s *ProcessStage[K, T, S, O]) Push(b *Batch[T]) {
 func (s *ProcessStage[K, T, S, O]) SnapshotState(uint64) ([]byte, error) { return s.snapshot() }
 
 func (s *ProcessStage[K, T, S, O]) RestoreState(b []byte) error { return s.restore(b) }
+
+// RestoreKeyGroups implements KeyGroupRestorer: the states and timers of
+// the keys in [lo, hi), the lowest event time.
+func (s *ProcessStage[K, T, S, O]) RestoreKeyGroups(states [][]byte, lo, hi int) error {
+	owns := ownsKeys[K](lo, hi)
+	merged := processState[K, S]{Wm: s.wm}
+	for i, b := range states {
+		st, err := decodeProcess[K, S](b)
+		if err != nil {
+			return fmt.Errorf("state %d of %d: %w", i+1, len(states), err)
+		}
+		if i == 0 || st.Wm < merged.Wm {
+			merged.Wm = st.Wm
+		}
+		for j, k := range st.Keys {
+			if owns(k) {
+				merged.Keys, merged.States = append(merged.Keys, k), append(merged.States, st.States[j])
+			}
+		}
+		for j, k := range st.TKeys {
+			if owns(k) {
+				merged.TKeys, merged.TAt = append(merged.TKeys, k), append(merged.TAt, st.TAt[j])
+			}
+		}
+		for j, k := range st.PKeys {
+			if owns(k) {
+				merged.PKeys, merged.PAt = append(merged.PKeys, k), append(merged.PAt, st.PAt[j])
+			}
+		}
+	}
+	s.restoreFrom(merged)
+	return nil
+}
 
 // ProcCore is the part of a process stage that does not depend on its input type.
 type ProcCore[K comparable, S, O any] struct {
@@ -150,10 +186,18 @@ type ProcCore[K comparable, S, O any] struct {
 	timerSet map[TimerID[K]]struct{}
 	ptimers  map[TimerID[K]]struct{} // processing-time timers set
 	restored []TimerID[K]            // processing-time timers to arm at open
+	ttl      keyTTL[K]               // StateTTL: the keys' state expires, their timers stay
 	ctx      ProcessContext[K, S, O]
 	next     Pusher[O]
 	sc       *Ctx
 	out      OutBuf[O]
+}
+
+// expire forgets the state of keys idle for longer than the TTL.
+func (s *ProcCore[K, S, O]) expire(gone map[K]bool) {
+	for k := range gone {
+		delete(s.state, k)
+	}
 }
 
 // armProcessing asks the instance to run a processing-time timer.
@@ -215,6 +259,7 @@ func (s *ProcCore[K, S, O]) Watermark(wm int64) {
 
 func (s *ProcCore[K, S, O]) Finish() {
 	defer s.sc.attribute()
+	s.ttl.stop()
 	s.fire(math.MaxInt64)
 	s.out.flush()
 	s.state = nil
@@ -254,14 +299,28 @@ func (s *ProcCore[K, S, O]) snapshot() ([]byte, error) {
 	return b, nil
 }
 
-func (s *ProcCore[K, S, O]) restore(b []byte) error {
+func decodeProcess[K comparable, S any](b []byte) (processState[K, S], error) {
 	var st processState[K, S]
 	if err := decodeState(b, &st, "process state"); err != nil {
-		return err
+		return st, err
 	}
 	if len(st.Keys) != len(st.States) || len(st.TKeys) != len(st.TAt) || len(st.PKeys) != len(st.PAt) {
-		return fmt.Errorf("%d keys but %d states, %d timer keys but %d times", len(st.Keys), len(st.States), len(st.TKeys), len(st.TAt))
+		return st, fmt.Errorf("%d keys but %d states, %d timer keys but %d times", len(st.Keys), len(st.States), len(st.TKeys), len(st.TAt))
 	}
+	return st, nil
+}
+
+func (s *ProcCore[K, S, O]) restore(b []byte) error {
+	st, err := decodeProcess[K, S](b)
+	if err != nil {
+		return err
+	}
+	s.restoreFrom(st)
+	return nil
+}
+
+func (s *ProcCore[K, S, O]) restoreFrom(st processState[K, S]) {
+	s.ttl.restored(s.sc, slices.Values(st.Keys))
 	s.wm = st.Wm
 	for i, k := range st.Keys {
 		s.state[k] = &st.States[i]
@@ -275,5 +334,4 @@ func (s *ProcCore[K, S, O]) restore(b []byte) error {
 		s.ptimers[id] = struct{}{}
 		s.restored = append(s.restored, id)
 	}
-	return nil
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"slices"
 	"strconv"
 	"sync/atomic"
 	"time"
@@ -105,6 +106,25 @@ type Ctx struct {
 	// Late is a windowed stage's late records' stream (a Pusher of its
 	// input type), nil when nobody takes them (LateRecords).
 	Late any
+	// StateTTL: a keyed stage forgets a key's state once the key has seen
+	// no record for this many nanoseconds of processing time (0: never).
+	StateTTL int64
+	// Ingested, when set, is told a source's batch's ingestion time (unix
+	// ns) that the reader reports (connector.IngestionTimer), before the
+	// batch is pushed.
+	Ingested func(unixNano int64)
+	// Keep, when set, is the probability that a record of the batch being
+	// handled survived the load shedding upstream (1: nothing was shed):
+	// approximate aggregations scale by its inverse.
+	Keep func() float64
+}
+
+// KeepRate is sc.Keep() or 1 without it.
+func (sc *Ctx) KeepRate() float64 {
+	if sc.Keep == nil {
+		return 1
+	}
+	return sc.Keep()
 }
 
 // key names the stage's instance in checkpoints: "operator/instance".
@@ -327,6 +347,32 @@ func (s *KeyedStage[K, T, A, O]) RestoreState(b []byte) error {
 	for i, k := range st.Keys {
 		s.state[k] = st.Accs[i]
 	}
+	s.ttl.restored(s.sc, slices.Values(s.order))
+	return nil
+}
+
+// RestoreKeyGroups implements KeyGroupRestorer: the keys of groups
+// [lo, hi) from every state, in the order of the states, each in its
+// first-seen order.
+func (s *KeyedStage[K, T, A, O]) RestoreKeyGroups(states [][]byte, lo, hi int) error {
+	owns := ownsKeys[K](lo, hi)
+	s.order, s.state = nil, map[K]A{}
+	for i, b := range states {
+		var st keyedState[K, A]
+		if err := decodeState(b, &st, "per-key state"); err != nil {
+			return fmt.Errorf("state %d of %d: %w", i+1, len(states), err)
+		}
+		if len(st.Keys) != len(st.Accs) {
+			return fmt.Errorf("state %d of %d: %d keys but %d values", i+1, len(states), len(st.Keys), len(st.Accs))
+		}
+		for j, k := range st.Keys {
+			if _, dup := s.state[k]; !dup && owns(k) {
+				s.order = append(s.order, k)
+				s.state[k] = st.Accs[j]
+			}
+		}
+	}
+	s.ttl.restored(s.sc, slices.Values(s.order))
 	return nil
 }
 
@@ -341,6 +387,7 @@ type KeyedStage[K comparable, T, A, O any] struct {
 	state  map[K]A
 	order  []K // keys in first-seen order, so that EmitAtEnd is deterministic
 	out    Batch[O]
+	ttl    keyTTL[K]
 }
 
 func (s *KeyedStage[K, T, A, O]) Push(b *Batch[T]) {
@@ -375,6 +422,9 @@ func (s *KeyedStage[K, T, A, O]) Push(b *Batch[T]) {
 // fold adds one record to its key's accumulator.
 func (s *KeyedStage[K, T, A, O]) fold(v T) {
 	k := s.key(v)
+	if s.sc.StateTTL > 0 {
+		s.ttl.touch(s.sc, k, s.expire)
+	}
 	acc, seen := s.state[k]
 	acc = s.foldFn(acc, seen, v) // may panic: nothing changed yet
 	if !seen {
@@ -386,10 +436,39 @@ func (s *KeyedStage[K, T, A, O]) fold(v T) {
 	}
 }
 
+// expire forgets the keys whose state outlived the TTL; under EmitAtEnd
+// their results are emitted first (the end of their state).
+func (s *KeyedStage[K, T, A, O]) expire(gone map[K]bool) {
+	defer s.sc.attribute()
+	if s.emit == EmitAtEnd {
+		s.out.Vs, s.out.Ts = s.out.Vs[:0], nil
+		for _, k := range s.order {
+			if gone[k] {
+				s.out.Vs = append(s.out.Vs, s.kv(k, s.state[k]))
+				if len(s.out.Vs) == s.sc.BatchSize {
+					s.sc.C.Out.Add(int64(len(s.out.Vs)))
+					s.next.Push(&s.out)
+					s.out.Vs = s.out.Vs[:0]
+				}
+			}
+		}
+		if len(s.out.Vs) > 0 {
+			s.sc.C.Out.Add(int64(len(s.out.Vs)))
+			s.next.Push(&s.out)
+			s.out.Vs = s.out.Vs[:0]
+		}
+	}
+	for k := range gone {
+		delete(s.state, k)
+	}
+	s.order = slices.DeleteFunc(s.order, func(k K) bool { return gone[k] })
+}
+
 func (s *KeyedStage[K, T, A, O]) Watermark(wm int64) { s.next.Watermark(wm) }
 
 func (s *KeyedStage[K, T, A, O]) Finish() {
 	defer s.sc.attribute()
+	s.ttl.stop()
 	if tr := s.sc.Tracer; tr != nil && len(s.links) > 0 {
 		// The results are built from many inputs: their span links to the
 		// inputs' spans rather than nesting under one of them.
@@ -578,6 +657,11 @@ func (s *SourceStage[T]) Step() (int, error) {
 	s.buf.Vs = s.buf.Vs[:s.sc.BatchSize]
 	n, err := s.r.Read(s.buf.Vs)
 	if n > 0 {
+		if it, ok := s.r.(connector.IngestionTimer); ok && s.sc.Ingested != nil {
+			if at := it.IngestedAt(); !at.IsZero() {
+				s.sc.Ingested(at.UnixNano())
+			}
+		}
 		s.buf.Vs, s.buf.Ts = s.buf.Vs[:n], nil
 		s.sc.C.Out.Add(int64(n))
 		s.next.Push(&s.buf) // in the trace the instance started for this tick, if any

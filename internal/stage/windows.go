@@ -412,6 +412,51 @@ func (s *winStage[K, T, A, O]) RestoreState(b []byte) error {
 	if err := decodeState(b, &st, "window state"); err != nil {
 		return err
 	}
+	return s.restoreFrom(st)
+}
+
+// RestoreKeyGroups implements KeyGroupRestorer: the panes and sessions of
+// the keys in [lo, hi) from every state, the lowest event time.
+func (s *winStage[K, T, A, O]) RestoreKeyGroups(states [][]byte, lo, hi int) error {
+	owns := ownsKeys[K](lo, hi)
+	merged := winState[K, A]{Wm: s.wm}
+	panes := map[int64]int{}
+	for i, b := range states {
+		var st winState[K, A]
+		if err := decodeState(b, &st, "window state"); err != nil {
+			return fmt.Errorf("state %d of %d: %w", i+1, len(states), err)
+		}
+		if i == 0 || st.Wm < merged.Wm {
+			merged.Wm = st.Wm
+		}
+		for _, ps := range st.Panes {
+			if len(ps.Keys) != len(ps.Accs) {
+				return fmt.Errorf("window ending %d: %d keys but %d values", ps.End, len(ps.Keys), len(ps.Accs))
+			}
+			j, ok := panes[ps.End]
+			if !ok {
+				j = len(merged.Panes)
+				panes[ps.End] = j
+				merged.Panes = append(merged.Panes, paneState[K, A]{End: ps.End, Fired: ps.Fired})
+			}
+			for x, k := range ps.Keys {
+				if owns(k) {
+					merged.Panes[j].Keys = append(merged.Panes[j].Keys, k)
+					merged.Panes[j].Accs = append(merged.Panes[j].Accs, ps.Accs[x])
+				}
+			}
+		}
+		for _, ss := range st.Sess {
+			if owns(ss.Key) {
+				merged.Sess = append(merged.Sess, ss)
+			}
+		}
+	}
+	merged.Panes = slices.DeleteFunc(merged.Panes, func(p paneState[K, A]) bool { return len(p.Keys) == 0 })
+	return s.restoreFrom(merged)
+}
+
+func (s *winStage[K, T, A, O]) restoreFrom(st winState[K, A]) error {
 	s.wm = st.Wm
 	for _, ps := range st.Panes {
 		if len(ps.Keys) != len(ps.Accs) {

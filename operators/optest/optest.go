@@ -231,7 +231,7 @@ func (h *Harness[In, Out]) Checkpoint() uint64 {
 	ctx, cancel := context.WithTimeout(context.Background(), h.cfg.timeout)
 	defer cancel()
 	covered := h.log.Len()
-	id, err := operators.Savepoint(ctx, h.run)
+	id, err := operators.CheckpointNow(ctx, h.run)
 	if err != nil {
 		h.t.Fatalf("optest: checkpoint: %v", err)
 	}

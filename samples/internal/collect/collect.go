@@ -63,6 +63,32 @@ func (s *Sink[T]) open(part, parts int, items []T) *writer[T] {
 	return &writer[T]{s: s, part: part}
 }
 
+// RescaleStates implements connector.StateRescaler, so that a sample's job
+// can be resumed from a savepoint at another parallelism: the records of
+// every old instance, in instance order, go to new instance 0 and the
+// others start empty. Items lists instance 0 first, so the records of a
+// key still come in the order they were received.
+func (s *Sink[T]) RescaleStates(states [][]byte, parts int) ([][]byte, error) {
+	var all []T
+	for j, st := range states {
+		if len(st) == 0 {
+			continue
+		}
+		var items []T
+		if err := msgpacksafe.Decode(st, &items, msgpacksafe.Limits{Source: fmt.Sprintf("checkpointed results of instance %d", j)}); err != nil {
+			return nil, err
+		}
+		all = append(all, items...)
+	}
+	b, err := msgpack.Marshal(all)
+	if err != nil {
+		return nil, fmt.Errorf("rescale the results: %w", err)
+	}
+	out := make([][]byte, parts)
+	out[0] = b
+	return out, nil
+}
+
 // Items returns a copy of the records received, instance by instance, each
 // instance's in arrival order (the records of one key, which reach one
 // instance, stay in order).

@@ -54,3 +54,41 @@ func TestCheckpointRestore(t *testing.T) {
 		t.Fatal("a malformed state was accepted")
 	}
 }
+
+// Rescaled from 2 instances to 3, the records of both old instances reach
+// new instance 0 in instance order and the others start empty; a malformed
+// old state is refused.
+func TestRescaleStates(t *testing.T) {
+	ctx := context.Background()
+	old := New[result]()
+	at := time.Date(2026, 12, 1, 10, 0, 0, 0, time.UTC)
+	var states [][]byte
+	var want []result
+	for part, rs := range [][]result{{{"a", at, []int64{1}}}, {{"b", at, nil}, {"c", at, []int64{2, 3}}}} {
+		w, _ := old.Open(ctx, part, 2)
+		if err := w.Write(rs); err != nil {
+			t.Fatal(err)
+		}
+		st, err := w.(interface{ Checkpoint() ([]byte, error) }).Checkpoint()
+		if err != nil {
+			t.Fatal(err)
+		}
+		states, want = append(states, st), append(want, rs...)
+	}
+	nw, err := New[result]().RescaleStates(append(states, nil), 3)
+	if err != nil || len(nw) != 3 {
+		t.Fatalf("rescale: %d states, %v", len(nw), err)
+	}
+	s := New[result]()
+	for part, st := range nw {
+		if _, err := s.OpenAt(ctx, part, 3, st); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got := s.Items(); !reflect.DeepEqual(got, want) {
+		t.Fatalf("rescaled: %+v, want %+v", got, want)
+	}
+	if _, err := s.RescaleStates([][]byte{{0x92, 0xff}}, 2); err == nil {
+		t.Fatal("a malformed state was accepted")
+	}
+}

@@ -1,0 +1,236 @@
+package engine
+
+import (
+	"math/bits"
+	"sync/atomic"
+	"time"
+
+	"github.com/sluicehq/sluice/actors"
+)
+
+// Latency measurement (DESIGN.md, Latency and shedding). A source stamps
+// every data envelope it sends with its ingestion time (the job's clock
+// once per source tick, or what the reader says: connector.IngestionTimer),
+// and every envelope an instance sends while it handles another inherits
+// the ingestion time of that one, so window results carry the ingestion
+// time of the watermark that fired them. The sending instance also stamps
+// the time it sent (Envelope.Sent). The receiving instance then records,
+// per batch and weighted by the batch's records:
+//
+//   - queue wait: from Sent to the start of handling;
+//   - processing: the time spent handling the batch (the whole chain);
+//   - end to end, at a chain that ends in a sink: from the ingestion time
+//     to the end of handling.
+//
+// This costs two or three reads of the clock per batch (of 256 records by
+// default) and an atomic add per histogram: nothing per record.
+
+// Histogram buckets: log-linear, histSub sub-buckets per power of two of
+// microseconds, so a bucket's width is at most 1/histSub of its value
+// (6 %); 0 to 2^histExp µs (about 9 days); values below 1 µs land in the
+// first bucket.
+const (
+	histSubBits = 4
+	histSub     = 1 << histSubBits
+	histExp     = 40
+	histBuckets = (histExp-histSubBits+1)*histSub + histSub
+)
+
+// hist is a histogram of durations written by one instance's actor and
+// read by Stats from any goroutine.
+type hist struct {
+	b   [histBuckets]atomic.Int64
+	n   atomic.Int64
+	max atomic.Int64 // nanoseconds
+}
+
+func histIndex(d time.Duration) int {
+	us := uint64(max(d, 0)) / 1000
+	if us < histSub {
+		return int(us)
+	}
+	e := bits.Len64(us) - 1 // us in [2^e, 2^(e+1)), e >= histSubBits
+	if e > histExp {
+		return histBuckets - 1
+	}
+	sub := (us >> (e - histSubBits)) & (histSub - 1)
+	return (e-histSubBits+1)*histSub + int(sub)
+}
+
+// histUpper is the upper bound of bucket i, in nanoseconds.
+func histUpper(i int) time.Duration {
+	if i < histSub {
+		return time.Duration(i+1) * time.Microsecond
+	}
+	e := i/histSub + histSubBits - 1
+	sub := uint64(i % histSub)
+	us := (uint64(1) << e) + (sub+1)<<(e-histSubBits)
+	return time.Duration(us) * time.Microsecond
+}
+
+// observe records n records that each took d. One writer at a time (the
+// instance's actor).
+func (h *hist) observe(d time.Duration, n int64) {
+	if n <= 0 {
+		return
+	}
+	h.b[histIndex(d)].Add(n)
+	h.n.Add(n)
+	if int64(d) > h.max.Load() {
+		h.max.Store(int64(d))
+	}
+}
+
+// histSnap is a copy of a histogram's counts, to add up and subtract.
+type histSnap struct {
+	b   []int64
+	n   int64
+	max time.Duration
+}
+
+func (h *hist) snapshot() histSnap {
+	s := histSnap{b: make([]int64, histBuckets), n: h.n.Load(), max: time.Duration(h.max.Load())}
+	for i := range s.b {
+		s.b[i] = h.b[i].Load()
+	}
+	return s
+}
+
+func (s *histSnap) add(o histSnap) {
+	if s.b == nil {
+		s.b = make([]int64, histBuckets)
+	}
+	for i, v := range o.b {
+		s.b[i] += v
+	}
+	s.n += o.n
+	s.max = max(s.max, o.max)
+}
+
+// since is what was recorded after old: the counts of a window. Its max is
+// the largest bucket's bound (the exact maximum of a window is not kept),
+// at most the histogram's maximum.
+func (s histSnap) since(old histSnap) histSnap {
+	if old.b == nil {
+		return s
+	}
+	d := histSnap{b: make([]int64, histBuckets), n: s.n - old.n}
+	top := -1
+	for i := range s.b {
+		d.b[i] = s.b[i] - old.b[i]
+		if d.b[i] > 0 {
+			top = i
+		}
+	}
+	if top >= 0 {
+		d.max = min(histUpper(top), s.max)
+	}
+	return d
+}
+
+// quantile is the upper bound of the bucket that holds quantile q (at most
+// the maximum), 0 for an empty histogram.
+func (s histSnap) quantile(q float64) time.Duration {
+	if s.n <= 0 {
+		return 0
+	}
+	rank := int64(q*float64(s.n) + 0.5)
+	rank = min(max(rank, 1), s.n)
+	var seen int64
+	for i, v := range s.b {
+		seen += v
+		if seen >= rank {
+			return min(histUpper(i), s.max)
+		}
+	}
+	return s.max
+}
+
+func (s histSnap) percentiles() actors.Percentiles {
+	if s.n <= 0 {
+		return actors.Percentiles{}
+	}
+	return actors.Percentiles{Count: s.n, P50: s.quantile(0.50), P95: s.quantile(0.95), P99: s.quantile(0.99), Max: s.max}
+}
+
+// instLatency is what one instance measured; it outlives restarts (as the
+// record counters do), so the statistics of a job cover every generation.
+type instLatency struct {
+	queue, proc, e2e hist
+	busy             atomic.Int64 // nanoseconds spent handling batches
+	handled          atomic.Int64 // records handled (after the mailbox's shedding)
+	offered          atomic.Int64 // a source's: records read, before LatencyTarget shed any
+	blocked          atomic.Int64 // nanoseconds without credit to send, in episodes that ended
+	blockedSince     atomic.Int64 // the start of the episode going on (unix ns), 0: none
+	lastBorn         atomic.Int64 // a source's: the ingestion time of the latest batch read (unix ns)
+	shed             [numShedReasons]atomic.Int64
+}
+
+// Reasons a LatencyTarget shed records for.
+const (
+	shedSampled    = iota // kept each record with the sample rate
+	shedDropped           // dropped whole batches (the operators downstream must not see sampled input)
+	numShedReasons        //
+)
+
+var shedReasonNames = [numShedReasons]string{"latency-sampled", "latency-dropped"}
+
+// latencySnap is an instant's copy of what the instances of a task measured.
+type latencySnap struct {
+	queue, proc, e2e histSnap
+	busy             time.Duration
+	handled, offered int64
+	blocked          time.Duration
+	shed             [numShedReasons]int64
+}
+
+func (l *instLatency) snapshot() latencySnap {
+	s := latencySnap{queue: l.queue.snapshot(), proc: l.proc.snapshot(), e2e: l.e2e.snapshot(),
+		busy: time.Duration(l.busy.Load()), handled: l.handled.Load(), offered: l.offered.Load(),
+		blocked: time.Duration(l.blocked.Load())}
+	if since := l.blockedSince.Load(); since != 0 {
+		s.blocked += max(0, time.Since(time.Unix(0, since)))
+	}
+	for i := range s.shed {
+		s.shed[i] = l.shed[i].Load()
+	}
+	return s
+}
+
+func (s *latencySnap) add(o latencySnap) {
+	s.queue.add(o.queue)
+	s.proc.add(o.proc)
+	s.e2e.add(o.e2e)
+	s.busy += o.busy
+	s.handled += o.handled
+	s.offered += o.offered
+	s.blocked += o.blocked
+	for i := range s.shed {
+		s.shed[i] += o.shed[i]
+	}
+}
+
+func (s latencySnap) since(old latencySnap) latencySnap {
+	d := latencySnap{queue: s.queue.since(old.queue), proc: s.proc.since(old.proc), e2e: s.e2e.since(old.e2e),
+		busy: s.busy - old.busy, handled: s.handled - old.handled, offered: s.offered - old.offered,
+		blocked: s.blocked - old.blocked}
+	for i := range s.shed {
+		d.shed[i] = s.shed[i] - old.shed[i]
+	}
+	return d
+}
+
+func (s latencySnap) stats() actors.LatencyStats {
+	return actors.LatencyStats{QueueWait: s.queue.percentiles(), Processing: s.proc.percentiles(), EndToEnd: s.e2e.percentiles()}
+}
+
+// taskLatency sums the task's instances' measurements now.
+func (x *execution) taskLatency(task int) latencySnap {
+	var s latencySnap
+	if task < len(x.lats) {
+		for _, l := range x.lats[task] {
+			s.add(l.snapshot())
+		}
+	}
+	return s
+}

@@ -1,0 +1,101 @@
+package engine
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+
+	"github.com/sluicehq/sluice/actors"
+	"github.com/sluicehq/sluice/internal/savepoint"
+	"github.com/sluicehq/sluice/persistence"
+)
+
+// Savepoint takes a checkpoint of the running job now and writes it to dir
+// (which must not exist or be empty) as a self-contained savepoint
+// (package internal/savepoint). The checkpoint is also the job's newest in
+// its store, as any.
+func Savepoint(ctx context.Context, run *actors.Run, dir string) (*savepoint.Savepoint, error) {
+	x, ok := run.Execution().(*execution)
+	if !ok {
+		return nil, errors.New("operators: savepoint: not a topology's run")
+	}
+	r := checkpointNow(ctx, run)
+	if r.err != nil {
+		return nil, fmt.Errorf("operators: savepoint %s: %w", dir, r.err)
+	}
+	cp := r.cp
+	if cp == nil { // stored by a checkpoint that another request asked for
+		latest, ok, err := x.cpStore.Latest(ctx, x.topo.Name())
+		if err != nil || !ok || latest.ID < r.id {
+			return nil, fmt.Errorf("operators: savepoint %s: checkpoint %d: read it back: %v", dir, r.id, err)
+		}
+		cp = &latest
+	}
+	sp, err := savepoint.Write(dir, x.topo.Name(), *cp)
+	if err != nil {
+		return nil, fmt.Errorf("operators: %w", err)
+	}
+	x.sys.Logger().Info("savepoint written", "job", x.topo.Name(), "dir", dir, "checkpoint", cp.ID, "id", sp.Manifest.ID)
+	return sp, nil
+}
+
+// fromSavepoint is the checkpoint a job started FromSavepoint(dir)
+// restores: the savepoint, imported into the job's store (replacing its
+// checkpoints) unless the newest checkpoint there already descends from it
+// (the job was started from it before and has checkpointed since: a
+// restart after a crash resumes from there).
+func (x *execution) fromSavepoint(ctx context.Context, dir string, latest persistence.Checkpoint, haveLatest bool) (persistence.Checkpoint, bool, error) {
+	sp, err := savepoint.Open(dir)
+	if err != nil {
+		return persistence.Checkpoint{}, false, fmt.Errorf("from savepoint: %w", err)
+	}
+	if fp := x.topo.Fingerprint(); sp.Manifest.Plan.Fingerprint != fp {
+		return persistence.Checkpoint{}, false, fmt.Errorf("from savepoint %s: taken of another topology (fingerprint %s, this job's %s)%s",
+			dir, sp.Manifest.Plan.Fingerprint, fp, planDiff(sp.Manifest.Plan, x.planRecord()))
+	}
+	if haveLatest {
+		if p, ok, _ := savepoint.PlanOf(&latest, "the job's newest checkpoint"); ok && p.Origin == sp.Manifest.ID {
+			x.sys.Logger().Info("resuming from a checkpoint taken since the savepoint", "job", x.topo.Name(), "savepoint", dir, "checkpoint", latest.ID)
+			return latest, true, nil
+		}
+	}
+	cp := sp.Checkpoint()
+	if err := x.cpStore.Clear(ctx, x.topo.Name()); err != nil {
+		return persistence.Checkpoint{}, false, fmt.Errorf("from savepoint %s: clear the job's checkpoints: %w", dir, err)
+	}
+	if err := x.cpStore.Complete(ctx, x.topo.Name(), cp); err != nil {
+		return persistence.Checkpoint{}, false, fmt.Errorf("from savepoint %s: record it as the job's checkpoint: %w", dir, err)
+	}
+	x.sys.Logger().Info("starting from a savepoint", "job", x.topo.Name(), "savepoint", dir, "id", sp.Manifest.ID,
+		"checkpoint", cp.ID, "taken_by", sp.Manifest.Job)
+	return cp, true, nil
+}
+
+// planDiff says which operators differ between two plans.
+func planDiff(a, b savepoint.Plan) string {
+	names := func(p savepoint.Plan) []string {
+		var out []string
+		for _, o := range p.Operators {
+			out = append(out, o.Name+" ("+o.Kind+")")
+		}
+		return out
+	}
+	an, bn := names(a), names(b)
+	var onlyA, onlyB []string
+	for _, n := range an {
+		if !slices.Contains(bn, n) {
+			onlyA = append(onlyA, n)
+		}
+	}
+	for _, n := range bn {
+		if !slices.Contains(an, n) {
+			onlyB = append(onlyB, n)
+		}
+	}
+	if len(onlyA)+len(onlyB) == 0 {
+		return ": the same operators, with other types or wiring"
+	}
+	return fmt.Sprintf(": operators only in the savepoint: [%s]; only in the job: [%s]", strings.Join(onlyA, ", "), strings.Join(onlyB, ", "))
+}

@@ -1,0 +1,277 @@
+// Package shed is the load shedder of a topology with a latency target
+// (operators.LatencyTarget), as a pure state machine: Controller.Step takes
+// what the job measured over one window and returns the next state and
+// the actions to carry out. The job's actor (internal/engine) only turns
+// its measurements into Window events and carries out SetRate and Report;
+// the machine reads no clock and starts no goroutine, so its transcripts
+// (testdata, go test -rewrite) are its specification.
+//
+// # The control law
+//
+// Each window the controller finds the bottleneck, the task with the
+// highest utilisation (busy time over the window, per instance), and
+// compares the end-to-end p99 latency of the window with the target T:
+//
+//   - p99 > T (over) two windows in a row, or p99 > 2T: the rate kept
+//     at the bottleneck's shed point becomes
+//     Headroom × capacity / (arrivals × gain) / (1 + lag / window):
+//     the first factor admits Headroom of the bottleneck's capacity
+//     (records a second it handles when busy all the time) of what
+//     arrives at the sources (records a second, whether or not they could
+//     read it: back-pressure leaves it waiting outside), gain being the
+//     records the bottleneck handles per record admitted; "lag" is how far
+//     behind the arrivals the sources read, the backlog waiting outside,
+//     and the second factor lets them read through it within a window.
+//     Without those measurements, Headroom × keep / utilisation. When the
+//     p99 was over the window before too and did not fall, the rate is
+//     also cut to at most 0.9 × keep. Once the sources have read their
+//     backlog (lag under a tenth of the window) and the p99 is no longer
+//     over, the rate goes back to the steady one, the first factor alone.
+//   - p99 < Low × T (well under) for a second window in a row, and
+//     something is shed: keep grows by Headroom / utilisation, at most
+//     doubling a window, to 1 (shedding stops).
+//   - otherwise nothing changes. The band [Low × T, T], and the second
+//     window asked for, are what keep the rate from oscillating: it moves
+//     only when the latency stays out of the band (or passes 2T), so a
+//     load that swings from window to window across the band's edges
+//     leaves it alone; in the oscillation transcript it does not move at
+//     all once settled.
+//
+// Nothing is shed while the target holds: keep starts at 1 and only an
+// over window lowers it.
+//
+// # Where and how
+//
+// Each task names its shed point (Task.Point: the sources that feed it, or
+// the edge into it) and whether records may be sampled there (Task.Sample:
+// false when an operator downstream declared it must not see sampled
+// input, operators.Selective). Sampling keeps each record with the rate;
+// dropping keeps whole batches with the rate, so the runs of input a
+// selective operator sees are complete. When keep has been at MinKeep for
+// Patience over windows, or the bottleneck has no shed point, the
+// controller reports that the target cannot be held (once per episode).
+package shed
+
+import (
+	"fmt"
+	"time"
+)
+
+// Config is a controller's fixed part.
+type Config struct {
+	Target   time.Duration
+	Headroom float64 // the fraction of the bottleneck's capacity to admit (default 0.9)
+	Low      float64 // the band's low end, as a fraction of the target (default 0.5)
+	MinKeep  float64 // the least rate kept (default 0.01)
+	Patience int     // over windows at MinKeep before the target is reported unreachable (default 3)
+	Tasks    []Task
+}
+
+// Task is one task of the plan (a fused chain of operators).
+type Task struct {
+	Name string
+	// Point is where to shed when the task is the bottleneck ("" for a
+	// task that cannot be relieved: a source), and Sample whether
+	// sampling is allowed there; otherwise whole batches are dropped.
+	Point  string
+	Sample bool
+}
+
+// Controller is the machine's state.
+type Controller struct {
+	Config
+	Point      string  // the shed point in use, "" when nothing is shed
+	Keep       float64 // the rate kept there
+	Drop       bool    // dropping whole batches rather than sampling
+	Bottleneck string  // the latest window's
+	AtMin      int     // over windows in a row at MinKeep
+	Over       int     // windows in a row over the target
+	Under      int     // windows in a row well under the target
+	LastP99    time.Duration
+	Steady     float64 // the rate the latest cut found without the backlog's share
+	Infeasible bool    // the target was reported unreachable, and still is
+}
+
+// New returns a controller that sheds nothing.
+func New(cfg Config) Controller {
+	if cfg.Headroom <= 0 {
+		cfg.Headroom = 0.9
+	}
+	if cfg.Low <= 0 {
+		cfg.Low = 0.5
+	}
+	if cfg.MinKeep <= 0 {
+		cfg.MinKeep = 0.01
+	}
+	if cfg.Patience <= 0 {
+		cfg.Patience = 3
+	}
+	return Controller{Config: cfg, Keep: 1}
+}
+
+// Window is what the job measured over one window.
+type Window struct {
+	Length time.Duration
+	P99    time.Duration // end to end, the highest over the sinks; 0: no record reached a sink
+	Loads  []Load        // by task, as Config.Tasks
+	// Arrivals is the rate records arrived at the sources (records a
+	// second), whether or not the sources read them; 0: unknown.
+	Arrivals float64
+	// Lag is how far behind its arrivals the most behind source read at
+	// the window's end: the age of the newest record it read.
+	Lag time.Duration
+}
+
+// Load is one task's work in a window.
+type Load struct {
+	Busy        time.Duration // summed over its instances
+	Parallelism int
+	// Capacity is the records a second the task handles when all its
+	// instances are busy all the time (0: unknown), and Gain the records
+	// it handles per record the sources admit (0: unknown, taken as 1).
+	Capacity, Gain float64
+}
+
+// Action is what the driver carries out.
+type Action interface{ action() }
+
+// SetRate makes a shed point keep the fraction Keep of its records (1:
+// shed nothing), by sampling records or, with Drop, dropping whole batches.
+type SetRate struct {
+	Point string
+	Keep  float64
+	Drop  bool
+}
+
+// Report tells that the target cannot be held (Infeasible) or can again.
+type Report struct {
+	Infeasible bool
+	Reason     string
+}
+
+func (SetRate) action() {}
+func (Report) action()  {}
+
+// Step returns the state after window w and the actions to carry out. It
+// does not change c.
+func (c Controller) Step(w Window) (Controller, []Action) {
+	var acts []Action
+	prevP99 := c.LastP99
+	c.LastP99 = w.P99
+	b, util := c.bottleneck(w)
+	if b >= 0 {
+		c.Bottleneck = c.Tasks[b].Name
+	}
+	over := w.P99 > c.Target
+	under := w.P99 < time.Duration(c.Low*float64(c.Target))
+	if over {
+		c.Over++
+	} else {
+		c.Over = 0
+	}
+	if under {
+		c.Under++
+	} else {
+		c.Under = 0
+	}
+	// A window over the target acts when the one before was over too, or
+	// when it is more than twice the target; one well under the band
+	// when the one before was too. So a load that swings from window to
+	// window across the band's edges leaves the rate alone.
+	act := over && (c.Over >= 2 || w.P99 > 2*c.Target)
+	switch {
+	case over && !act:
+		return c, nil
+	case over && b < 0:
+		return c.report(acts, true, "no task is busy: nothing to shed")
+	case over && c.Tasks[b].Point == "":
+		return c.report(acts, true, fmt.Sprintf("the bottleneck %s has no place to shed before it", c.Tasks[b].Name))
+	case over:
+		t := c.Tasks[b]
+		if t.Point != c.Point && c.Point != "" { // the bottleneck moved: shed at its point instead
+			acts = append(acts, SetRate{Point: c.Point, Keep: 1})
+			c.Point, c.Keep = "", 1
+		}
+		// The rate that admits Headroom of the bottleneck's capacity of
+		// what arrives, lowered so that the sources also read their
+		// backlog within a window.
+		k := c.Headroom * c.Keep / max(util, 1e-9)
+		if l := w.Loads[b]; l.Capacity > 0 && w.Arrivals > 0 {
+			gain := l.Gain
+			if gain <= 0 {
+				gain = 1
+			}
+			k = c.Headroom * l.Capacity / (w.Arrivals * gain)
+		}
+		if c.Over >= 2 && w.P99 >= prevP99*9/10 { // over and not falling: cut
+			k = min(k, 0.9*c.Keep)
+		}
+		c.Steady = round(clamp(k, c.MinKeep, 1))
+		k /= 1 + float64(max(w.Lag, 0))/float64(max(w.Length, 1))
+		k = clamp(k, c.MinKeep, 1)
+		if c.Keep <= c.MinKeep {
+			c.AtMin++
+		} else {
+			c.AtMin = 0
+		}
+		c.Point, c.Keep, c.Drop = t.Point, round(k), !t.Sample
+		acts = append(acts, SetRate{Point: c.Point, Keep: c.Keep, Drop: c.Drop})
+		if c.AtMin >= c.Patience {
+			return c.report(acts, true, fmt.Sprintf("p99 %v over the target %v with %s keeping %.2f, the least allowed", w.P99, c.Target, c.Point, c.MinKeep))
+		}
+		return c, acts
+	case c.Point != "" && c.Keep < c.Steady && w.Lag < w.Length/10:
+		// The backlog the rate was lowered for is read: back to the
+		// steady rate.
+		c.Keep = c.Steady
+		acts = append(acts, SetRate{Point: c.Point, Keep: c.Keep, Drop: c.Drop})
+	case under && c.Point != "" && c.Under >= 2:
+		c.AtMin = 0
+		k := c.Keep * min(2, c.Headroom/max(util, 1e-9))
+		if k >= 0.99 {
+			acts = append(acts, SetRate{Point: c.Point, Keep: 1})
+			c.Point, c.Keep, c.Drop, c.Steady = "", 1, false, 0
+		} else if k = round(k); k > c.Keep {
+			c.Keep = k
+			acts = append(acts, SetRate{Point: c.Point, Keep: c.Keep, Drop: c.Drop})
+		}
+	}
+	if !over {
+		c.AtMin = 0
+		if c.Infeasible {
+			return c.report(acts, false, "")
+		}
+	}
+	return c, acts
+}
+
+// bottleneck is the task with the highest utilisation, and that; -1 when
+// no task was busy.
+func (c Controller) bottleneck(w Window) (int, float64) {
+	b, top := -1, 0.0
+	for i, l := range w.Loads {
+		if i >= len(c.Tasks) || l.Busy <= 0 || w.Length <= 0 {
+			continue
+		}
+		u := float64(l.Busy) / (float64(w.Length) * float64(max(l.Parallelism, 1)))
+		if u > top {
+			b, top = i, u
+		}
+	}
+	return b, top
+}
+
+// report reports the target infeasible or feasible again, once per change.
+func (c Controller) report(acts []Action, infeasible bool, reason string) (Controller, []Action) {
+	if c.Infeasible != infeasible {
+		c.Infeasible = infeasible
+		acts = append(acts, Report{Infeasible: infeasible, Reason: reason})
+	}
+	return c, acts
+}
+
+func clamp(v, lo, hi float64) float64 { return min(max(v, lo), hi) }
+
+// round keeps three decimals, so transcripts read well and tiny changes
+// make no action.
+func round(v float64) float64 { return float64(int64(v*1000+0.5)) / 1000 }

@@ -1,0 +1,173 @@
+package stage
+
+import (
+	"fmt"
+	"maps"
+	"slices"
+	"testing"
+	"time"
+)
+
+type sinkPusher[T any] struct{ got []T }
+
+func (p *sinkPusher[T]) Push(b *Batch[T]) { p.got = append(p.got, b.Vs...) }
+func (p *sinkPusher[T]) Watermark(int64)  {}
+func (p *sinkPusher[T]) Finish()          {}
+
+func testCtx(i, p int) *Ctx {
+	return &Ctx{Name: "op", Instance: i, Parts: p, C: new(Counters), BatchSize: 16,
+		Now: func() time.Time { return time.UnixMilli(0) }, After: func(time.Duration, func()) {}}
+}
+
+const rescaleKeys = 300
+
+func keyOf(i int) string { return fmt.Sprintf("key-%d", i) }
+
+// rescaleAll snapshots the stages of an old parallelism (each fed the keys
+// it owns) and restores them over every new parallelism: each new instance
+// holds exactly the keys of its key-group range, each once, with their
+// values.
+func rescaleAll[S any](t *testing.T, oldP int, build func(i, p int) S, feed func(s S, keys []string),
+	snapshot func(S) []byte, restore func(s S, states [][]byte, lo, hi int) error, held func(S) map[string]string) {
+	t.Helper()
+	hash := HasherFor[string]()
+	owned := func(i, p int) []string {
+		var ks []string
+		for k := range rescaleKeys {
+			if InstanceFor(hash(keyOf(k)), p) == i {
+				ks = append(ks, keyOf(k))
+			}
+		}
+		return ks
+	}
+	var states [][]byte
+	want := map[string]string{}
+	for i := range oldP {
+		s := build(i, oldP)
+		feed(s, owned(i, oldP))
+		maps.Copy(want, held(s))
+		states = append(states, snapshot(s))
+	}
+	if len(want) != rescaleKeys {
+		t.Fatalf("the old stages hold %d keys, want %d", len(want), rescaleKeys)
+	}
+	for _, p := range []int{1, 2, 3, 4, 7} {
+		got := map[string]string{}
+		for i := range p {
+			s := build(i, p)
+			lo, hi := KeyGroupRange(i, p)
+			if err := restore(s, states, lo, hi); err != nil {
+				t.Fatal(err)
+			}
+			h := held(s)
+			for k, v := range h {
+				if InstanceFor(hash(k), p) != i {
+					t.Fatalf("%d -> %d: instance %d holds %q of instance %d", oldP, p, i, k, InstanceFor(hash(k), p))
+				}
+				if _, dup := got[k]; dup {
+					t.Fatalf("%d -> %d: %q twice", oldP, p, k)
+				}
+				got[k] = v
+			}
+		}
+		if !maps.Equal(got, want) {
+			t.Fatalf("%d -> %d: %d keys, want %d", oldP, p, len(got), len(want))
+		}
+	}
+}
+
+func TestRescaleKeyedStage(t *testing.T) {
+	type st = *KeyedStage[string, string, int64, int64]
+	rescaleAll(t, 3, func(i, p int) st {
+		return NewKeyed(func(v string) string { return v }, func(a int64, _ bool, _ string) int64 { return a + 1 },
+			func(_ string, a int64) int64 { return a }, EmitAtEnd, &sinkPusher[int64]{}, testCtx(i, p)).(st)
+	}, func(s st, keys []string) {
+		for j, k := range keys {
+			s.Push(&Batch[string]{Vs: slices.Repeat([]string{k}, j%5+1)})
+		}
+	}, func(s st) []byte { b, _ := s.SnapshotState(1); return b }, st.RestoreKeyGroups, func(s st) map[string]string {
+		out := map[string]string{}
+		for _, k := range s.order {
+			out[k] = fmt.Sprint(s.state[k])
+		}
+		if len(out) != len(s.state) {
+			panic("order and state differ")
+		}
+		return out
+	})
+}
+
+func TestRescaleJoinStage(t *testing.T) {
+	type st = *JoinStage[string, string, int, string]
+	rescaleAll(t, 2, func(i, p int) st {
+		return NewJoin(func(e Either[string, int]) string {
+			if e.Right {
+				return keyOf(e.R)
+			}
+			return e.L
+		}, func(l string, r int) string { return l }, 0, &sinkPusher[string]{}, testCtx(i, p)).(st)
+	}, func(s st, keys []string) {
+		for _, k := range keys {
+			var n int
+			fmt.Sscanf(k, "key-%d", &n)
+			s.Push(&Batch[Either[string, int]]{Vs: []Either[string, int]{{L: k}, {R: n, Right: true}}})
+		}
+	}, func(s st) []byte { b, _ := s.SnapshotState(1); return b }, st.RestoreKeyGroups, func(s st) map[string]string {
+		out := map[string]string{}
+		for k, b := range s.bufs {
+			out[k] = fmt.Sprint(b.Ls, b.Rs)
+		}
+		return out
+	})
+}
+
+func TestRescaleIntervalStage(t *testing.T) {
+	type st = *IntervalStage[string, string, string, string]
+	rescaleAll(t, 4, func(i, p int) st {
+		return NewIntervalJoin(func(e Either[string, string]) string {
+			if e.Right {
+				return e.R
+			}
+			return e.L
+		}, func(l, r string) string { return l + r }, -10, 10, &sinkPusher[string]{}, testCtx(i, p)).(st)
+	}, func(s st, keys []string) {
+		for j, k := range keys {
+			s.Push(&Batch[Either[string, string]]{Vs: []Either[string, string]{{L: k}}, Ts: []int64{int64(j)}})
+		}
+		s.Watermark(-100)
+	}, func(s st) []byte { b, _ := s.SnapshotState(1); return b }, st.RestoreKeyGroups, func(s st) map[string]string {
+		out := map[string]string{}
+		for k, b := range s.bufs {
+			out[k] = fmt.Sprint(b.Ls, b.Rs)
+		}
+		return out
+	})
+}
+
+func TestRescaleProcessStage(t *testing.T) {
+	type st = *ProcessStage[string, string, int, int]
+	rescaleAll(t, 3, func(i, p int) st {
+		return NewProcess(func(v string) string { return v }, func(c *ProcessContext[string, int, int], v string) {
+			*c.State() += len(v)
+			c.Timer(time.UnixMilli(int64(len(v))))
+		}, nil, &sinkPusher[int]{}, testCtx(i, p)).(st)
+	}, func(s st, keys []string) {
+		s.Push(&Batch[string]{Vs: keys, Ts: make([]int64, len(keys))})
+	}, func(s st) []byte { b, _ := s.SnapshotState(1); return b }, st.RestoreKeyGroups, func(s st) map[string]string {
+		out := map[string]string{}
+		for k, v := range s.state {
+			out[k] = fmt.Sprint(*v)
+		}
+		timers := 0
+		for id := range s.timerSet {
+			if _, ok := s.state[id.key]; !ok {
+				panic("a timer of a key without state")
+			}
+			timers++
+		}
+		if timers != len(s.state) || len(s.timers) != timers {
+			panic(fmt.Sprintf("%d timers for %d keys", timers, len(s.state)))
+		}
+		return out
+	})
+}

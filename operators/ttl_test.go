@@ -1,0 +1,117 @@
+package operators_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/sluicehq/sluice/clock/clocktest"
+	"github.com/sluicehq/sluice/operators"
+)
+
+// ttlJob runs build over a channel source on a manual clock; sent records
+// go in one at a time, results come out on the returned channel.
+func ttlJob[T any](t *testing.T, build func(operators.Stream[string]) operators.Stream[T]) (chan<- string, <-chan T, *clocktest.Manual, func() error) {
+	sys, ctx := newSystem(t)
+	clock := clocktest.NewManual(time.UnixMilli(0))
+	in := make(chan string)
+	top := operators.NewTopology(t.Name(), operators.BatchSize(1), operators.WithClock(clock))
+	out := make(chan T, 100)
+	operators.Sink(build(operators.Source(top, "in", operators.FromChannel(in))), "out", operators.SinkFunc(func(v T) error { out <- v; return nil }))
+	run, err := sys.Run(ctx, top)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return in, out, clock, func() error { close(in); return run.Wait(ctx) }
+}
+
+// expireAll lets the TTL sweep run past every key's time.
+func expireAll(t *testing.T, clock *clocktest.Manual) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := clock.WaitForTimers(ctx, 1); err != nil {
+		t.Fatal(err)
+	}
+	clock.Advance(2 * time.Minute)
+	waitFor(t, "the sweep to run", func() bool { return clock.Pending() == 0 })
+}
+
+func expect[T comparable](t *testing.T, out <-chan T, want ...T) {
+	t.Helper()
+	for _, w := range want {
+		select {
+		case got := <-out:
+			if got != w {
+				t.Fatalf("got %v, want %v", got, w)
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatalf("no result, want %v", w)
+		}
+	}
+}
+
+func byWord(s operators.Stream[string]) operators.KeyedStream[string, string] {
+	return operators.KeyBy(s, "by-word", func(w string) string { return w })
+}
+
+// A count with a state TTL starts a key afresh once its state expired.
+func TestCountStateTTL(t *testing.T) {
+	in, out, clock, end := ttlJob(t, func(s operators.Stream[string]) operators.Stream[operators.KV[string, int64]] {
+		return operators.Count(byWord(s), "count", operators.StateTTL(time.Minute))
+	})
+	in <- "a"
+	in <- "a"
+	expect(t, out, operators.KV[string, int64]{"a", 1}, operators.KV[string, int64]{"a", 2})
+	expireAll(t, clock)
+	in <- "a"
+	expect(t, out, operators.KV[string, int64]{"a", 1})
+	if err := end(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// Under EmitAtEnd a key's result is emitted when its state expires, and
+// the key counts afresh after.
+func TestCountAtEndStateTTL(t *testing.T) {
+	in, out, clock, end := ttlJob(t, func(s operators.Stream[string]) operators.Stream[operators.KV[string, int64]] {
+		return operators.Count(byWord(s), "count", operators.Emit(operators.EmitAtEnd), operators.StateTTL(time.Minute))
+	})
+	in <- "a"
+	in <- "b"
+	in <- "a"
+	select {
+	case kv := <-out:
+		t.Fatalf("a result before the end or an expiry: %v", kv)
+	default:
+	}
+	expireAll(t, clock)
+	expect(t, out, operators.KV[string, int64]{"a", 2}, operators.KV[string, int64]{"b", 1})
+	in <- "a"
+	if err := end(); err != nil {
+		t.Fatal(err)
+	}
+	expect(t, out, operators.KV[string, int64]{"a", 1})
+}
+
+// Process with a state TTL sees a zero state for a key whose state
+// expired.
+func TestProcessStateTTL(t *testing.T) {
+	in, out, clock, end := ttlJob(t, func(s operators.Stream[string]) operators.Stream[int] {
+		return operators.Process(byWord(s), "seen", func(c *operators.ProcessContext[string, int, int], _ string) {
+			n := c.State()
+			*n++
+			c.Emit(*n)
+		}, nil, operators.StateTTL(time.Minute))
+	})
+	in <- "a"
+	in <- "a"
+	in <- "b"
+	expect(t, out, 1, 2, 1)
+	expireAll(t, clock)
+	in <- "a"
+	expect(t, out, 1)
+	if err := end(); err != nil {
+		t.Fatal(err)
+	}
+}

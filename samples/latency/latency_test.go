@@ -1,0 +1,135 @@
+package latency_test
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/sluicehq/sluice/actors"
+	"github.com/sluicehq/sluice/samples/internal/sampletest"
+	"github.com/sluicehq/sluice/samples/latency"
+)
+
+// The experiment in a synctest bubble: the clock is fake and moves only
+// when every goroutine waits, so the slow operator's capacity is exactly
+// 1/Cost and the outcome does not depend on the machine's speed.
+func TestLatencyTargetHolds(t *testing.T) {
+	cfg := latency.DefaultConfig()
+	cfg.Overload, cfg.Calm = 10*time.Second, 6*time.Second
+	outs := runBubble(t, cfg)
+	if by := outcome(t, outs, "target").ShedBy; by["latency-sampled"] == 0 || by["latency-dropped"] != 0 {
+		t.Errorf("target: shed %v, want sampling only", by)
+	}
+	checkOutcomes(t, cfg, outs)
+}
+
+// With the slow operator Selective, the target drops whole batches at the
+// source instead of sampling, and holds the same latency.
+func TestLatencyTargetSelective(t *testing.T) {
+	cfg := latency.DefaultConfig()
+	cfg.Overload, cfg.Calm, cfg.Selective = 10*time.Second, 6*time.Second, true
+	outs := runBubble(t, cfg)
+	if by := outcome(t, outs, "target").ShedBy; by["latency-dropped"] == 0 || by["latency-sampled"] != 0 {
+		t.Errorf("target: shed %v, want whole batches dropped only", by)
+	}
+	if w := outcome(t, outs, "target").Windows; w != 0 {
+		t.Errorf("%d key-windows marked approximate, though nothing was sampled", w)
+	}
+	checkOutcomes(t, cfg, outs)
+}
+
+func outcome(t *testing.T, outs []latency.Outcome, policy string) latency.Outcome {
+	t.Helper()
+	for _, o := range outs {
+		if o.Policy == policy {
+			return o
+		}
+	}
+	t.Fatalf("no outcome for %s", policy)
+	return latency.Outcome{}
+}
+
+// runBubble runs the experiment in a synctest bubble and logs its report.
+func runBubble(t *testing.T, cfg latency.Config) []latency.Outcome {
+	var outs []latency.Outcome
+	synctest.Test(t, func(t *testing.T) {
+		sys, err := actors.NewSystem(actors.Config{Name: "latency"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+		defer cancel()
+		outs, err = latency.Run(ctx, sys, cfg)
+		if err := sys.Stop(ctx); err != nil {
+			t.Error(err)
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+	})
+	var b strings.Builder
+	latency.Print(&b, cfg, outs)
+	t.Log("\n" + b.String())
+	return outs
+}
+
+func checkOutcomes(t *testing.T, cfg latency.Config, outs []latency.Outcome) {
+	t.Helper()
+	by := map[string]latency.Outcome{}
+	for _, o := range outs {
+		by[o.Policy] = o
+	}
+	block, target := by["block"], by["target"]
+	capacity := float64(time.Second) / float64(cfg.Cost)
+	p99At := func(o latency.Outcome, at time.Duration) time.Duration {
+		for _, s := range o.Seconds {
+			if s.At >= at {
+				return s.P99
+			}
+		}
+		t.Fatalf("%s: no second at %v", o.Policy, at)
+		return 0
+	}
+	// Under Block the p99 grows through the overload.
+	if early, late := p99At(block, 2*time.Second), p99At(block, cfg.Overload); late < 2*early || late < 4*cfg.Target {
+		t.Errorf("block: p99 %v at 2s and %v at %v: it should grow through the overload", early, late, cfg.Overload)
+	}
+	// Under the target, once settled (from 6 s: it settles at 4 or 5 s in
+	// this bubble, by the order its goroutines run in) to the end of the
+	// overload, every second's p99 stays within 1.2x the target.
+	for _, s := range target.Seconds {
+		if s.At >= 6*time.Second && s.At <= cfg.Overload && s.P99 > cfg.Target*6/5 {
+			t.Errorf("target: p99 %v at %v, over 1.2x the target %v", s.P99, s.At, cfg.Target)
+		}
+	}
+	// It sheds during the overload, processes at least 0.8x the capacity
+	// then (0.88x in this bubble: the first seconds shed deeper while the
+	// sources read the backlog that built up outside), and stops shedding
+	// within 5 s of the load falling to 0.5x.
+	if target.Shed == 0 {
+		t.Error("target: nothing shed at 3x the capacity")
+	}
+	var shedAtCalm int64 = -1
+	for _, s := range target.Seconds {
+		if s.At >= cfg.Overload+5*time.Second && shedAtCalm < 0 {
+			shedAtCalm = s.Shed
+			if s.Keep != 1 {
+				t.Errorf("target: keeps %.2f at %v, 5 s after the load fell", s.Keep, s.At)
+			}
+		}
+	}
+	if last := target.Seconds[len(target.Seconds)-1]; shedAtCalm >= 0 && last.Shed != shedAtCalm {
+		t.Errorf("target: shed %d records after %v, when the load had fallen", last.Shed-shedAtCalm, cfg.Overload+5*time.Second)
+	}
+	overloadProcessed := target.Processed - int64(capacity/2*cfg.Calm.Seconds())
+	if rate := float64(overloadProcessed) / cfg.Overload.Seconds(); rate < 0.8*capacity {
+		t.Errorf("target: processed %.0f records/s during the overload, want >= 0.8x the capacity %.0f", rate, capacity)
+	}
+	if !cfg.Selective && (target.Windows == 0 || target.Covered < 0.8) {
+		t.Errorf("target: %d approximate key-windows, %.1f %% within their bounds", target.Windows, 100*target.Covered)
+	}
+}
+
+func TestMain(m *testing.M) { sampletest.VerifyTestMain(m) }

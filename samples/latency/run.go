@@ -1,0 +1,250 @@
+package latency
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"sync"
+	"time"
+
+	"github.com/sluicehq/sluice/actors"
+	"github.com/sluicehq/sluice/clock"
+	"github.com/sluicehq/sluice/mailbox"
+	"github.com/sluicehq/sluice/operators"
+)
+
+// Config describes the experiment.
+type Config struct {
+	// Cost is the slow operator's work per record: its capacity is 1/Cost
+	// records a second.
+	Cost time.Duration
+	// Overload and Calm are how long the load runs at 3× and then at 0.5×
+	// the capacity.
+	Overload, Calm time.Duration
+	Target         time.Duration // the LatencyTarget
+	Keys           int           // keys of the approximate counts
+	// Selective declares the slow operator Selective: the target then
+	// drops whole batches at the source instead of sampling.
+	Selective bool
+	Capacity  int // the slow operator's mailbox, records
+	// Clock drives the load, the work and the job (nil: the real clock).
+	// Under testing/synctest the real clock is the bubble's fake one, and
+	// the experiment's outcome does not depend on the machine's speed.
+	Clock clock.Clock
+}
+
+// DefaultConfig is what `sluice run latency` runs without flags.
+func DefaultConfig() Config {
+	return Config{Cost: time.Millisecond, Overload: 10 * time.Second, Calm: 5 * time.Second,
+		Target: 200 * time.Millisecond, Keys: 4, Capacity: 256}
+}
+
+// Validate reports a configuration that cannot run.
+func (c Config) Validate() error {
+	var errs []error
+	if c.Cost <= 0 {
+		errs = append(errs, fmt.Errorf("cost %v: must be positive", c.Cost))
+	}
+	if c.Overload <= 0 || c.Calm < 0 {
+		errs = append(errs, fmt.Errorf("overload %v, calm %v: the overload must be positive, the calm not negative", c.Overload, c.Calm))
+	}
+	if c.Target <= 0 {
+		errs = append(errs, fmt.Errorf("target %v: must be positive", c.Target))
+	}
+	if c.Keys < 1 || c.Capacity < 1 {
+		errs = append(errs, fmt.Errorf("keys %d, capacity %d: must be at least 1", c.Keys, c.Capacity))
+	}
+	if err := errors.Join(errs...); err != nil {
+		return fmt.Errorf("latency: %w", err)
+	}
+	return nil
+}
+
+// Policies are the three ways compared, in the order they are reported.
+var Policies = []string{"block", "drop-oldest", "target"}
+
+// Second is one second of a pipeline's run: its end-to-end p99 over the
+// latest latency window, and what it kept.
+type Second struct {
+	At   time.Duration // since the load started
+	P99  time.Duration
+	Keep float64 // the target's sample rate (1: nothing shed)
+	Shed int64   // records shed or dropped so far
+}
+
+// Outcome is one pipeline's run.
+type Outcome struct {
+	Policy    string
+	Seconds   []Second
+	Offered   int64 // records that arrived
+	Processed int64 // records the slow operator handled
+	Shed      int64 // records the target shed, or the mailbox dropped
+	ShedBy    map[string]int64
+	// The approximate counts (target): key-windows reported, the mean of
+	// |estimate − truth| / truth, and the share whose truth was within the
+	// reported 95 % bound.
+	Windows   int
+	MeanError float64
+	Covered   float64
+	Elapsed   time.Duration
+}
+
+// Throughput is the records processed a second.
+func (o Outcome) Throughput() float64 { return float64(o.Processed) / o.Elapsed.Seconds() }
+
+type estimates = operators.Collector[operators.Windowed[int, operators.Estimate]]
+
+// pipeline builds one policy's topology: load -> ts -> slow -> (out, by-key
+// -> count -> counts).
+func pipeline(cfg Config, policy string, s *schedule, c clock.Clock) (*operators.Topology, *estimates) {
+	// Batches of 32: at a millisecond a record, a batch is 32 ms of work,
+	// fine enough for the latency windows of a second.
+	opts := []operators.TopologyOption{operators.WithClock(c), operators.BatchSize(32)}
+	in := operators.Input(mailbox.Block(cfg.Capacity))
+	switch policy {
+	case "drop-oldest":
+		in = operators.Input(mailbox.DropOldest(cfg.Capacity))
+	case "target":
+		opts = append(opts, operators.LatencyTarget(cfg.Target))
+	}
+	t := operators.NewTopology("latency-"+policy, opts...)
+	src := operators.Source(t, "load", &loadSource{s: s, c: c})
+	ts := operators.Timestamps(src, "ts", func(e Event) time.Time { return e.Arrived })
+	mapOpts := []operators.MapOption{in, operators.NoFusion()}
+	if cfg.Selective {
+		mapOpts = append(mapOpts, operators.Selective())
+	}
+	slow := operators.Map(ts, "slow", func(e Event) Event { work(c, cfg.Cost); return e }, mapOpts...)
+	operators.Sink(slow, "out", operators.SinkFunc(func(Event) error { return nil }))
+	by := operators.KeyBy(slow, "by-key", func(e Event) int { return e.Key })
+	counts := operators.WindowCountEstimate(by, "count", operators.Tumbling(time.Second))
+	got := operators.NewCollector[operators.Windowed[int, operators.Estimate]]()
+	operators.Sink(counts, "counts", got)
+	return t, got
+}
+
+// Run runs the three pipelines side by side on sys, sampling each one's
+// statistics every second of the clock, and returns their outcomes.
+func Run(ctx context.Context, sys *actors.System, cfg Config) ([]Outcome, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	c := cfg.Clock
+	if c == nil {
+		c = clock.Real()
+	}
+	rate := float64(time.Second) / float64(cfg.Cost)
+	phases := []Phase{{Rate: 3 * rate, Duration: cfg.Overload}, {Rate: rate / 2, Duration: cfg.Calm}}
+	var (
+		wg  sync.WaitGroup
+		mu  sync.Mutex
+		out = make([]Outcome, len(Policies))
+		err error
+	)
+	for i, policy := range Policies {
+		wg.Add(1)
+		go func() { // owned by Run, which waits for it
+			defer wg.Done()
+			o, e := runOne(ctx, sys, cfg, policy, phases, c)
+			mu.Lock()
+			out[i], err = o, errors.Join(err, e)
+			mu.Unlock()
+		}()
+	}
+	wg.Wait()
+	return out, err
+}
+
+func runOne(ctx context.Context, sys *actors.System, cfg Config, policy string, phases []Phase, c clock.Clock) (Outcome, error) {
+	s := &schedule{phases: phases, keys: cfg.Keys}
+	top, got := pipeline(cfg, policy, s, c)
+	start := c.Now()
+	run, err := sys.Run(ctx, top)
+	if err != nil {
+		return Outcome{}, err
+	}
+	o := Outcome{Policy: policy}
+	tick := make(chan struct{}, 1)
+	var stop func() bool
+	var arm func()
+	arm = func() { stop = c.AfterFunc(time.Second, func() { tick <- struct{}{} }) }
+	arm()
+	defer func() { stop() }()
+	for done := false; !done; {
+		select {
+		case <-run.Done():
+			done = true
+		case <-ctx.Done():
+			run.Stop(context.WithoutCancel(ctx))
+			return o, ctx.Err()
+		case <-tick:
+			o.Seconds = append(o.Seconds, second(run, c.Now().Sub(start)))
+			arm()
+		}
+	}
+	if err := run.Wait(ctx); err != nil {
+		return o, err
+	}
+	o.Elapsed = c.Now().Sub(start)
+	st := stats(run)
+	o.Offered, o.Processed = st["load"].Out, st["slow"].In
+	o.Shed = st["load"].Shed + st["slow"].Dropped
+	o.ShedBy = map[string]int64{}
+	for _, op := range []string{"load", "slow"} {
+		for r, n := range st[op].ShedBy {
+			o.ShedBy[r] += n
+		}
+		for r, n := range st[op].DroppedBy {
+			o.ShedBy[r] += n
+		}
+	}
+	if policy == "target" {
+		o.Windows, o.MeanError, o.Covered = accuracy(got.Items(), s, phases)
+	}
+	return o, nil
+}
+
+func stats(run *actors.Run) map[string]actors.OperatorStats {
+	m := map[string]actors.OperatorStats{}
+	for _, s := range run.Stats() {
+		m[s.Name] = s
+	}
+	return m
+}
+
+func second(run *actors.Run, at time.Duration) Second {
+	st := stats(run)
+	return Second{At: at, P99: max(st["out"].LatencyWindow.EndToEnd.P99, st["counts"].LatencyWindow.EndToEnd.P99),
+		Keep: st["load"].SampleRate, Shed: st["load"].Shed + st["slow"].Dropped}
+}
+
+// accuracy compares the approximate counts of whole windows with the
+// truth from the schedule.
+func accuracy(items []operators.Windowed[int, operators.Estimate], s *schedule, phases []Phase) (n int, meanErr, covered float64) {
+	truth := map[[2]int64]int64{} // (key, window start in s) -> records
+	for seq := int64(0); ; seq++ {
+		at, ok := s.at(seq)
+		if !ok {
+			break
+		}
+		truth[[2]int64{seq % int64(s.keys), at.Unix()}]++
+	}
+	in := 0
+	var sum float64
+	for _, w := range items {
+		want := truth[[2]int64{int64(w.Key), w.Start.Unix()}]
+		if want == 0 || !w.Value.Approximate {
+			continue
+		}
+		n++
+		sum += math.Abs(w.Value.Value-float64(want)) / float64(want)
+		if w.Value.Contains(float64(want)) {
+			in++
+		}
+	}
+	if n == 0 {
+		return 0, 0, 0
+	}
+	return n, sum / float64(n), float64(in) / float64(n)
+}
