@@ -112,8 +112,9 @@ func ReadSavepoint(dir string) (SavepointInfo, error) {
 // savepoint replaces the job's checkpoints in its store; a later start
 // with the same option, once the job has checkpointed since, resumes from
 // its newest checkpoint instead (a restart after a crash). The savepoint
-// is only read. A savepoint that is damaged, truncated, of another program
-// or of a newer format is refused by Start, naming the file.
+// is only read. The job must take checkpoints (Checkpoints). A savepoint
+// that is damaged, truncated, of another program or of a newer format is
+// refused by Start, naming the file.
 func FromSavepoint(dir string) TopologyOption { return TopologyOption{graph.FromSavepoint(dir)} }
 
 // ShedStats describe a LatencyTarget's controller now (DESIGN.md, Latency

@@ -22,8 +22,14 @@ import (
 // record's value in seconds), each written to a sink of parallelism 1.
 func rescaled(in operators.SourceConnector[int64], p int, counts *operators.Collector[operators.KV[string, int64]],
 	wins *operators.Collector[operators.Windowed[string, int64]], opts ...operators.TopologyOption) *operators.Topology {
+	return rescaledSource(in, 1, p, counts, wins, opts...)
+}
+
+// rescaledSource is rescaled with the source at parallelism sp.
+func rescaledSource(in operators.SourceConnector[int64], sp, p int, counts *operators.Collector[operators.KV[string, int64]],
+	wins *operators.Collector[operators.Windowed[string, int64]], opts ...operators.TopologyOption) *operators.Topology {
 	t := operators.NewTopology("rescaled", append([]operators.TopologyOption{operators.BatchSize(16)}, opts...)...)
-	src := operators.Source(t, "numbers", in)
+	src := operators.Source(t, "numbers", in, operators.Parallelism(sp))
 	ts := operators.Timestamps(src, "ts", func(v int64) time.Time { return time.Unix(v, 0) })
 	by := operators.KeyBy(ts, "by-key", func(v int64) string { return fmt.Sprintf("k%03d", v*7%101) }, operators.Parallelism(p))
 	operators.Sink(operators.Count(by, "count", operators.Emit(operators.EmitAtEnd)), "counts", counts, operators.Parallelism(1))
@@ -44,6 +50,17 @@ func sortedStrings[T any](xs []T) []string {
 // savepoint, resumes it at 4, takes another, resumes at 1 to the end: the
 // output equals that of one uninterrupted run at parallelism 1.
 func TestSavepointRescale(t *testing.T) {
+	testRescale(t, []int{1, 1, 1}, []int{2, 4, 1})
+}
+
+// TestSavepointRescaleSource is TestSavepointRescale with the source's
+// parallelism changing too (1, 2, 1: its offsets split, then merged) and
+// the keyed operators' 3, 2, 4.
+func TestSavepointRescaleSource(t *testing.T) {
+	testRescale(t, []int{1, 2, 1}, []int{3, 2, 4})
+}
+
+func testRescale(t *testing.T, sps, ps []int) {
 	sys, ctx := newSystem(t)
 	const per = 1000
 	refCounts, refWins := operators.NewCollector[operators.KV[string, int64]](), operators.NewCollector[operators.Windowed[string, int64]]()
@@ -58,12 +75,12 @@ func TestSavepointRescale(t *testing.T) {
 	counts, wins := operators.NewCollector[operators.KV[string, int64]](), operators.NewCollector[operators.Windowed[string, int64]]()
 	dirs := []string{filepath.Join(t.TempDir(), "sp1"), filepath.Join(t.TempDir(), "sp2")}
 	digests := map[string]string{}
-	for phase, p := range []int{2, 4, 1} {
+	for phase, p := range ps {
 		opts := []operators.TopologyOption{operators.Checkpoints(time.Hour), operators.CheckpointStore(store)}
 		if phase > 0 {
 			opts = append(opts, operators.FromSavepoint(dirs[phase-1]))
 		}
-		job, err := operators.Start(ctx, sys, rescaled(in, p, counts, wins), opts...)
+		job, err := operators.Start(ctx, sys, rescaledSource(in, sps[phase], p, counts, wins), opts...)
 		if err != nil {
 			t.Fatalf("phase %d: %v", phase, err)
 		}
@@ -82,7 +99,7 @@ func TestSavepointRescale(t *testing.T) {
 		if err != nil {
 			t.Fatalf("phase %d: savepoint: %v", phase, err)
 		}
-		if info.Parallelism["count"] != p || info.Parallelism["numbers"] != 1 || info.ID == "" || info.Checkpoint == 0 {
+		if info.Parallelism["count"] != p || info.Parallelism["numbers"] != sps[phase] || info.ID == "" || info.Checkpoint == 0 {
 			t.Fatalf("phase %d: savepoint %+v", phase, info)
 		}
 		digests[dirs[phase]] = dirDigest(t, dirs[phase])
@@ -98,10 +115,10 @@ func TestSavepointRescale(t *testing.T) {
 		}
 	}
 	if got, want := sortedStrings(counts.Items()), sortedStrings(refCounts.Items()); !slices.Equal(got, want) {
-		t.Fatalf("counts after rescaling 2 -> 4 -> 1: %d results, want %d\n%v\nwant %v", len(got), len(want), got, want)
+		t.Fatalf("counts after rescaling %v (sources %v): %d results, want %d\n%v\nwant %v", ps, sps, len(got), len(want), got, want)
 	}
 	if got, want := sortedStrings(wins.Items()), sortedStrings(refWins.Items()); !slices.Equal(got, want) {
-		t.Fatalf("windows after rescaling 2 -> 4 -> 1: %d results, want %d", len(got), len(want))
+		t.Fatalf("windows after rescaling %v (sources %v): %d results, want %d", ps, sps, len(got), len(want))
 	}
 	t.Logf("%d counts and %d windows equal to the uninterrupted run", len(refCounts.Items()), len(refWins.Items()))
 }
@@ -142,6 +159,9 @@ func TestFromSavepointRefuses(t *testing.T) {
 			_ = j.Wait(ctx)
 		}
 		return err
+	}
+	if _, err := operators.Start(ctx, sys, rescaled(in, 2, counts, wins), operators.FromSavepoint(dir)); err == nil || !strings.Contains(err.Error(), "needs Checkpoints") {
+		t.Fatalf("FromSavepoint without checkpoints: %v", err)
 	}
 	other := operators.NewTopology("rescaled")
 	operators.Sink(operators.Source(other, "numbers", operators.SourceConnector[int64](in)), "counts", operators.NewCollector[int64]())

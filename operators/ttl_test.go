@@ -5,13 +5,14 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sluicehq/sluice/actors"
 	"github.com/sluicehq/sluice/clock/clocktest"
 	"github.com/sluicehq/sluice/operators"
 )
 
 // ttlJob runs build over a channel source on a manual clock; sent records
 // go in one at a time, results come out on the returned channel.
-func ttlJob[T any](t *testing.T, build func(operators.Stream[string]) operators.Stream[T]) (chan<- string, <-chan T, *clocktest.Manual, func() error) {
+func ttlJob[T any](t *testing.T, build func(operators.Stream[string]) operators.Stream[T]) (chan<- string, <-chan T, *clocktest.Manual, func() error, *actors.Run) {
 	sys, ctx := newSystem(t)
 	clock := clocktest.NewManual(time.UnixMilli(0))
 	in := make(chan string)
@@ -22,7 +23,7 @@ func ttlJob[T any](t *testing.T, build func(operators.Stream[string]) operators.
 	if err != nil {
 		t.Fatal(err)
 	}
-	return in, out, clock, func() error { close(in); return run.Wait(ctx) }
+	return in, out, clock, func() error { close(in); return run.Wait(ctx) }, run
 }
 
 // expireAll lets the TTL sweep run past every key's time.
@@ -57,7 +58,7 @@ func byWord(s operators.Stream[string]) operators.KeyedStream[string, string] {
 
 // A count with a state TTL starts a key afresh once its state expired.
 func TestCountStateTTL(t *testing.T) {
-	in, out, clock, end := ttlJob(t, func(s operators.Stream[string]) operators.Stream[operators.KV[string, int64]] {
+	in, out, clock, end, _ := ttlJob(t, func(s operators.Stream[string]) operators.Stream[operators.KV[string, int64]] {
 		return operators.Count(byWord(s), "count", operators.StateTTL(time.Minute))
 	})
 	in <- "a"
@@ -74,12 +75,13 @@ func TestCountStateTTL(t *testing.T) {
 // Under EmitAtEnd a key's result is emitted when its state expires, and
 // the key counts afresh after.
 func TestCountAtEndStateTTL(t *testing.T) {
-	in, out, clock, end := ttlJob(t, func(s operators.Stream[string]) operators.Stream[operators.KV[string, int64]] {
+	in, out, clock, end, run := ttlJob(t, func(s operators.Stream[string]) operators.Stream[operators.KV[string, int64]] {
 		return operators.Count(byWord(s), "count", operators.Emit(operators.EmitAtEnd), operators.StateTTL(time.Minute))
 	})
 	in <- "a"
 	in <- "b"
 	in <- "a"
+	waitFor(t, "the records to be counted", func() bool { return stat(t, run, "count").In == 3 })
 	select {
 	case kv := <-out:
 		t.Fatalf("a result before the end or an expiry: %v", kv)
@@ -97,7 +99,7 @@ func TestCountAtEndStateTTL(t *testing.T) {
 // Process with a state TTL sees a zero state for a key whose state
 // expired.
 func TestProcessStateTTL(t *testing.T) {
-	in, out, clock, end := ttlJob(t, func(s operators.Stream[string]) operators.Stream[int] {
+	in, out, clock, end, _ := ttlJob(t, func(s operators.Stream[string]) operators.Stream[int] {
 		return operators.Process(byWord(s), "seen", func(c *operators.ProcessContext[string, int, int], _ string) {
 			n := c.State()
 			*n++

@@ -160,6 +160,10 @@ func start(ctx context.Context, sys *actors.System, t *graph.Topology) (actors.E
 		x.cancel()
 		return nil, fmt.Errorf("operators: start %q: %w", t.Name(), err)
 	}
+	if t.Config().Savepoint != "" && t.Config().CheckpointInterval <= 0 {
+		x.cancel()
+		return nil, fmt.Errorf("operators: start %q: FromSavepoint(%s) needs Checkpoints: the job restores through its checkpoint store", t.Name(), t.Config().Savepoint)
+	}
 	if t.Config().CheckpointInterval > 0 {
 		if err := x.openCheckpoints(ctx); err != nil {
 			x.cancel()
