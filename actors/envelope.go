@@ -13,6 +13,11 @@ const (
 	Watermark               // event time has reached Mark on this channel
 	Idle                    // the sender has nothing for a while: event time stops waiting for the channel until it sends again
 	Gate                    // from here on the sender holds credits again (a live change to Block); Mark is the change's epoch
+	// UnalignedBarrier is the barrier of an unaligned checkpoint (Mark is
+	// its id, Seq the channel's next record): it overtakes the records
+	// queued in the receiver's mailbox (mailbox.Urgent); those before Seq
+	// that the receiver had not processed are recorded with the checkpoint.
+	UnalignedBarrier
 )
 
 func (k Kind) String() string {
@@ -29,6 +34,8 @@ func (k Kind) String() string {
 		return "idle"
 	case Gate:
 		return "gate"
+	case UnalignedBarrier:
+		return "unaligned-barrier"
 	}
 	return fmt.Sprintf("kind(%d)", uint8(k))
 }
@@ -65,6 +72,10 @@ type Envelope struct {
 // IsControl reports whether the envelope is a control record. It makes
 // *Envelope a mailbox.Control.
 func (e *Envelope) IsControl() bool { return e.Kind != Data }
+
+// IsUrgent implements mailbox.Urgent: an unaligned barrier overtakes the
+// queue.
+func (e *Envelope) IsUrgent() bool { return e.Kind == UnalignedBarrier }
 
 // Records implements mailbox.Batch: the number of records of a data envelope.
 func (e *Envelope) Records() int {

@@ -479,56 +479,66 @@ func peakRSSKiB() int64 {
 // benchSpill compares the spill path with an in-memory mailbox: the
 // consumer is held until every message was sent, so that under Spill all but
 // the first capacity messages go through disk.
+// measureSpill sends n records to a consumer through a Spill mailbox
+// (spill; else a memory one), in a store of its own fsynced per group
+// (durable; else a temporary one), and returns the records/s.
+func measureSpill(ctx context.Context, e *env, n int, spill, durable bool) (float64, error) {
+	return best(e.rounds, n, func() (time.Duration, error) {
+		cfg := actors.Config{Name: "spill"}
+		if durable { // a store file of its own, fsynced on every group
+			dir, err := os.MkdirTemp("", "sluice-spill-bench-")
+			if err != nil {
+				return 0, err
+			}
+			defer os.RemoveAll(dir)
+			cfg.Store = filepath.Join(dir, "store.db")
+		}
+		sys, err := actors.NewSystem(cfg)
+		if err != nil {
+			return 0, err
+		}
+		defer sys.Stop(ctx)
+		mcfg := mailbox.Block(n + 1)
+		if spill {
+			st, err := sys.SpillStore()
+			if err != nil {
+				return 0, err
+			}
+			mcfg = mailbox.Spill(1024, mailbox.SpillOptions{Store: st, Queue: "bench", Codec: mailbox.NewTypeCodec().Register("i", int64(0))})
+		}
+		gate := make(chan struct{})
+		c := &counterActor{want: int64(n), done: make(chan struct{})}
+		ref, err := sys.Spawn("consumer", func() actor.Actor { return &gated{gate: gate, inner: c} }, actors.Mailbox(mcfg))
+		if err != nil {
+			return 0, err
+		}
+		start := time.Now()
+		if err := ref.Send(ctx, "hold"); err != nil {
+			return 0, err
+		}
+		for i := int64(0); i < int64(n); i++ {
+			if err := ref.Send(ctx, i); err != nil {
+				return 0, err
+			}
+		}
+		close(gate)
+		<-c.done
+		d := time.Since(start)
+		if spill && ref.Stats().Spilled < int64(n)/2 {
+			return 0, fmt.Errorf("spill benchmark: only %d of %d went through the spill", ref.Stats().Spilled, n)
+		}
+		return d, nil
+	})
+}
+
+// spillPath is the durable spill path's records/s (benchIngress compares with it).
+func spillPath(ctx context.Context, e *env, n int) (float64, error) {
+	return measureSpill(ctx, e, n, true, true)
+}
+
 func benchSpill(ctx context.Context, e *env) ([]Result, error) {
 	n := e.n(1_000_000)
-	measure := func(spill, durable bool) (float64, error) {
-		return best(e.rounds, n, func() (time.Duration, error) {
-			cfg := actors.Config{Name: "spill"}
-			if durable { // a store file of its own, fsynced on every group
-				dir, err := os.MkdirTemp("", "sluice-spill-bench-")
-				if err != nil {
-					return 0, err
-				}
-				defer os.RemoveAll(dir)
-				cfg.Store = filepath.Join(dir, "store.db")
-			}
-			sys, err := actors.NewSystem(cfg)
-			if err != nil {
-				return 0, err
-			}
-			defer sys.Stop(ctx)
-			mcfg := mailbox.Block(n + 1)
-			if spill {
-				st, err := sys.SpillStore()
-				if err != nil {
-					return 0, err
-				}
-				mcfg = mailbox.Spill(1024, mailbox.SpillOptions{Store: st, Queue: "bench", Codec: mailbox.NewTypeCodec().Register("i", int64(0))})
-			}
-			gate := make(chan struct{})
-			c := &counterActor{want: int64(n), done: make(chan struct{})}
-			ref, err := sys.Spawn("consumer", func() actor.Actor { return &gated{gate: gate, inner: c} }, actors.Mailbox(mcfg))
-			if err != nil {
-				return 0, err
-			}
-			start := time.Now()
-			if err := ref.Send(ctx, "hold"); err != nil {
-				return 0, err
-			}
-			for i := int64(0); i < int64(n); i++ {
-				if err := ref.Send(ctx, i); err != nil {
-					return 0, err
-				}
-			}
-			close(gate)
-			<-c.done
-			d := time.Since(start)
-			if spill && ref.Stats().Spilled < int64(n)/2 {
-				return 0, fmt.Errorf("spill benchmark: only %d of %d went through the spill", ref.Stats().Spilled, n)
-			}
-			return d, nil
-		})
-	}
+	measure := func(spill, durable bool) (float64, error) { return measureSpill(ctx, e, n, spill, durable) }
 	mem, err := measure(false, false)
 	if err != nil {
 		return nil, err

@@ -25,6 +25,14 @@ type Control interface {
 	IsControl() bool
 }
 
+// Urgent marks a control message that overtakes the queue: it is handed to
+// the actor before every user message queued (in memory or spilled), after
+// the system messages. An unaligned checkpoint barrier is one. Urgent
+// messages keep their order among themselves and are never spilled.
+type Urgent interface {
+	IsUrgent() bool
+}
+
 // Batch is implemented by messages that carry several records (sluice's
 // envelopes), so that capacity is counted in records and records are shed
 // one at a time. A message that is not a Batch is one record.

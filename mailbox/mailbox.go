@@ -28,6 +28,7 @@ type Mailbox struct {
 	depth   int // data records in mem (dead entries excluded)
 	dead    int // dead entries in mem, compacted away as they accumulate
 	system  ring[any]
+	urgent  ring[any]     // Urgent messages, handed out before the queue
 	space   chan struct{} // closed and replaced when room frees up for waiting Puts
 	waiters int
 	closed  bool
@@ -41,9 +42,11 @@ type Mailbox struct {
 	scheduled atomic.Bool
 	suspended atomic.Bool
 	sysN      atomic.Int32 // system messages queued
+	urgentN   atomic.Int32 // urgent messages queued
 	errs      []error      // for OnError, reported outside the lock
 	errN      atomic.Int32 // len(errs), read without the lock
 	local     []entry      // messages handed to the actor, being processed
+	localNext int          // the next of local to process (Queued reads it)
 
 	invoker    actor.MessageInvoker
 	dispatcher actor.Dispatcher
@@ -137,6 +140,67 @@ func classify(msg any) (n int, ctl bool) {
 		return b.Records(), false
 	}
 	return 1, false
+}
+
+func isUrgent(msg any) bool {
+	if env, ok := msg.(*actor.MessageEnvelope); ok {
+		msg = env.Message
+	}
+	u, ok := msg.(Urgent)
+	return ok && u.IsUrgent()
+}
+
+// Queued returns the messages queued and not yet processed, in the order
+// the actor will get them: the urgent ones, then those handed to the actor
+// and not yet processed, then the queue in memory (control messages
+// included; spilled ones are not). It takes one lock: a message posted
+// later is not in it. It is meant for the actor itself, from its Receive
+// (an unaligned checkpoint records the records its barrier overtook); the
+// caller must not change the messages, which the actor processes later.
+func (m *Mailbox) Queued() []any {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.queuedLocked()
+}
+
+func (m *Mailbox) queuedLocked() []any {
+	out := make([]any, 0, m.urgent.len()+len(m.local)+m.mem.len())
+	for i := range m.urgent.len() {
+		out = append(out, *m.urgent.at(i))
+	}
+	for _, e := range m.local[min(m.localNext, len(m.local)):] {
+		if !e.dead {
+			out = append(out, e.msg)
+		}
+	}
+	for i := range m.mem.len() {
+		if e := m.mem.at(i); !e.dead {
+			out = append(out, e.msg)
+		}
+	}
+	return out
+}
+
+// QueuedAndSpilled is Queued, and then, in the same lock, the messages
+// waiting in the spill (none without one), in order, as the codec encoded
+// them: the rest of the group being read back, the groups committed and not
+// read yet (read from the store now), and the group not yet committed.
+func (m *Mailbox) QueuedAndSpilled() (queued []any, spilled [][]byte, err error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	queued = m.queuedLocked()
+	if m.spill != nil {
+		spilled, err = m.spill.pending()
+	}
+	return queued, spilled, err
+}
+
+// SpillPending says how many records the mailbox holds in its spill (0
+// without one).
+func (m *Mailbox) SpillPending() int64 {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.st.SpillPending
 }
 
 func retain(msg any, keep func(int) bool) int {
@@ -271,6 +335,11 @@ func (m *Mailbox) overflowLocked() *Episode {
 // admitLocked applies the policy to one message and returns ErrDropped when
 // the message itself was discarded, and episode events to report.
 func (m *Mailbox) admitLocked(msg any, n int, ctl bool) (error, []Episode) {
+	if ctl && isUrgent(msg) {
+		m.urgent.push(msg)
+		m.urgentN.Add(1)
+		return nil, nil
+	}
 	if ctl {
 		if m.spill != nil && m.spill.active() {
 			if err := m.spillLocked(msg, 0, true); err != nil {
@@ -584,7 +653,7 @@ func (m *Mailbox) hasWork() bool {
 	if m.suspended.Load() {
 		return false
 	}
-	return m.mem.len() > 0 || (m.spill != nil && m.spill.pendingMessages() > 0)
+	return m.urgent.len() > 0 || m.mem.len() > 0 || (m.spill != nil && m.spill.pendingMessages() > 0)
 }
 
 func (m *Mailbox) process() {
@@ -601,6 +670,19 @@ func (m *Mailbox) process() {
 			return
 		}
 	}
+}
+
+func (m *Mailbox) popUrgent() (any, bool) {
+	if m.urgentN.Load() == 0 { // the common case, without the lock
+		return nil, false
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	v, ok := m.urgent.pop()
+	if ok {
+		m.urgentN.Add(-1)
+	}
+	return v, ok
 }
 
 func (m *Mailbox) popSystem() (any, bool) {
@@ -766,6 +848,12 @@ func (m *Mailbox) run() (yield bool) {
 		if m.suspended.Load() {
 			return false
 		}
+		if um, ok := m.popUrgent(); ok {
+			msg = um
+			m.local, m.localNext = local, next
+			m.invoker.InvokeUserMessage(um)
+			continue
+		}
 		if next == len(local) {
 			var ended *Episode
 			local, ended = m.popBatch(local[:0], min(popBatchSize, m.cfg.Throughput-i))
@@ -781,6 +869,7 @@ func (m *Mailbox) run() (yield bool) {
 		e := local[next]
 		next++
 		msg = e.msg
+		m.local, m.localNext = local, next
 		m.invoker.InvokeUserMessage(e.msg)
 		if e.seq != 0 {
 			m.ack(e.seq) // removed from the spill only after processing

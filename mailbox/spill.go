@@ -584,6 +584,41 @@ func (q *spillQueue) read(maxRecords int, force bool) (got []entry, dropped []in
 	return got, dropped, err
 }
 
+// pending returns the encoded messages not handed out yet, in order: the
+// rest of cur, the committed groups not read yet, and wbuf.
+func (q *spillQueue) pending() ([][]byte, error) {
+	var out [][]byte
+	left := q.unread
+	for b := q.cur; len(b) > 0 && left > 0; left-- {
+		_, _, data, rest, err := nextEntry(b)
+		if err != nil {
+			return out, fmt.Errorf("mailbox: spill queue %q: seq %d: %w: %w", q.opts.Queue, q.curSeq, ErrSpillCorrupt, err)
+		}
+		out = append(out, data)
+		b = rest
+	}
+	for from := q.readKey; left > 0; {
+		key, v, err := q.io.Load(q.opts.Queue, from)
+		if err != nil {
+			return out, fmt.Errorf("mailbox: spill queue %q in %s: %w", q.opts.Queue, q.opts.Store.Path(), err)
+		}
+		from = key + 1
+		for len(v) > 0 && left > 0 {
+			_, _, data, rest, err := nextEntry(v)
+			if err != nil {
+				return out, fmt.Errorf("mailbox: spill queue %q: group %d: %w: %w", q.opts.Queue, key, ErrSpillCorrupt, err)
+			}
+			out = append(out, data)
+			v = rest
+			left--
+		}
+	}
+	for _, w := range q.wbuf {
+		out = append(out, w.data)
+	}
+	return out, nil
+}
+
 // ack records that the message with sequence number seq was processed and
 // says whether a commit is due: fully processed groups are deleted with the
 // next group of writes, or on their own once a few have gathered or the

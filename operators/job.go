@@ -22,6 +22,9 @@ type CheckpointStats struct {
 	LastTime     time.Time
 	RestoredFrom uint64    // the checkpoint this run resumed from, 0 if none
 	RestoredTime time.Time // when that checkpoint was taken (zero if none)
+	// RestoredInFlight counts the input channels whose in-flight records,
+	// recorded by an unaligned checkpoint, the run processed first.
+	RestoredInFlight int
 	// Restarts counts RestartOnFailure's restarts of the job, and
 	// RestartDelays the backoff before each.
 	Restarts      int
@@ -130,8 +133,8 @@ func CheckpointStatsOf(run *actors.Run) CheckpointStats {
 	s := engine.CheckpointStatsOf(run)
 	st := CheckpointStats{Completed: s.Completed, Failed: s.Failed, TimedOut: s.TimedOut, LastFailure: s.LastFailure,
 		LastID: s.LastID, LastDuration: s.LastDuration, LastTime: s.LastTime, RestoredFrom: s.RestoredFrom,
-		RestoredTime: s.RestoredTime,
-		Restarts:     s.Restarts, RestartDelays: s.RestartDelays}
+		RestoredTime: s.RestoredTime, RestoredInFlight: s.RestoredInFlight,
+		Restarts: s.Restarts, RestartDelays: s.RestartDelays}
 	for _, p := range s.InProgress {
 		st.InProgress = append(st.InProgress, InProgressCheckpoint(p))
 	}

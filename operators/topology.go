@@ -216,6 +216,31 @@ func MinPauseBetweenCheckpoints(d time.Duration) TopologyOption {
 	return TopologyOption{graph.MinPauseBetweenCheckpoints(d)}
 }
 
+// UnalignedCheckpoints makes the job's checkpoints unaligned (as Flink's
+// FLIP-76): a barrier overtakes the records queued in each operator's input
+// instead of waiting behind them, the operator records its state at once,
+// and the records it overtook are written with the checkpoint and processed
+// first when a job is restored from it. A checkpoint then takes about the
+// same time whatever the back-pressure, at the cost of a larger checkpoint
+// (the in-flight records). Exactly-once state holds as with aligned ones.
+// The final checkpoint stays aligned (nothing is in flight at the end). It
+// applies to jobs in one process whose inputs have the Block policy (the
+// default) or Spill (the spilled records are copied into the checkpoint);
+// a dropping policy or a distributed job is refused when the job starts
+// (see docs/checkpoints.md).
+func UnalignedCheckpoints() TopologyOption {
+	return TopologyOption{graph.UnalignedCheckpoints()}
+}
+
+// AlignmentTimeout starts checkpoints aligned and switches one that is
+// still aligning d after it started to unaligned (see
+// UnalignedCheckpoints): small checkpoints while the job keeps up, and
+// checkpoints that complete under back-pressure. 0 (the default) never
+// switches. The same restrictions as UnalignedCheckpoints apply.
+func AlignmentTimeout(d time.Duration) TopologyOption {
+	return TopologyOption{graph.AlignmentTimeout(d)}
+}
+
 // CheckpointStore sets where the job's checkpoints are kept.
 func CheckpointStore(s persistence.CheckpointStore) TopologyOption {
 	return TopologyOption{graph.CheckpointStore(s)}

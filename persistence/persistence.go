@@ -97,6 +97,10 @@ type Checkpoint struct {
 	Time    time.Time
 	States  map[string][]byte // by operator instance ("count/2")
 	Offsets map[string]int64  // by source partition ("lines/0"); operators also mark finished instances ("count/2#finished")
+	// Channels are the in-flight records of an unaligned checkpoint, by
+	// input channel ("count/2/in0"): a restored instance processes them
+	// before its inputs. Empty for an aligned checkpoint.
+	Channels map[string][]byte
 }
 
 // CheckpointStore records the completed checkpoints of jobs.

@@ -121,8 +121,18 @@ func encodeCheckpoint(cp Checkpoint) []byte {
 	for k := range cp.Offsets {
 		size += 14 + len(k)
 	}
+	for k, v := range cp.Channels {
+		size += 10 + len(k) + len(v)
+	}
 	b := make([]byte, 0, size)
-	b = append(appendArrayLen(b, 6), recordVersion)
+	// An aligned checkpoint is the 5 fields of version 1; an unaligned one
+	// adds a sixth, its channels (a build without unaligned checkpoints
+	// refuses it rather than lose its in-flight records).
+	fields := 6
+	if len(cp.Channels) > 0 {
+		fields = 7
+	}
+	b = append(appendArrayLen(b, fields), recordVersion)
 	b = appendTime(appendUint(b, cp.ID), cp.Time)
 	b = appendMapLen(b, len(cp.States))
 	for _, k := range slices.Sorted(maps.Keys(cp.States)) {
@@ -131,6 +141,12 @@ func encodeCheckpoint(cp Checkpoint) []byte {
 	b = appendMapLen(b, len(cp.Offsets))
 	for _, k := range slices.Sorted(maps.Keys(cp.Offsets)) {
 		b = appendInt(appendStr(b, k), cp.Offsets[k])
+	}
+	if len(cp.Channels) > 0 {
+		b = appendMapLen(b, len(cp.Channels))
+		for _, k := range slices.Sorted(maps.Keys(cp.Channels)) {
+			b = appendBin(appendStr(b, k), cp.Channels[k])
+		}
 	}
 	return b
 }
@@ -390,34 +406,43 @@ type recordReader struct {
 // openRecord checks data, reads the array header and the version, and
 // wants fields more elements.
 func openRecord(data []byte, fields int) (*recordReader, error) {
+	rr, _, err := openRecordFields(data, fields, fields)
+	return rr, err
+}
+
+// openRecordFields is openRecord for a record of lo to hi fields; it also
+// returns how many it has.
+func openRecordFields(data []byte, lo, hi int) (*recordReader, int, error) {
 	if err := msgpacksafe.Check(data); err != nil {
-		return nil, err
+		return nil, 0, err
 	}
 	r := bytes.NewReader(data)
 	rr := &recordReader{r: r, dec: msgpack.NewDecoder(r)}
 	n, err := rr.dec.DecodeArrayLen()
 	if err != nil {
-		return nil, fmt.Errorf("not a record: %w", err)
+		return nil, 0, fmt.Errorf("not a record: %w", err)
 	}
 	switch {
 	case n == -1:
-		return nil, errors.New("not a record: nil")
+		return nil, 0, errors.New("not a record: nil")
 	case n < 1:
-		return nil, errors.New("not a record: an empty array")
+		return nil, 0, errors.New("not a record: an empty array")
 	}
 	v, err := rr.dec.DecodeUint64()
 	if err != nil {
-		return nil, fmt.Errorf("record version: %w", err)
+		return nil, 0, fmt.Errorf("record version: %w", err)
 	}
 	switch {
 	case v > recordVersion:
-		return nil, fmt.Errorf("record format version %d is newer than this build reads (%d)", v, recordVersion)
+		return nil, 0, fmt.Errorf("record format version %d is newer than this build reads (%d)", v, recordVersion)
 	case v == 0:
-		return nil, errors.New("record format version 0")
-	case n != fields+1:
-		return nil, fmt.Errorf("a version %d record has %d fields, not %d", v, fields, n-1)
+		return nil, 0, errors.New("record format version 0")
+	case lo == hi && n != lo+1:
+		return nil, 0, fmt.Errorf("a version %d record has %d fields, not %d", v, n-1, lo)
+	case n < lo+1 || n > hi+1:
+		return nil, 0, fmt.Errorf("a version %d record has %d fields, not %d to %d", v, n-1, lo, hi)
 	}
-	return rr, nil
+	return rr, n - 1, nil
 }
 
 func (rr *recordReader) time() (time.Time, error) {
@@ -479,10 +504,33 @@ func decodeSnapshot(data []byte) (Snapshot, error) {
 }
 
 func decodeCheckpoint(data []byte) (Checkpoint, error) {
-	rr, err := openRecord(data, 5)
+	rr, n, err := openRecordFields(data, 5, 6)
 	if err != nil {
 		return Checkpoint{}, err
 	}
+	cp, err := decodeCheckpointFields(rr)
+	if err != nil || n == 5 {
+		return cp, errors.Join(err, rr.done())
+	}
+	m, err := rr.dec.DecodeMapLen()
+	if err != nil {
+		return Checkpoint{}, fmt.Errorf("channels: %w", err)
+	}
+	cp.Channels = make(map[string][]byte, max(m, 0))
+	for range m {
+		k, err := rr.dec.DecodeString()
+		if err != nil {
+			return Checkpoint{}, fmt.Errorf("channels: %w", err)
+		}
+		if cp.Channels[k], err = rr.dec.DecodeBytes(); err != nil {
+			return Checkpoint{}, fmt.Errorf("channel %q: %w", k, err)
+		}
+	}
+	return cp, rr.done()
+}
+
+func decodeCheckpointFields(rr *recordReader) (Checkpoint, error) {
+	var err error
 	var cp Checkpoint
 	if cp.ID, err = rr.dec.DecodeUint64(); err != nil {
 		return Checkpoint{}, fmt.Errorf("id: %w", err)
@@ -517,7 +565,7 @@ func decodeCheckpoint(data []byte) (Checkpoint, error) {
 			return Checkpoint{}, fmt.Errorf("offset of %q: %w", k, err)
 		}
 	}
-	return cp, rr.done()
+	return cp, nil
 }
 
 // seqKey is the big-endian key of a sequence number or checkpoint id.

@@ -311,8 +311,12 @@ func runSample(ctx context.Context, g *globals, s samples.Sample, every time.Dur
 	case dur.from != "":
 		fmt.Fprintf(g.stderr, "job %s: started from savepoint %s (checkpoint %d)\n", t.Name(), dur.from, cps.RestoredFrom)
 	case cps.RestoredFrom != 0:
-		fmt.Fprintf(g.stderr, "resumed job %s from checkpoint %d of %s in %s\n", t.Name(), cps.RestoredFrom,
+		fmt.Fprintf(g.stderr, "resumed job %s from checkpoint %d of %s in %s", t.Name(), cps.RestoredFrom,
 			cps.RestoredTime.UTC().Format(time.RFC3339Nano), dur.store)
+		if cps.RestoredInFlight > 0 {
+			fmt.Fprintf(g.stderr, " (first the in-flight records of %d input channels it overtook)", cps.RestoredInFlight)
+		}
+		fmt.Fprintln(g.stderr)
 	case dur.checkpoints > 0:
 		fmt.Fprintf(g.stderr, "started job %s afresh: no checkpoint of it in %s; checkpoints every %v\n", t.Name(), dur.store, dur.checkpoints)
 	}

@@ -21,6 +21,27 @@ type InProgressCheckpoint struct {
 // cpExpire: the deadline of checkpoint id passed (coord.Inject.Deadline).
 type cpExpire struct{ id uint64 }
 
+// cpAlignTimeout: the alignment deadline of checkpoint id passed
+// (coord.Inject.AlignBy).
+type cpAlignTimeout struct{ id uint64 }
+
+func (*cpAlignTimeout) IsControl() bool { return true }
+
+// armAlignTimeout asks for AlignTimeout{id} at alignBy (zero: never), on the
+// job's clock. The timer is not cancelled: the coordinator ignores the
+// timeout of a checkpoint that ended.
+func (j *jobActor) armAlignTimeout(id uint64, alignBy time.Time) {
+	if alignBy.IsZero() {
+		return
+	}
+	root, pid := j.x.root, j.x.jobPID
+	stop := j.x.topo.Config().CheckpointAfter(alignBy.Sub(j.x.topo.Config().Now()), func() { root.Send(pid, &cpAlignTimeout{id: id}) })
+	j.alignTimers = append(j.alignTimers, stop)
+	if len(j.alignTimers) > 64 { // fired long ago: forget them
+		j.alignTimers = slices.Delete(j.alignTimers, 0, 32)
+	}
+}
+
 // cpDeferred: the minimum pause before the next checkpoint passed
 // (coord.TickAt).
 type cpDeferred struct{}
@@ -32,7 +53,8 @@ func (*cpDeferred) IsControl() bool { return true }
 // instances, with the job's policy.
 func (x *execution) newCoordinator(total int) coord.Checkpoints {
 	p := x.topo.Config().CheckpointPolicy
-	cs := coord.Checkpoints{Instances: total, Timeout: p.Timeout, MaxConcurrent: p.MaxConcurrent, MinPause: p.MinPause}
+	cs := coord.Checkpoints{Instances: total, Timeout: p.Timeout, MaxConcurrent: p.MaxConcurrent, MinPause: p.MinPause,
+		Unaligned: p.Unaligned, AlignmentTimeout: p.AlignmentTimeout}
 	if x.restored != nil {
 		cs.Completed = x.restored.ID
 	}
@@ -78,6 +100,10 @@ func (j *jobActor) stopPolicyTimers() {
 		j.deferred()
 		j.deferred = nil
 	}
+	for _, stop := range j.alignTimers {
+		stop()
+	}
+	j.alignTimers = nil
 }
 
 // publishInProgress shows the checkpoints in flight in the job's statistics.

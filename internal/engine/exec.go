@@ -35,6 +35,15 @@ func (*timerMsg) IsControl() bool { return true }
 func (*cpTick) IsControl() bool   { return true }
 func (*startMsg) IsControl() bool { return true }
 
+// replayMsg: go on replaying restored in-flight records (instance.drain).
+type replayMsg struct{}
+
+func (*replayMsg) IsControl() bool { return true }
+
+// IsUrgent: the replay comes before the queue (whose records follow the
+// replayed ones), and a spill cannot hold it.
+func (*replayMsg) IsUrgent() bool { return true }
+
 // mailboxFor completes an instance's mailbox configuration: overflow
 // episodes and spill errors go to the log, and a spill gets the system's
 // store, a queue of its own and a codec for the operator's input type.

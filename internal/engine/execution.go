@@ -95,6 +95,9 @@ type CheckpointStats struct {
 	LastTime     time.Time
 	RestoredFrom uint64    // the checkpoint this run resumed from, 0 if none
 	RestoredTime time.Time // when that checkpoint was taken
+	// RestoredInFlight counts the input channels whose in-flight records
+	// (of an unaligned checkpoint) the run processed first.
+	RestoredInFlight int
 	// Restarts counts RestartOnFailure's restarts of the job, and
 	// RestartDelays the backoff before each.
 	Restarts      int
@@ -163,6 +166,10 @@ func start(ctx context.Context, sys *actors.System, t *graph.Topology) (actors.E
 		done: make(chan struct{}), launched: make(chan error, 1),
 		byID: make(map[string]*instance), counters: make(map[*graph.Node][]*stage.Counters)}
 	x.ctx, x.cancel = context.WithCancel(context.WithoutCancel(ctx))
+	if err := checkUnaligned(t, plan); err != nil {
+		x.cancel()
+		return nil, fmt.Errorf("operators: start %q: %w", t.Name(), err)
+	}
 	if err := x.setupLatency(); err != nil {
 		x.cancel()
 		return nil, fmt.Errorf("operators: start %q: %w", t.Name(), err)
@@ -435,7 +442,7 @@ func (x *execution) openCheckpoints(ctx context.Context) error {
 		if err := x.adopt(&cp); err != nil {
 			return err
 		}
-		x.cpStats.RestoredFrom, x.cpStats.RestoredTime = cp.ID, cp.Time
+		x.cpStats.RestoredFrom, x.cpStats.RestoredTime, x.cpStats.RestoredInFlight = cp.ID, cp.Time, len(cp.Channels)
 		x.sys.Logger().Info("restoring from checkpoint", "job", x.topo.Name(), "checkpoint", cp.ID,
 			"states", len(cp.States), "offsets", len(cp.Offsets))
 	}
@@ -566,6 +573,10 @@ func (x *execution) build() error {
 			in.sinkTail = chain[len(chain)-1].Role() == graph.RoleSink
 			in.shedRand = uint64(in.num+1) * 0x2545f4914f6cdd1d
 			in.finishedIn = make([]bool, len(in.ins))
+			in.nextIn = make([]uint64, len(in.ins))
+			if chain[0].Role() != graph.RoleSource {
+				in.codec = chain[0].NewCodec()
+			}
 			in.inWm = make([]int64, len(in.ins))
 			for i := range in.inWm {
 				in.inWm[i] = math.MinInt64
@@ -655,5 +666,5 @@ func (x *execution) build() error {
 			}
 		}
 	}
-	return nil
+	return x.restoreChannels()
 }

@@ -48,13 +48,27 @@ type instance struct {
 	mbCfg    mailbox.Config // this instance's input mailbox
 	credited bool           // its policy is Block: senders hold credits
 
-	num         int          // the instance's number within the job (for acks)
-	gen         int          // the job generation: it grows with every restart
-	states      []stateSlot  // stages whose state goes into checkpoints
-	srcKey      string       // "source/instance": the key of its offset
-	srcOffset   int64        // where the source starts (a restored offset)
-	finishedIn  []bool       // input channels that delivered end-of-stream
-	align       alignment    // the checkpoint barrier being aligned
+	num        int         // the instance's number within the job (for acks)
+	gen        int         // the job generation: it grows with every restart
+	states     []stateSlot // stages whose state goes into checkpoints
+	srcKey     string      // "source/instance": the key of its offset
+	srcOffset  int64       // where the source starts (a restored offset)
+	finishedIn []bool      // input channels that delivered end-of-stream
+	align      alignment   // the checkpoint barrier being aligned
+	// Unaligned checkpoints (unaligned.go): ua is the one being taken,
+	// switchedTo the newest checkpoint the job switched to unaligned,
+	// nextIn by input channel the sequence after the records processed,
+	// replay the restored in-flight records still to process (replaying
+	// while one is), codec the envelope codec of the chain's input.
+	ua         *unalignedCp
+	switchedTo uint64
+	nextIn     []uint64
+	replay     []*actors.Envelope
+	replaying  bool
+	codec      mailbox.Codec
+	// started: start ran; early are the job's barriers that overtook it.
+	started     bool
+	early       []*wire.Barrier
 	pendingAcks []pendingAck // a source's offsets at checkpoints not yet completed
 	// Checkpoints of a job where some instances finished: want is the
 	// latest checkpoint the job announced to this instance (answered when
@@ -139,6 +153,7 @@ type stateSlot struct {
 type alignment struct {
 	id   uint64 // 0: not aligning
 	seen []bool
+	seqs []uint64 // by channel: the sequence of its barrier, when seen
 	held []*actors.Envelope
 }
 
@@ -146,18 +161,23 @@ func (in *instance) Receive(c actor.Context) {
 	in.c = c
 	switch m := c.Message().(type) {
 	case *actors.Envelope:
+		if m.Kind == actors.UnalignedBarrier && in.started { // it overtook the queue
+			in.onUnalignedBarrier(m)
+			in.drain()
+			return
+		}
+		if in.ua != nil {
+			in.uaArrived(m)
+			in.uaMaybeDone()
+		}
 		in.stash = append(in.stash, m)
 		in.drain()
 	case *wire.Barrier:
-		switch {
-		case m.ID <= in.answered: // it came through the inputs first
-		case in.done:
-			in.finalBarrier(m.ID)
-		case in.src != nil:
-			in.sourceBarrier(m.ID)
-		default: // the barrier follows on the inputs, or they end first
-			in.want = max(in.want, m.ID)
+		if !in.started { // it overtook the start (mailbox.Urgent)
+			in.early = append(in.early, m)
+			return
 		}
+		in.jobBarrier(m)
 	case *wire.Committed:
 		in.committed(m)
 	case *wire.Credit:
@@ -177,6 +197,8 @@ func (in *instance) Receive(c actor.Context) {
 		}
 	case *startMsg:
 		in.start()
+	case *replayMsg:
+		in.drain()
 	case *wire.Drain:
 		if in.src != nil && !in.done {
 			in.draining = true
@@ -193,7 +215,24 @@ func (in *instance) Receive(c actor.Context) {
 
 // drain handles stashed envelopes in order while the instance can send.
 func (in *instance) drain() {
-	for in.blockedN == 0 && len(in.stash) > 0 {
+	if !in.started { // an urgent envelope that overtook the start waits for it
+		return
+	}
+	if in.blockedN == 0 && len(in.replay) > 0 { // restored in-flight records first
+		// One batch per message, so that the job's barriers and commits
+		// still reach the instance while it replays.
+		env := in.replay[0]
+		in.replay[0] = nil
+		in.replay = in.replay[1:]
+		in.replaying = true
+		in.handle(env)
+		in.replaying = false
+		if len(in.replay) > 0 {
+			in.c.Send(in.self, &replayMsg{})
+			return
+		}
+	}
+	for in.blockedN == 0 && len(in.replay) == 0 && len(in.stash) > 0 {
 		env := in.stash[0]
 		in.stash[0] = nil
 		in.stash = in.stash[1:]
@@ -208,12 +247,27 @@ func (in *instance) drain() {
 	}
 }
 
-// onBarrier: channel ch delivered the barrier of checkpoint id.
-func (in *instance) onBarrier(ch int, id uint64) {
+// onBarrier: channel ch delivered the barrier of checkpoint id, which
+// followed the records before sequence seq.
+func (in *instance) onBarrier(ch int, id, seq uint64) {
+	switch {
+	case id <= in.answered: // taken unaligned already
+		return
+	case in.ua != nil && in.ua.id == id:
+		in.uaSeen(ch, seq)
+		in.uaMaybeDone()
+		return
+	case in.ua != nil && in.ua.id > id:
+		return
+	case in.switchedTo >= id: // switched to unaligned before any barrier came
+		in.startUnaligned(id, ch, seq)
+		return
+	}
 	if in.align.id == 0 {
-		in.align = alignment{id: id, seen: make([]bool, len(in.ins))}
+		in.align = alignment{id: id, seen: make([]bool, len(in.ins)), seqs: make([]uint64, len(in.ins))}
 	}
 	in.align.seen[ch] = true
+	in.align.seqs[ch] = seq
 	in.maybeAligned()
 }
 
@@ -238,18 +292,27 @@ func (in *instance) maybeAligned() {
 	for _, oc := range in.outs {
 		in.enqueue(oc, &actors.Envelope{Kind: actors.Barrier, Mark: int64(id)})
 	}
-	in.tell(in.exec.jobPID, &wire.Ack{Gen: in.gen, ID: id, Instance: in.num, States: states})
+	in.tell(in.exec.jobPID, ackOf(in, id, states, nil))
 	in.stash = append(held, in.stash...)
 }
 
+func ackOf(in *instance, id uint64, states map[string][]byte, chans map[string][]byte) *wire.Ack {
+	return &wire.Ack{Gen: in.gen, ID: id, Instance: in.num, States: states, Channels: chans}
+}
+
 // sourceBarrier starts checkpoint id at a source: its offset and chain state
-// are recorded, and the barrier follows the records emitted so far.
-func (in *instance) sourceBarrier(id uint64) {
+// are recorded, and the barrier follows the records emitted so far (an
+// unaligned one then overtakes them in the receivers' mailboxes).
+func (in *instance) sourceBarrier(id uint64, unaligned bool) {
 	in.answered = id
 	in.em.Flush()
 	states := in.snapshot(id)
+	kind := actors.Barrier
+	if unaligned {
+		kind = actors.UnalignedBarrier
+	}
 	for _, oc := range in.outs {
-		in.enqueue(oc, &actors.Envelope{Kind: actors.Barrier, Mark: int64(id)})
+		in.enqueue(oc, &actors.Envelope{Kind: kind, Mark: int64(id)})
 	}
 	off := in.src.Offset()
 	in.pendingAcks = append(in.pendingAcks, pendingAck{id, off})
@@ -342,7 +405,32 @@ func (in *instance) snapshot(id uint64) map[string][]byte {
 	return states
 }
 
+// jobBarrier: the job announced checkpoint m.ID (see wire.Barrier).
+func (in *instance) jobBarrier(m *wire.Barrier) {
+	switch {
+	case m.ID <= in.answered: // it came through the inputs first
+	case in.done:
+		in.finalBarrier(m.ID)
+	case in.src != nil:
+		in.sourceBarrier(m.ID, m.Unaligned)
+	default: // the barrier follows on the inputs, or they end first
+		in.want = max(in.want, m.ID)
+		if m.Unaligned {
+			in.switchUnaligned(m.ID)
+			in.drain()
+		}
+	}
+}
+
 func (in *instance) start() {
+	in.started = true
+	defer func() { // the job's barriers that came before the start
+		early := in.early
+		in.early = nil
+		for _, m := range early {
+			in.jobBarrier(m)
+		}
+	}()
 	for _, s := range in.sinks {
 		if err := s.Open(); err != nil {
 			panic(err)
@@ -358,6 +446,9 @@ func (in *instance) start() {
 		}
 		in.scheduleTick()
 	}
+	// Restored in-flight records first, then what came before the start
+	// (an urgent barrier that overtook it).
+	in.drain()
 	if in.src == nil && in.eosLeft == 0 {
 		in.endOfInput()
 	}
@@ -369,6 +460,9 @@ func (in *instance) handle(env *actors.Envelope) {
 		if in.idleN > 0 && in.idleIn[env.Channel] {
 			in.idleIn[env.Channel] = false
 			in.idleN--
+		}
+		if !in.replaying && env.Channel < len(in.nextIn) {
+			in.nextIn[env.Channel] = env.Seq + uint64(env.Count)
 		}
 		if env.Count == 0 { // every record was shed by the overflow policy
 			return
@@ -391,7 +485,7 @@ func (in *instance) handle(env *actors.Envelope) {
 		if in.lat != nil || in.exec.metrics != nil {
 			in.batchDone(env, start, count)
 		}
-		if in.credited && in.gatedIn(env.Channel) {
+		if in.credited && !in.replaying && in.gatedIn(env.Channel) {
 			in.grant(env)
 		}
 	case actors.Gate:
@@ -404,13 +498,16 @@ func (in *instance) handle(env *actors.Envelope) {
 			in.drainedEnd = true
 		}
 		in.maybeAligned()
+		in.uaMaybeDone()
 		if in.eosLeft == 0 {
 			in.endOfInput()
 		} else {
 			in.advance()
 		}
 	case actors.Barrier:
-		in.onBarrier(env.Channel, uint64(env.Mark))
+		in.onBarrier(env.Channel, uint64(env.Mark), env.Seq)
+	case actors.UnalignedBarrier:
+		in.onUnalignedBarrier(env)
 	case actors.Watermark:
 		in.curBorn, in.curKeep, in.sentAt = env.Born, env.Keep, 0
 		ch := env.Channel

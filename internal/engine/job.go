@@ -32,11 +32,13 @@ type jobActor struct {
 	stored     *persistence.Checkpoint // the newest checkpoint stored while savepoints wait
 	started    map[uint64]time.Time    // when each checkpoint's barriers went out
 	expiry     map[uint64]func() bool  // stop the timers of checkpoints' deadlines
-	deferred   func() bool             // stops the minimum pause's timer
-	stopTimer  func() bool             // stops the restart backoff's timer
-	unwatch    func()                  // distributed: stops watching for lost processes
-	latTimer   func() bool             // stops the latency window's timer
-	sizes      map[uint64]cpSize       // checkpoints stored, not yet completed: what they hold
+	// alignTimers stop the timers of alignment timeouts
+	alignTimers []func() bool
+	deferred    func() bool       // stops the minimum pause's timer
+	stopTimer   func() bool       // stops the restart backoff's timer
+	unwatch     func()            // distributed: stops watching for lost processes
+	latTimer    func() bool       // stops the latency window's timer
+	sizes       map[uint64]cpSize // checkpoints stored, not yet completed: what they hold
 }
 
 func newJobActor(x *execution) *jobActor {
@@ -76,6 +78,8 @@ func (j *jobActor) Receive(c actor.Context) {
 		j.feed(c, coord.Tick{At: now})
 	case *cpExpire:
 		j.feed(c, coord.Expire{ID: m.id, At: now})
+	case *cpAlignTimeout:
+		j.feed(c, coord.AlignTimeout{ID: m.id, At: now})
 	case *savepointMsg:
 		if x.cpStore == nil {
 			m.reply <- savepointResult{err: errors.New("operators: checkpoint now: the job takes no checkpoints (use the Checkpoints option)")}
@@ -89,7 +93,7 @@ func (j *jobActor) Receive(c actor.Context) {
 		j.feed(c, coord.Tick{At: now})
 	case *wire.Ack:
 		if m.Gen == x.gen {
-			j.feed(c, coord.Acked{ID: m.ID, Instance: m.Instance, States: m.States, Offsets: m.Offsets})
+			j.feed(c, coord.Acked{ID: m.ID, Instance: m.Instance, States: m.States, Offsets: m.Offsets, Channels: m.Channels})
 		}
 	case *wire.Stats:
 		x.onStats(m)
@@ -267,7 +271,7 @@ func (j *jobActor) relaunch(c actor.Context, gen int) []coord.JobAction {
 	}
 	if x.restored != nil {
 		x.cpStatsMu.Lock()
-		x.cpStats.RestoredFrom, x.cpStats.RestoredTime = x.restored.ID, x.restored.Time
+		x.cpStats.RestoredFrom, x.cpStats.RestoredTime, x.cpStats.RestoredInFlight = x.restored.ID, x.restored.Time, len(x.restored.Channels)
 		x.cpStatsMu.Unlock()
 	}
 	j.startCheckpoints(total)
@@ -381,9 +385,20 @@ func (j *jobActor) feed(c actor.Context, ev coord.CheckpointEvent) {
 			// start it, finished instances answer it (see wire.Barrier).
 			j.started[a.ID] = x.topo.Config().Now()
 			j.armExpiry(a.ID, a.Deadline)
+			j.armAlignTimeout(a.ID, a.AlignBy)
 			for _, insts := range x.instances {
 				for _, in := range insts {
-					x.tellFrom(c, in.self, &wire.Barrier{ID: a.ID})
+					x.tellFrom(c, in.self, &wire.Barrier{ID: a.ID, Unaligned: a.Unaligned})
+				}
+			}
+		case coord.SwitchUnaligned:
+			// Every instance hears of it: those aligning the checkpoint, or
+			// with its barrier queued, record their state now; sources
+			// have answered already.
+			x.sys.Logger().Debug("checkpoint switched to unaligned", "job", x.topo.Name(), "checkpoint", a.ID)
+			for _, insts := range x.instances {
+				for _, in := range insts {
+					x.tellFrom(c, in.self, &wire.Barrier{ID: a.ID, Unaligned: true})
 				}
 			}
 		case coord.Abandoned:
@@ -392,17 +407,13 @@ func (j *jobActor) feed(c actor.Context, ev coord.CheckpointEvent) {
 		case coord.TickAt:
 			j.deferTick(a.At)
 		case coord.Store:
-			var err error
-			if a.Unaligned { // the in-flight records have no place in persistence.Checkpoint yet: never lose them silently
-				err = errors.New("unaligned checkpoints are not stored by this engine yet")
-			} else {
-				cp := persistence.Checkpoint{ID: a.ID, Time: x.topo.Config().Now(), States: x.withPlan(a.States), Offsets: a.Offsets}
-				if err = x.cpStore.Complete(x.ctx, x.topo.Name(), cp); err == nil && len(j.savepoints) > 0 {
-					j.stored = &cp
-				}
-				if err == nil {
-					j.noteSize(a.ID, a.States)
-				}
+			cp := persistence.Checkpoint{ID: a.ID, Time: x.topo.Config().Now(), States: x.withPlan(a.States), Offsets: a.Offsets, Channels: a.Channels}
+			err := x.cpStore.Complete(x.ctx, x.topo.Name(), cp)
+			if err == nil && len(j.savepoints) > 0 {
+				j.stored = &cp
+			}
+			if err == nil {
+				j.noteSize(a.ID, a.States)
 			}
 			var more []coord.CheckpointAction
 			j.cs, more = j.cs.Step(coord.Stored{ID: a.ID, Err: err, At: x.topo.Config().Now()})

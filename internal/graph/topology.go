@@ -210,6 +210,22 @@ type CheckpointPolicy struct {
 	Timeout       time.Duration // a checkpoint not complete after it fails; 0: never
 	MaxConcurrent int           // checkpoints in flight at once (at least 1)
 	MinPause      time.Duration // from the end of one checkpoint to the start of the next
+	// Unaligned starts every checkpoint unaligned; AlignmentTimeout starts
+	// them aligned and switches one still aligning after it to unaligned.
+	Unaligned        bool
+	AlignmentTimeout time.Duration
+}
+
+// UnalignedCheckpoints makes every checkpoint but the final one unaligned
+// (see operators.UnalignedCheckpoints).
+func UnalignedCheckpoints() TopologyOption {
+	return func(c *Config) { c.CheckpointPolicy.Unaligned = true }
+}
+
+// AlignmentTimeout switches a checkpoint still aligning d after it started
+// to unaligned (see operators.AlignmentTimeout).
+func AlignmentTimeout(d time.Duration) TopologyOption {
+	return func(c *Config) { c.CheckpointPolicy.AlignmentTimeout = max(0, d) }
 }
 
 // CheckpointTimeout makes a checkpoint that is not complete d after it

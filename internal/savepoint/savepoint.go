@@ -234,6 +234,11 @@ func (s *Savepoint) Checkpoint() persistence.Checkpoint {
 // exist or be empty. cp must carry its plan (PlanKey).
 func Write(dir, job string, cp persistence.Checkpoint) (*Savepoint, error) {
 	where := "savepoint " + dir
+	if len(cp.Channels) > 0 {
+		// A savepoint has no place for in-flight records: it must not lose
+		// them, nor be restored without them.
+		return nil, fmt.Errorf("%s: checkpoint %d is unaligned (it holds the in-flight records of %d input channels), and a savepoint must be aligned: take it from a job without UnalignedCheckpoints, or one whose AlignmentTimeout let the checkpoint align", where, cp.ID, len(cp.Channels))
+	}
 	plan, ok, err := PlanOf(&cp, where)
 	if err != nil {
 		return nil, err

@@ -206,3 +206,17 @@ func TestKeyGroupRangesInFile(t *testing.T) {
 		t.Fatalf("got %v", err)
 	}
 }
+
+// An unaligned checkpoint (with in-flight records) is refused as a
+// savepoint, saying why, and nothing is written.
+func TestWriteRefusesUnaligned(t *testing.T) {
+	cp := testCheckpoint()
+	cp.Channels = map[string][]byte{"count/0/in0": []byte("records")}
+	dir := filepath.Join(t.TempDir(), "sp")
+	if _, err := Write(dir, "counts", cp); err == nil || !strings.Contains(err.Error(), "unaligned") || !strings.Contains(err.Error(), "1 input channels") {
+		t.Fatalf("Write of an unaligned checkpoint = %v, want a refusal", err)
+	}
+	if _, err := os.Stat(dir); !os.IsNotExist(err) {
+		t.Fatalf("the refused savepoint left %s behind (%v)", dir, err)
+	}
+}

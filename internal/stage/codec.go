@@ -276,3 +276,36 @@ func (Codec[T]) Decode(data []byte) (any, error) {
 func decodeState(b []byte, v any, what string) error {
 	return msgpacksafe.Decode(b, v, msgpacksafe.Limits{Source: what, Factor: 32})
 }
+
+// Header is what an encoded envelope says of itself before its records.
+type Header struct {
+	Kind    actors.Kind
+	Channel int
+	Seq     uint64
+	Count   int
+	Mark    int64
+}
+
+// DecodeHeader reads the header of an envelope written by Codec.Encode
+// without decoding its records (an unaligned checkpoint sorts spilled
+// envelopes by channel and sequence and keeps their bytes). It never
+// panics.
+func DecodeHeader(data []byte) (Header, error) {
+	if len(data) < 2 {
+		return Header{}, errShort
+	}
+	r := &reader{b: data[2:]}
+	h := Header{Kind: actors.Kind(data[0])}
+	ch := r.uvarint()
+	h.Seq = r.uvarint()
+	n := r.uvarint()
+	h.Mark = r.varint()
+	if r.err != nil {
+		return Header{}, r.err
+	}
+	if ch > math.MaxInt32 || n > math.MaxInt32 {
+		return Header{}, fmt.Errorf("envelope seq %d: channel %d, %d records: out of range", h.Seq, ch, n)
+	}
+	h.Channel, h.Count = int(ch), int(n)
+	return h, nil
+}

@@ -35,8 +35,16 @@ type (
 	// its inputs, or answers as a finished instance if its input ends
 	// first. That is how checkpoints go on while some sources have
 	// finished and others run (as Flink's FLIP-147), and how the final
-	// checkpoint reaches every instance.
-	Barrier struct{ ID uint64 }
+	// checkpoint reaches every instance. Unaligned: a source sends
+	// unaligned barriers (actors.UnalignedBarrier); to any other instance
+	// it says that checkpoint ID switched to unaligned (its alignment
+	// timed out): an instance aligning it, or with its barrier queued,
+	// records its state at once, and one that has not seen it yet does
+	// when it does.
+	Barrier struct {
+		ID        uint64
+		Unaligned bool
+	}
 	// Ack: an instance recorded its state for checkpoint ID.
 	Ack struct {
 		Gen      int
@@ -44,6 +52,9 @@ type (
 		Instance int
 		States   map[string][]byte
 		Offsets  map[string]int64
+		// Channels: the in-flight records of an unaligned checkpoint,
+		// by input channel ("operator/instance/in<channel>").
+		Channels map[string][]byte
 	}
 	// Committed: checkpoint ID completed; sinks commit, sources
 	// acknowledge, and a finished instance whose final state it covers
@@ -135,3 +146,19 @@ func (*Credit) IsControl() bool    { return true }
 func (*Barrier) IsControl() bool   { return true }
 func (*Committed) IsControl() bool { return true }
 func (*Drain) IsControl() bool     { return true }
+
+// IsUrgent makes a job's checkpoint announcement overtake the records
+// queued (and spilled) in an instance's mailbox (mailbox.Urgent): a source
+// starts the checkpoint without first reading its queue, and an instance
+// starts an unaligned one at once.
+func (*Barrier) IsUrgent() bool { return true }
+
+// IsUrgent makes a completed checkpoint's commit overtake the queue too:
+// sinks commit without waiting for the records queued after the
+// checkpoint (and a spill cannot hold it: it is no envelope).
+func (*Committed) IsUrgent() bool { return true }
+
+// IsUrgent makes a credit overtake the queue: the sender it frees sends
+// sooner, and a spill cannot hold it (it is no envelope). Credits are
+// totals, so their order against records does not matter.
+func (*Credit) IsUrgent() bool { return true }

@@ -1,0 +1,380 @@
+package engine
+
+import (
+	"bytes"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"slices"
+	"strconv"
+
+	"github.com/sluicehq/sluice/actors"
+	"github.com/sluicehq/sluice/internal/graph"
+	"github.com/sluicehq/sluice/internal/stage"
+	"github.com/sluicehq/sluice/mailbox"
+)
+
+// Unaligned checkpoints (docs/checkpoints.md; FLIP-76). A source sends
+// actors.UnalignedBarrier envelopes, which overtake the records queued in
+// the receiver's mailbox (mailbox.Urgent). On the first barrier of
+// checkpoint n an instance records its state at once and sends the barrier
+// on; the records that were sent before barrier n on each input channel
+// and that it had not processed are the channel's in-flight state: it
+// takes them from its stash and its mailbox (mailbox.Queued) without
+// processing them, and from its input as they arrive until the channel's
+// barrier (or the end of the channel). It processes all of them as usual
+// afterwards. The state recorded does not include them: a job restored
+// from the checkpoint processes them first (instance.replay), then its
+// inputs, and each is counted once.
+//
+// Which records of channel c are in flight is decided by sequence numbers:
+// upTo[c] is the sequence after the records of c that are in the state or
+// recorded, and the barrier of c carries the sequence after the last
+// record sent before it (until[c]). The records in [upTo, until) are in
+// flight. A barrier overtakes the receiver's queue but not the sender's
+// output queue (it waits there behind at most one batch of the sender's
+// output, which the receiver's credits let through), so when it arrives
+// every record before it is in the receiver's mailbox or stash.
+
+// unalignedCp is an unaligned checkpoint an instance is taking.
+type unalignedCp struct {
+	id     uint64
+	states map[string][]byte
+	upTo   []uint64   // by channel: the records below are in the state or recorded
+	until  []uint64   // by channel: the sequence of its barrier, when seen
+	seen   []bool     // by channel: its barrier (or its end) is known
+	recs   [][][]byte // by channel: the in-flight envelopes, encoded
+}
+
+// checkUnaligned refuses a job with unaligned checkpoints that this engine
+// cannot take without losing in-flight records.
+func checkUnaligned(t *graph.Topology, p *graph.Plan) error {
+	cfg := t.Config()
+	pol := cfg.CheckpointPolicy
+	if !pol.Unaligned && pol.AlignmentTimeout <= 0 {
+		return nil
+	}
+	opt := "UnalignedCheckpoints"
+	if !pol.Unaligned {
+		opt = "AlignmentTimeout"
+	}
+	if cfg.CheckpointInterval <= 0 {
+		return fmt.Errorf("%s needs Checkpoints(interval)", opt)
+	}
+	if cfg.Dist != nil {
+		return fmt.Errorf("%s: unaligned checkpoints are built for jobs in one process only, not for a distributed job (its barriers cannot overtake records on the wire yet); use aligned checkpoints", opt)
+	}
+	for _, chain := range p.Chains {
+		head := chain[0]
+		if in := head.Input(); in != nil && in.Overflow != mailbox.OverflowBlock && in.Overflow != mailbox.OverflowSpill {
+			return fmt.Errorf("%s: operator %q has a %s input: its drops would make the in-flight records a checkpoint holds disagree with what the operator processes; give it the Block or Spill policy, or use aligned checkpoints", opt, head.Name(), in.Overflow)
+		}
+	}
+	return nil
+}
+
+// channelKey names input channel c of the instance in a checkpoint's
+// Channels.
+func (in *instance) channelKey(c int) string {
+	return in.exec.plan.Chains[in.task][0].Name() + "/" + strconv.Itoa(in.idx) + "/in" + strconv.Itoa(c)
+}
+
+// onUnalignedBarrier: the barrier of unaligned checkpoint env.Mark arrived
+// on channel env.Channel, ahead of the records queued before it.
+func (in *instance) onUnalignedBarrier(env *actors.Envelope) {
+	id := uint64(env.Mark)
+	switch {
+	case id <= in.answered || in.done || in.src != nil:
+		return
+	case in.ua != nil && in.ua.id > id:
+		return // of a checkpoint given up for a later one
+	case in.ua != nil && in.ua.id == id:
+		in.uaSeen(env.Channel, env.Seq)
+		in.uaCollect(in.queued(), env.Channel)
+		in.uaMaybeDone()
+		return
+	}
+	in.startUnaligned(id, env.Channel, env.Seq)
+}
+
+// switchUnaligned: the job started checkpoint id unaligned, or switched it
+// to unaligned (its alignment timed out). The instance takes it now,
+// before any barrier of it arrives: its state then covers only records
+// sent before every barrier of the checkpoint (a barrier reaches it before
+// the records sent after it: an unaligned one overtakes them, an aligned
+// one precedes them), and the records it processes from now until each
+// channel's barrier are recorded as in flight. That is also how a
+// checkpoint completes while an instance's input is ended by a finished
+// source but still queued (its end is in the queue: nothing more comes on
+// it).
+func (in *instance) switchUnaligned(id uint64) {
+	if id <= in.answered || in.done || in.src != nil || (in.ua != nil && in.ua.id >= id) {
+		return
+	}
+	in.switchedTo = max(in.switchedTo, id)
+	in.startUnaligned(id, -1, 0)
+}
+
+// inQueue is what waits in an instance's input: its stash and its
+// mailbox's messages (urgent first), then the encoded messages of its
+// mailbox's spill.
+type inQueue struct {
+	msgs    []any
+	spilled [][]byte
+}
+
+// queued returns what waits in the instance's input, taken from its
+// mailbox in one lock (see mailbox.QueuedAndSpilled).
+func (in *instance) queued() inQueue {
+	var q inQueue
+	for _, env := range in.stash {
+		q.msgs = append(q.msgs, env)
+	}
+	if mb := in.mb.Load(); mb != nil {
+		msgs, spilled, err := mb.QueuedAndSpilled()
+		if err != nil {
+			panic(fmt.Errorf("unaligned checkpoint: read the records spilled in the input: %w", err))
+		}
+		q.msgs, q.spilled = append(q.msgs, msgs...), spilled
+	}
+	return q
+}
+
+// startUnaligned starts unaligned checkpoint id, whose barrier arrived on
+// channel ch with sequence seq (ch -1: none arrived, the job switched it):
+// the state is recorded now, the barrier goes to every output, and the
+// in-flight records queued are recorded.
+func (in *instance) startUnaligned(id uint64, ch int, seq uint64) {
+	n := len(in.ins)
+	ua := &unalignedCp{id: id, upTo: slices.Clone(in.nextIn), until: make([]uint64, n), seen: make([]bool, n), recs: make([][][]byte, n)}
+	// An alignment of this checkpoint becomes unaligned: its channels have
+	// delivered their barriers, and what they sent after is held. An older
+	// alignment is given up. Either way the held envelopes go back first.
+	if in.align.id != 0 {
+		if in.align.id == id {
+			for c, s := range in.align.seen {
+				if s {
+					ua.seen[c], ua.until[c] = true, in.align.seqs[c]
+				}
+			}
+		}
+		in.stash = append(in.align.held, in.stash...)
+		in.align = alignment{}
+	}
+	if in.ua != nil { // an older one, given up for this one
+		in.ua = nil
+	}
+	if ch >= 0 {
+		ua.seen[ch], ua.until[ch] = true, seq
+	}
+	in.em.Flush()
+	ua.states = in.snapshot(id)
+	in.ua = ua
+	// Restored in-flight records not yet processed come first on their
+	// channels.
+	for _, env := range in.replay {
+		in.uaEncode(env.Channel, env)
+	}
+	in.uaCollect(in.queued(), -1)
+	for _, oc := range in.outs {
+		in.enqueue(oc, &actors.Envelope{Kind: actors.UnalignedBarrier, Mark: int64(id)})
+	}
+	in.uaMaybeDone()
+}
+
+// uaCollect records the in-flight data among queued messages (on channel
+// only, unless it is -1). Barriers of the checkpoint among them (first the
+// urgent ones, which overtook the rest) and ends of channels mark where
+// their channel's in-flight records stop. Spilled records are kept as the
+// spill encoded them (with the same codec), without decoding them.
+func (in *instance) uaCollect(q inQueue, only int) {
+	for _, msg := range q.msgs {
+		if env, ok := msg.(*actors.Envelope); ok && env.Kind == actors.UnalignedBarrier && uint64(env.Mark) == in.ua.id {
+			in.uaSeen(env.Channel, env.Seq)
+		}
+	}
+	for _, msg := range q.msgs {
+		if env, ok := msg.(*actors.Envelope); ok && (only < 0 || env.Channel == only) {
+			in.uaArrived(env)
+		}
+	}
+	for _, data := range q.spilled {
+		h, err := stage.DecodeHeader(data)
+		if err != nil {
+			panic(fmt.Errorf("unaligned checkpoint %d: a spilled envelope: %w", in.ua.id, err))
+		}
+		if only >= 0 && h.Channel != only {
+			continue
+		}
+		in.uaArrivedHeader(h, data)
+	}
+}
+
+// uaArrivedHeader is uaArrived for an encoded envelope.
+func (in *instance) uaArrivedHeader(h stage.Header, data []byte) {
+	ua, c := in.ua, h.Channel
+	if c < 0 || c >= len(ua.seen) {
+		return
+	}
+	switch h.Kind {
+	case actors.Data:
+		if h.Seq < ua.upTo[c] || (ua.seen[c] && h.Seq >= ua.until[c]) {
+			return
+		}
+		ua.recs[c] = append(ua.recs[c], bytes.Clone(data))
+		ua.upTo[c] = h.Seq + uint64(h.Count)
+	case actors.Barrier:
+		if uint64(h.Mark) == ua.id {
+			in.uaSeen(c, h.Seq)
+		}
+	case actors.EndOfStream:
+		in.uaSeen(c, h.Seq)
+	}
+}
+
+// uaArrived records env if it is in flight for the checkpoint, or notes
+// where its channel's in-flight records end.
+func (in *instance) uaArrived(env *actors.Envelope) {
+	ua, c := in.ua, env.Channel
+	if c < 0 || c >= len(ua.seen) {
+		return
+	}
+	switch env.Kind {
+	case actors.Data:
+		if env.Seq < ua.upTo[c] || (ua.seen[c] && env.Seq >= ua.until[c]) {
+			return // in the state, recorded already, or after the barrier
+		}
+		in.uaEncode(c, env)
+		ua.upTo[c] = env.Seq + uint64(env.Count)
+	case actors.Barrier:
+		if uint64(env.Mark) == ua.id {
+			in.uaSeen(c, env.Seq)
+		}
+	case actors.EndOfStream:
+		in.uaSeen(c, env.Seq)
+	}
+}
+
+func (in *instance) uaSeen(c int, seq uint64) {
+	if ua := in.ua; c >= 0 && c < len(ua.seen) && !ua.seen[c] {
+		ua.seen[c], ua.until[c] = true, seq
+	}
+}
+
+func (in *instance) uaEncode(c int, env *actors.Envelope) {
+	b, err := in.codec.Encode(env)
+	if err != nil {
+		panic(fmt.Errorf("unaligned checkpoint %d: record the in-flight records of input channel %d: %w", in.ua.id, c, err))
+	}
+	in.ua.recs[c] = append(in.ua.recs[c], b)
+}
+
+// uaMaybeDone acknowledges the unaligned checkpoint once every channel's
+// in-flight records are recorded.
+func (in *instance) uaMaybeDone() {
+	ua := in.ua
+	if ua == nil {
+		return
+	}
+	for c := range ua.seen {
+		if !in.finishedIn[c] && (!ua.seen[c] || ua.upTo[c] < ua.until[c]) {
+			return
+		}
+	}
+	in.ua = nil
+	in.answered = max(in.answered, ua.id)
+	var chans map[string][]byte
+	for c, recs := range ua.recs {
+		if len(recs) > 0 {
+			if chans == nil {
+				chans = map[string][]byte{}
+			}
+			chans[in.channelKey(c)] = encodeChannel(recs)
+		}
+	}
+	in.tell(in.exec.jobPID, ackOf(in, ua.id, ua.states, chans))
+}
+
+// encodeChannel frames the encoded envelopes of a channel's in-flight
+// records: each as its length (uvarint) and its bytes.
+func encodeChannel(recs [][]byte) []byte {
+	n := 0
+	for _, r := range recs {
+		n += len(r) + binary.MaxVarintLen64
+	}
+	b := make([]byte, 0, n)
+	for _, r := range recs {
+		b = binary.AppendUvarint(b, uint64(len(r)))
+		b = append(b, r...)
+	}
+	return b
+}
+
+// errChannelState: a checkpoint's in-flight records do not decode.
+var errChannelState = errors.New("malformed in-flight records")
+
+// decodeChannel decodes what encodeChannel wrote, each envelope with the
+// receiving task's codec (bounded, it never panics), as records of input
+// channel c.
+func decodeChannel(data []byte, codec mailbox.Codec, c int) ([]*actors.Envelope, error) {
+	var out []*actors.Envelope
+	for off := 0; off < len(data); {
+		n, k := binary.Uvarint(data[off:])
+		if k <= 0 || n > uint64(len(data)-off-k) {
+			return nil, fmt.Errorf("%w: a length at byte %d", errChannelState, off)
+		}
+		off += k
+		msg, err := codec.Decode(data[off : off+int(n)])
+		if err != nil {
+			return nil, fmt.Errorf("%w: the envelope at byte %d: %w", errChannelState, off, err)
+		}
+		env, ok := msg.(*actors.Envelope)
+		if !ok || env.Kind != actors.Data {
+			return nil, fmt.Errorf("%w: the envelope at byte %d is not a batch of records", errChannelState, off)
+		}
+		env.Channel = c
+		out = append(out, env)
+		off += int(n)
+	}
+	return out, nil
+}
+
+// restoreChannels gives every instance the in-flight records the restored
+// checkpoint holds for its input channels, to process before its inputs.
+// Records for a channel no instance has (the job changed its parallelism
+// or its operators) fail the start rather than be lost.
+func (x *execution) restoreChannels() error {
+	if x.restored == nil || len(x.restored.Channels) == 0 {
+		return nil
+	}
+	used := 0
+	for id, chain := range x.plan.Chains {
+		if chain[0].Role() == graph.RoleSource {
+			continue
+		}
+		for _, in := range x.instances[id] {
+			in.replay = nil
+			for c := range in.ins {
+				data, ok := x.restored.Channels[in.channelKey(c)]
+				if !ok {
+					continue
+				}
+				used++
+				envs, err := decodeChannel(data, in.codec, c)
+				if err != nil {
+					return fmt.Errorf("operator %q instance %d: checkpoint %d: input channel %d: %w", chain[0].Name(), in.idx, x.restored.ID, c, err)
+				}
+				in.replay = append(in.replay, envs...)
+			}
+		}
+	}
+	if used != len(x.restored.Channels) {
+		var keys []string
+		for k := range x.restored.Channels {
+			keys = append(keys, k)
+		}
+		slices.Sort(keys)
+		return fmt.Errorf("checkpoint %d holds in-flight records for %d input channels (%v), of which this job has %d: restore it with the topology and parallelism that took it", x.restored.ID, len(keys), keys, used)
+	}
+	return nil
+}

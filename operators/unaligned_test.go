@@ -1,0 +1,196 @@
+package operators_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/sluicehq/sluice/mailbox"
+	"github.com/sluicehq/sluice/operators"
+	"github.com/sluicehq/sluice/persistence"
+)
+
+// uaCheckpoints is memCheckpoints that also counts the checkpoints stored
+// with in-flight records (unaligned ones that overtook records).
+type uaCheckpoints struct {
+	memCheckpoints
+	withChannels int
+	records      int // bytes of in-flight records stored, in all
+}
+
+func (u *uaCheckpoints) Complete(ctx context.Context, job string, cp persistence.Checkpoint) error {
+	if err := u.memCheckpoints.Complete(ctx, job, cp); err != nil {
+		return err
+	}
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	if len(cp.Channels) > 0 {
+		u.withChannels++
+		for _, v := range cp.Channels {
+			u.records += len(v)
+		}
+	}
+	return nil
+}
+
+func (u *uaCheckpoints) channelCheckpoints() int {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	return u.withChannels
+}
+
+func (u *uaCheckpoints) latestHasChannels(job string) bool {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	return len(u.latest[job].Channels) > 0
+}
+
+// spin is deterministic CPU work per record (no sleep): it makes the
+// consumer slower than the source, so that its inputs stay full.
+func spin(v int64, rounds int) int64 {
+	x := uint64(v) | 1
+	for range rounds {
+		x ^= x << 13
+		x ^= x >> 7
+		x ^= x << 17
+	}
+	return int64(x & 1)
+}
+
+// slowCounting is countingTopology with two source instances, a slow stage
+// after the count (in the count's chain), small batches and a small
+// capacity: the count's inputs (two channels each) are full all the time
+// (Block back-pressure up to the sources). work is the rounds of spin per
+// record; with spill the count's input has the Spill policy, so the
+// sources run ahead and the spill holds most of the in-flight records.
+func slowCounting(store persistence.CheckpointStore, dir string, n int64, work int, spill bool, interval time.Duration, opts ...operators.TopologyOption) *operators.Topology {
+	opts = append([]operators.TopologyOption{operators.Checkpoints(interval), operators.BatchSize(16), operators.Capacity(64)}, opts...)
+	if store != nil { // nil: the system's store
+		opts = append(opts, operators.CheckpointStore(store))
+	}
+	t := operators.NewTopology("counting-slow", opts...)
+	src := operators.Source(t, "numbers", operators.Generate(n, func(i int64) int64 { return i }), operators.Parallelism(2))
+	keys := operators.Map(src, "key", func(v int64) string { return fmt.Sprintf("k%02d", v*7%23) })
+	by := operators.KeyBy(keys, "by-key", func(k string) string { return k }, operators.Parallelism(3))
+	var copts []operators.AggregateOption
+	if spill { // the count's input spills instead of back-pressuring
+		copts = append(copts, operators.Input(mailbox.Spill(64, mailbox.SpillOptions{})))
+	}
+	counts := operators.Count(by, "count", copts...)
+	slow := operators.Map(counts, "slow", func(kv operators.KV[string, int64]) operators.KV[string, int64] {
+		kv.Value += spin(kv.Value, work) * 0 // the work, without changing the count
+		return kv
+	})
+	operators.Sink(slow, "out", operators.File(filepath.Join(dir, "counts"), func(kv operators.KV[string, int64]) string {
+		return fmt.Sprintf("%s=%d", kv.Key, kv.Value)
+	}, operators.FileOverwrite()))
+	return t
+}
+
+// TestUnalignedCheckpointsExactlyOnce runs the slow counting job under
+// back-pressure with unaligned checkpoints, stops it hard (no drain) three
+// times after a checkpoint that holds in-flight records completed, and
+// starts it again from its last checkpoint each time; the output equals an
+// uninterrupted run's (as sets of lines: the two sources interleave
+// differently from run to run, and every running count of every key must
+// be there exactly once). Checkpoints that overtook records are counted: if
+// the barriers waited behind the records, none would hold any.
+func TestUnalignedCheckpointsExactlyOnce(t *testing.T) {
+	t.Run("block", func(t *testing.T) { testUnalignedExactlyOnce(t, false) })
+	t.Run("spill", func(t *testing.T) { testUnalignedExactlyOnce(t, true) })
+}
+
+func testUnalignedExactlyOnce(t *testing.T, spill bool) {
+	const n, work = 12_000, 20_000
+	sys, ctx := newSystem(t)
+	cleanDir := t.TempDir()
+	runToEnd(t, sys, ctx, slowCounting(&uaCheckpoints{}, cleanDir, n, work, spill, time.Hour))
+	want := sortedParts(t, cleanDir)
+
+	dir := t.TempDir()
+	store := &uaCheckpoints{}
+	stops, restoredChannels := 0, 0
+	for attempt := 0; ; attempt++ {
+		if attempt > 50 {
+			t.Fatal("the job never finished")
+		}
+		if store.latestHasChannels("counting-slow") {
+			restoredChannels++
+		}
+		run, err := sys.Run(ctx, slowCounting(store, dir, n, work, spill, 5*time.Millisecond, operators.UnalignedCheckpoints()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if stops < 3 {
+			target := store.channelCheckpoints() + 1
+			waitFor(t, "an unaligned checkpoint with in-flight records", func() bool {
+				select {
+				case <-run.Done():
+					return true
+				default:
+				}
+				return store.channelCheckpoints() >= target
+			})
+			if err := run.Stop(ctx); err != nil {
+				t.Fatal(err)
+			}
+			if err := run.Wait(ctx); errors.Is(err, operators.ErrAborted) {
+				stops++
+				continue
+			}
+		}
+		if err := run.Wait(ctx); err != nil {
+			t.Fatal(err)
+		}
+		break
+	}
+	if stops == 0 || restoredChannels == 0 {
+		t.Fatalf("%d stops, %d restores from a checkpoint with in-flight records: the test proved nothing", stops, restoredChannels)
+	}
+	if got := sortedParts(t, dir); got != want {
+		t.Fatalf("output after %d stops differs from the uninterrupted run (%d vs %d bytes)", stops, len(got), len(want))
+	}
+	t.Logf("%d stops, %d restores with in-flight records; %d checkpoints held in-flight records (%d bytes)", stops, restoredChannels, store.withChannels, store.records)
+}
+
+// With AlignmentTimeout, checkpoints start aligned and those that do not
+// align in time under back-pressure switch to unaligned: some hold
+// in-flight records, and the output is exact.
+func TestAlignmentTimeoutSwitchesToUnaligned(t *testing.T) {
+	const n, work, spill = 4_000, 200_000, false // about 100 µs a record: 10 ms to drain a full input
+	sys, ctx := newSystem(t)
+	cleanDir := t.TempDir()
+	runToEnd(t, sys, ctx, slowCounting(&uaCheckpoints{}, cleanDir, n, work, spill, time.Hour))
+	want := sortedParts(t, cleanDir)
+
+	dir := t.TempDir()
+	store := &uaCheckpoints{}
+	run := runToEnd(t, sys, ctx, slowCounting(store, dir, n, work, spill, 5*time.Millisecond, operators.AlignmentTimeout(time.Millisecond)))
+	if store.channelCheckpoints() == 0 {
+		t.Fatalf("no checkpoint switched to unaligned (%d completed)", operators.CheckpointStatsOf(run).Completed)
+	}
+	if got := sortedParts(t, dir); got != want {
+		t.Fatalf("output differs from the uninterrupted run (%d vs %d bytes)", len(got), len(want))
+	}
+	t.Logf("%d checkpoints completed, %d switched to unaligned and held in-flight records", operators.CheckpointStatsOf(run).Completed, store.channelCheckpoints())
+}
+
+// What unaligned checkpoints cannot take yet is refused at the start,
+// naming the operator and what to do.
+func TestUnalignedCheckpointsRefused(t *testing.T) {
+	sys, ctx := newSystem(t)
+	drops := operators.NewTopology("ua-drops", operators.Checkpoints(time.Second), operators.UnalignedCheckpoints(), operators.CheckpointStore(&memCheckpoints{}))
+	src := operators.Source(drops, "numbers", operators.Generate(10, func(i int64) int64 { return i }))
+	operators.Sink(operators.Map(src, "double", func(v int64) int64 { return 2 * v }, operators.Input(mailbox.DropNewest(1024))), "out", discard[int64]())
+	if _, err := sys.Run(ctx, drops); err == nil || !containsAll(err.Error(), "UnalignedCheckpoints", `"double"`, "drop-newest", "Block or Spill") {
+		t.Fatalf("Run with a DropNewest input = %v, want a refusal naming the operator and the policies that work", err)
+	}
+	bare := operators.NewTopology("ua-bare", operators.AlignmentTimeout(time.Second))
+	operators.Sink(operators.Source(bare, "numbers", operators.Generate(10, func(i int64) int64 { return i })), "out", discard[int64]())
+	if _, err := sys.Run(ctx, bare); err == nil || !containsAll(err.Error(), "AlignmentTimeout needs Checkpoints") {
+		t.Fatalf("Run with AlignmentTimeout and no checkpoints = %v, want a refusal", err)
+	}
+}
