@@ -128,6 +128,18 @@ func (c *Client) Savepoint(ctx context.Context, job string) (uint64, error) {
 	return out.Checkpoint, err
 }
 
+// SavepointTo takes a checkpoint now and writes it as a savepoint into the
+// new directory dir (one name) under the server's Options.SavepointDir;
+// it returns the checkpoint's id and the savepoint's path.
+func (c *Client) SavepointTo(ctx context.Context, job, dir string) (uint64, string, error) {
+	var out struct {
+		Checkpoint uint64
+		Dir        string
+	}
+	err := c.call(ctx, http.MethodPost, "/v1/jobs/"+esc(job)+"/savepoint", map[string]string{"dir": dir}, &out)
+	return out.Checkpoint, out.Dir, err
+}
+
 // Stop drains a job and returns its final checkpoint.
 func (c *Client) Stop(ctx context.Context, job string) (uint64, error) {
 	var out struct{ Checkpoint uint64 }

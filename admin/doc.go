@@ -20,7 +20,8 @@
 //	PUT  /v1/jobs/{job}/inputs/{operator}          change an input: {"policy": "drop-oldest", "capacity": 4096}
 //	POST /v1/jobs/{job}/sources/{operator}/pause   stop a source reading
 //	POST /v1/jobs/{job}/sources/{operator}/resume  let it read again
-//	POST /v1/jobs/{job}/savepoint                  take a checkpoint now: {"checkpoint": 12}
+//	POST /v1/jobs/{job}/savepoint                  take a checkpoint now: {"checkpoint": 12}; with {"dir": "NAME"}, write it
+//	                                               as a savepoint into NAME under Options.SavepointDir: {"checkpoint": 12, "dir": ...}
 //	POST /v1/jobs/{job}/stop                       drain the job, keeping its final checkpoint to resume from
 //	GET  /v1/desired                               the desired-state document's status: desired, applied per job, last rejection
 //	PUT  /v1/desired                               push a desired-state document: 200 applied, 409 rejected whole (the reason names the field)

@@ -9,8 +9,10 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"path/filepath"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -56,6 +58,10 @@ type Options struct {
 	// ChangeTimeout bounds one change (every instance must answer).
 	// Default 30 s.
 	ChangeTimeout time.Duration
+	// SavepointDir is the directory under which a savepoint request may
+	// write a savepoint (it names a new subdirectory, never a path).
+	// Empty: savepoint requests only take a checkpoint now.
+	SavepointDir string
 }
 
 // Server is the control plane of one process's jobs: the admin API's
@@ -330,19 +336,45 @@ func (s *Server) pause(ctx context.Context, ev Event, pause bool) error {
 
 // Savepoint takes a checkpoint of job name now and returns its id.
 func (s *Server) Savepoint(ctx context.Context, who, name string) (uint64, error) {
+	id, _, err := s.SavepointTo(ctx, who, name, "")
+	return id, err
+}
+
+// SavepointTo takes a checkpoint of job name now and, when sub is not
+// empty, writes it as a savepoint (operators.Job.Savepoint) into the new
+// directory sub of Options.SavepointDir, returning its path. sub is one
+// path element: a request cannot name a directory elsewhere.
+func (s *Server) SavepointTo(ctx context.Context, who, name, sub string) (uint64, string, error) {
 	var id uint64
+	var dir string
 	ev := Event{Who: who, Job: name, What: "savepoint"}
 	err := func() error {
 		run, err := s.runOf(name)
 		if err != nil {
 			return err
 		}
-		id, err = operators.CheckpointNow(ctx, run)
-		ev.Detail = "checkpoint " + strconv.FormatUint(id, 10)
-		return err
+		if sub == "" {
+			id, err = operators.CheckpointNow(ctx, run)
+			ev.Detail = "checkpoint " + strconv.FormatUint(id, 10)
+			return err
+		}
+		if s.opts.SavepointDir == "" {
+			return fmt.Errorf("%w: savepoint %q: this process has no savepoint directory (admin.Options.SavepointDir, --admin-savepoints)", ErrInvalid, sub)
+		}
+		if sub != filepath.Base(sub) || sub == "." || sub == ".." || strings.ContainsAny(sub, `/\`) {
+			return fmt.Errorf("%w: savepoint %q: want a directory name, not a path", ErrInvalid, sub)
+		}
+		dir = filepath.Join(s.opts.SavepointDir, sub)
+		sp, err := engine.Savepoint(ctx, run, dir)
+		if err != nil {
+			return err
+		}
+		id = sp.Manifest.Checkpoint
+		ev.Detail = "savepoint " + dir + " of checkpoint " + strconv.FormatUint(id, 10)
+		return nil
 	}()
 	s.record(ctx, ev, err)
-	return id, err
+	return id, dir, err
 }
 
 // Stop drains job name (its sources stop, what is in flight finishes) and
@@ -526,8 +558,17 @@ func (s *Server) Handler() http.Handler {
 		})
 	}
 	mux.HandleFunc("POST /v1/jobs/{job}/savepoint", func(w http.ResponseWriter, r *http.Request) {
-		id, err := s.Savepoint(r.Context(), who(r), r.PathValue("job"))
-		reply(w, map[string]any{"job": r.PathValue("job"), "checkpoint": id}, err)
+		var req struct {
+			Dir string `json:"dir"` // a new directory under Options.SavepointDir; empty: a checkpoint now
+		}
+		if r.ContentLength != 0 {
+			if err := json.NewDecoder(io.LimitReader(r.Body, 4096)).Decode(&req); err != nil && !errors.Is(err, io.EOF) {
+				writeError(w, http.StatusBadRequest, "admin: savepoint request: "+err.Error())
+				return
+			}
+		}
+		id, dir, err := s.SavepointTo(r.Context(), who(r), r.PathValue("job"), req.Dir)
+		reply(w, map[string]any{"job": r.PathValue("job"), "checkpoint": id, "dir": dir}, err)
 	})
 	mux.HandleFunc("POST /v1/jobs/{job}/stop", func(w http.ResponseWriter, r *http.Request) {
 		id, err := s.Stop(r.Context(), who(r), r.PathValue("job"))

@@ -42,7 +42,7 @@ func readToken(file string) (string, error) {
 
 // adminFlags serve the admin API from a process that runs jobs.
 type adminFlags struct {
-	addr, tokenFile, desired string
+	addr, tokenFile, desired, savepoints string
 }
 
 func (f *adminFlags) add(c *cobra.Command, persistent bool) {
@@ -53,6 +53,7 @@ func (f *adminFlags) add(c *cobra.Command, persistent bool) {
 	fs.StringVar(&f.addr, "admin", "", "serve the admin API (sluice ctl) at http://ADDR/v1/ (a port alone binds 127.0.0.1)")
 	fs.StringVar(&f.tokenFile, "admin-token-file", "", "file whose first line is the bearer token that changes through the admin API need (default: $"+tokenEnv+"; without either the API is read only)")
 	fs.StringVar(&f.desired, "desired", "", "with --admin: a desired-state JSON document to apply, watched for edits")
+	fs.StringVar(&f.savepoints, "admin-savepoints", "", "with --admin: the directory under which sluice ctl savepoint JOB NAME writes savepoints (without it, ctl savepoint takes a checkpoint now)")
 }
 
 // start serves the API when --admin was given (nil, no-op otherwise).
@@ -71,7 +72,7 @@ func (f *adminFlags) start(g *globals, tp telemetry.Providers) (*admin.Server, f
 	if err != nil {
 		return nil, nil, err
 	}
-	srv, err := admin.New(admin.Options{Token: tok, Logger: log, TracerProvider: tp.Tracer})
+	srv, err := admin.New(admin.Options{Token: tok, Logger: log, TracerProvider: tp.Tracer, SavepointDir: f.savepoints})
 	if err != nil {
 		return nil, nil, err
 	}
@@ -112,7 +113,7 @@ the bearer token, from --token-file or $` + tokenEnv + `.
   sluice ctl show JOB                               inputs, accounting, checkpoints, plan
   sluice ctl history JOB                            the changes made to the job
   sluice ctl pause JOB SOURCE / resume JOB SOURCE   stop a source reading / let it read
-  sluice ctl savepoint JOB                          take a checkpoint now
+  sluice ctl savepoint JOB [NAME]                   take a checkpoint now; with NAME, a savepoint under --admin-savepoints
   sluice ctl stop JOB                               drain, keeping the final checkpoint
   sluice ctl set-policy JOB OPERATOR --policy P [--capacity N] [--sample-every N] [--rate R]
   sluice ctl apply FILE                             push a desired-state document (JSON)
@@ -205,8 +206,17 @@ the bearer token, from --token-file or $` + tokenEnv + `.
 				return nil
 			})})
 	}
-	c.AddCommand(&cobra.Command{Use: "savepoint JOB", Short: "take a checkpoint of a job now", Args: cobra.ExactArgs(1),
+	c.AddCommand(&cobra.Command{Use: "savepoint JOB [NAME]", Short: "take a checkpoint of a job now; with NAME, write it as a savepoint into NAME under the process's --admin-savepoints",
+		Args: cobra.RangeArgs(1, 2),
 		RunE: do(func(ctx context.Context, cl *admin.Client, args []string) error {
+			if len(args) == 2 {
+				id, dir, err := cl.SavepointTo(ctx, args[0], args[1])
+				if err != nil {
+					return err
+				}
+				fmt.Fprintf(out, "%s: savepoint %s of checkpoint %d (sluice savepoint inspect %s)\n", args[0], dir, id, dir)
+				return nil
+			}
 			id, err := cl.Savepoint(ctx, args[0])
 			if err != nil {
 				return err

@@ -37,10 +37,10 @@ const (
 	runCrashInterval = 200 * time.Millisecond
 )
 
-// runCrashArgs is the job: 60 000 events per kill at 100 a second of event
-// time (for 5 kills about 30 000 results of q5's sliding windows).
-func runCrashArgs(dir, out string, kills int) []string {
-	args := []string{"run", "nexmark", "--query", "q5", "--events", strconv.Itoa(60_000 * kills), "--firstEventRate", "100", "--nextEventRate", "100",
+// runCrashArgs is the job: events at 100 a second of event
+// time (300 000 events: about 30 000 results of q5's sliding windows).
+func runCrashArgs(dir, out string, events int) []string {
+	args := []string{"run", "nexmark", "--query", "q5", "--events", strconv.Itoa(events), "--firstEventRate", "100", "--nextEventRate", "100",
 		"--out", out, "--progress", "20ms"}
 	if dir != "" {
 		args = append(args, "--store", filepath.Join(dir, "s.db"), "--checkpoints", runCrashInterval.String())
@@ -83,9 +83,23 @@ func TestRunResumesAfterSIGKILL(t *testing.T) {
 	}
 	rng := crashtest.Seed(t, runCrashSeedEnv)
 
+	// The job's size. At full speed 60 000 events a kill end before the
+	// first checkpoint, and no kill lands: a first run measures the speed
+	// of this machine (race detector or not) and the job grows until an
+	// uninterrupted run lasts about 15 checkpoint intervals.
+	events := 60_000 * kills
+	start := time.Now()
+	if _, errOut, err := execute(t, runCrashArgs("", filepath.Join(t.TempDir(), "q5.jsonl"), events)...); err != nil {
+		t.Fatalf("sizing run: %v\n%s", err, errOut)
+	}
+	if took, aim := time.Since(start), 15*runCrashInterval; took < aim {
+		events = min(int(float64(events)*float64(aim)/float64(max(took, time.Millisecond))), 100*60_000*kills)
+	}
+	t.Logf("the job: %d events", events)
+
 	// The uninterrupted run, without a store or checkpoints.
 	ref := filepath.Join(t.TempDir(), "q5.jsonl")
-	if _, errOut, err := execute(t, runCrashArgs("", ref, kills)...); err != nil {
+	if _, errOut, err := execute(t, runCrashArgs("", ref, events)...); err != nil {
 		t.Fatalf("uninterrupted run: %v\n%s", err, errOut)
 	}
 	want := fileLines(t, ref)
@@ -100,7 +114,7 @@ func TestRunResumesAfterSIGKILL(t *testing.T) {
 		}
 		dir := t.TempDir()
 		out := filepath.Join(dir, "q5.jsonl")
-		child := crashtest.Child{Test: "TestRunChild", Env: []string{runChildEnv + "=" + strings.Join(runCrashArgs(dir, out, kills), "\x1f")}}
+		child := crashtest.Child{Test: "TestRunChild", Env: []string{runChildEnv + "=" + strings.Join(runCrashArgs(dir, out, events), "\x1f")}}
 		var last uint64 // the newest checkpoint a run of this round showed
 		for done, first := false, true; !done; runs, first = runs+1, false {
 			if runs > 4*kills {
