@@ -106,6 +106,6 @@ func (c *Client) Status(ctx context.Context, address string) (Stats, error) {
 // Close stops the client.
 func (c *Client) Close() {
 	c.n.guard.closing.Store(true)
-	stopRemote(c.n.as, c.r)
+	stopRemote(c.n.as, c.r, c.n.guard)
 	c.n.as.Shutdown()
 }

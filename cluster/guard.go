@@ -6,6 +6,7 @@ import (
 	"slices"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
 	"github.com/asynkron/protoactor-go/remote"
@@ -49,6 +50,55 @@ type guard struct {
 	// network (one for an actor already stopped would make protoactor
 	// answer through an endpoint manager that is stopping, and panic).
 	closing atomic.Bool
+	// streams counts the inbound streams whose handler still runs: the
+	// remote's endpoint actors must outlive them (see stopRemote).
+	streams activeStreams
+}
+
+// activeStreams counts running stream handlers, and lets one wait for
+// none to run.
+type activeStreams struct {
+	mu   sync.Mutex
+	n    int
+	idle chan struct{} // closed when n drops to 0, made by wait
+}
+
+func (a *activeStreams) enter() {
+	a.mu.Lock()
+	a.n++
+	a.mu.Unlock()
+}
+
+func (a *activeStreams) leave() {
+	a.mu.Lock()
+	a.n--
+	if a.n == 0 && a.idle != nil {
+		close(a.idle)
+		a.idle = nil
+	}
+	a.mu.Unlock()
+}
+
+// wait returns once no handler runs, or after d.
+func (a *activeStreams) wait(d time.Duration) bool {
+	a.mu.Lock()
+	if a.n == 0 {
+		a.mu.Unlock()
+		return true
+	}
+	if a.idle == nil {
+		a.idle = make(chan struct{})
+	}
+	idle := a.idle
+	a.mu.Unlock()
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-idle:
+		return true
+	case <-t.C:
+		return false
+	}
 }
 
 // streamPeer is the node at the other end of an inbound stream.
@@ -75,6 +125,8 @@ func (gd *guard) interceptor(srv any, ss grpc.ServerStream, _ *grpc.StreamServer
 			g.peer.secure, g.peer.names = true, certNames(info.State.VerifiedChains[0][0])
 		}
 	}
+	gd.streams.enter()
+	defer gd.streams.leave()
 	defer g.release()
 	return handler(srv, g)
 }

@@ -507,7 +507,7 @@ func (n *Node) shutdown(ctx context.Context) {
 		wait(n.nodePID)
 		wait(n.replicaPID)
 		wait(n.jobsPID)
-		stopRemote(n.as, n.cl.Remote)
+		stopRemote(n.as, n.cl.Remote, n.guard)
 	}
 	n.as.EventStream.Unsubscribe(n.sub)
 	if n.connSub != nil {
@@ -522,9 +522,16 @@ func (n *Node) shutdown(ctx context.Context) {
 // goroutines of closing connections still read it (a data race and a nil
 // map dereference). The server stops first, so that no message comes in
 // whose dead-letter answer would open a new outbound endpoint; then the
-// endpoint actors stop, closing their connections.
-func stopRemote(as *actor.ActorSystem, r *remote.Remote) {
+// endpoint actors stop, closing their connections — once the handlers of
+// the inbound streams have returned: a handler still delivering a batch it
+// had read would ask the stopped endpoint supervisor for an endpoint, get
+// nothing and panic in protoactor (endpointLazy.connect; seen in CI when a
+// cut-off node's messages arrived at a node that was stopping).
+func stopRemote(as *actor.ActorSystem, r *remote.Remote, gd *guard) {
 	r.Shutdown(false)
+	if gd != nil && !gd.streams.wait(5*time.Second) {
+		as.Logger().Warn("cluster: inbound streams still running 5s after the server stopped; stopping the endpoints anyway")
+	}
 	for _, name := range []string{"EndpointSupervisor", "activator"} {
 		_ = as.Root.StopFuture(as.NewLocalPID(name)).Wait()
 	}
