@@ -159,3 +159,24 @@ func (c *Client) Desired(ctx context.Context) (DesiredStatus, error) {
 	var out DesiredStatus
 	return out, c.call(ctx, http.MethodGet, "/v1/desired", nil, &out)
 }
+
+// StopWithSavepoint stops a job with a savepoint written into the new
+// directory dir (one name) under the server's Options.SavepointDir; it
+// returns the final checkpoint's id and the savepoint's path.
+func (c *Client) StopWithSavepoint(ctx context.Context, job, dir string) (uint64, string, error) {
+	var out struct {
+		Checkpoint uint64
+		Savepoint  string
+	}
+	err := c.call(ctx, http.MethodPost, "/v1/jobs/"+esc(job)+"/stop", map[string]string{"savepoint": dir}, &out)
+	return out.Checkpoint, out.Savepoint, err
+}
+
+// Rescale changes the parallelism of a job's operators (by name): the
+// server stops it with a savepoint and starts it again from it (see
+// Server.Rescale).
+func (c *Client) Rescale(ctx context.Context, job string, par map[string]int) (Rescaled, error) {
+	var out Rescaled
+	err := c.call(ctx, http.MethodPost, "/v1/jobs/"+esc(job)+"/rescale", map[string]any{"parallelism": par}, &out)
+	return out, err
+}

@@ -9,10 +9,8 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
-	"path/filepath"
 	"slices"
 	"strconv"
-	"strings"
 	"sync"
 	"time"
 
@@ -81,6 +79,15 @@ type Server struct {
 type job struct {
 	run     *actors.Run
 	history []Event // newest last, at most HistorySize
+
+	// Restarts (rescale.go): the Starter, the parallelism overrides the
+	// run was started with, a rescale under way, the error of one that
+	// left no run, and the channel closed when the run is replaced.
+	start      Starter
+	par        map[string]int
+	restarting bool
+	restartErr error
+	notify     chan struct{}
 }
 
 // Event is one change of a job (or an attempt): who asked, what, when,
@@ -157,6 +164,7 @@ func (s *Server) Replace(run *actors.Run) error {
 	defer s.mu.Unlock()
 	if j, ok := s.jobs[run.Name()]; ok {
 		j.run = run
+		j.wake()
 		return nil
 	}
 	s.jobs[run.Name()] = &job{run: run}
@@ -358,13 +366,9 @@ func (s *Server) SavepointTo(ctx context.Context, who, name, sub string) (uint64
 			ev.Detail = "checkpoint " + strconv.FormatUint(id, 10)
 			return err
 		}
-		if s.opts.SavepointDir == "" {
-			return fmt.Errorf("%w: savepoint %q: this process has no savepoint directory (admin.Options.SavepointDir, --admin-savepoints)", ErrInvalid, sub)
+		if dir, err = s.savepointPath(sub); err != nil {
+			return err
 		}
-		if sub != filepath.Base(sub) || sub == "." || sub == ".." || strings.ContainsAny(sub, `/\`) {
-			return fmt.Errorf("%w: savepoint %q: want a directory name, not a path", ErrInvalid, sub)
-		}
-		dir = filepath.Join(s.opts.SavepointDir, sub)
 		sp, err := engine.Savepoint(ctx, run, dir)
 		if err != nil {
 			return err
@@ -571,8 +575,33 @@ func (s *Server) Handler() http.Handler {
 		reply(w, map[string]any{"job": r.PathValue("job"), "checkpoint": id, "dir": dir}, err)
 	})
 	mux.HandleFunc("POST /v1/jobs/{job}/stop", func(w http.ResponseWriter, r *http.Request) {
+		var req struct {
+			Savepoint string `json:"savepoint"` // a new directory under Options.SavepointDir; empty: stop keeping the final checkpoint
+		}
+		if r.ContentLength != 0 {
+			if err := decodeBody(r, &req); err != nil && !errors.Is(err, io.EOF) {
+				writeError(w, http.StatusBadRequest, "admin: stop request: "+err.Error())
+				return
+			}
+		}
+		if req.Savepoint != "" {
+			id, dir, err := s.StopWithSavepoint(r.Context(), who(r), r.PathValue("job"), req.Savepoint)
+			reply(w, map[string]any{"job": r.PathValue("job"), "checkpoint": id, "savepoint": dir}, err)
+			return
+		}
 		id, err := s.Stop(r.Context(), who(r), r.PathValue("job"))
 		reply(w, map[string]any{"job": r.PathValue("job"), "checkpoint": id}, err)
+	})
+	mux.HandleFunc("POST /v1/jobs/{job}/rescale", func(w http.ResponseWriter, r *http.Request) {
+		var req struct {
+			Parallelism map[string]int `json:"parallelism"`
+		}
+		if err := decodeBody(r, &req); err != nil {
+			writeError(w, http.StatusBadRequest, "admin: rescale request: "+err.Error())
+			return
+		}
+		out, err := s.Rescale(r.Context(), who(r), r.PathValue("job"), req.Parallelism)
+		reply(w, out, err)
 	})
 	mux.HandleFunc("GET /v1/desired", func(w http.ResponseWriter, r *http.Request) { writeJSON(w, http.StatusOK, s.DesiredStatus()) })
 	mux.HandleFunc("PUT /v1/desired", func(w http.ResponseWriter, r *http.Request) {

@@ -24,6 +24,8 @@ import (
 // time of the job's clock, and carries out their actions.
 type jobActor struct {
 	x     *execution
+	// suspend: the drain asked is a suspension (StopWithSavepoint)
+	suspend bool
 	cs    coord.Checkpoints
 	life  coord.Job
 	timer func() bool // stops the checkpoint interval's timer
@@ -113,6 +115,7 @@ func (j *jobActor) Receive(c actor.Context) {
 	case *restartMsg:
 		j.step(c, coord.BackoffElapsed{At: now, Gen: m.gen})
 	case *wire.Drain:
+		j.suspend = j.suspend || m.Suspend
 		j.step(c, coord.DrainAsked{At: now})
 	case *abortMsg:
 		err := x.topo.Kit().Aborted
@@ -226,7 +229,7 @@ func (j *jobActor) step(c actor.Context, ev coord.JobEvent) {
 			for id, chain := range x.plan.Chains {
 				if chain[0].Role() == graph.RoleSource {
 					for _, in := range x.instances[id] {
-						x.tellFrom(c, in.self, &wire.Drain{})
+						x.tellFrom(c, in.self, &wire.Drain{Suspend: j.suspend})
 					}
 				}
 			}
