@@ -23,12 +23,12 @@ import (
 // lifecycle (life): it translates its messages into their events, with the
 // time of the job's clock, and carries out their actions.
 type jobActor struct {
-	x     *execution
+	x *execution
 	// suspend: the drain asked is a suspension (StopWithSavepoint)
 	suspend bool
-	cs    coord.Checkpoints
-	life  coord.Job
-	timer func() bool // stops the checkpoint interval's timer
+	cs      coord.Checkpoints
+	life    coord.Job
+	timer   func() bool // stops the checkpoint interval's timer
 	// savepoints waiting for a checkpoint at or after their id
 	savepoints []savepointWait
 	stored     *persistence.Checkpoint // the newest checkpoint stored while savepoints wait
