@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"net/url"
 	"strings"
+	"time"
 )
 
 // Client calls the admin API of a process (what `sluice ctl` uses).
@@ -179,4 +180,10 @@ func (c *Client) Rescale(ctx context.Context, job string, par map[string]int) (R
 	var out Rescaled
 	err := c.call(ctx, http.MethodPost, "/v1/jobs/"+esc(job)+"/rescale", map[string]any{"parallelism": par}, &out)
 	return out, err
+}
+
+// SetLatencyTarget changes a job's LatencyTarget (the job must have been
+// started with one).
+func (c *Client) SetLatencyTarget(ctx context.Context, job string, d time.Duration) error {
+	return c.call(ctx, http.MethodPut, "/v1/jobs/"+esc(job)+"/latency-target", map[string]string{"target": d.String()}, nil)
 }

@@ -317,6 +317,37 @@ func (s *Server) applyInput(ctx context.Context, ev *Event, in Input) error {
 	return engine.SetInput(ctx, run, ev.Target, in.config())
 }
 
+// MaxLatencyTarget bounds a LatencyTarget set through the control plane.
+const MaxLatencyTarget = desired.MaxLatencyTarget
+
+// SetLatencyTarget changes the LatencyTarget of job name, which must have
+// been started with one (operators.LatencyTarget): from the next latency
+// window on, its controller sheds to hold the end-to-end p99 under d.
+func (s *Server) SetLatencyTarget(ctx context.Context, who, name string, d time.Duration) error {
+	return s.setLatencyTarget(ctx, Event{Who: who, Job: name, What: "latency-target"}, d)
+}
+
+func (s *Server) setLatencyTarget(ctx context.Context, ev Event, d time.Duration) error {
+	ev.Detail = d.String()
+	err := func() error {
+		run, err := s.runOf(ev.Job)
+		if err != nil {
+			return err
+		}
+		if d <= 0 || d > MaxLatencyTarget {
+			return fmt.Errorf("%w: latency target %v: must be positive and at most %v", ErrInvalid, d, MaxLatencyTarget)
+		}
+		if was := operators.ShedStatsOf(run).Target; was > 0 {
+			ev.Detail = fmt.Sprintf("%v (was %v)", d, was)
+		}
+		ctx, cancel := context.WithTimeout(ctx, s.opts.ChangeTimeout)
+		defer cancel()
+		return engine.SetLatencyTarget(ctx, run, d)
+	}()
+	s.record(ctx, ev, err)
+	return err
+}
+
 // Pause stops source op of job name reading (pause) or lets it read again.
 func (s *Server) Pause(ctx context.Context, who, name, op string, pause bool) error {
 	return s.pause(ctx, Event{Who: who, Job: name, Target: op}, pause)
@@ -422,6 +453,20 @@ type JobStatus struct {
 	// (0: none); Applied the version whose settings the job runs.
 	Desired uint64 `json:"desired_version,omitempty"`
 	Applied uint64 `json:"applied_version,omitempty"`
+	// Latency is the LatencyTarget's controller, for a job started with
+	// one (operators.LatencyTarget).
+	Latency *LatencyStatus `json:"latency,omitempty"`
+}
+
+// LatencyStatus is a LatencyTarget's controller now: the target, where it
+// sheds and the fraction kept there, and why the target cannot be held
+// when it cannot.
+type LatencyStatus struct {
+	Target     string  `json:"target"` // a Go duration: "250ms"
+	Point      string  `json:"point,omitempty"`
+	Keep       float64 `json:"keep"`
+	Drop       bool    `json:"drop,omitempty"`
+	Infeasible string  `json:"infeasible,omitempty"`
 }
 
 // CheckpointSummary is what a job's status says of its checkpoints.
@@ -528,6 +573,9 @@ func (s *Server) Status(name string) (JobStatus, error) {
 		st.Inputs = append(st.Inputs, is)
 	}
 	st.Desired, st.Applied = s.ds.versions(name)
+	if sh := operators.ShedStatsOf(run); sh.Target > 0 {
+		st.Latency = &LatencyStatus{Target: sh.Target.String(), Point: sh.Point, Keep: sh.Keep, Drop: sh.Drop, Infeasible: sh.Infeasible}
+	}
 	return st, nil
 }
 
@@ -602,6 +650,22 @@ func (s *Server) Handler() http.Handler {
 		}
 		out, err := s.Rescale(r.Context(), who(r), r.PathValue("job"), req.Parallelism)
 		reply(w, out, err)
+	})
+	mux.HandleFunc("PUT /v1/jobs/{job}/latency-target", func(w http.ResponseWriter, r *http.Request) {
+		var req struct {
+			Target string `json:"target"` // a Go duration: "250ms"
+		}
+		if err := decodeBody(r, &req); err != nil {
+			writeError(w, http.StatusBadRequest, err.Error())
+			return
+		}
+		d, err := time.ParseDuration(req.Target)
+		if err != nil {
+			writeError(w, http.StatusBadRequest, fmt.Sprintf("admin: latency target %q: want a duration such as 250ms", req.Target))
+			return
+		}
+		err = s.SetLatencyTarget(r.Context(), who(r), r.PathValue("job"), d)
+		reply(w, map[string]any{"job": r.PathValue("job"), "target": d.String()}, err)
 	})
 	mux.HandleFunc("GET /v1/desired", func(w http.ResponseWriter, r *http.Request) { writeJSON(w, http.StatusOK, s.DesiredStatus()) })
 	mux.HandleFunc("PUT /v1/desired", func(w http.ResponseWriter, r *http.Request) {

@@ -73,6 +73,8 @@ func (j *jobActor) Receive(c actor.Context) {
 	case *latencyTick:
 		x.closeLatencyWindow()
 		j.armLatency()
+	case *retargetMsg:
+		m.reply <- x.retarget(m.target)
 	case *cpTick:
 		j.feed(c, coord.Tick{At: now})
 		j.arm()
