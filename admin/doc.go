@@ -12,7 +12,8 @@
 //	_ = srv.Add(job.Run())
 //	url, wait, _ := srv.Serve(ctx, "127.0.0.1:7070")
 //
-// The API (JSON in and out; errors are {"error": "..."} with the status):
+// The API (JSON in and out; errors are {"error": "..."} with the status;
+// new endpoints and fields are only ever added):
 //
 //	GET  /v1/jobs                                  the jobs: name, state, elapsed
 //	GET  /v1/jobs/{job}                            plan, statistics, inputs, checkpoints, desired vs applied
@@ -22,7 +23,12 @@
 //	POST /v1/jobs/{job}/sources/{operator}/resume  let it read again
 //	POST /v1/jobs/{job}/savepoint                  take a checkpoint now: {"checkpoint": 12}; with {"dir": "NAME"}, write it
 //	                                               as a savepoint into NAME under Options.SavepointDir: {"checkpoint": 12, "dir": ...}
-//	POST /v1/jobs/{job}/stop                       drain the job, keeping its final checkpoint to resume from
+//	POST /v1/jobs/{job}/stop                       drain the job, keeping its final checkpoint to resume from; with
+//	                                               {"savepoint": "NAME"}, stop it with a savepoint into NAME under
+//	                                               Options.SavepointDir: {"checkpoint": 12, "savepoint": ...}
+//	POST /v1/jobs/{job}/rescale                    {"parallelism": {"count": 4}}: stop with a savepoint, start again from it
+//	                                               at the new parallelism (a job added with a Starter); answers Rescaled
+//	PUT  /v1/jobs/{job}/latency-target             {"target": "250ms"}: change the LatencyTarget of a job started with one
 //	GET  /v1/desired                               the desired-state document's status: desired, applied per job, last rejection
 //	PUT  /v1/desired                               push a desired-state document: 200 applied, 409 rejected whole (the reason names the field)
 //
@@ -34,6 +40,31 @@
 // in order first. Inputs of operators fused into a chain, of sources, and
 // of distributed jobs cannot change while the job runs: the change is
 // refused, naming why.
+//
+// # Stopping with a savepoint, rescaling
+//
+// A stop with a savepoint suspends the job (operators.StopWithSavepoint):
+// the sources stop where they are, what is in flight is processed, no
+// operator finishes its input (no window emits, no timer fires), sinks
+// flush, and the final checkpoint is written as a savepoint: a job
+// started from it repeats no output and misses none.
+//
+// A rescale needs to start the job again, so the Server must know how: add
+// the run with AddRestartable and a Starter (TopologyStarter for a
+// topology started with operators.Start; `sluice run` does so). Rescale
+// checks the operators and values first, stops the job with a savepoint
+// into a new directory under Options.SavepointDir, starts it from it with
+// the operators at their new parallelism (operators.RunParallelism; per-key
+// state redistributed by key group), sets the old run's live input
+// settings and paused sources on the new one, and serves it in the old
+// one's place; Current is the run now and Wait follows the job across
+// rescales. A start the new plan refuses (state that is not per key)
+// starts the job again at its old parallelism from the same savepoint and
+// reports why. The answer says how long the job was paused:
+//
+//	srv.AddRestartable(job.Run(), admin.TopologyStarter(sys, top, opts...))
+//	r, err := srv.Rescale(ctx, "me", "clicks", map[string]int{"count": 4})
+//	fmt.Println(r.Parallelism, r.Pause)
 //
 // # Security
 //
