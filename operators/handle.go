@@ -82,7 +82,8 @@ func (j *Job) Savepoint(ctx context.Context, dir string) (SavepointInfo, error) 
 // final checkpoint to dir, which must not exist or be empty. Nothing is
 // processed after it, so a job started from it (FromSavepoint, at any
 // parallelism: RunParallelism) repeats no output and misses none. dir is
-// checked before the job stops; a job without Checkpoints is refused and
+// checked before the job stops; a job without Checkpoints, or run across
+// processes (package cluster), is refused and
 // goes on.
 func (j *Job) StopWithSavepoint(ctx context.Context, dir string) (SavepointInfo, error) {
 	sp, err := engine.StopWithSavepoint(ctx, j.run, dir)

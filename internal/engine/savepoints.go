@@ -53,11 +53,15 @@ func Savepoint(ctx context.Context, run *actors.Run, dir string) (*savepoint.Sav
 // final checkpoint to dir (which must not exist or be empty)
 // as a savepoint. Nothing is processed after the checkpoint, so a job
 // started from the savepoint repeats no output. dir is checked before the
-// job is stopped; a job without checkpoints is refused and goes on.
+// job is stopped; a job without checkpoints, or run across processes, is
+// refused and goes on.
 func StopWithSavepoint(ctx context.Context, run *actors.Run, dir string) (*savepoint.Savepoint, error) {
 	x, ok := run.Execution().(*execution)
 	if !ok {
 		return nil, errors.New("operators: stop with savepoint: not a topology's run")
+	}
+	if x.dist != nil {
+		return nil, fmt.Errorf("%w: stop with savepoint %s: job %q runs across processes: a stop with a savepoint is for jobs in one process (take a savepoint, then drain)", ErrNoLiveChange, dir, x.topo.Name())
 	}
 	if x.topo.Config().CheckpointInterval <= 0 || x.cpStore == nil {
 		return nil, fmt.Errorf("operators: stop with savepoint %s: job %q takes no checkpoints (operators.Checkpoints)", dir, x.topo.Name())
