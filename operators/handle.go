@@ -77,14 +77,15 @@ func (j *Job) Savepoint(ctx context.Context, dir string) (SavepointInfo, error) 
 }
 
 // StopWithSavepoint stops the job with a savepoint, as Flink's stop with
-// savepoint does: it drains the job (the sources stop where they are, what
-// is in flight finishes, the final checkpoint is taken) and writes that
-// final checkpoint to dir, which must not exist or be empty. Nothing is
-// processed after it, so a job started from it (FromSavepoint, at any
-// parallelism: RunParallelism) repeats no output and misses none. dir is
-// checked before the job stops; a job without Checkpoints, or run across
-// processes (package cluster), is refused and
-// goes on.
+// savepoint does without --drain: the sources stop where they are, what is
+// in flight is processed, but no operator finishes its input (no window
+// emits, no timer fires, per-key state stays as it is); sinks flush, and
+// the final checkpoint is written to dir, which must not exist or be
+// empty. Nothing is processed after it, so a job started from it
+// (FromSavepoint, at any parallelism: RunParallelism) repeats no output
+// and misses none. dir is checked before the job stops; a job without
+// Checkpoints, or one run across processes (package cluster), is refused
+// and goes on.
 func (j *Job) StopWithSavepoint(ctx context.Context, dir string) (SavepointInfo, error) {
 	sp, err := engine.StopWithSavepoint(ctx, j.run, dir)
 	if err != nil {
