@@ -20,7 +20,7 @@ func newTracer(x *execution, in *instance) *stage.Tracer {
 		}
 		return 0
 	}
-	return stage.NewTracer(tp.Tracer("github.com/sluicehq/sluice/operators"), x.ctx, depth, x.topo.Name(), in.mbCfg.Overflow.String())
+	return stage.NewTracer(tp.Tracer("github.com/sluicehq/sluice/operators"), x.ctx, depth, x.topo.Name(), in.mbCfg.Overflow.String(), x.topo.Config().Tracing)
 }
 
 // traceEvent records a job-level event (a restart, a mailbox overflow) as a

@@ -165,6 +165,9 @@ func NoFusion() Option { return func(nd *Node) { nd.noFusion = true } }
 type TopologyOption func(*Config)
 
 type Config struct {
+	// Tracing says which records the job traces when its system has a
+	// TracerProvider (docs/tracing.md): 1 % by default.
+	Tracing            stage.Sampling
 	BatchSize          int
 	Capacity           int
 	CheckpointInterval time.Duration
@@ -196,9 +199,20 @@ type Config struct {
 
 func defaultRunConfig() Config {
 	realAfter := func(d time.Duration, f func()) func() bool { return time.AfterFunc(d, f).Stop }
-	return Config{BatchSize: 256, Capacity: 4096, Now: time.Now, After: realAfter, CheckpointAfter: realAfter,
+	return Config{Tracing: stage.Sampling{Ratio: DefaultTraceRatio}, BatchSize: 256, Capacity: 4096, Now: time.Now, After: realAfter, CheckpointAfter: realAfter,
 		CheckpointPolicy: CheckpointPolicy{Timeout: DefaultCheckpointTimeout, MaxConcurrent: 1}}
 }
+
+// DefaultTraceRatio is the share of records a traced job samples unless
+// TraceRatio says otherwise.
+const DefaultTraceRatio = 0.01
+
+// TraceRatio sets the probability that a source samples a record for
+// tracing (0: none, 1: every record).
+func TraceRatio(r float64) TopologyOption { return func(c *Config) { c.Tracing.Ratio = r } }
+
+// TraceKey samples every record whose key is k at the keyed operators.
+func TraceKey(k string) TopologyOption { return func(c *Config) { c.Tracing.Key = k } }
 
 // DefaultCheckpointTimeout is how long a checkpoint may take unless
 // CheckpointTimeout says otherwise (Flink's default).
