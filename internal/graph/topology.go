@@ -70,12 +70,14 @@ type Node struct {
 	partition      stage.Partition // for rolePartition nodes
 	hasher         any             // func(T) uint64, for KeyBy
 	emit           EmitMode
-	input          *mailbox.Config                                    // the operator's input mailbox, when set with Input
-	stateTypes     []reflect.Type                                     // types in the operator's checkpointed state
-	replayable     bool                                               // a source that can rewind to an offset
-	recordAttempts int                                                // OnRecordFailure: tries per record
-	recordPolicy   bool                                               // OnRecordFailure was given
-	idleAfter      time.Duration                                      // a source's idle timeout (IdleAfter)
+	input          *mailbox.Config // the operator's input mailbox, when set with Input
+	stateTypes     []reflect.Type  // types in the operator's checkpointed state
+	replayable     bool            // a source that can rewind to an offset
+	recordAttempts int             // OnRecordFailure: tries per record
+	recordPolicy   bool            // OnRecordFailure was given
+	idleAfter      time.Duration   // a source's idle timeout (IdleAfter)
+	traceRatio     float64         // a source's share of records traced (SourceTraceRatio), when traceRatioSet
+	traceRatioSet  bool
 	bound          time.Duration                                      // OutOfOrderness of Timestamps
 	ttl            time.Duration                                      // StateTTL of a Join
 	timed          bool                                               // the operator's output carries event times it assigned
@@ -472,6 +474,16 @@ func (n *Node) RecordAttempts() int { return n.recordAttempts }
 
 // Input is the operator's input mailbox when Input set one.
 func (n *Node) Input() *mailbox.Config { return n.input }
+
+// TraceRatio is a source's own share of records traced (SourceTraceRatio),
+// if it has one.
+func (n *Node) TraceRatio() (float64, bool) { return n.traceRatio, n.traceRatioSet }
+
+// SourceTraceRatio sets the share of a source's records that are traced,
+// overriding the topology's TraceRatio.
+func SourceTraceRatio(r float64) Option {
+	return func(nd *Node) { nd.traceRatio, nd.traceRatioSet = r, true }
+}
 
 // IdleAfter is a source's idle timeout (IdleAfter).
 func (n *Node) IdleAfter() time.Duration { return n.idleAfter }
