@@ -290,3 +290,7 @@ func TraceRatio(r float64) TopologyOption { return TopologyOption{graph.TraceRat
 // from the first keyed operator it reaches, besides those TraceRatio
 // samples. Find their traces in Jaeger by the tag sluice.key=k.
 func TraceKey(k string) TopologyOption { return TopologyOption{graph.TraceKey(k)} }
+
+// DefaultTraceRatio is the share of records a job with a TracerProvider
+// traces unless TraceRatio says otherwise: 1 %.
+const DefaultTraceRatio = graph.DefaultTraceRatio
