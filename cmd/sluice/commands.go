@@ -85,7 +85,8 @@ func planCmd(g *globals) *cobra.Command {
 func runCmd(g *globals) *cobra.Command {
 	var progress time.Duration
 	var trace bool
-	var traceEndpoint, metricsAddr, uiAddr string
+	var traceEndpoint, traceKey, metricsAddr, uiAddr string
+	var traceRatio float64
 	var uiWait bool
 	var dur durability
 	var af adminFlags
@@ -95,7 +96,9 @@ func runCmd(g *globals) *cobra.Command {
 		RunE:  unknownSample,
 	}
 	c.PersistentFlags().DurationVar(&progress, "progress", 500*time.Millisecond, "progress line interval (0: none)")
-	c.PersistentFlags().BoolVar(&trace, "trace", false, "export traces over OTLP (sampler from OTEL_TRACES_SAMPLER, default: every batch)")
+	c.PersistentFlags().BoolVar(&trace, "trace", false, "export traces of sampled records over OTLP (docs/tracing.md; find one in Jaeger by the tag sluice.key=KEY)")
+	c.PersistentFlags().Float64Var(&traceRatio, "trace-ratio", operators.DefaultTraceRatio, "with --trace: the share of records traced (0 to 1; each source samples each record with this probability)")
+	c.PersistentFlags().StringVar(&traceKey, "trace-key", "", "with --trace: also trace every record with this key (as fmt.Sprint writes it), from the first keyed operator on")
 	c.PersistentFlags().StringVar(&traceEndpoint, "trace-endpoint", "127.0.0.1:4317", "OTLP gRPC endpoint for --trace (a local Jaeger)")
 	c.PersistentFlags().StringVar(&metricsAddr, "metrics", "", "serve Prometheus metrics at http://ADDR/metrics (e.g. "+telemetry.DefaultMetricsAddr+"; a port alone binds 127.0.0.1, a host written out is used as written)")
 	c.PersistentFlags().StringVar(&uiAddr, "ui", "", "serve the live dashboard at http://ADDR/ while the sample runs (e.g. 127.0.0.1:8080; a port alone binds 127.0.0.1, a host written out is used as written)")
@@ -109,6 +112,12 @@ func runCmd(g *globals) *cobra.Command {
 	runs := sampleCommands(g, "run", func(cmd *cobra.Command, s samples.Sample) error {
 		if err := dur.check(cmd, s); err != nil {
 			return err
+		}
+		if !trace && (cmd.Flags().Changed("trace-ratio") || traceKey != "") {
+			return fmt.Errorf("--trace-ratio and --trace-key need --trace")
+		}
+		if traceRatio < 0 || traceRatio > 1 {
+			return fmt.Errorf("--trace-ratio %v: want a share between 0 and 1", traceRatio)
 		}
 		tp := telemetry.Noop()
 		if trace {
@@ -161,7 +170,11 @@ func runCmd(g *globals) *cobra.Command {
 			return err
 		}
 		defer stopAdmin()
-		err = runSample(cmd.Context(), g, s, progress, tp, ui, dur, func(run *actors.Run) (func(), error) {
+		topts := []operators.TopologyOption{operators.TraceRatio(traceRatio)}
+		if traceKey != "" {
+			topts = append(topts, operators.TraceKey(traceKey))
+		}
+		err = runSample(cmd.Context(), g, s, progress, tp, ui, dur, topts, func(run *actors.Run) (func(), error) {
 			if err := addJob(srv, run); err != nil {
 				return nil, err
 			}
@@ -283,7 +296,7 @@ func serveUI(g *globals, addr string, trace bool, service string) (d *dashboard.
 // runSample runs a sample to its end; started (which may be nil) is told
 // of the run once it started, and what it returns runs when the run ended.
 func runSample(ctx context.Context, g *globals, s samples.Sample, every time.Duration, tp telemetry.Providers, ui *dashboard.Dashboard, dur durability,
-	started func(*actors.Run) (func(), error)) error {
+	topts []operators.TopologyOption, started func(*actors.Run) (func(), error)) error {
 	log, err := g.logger()
 	if err != nil {
 		return err
@@ -292,6 +305,7 @@ func runSample(ctx context.Context, g *globals, s samples.Sample, every time.Dur
 	if err != nil {
 		return err
 	}
+	t.Configure(topts...)
 	sys, err := actors.NewSystem(actors.Config{Name: "sluice", Logger: log, TracerProvider: tp.Tracer, MeterProvider: tp.Meter, Store: dur.store})
 	if err != nil {
 		return err

@@ -505,7 +505,8 @@ func (x *execution) build() error {
 						continue
 					}
 					chanOf[key{id, ei, snd.idx, recv.idx}] = len(recv.ins)
-					recv.ins = append(recv.ins, inChan{sender: snd.self})
+					from := p.Chains[e.From][len(p.Chains[e.From])-1].Name()
+					recv.ins = append(recv.ins, inChan{sender: snd.self, from: from, kind: e.Part.String(), remote: !x.local(snd.self)})
 				}
 			}
 			recv.eosLeft = len(recv.ins)
@@ -616,6 +617,7 @@ func (x *execution) build() error {
 			for pos := len(chain) - 1; pos >= 0; pos-- {
 				n := chain[pos]
 				sc := &stage.Ctx{Name: n.Name(), Kind: n.Kind(), Head: pos == 0 && n.Role() != graph.RoleSource, PanicErr: x.topo.Kit().Panic,
+					Prev:     prevName(chain, pos),
 					Instance: in.idx, Parts: p.Par[n], Context: x.ctx, C: x.counters[n][in.idx], BatchSize: cfg.BatchSize, Tracer: in.tr,
 					After: in.afterFunc, Now: cfg.Now, FinalCheckpoint: x.topo.Config().CheckpointInterval > 0, StateTTL: int64(n.TTL())}
 				if n == tail {
@@ -667,4 +669,13 @@ func (x *execution) build() error {
 		}
 	}
 	return x.restoreChannels()
+}
+
+// prevName is the name of the operator before chain[pos] in its chain, ""
+// for the head.
+func prevName(chain []*graph.Node, pos int) string {
+	if pos == 0 {
+		return ""
+	}
+	return chain[pos-1].Name()
 }

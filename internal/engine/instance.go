@@ -1,7 +1,6 @@
 package engine
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -473,11 +472,17 @@ func (in *instance) handle(env *actors.Envelope) {
 		}
 		in.curBorn, in.curKeep, in.sentAt = env.Born, env.Keep, 0
 		count := int64(env.Count)
-		if in.tr != nil && env.Headers != nil {
-			done := in.tr.Receive(env.Headers)
+		if in.tr != nil && env.Channel < len(in.ins) {
+			// The chain head's spans of sampled records say the edge and
+			// the wait in the mailbox.
+			var wait int64
+			if env.Sent != 0 {
+				wait = max(0, in.exec.now()-env.Sent) / 1000
+			}
+			ic := &in.ins[env.Channel]
+			in.tr.Receive(ic.from, ic.kind, ic.remote, wait)
 			in.head.Deliver(env.Payload)
-			in.em.Flush()
-			done()
+			in.tr.Received()
 		} else {
 			in.head.Deliver(env.Payload)
 		}
@@ -786,19 +791,6 @@ const sourceBatchesPerTick = 16
 // starting a span for every small batch would cost more than tracing is
 // worth). The span ends even when an operator of the chain panics.
 func (in *instance) readTick() (n int, err error) {
-	if in.tr != nil {
-		end := in.tr.Root(in.src.Stage())
-		read := 0
-		defer func() { end(read) }()
-		for range sourceBatchesPerTick {
-			n, err = in.sourceStep()
-			read += n
-			if n == 0 || err != nil || in.blockedN > 0 {
-				break
-			}
-		}
-		return n, err
-	}
 	for range sourceBatchesPerTick {
 		n, err = in.sourceStep()
 		if n == 0 || err != nil || in.blockedN > 0 {
@@ -942,14 +934,6 @@ func (nopFlusher) Flush() {}
 // Enqueue sends env on channel target of output out (stage.Sender).
 func (in *instance) Enqueue(out, target int, env *actors.Envelope) {
 	in.enqueue(in.outputs[out].chans[target], env)
-}
-
-// Traced is the trace context of the batch being processed (stage.Sender).
-func (in *instance) Traced() context.Context {
-	if in.tr == nil {
-		return nil
-	}
-	return in.tr.Current()
 }
 
 // Watermarked notes that watermark wm went out on every output
