@@ -1,6 +1,7 @@
 package dashboard
 
 import (
+	"context"
 	"encoding/json"
 	"net/http/httptest"
 	"testing"
@@ -68,7 +69,9 @@ func TestHistoryInFirstFrame(t *testing.T) {
 	}
 
 	// The stream's snapshots: the newest point, no history.
-	r := stream(t, ctx, srv.URL)
+	sctx, cancel := context.WithCancel(ctx)
+	defer cancel() // before srv.Close, which waits for the stream
+	r := stream(t, sctx, srv.URL)
 	for range 3 {
 		ev := nextSnapshot(t, r)
 		if len(ev.Jobs) == 1 && ev.Jobs[0].History != nil {

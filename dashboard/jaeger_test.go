@@ -61,7 +61,7 @@ func TestDecodeJaegerTrace(t *testing.T) {
 func TestDecodeJaegerRefuses(t *testing.T) {
 	for _, c := range []struct {
 		name, body, want string
-		is              error
+		is               error
 	}{
 		{"too large", jaegerTraceJSON, "larger than 100 bytes", ErrJaegerReply},
 		{"not json", `<html>oops</html>`, "not the JSON", ErrJaegerReply},

@@ -5,6 +5,7 @@ import (
 	"flag"
 	"fmt"
 	"net"
+	"net/http"
 	"os"
 	"strings"
 	"time"
@@ -147,20 +148,24 @@ func runCmd(g *globals) *cobra.Command {
 			}
 			tp.Meter = mp
 		}
+		srv, stopAdmin, err := af.start(g, tp)
+		if err != nil {
+			return err
+		}
+		defer stopAdmin()
 		var ui *dashboard.Dashboard
 		if uiAddr != "" {
-			d, stopUI, err := serveUI(g, uiAddr, trace, "sluice-"+s.Name())
+			var controls http.Handler // the dashboard's controls call the admin API, when there is one
+			if srv != nil {
+				controls = srv.Handler()
+			}
+			d, stopUI, err := serveUI(g, uiAddr, trace, "sluice-"+s.Name(), controls)
 			if err != nil {
 				return err
 			}
 			defer stopUI()
 			ui = d
 		}
-		srv, stopAdmin, err := af.start(g, tp)
-		if err != nil {
-			return err
-		}
-		defer stopAdmin()
 		err = runSample(cmd.Context(), g, s, progress, tp, ui, dur, func(run *actors.Run) (func(), error) {
 			if err := addJob(srv, run); err != nil {
 				return nil, err
@@ -252,15 +257,17 @@ func (d *durability) check(cmd *cobra.Command, s samples.Sample) error {
 
 // serveUI serves a dashboard for `run --ui ADDR` (a port alone means
 // 127.0.0.1) and prints its URL; stop ends it. With tracing on, operators
-// link to their spans in the local Jaeger.
-func serveUI(g *globals, addr string, trace bool, service string) (d *dashboard.Dashboard, stop func(), err error) {
+// link to their spans in the local Jaeger, and the page finds a sampled
+// record's trace there (Jaeger's query API, beside its UI). With controls
+// (the admin API's handler) the page offers its controls.
+func serveUI(g *globals, addr string, trace bool, service string, controls http.Handler) (d *dashboard.Dashboard, stop func(), err error) {
 	_, loopback, err := dashboard.ListenAddr(addr)
 	if err != nil {
 		return nil, nil, fmt.Errorf("--ui: %w", err)
 	}
-	opts := dashboard.Options{Title: service}
+	opts := dashboard.Options{Title: service, Admin: controls}
 	if trace {
-		opts.JaegerURL, opts.JaegerService = dashboard.DefaultJaegerURL, service
+		opts.JaegerURL, opts.JaegerQueryURL, opts.JaegerService = dashboard.DefaultJaegerURL, dashboard.DefaultJaegerURL, service
 	}
 	d, err = dashboard.New(opts)
 	if err != nil {
