@@ -327,6 +327,9 @@ func runSample(ctx context.Context, g *globals, s samples.Sample, every time.Dur
 	case dur.checkpoints > 0:
 		fmt.Fprintf(g.stderr, "started job %s afresh: no checkpoint of it in %s; checkpoints every %v\n", t.Name(), dur.store, dur.checkpoints)
 	}
+	if o, ok := s.(samples.Observer); ok {
+		o.Observe(run)
+	}
 	if ui != nil {
 		if err := ui.Add(run); err != nil {
 			return err
