@@ -23,6 +23,7 @@ const (
 	attrOperator = "sluice.operator"
 	attrTopology = "sluice.topology"
 	attrKey      = "sluice.key"
+	attrRole     = "sluice.role"
 )
 
 // TraceOptions bound what the dashboard reads from Jaeger's query API. The
@@ -74,8 +75,8 @@ var (
 
 // Trace is one trace as the page draws it: its spans in order of start,
 // times in microseconds from the trace's first span, and the path of
-// operators the record took (each operator once, in order of its first
-// span).
+// operators the record took (each operator once, from the root span down
+// its CHILD_OF children; see pathOf).
 type Trace struct {
 	ID         string   `json:"id"`
 	Start      int64    `json:"start_us"` // Unix microseconds of the first span
@@ -96,6 +97,7 @@ type Span struct {
 	Name       string            `json:"name"`              // the operation
 	Operator   string            `json:"operator"`          // sluice.operator, else the operation
 	Service    string            `json:"service,omitempty"` // the process's service name
+	Role       string            `json:"role,omitempty"`    // sluice.role: source, pass, emit, links, drop, spill, shed, overflow, job
 	StartUS    int64             `json:"start_us"`          // from the trace's start
 	DurationUS int64             `json:"duration_us"`
 	Attrs      map[string]string `json:"attrs,omitempty"`
@@ -230,7 +232,6 @@ func convertTrace(jt jaegerTrace, maxSpans int) (Trace, error) {
 	if len(spans) > 0 {
 		t.Start = spans[0].StartTime
 	}
-	seen := map[string]bool{}
 	for _, s := range spans {
 		sp := Span{ID: strings.ToLower(s.SpanID), Name: clip(s.OperationName),
 			StartUS: s.StartTime - t.Start, DurationUS: s.Duration}
@@ -263,8 +264,11 @@ func convertTrace(jt jaegerTrace, maxSpans int) (Trace, error) {
 			if err != nil {
 				return t, fmt.Errorf("span %s: tag %q: %v", sp.ID, clip(tag.Key), err)
 			}
-			if tag.Key == attrOperator {
+			switch tag.Key {
+			case attrOperator:
 				sp.Operator = v
+			case attrRole:
+				sp.Role = v
 			}
 			if len(sp.Attrs) < maxAttrs {
 				if sp.Attrs == nil {
@@ -293,13 +297,57 @@ func convertTrace(jt jaegerTrace, maxSpans int) (Trace, error) {
 			sp.Operator = sp.Name
 		}
 		t.DurationUS = max(t.DurationUS, sp.StartUS+sp.DurationUS)
-		if !seen[sp.Operator] {
-			seen[sp.Operator] = true
-			t.Path = append(t.Path, sp.Operator)
-		}
 		t.Spans = append(t.Spans, sp)
 	}
+	t.Path = pathOf(t.Spans)
 	return t, nil
+}
+
+// pathOf is the operators a record passed, in order (docs/tracing.md):
+// from the root spans (no parent within the trace) down the CHILD_OF
+// references, children in order of start, each operator once; only the
+// spans of a record at an operator count (roles source, pass and emit, or
+// none for spans of other tracers), not drops, link holders or episodes.
+func pathOf(spans []Span) []string {
+	byID := map[string]bool{}
+	for _, s := range spans {
+		byID[s.ID] = true
+	}
+	children := map[string][]int{} // parent id -> spans, in order of start
+	var roots []int
+	for i, s := range spans {
+		if s.Parent == "" || !byID[s.Parent] || s.Parent == s.ID {
+			roots = append(roots, i)
+		} else {
+			children[s.Parent] = append(children[s.Parent], i)
+		}
+	}
+	path := []string{}
+	seen := map[string]bool{}
+	visited := make([]bool, len(spans))
+	stack := slices.Clone(roots)
+	slices.Reverse(stack)
+	for len(stack) > 0 { // depth first, iterative: a hostile trace may be deep
+		i := stack[len(stack)-1]
+		stack = stack[:len(stack)-1]
+		if visited[i] {
+			continue
+		}
+		visited[i] = true
+		s := spans[i]
+		switch s.Role {
+		case "", "source", "pass", "emit":
+			if !seen[s.Operator] {
+				seen[s.Operator] = true
+				path = append(path, s.Operator)
+			}
+		}
+		kids := children[s.ID]
+		for k := len(kids) - 1; k >= 0; k-- {
+			stack = append(stack, kids[k])
+		}
+	}
+	return path
 }
 
 // tagValue renders a tag's value (a string, number or boolean) as a

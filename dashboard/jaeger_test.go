@@ -212,3 +212,28 @@ func TestTraceEndpoint(t *testing.T) {
 		t.Errorf("Jaeger down: %d %q", code, r.Error)
 	}
 }
+
+// TestTracePathFollowsChildren: the path follows CHILD_OF from the root,
+// not the order of start times, and leaves out spans that are not a
+// record at an operator (a drop, an overflow episode).
+func TestTracePathFollowsChildren(t *testing.T) {
+	const body = `{"data":[{"traceID":"ab","spans":[
+ {"spanID":"01","operationName":"read","startTime":100,"duration":5,"tags":[{"key":"sluice.role","value":"source"},{"key":"sluice.operator","value":"read"}]},
+ {"spanID":"03","operationName":"sum","startTime":110,"duration":5,"references":[{"refType":"CHILD_OF","spanID":"02"}],"tags":[{"key":"sluice.role","value":"pass"},{"key":"sluice.operator","value":"sum"}]},
+ {"spanID":"02","operationName":"parse","startTime":120,"duration":5,"references":[{"refType":"CHILD_OF","spanID":"01"}],"tags":[{"key":"sluice.role","value":"pass"},{"key":"sluice.operator","value":"parse"}]},
+ {"spanID":"04","operationName":"out drop","startTime":130,"duration":1,"references":[{"refType":"CHILD_OF","spanID":"03"}],"tags":[{"key":"sluice.role","value":"drop"},{"key":"sluice.operator","value":"out"}],"logs":[{"timestamp":130,"fields":[{"key":"event","value":"drop"}]}]},
+ {"spanID":"05","operationName":"sluice.overflow","startTime":90,"duration":60,"tags":[{"key":"sluice.role","value":"overflow"},{"key":"sluice.operator","value":"out"}]}
+]}]}`
+	traces, err := decodeTraces([]byte(body), 1<<20, 100)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := strings.Join(traces[0].Path, ","); got != "read,parse,sum" {
+		t.Errorf("path %s, want read,parse,sum", got)
+	}
+	// A cycle of parents does not hang or repeat.
+	cyc := `{"data":[{"traceID":"ab","spans":[{"spanID":"01","references":[{"refType":"CHILD_OF","spanID":"02"}]},{"spanID":"02","references":[{"refType":"CHILD_OF","spanID":"01"}]}]}]}`
+	if traces, err := decodeTraces([]byte(cyc), 1<<20, 100); err != nil || len(traces[0].Path) > 1 {
+		t.Errorf("a cycle: %v, %v", traces, err)
+	}
+}
