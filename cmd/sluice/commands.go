@@ -5,6 +5,7 @@ import (
 	"flag"
 	"fmt"
 	"net"
+	"net/http"
 	"os"
 	"strings"
 	"time"
@@ -156,20 +157,24 @@ func runCmd(g *globals) *cobra.Command {
 			}
 			tp.Meter = mp
 		}
+		srv, stopAdmin, err := af.start(g, tp)
+		if err != nil {
+			return err
+		}
+		defer stopAdmin()
 		var ui *dashboard.Dashboard
 		if uiAddr != "" {
-			d, stopUI, err := serveUI(g, uiAddr, trace, "sluice-"+s.Name())
+			var controls http.Handler // the dashboard's controls call the admin API, when there is one
+			if srv != nil {
+				controls = srv.Handler()
+			}
+			d, stopUI, err := serveUI(g, uiAddr, trace, "sluice-"+s.Name(), controls)
 			if err != nil {
 				return err
 			}
 			defer stopUI()
 			ui = d
 		}
-		srv, stopAdmin, err := af.start(g, tp)
-		if err != nil {
-			return err
-		}
-		defer stopAdmin()
 		topts := []operators.TopologyOption{operators.TraceRatio(traceRatio)}
 		if traceKey != "" {
 			topts = append(topts, operators.TraceKey(traceKey))
@@ -265,15 +270,17 @@ func (d *durability) check(cmd *cobra.Command, s samples.Sample) error {
 
 // serveUI serves a dashboard for `run --ui ADDR` (a port alone means
 // 127.0.0.1) and prints its URL; stop ends it. With tracing on, operators
-// link to their spans in the local Jaeger.
-func serveUI(g *globals, addr string, trace bool, service string) (d *dashboard.Dashboard, stop func(), err error) {
+// link to their spans in the local Jaeger, and the page finds a sampled
+// record's trace there (Jaeger's query API, beside its UI). With controls
+// (the admin API's handler) the page offers its controls.
+func serveUI(g *globals, addr string, trace bool, service string, controls http.Handler) (d *dashboard.Dashboard, stop func(), err error) {
 	_, loopback, err := dashboard.ListenAddr(addr)
 	if err != nil {
 		return nil, nil, fmt.Errorf("--ui: %w", err)
 	}
-	opts := dashboard.Options{Title: service}
+	opts := dashboard.Options{Title: service, Admin: controls}
 	if trace {
-		opts.JaegerURL, opts.JaegerService = dashboard.DefaultJaegerURL, service
+		opts.JaegerURL, opts.JaegerQueryURL, opts.JaegerService = dashboard.DefaultJaegerURL, dashboard.DefaultJaegerURL, service
 	}
 	d, err = dashboard.New(opts)
 	if err != nil {
@@ -333,6 +340,9 @@ func runSample(ctx context.Context, g *globals, s samples.Sample, every time.Dur
 		fmt.Fprintln(g.stderr)
 	case dur.checkpoints > 0:
 		fmt.Fprintf(g.stderr, "started job %s afresh: no checkpoint of it in %s; checkpoints every %v\n", t.Name(), dur.store, dur.checkpoints)
+	}
+	if o, ok := s.(samples.Observer); ok {
+		o.Observe(run)
 	}
 	if ui != nil {
 		if err := ui.Add(run); err != nil {
