@@ -25,6 +25,9 @@ type CheckpointStats struct {
 	// RestoredInFlight counts the input channels whose in-flight records,
 	// recorded by an unaligned checkpoint, the run processed first.
 	RestoredInFlight int
+	// RestoredSpillRefs counts those of them held in the checkpoint as a
+	// range of a Spill input's queue (referred to, not copied).
+	RestoredSpillRefs int
 	// Restarts counts RestartOnFailure's restarts of the job, and
 	// RestartDelays the backoff before each.
 	Restarts      int
@@ -133,7 +136,7 @@ func CheckpointStatsOf(run *actors.Run) CheckpointStats {
 	s := engine.CheckpointStatsOf(run)
 	st := CheckpointStats{Completed: s.Completed, Failed: s.Failed, TimedOut: s.TimedOut, LastFailure: s.LastFailure,
 		LastID: s.LastID, LastDuration: s.LastDuration, LastTime: s.LastTime, RestoredFrom: s.RestoredFrom,
-		RestoredTime: s.RestoredTime, RestoredInFlight: s.RestoredInFlight,
+		RestoredTime: s.RestoredTime, RestoredInFlight: s.RestoredInFlight, RestoredSpillRefs: s.RestoredSpillRefs,
 		Restarts: s.Restarts, RestartDelays: s.RestartDelays}
 	for _, p := range s.InProgress {
 		st.InProgress = append(st.InProgress, InProgressCheckpoint(p))
