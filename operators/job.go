@@ -50,6 +50,11 @@ type CompletedCheckpoint struct {
 	Duration  time.Duration
 	Size      int64
 	Instances int
+	// Unaligned, InFlightBytes and SpillRanges: as for
+	// InProgressCheckpoint, of the checkpoint stored.
+	Unaligned     bool
+	InFlightBytes int64
+	SpillRanges   int
 }
 
 // RestartCause is one restart of a job (RestartOnFailure): when, the
@@ -128,6 +133,14 @@ type InProgressCheckpoint struct {
 	Started time.Time
 	Acked   []int
 	Pending int
+	// Unaligned: started unaligned, or switched to unaligned after its
+	// AlignmentTimeout. InFlightBytes: the bytes of in-flight records the
+	// instances that acknowledged it recorded (copies); SpillRanges: the
+	// input channels whose in-flight records it holds as a range of their
+	// Spill input's queue instead (not copied).
+	Unaligned     bool
+	InFlightBytes int64
+	SpillRanges   int
 }
 
 // CheckpointStatsOf reports the checkpoints of a topology's run (zero

@@ -267,3 +267,45 @@ func TestUnalignedCheckpointsWithLiveInputChanges(t *testing.T) {
 	}
 	t.Logf("%d rounds of live changes to Spill and back, each followed by a hard stop; %d channels of in-flight records restored (%d from a spill range)", stops, inFlight, refs)
 }
+
+// CheckpointStats shows unaligned checkpoints as such, in progress and
+// completed: with the count's input spilling, some held in-flight records
+// as a range of the spill queue (SpillRanges) rather than a copy.
+func TestUnalignedCheckpointStats(t *testing.T) {
+	const n, work = 12_000, 20_000
+	sys, ctx := newSystem(t)
+	run, err := sys.Run(ctx, slowCounting(nil, t.TempDir(), n, work, true, 5*time.Millisecond, operators.UnalignedCheckpoints()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var inProgress operators.InProgressCheckpoint
+	waitFor(t, "an unaligned checkpoint in progress", func() bool {
+		for _, p := range operators.CheckpointStatsOf(run).InProgress {
+			if p.Unaligned {
+				inProgress = p
+				return true
+			}
+		}
+		return false
+	})
+	if err := run.Wait(ctx); err != nil {
+		t.Fatal(err)
+	}
+	st := operators.CheckpointStatsOf(run)
+	unaligned, ranges := 0, 0
+	for _, h := range st.History {
+		if h.Unaligned {
+			unaligned++
+		}
+		if h.SpillRanges > 0 {
+			if !h.Unaligned {
+				t.Fatalf("checkpoint %+v holds spill ranges but is not unaligned", h)
+			}
+			ranges++
+		}
+	}
+	if unaligned == 0 || ranges == 0 {
+		t.Fatalf("of %d checkpoints in the history, %d unaligned and %d with spill ranges: want some of each", len(st.History), unaligned, ranges)
+	}
+	t.Logf("in progress: %+v; history: %d checkpoints, %d unaligned, %d with spill ranges", inProgress, len(st.History), unaligned, ranges)
+}

@@ -411,7 +411,7 @@ func (j *jobActor) feed(c actor.Context, ev coord.CheckpointEvent) {
 				j.stored = &cp
 			}
 			if err == nil {
-				j.noteSize(a.ID, a.States)
+				j.noteSize(a.ID, a.States, a.Channels, a.Unaligned)
 			}
 			var more []coord.CheckpointAction
 			j.cs, more = j.cs.Step(coord.Stored{ID: a.ID, Err: err, At: x.topo.Config().Now()})
@@ -427,7 +427,7 @@ func (j *jobActor) feed(c actor.Context, ev coord.CheckpointEvent) {
 			size := j.sizes[a.ID]
 			delete(j.sizes, a.ID)
 			x.cpStats.History = appendBounded(x.cpStats.History, CompletedCheckpoint{ID: a.ID, Time: x.cpStats.LastTime,
-				Duration: d, Size: size.bytes, Instances: size.states})
+				Duration: d, Size: size.bytes, Instances: size.states, Unaligned: size.unaligned, InFlightBytes: size.inFlight, SpillRanges: size.refs})
 			x.cpStatsMu.Unlock()
 			x.metrics.checkpointDone(d)
 			j.savepointDone(c, a.ID)
