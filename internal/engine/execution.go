@@ -79,6 +79,15 @@ type execution struct {
 	latPrev []latencySnap
 	shedder *shedder   // nil without a LatencyTarget
 	live    liveInputs // inputs changed while the job runs (control.go)
+
+	// Spill inputs by reference (unaligned.go, spillref.go): spillRefs says
+	// that unaligned checkpoints record a Spill input's range of its spill
+	// queue rather than copy it; launchTag names this launch's queues;
+	// oldQueues that queues of earlier launches may still be in the store
+	// (deleted once a checkpoint of this launch completes).
+	spillRefs bool
+	launchTag string
+	oldQueues bool
 }
 
 // now is the job's clock, in unix nanoseconds.
@@ -96,8 +105,11 @@ type CheckpointStats struct {
 	RestoredFrom uint64    // the checkpoint this run resumed from, 0 if none
 	RestoredTime time.Time // when that checkpoint was taken
 	// RestoredInFlight counts the input channels whose in-flight records
-	// (of an unaligned checkpoint) the run processed first.
-	RestoredInFlight int
+	// (of an unaligned checkpoint) the run processed first, and
+	// RestoredSpillRefs those of them whose records the checkpoint held as
+	// a range of a Spill input's queue instead of a copy.
+	RestoredInFlight  int
+	RestoredSpillRefs int
 	// Restarts counts RestartOnFailure's restarts of the job, and
 	// RestartDelays the backoff before each.
 	Restarts      int
@@ -428,6 +440,8 @@ func (x *execution) openCheckpoints(ctx context.Context) error {
 			return fmt.Errorf("checkpoints: %w", err)
 		}
 	}
+	pol := x.topo.Config().CheckpointPolicy
+	x.spillRefs = x.topo.Config().CheckpointStore == nil && x.dist == nil && (pol.Unaligned || pol.AlignmentTimeout > 0)
 	x.planBytes = savepoint.EncodePlan(x.planRecord())
 	cp, ok, err := x.cpStore.Latest(ctx, x.topo.Name())
 	if err != nil {
@@ -442,7 +456,7 @@ func (x *execution) openCheckpoints(ctx context.Context) error {
 		if err := x.adopt(&cp); err != nil {
 			return err
 		}
-		x.cpStats.RestoredFrom, x.cpStats.RestoredTime, x.cpStats.RestoredInFlight = cp.ID, cp.Time, len(cp.Channels)
+		x.noteRestored(&cp)
 		x.sys.Logger().Info("restoring from checkpoint", "job", x.topo.Name(), "checkpoint", cp.ID,
 			"states", len(cp.States), "offsets", len(cp.Offsets))
 	}

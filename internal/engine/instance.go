@@ -65,6 +65,7 @@ type instance struct {
 	replay     []*actors.Envelope
 	replaying  bool
 	codec      mailbox.Codec
+	spillPins  []spillPin // the spill ranges of checkpoints not yet superseded (spillref.go)
 	// started: start ran; early are the job's barriers that overtook it.
 	started     bool
 	early       []*wire.Barrier
@@ -360,6 +361,7 @@ func (in *instance) committed(m *wire.Committed) {
 	if m.Gen != in.gen {
 		return
 	}
+	in.unpinSpill(m.ID)
 	for _, s := range in.sinks {
 		if c, ok := s.(interface{ Commit(uint64) }); ok {
 			c.Commit(m.ID)
