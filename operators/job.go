@@ -223,6 +223,18 @@ func ReadSavepoint(dir string) (SavepointInfo, error) {
 // refused by Start, naming the file.
 func FromSavepoint(dir string) TopologyOption { return TopologyOption{graph.FromSavepoint(dir)} }
 
+// RunParallelism runs operator op at parallelism n in this run, as if it
+// had been built with Parallelism(n) (on a KeyBy: its keyed consumers;
+// operators after it that set none follow it, as always). With
+// FromSavepoint it rescales a job: the savepoint's per-key state is
+// redistributed by key group over the new instances. An unknown operator
+// or n below 1 makes Start fail, naming it.
+//
+//	job, err := operators.Start(ctx, sys, top, operators.FromSavepoint(dir), operators.RunParallelism("count", 4))
+func RunParallelism(op string, n int) TopologyOption {
+	return TopologyOption{graph.RunParallelism(op, n)}
+}
+
 // ShedStats describe a LatencyTarget's controller now (DESIGN.md, Latency
 // and shedding).
 type ShedStats struct {

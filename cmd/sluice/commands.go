@@ -13,6 +13,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/sluicehq/sluice/actors"
+	"github.com/sluicehq/sluice/admin"
 	"github.com/sluicehq/sluice/dashboard"
 	"github.com/sluicehq/sluice/operators"
 	"github.com/sluicehq/sluice/persistence"
@@ -179,9 +180,11 @@ func runCmd(g *globals) *cobra.Command {
 		if traceKey != "" {
 			topts = append(topts, operators.TraceKey(traceKey))
 		}
-		err = runSample(cmd.Context(), g, s, progress, tp, ui, dur, topts, func(run *actors.Run) (func(), error) {
-			if err := addJob(srv, run); err != nil {
-				return nil, err
+		err = runSample(cmd.Context(), g, s, progress, tp, ui, dur, topts, srv, func(run *actors.Run, start admin.Starter) (func(), error) {
+			if srv != nil {
+				if err := srv.AddRestartable(run, start); err != nil {
+					return nil, err
+				}
 			}
 			return af.watch(srv), nil
 		})
@@ -302,8 +305,12 @@ func serveUI(g *globals, addr string, trace bool, service string, controls http.
 
 // runSample runs a sample to its end; started (which may be nil) is told
 // of the run once it started, and what it returns runs when the run ended.
+//
+// With srv (the admin API), the job can be rescaled through it (sluice ctl
+// rescale): started registers the run with the Starter that starts it
+// again, and the run followed is the one srv serves.
 func runSample(ctx context.Context, g *globals, s samples.Sample, every time.Duration, tp telemetry.Providers, ui *dashboard.Dashboard, dur durability,
-	topts []operators.TopologyOption, started func(*actors.Run) (func(), error)) error {
+	topts []operators.TopologyOption, srv *admin.Server, started func(*actors.Run, admin.Starter) (func(), error)) error {
 	log, err := g.logger()
 	if err != nil {
 		return err
@@ -350,15 +357,36 @@ func runSample(ctx context.Context, g *globals, s samples.Sample, every time.Dur
 		}
 	}
 	if started != nil {
-		done, err := started(run)
+		done, err := started(run, admin.TopologyStarter(sys, t, dur.options()...))
 		if err != nil {
 			return err
 		}
 		defer done()
 	}
+	// current is the run now: after a rescale through the admin API, the
+	// one started in the old one's place; ended is closed when the job
+	// has ended for good (Server.Wait follows it across rescales).
+	current := func() *actors.Run { return run }
+	ended := run.Done()
+	if srv != nil {
+		current = func() *actors.Run {
+			if r, err := srv.Current(run.Name()); err == nil {
+				return r
+			}
+			return run
+		}
+		ch := make(chan struct{})
+		waitCtx, stopWait := context.WithCancel(context.WithoutCancel(ctx))
+		defer stopWait()
+		go func() { // owned: ends with the job, or when runSample returns
+			defer close(ch)
+			_ = srv.Wait(waitCtx, run.Name())
+		}()
+		ended = ch
+	}
 	p := newProgress(g.stderr, isTerminal(g.stderr))
 	if dur.checkpoints > 0 {
-		p.checkpoints = func() operators.CheckpointStats { return job.Checkpoints() }
+		p.checkpoints = func() operators.CheckpointStats { return operators.CheckpointStatsOf(current()) }
 	}
 	var tick <-chan time.Time
 	if every > 0 {
@@ -370,10 +398,11 @@ func runSample(ctx context.Context, g *globals, s samples.Sample, every time.Dur
 wait:
 	for {
 		select {
-		case <-run.Done():
+		case <-ended:
 			break wait
 		case <-tick:
-			p.show(run.Name(), run.Elapsed(), run.Stats())
+			r := current()
+			p.show(r.Name(), r.Elapsed(), r.Stats())
 		case <-ctx.Done():
 			if interrupted {
 				break wait
@@ -382,9 +411,9 @@ wait:
 			if dur.save != "" {
 				fmt.Fprintf(g.stderr, "\ninterrupted: writing a savepoint into %s, then stopping the job\n", dur.save)
 				spCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
-				info, err := job.Savepoint(spCtx, dur.save)
+				info, err := operators.StopWithSavepoint(spCtx, current(), dur.save)
 				cancel()
-				_ = job.Stop(context.WithoutCancel(ctx))
+				_ = current().Stop(context.WithoutCancel(ctx))
 				if err != nil {
 					return err
 				}
@@ -393,7 +422,7 @@ wait:
 			}
 			fmt.Fprintln(g.stderr, "\ninterrupted: draining (sources stop, in-flight records finish)")
 			drainCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
-			err := run.Drain(drainCtx)
+			err := current().Drain(drainCtx)
 			cancel()
 			if err != nil {
 				return err
@@ -401,9 +430,15 @@ wait:
 			break wait
 		}
 	}
+	run = current()
 	if every > 0 {
 		p.show(run.Name(), run.Elapsed(), run.Stats())
 		p.done()
+	}
+	if srv != nil {
+		if err := srv.Wait(context.WithoutCancel(ctx), run.Name()); err != nil {
+			return err
+		}
 	}
 	if err := run.Wait(context.WithoutCancel(ctx)); err != nil {
 		return err

@@ -83,6 +83,10 @@ type instance struct {
 	finKey         string
 	restoredDone   bool
 	drainedEnd     bool
+	// suspending: the drain asked of this source is a suspension (a stop
+	// with a savepoint); suspendedEnd: its input ended so, and the chain
+	// keeps its state instead of finishing (only sinks flush).
+	suspending, suspendedEnd bool
 
 	// Event time: each input channel's watermark, whether it is idle, and
 	// the instance's event time, the lowest over its active channels.
@@ -202,6 +206,7 @@ func (in *instance) Receive(c actor.Context) {
 	case *wire.Drain:
 		if in.src != nil && !in.done {
 			in.draining = true
+			in.suspending = in.suspending || m.Suspend
 			in.scheduleTick()
 		}
 	case controlMsg:
@@ -501,8 +506,11 @@ func (in *instance) handle(env *actors.Envelope) {
 		in.eosLeft--
 		in.finishedIn[env.Channel] = true
 		in.gateEnded(env.Channel)
-		if env.Mark == eosDrained {
+		if env.Mark == eosDrained || env.Mark == eosSuspended {
 			in.drainedEnd = true
+		}
+		if env.Mark == eosSuspended {
+			in.suspendedEnd = true
 		}
 		in.maybeAligned()
 		in.uaMaybeDone()
@@ -618,8 +626,12 @@ func (in *instance) afterFunc(d time.Duration, f func()) {
 	in.timers[id] = in.exec.topo.Config().After(d, func() { root.Send(self, &timerMsg{id: id, f: f}) })
 }
 
-// eosDrained is the Mark of an end-of-stream that a drain caused.
-const eosDrained = 1
+// eosDrained is the Mark of an end-of-stream that a drain caused;
+// eosSuspended one that a suspension (a stop with a savepoint) caused.
+const (
+	eosDrained   = 1
+	eosSuspended = 2
+)
 
 // endOfInput finishes the chain (aggregations emit, sinks flush) and sends
 // end-of-stream on every output. An instance that the restored checkpoint
@@ -640,12 +652,21 @@ func (in *instance) endOfInput() {
 		}
 	case in.src != nil:
 		in.src.Finish()
+	case in.suspendedEnd: // the state stays as it is for the savepoint; sinks flush
+		for _, s := range in.sinks {
+			if e, ok := s.(interface{ EndRestored() }); ok {
+				e.EndRestored()
+			}
+		}
 	default:
 		in.head.Finish()
 	}
 	in.em.Flush()
 	var mark int64
-	if in.drainedEnd {
+	switch {
+	case in.suspendedEnd:
+		mark = eosSuspended
+	case in.drainedEnd:
 		mark = eosDrained
 	}
 	for _, oc := range in.outs {
@@ -872,6 +893,7 @@ func (in *instance) step() {
 	}
 	if in.draining {
 		in.drainedEnd = true
+		in.suspendedEnd = in.suspending
 		in.endOfInput()
 		return
 	}

@@ -23,10 +23,12 @@ import (
 // lifecycle (life): it translates its messages into their events, with the
 // time of the job's clock, and carries out their actions.
 type jobActor struct {
-	x     *execution
-	cs    coord.Checkpoints
-	life  coord.Job
-	timer func() bool // stops the checkpoint interval's timer
+	x *execution
+	// suspend: the drain asked is a suspension (StopWithSavepoint)
+	suspend bool
+	cs      coord.Checkpoints
+	life    coord.Job
+	timer   func() bool // stops the checkpoint interval's timer
 	// savepoints waiting for a checkpoint at or after their id
 	savepoints []savepointWait
 	stored     *persistence.Checkpoint // the newest checkpoint stored while savepoints wait
@@ -71,6 +73,8 @@ func (j *jobActor) Receive(c actor.Context) {
 	case *latencyTick:
 		x.closeLatencyWindow()
 		j.armLatency()
+	case *retargetMsg:
+		m.reply <- x.retarget(m.target)
 	case *cpTick:
 		j.feed(c, coord.Tick{At: now})
 		j.arm()
@@ -113,6 +117,7 @@ func (j *jobActor) Receive(c actor.Context) {
 	case *restartMsg:
 		j.step(c, coord.BackoffElapsed{At: now, Gen: m.gen})
 	case *wire.Drain:
+		j.suspend = j.suspend || m.Suspend
 		j.step(c, coord.DrainAsked{At: now})
 	case *abortMsg:
 		err := x.topo.Kit().Aborted
@@ -226,7 +231,7 @@ func (j *jobActor) step(c actor.Context, ev coord.JobEvent) {
 			for id, chain := range x.plan.Chains {
 				if chain[0].Role() == graph.RoleSource {
 					for _, in := range x.instances[id] {
-						x.tellFrom(c, in.self, &wire.Drain{})
+						x.tellFrom(c, in.self, &wire.Drain{Suspend: j.suspend})
 					}
 				}
 			}

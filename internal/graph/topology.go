@@ -2,6 +2,7 @@ package graph
 
 import (
 	"fmt"
+	"maps"
 	"reflect"
 	"time"
 
@@ -179,6 +180,9 @@ type Config struct {
 	Restart            *RestartPolicy
 	Dist               Distributor // nil: in this process
 	Savepoint          string      // FromSavepoint: the savepoint directory the job starts from
+	// Parallelism overrides operators' parallelism for this run, by name
+	// (RunParallelism), as if each had been built with Parallelism(n).
+	Parallelism map[string]int
 	// after runs f once d has passed, and returns a function that cancels it
 	// (time.AfterFunc; tests replace it).
 	After func(d time.Duration, f func()) (stop func() bool)
@@ -341,6 +345,17 @@ func CheckpointStore(s persistence.CheckpointStore) TopologyOption {
 // operators.FromSavepoint).
 func FromSavepoint(dir string) TopologyOption {
 	return func(c *Config) { c.Savepoint = dir }
+}
+
+// RunParallelism runs operator op at parallelism n in this run, as if it
+// had been built with Parallelism(n) (see operators.RunParallelism).
+func RunParallelism(op string, n int) TopologyOption {
+	return func(c *Config) {
+		m := make(map[string]int, len(c.Parallelism)+1)
+		maps.Copy(m, c.Parallelism)
+		m[op] = n
+		c.Parallelism = m
+	}
 }
 
 func typeOf[T any]() reflect.Type { return reflect.TypeFor[T]() }
