@@ -216,6 +216,8 @@ func report(run *actors.Run, say func(string, ...any)) {
 			sort.Strings(lines)
 			for _, st := range run.Stats() {
 				say("STAT %s %d %d %d", st.Name, st.In, st.Out, st.Dropped) // policy_test.go
+				l := st.Latency
+				say("LAT %s %d %d %d %d", st.Name, l.QueueWait.Count, l.QueueWait.P99, l.EndToEnd.Count, l.EndToEnd.P99)
 				if st.Name == "numbers" {
 					say("SOURCE-BLOCKED %d", st.Blocked)
 				}
