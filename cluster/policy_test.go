@@ -52,10 +52,20 @@ func jobStats(t *testing.T, a *child) (stats map[string][3]int64, restarts strin
 func jobStatsLat(t *testing.T, a *child) (stats map[string][3]int64, lat map[string][4]int64, restarts string, checkpoints int) {
 	t.Helper()
 	stats, lat = map[string][3]int64{}, map[string][4]int64{}
+	var failed string
+	defer func() {
+		// Not inside awaitLine's callback: it runs with the child's lock
+		// held, which a Fatalf there never releases (the cleanup that
+		// stops the child then waits on it for ever).
+		if failed != "" {
+			t.Fatalf("the job failed: %s", failed)
+		}
+	}()
 	a.awaitLine(2*time.Minute, "the job's statistics", func(f []string) bool {
 		switch f[0] {
 		case "JOBERROR":
-			t.Fatalf("the job failed: %s", strings.Join(f[1:], " "))
+			failed = strings.Join(f[1:], " ")
+			return true
 		case "CHECKPOINT":
 			checkpoints++
 		case "STAT":

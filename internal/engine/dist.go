@@ -301,6 +301,13 @@ func HostGeneration(sys *actors.System, dist graph.Distributor, t *graph.Topolog
 		x.cancel()
 		return nil, fmt.Errorf("operators: host %q generation %d: placement of %d instances, the plan has %d", t.Name(), d.Gen, len(d.Placement), n)
 	}
+	// Latency is measured here as in the job's process and reported with
+	// the counters (a LatencyTarget's controller runs in the job actor:
+	// the shed points here keep everything).
+	if err := x.setupLatency(); err != nil {
+		x.cancel()
+		return nil, fmt.Errorf("operators: host %q generation %d: %w", t.Name(), d.Gen, err)
+	}
 	if err := x.openDeadLetters(); err != nil {
 		x.cancel()
 		return nil, err
