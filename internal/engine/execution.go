@@ -50,6 +50,7 @@ type execution struct {
 	// after it is replaced, as the shared counters of local instances do.
 	statsMu     sync.Mutex
 	remoteStats map[statsKey]*wire.InstanceStats
+	remoteLat   map[statsKey]latencySnap // their latency, checked (latency.go)
 
 	done     chan struct{}
 	mu       sync.Mutex
@@ -342,7 +343,7 @@ func (x *execution) addLatencyStats(st *actors.OperatorStats, task, pos int) {
 	if !first && !sink {
 		return
 	}
-	total := x.taskLatency(task)
+	total := x.taskLatencyLocked(task) // Stats holds statsMu
 	var win latencySnap
 	x.latMu.Lock()
 	if task < len(x.latWin) {

@@ -700,6 +700,7 @@ func (in *instance) finishedMsg() *wire.Finished {
 	if x := in.exec; !x.local(x.jobPID) {
 		s := x.instanceStats(in)
 		s.Final = true
+		s.Latency = x.instLatencyWire(in)
 		f.Stats = &s
 	}
 	return f

@@ -19,13 +19,20 @@ import (
 // for the spill. The header is binary; values of the common scalar and
 // string types are written directly, others with msgpack.
 //
-//	kind(1) flags(1) channel seq count mark(varint) [headers] [times] values
+//	kind(1) flags(1) channel seq count mark(varint) [headers] [latency] [times] values
+//
+// latency, when the envelope has any: born, sent (uvarint, unix ns) and
+// keep (float64 bits, 0 meaning 1), so that an envelope that crosses
+// processes (or waits in a spill) keeps its ingestion and send times and
+// the sampling rate its records survived (DESIGN.md, Latency and
+// shedding).
 type Codec[T any] struct{}
 
 const (
 	flagHeaders = 1 << iota
 	flagTimes
 	flagTraces // the batch's sampled records (Mark): count, then index, id, trace id, span id, trace flags
+	flagLatency
 )
 
 // maxMarkID bounds a sampled record's id on the wire.
@@ -52,7 +59,10 @@ func (Codec[T]) Encode(msg any) ([]byte, error) {
 	if b != nil && len(b.Tr) > 0 {
 		flags |= flagTraces
 	}
-	out := make([]byte, 0, 32+env.Count*9)
+	if env.Born != 0 || env.Sent != 0 || env.Keep != 0 {
+		flags |= flagLatency
+	}
+	out := make([]byte, 0, 48+env.Count*9)
 	out = append(out, byte(env.Kind), flags)
 	out = binary.AppendUvarint(out, uint64(env.Channel))
 	out = binary.AppendUvarint(out, env.Seq)
@@ -64,6 +74,14 @@ func (Codec[T]) Encode(msg any) ([]byte, error) {
 			out = appendString(out, k)
 			out = appendString(out, v)
 		}
+	}
+	if flags&flagLatency != 0 {
+		if env.Born < 0 || env.Sent < 0 || !(env.Keep >= 0 && env.Keep <= 1) {
+			return nil, fmt.Errorf("envelope seq %d: born %d, sent %d, keep %v: out of range", env.Seq, env.Born, env.Sent, env.Keep)
+		}
+		out = binary.AppendUvarint(out, uint64(env.Born))
+		out = binary.AppendUvarint(out, uint64(env.Sent))
+		out = binary.LittleEndian.AppendUint64(out, math.Float64bits(env.Keep))
 	}
 	if b == nil {
 		return out, nil
@@ -263,6 +281,17 @@ func (Codec[T]) Decode(data []byte) (any, error) {
 				return nil, r.err
 			}
 		}
+	}
+	if flags&flagLatency != 0 {
+		born, sent := r.uvarint(), r.uvarint()
+		keep := math.Float64frombits(r.u64())
+		if r.err != nil {
+			return nil, fmt.Errorf("envelope seq %d: latency: %w", env.Seq, r.err)
+		}
+		if born > math.MaxInt64 || sent > math.MaxInt64 || !(keep >= 0 && keep <= 1) {
+			return nil, fmt.Errorf("envelope seq %d: born %d, sent %d, keep %v: out of range", env.Seq, born, sent, keep)
+		}
+		env.Born, env.Sent, env.Keep = int64(born), int64(sent), keep
 	}
 	if r.err != nil {
 		return nil, r.err

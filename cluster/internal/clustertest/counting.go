@@ -107,8 +107,9 @@ func WantCounts(n int64) string {
 //	SLOW-DROPPING <dropped>      once, when operator "slow" dropped records
 //	RUNEND <unix nanoseconds>    when its sources and sinks have stopped
 //
-// then JOBERROR <error>, or a STAT <name> <in> <out> <dropped> per operator,
-// SOURCE-BLOCKED <n>, RESTARTS <n> <restored from> and RESULT <the sorted
+// then JOBERROR <error>, or a STAT <name> <in> <out> <dropped> and a LAT
+// <name> <queue waits> <their p99 ns> <end-to-end latencies> <their p99 ns>
+// per operator, SOURCE-BLOCKED <n>, RESTARTS <n> <restored from> and RESULT <the sorted
 // lines of dir/counts, joined by commas>.
 func Report(run *actors.Run, dir string, say func(string, ...any)) {
 	ctx := context.Background()
@@ -139,6 +140,8 @@ func Report(run *actors.Run, dir string, say func(string, ...any)) {
 			sort.Strings(lines)
 			for _, st := range run.Stats() {
 				say("STAT %s %d %d %d", st.Name, st.In, st.Out, st.Dropped)
+				l := st.Latency
+				say("LAT %s %d %d %d %d", st.Name, l.QueueWait.Count, l.QueueWait.P99, l.EndToEnd.Count, l.EndToEnd.P99)
 				if st.Name == "numbers" {
 					say("SOURCE-BLOCKED %d", st.Blocked)
 				}
