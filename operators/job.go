@@ -25,6 +25,9 @@ type CheckpointStats struct {
 	// RestoredInFlight counts the input channels whose in-flight records,
 	// recorded by an unaligned checkpoint, the run processed first.
 	RestoredInFlight int
+	// RestoredSpillRefs counts those of them held in the checkpoint as a
+	// range of a Spill input's queue (referred to, not copied).
+	RestoredSpillRefs int
 	// Restarts counts RestartOnFailure's restarts of the job, and
 	// RestartDelays the backoff before each.
 	Restarts      int
@@ -47,6 +50,11 @@ type CompletedCheckpoint struct {
 	Duration  time.Duration
 	Size      int64
 	Instances int
+	// Unaligned, InFlightBytes and SpillRanges: as for
+	// InProgressCheckpoint, of the checkpoint stored.
+	Unaligned     bool
+	InFlightBytes int64
+	SpillRanges   int
 }
 
 // RestartCause is one restart of a job (RestartOnFailure): when, the
@@ -125,6 +133,14 @@ type InProgressCheckpoint struct {
 	Started time.Time
 	Acked   []int
 	Pending int
+	// Unaligned: started unaligned, or switched to unaligned after its
+	// AlignmentTimeout. InFlightBytes: the bytes of in-flight records the
+	// instances that acknowledged it recorded (copies); SpillRanges: the
+	// input channels whose in-flight records it holds as a range of their
+	// Spill input's queue instead (not copied).
+	Unaligned     bool
+	InFlightBytes int64
+	SpillRanges   int
 }
 
 // CheckpointStatsOf reports the checkpoints of a topology's run (zero
@@ -133,7 +149,7 @@ func CheckpointStatsOf(run *actors.Run) CheckpointStats {
 	s := engine.CheckpointStatsOf(run)
 	st := CheckpointStats{Completed: s.Completed, Failed: s.Failed, TimedOut: s.TimedOut, LastFailure: s.LastFailure,
 		LastID: s.LastID, LastDuration: s.LastDuration, LastTime: s.LastTime, RestoredFrom: s.RestoredFrom,
-		RestoredTime: s.RestoredTime, RestoredInFlight: s.RestoredInFlight,
+		RestoredTime: s.RestoredTime, RestoredInFlight: s.RestoredInFlight, RestoredSpillRefs: s.RestoredSpillRefs,
 		Restarts: s.Restarts, RestartDelays: s.RestartDelays}
 	for _, p := range s.InProgress {
 		st.InProgress = append(st.InProgress, InProgressCheckpoint(p))

@@ -5,6 +5,7 @@ import (
 	"flag"
 	"fmt"
 	"net"
+	"net/http"
 	"os"
 	"strings"
 	"time"
@@ -86,7 +87,8 @@ func planCmd(g *globals) *cobra.Command {
 func runCmd(g *globals) *cobra.Command {
 	var progress time.Duration
 	var trace bool
-	var traceEndpoint, metricsAddr, uiAddr string
+	var traceEndpoint, traceKey, metricsAddr, uiAddr string
+	var traceRatio float64
 	var uiWait bool
 	var dur durability
 	var af adminFlags
@@ -96,7 +98,9 @@ func runCmd(g *globals) *cobra.Command {
 		RunE:  unknownSample,
 	}
 	c.PersistentFlags().DurationVar(&progress, "progress", 500*time.Millisecond, "progress line interval (0: none)")
-	c.PersistentFlags().BoolVar(&trace, "trace", false, "export traces over OTLP (sampler from OTEL_TRACES_SAMPLER, default: every batch)")
+	c.PersistentFlags().BoolVar(&trace, "trace", false, "export traces of sampled records over OTLP (docs/tracing.md; find one in Jaeger by the tag sluice.key=KEY)")
+	c.PersistentFlags().Float64Var(&traceRatio, "trace-ratio", operators.DefaultTraceRatio, "with --trace: the share of records traced (0 to 1; each source samples each record with this probability)")
+	c.PersistentFlags().StringVar(&traceKey, "trace-key", "", "with --trace: also trace every record with this key (as fmt.Sprint writes it), from the first keyed operator on")
 	c.PersistentFlags().StringVar(&traceEndpoint, "trace-endpoint", "127.0.0.1:4317", "OTLP gRPC endpoint for --trace (a local Jaeger)")
 	c.PersistentFlags().StringVar(&metricsAddr, "metrics", "", "serve Prometheus metrics at http://ADDR/metrics (e.g. "+telemetry.DefaultMetricsAddr+"; a port alone binds 127.0.0.1, a host written out is used as written)")
 	c.PersistentFlags().StringVar(&uiAddr, "ui", "", "serve the live dashboard at http://ADDR/ while the sample runs (e.g. 127.0.0.1:8080; a port alone binds 127.0.0.1, a host written out is used as written)")
@@ -110,6 +114,12 @@ func runCmd(g *globals) *cobra.Command {
 	runs := sampleCommands(g, "run", func(cmd *cobra.Command, s samples.Sample) error {
 		if err := dur.check(cmd, s); err != nil {
 			return err
+		}
+		if !trace && (cmd.Flags().Changed("trace-ratio") || traceKey != "") {
+			return fmt.Errorf("--trace-ratio and --trace-key need --trace")
+		}
+		if traceRatio < 0 || traceRatio > 1 {
+			return fmt.Errorf("--trace-ratio %v: want a share between 0 and 1", traceRatio)
 		}
 		tp := telemetry.Noop()
 		if trace {
@@ -148,21 +158,29 @@ func runCmd(g *globals) *cobra.Command {
 			}
 			tp.Meter = mp
 		}
+		srv, stopAdmin, err := af.start(g, tp)
+		if err != nil {
+			return err
+		}
+		defer stopAdmin()
 		var ui *dashboard.Dashboard
 		if uiAddr != "" {
-			d, stopUI, err := serveUI(g, uiAddr, trace, "sluice-"+s.Name())
+			var controls http.Handler // the dashboard's controls call the admin API, when there is one
+			if srv != nil {
+				controls = srv.Handler()
+			}
+			d, stopUI, err := serveUI(g, uiAddr, trace, "sluice-"+s.Name(), controls)
 			if err != nil {
 				return err
 			}
 			defer stopUI()
 			ui = d
 		}
-		srv, stopAdmin, err := af.start(g, tp)
-		if err != nil {
-			return err
+		topts := []operators.TopologyOption{operators.TraceRatio(traceRatio)}
+		if traceKey != "" {
+			topts = append(topts, operators.TraceKey(traceKey))
 		}
-		defer stopAdmin()
-		err = runSample(cmd.Context(), g, s, progress, tp, ui, dur, srv, func(run *actors.Run, start admin.Starter) (func(), error) {
+		err = runSample(cmd.Context(), g, s, progress, tp, ui, dur, topts, srv, func(run *actors.Run, start admin.Starter) (func(), error) {
 			if srv != nil {
 				if err := srv.AddRestartable(run, start); err != nil {
 					return nil, err
@@ -255,15 +273,17 @@ func (d *durability) check(cmd *cobra.Command, s samples.Sample) error {
 
 // serveUI serves a dashboard for `run --ui ADDR` (a port alone means
 // 127.0.0.1) and prints its URL; stop ends it. With tracing on, operators
-// link to their spans in the local Jaeger.
-func serveUI(g *globals, addr string, trace bool, service string) (d *dashboard.Dashboard, stop func(), err error) {
+// link to their spans in the local Jaeger, and the page finds a sampled
+// record's trace there (Jaeger's query API, beside its UI). With controls
+// (the admin API's handler) the page offers its controls.
+func serveUI(g *globals, addr string, trace bool, service string, controls http.Handler) (d *dashboard.Dashboard, stop func(), err error) {
 	_, loopback, err := dashboard.ListenAddr(addr)
 	if err != nil {
 		return nil, nil, fmt.Errorf("--ui: %w", err)
 	}
-	opts := dashboard.Options{Title: service}
+	opts := dashboard.Options{Title: service, Admin: controls}
 	if trace {
-		opts.JaegerURL, opts.JaegerService = dashboard.DefaultJaegerURL, service
+		opts.JaegerURL, opts.JaegerQueryURL, opts.JaegerService = dashboard.DefaultJaegerURL, dashboard.DefaultJaegerURL, service
 	}
 	d, err = dashboard.New(opts)
 	if err != nil {
@@ -290,7 +310,7 @@ func serveUI(g *globals, addr string, trace bool, service string) (d *dashboard.
 // rescale): started registers the run with the Starter that starts it
 // again, and the run followed is the one srv serves.
 func runSample(ctx context.Context, g *globals, s samples.Sample, every time.Duration, tp telemetry.Providers, ui *dashboard.Dashboard, dur durability,
-	srv *admin.Server, started func(*actors.Run, admin.Starter) (func(), error)) error {
+	topts []operators.TopologyOption, srv *admin.Server, started func(*actors.Run, admin.Starter) (func(), error)) error {
 	log, err := g.logger()
 	if err != nil {
 		return err
@@ -299,6 +319,7 @@ func runSample(ctx context.Context, g *globals, s samples.Sample, every time.Dur
 	if err != nil {
 		return err
 	}
+	t.Configure(topts...)
 	sys, err := actors.NewSystem(actors.Config{Name: "sluice", Logger: log, TracerProvider: tp.Tracer, MeterProvider: tp.Meter, Store: dur.store})
 	if err != nil {
 		return err
@@ -326,6 +347,9 @@ func runSample(ctx context.Context, g *globals, s samples.Sample, every time.Dur
 		fmt.Fprintln(g.stderr)
 	case dur.checkpoints > 0:
 		fmt.Fprintf(g.stderr, "started job %s afresh: no checkpoint of it in %s; checkpoints every %v\n", t.Name(), dur.store, dur.checkpoints)
+	}
+	if o, ok := s.(samples.Observer); ok {
+		o.Observe(run)
 	}
 	if ui != nil {
 		if err := ui.Add(run); err != nil {

@@ -1,7 +1,6 @@
 package engine
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -66,6 +65,7 @@ type instance struct {
 	replay     []*actors.Envelope
 	replaying  bool
 	codec      mailbox.Codec
+	spillPins  []spillPin // the spill ranges of checkpoints not yet superseded (spillref.go)
 	// started: start ran; early are the job's barriers that overtook it.
 	started     bool
 	early       []*wire.Barrier
@@ -366,6 +366,7 @@ func (in *instance) committed(m *wire.Committed) {
 	if m.Gen != in.gen {
 		return
 	}
+	in.unpinSpill(m.ID)
 	for _, s := range in.sinks {
 		if c, ok := s.(interface{ Commit(uint64) }); ok {
 			c.Commit(m.ID)
@@ -478,11 +479,17 @@ func (in *instance) handle(env *actors.Envelope) {
 		}
 		in.curBorn, in.curKeep, in.sentAt = env.Born, env.Keep, 0
 		count := int64(env.Count)
-		if in.tr != nil && env.Headers != nil {
-			done := in.tr.Receive(env.Headers)
+		if in.tr != nil && env.Channel < len(in.ins) {
+			// The chain head's spans of sampled records say the edge and
+			// the wait in the mailbox.
+			var wait int64
+			if env.Sent != 0 {
+				wait = max(0, in.exec.now()-env.Sent) / 1000
+			}
+			ic := &in.ins[env.Channel]
+			in.tr.Receive(ic.from, ic.kind, ic.remote, wait)
 			in.head.Deliver(env.Payload)
-			in.em.Flush()
-			done()
+			in.tr.Received()
 		} else {
 			in.head.Deliver(env.Payload)
 		}
@@ -693,6 +700,7 @@ func (in *instance) finishedMsg() *wire.Finished {
 	if x := in.exec; !x.local(x.jobPID) {
 		s := x.instanceStats(in)
 		s.Final = true
+		s.Latency = x.instLatencyWire(in)
 		f.Stats = &s
 	}
 	return f
@@ -807,19 +815,6 @@ const sourceBatchesPerTick = 16
 // starting a span for every small batch would cost more than tracing is
 // worth). The span ends even when an operator of the chain panics.
 func (in *instance) readTick() (n int, err error) {
-	if in.tr != nil {
-		end := in.tr.Root(in.src.Stage())
-		read := 0
-		defer func() { end(read) }()
-		for range sourceBatchesPerTick {
-			n, err = in.sourceStep()
-			read += n
-			if n == 0 || err != nil || in.blockedN > 0 {
-				break
-			}
-		}
-		return n, err
-	}
 	for range sourceBatchesPerTick {
 		n, err = in.sourceStep()
 		if n == 0 || err != nil || in.blockedN > 0 {
@@ -964,14 +959,6 @@ func (nopFlusher) Flush() {}
 // Enqueue sends env on channel target of output out (stage.Sender).
 func (in *instance) Enqueue(out, target int, env *actors.Envelope) {
 	in.enqueue(in.outputs[out].chans[target], env)
-}
-
-// Traced is the trace context of the batch being processed (stage.Sender).
-func (in *instance) Traced() context.Context {
-	if in.tr == nil {
-		return nil
-	}
-	return in.tr.Current()
 }
 
 // Watermarked notes that watermark wm went out on every output

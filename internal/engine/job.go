@@ -275,9 +275,7 @@ func (j *jobActor) relaunch(c actor.Context, gen int) []coord.JobAction {
 			Retryable: true, Local: local, Hosts: x.hostList()})
 	}
 	if x.restored != nil {
-		x.cpStatsMu.Lock()
-		x.cpStats.RestoredFrom, x.cpStats.RestoredTime, x.cpStats.RestoredInFlight = x.restored.ID, x.restored.Time, len(x.restored.Channels)
-		x.cpStatsMu.Unlock()
+		x.noteRestored(x.restored)
 	}
 	j.startCheckpoints(total)
 	return j.stepped(coord.Launched{At: now, Instances: total, Local: local, Hosts: x.hostList()})
@@ -418,13 +416,14 @@ func (j *jobActor) feed(c actor.Context, ev coord.CheckpointEvent) {
 				j.stored = &cp
 			}
 			if err == nil {
-				j.noteSize(a.ID, a.States)
+				j.noteSize(a.ID, a.States, a.Channels, a.Unaligned)
 			}
 			var more []coord.CheckpointAction
 			j.cs, more = j.cs.Step(coord.Stored{ID: a.ID, Err: err, At: x.topo.Config().Now()})
 			j.publishInProgress()
 			acts = append(acts, more...)
 		case coord.Completed:
+			x.dropOldQueues()
 			d := x.topo.Config().Now().Sub(j.started[a.ID])
 			j.ended(a.ID)
 			x.cpStatsMu.Lock()
@@ -433,7 +432,7 @@ func (j *jobActor) feed(c actor.Context, ev coord.CheckpointEvent) {
 			size := j.sizes[a.ID]
 			delete(j.sizes, a.ID)
 			x.cpStats.History = appendBounded(x.cpStats.History, CompletedCheckpoint{ID: a.ID, Time: x.cpStats.LastTime,
-				Duration: d, Size: size.bytes, Instances: size.states})
+				Duration: d, Size: size.bytes, Instances: size.states, Unaligned: size.unaligned, InFlightBytes: size.inFlight, SpillRanges: size.refs})
 			x.cpStatsMu.Unlock()
 			x.metrics.checkpointDone(d)
 			j.savepointDone(c, a.ID)
@@ -476,6 +475,9 @@ func (j *jobActor) launch(c actor.Context) (total, local int, err error) {
 		}
 	}()
 	x.place()
+	if err := x.newLaunchTag(); err != nil {
+		return 0, 0, err
+	}
 	if err := x.build(); err != nil {
 		return 0, 0, err
 	}

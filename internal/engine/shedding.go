@@ -235,12 +235,20 @@ func (x *execution) closeLatencyWindow() {
 		}
 		admitted += cur[t].offered - cur[t].shed[shedSampled] - cur[t].shed[shedDropped]
 	}
+	queued := make([]int64, n)
+	for _, st := range x.InstanceStats() {
+		if st.Task < n {
+			queued[st.Task] += int64(st.Queued)
+		}
+	}
 	for t, s := range win {
+		w.Loads[t].Queued = queued[t]
 		if s.busy > 0 && s.handled > 0 {
 			w.Loads[t].Capacity = float64(s.handled) / s.busy.Seconds() * float64(w.Loads[t].Parallelism)
 		}
 		if admitted > 0 { // as if nothing were shed on the edges into t
-			g := float64(cur[t].handled) / float64(admitted)
+			// What reached t, handled or waiting, per record admitted.
+			g := float64(cur[t].handled+queued[t]) / float64(admitted)
 			for k, p := range x.sheds {
 				if k[1] == t && !x.isSourceTask(k[0]) {
 					g /= max(p.rate(), 1e-3)

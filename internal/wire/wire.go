@@ -92,6 +92,28 @@ type (
 		Blocked                    int64 // nanoseconds without credit to send, the current episode included
 		Backpressured              bool  // without credit now
 		Watermark                  int64 // the instance's event time (Unix ns), 0 before the first
+		// Latency is what the instance measured (nil when the job
+		// measures none), totals since the generation started.
+		Latency *Latency
+	}
+	// Latency is an instance's latency measurements (DESIGN.md, Latency
+	// and shedding): histograms of queue wait, processing and end-to-end
+	// latency (a sink's), time busy, records handled, a source's records
+	// read and the ingestion time of its latest batch, records shed by
+	// reason.
+	Latency struct {
+		Queue, Proc, EndToEnd  Hist
+		Busy, Handled, Offered int64
+		LastBorn               int64
+		Shed                   []int64
+	}
+	// Hist is a latency histogram, sparse: Count[i] records in bucket
+	// Index[i] of the engine's log-linear buckets; N records in all, Max
+	// the largest (ns).
+	Hist struct {
+		Index  []int32
+		Count  []int64
+		N, Max int64
 	}
 	// OpStats are the counters of one operator of an instance's chain.
 	OpStats struct{ In, Out, DeadLettered, Late int64 }
