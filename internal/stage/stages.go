@@ -10,10 +10,10 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/vmihailenco/msgpack/v5"
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/sluicehq/sluice/connector"
+	"github.com/sluicehq/sluice/internal/state"
 )
 
 // Batch is a run of records in columns: values, and event times when the
@@ -113,6 +113,9 @@ type Ctx struct {
 	// ns) that the reader reports (connector.IngestionTimer), before the
 	// batch is pushed.
 	Ingested func(unixNano int64)
+	// State is the topology's state backend (memory unless Dir is set;
+	// Dir is the job's directory).
+	State state.Spec
 	// Keep, when set, is the probability that a record of the batch being
 	// handled survived the load shedding upstream (1: nothing was shed):
 	// approximate aggregations scale by its inverse.
@@ -315,85 +318,97 @@ func (s *FlatMapStage[In, Out]) Finish() { s.next.Finish() }
 // maxLinks bounds the links of an aggregate's span.
 const maxLinks = 128
 
-// keyedState is the checkpointed form of a keyed stage: its entries in
-// first-seen order.
-type keyedState[K comparable, A any] struct {
-	Keys []K `msgpack:"k"`
-	Accs []A `msgpack:"a"`
-}
-
-func (s *KeyedStage[K, T, A, O]) SnapshotState(uint64) ([]byte, error) {
-	st := keyedState[K, A]{Keys: s.order, Accs: make([]A, len(s.order))}
-	for i, k := range s.order {
-		st.Accs[i] = s.state[k]
+func (s *KeyedStage[K, T, A, O]) SnapshotState(id uint64) ([]byte, error) {
+	if s.tab == nil {
+		return nil, s.openErr
 	}
-	b, err := msgpack.Marshal(&st)
-	if err != nil {
-		return nil, fmt.Errorf("encode state of %d keys: %w", len(s.order), err)
-	}
-	return b, nil
+	return s.tab.Snapshot(id)
 }
 
 func (s *KeyedStage[K, T, A, O]) RestoreState(b []byte) error {
-	var st keyedState[K, A]
-	if err := decodeState(b, &st, "per-key state"); err != nil {
+	if s.tab == nil {
+		return s.openErr
+	}
+	if err := s.tab.Restore([][]byte{b}, 0, state.AllGroups); err != nil {
 		return err
 	}
-	if len(st.Keys) != len(st.Accs) {
-		return fmt.Errorf("%d keys but %d values", len(st.Keys), len(st.Accs))
+	if s.mem != nil {
+		s.ttl.restored(s.sc, slices.Values(s.mem.Order))
 	}
-	s.order = st.Keys
-	s.state = make(map[K]A, len(st.Keys))
-	for i, k := range st.Keys {
-		s.state[k] = st.Accs[i]
-	}
-	s.ttl.restored(s.sc, slices.Values(s.order))
 	return nil
 }
 
 // RestoreKeyGroups implements KeyGroupRestorer: the keys of groups
 // [lo, hi) from every state, in the order of the states, each in its
-// first-seen order.
+// first-seen order (memory) or key order (disk).
 func (s *KeyedStage[K, T, A, O]) RestoreKeyGroups(states [][]byte, lo, hi int) error {
-	owns := ownsKeys[K](lo, hi)
-	s.order, s.state = nil, map[K]A{}
-	for i, b := range states {
-		var st keyedState[K, A]
-		if err := decodeState(b, &st, "per-key state"); err != nil {
-			return fmt.Errorf("state %d of %d: %w", i+1, len(states), err)
-		}
-		if len(st.Keys) != len(st.Accs) {
-			return fmt.Errorf("state %d of %d: %d keys but %d values", i+1, len(states), len(st.Keys), len(st.Accs))
-		}
-		for j, k := range st.Keys {
-			if _, dup := s.state[k]; !dup && owns(k) {
-				s.order = append(s.order, k)
-				s.state[k] = st.Accs[j]
-			}
-		}
+	if s.tab == nil {
+		return s.openErr
 	}
-	s.ttl.restored(s.sc, slices.Values(s.order))
+	if err := s.tab.Restore(states, lo, hi); err != nil {
+		return err
+	}
+	if s.mem != nil {
+		s.ttl.restored(s.sc, slices.Values(s.mem.Order))
+	}
 	return nil
 }
 
+// CommittedState tells the state backend that checkpoint id is complete.
+func (s *KeyedStage[K, T, A, O]) CommittedState(id uint64) {
+	if s.tab != nil {
+		s.tab.Committed(id)
+	}
+}
+
+// CloseState releases the state backend's files (the instance stops).
+func (s *KeyedStage[K, T, A, O]) CloseState() error {
+	if s.tab == nil {
+		return nil
+	}
+	return s.tab.Close()
+}
+
+// KeyedStage keeps one accumulator per key in its state backend: mem (the
+// memory backend, whose map the record loop uses directly) or tab.
 type KeyedStage[K comparable, T, A, O any] struct {
-	links  []trace.Link // the traced inputs of the results not yet emitted (EmitAtEnd)
-	key    func(T) K
-	foldFn func(acc A, seen bool, v T) A
-	kv     func(K, A) O // the result of a key
-	emit   EmitMode
-	next   Pusher[O]
-	sc     *Ctx
-	state  map[K]A
-	order  []K // keys in first-seen order, so that EmitAtEnd is deterministic
-	out    Batch[O]
-	ttl    keyTTL[K]
+	links   []trace.Link // the traced inputs of the results not yet emitted (EmitAtEnd)
+	key     func(T) K
+	foldFn  func(acc A, seen bool, v T) A
+	kv      func(K, A) O // the result of a key
+	emit    EmitMode
+	next    Pusher[O]
+	sc      *Ctx
+	mem     *state.Mem[K, A] // nil with the disk backend
+	tab     state.Table[K, A]
+	openErr error // the backend failed to open (tab nil)
+	out     Batch[O]
+	ttl     keyTTL[K]
+}
+
+// newKeyedTable opens the stage's state backend.
+func (s *KeyedStage[K, T, A, O]) open() {
+	h := HasherFor[K]()
+	if !s.sc.State.Disk() {
+		s.mem = state.NewMem[K, A](func(k K, lo, hi int) bool { kg := KeyGroupOf(h(k)); return kg >= lo && kg < hi })
+		s.tab = s.mem
+		return
+	}
+	d, err := state.OpenDisk[K, A](s.sc.State, s.sc.Name, s.sc.Instance, s.sc.Parts, h, func(err error) { s.sc.fail(err) })
+	if err != nil {
+		s.openErr = err
+		return
+	}
+	s.tab = d
 }
 
 func (s *KeyedStage[K, T, A, O]) Push(b *Batch[T]) {
 	defer s.sc.attribute()
 	if end := s.sc.Traced(len(b.Vs)); end != nil {
 		defer end()
+	}
+	if s.tab == nil {
+		s.sc.fail(s.openErr)
 	}
 	s.sc.C.In.Add(int64(len(b.Vs)))
 	s.out.Vs = s.out.Vs[:0]
@@ -425,12 +440,20 @@ func (s *KeyedStage[K, T, A, O]) fold(v T) {
 	if s.sc.StateTTL > 0 {
 		s.ttl.touch(s.sc, k, s.expire)
 	}
-	acc, seen := s.state[k]
-	acc = s.foldFn(acc, seen, v) // may panic: nothing changed yet
-	if !seen {
-		s.order = append(s.order, k)
+	var acc A
+	var seen bool
+	if m := s.mem; m != nil {
+		acc, seen = m.M[k]
+		acc = s.foldFn(acc, seen, v) // may panic: nothing changed yet
+		if !seen {
+			m.Order = append(m.Order, k)
+		}
+		m.M[k] = acc
+	} else {
+		acc, seen = s.tab.Get(k)
+		acc = s.foldFn(acc, seen, v)
+		s.tab.Put(k, acc, seen)
 	}
-	s.state[k] = acc
 	if s.emit == EmitUpdates {
 		s.out.Vs = append(s.out.Vs, s.kv(k, acc))
 	}
@@ -442,9 +465,9 @@ func (s *KeyedStage[K, T, A, O]) expire(gone map[K]bool) {
 	defer s.sc.attribute()
 	if s.emit == EmitAtEnd {
 		s.out.Vs, s.out.Ts = s.out.Vs[:0], nil
-		for _, k := range s.order {
+		for _, k := range s.mem.Order {
 			if gone[k] {
-				s.out.Vs = append(s.out.Vs, s.kv(k, s.state[k]))
+				s.out.Vs = append(s.out.Vs, s.kv(k, s.mem.M[k]))
 				if len(s.out.Vs) == s.sc.BatchSize {
 					s.sc.C.Out.Add(int64(len(s.out.Vs)))
 					s.next.Push(&s.out)
@@ -458,10 +481,7 @@ func (s *KeyedStage[K, T, A, O]) expire(gone map[K]bool) {
 			s.out.Vs = s.out.Vs[:0]
 		}
 	}
-	for k := range gone {
-		delete(s.state, k)
-	}
-	s.order = slices.DeleteFunc(s.order, func(k K) bool { return gone[k] })
+	s.mem.DeleteAll(gone)
 }
 
 func (s *KeyedStage[K, T, A, O]) Watermark(wm int64) { s.next.Watermark(wm) }
@@ -473,23 +493,37 @@ func (s *KeyedStage[K, T, A, O]) Finish() {
 		// The results are built from many inputs: their span links to the
 		// inputs' spans rather than nesting under one of them.
 		ctx, span := tr.t.Start(tr.base, s.sc.Name, trace.WithNewRoot(), trace.WithLinks(s.links...),
-			trace.WithAttributes(tr.attrs(s.sc, len(s.order))...))
+			trace.WithAttributes(tr.attrs(s.sc, s.keys())...))
 		tr.ctx = ctx
 		defer func() { span.End(); tr.ctx = nil }()
 		s.links = nil
 	}
-	if s.emit == EmitAtEnd {
+	if s.emit == EmitAtEnd && s.tab != nil {
 		s.out.Ts = nil
-		for i := 0; i < len(s.order); i += s.sc.BatchSize {
-			s.out.Vs = s.out.Vs[:0]
-			for _, k := range s.order[i:min(i+s.sc.BatchSize, len(s.order))] {
-				s.out.Vs = append(s.out.Vs, s.kv(k, s.state[k]))
+		s.out.Vs = s.out.Vs[:0]
+		for k, a := range s.tab.All {
+			s.out.Vs = append(s.out.Vs, s.kv(k, a))
+			if len(s.out.Vs) == s.sc.BatchSize {
+				s.sc.C.Out.Add(int64(len(s.out.Vs)))
+				s.next.Push(&s.out)
+				s.out.Vs = s.out.Vs[:0]
 			}
+		}
+		if len(s.out.Vs) > 0 {
 			s.sc.C.Out.Add(int64(len(s.out.Vs)))
 			s.next.Push(&s.out)
 		}
 	}
 	s.next.Finish()
+}
+
+// keys is the number of keys in memory (0 with the disk backend, which
+// does not count them).
+func (s *KeyedStage[K, T, A, O]) keys() int {
+	if s.mem != nil {
+		return len(s.mem.Order)
+	}
+	return 0
 }
 
 type SinkStage[T any] struct {
