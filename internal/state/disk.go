@@ -11,9 +11,9 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"syscall"
 
 	"github.com/cockroachdb/pebble/v2"
+	"github.com/cockroachdb/pebble/v2/vfs"
 	"github.com/vmihailenco/msgpack/v5"
 
 	"github.com/sluicehq/sluice/internal/msgpacksafe"
@@ -101,16 +101,19 @@ func removeUnlocked(dir string) {
 	}
 	for _, e := range ents {
 		p := filepath.Join(dir, e.Name())
-		f, err := os.Open(filepath.Join(p, "LOCK"))
-		if err != nil {
+		if _, err := os.Stat(filepath.Join(p, "LOCK")); err != nil {
 			// No LOCK: not opened yet (another instance of this process
 			// about to open it). Left alone.
 			continue
 		}
-		if syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB) == nil {
-			_ = os.RemoveAll(p)
+		// pebble's lock: held in this process (its table of locked files)
+		// or in another (an fcntl lock).
+		l, err := vfs.Default.Lock(filepath.Join(p, "LOCK"))
+		if err != nil {
+			continue
 		}
-		f.Close()
+		l.Close()
+		_ = os.RemoveAll(p)
 	}
 }
 
@@ -119,7 +122,12 @@ func (d *Disk[K, V]) open() error {
 		d.bcache = pebble.NewCache(8 << 20)
 	}
 	mt := uint64(min(max(d.spec.Budget/4, 4<<20), 32<<20))
-	db, err := pebble.Open(d.live, &pebble.Options{Cache: d.bcache, MemTableSize: mt, DisableWAL: true, Logger: quiet{}})
+	// L0 keeps up to 8 flushed files before compacting them into the
+	// levels below: each checkpoint's flush is one L0 file, so most
+	// checkpoints add only it, and one in about eight pays for the
+	// compaction (the bound on what a restore and a read go through).
+	db, err := pebble.Open(d.live, &pebble.Options{Cache: d.bcache, MemTableSize: mt, DisableWAL: true, Logger: quiet{},
+		L0CompactionThreshold: 8, L0StopWritesThreshold: 32})
 	if err != nil {
 		return &Error{Path: d.live, Err: err}
 	}
