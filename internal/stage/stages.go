@@ -10,7 +10,6 @@ import (
 	"sync/atomic"
 	"time"
 
-
 	"github.com/sluicehq/sluice/connector"
 	"github.com/sluicehq/sluice/internal/state"
 )
