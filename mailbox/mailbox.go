@@ -41,6 +41,7 @@ type Mailbox struct {
 
 	scheduled atomic.Bool
 	suspended atomic.Bool
+	held      atomic.Bool  // HoldQueue: only urgent and system messages are handed out
 	sysN      atomic.Int32 // system messages queued
 	urgentN   atomic.Int32 // urgent messages queued
 	errs      []error      // for OnError, reported outside the lock
@@ -697,7 +698,22 @@ func (m *Mailbox) hasWork() bool {
 	if m.suspended.Load() {
 		return false
 	}
-	return m.urgent.len() > 0 || m.mem.len() > 0 || (m.spill != nil && m.spill.pendingMessages() > 0)
+	if m.urgent.len() > 0 {
+		return true
+	}
+	return !m.held.Load() && (m.mem.len() > 0 || (m.spill != nil && m.spill.pendingMessages() > 0))
+}
+
+// HoldQueue stops (true) or resumes (false) handing the actor its queued
+// messages: while held, only urgent messages (Urgent) and system messages
+// reach it, and what is posted stays in the mailbox, under its policy
+// (a Spill mailbox spills it). An actor that cannot process what it takes
+// (its own outputs are back-pressured) holds its queue instead of keeping
+// what it took in memory of its own.
+func (m *Mailbox) HoldQueue(hold bool) {
+	if m.held.Swap(hold) && !hold {
+		m.schedule()
+	}
 }
 
 func (m *Mailbox) process() {
@@ -897,6 +913,9 @@ func (m *Mailbox) run() (yield bool) {
 			m.local, m.localNext = local, next
 			m.invoker.InvokeUserMessage(um)
 			continue
+		}
+		if m.held.Load() {
+			return false // the rest of local goes back to the queue
 		}
 		if next == len(local) {
 			var ended *Episode

@@ -78,6 +78,12 @@ type InstanceStats struct {
 	Policy                      string
 	Capacity, Queued, HighWater int
 	Dropped, Spilled            int64
+	// SpillPending is the records in the input's spill now; Stashed the
+	// envelopes the instance took from its mailbox and has not processed
+	// (held behind back-pressure or an aligning barrier; 0 for an
+	// instance in another process).
+	SpillPending int64
+	Stashed      int
 	// Blocked is the time spent without credit to send, in total;
 	// Backpressured says whether the instance is without credit now.
 	Blocked       time.Duration

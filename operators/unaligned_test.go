@@ -309,3 +309,51 @@ func TestUnalignedCheckpointStats(t *testing.T) {
 	}
 	t.Logf("in progress: %+v; history: %d checkpoints, %d unaligned, %d with spill ranges", inProgress, len(st.History), unaligned, ranges)
 }
+
+// An operator whose input spills but whose output is back-pressured (a
+// slower operator after it, on a Block edge) holds its mailbox instead of
+// taking the input into memory of its own: the records it has taken and
+// not processed stay a handful of batches while its spill grows.
+func TestSpillHeldBehindBackpressuredOutput(t *testing.T) {
+	const n, work = 100_000, 2_000
+	sys, ctx := newSystem(t)
+	top := operators.NewTopology("held", operators.BatchSize(16))
+	src := operators.Source(top, "numbers", operators.Generate(n, func(i int64) int64 { return i }))
+	by := operators.KeyBy(src, "by-key", func(v int64) string { return fmt.Sprintf("k%02d", v%23) })
+	counts := operators.Count(by, "count", operators.Input(mailbox.Spill(64, mailbox.SpillOptions{})))
+	slow := operators.Map(counts, "slow", func(kv operators.KV[string, int64]) operators.KV[string, int64] {
+		kv.Value += spin(kv.Value, work) * 0
+		return kv
+	}, operators.NoFusion(), operators.Input(mailbox.Block(64)))
+	operators.Sink(slow, "out", discard[operators.KV[string, int64]]())
+	run, err := sys.Run(ctx, top)
+	if err != nil {
+		t.Fatal(err)
+	}
+	maxStashed, maxSpill, samples := 0, int64(0), 0
+	tick := time.NewTicker(time.Millisecond) // samples the bound while the job runs; waits on nothing
+	defer tick.Stop()
+	for done := false; !done; {
+		select {
+		case <-run.Done():
+			done = true
+		case <-tick.C:
+			for _, s := range operators.InstanceStatsOf(run) {
+				if s.Policy == "spill" {
+					samples++
+					maxStashed, maxSpill = max(maxStashed, s.Stashed), max(maxSpill, s.SpillPending)
+				}
+			}
+		}
+	}
+	if err := run.Wait(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if maxSpill < n/10 {
+		t.Fatalf("the count's spill held %d records at most of %d (%d samples): its records waited elsewhere", maxSpill, n, samples)
+	}
+	if maxStashed > 8 {
+		t.Fatalf("the count took up to %d envelopes from its mailbox into memory while its output was back-pressured", maxStashed)
+	}
+	t.Logf("%d samples: the spill held up to %d records, the count up to %d envelopes taken and not processed", samples, maxSpill, maxStashed)
+}

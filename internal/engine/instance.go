@@ -111,6 +111,8 @@ type instance struct {
 	// stashBuf backs stash whenever it is empty again: drain takes from the
 	// front, so without it every envelope stashed would grow a new array.
 	stashBuf [8]*actors.Envelope
+	holding  bool         // its mailbox is held (holdInput)
+	stashed  atomic.Int64 // len(stash) after the last drain, for InstanceStats
 	blockedN int
 	since    time.Time
 	done     bool
@@ -226,6 +228,7 @@ func (in *instance) drain() {
 	if !in.started { // an urgent envelope that overtook the start waits for it
 		return
 	}
+	defer in.holdInput()
 	if in.blockedN == 0 && len(in.replay) > 0 { // restored in-flight records first
 		// One batch per message, so that the job's barriers and commits
 		// still reach the instance while it replays.
@@ -254,6 +257,27 @@ func (in *instance) drain() {
 		in.stash = in.stashBuf[:0]
 	}
 }
+
+// holdInput holds the instance's mailbox (mailbox.HoldQueue) while its
+// outputs are back-pressured and its stash holds stashBound envelopes or
+// more, and lets it go again once it can send: without it the stash would
+// take in everything the input holds, in memory, and a Spill input would
+// never spill.
+func (in *instance) holdInput() {
+	in.stashed.Store(int64(len(in.stash)))
+	hold := in.blockedN > 0 && len(in.stash) >= stashBound
+	if hold == in.holding {
+		return
+	}
+	if mb := in.mb.Load(); mb != nil {
+		in.holding = hold
+		mb.HoldQueue(hold)
+	}
+}
+
+// stashBound is how many envelopes an instance whose outputs are
+// back-pressured takes from its mailbox before it holds it.
+const stashBound = 4
 
 // onBarrier: channel ch delivered the barrier of checkpoint id, which
 // followed the records before sequence seq.

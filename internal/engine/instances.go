@@ -24,6 +24,12 @@ type InstanceStats struct {
 	Policy                      string
 	Capacity, Queued, HighWater int
 	Dropped, Spilled            int64
+	// SpillPending is the records in the input's spill now; Stashed the
+	// envelopes the instance took from its mailbox and has not processed
+	// (held behind back-pressure or an aligning barrier; 0 for an
+	// instance in another process).
+	SpillPending int64
+	Stashed      int
 	// Blocked is the time spent without credit to send, in total;
 	// Backpressured says whether the instance is without credit now.
 	Blocked       time.Duration
@@ -74,7 +80,10 @@ func (x *execution) InstanceStats() []InstanceStats {
 				st.In, st.Out = append(st.In, o.In), append(st.Out, o.Out)
 			}
 			st.Policy, st.Capacity, st.Queued, st.HighWater = s.Policy, s.Capacity, s.Depth, s.HighWater
-			st.Spilled = s.Spilled
+			st.Spilled, st.SpillPending = s.Spilled, s.SpillPending
+			if x.local(in.self) {
+				st.Stashed = int(in.stashed.Load())
+			}
 			for _, d := range s.Dropped {
 				st.Dropped += d
 			}
