@@ -39,8 +39,12 @@
 //     capacity of what arrives (with the measurements; else keep grows by
 //     Fill / utilisation, at most doubling a window), up to 1 (shedding
 //     stops). Fill (0.95) above Headroom (0.9) uses the slack a latency
-//     well under the target shows; a p99 that then goes over the target
-//     twice cuts back to Headroom.
+//     well under the target shows, but only while the capacity holds
+//     still (it moved less than Fill − Headroom of itself since the
+//     window before; else Headroom): on a machine shared with others the
+//     capacity swings from window to window and a rate that fills it
+//     pushes the queue past the target when it dips. A p99 that goes over
+//     the target twice cuts back to Headroom.
 //   - otherwise nothing changes. The band [Low × T, T], and the second
 //     window asked for, are what keep the rate from oscillating: it moves
 //     only when the latency stays out of the band (or passes 2T), so a
@@ -67,6 +71,7 @@ package shed
 
 import (
 	"fmt"
+	"math"
 	"time"
 )
 
@@ -103,6 +108,7 @@ type Controller struct {
 	Under      int     // windows in a row well under the target
 	LastP99    time.Duration
 	Steady     float64 // the rate the latest cut found without the backlog's share
+	LastCap    float64 // the bottleneck's capacity in the window before (0: unknown)
 	Infeasible bool    // the target was reported unreachable, and still is
 }
 
@@ -179,8 +185,11 @@ func (c Controller) Step(w Window) (Controller, []Action) {
 	prevP99 := c.LastP99
 	c.LastP99 = w.P99
 	b, util := c.bottleneck(w)
+	lastCap := c.LastCap
+	c.LastCap = 0
 	if b >= 0 {
 		c.Bottleneck = c.Tasks[b].Name
+		c.LastCap = w.Loads[b].Capacity
 	}
 	over := w.P99 > c.Target
 	under := w.P99 < time.Duration(c.Low*float64(c.Target))
@@ -251,8 +260,9 @@ func (c Controller) Step(w Window) (Controller, []Action) {
 		// The backlog the rate was lowered for is read: back to the
 		// steady rate, or as near as what waits at the bottleneck allows.
 		k := c.Steady
-		if in, ok := c.model(w, b); ok {
-			k = max(c.Keep, round(clamp(min(k, c.drain(w, b, in)), c.MinKeep, 1)))
+		if in, ok := c.model(w, b); ok { // nor more than this window's capacity allows
+			k = min(k, c.Headroom*w.Loads[b].Capacity/in, c.drain(w, b, in))
+			k = max(c.Keep, round(clamp(k, c.MinKeep, 1)))
 		}
 		if k != c.Keep {
 			c.Keep = k
@@ -263,9 +273,17 @@ func (c Controller) Step(w Window) (Controller, []Action) {
 		// bottleneck's capacity (at most doubling the rate), or, with
 		// the measurements, what the load now needs of it.
 		c.AtMin = 0
-		k := c.Keep * min(2, c.Fill/max(util, 1e-9))
+		// Fill only while the capacity holds still (it moved less than
+		// Fill − Headroom since the window before): a capacity that
+		// swings from window to window (a machine shared with others)
+		// would push a queue past the target, so Headroom then.
+		fill := c.Headroom
+		if cp := w.Loads[b].Capacity; lastCap > 0 && cp > 0 && math.Abs(cp-lastCap) <= (c.Fill-c.Headroom)*lastCap {
+			fill = c.Fill
+		}
+		k := c.Keep * min(2, fill/max(util, 1e-9))
 		if in, ok := c.model(w, b); ok {
-			k = c.Fill * w.Loads[b].Capacity / in
+			k = fill * w.Loads[b].Capacity / in
 		}
 		if k >= 0.99 {
 			acts = append(acts, SetRate{Point: c.Point, Keep: 1})
