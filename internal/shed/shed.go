@@ -12,7 +12,10 @@
 // highest utilisation (busy time over the window, per instance), and
 // compares the end-to-end p99 latency of the window with the target T:
 //
-//   - p99 > T (over) two windows in a row, or p99 > 2T: the rate kept
+//   - p99 > T (over) two windows in a row, or p99 > 2T with a queue at
+//     the bottleneck or a lag at the sources that explains it (they take
+//     at least Low × T to work through; a stall of the process leaves
+//     neither, and one window's spike is not cut for): the rate kept
 //     at the bottleneck's shed point becomes the lower of two.
 //     The steady rate, Headroom × capacity / (arrivals × gain), admits
 //     Headroom of the bottleneck's capacity (records a second it handles
@@ -207,7 +210,20 @@ func (c Controller) Step(w Window) (Controller, []Action) {
 	// when it is more than twice the target; one well under the band
 	// when the one before was too. So a load that swings from window to
 	// window across the band's edges leaves the rate alone.
-	act := over && (c.Over >= 2 || w.P99 > 2*c.Target)
+	//
+	// Past 2T at once only when what waits explains it (the bottleneck's
+	// queue takes, with the sources' lag, at least Low × T to work
+	// through) or is not measured: a single window's p99 from a stall of
+	// the process (a machine shared with others deschedules it) leaves no
+	// queue behind, and a cut for it would shed for nothing.
+	explained := true
+	if b >= 0 {
+		if l := w.Loads[b]; l.Capacity > 0 {
+			wait := time.Duration(float64(max(l.Queued, 0))/l.Capacity*float64(time.Second)) + max(w.Lag, 0)
+			explained = wait >= time.Duration(c.Low*float64(c.Target))
+		}
+	}
+	act := over && (c.Over >= 2 || (w.P99 > 2*c.Target && explained))
 	switch {
 	case over && !act:
 		return c, nil
