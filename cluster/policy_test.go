@@ -25,7 +25,7 @@ func droppingJob(n int64, dir string) *operators.Topology {
 	// The source emits half its records, then runs dry until the test
 	// opens its gate ("open drop"): checkpoints go on meanwhile, each
 	// barrier behind the full mailbox of the gated slow operator.
-	src := operators.Source(t, "numbers", heldSource{n: n, hold: n / 2, gate: dropGate})
+	src := operators.Source(t, "numbers", heldSource(n, n/2, dropGate))
 	slow := operators.Map(src, "slow", func(v int64) string {
 		<-slowGate // closed until the test has seen drops (jobs_test.go)
 		return "k" + strconv.Itoa(int(v*7%23))
@@ -61,7 +61,7 @@ func jobStatsLat(t *testing.T, a *child) (stats map[string][3]int64, lat map[str
 			t.Fatalf("the job failed: %s", failed)
 		}
 	}()
-	a.awaitLine(2*time.Minute, "the job's statistics", func(f []string) bool {
+	a.AwaitLine(2*time.Minute, "the job's statistics", func(f []string) bool {
 		switch f[0] {
 		case "JOBERROR":
 			failed = strings.Join(f[1:], " ")
@@ -101,7 +101,7 @@ func TestDistributedRunStats(t *testing.T) {
 
 	const n = 300_000
 	openGates("source", a, b, c) // the counting run waits for nothing of the test's
-	a.send(fmt.Sprintf("run counting %d %s off", n, t.TempDir()))
+	a.Send(fmt.Sprintf("run counting %d %s off", n, t.TempDir()))
 	where := placed(a, 20*time.Second)
 	if where[a.Address] > 2 { // the source and the sink
 		t.Fatalf("the coordinator hosts %d instances (%v): the test needs the counters elsewhere", where[a.Address], where)
@@ -128,21 +128,21 @@ func TestDistributedRunStats(t *testing.T) {
 	if got := stats["key"]; got[1] != n {
 		t.Fatalf("key reports %d records out, want %d", got[1], n)
 	}
-	if got := a.expect(10*time.Second, "RESULT"); got[1] != wantCounts(n) {
+	if got := a.Expect(10*time.Second, "RESULT"); got[1] != wantCounts(n) {
 		t.Fatalf("result %v, want %s", got, wantCounts(n))
 	}
-	a.skipTo(a.lastMatch() + 1) // the first run printed everything before its RESULT
+	a.SkipTo(a.LastMatch() + 1) // the first run printed everything before its RESULT
 
 	const m = 1_000_000
-	a.send(fmt.Sprintf("run dropping %d %s off", m, t.TempDir()))
+	a.Send(fmt.Sprintf("run dropping %d %s off", m, t.TempDir()))
 	// The gate holds the slow operator until its full mailbox drops and a
 	// checkpoint has started: its barrier waits behind the full mailbox.
-	a.jobLine(time.Minute, "SLOW-DROPPING")
-	a.jobLine(time.Minute, "CHECKPOINT-PENDING")
+	a.JobLine(time.Minute, "SLOW-DROPPING")
+	a.JobLine(time.Minute, "CHECKPOINT-PENDING")
 	openGates("slow", a, b, c)
 	openGates("drop", a, b, c)
 	stats, restarts, checkpoints := jobStats(t, a)
-	a.expect(10*time.Second, "RESULT")
+	a.Expect(10*time.Second, "RESULT")
 	slow := stats["slow"]
 	t.Logf("slow: %d in, %d dropped; %d checkpoints; restarts %s", slow[0], slow[2], checkpoints, restarts)
 	if restarts != "0" {

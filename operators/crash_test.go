@@ -24,6 +24,9 @@ const (
 	// crashChildUnalignedEnv: run slowCounting with unaligned checkpoints
 	// under Block back-pressure.
 	crashChildUnalignedEnv = "SLUICE_CRASH_CHILD_UNALIGNED"
+	// crashChildDiskEnv: run the counting topology with the disk state
+	// backend (a cache of 512 bytes: most keys live in pebble).
+	crashChildDiskEnv = "SLUICE_CRASH_CHILD_DISK"
 )
 
 // TestCheckpointCrashChild is the child process of TestCheckpointCrash: it
@@ -41,6 +44,10 @@ func TestCheckpointCrashChild(t *testing.T) {
 	}
 	defer sys.Stop(ctx)
 	top := countingTopology(nil, filepath.Join(dir, "out"), crashRecords, 100*time.Millisecond)
+	if os.Getenv(crashChildDiskEnv) != "" {
+		top = countingTopologyWith(nil, filepath.Join(dir, "out"), crashRecords, 100*time.Millisecond,
+			[]operators.TopologyOption{operators.StateBackend(operators.DiskState(filepath.Join(dir, "state"), 512))})
+	}
 	if os.Getenv(crashChildSmallEnv) != "" {
 		top = countingTwoSources(filepath.Join(dir, "out"), crashRecords, crashSmall, 100*time.Millisecond)
 	}
@@ -55,10 +62,34 @@ func TestCheckpointCrashChild(t *testing.T) {
 	st := operators.CheckpointStatsOf(run)
 	fmt.Printf("RESTORED %d\n", st.RestoredFrom)
 	fmt.Printf("IN-FLIGHT %d\n", st.RestoredInFlight)
+	fmt.Printf("SPILL-REFS %d\n", st.RestoredSpillRefs)
+	if os.Getenv(crashChildUnalignedEnv) != "" {
+		// The parent arms its kill on this line: every run it kills has
+		// stored a checkpoint, so the restores go on to later ones.
+		go reportFirstCheckpoint(run, st.RestoredFrom)
+	}
 	if err := run.Wait(ctx); err != nil {
 		t.Fatal(err)
 	}
 	fmt.Println("DONE")
+}
+
+// reportFirstCheckpoint prints "CHECKPOINTED id" once the run has
+// completed a checkpoint later than restored, or returns when the run ends.
+func reportFirstCheckpoint(run *actors.Run, restored uint64) {
+	tick := time.NewTicker(time.Millisecond) // the child reports; no test waits on it
+	defer tick.Stop()
+	for {
+		select {
+		case <-run.Done():
+			return
+		case <-tick.C:
+			if id := operators.CheckpointStatsOf(run).LastID; id > restored {
+				fmt.Printf("CHECKPOINTED %d\n", id)
+				return
+			}
+		}
+	}
 }
 
 // TestCheckpointCrash runs a keyed counting topology with checkpoints every
@@ -84,6 +115,40 @@ func TestCheckpointCrash(t *testing.T) {
 		}
 	})
 	t.Logf("%d kills, output identical", kills)
+}
+
+// TestCheckpointCrashDisk is TestCheckpointCrash with the disk state
+// backend in the killed runs: their output must equal that of a run with
+// the memory backend that was never killed.
+func TestCheckpointCrashDisk(t *testing.T) {
+	if testing.Short() {
+		t.Skip("crash test: child processes")
+	}
+	rng := crashtest.Seed(t, "SLUICE_CRASH_SEED")
+	reference := t.TempDir()
+	ref := runChild(t, reference, -1)
+	if !ref.Done {
+		t.Fatal("the reference run did not finish")
+	}
+	want := readParts(t, filepath.Join(reference, "out"))
+	kills, newest := crashRounds(t, rng, ref.Took, func(dir string) {
+		if got := readParts(t, filepath.Join(dir, "out")); got != want {
+			t.Fatalf("after kills the output in %s (disk backend) differs from the run that was never killed (%d vs %d bytes)", dir, len(got), len(want))
+		}
+		chk, err := os.ReadDir(filepath.Join(dir, "state", "counting", "count", "chk"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		// 3 instances, 2 retained checkpoints each, and at most one in
+		// flight or left by a kill each.
+		if len(chk) > 3*3 {
+			t.Errorf("%d checkpoint directories kept: %v", len(chk), chk)
+		}
+	}, crashChildDiskEnv+"=1")
+	if newest == 0 {
+		t.Fatal("no run restored a checkpoint")
+	}
+	t.Logf("%d kills, output identical, newest restored checkpoint %d", kills, newest)
 }
 
 // crashKills is how many SIGKILLs a crash test lands; crashMaxRounds bounds
@@ -143,8 +208,18 @@ func runChildRestored(t *testing.T, dir string, delay time.Duration, env ...stri
 		t.Fatal(err)
 	}
 	var restored uint64
-	var inFlight int
-	defer func() { crashInFlight += inFlight }()
+	var inFlight, refs int
+	defer func() { crashInFlight += inFlight; crashSpillRefs += refs }()
+	// An unaligned child arms the kill once it has stored a checkpoint:
+	// its first one takes longer than the shortest kill delay on a loaded
+	// machine, and kills before it would restore the same checkpoint
+	// again and again.
+	arm := "STARTED"
+	for _, e := range env {
+		if strings.HasPrefix(e, crashChildUnalignedEnv+"=") {
+			arm = "CHECKPOINTED"
+		}
+	}
 	child := crashtest.Child{Test: "TestCheckpointCrashChild", Env: append([]string{crashChildEnv + "=" + dir}, env...), Timeout: 5 * time.Minute}
 	r := child.Run(t, delay, func(line string) bool {
 		if id, ok := strings.CutPrefix(line, "RESTORED "); ok {
@@ -153,7 +228,10 @@ func runChildRestored(t *testing.T, dir string, delay time.Duration, env ...stri
 		if n, ok := strings.CutPrefix(line, "IN-FLIGHT "); ok {
 			inFlight, _ = strconv.Atoi(n)
 		}
-		return line == "STARTED"
+		if n, ok := strings.CutPrefix(line, "SPILL-REFS "); ok {
+			refs, _ = strconv.Atoi(n)
+		}
+		return strings.HasPrefix(line, arm)
 	})
 	return r, restored
 }
@@ -234,6 +312,10 @@ func killDelay(rng interface{ Int64N(int64) int64 }, took time.Duration, kills i
 // children's runs restored (from unaligned checkpoints), over a test.
 var crashInFlight int
 
+// crashSpillRefs counts the input channels whose in-flight records the
+// children's runs restored from a spill queue's range (by reference).
+var crashSpillRefs int
+
 // The unaligned crash job: slowCounting, long enough for the kills.
 const crashUnalignedRecords, crashUnalignedWork = 60_000, 20_000
 
@@ -262,7 +344,7 @@ func testUnalignedCrash(t *testing.T, policy string) {
 		t.Fatal("the reference run did not finish")
 	}
 	want := sortedParts(t, filepath.Join(reference, "out"))
-	crashInFlight = 0
+	crashInFlight, crashSpillRefs = 0, 0
 	kills, newest := crashRounds(t, rng, ref.Took, func(dir string) {
 		if got := sortedParts(t, filepath.Join(dir, "out")); got != want {
 			t.Fatalf("after kills the output in %s differs from the run that was never killed (%d vs %d bytes)", dir, len(got), len(want))
@@ -271,5 +353,14 @@ func testUnalignedCrash(t *testing.T, policy string) {
 	if crashInFlight == 0 {
 		t.Fatalf("%d kills, restores up to checkpoint %d, but none restored in-flight records: the checkpoints were not unaligned", kills, newest)
 	}
-	t.Logf("%s: %d kills, restores up to checkpoint %d, %d channels of in-flight records restored; output identical as sets of lines", policy, kills, newest, crashInFlight)
+	// Every killed run stored a checkpoint before its kill: the restores
+	// went on to later ones.
+	if newest < 5 {
+		t.Fatalf("%d kills, but the restores reached checkpoint %d only", kills, newest)
+	}
+	if policy == "spill" && crashSpillRefs == 0 {
+		t.Fatalf("%d kills, restores up to checkpoint %d, but none restored in-flight records from the spill by reference", kills, newest)
+	}
+	t.Logf("%s: %d kills, restores up to checkpoint %d, %d channels of in-flight records restored (%d from a spill range); output identical as sets of lines",
+		policy, kills, newest, crashInFlight, crashSpillRefs)
 }

@@ -3,6 +3,7 @@ package graph
 import (
 	"errors"
 	"fmt"
+	"maps"
 	"reflect"
 	"slices"
 	"strings"
@@ -95,6 +96,16 @@ func (t *Topology) Plan() (*Plan, error) {
 		}
 	}
 
+	for _, name := range slices.Sorted(maps.Keys(t.cfg.Parallelism)) {
+		p := t.cfg.Parallelism[name]
+		switch {
+		case byName[name] == nil:
+			errs = append(errs, opErr(t, name, KindUnknown, fmt.Sprintf("RunParallelism(%q, %d): no operator named %q", name, p, name)))
+		case p < 1:
+			errs = append(errs, opErr(t, name, KindParallelism, fmt.Sprintf("RunParallelism(%q, %d): must be at least 1", name, p)))
+		}
+	}
+
 	hasSource := false
 	for _, n := range t.nodes {
 		if n.explicitP && n.parallelism < 1 {
@@ -113,6 +124,9 @@ func (t *Topology) Plan() (*Plan, error) {
 			case n.recordAttempts < 1:
 				errs = append(errs, opErr(t, n.name, KindInvalid, fmt.Sprintf("OnRecordFailure(%d): at least one attempt", n.recordAttempts)))
 			}
+		}
+		if t.cfg.State.Disk() && n.ttl > 0 && (n.kind == "count" || n.kind == "reduce" || n.kind == "aggregate") {
+			errs = append(errs, opErr(t, n.name, KindInvalid, "StateTTL with the disk state backend: not supported yet (the memory backend enforces it)"))
 		}
 		if n.input != nil {
 			if err := checkInput(n); err != nil {
@@ -199,6 +213,9 @@ func (t *Topology) Plan() (*Plan, error) {
 }
 
 func (c Config) Validate() error {
+	if c.State.Disk() && c.State.Budget < 0 {
+		return fmt.Errorf("disk state budget %d: must not be negative", c.State.Budget)
+	}
 	if c.BatchSize < 1 {
 		return fmt.Errorf("batch size %d: must be at least 1", c.BatchSize)
 	}
@@ -280,6 +297,8 @@ func buildPlan(t *Topology, inputs, consumers map[*Node][]*Node) *Plan {
 	par := make(map[*Node]int, len(order))
 	for _, n := range order {
 		switch {
+		case t.cfg.Parallelism[n.name] > 0:
+			par[n] = t.cfg.Parallelism[n.name]
 		case n.explicitP:
 			par[n] = n.parallelism
 		case len(inputs[n]) > 0:

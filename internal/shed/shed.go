@@ -369,6 +369,16 @@ func (c Controller) report(acts []Action, infeasible bool, reason string) (Contr
 	return c, acts
 }
 
+// Retarget returns the state with the target d (a change through the
+// control plane): the rate in force stays, the windows counted over or
+// under the old target start again, and a target reported unreachable is
+// reported holdable until the windows say otherwise. It does not change c.
+func (c Controller) Retarget(d time.Duration) (Controller, []Action) {
+	c.Target = d
+	c.Over, c.Under, c.AtMin = 0, 0, 0
+	return c.report(nil, false, fmt.Sprintf("the target changed to %v", d))
+}
+
 func clamp(v, lo, hi float64) float64 { return min(max(v, lo), hi) }
 
 // round keeps three decimals, so transcripts read well and tiny changes

@@ -53,6 +53,18 @@ func TestTranscripts(t *testing.T) {
 				}
 				c = New(cfg)
 				return describe(c)
+			case "retarget":
+				before := describe(c)
+				next, acts := c.Retarget(durArg(t, d, "target"))
+				if after := describe(c); after != before {
+					t.Fatalf("%s: Retarget changed its input state", d.Pos)
+				}
+				c = next
+				var b strings.Builder
+				for _, a := range acts {
+					b.WriteString(describeAction(a) + "; ")
+				}
+				return b.String() + describe(c) + "\n"
 			case "window", "repeat":
 				n := 1
 				if d.Cmd == "repeat" {

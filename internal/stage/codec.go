@@ -9,6 +9,7 @@ import (
 	"strconv"
 
 	"github.com/vmihailenco/msgpack/v5"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/sluicehq/sluice/actors"
 	"github.com/sluicehq/sluice/internal/msgpacksafe"
@@ -30,8 +31,12 @@ type Codec[T any] struct{}
 const (
 	flagHeaders = 1 << iota
 	flagTimes
+	flagTraces // the batch's sampled records (Mark): count, then index, id, trace id, span id, trace flags
 	flagLatency
 )
+
+// maxMarkID bounds a sampled record's id on the wire.
+const maxMarkID = 512
 
 func (Codec[T]) Encode(msg any) ([]byte, error) {
 	env, ok := msg.(*actors.Envelope)
@@ -50,6 +55,9 @@ func (Codec[T]) Encode(msg any) ([]byte, error) {
 	}
 	if b != nil && b.Ts != nil {
 		flags |= flagTimes
+	}
+	if b != nil && len(b.Tr) > 0 {
+		flags |= flagTraces
 	}
 	if env.Born != 0 || env.Sent != 0 || env.Keep != 0 {
 		flags |= flagLatency
@@ -84,6 +92,20 @@ func (Codec[T]) Encode(msg any) ([]byte, error) {
 	if flags&flagTimes != 0 {
 		for _, t := range b.Ts {
 			out = binary.LittleEndian.AppendUint64(out, uint64(t))
+		}
+	}
+	if flags&flagTraces != 0 {
+		out = binary.AppendUvarint(out, uint64(len(b.Tr)))
+		for _, m := range b.Tr {
+			if m.I < 0 || int(m.I) >= env.Count {
+				return nil, fmt.Errorf("envelope seq %d: sampled record %d of %d", env.Seq, m.I, env.Count)
+			}
+			out = binary.AppendUvarint(out, uint64(m.I))
+			out = appendString(out, m.ID)
+			tid, sid := m.SC.TraceID(), m.SC.SpanID()
+			out = append(out, tid[:]...)
+			out = append(out, sid[:]...)
+			out = append(out, byte(m.SC.TraceFlags()))
 		}
 	}
 	switch vs := any(b.Vs).(type) {
@@ -164,6 +186,55 @@ func (r *reader) str() string {
 	s := string(r.b[:n])
 	r.b = r.b[n:]
 	return s
+}
+
+// markBytes is the least a sampled record takes on the wire.
+const markBytes = 1 + 1 + 16 + 8 + 1
+
+// marks reads the sampled records of a batch of count records: in
+// increasing order, within the batch, with valid trace contexts.
+func (r *reader) marks(count uint64, budget int64) ([]Mark, error) {
+	n := r.uvarint()
+	if r.err != nil {
+		return nil, r.err
+	}
+	if n == 0 || n > count || n > uint64(len(r.b))/markBytes {
+		return nil, fmt.Errorf("%d sampled records of %d in %d bytes: %w", n, count, len(r.b), errShort)
+	}
+	if n*uint64(reflect.TypeOf(Mark{}).Size()) > uint64(budget) {
+		return nil, fmt.Errorf("%d sampled records: %w", n, msgpacksafe.ErrTooLarge)
+	}
+	ms := make([]Mark, n)
+	last := int64(-1)
+	for j := range ms {
+		i := r.uvarint()
+		if r.err == nil && uint64(len(r.b)) > 0 {
+			if l, k := binary.Uvarint(r.b); k > 0 && l > maxMarkID {
+				return nil, fmt.Errorf("sampled record %d: id of %d bytes (at most %d)", j, l, maxMarkID)
+			}
+		}
+		id := r.str()
+		if r.err != nil || len(r.b) < 25 {
+			r.fail()
+			return nil, r.err
+		}
+		if i >= count || int64(i) <= last {
+			return nil, fmt.Errorf("sampled record %d: index %d after %d in a batch of %d", j, i, last, count)
+		}
+		last = int64(i)
+		var tid trace.TraceID
+		var sid trace.SpanID
+		copy(tid[:], r.b[:16])
+		copy(sid[:], r.b[16:24])
+		fl := trace.TraceFlags(r.b[24])
+		r.b = r.b[25:]
+		sc := trace.NewSpanContext(trace.SpanContextConfig{TraceID: tid, SpanID: sid, TraceFlags: fl, Remote: true})
+		if !sc.IsValid() {
+			return nil, fmt.Errorf("sampled record %d (%q): invalid trace context", j, id)
+		}
+		ms[j] = Mark{I: int32(i), ID: id, SC: sc}
+	}
+	return ms, nil
 }
 
 func (r *reader) fail() {
@@ -252,6 +323,13 @@ func (Codec[T]) Decode(data []byte) (any, error) {
 		for i := range b.Ts {
 			b.Ts[i] = int64(r.u64())
 		}
+	}
+	if flags&flagTraces != 0 {
+		ms, err := r.marks(count, budget)
+		if err != nil {
+			return nil, fmt.Errorf("envelope seq %d: %w", env.Seq, err)
+		}
+		b.Tr = ms
 	}
 	switch any(zero).(type) {
 	case int64, int, float64, string:

@@ -121,8 +121,11 @@ type (
 	// checkpoints; a finished source now answers barriers instead, and the
 	// job actor ignores it.
 	SourceDone struct{ Gen int }
-	// Drain asks a source to stop reading and finish.
-	Drain struct{}
+	// Drain asks a source to stop reading and finish. Suspend (a stop with
+	// a savepoint): the operators downstream do not finish their input
+	// (no aggregation emits, no timer fires, state is kept as it is); only
+	// sinks flush, and a job started from the final checkpoint reads on.
+	Drain struct{ Suspend bool }
 	// Failed: an instance failed; the job restarts or stops. Operator and
 	// Message describe the failure across processes; within one, Reason is
 	// what the instance failed with (a panic's value or an error), which
