@@ -12,7 +12,10 @@
 // highest utilisation (busy time over the window, per instance), and
 // compares the end-to-end p99 latency of the window with the target T:
 //
-//   - p99 > T (over) two windows in a row, or p99 > 2T: the rate kept
+//   - p99 > T (over) two windows in a row, or p99 > 2T with a queue at
+//     the bottleneck or a lag at the sources that explains it (they take
+//     at least Low × T to work through; a stall of the process leaves
+//     neither, and one window's spike is not cut for): the rate kept
 //     at the bottleneck's shed point becomes the lower of two.
 //     The steady rate, Headroom × capacity / (arrivals × gain), admits
 //     Headroom of the bottleneck's capacity (records a second it handles
@@ -39,8 +42,12 @@
 //     capacity of what arrives (with the measurements; else keep grows by
 //     Fill / utilisation, at most doubling a window), up to 1 (shedding
 //     stops). Fill (0.95) above Headroom (0.9) uses the slack a latency
-//     well under the target shows; a p99 that then goes over the target
-//     twice cuts back to Headroom.
+//     well under the target shows, but only while the capacity holds
+//     still (it moved less than Fill − Headroom of itself since the
+//     window before; else Headroom): on a machine shared with others the
+//     capacity swings from window to window and a rate that fills it
+//     pushes the queue past the target when it dips. A p99 that goes over
+//     the target twice cuts back to Headroom.
 //   - otherwise nothing changes. The band [Low × T, T], and the second
 //     window asked for, are what keep the rate from oscillating: it moves
 //     only when the latency stays out of the band (or passes 2T), so a
@@ -67,6 +74,7 @@ package shed
 
 import (
 	"fmt"
+	"math"
 	"time"
 )
 
@@ -103,6 +111,7 @@ type Controller struct {
 	Under      int     // windows in a row well under the target
 	LastP99    time.Duration
 	Steady     float64 // the rate the latest cut found without the backlog's share
+	LastCap    float64 // the bottleneck's capacity in the window before (0: unknown)
 	Infeasible bool    // the target was reported unreachable, and still is
 }
 
@@ -179,8 +188,11 @@ func (c Controller) Step(w Window) (Controller, []Action) {
 	prevP99 := c.LastP99
 	c.LastP99 = w.P99
 	b, util := c.bottleneck(w)
+	lastCap := c.LastCap
+	c.LastCap = 0
 	if b >= 0 {
 		c.Bottleneck = c.Tasks[b].Name
+		c.LastCap = w.Loads[b].Capacity
 	}
 	over := w.P99 > c.Target
 	under := w.P99 < time.Duration(c.Low*float64(c.Target))
@@ -198,7 +210,20 @@ func (c Controller) Step(w Window) (Controller, []Action) {
 	// when it is more than twice the target; one well under the band
 	// when the one before was too. So a load that swings from window to
 	// window across the band's edges leaves the rate alone.
-	act := over && (c.Over >= 2 || w.P99 > 2*c.Target)
+	//
+	// Past 2T at once only when what waits explains it (the bottleneck's
+	// queue takes, with the sources' lag, at least Low × T to work
+	// through) or is not measured: a single window's p99 from a stall of
+	// the process (a machine shared with others deschedules it) leaves no
+	// queue behind, and a cut for it would shed for nothing.
+	explained := true
+	if b >= 0 {
+		if l := w.Loads[b]; l.Capacity > 0 {
+			wait := time.Duration(float64(max(l.Queued, 0))/l.Capacity*float64(time.Second)) + max(w.Lag, 0)
+			explained = wait >= time.Duration(c.Low*float64(c.Target))
+		}
+	}
+	act := over && (c.Over >= 2 || (w.P99 > 2*c.Target && explained))
 	switch {
 	case over && !act:
 		return c, nil
@@ -251,8 +276,9 @@ func (c Controller) Step(w Window) (Controller, []Action) {
 		// The backlog the rate was lowered for is read: back to the
 		// steady rate, or as near as what waits at the bottleneck allows.
 		k := c.Steady
-		if in, ok := c.model(w, b); ok {
-			k = max(c.Keep, round(clamp(min(k, c.drain(w, b, in)), c.MinKeep, 1)))
+		if in, ok := c.model(w, b); ok { // nor more than this window's capacity allows
+			k = min(k, c.Headroom*w.Loads[b].Capacity/in, c.drain(w, b, in))
+			k = max(c.Keep, round(clamp(k, c.MinKeep, 1)))
 		}
 		if k != c.Keep {
 			c.Keep = k
@@ -263,9 +289,17 @@ func (c Controller) Step(w Window) (Controller, []Action) {
 		// bottleneck's capacity (at most doubling the rate), or, with
 		// the measurements, what the load now needs of it.
 		c.AtMin = 0
-		k := c.Keep * min(2, c.Fill/max(util, 1e-9))
+		// Fill only while the capacity holds still (it moved less than
+		// Fill − Headroom since the window before): a capacity that
+		// swings from window to window (a machine shared with others)
+		// would push a queue past the target, so Headroom then.
+		fill := c.Headroom
+		if cp := w.Loads[b].Capacity; lastCap > 0 && cp > 0 && math.Abs(cp-lastCap) <= (c.Fill-c.Headroom)*lastCap {
+			fill = c.Fill
+		}
+		k := c.Keep * min(2, fill/max(util, 1e-9))
 		if in, ok := c.model(w, b); ok {
-			k = c.Fill * w.Loads[b].Capacity / in
+			k = fill * w.Loads[b].Capacity / in
 		}
 		if k >= 0.99 {
 			acts = append(acts, SetRate{Point: c.Point, Keep: 1})
