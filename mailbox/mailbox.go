@@ -845,6 +845,12 @@ func (m *Mailbox) refillLocked() {
 func (m *Mailbox) spillLocked(msg any, n int, ctl bool) error {
 	err := m.spill.write(msg, n, ctl)
 	if err != nil {
+		if ctl {
+			// A control message the codec cannot encode (an engine's
+			// in-process message) or that finds the spill full is not
+			// lost: the caller queues it in memory. Nothing to report.
+			return err
+		}
 		if isSpillFull(err) {
 			m.dropLocked(n, ReasonSpillFull)
 		} else {
