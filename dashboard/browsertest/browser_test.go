@@ -646,7 +646,15 @@ func TestDashboardInChromium(t *testing.T) {
 	}
 	t.Logf("screenshot: %s (%d bytes)", path, len(shot))
 
+	// The one error the page is meant to cause: the browser logs the 401 of
+	// the pause asked without the token (a network message, not a script
+	// error); anything else fails the test.
+	refusals := 0
 	for _, m := range console() {
+		if strings.Contains(m, "Failed to load resource: the server responded with a status of 401") && refusals == 0 {
+			refusals++
+			continue
+		}
 		t.Errorf("the page logged: %s", m)
 	}
 }
