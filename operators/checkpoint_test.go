@@ -70,7 +70,12 @@ func countingTopology(store persistence.CheckpointStore, dir string, n int64, in
 // countingTopologyFile is countingTopology with the given options of its
 // file sink.
 func countingTopologyFile(store persistence.CheckpointStore, dir string, n int64, interval time.Duration, fopts ...operators.FileOption) *operators.Topology {
-	opts := []operators.TopologyOption{operators.Checkpoints(interval), operators.BatchSize(32)}
+	return countingTopologyWith(store, dir, n, interval, nil, fopts...)
+}
+
+// countingTopologyWith is countingTopologyFile with more topology options.
+func countingTopologyWith(store persistence.CheckpointStore, dir string, n int64, interval time.Duration, topts []operators.TopologyOption, fopts ...operators.FileOption) *operators.Topology {
+	opts := append([]operators.TopologyOption{operators.Checkpoints(interval), operators.BatchSize(32)}, topts...)
 	if store != nil { // nil: the system's store
 		opts = append(opts, operators.CheckpointStore(store))
 	}

@@ -24,6 +24,9 @@ const (
 	// crashChildUnalignedEnv: run slowCounting with unaligned checkpoints
 	// under Block back-pressure.
 	crashChildUnalignedEnv = "SLUICE_CRASH_CHILD_UNALIGNED"
+	// crashChildDiskEnv: run the counting topology with the disk state
+	// backend (a cache of 512 bytes: most keys live in pebble).
+	crashChildDiskEnv = "SLUICE_CRASH_CHILD_DISK"
 )
 
 // TestCheckpointCrashChild is the child process of TestCheckpointCrash: it
@@ -41,6 +44,10 @@ func TestCheckpointCrashChild(t *testing.T) {
 	}
 	defer sys.Stop(ctx)
 	top := countingTopology(nil, filepath.Join(dir, "out"), crashRecords, 100*time.Millisecond)
+	if os.Getenv(crashChildDiskEnv) != "" {
+		top = countingTopologyWith(nil, filepath.Join(dir, "out"), crashRecords, 100*time.Millisecond,
+			[]operators.TopologyOption{operators.StateBackend(operators.DiskState(filepath.Join(dir, "state"), 512))})
+	}
 	if os.Getenv(crashChildSmallEnv) != "" {
 		top = countingTwoSources(filepath.Join(dir, "out"), crashRecords, crashSmall, 100*time.Millisecond)
 	}
@@ -108,6 +115,40 @@ func TestCheckpointCrash(t *testing.T) {
 		}
 	})
 	t.Logf("%d kills, output identical", kills)
+}
+
+// TestCheckpointCrashDisk is TestCheckpointCrash with the disk state
+// backend in the killed runs: their output must equal that of a run with
+// the memory backend that was never killed.
+func TestCheckpointCrashDisk(t *testing.T) {
+	if testing.Short() {
+		t.Skip("crash test: child processes")
+	}
+	rng := crashtest.Seed(t, "SLUICE_CRASH_SEED")
+	reference := t.TempDir()
+	ref := runChild(t, reference, -1)
+	if !ref.Done {
+		t.Fatal("the reference run did not finish")
+	}
+	want := readParts(t, filepath.Join(reference, "out"))
+	kills, newest := crashRounds(t, rng, ref.Took, func(dir string) {
+		if got := readParts(t, filepath.Join(dir, "out")); got != want {
+			t.Fatalf("after kills the output in %s (disk backend) differs from the run that was never killed (%d vs %d bytes)", dir, len(got), len(want))
+		}
+		chk, err := os.ReadDir(filepath.Join(dir, "state", "counting", "count", "chk"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		// 3 instances, 2 retained checkpoints each, and at most one in
+		// flight or left by a kill each.
+		if len(chk) > 3*3 {
+			t.Errorf("%d checkpoint directories kept: %v", len(chk), chk)
+		}
+	}, crashChildDiskEnv+"=1")
+	if newest == 0 {
+		t.Fatal("no run restored a checkpoint")
+	}
+	t.Logf("%d kills, output identical, newest restored checkpoint %d", kills, newest)
 }
 
 // crashKills is how many SIGKILLs a crash test lands; crashMaxRounds bounds

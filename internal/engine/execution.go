@@ -5,6 +5,8 @@ import (
 	"crypto/rand"
 	"fmt"
 	"math"
+	"net/url"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"sync"
@@ -639,6 +641,10 @@ func (x *execution) build() error {
 					sc.Late = late
 				}
 				sc.Keep = in.keepRate
+				if st := x.topo.Config().State; st.Disk() {
+					st.Dir = filepath.Join(st.Dir, url.PathEscape(x.topo.Name()))
+					sc.State = st
+				}
 				if n.Role() == graph.RoleSource && in.lat != nil {
 					sc.Ingested = func(at int64) { in.curBorn = at }
 				}
@@ -660,6 +666,9 @@ func (x *execution) build() error {
 					continue
 				}
 				next = n.NewStage(next, sc)
+				if c, ok := next.(interface{ CloseState() error }); ok {
+					in.closers = append(in.closers, c)
+				}
 				if st, ok := next.(stage.Stateful); ok && x.topo.Config().CheckpointInterval > 0 {
 					in.states = append([]stateSlot{{key: sc.Key(), st: st}}, in.states...)
 				}

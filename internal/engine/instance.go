@@ -33,7 +33,10 @@ type instance struct {
 	src   stage.SourceRunner
 	head  stage.Inlet
 	sinks []opener
-	em    stage.Flusher
+	// closers are the stages whose state backend holds files (closed
+	// when the instance stops).
+	closers []interface{ CloseState() error }
+	em      stage.Flusher
 	// outputs are the instance's output edges, whose channels its
 	// emitter sends on (see Enqueue).
 	outputs []*outputSpec
@@ -370,6 +373,11 @@ func (in *instance) committed(m *wire.Committed) {
 	for _, s := range in.sinks {
 		if c, ok := s.(interface{ Commit(uint64) }); ok {
 			c.Commit(m.ID)
+		}
+	}
+	for _, s := range in.states {
+		if c, ok := s.st.(interface{ CommittedState(uint64) }); ok {
+			c.CommittedState(m.ID)
 		}
 	}
 	if in.src != nil {
@@ -949,6 +957,12 @@ func (in *instance) release() {
 	for _, s := range in.sinks {
 		s.Abort()
 	}
+	for _, c := range in.closers {
+		if err := c.CloseState(); err != nil {
+			in.exec.sys.Logger().Warn("close operator state", "job", in.exec.topo.Name(), "err", err)
+		}
+	}
+	in.closers = nil
 }
 
 // nopFlusher is the emitter of a chain that ends in a sink.

@@ -125,6 +125,9 @@ func (t *Topology) Plan() (*Plan, error) {
 				errs = append(errs, opErr(t, n.name, KindInvalid, fmt.Sprintf("OnRecordFailure(%d): at least one attempt", n.recordAttempts)))
 			}
 		}
+		if t.cfg.State.Disk() && n.ttl > 0 && (n.kind == "count" || n.kind == "reduce" || n.kind == "aggregate") {
+			errs = append(errs, opErr(t, n.name, KindInvalid, "StateTTL with the disk state backend: not supported yet (the memory backend enforces it)"))
+		}
 		if n.input != nil {
 			if err := checkInput(n); err != nil {
 				errs = append(errs, opErr(t, n.name, KindInvalid, err.Error()))
@@ -210,6 +213,9 @@ func (t *Topology) Plan() (*Plan, error) {
 }
 
 func (c Config) Validate() error {
+	if c.State.Disk() && c.State.Budget < 0 {
+		return fmt.Errorf("disk state budget %d: must not be negative", c.State.Budget)
+	}
 	if c.BatchSize < 1 {
 		return fmt.Errorf("batch size %d: must be at least 1", c.BatchSize)
 	}

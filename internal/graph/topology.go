@@ -1,6 +1,8 @@
 package graph
 
 import (
+	"github.com/sluicehq/sluice/internal/state"
+
 	"fmt"
 	"maps"
 	"reflect"
@@ -201,6 +203,14 @@ type Config struct {
 	// FixedDrop dropping whole batches): a seam for tests.
 	FixedShed float64
 	FixedDrop bool
+	// State is the state backend of the keyed aggregations (memory unless
+	// its Dir is set; see operators.StateBackend).
+	State state.Spec
+}
+
+// StateBackend sets the keyed aggregations' state backend.
+func StateBackend(s state.Spec) TopologyOption {
+	return func(c *Config) { c.State = s }
 }
 
 func defaultRunConfig() Config {

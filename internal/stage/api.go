@@ -35,7 +35,9 @@ func NewFlatMap[In, Out any](f func(In) []Out, next any, sc *Ctx) any {
 // NewKeyed folds the records of each key with step and emits kv's results
 // as emit says.
 func NewKeyed[K comparable, T, A, O any](key func(T) K, step func(A, bool, T) A, kv func(K, A) O, emit EmitMode, next any, sc *Ctx) any {
-	return &KeyedStage[K, T, A, O]{key: key, foldFn: step, kv: kv, emit: emit, next: next.(Pusher[O]), sc: sc, state: make(map[K]A)}
+	s := &KeyedStage[K, T, A, O]{key: key, foldFn: step, kv: kv, emit: emit, next: next.(Pusher[O]), sc: sc}
+	s.open()
+	return s
 }
 
 // NewSink writes to sink.

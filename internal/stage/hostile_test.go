@@ -184,6 +184,13 @@ func TestEnvelopeHugeCounts(t *testing.T) {
 	}
 }
 
+// keyedState is the memory backend's format of a keyed aggregation's state
+// (internal/state.Mem).
+type keyedState[K comparable, A any] struct {
+	Keys []K `msgpack:"k"`
+	Accs []A `msgpack:"a"`
+}
+
 // stateDecoders decode every kind of operator state with decodeState, as
 // the operators' RestoreState do, with realistic types.
 var stateDecoders = map[string]func([]byte) error{

@@ -1,6 +1,8 @@
 package stage
 
 import (
+	"github.com/sluicehq/sluice/internal/state"
+
 	"fmt"
 	"maps"
 	"slices"
@@ -77,24 +79,51 @@ func rescaleAll[S any](t *testing.T, oldP int, build func(i, p int) S, feed func
 }
 
 func TestRescaleKeyedStage(t *testing.T) {
-	type st = *KeyedStage[string, string, int64, int64]
-	rescaleAll(t, 3, func(i, p int) st {
-		return NewKeyed(func(v string) string { return v }, func(a int64, _ bool, _ string) int64 { return a + 1 },
-			func(_ string, a int64) int64 { return a }, EmitAtEnd, &sinkPusher[int64]{}, testCtx(i, p)).(st)
-	}, func(s st, keys []string) {
-		for j, k := range keys {
-			s.Push(&Batch[string]{Vs: slices.Repeat([]string{k}, j%5+1)})
-		}
-	}, func(s st) []byte { b, _ := s.SnapshotState(1); return b }, st.RestoreKeyGroups, func(s st) map[string]string {
-		out := map[string]string{}
-		for _, k := range s.order {
-			out[k] = fmt.Sprint(s.state[k])
-		}
-		if len(out) != len(s.state) {
-			panic("order and state differ")
-		}
-		return out
-	})
+	for _, disk := range []bool{false, true} {
+		t.Run(map[bool]string{false: "memory", true: "disk"}[disk], func(t *testing.T) {
+			type st = *KeyedStage[string, string, int64, int64]
+			dir := t.TempDir()
+			var open []st
+			t.Cleanup(func() {
+				for _, s := range open {
+					if err := s.CloseState(); err != nil {
+						t.Error(err)
+					}
+				}
+			})
+			rescaleAll(t, 3, func(i, p int) st {
+				sc := testCtx(i, p)
+				if disk {
+					sc.State = state.Spec{Dir: dir, Budget: 4 << 10} // a few dozen keys: the rest on disk
+				}
+				s := NewKeyed(func(v string) string { return v }, func(a int64, _ bool, _ string) int64 { return a + 1 },
+					func(_ string, a int64) int64 { return a }, EmitAtEnd, &sinkPusher[int64]{}, sc).(st)
+				open = append(open, s)
+				return s
+			}, func(s st, keys []string) {
+				for j, k := range keys {
+					s.Push(&Batch[string]{Vs: slices.Repeat([]string{k}, j%5+1)})
+				}
+			}, func(s st) []byte {
+				b, err := s.SnapshotState(1)
+				if err != nil {
+					t.Fatal(err)
+				}
+				return b
+			}, st.RestoreKeyGroups, func(s st) map[string]string {
+				out := map[string]string{}
+				n := 0
+				for k, v := range s.tab.All {
+					out[k] = fmt.Sprint(v)
+					n++
+				}
+				if len(out) != n {
+					panic("a key twice")
+				}
+				return out
+			})
+		})
+	}
 }
 
 func TestRescaleJoinStage(t *testing.T) {

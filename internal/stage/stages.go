@@ -10,9 +10,8 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/vmihailenco/msgpack/v5"
-
 	"github.com/sluicehq/sluice/connector"
+	"github.com/sluicehq/sluice/internal/state"
 )
 
 // Batch is a run of records in columns: values, and event times when the
@@ -120,6 +119,9 @@ type Ctx struct {
 	// ns) that the reader reports (connector.IngestionTimer), before the
 	// batch is pushed.
 	Ingested func(unixNano int64)
+	// State is the topology's state backend (memory unless Dir is set;
+	// Dir is the job's directory).
+	State state.Spec
 	// Keep, when set, is the probability that a record of the batch being
 	// handled survived the load shedding upstream (1: nothing was shed):
 	// approximate aggregations scale by its inverse.
@@ -336,68 +338,59 @@ func (s *FlatMapStage[In, Out]) Watermark(wm int64) { s.next.Watermark(wm) }
 
 func (s *FlatMapStage[In, Out]) Finish() { s.next.Finish() }
 
-// keyedState is the checkpointed form of a keyed stage: its entries in
-// first-seen order.
-type keyedState[K comparable, A any] struct {
-	Keys []K `msgpack:"k"`
-	Accs []A `msgpack:"a"`
-}
-
-func (s *KeyedStage[K, T, A, O]) SnapshotState(uint64) ([]byte, error) {
-	st := keyedState[K, A]{Keys: s.order, Accs: make([]A, len(s.order))}
-	for i, k := range s.order {
-		st.Accs[i] = s.state[k]
+func (s *KeyedStage[K, T, A, O]) SnapshotState(id uint64) ([]byte, error) {
+	if s.tab == nil {
+		return nil, s.openErr
 	}
-	b, err := msgpack.Marshal(&st)
-	if err != nil {
-		return nil, fmt.Errorf("encode state of %d keys: %w", len(s.order), err)
-	}
-	return b, nil
+	return s.tab.Snapshot(id)
 }
 
 func (s *KeyedStage[K, T, A, O]) RestoreState(b []byte) error {
-	var st keyedState[K, A]
-	if err := decodeState(b, &st, "per-key state"); err != nil {
+	if s.tab == nil {
+		return s.openErr
+	}
+	if err := s.tab.Restore([][]byte{b}, 0, state.AllGroups); err != nil {
 		return err
 	}
-	if len(st.Keys) != len(st.Accs) {
-		return fmt.Errorf("%d keys but %d values", len(st.Keys), len(st.Accs))
+	if s.mem != nil {
+		s.ttl.restored(s.sc, slices.Values(s.mem.Order))
 	}
-	s.order = st.Keys
-	s.state = make(map[K]A, len(st.Keys))
-	for i, k := range st.Keys {
-		s.state[k] = st.Accs[i]
-	}
-	s.ttl.restored(s.sc, slices.Values(s.order))
 	return nil
 }
 
 // RestoreKeyGroups implements KeyGroupRestorer: the keys of groups
 // [lo, hi) from every state, in the order of the states, each in its
-// first-seen order.
+// first-seen order (memory) or key order (disk).
 func (s *KeyedStage[K, T, A, O]) RestoreKeyGroups(states [][]byte, lo, hi int) error {
-	owns := ownsKeys[K](lo, hi)
-	s.order, s.state = nil, map[K]A{}
-	for i, b := range states {
-		var st keyedState[K, A]
-		if err := decodeState(b, &st, "per-key state"); err != nil {
-			return fmt.Errorf("state %d of %d: %w", i+1, len(states), err)
-		}
-		if len(st.Keys) != len(st.Accs) {
-			return fmt.Errorf("state %d of %d: %d keys but %d values", i+1, len(states), len(st.Keys), len(st.Accs))
-		}
-		for j, k := range st.Keys {
-			if _, dup := s.state[k]; !dup && owns(k) {
-				s.order = append(s.order, k)
-				s.state[k] = st.Accs[j]
-			}
-		}
+	if s.tab == nil {
+		return s.openErr
 	}
-	s.ttl.restored(s.sc, slices.Values(s.order))
+	if err := s.tab.Restore(states, lo, hi); err != nil {
+		return err
+	}
+	if s.mem != nil {
+		s.ttl.restored(s.sc, slices.Values(s.mem.Order))
+	}
 	return nil
 }
 
-// KeyedStage keeps one accumulator per key, in memory.
+// CommittedState tells the state backend that checkpoint id is complete.
+func (s *KeyedStage[K, T, A, O]) CommittedState(id uint64) {
+	if s.tab != nil {
+		s.tab.Committed(id)
+	}
+}
+
+// CloseState releases the state backend's files (the instance stops).
+func (s *KeyedStage[K, T, A, O]) CloseState() error {
+	if s.tab == nil {
+		return nil
+	}
+	return s.tab.Close()
+}
+
+// KeyedStage keeps one accumulator per key in its state backend: mem (the
+// memory backend, whose map the record loop uses directly) or tab.
 type KeyedStage[K comparable, T, A, O any] struct {
 	contrib map[K]*contributors // the sampled inputs of the results not yet emitted (EmitAtEnd)
 	key     func(T) K
@@ -406,16 +399,36 @@ type KeyedStage[K comparable, T, A, O any] struct {
 	emit    EmitMode
 	next    Pusher[O]
 	sc      *Ctx
-	state   map[K]A
-	order   []K // keys in first-seen order, so that EmitAtEnd is deterministic
+	mem     *state.Mem[K, A] // nil with the disk backend
+	tab     state.Table[K, A]
+	openErr error // the backend failed to open (tab nil)
 	out     Batch[O]
 	ttl     keyTTL[K]
+}
+
+// open opens the stage's state backend.
+func (s *KeyedStage[K, T, A, O]) open() {
+	h := HasherFor[K]()
+	if !s.sc.State.Disk() {
+		s.mem = state.NewMem[K, A](func(k K, lo, hi int) bool { kg := KeyGroupOf(h(k)); return kg >= lo && kg < hi })
+		s.tab = s.mem
+		return
+	}
+	d, err := state.OpenDisk[K, A](s.sc.State, s.sc.Name, s.sc.Instance, s.sc.Parts, h, func(err error) { s.sc.fail(err) })
+	if err != nil {
+		s.openErr = err
+		return
+	}
+	s.tab = d
 }
 
 func (s *KeyedStage[K, T, A, O]) Push(b *Batch[T]) {
 	defer s.sc.attribute()
 	if end := passKeyed(s.sc, b, s.key); end != nil {
 		defer end()
+	}
+	if s.tab == nil {
+		s.sc.fail(s.openErr)
 	}
 	s.sc.C.In.Add(int64(len(b.Vs)))
 	s.out.Vs, s.out.Tr = s.out.Vs[:0], nil
@@ -458,12 +471,20 @@ func (s *KeyedStage[K, T, A, O]) fold(v T) {
 	if s.sc.StateTTL > 0 {
 		s.ttl.touch(s.sc, k, s.expire)
 	}
-	acc, seen := s.state[k]
-	acc = s.foldFn(acc, seen, v) // may panic: nothing changed yet
-	if !seen {
-		s.order = append(s.order, k)
+	var acc A
+	var seen bool
+	if m := s.mem; m != nil {
+		acc, seen = m.M[k]
+		acc = s.foldFn(acc, seen, v) // may panic: nothing changed yet
+		if !seen {
+			m.Order = append(m.Order, k)
+		}
+		m.M[k] = acc
+	} else {
+		acc, seen = s.tab.Get(k)
+		acc = s.foldFn(acc, seen, v)
+		s.tab.Put(k, acc, seen)
 	}
-	s.state[k] = acc
 	if s.emit == EmitUpdates {
 		s.out.Vs = append(s.out.Vs, s.kv(k, acc))
 	}
@@ -474,10 +495,10 @@ func (s *KeyedStage[K, T, A, O]) fold(v T) {
 func (s *KeyedStage[K, T, A, O]) expire(gone map[K]bool) {
 	defer s.sc.attribute()
 	if s.emit == EmitAtEnd {
-		s.out.Vs, s.out.Ts = s.out.Vs[:0], nil
-		for _, k := range s.order {
+		s.out.Vs, s.out.Ts, s.out.Tr = s.out.Vs[:0], nil, nil
+		for _, k := range s.mem.Order {
 			if gone[k] {
-				s.out.Vs = append(s.out.Vs, s.kv(k, s.state[k]))
+				s.out.Vs = append(s.out.Vs, s.kv(k, s.mem.M[k]))
 				if len(s.out.Vs) == s.sc.BatchSize {
 					s.sc.C.Out.Add(int64(len(s.out.Vs)))
 					s.next.Push(&s.out)
@@ -492,9 +513,9 @@ func (s *KeyedStage[K, T, A, O]) expire(gone map[K]bool) {
 		}
 	}
 	for k := range gone {
-		delete(s.state, k)
+		delete(s.contrib, k)
 	}
-	s.order = slices.DeleteFunc(s.order, func(k K) bool { return gone[k] })
+	s.mem.DeleteAll(gone)
 }
 
 func (s *KeyedStage[K, T, A, O]) Watermark(wm int64) { s.next.Watermark(wm) }
@@ -502,31 +523,36 @@ func (s *KeyedStage[K, T, A, O]) Watermark(wm int64) { s.next.Watermark(wm) }
 func (s *KeyedStage[K, T, A, O]) Finish() {
 	defer s.sc.attribute()
 	s.ttl.stop()
-	if s.emit == EmitAtEnd {
+	if s.emit == EmitAtEnd && s.tab != nil {
 		s.out.Ts = nil
-		for i := 0; i < len(s.order); i += s.sc.BatchSize {
-			s.out.Vs, s.out.Tr = s.out.Vs[:0], nil
-			var ends []func()
-			for _, k := range s.order[i:min(i+s.sc.BatchSize, len(s.order))] {
-				if c := s.contrib[k]; c != nil && s.sc.Tracer != nil {
-					// A result of sampled records: its span continues
-					// the first one's trace and links to them all.
-					m, end := s.sc.Tracer.emit(s.sc, c, KeyString(k))
-					m.I = int32(len(s.out.Vs))
-					s.out.Tr = append(s.out.Tr, m)
-					ends = append(ends, end)
-				}
-				s.out.Vs = append(s.out.Vs, s.kv(k, s.state[k]))
+		s.out.Vs, s.out.Tr = s.out.Vs[:0], nil
+		var ends []func() // the results' spans end once the batches went on
+		defer func() {
+			for _, e := range ends {
+				e()
 			}
-			if ends != nil {
-				defer func() {
-					for _, e := range ends {
-						e()
-					}
-				}()
-			}
+		}()
+		push := func() {
 			s.sc.C.Out.Add(int64(len(s.out.Vs)))
 			s.next.Push(&s.out)
+			s.out.Vs, s.out.Tr = s.out.Vs[:0], nil
+		}
+		for k, a := range s.tab.All {
+			if c := s.contrib[k]; c != nil && s.sc.Tracer != nil {
+				// A result of sampled records: its span continues the
+				// first one's trace and links to them all.
+				m, end := s.sc.Tracer.emit(s.sc, c, KeyString(k))
+				m.I = int32(len(s.out.Vs))
+				s.out.Tr = append(s.out.Tr, m)
+				ends = append(ends, end)
+			}
+			s.out.Vs = append(s.out.Vs, s.kv(k, a))
+			if len(s.out.Vs) == s.sc.BatchSize {
+				push()
+			}
+		}
+		if len(s.out.Vs) > 0 {
+			push()
 		}
 	}
 	s.next.Finish()

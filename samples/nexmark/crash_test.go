@@ -3,6 +3,7 @@ package nexmark
 import (
 	"context"
 	"fmt"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -58,7 +59,13 @@ var crashQueries = []string{"q3", "q4", "q5", "q6", "q7", "q8", "q9", "q11"}
 // checkpoint marker.
 func crashTopology(dir string) (*operators.Topology, error) {
 	cfg := crashConfig()
-	t := operators.NewTopology("nexmark-crash", operators.Checkpoints(crashInterval))
+	opts := []operators.TopologyOption{operators.Checkpoints(crashInterval)}
+	if os.Getenv(crashDiskEnv) != "" {
+		// q4's Aggregate on pebble, with a cache of 4 KiB (windows keep
+		// their state in memory with either backend).
+		opts = append(opts, operators.StateBackend(operators.DiskState(filepath.Join(dir, "state"), 4<<10)))
+	}
+	t := operators.NewTopology("nexmark-crash", opts...)
 	events := operators.Source(t, "events", Source(cfg), operators.Parallelism(2))
 	for _, q := range crashQueries {
 		s, err := Build(q, events, ParamsOf(cfg, 2))
@@ -122,7 +129,15 @@ func TestQueryCrashChild(t *testing.T) {
 // TestQueryCrash kills the child at crashKills random points (the seed is
 // printed; crashSeedEnv replays it), then lets it finish, and compares every
 // query's output file with the query's model.
-func TestQueryCrash(t *testing.T) {
+func TestQueryCrash(t *testing.T) { queryCrash(t) }
+
+// crashDiskEnv makes the child run with the disk state backend.
+const crashDiskEnv = "SLUICE_NEXMARK_CRASH_DISK"
+
+// TestQueryCrashDisk is TestQueryCrash with the disk state backend.
+func TestQueryCrashDisk(t *testing.T) { queryCrash(t, crashDiskEnv+"=1") }
+
+func queryCrash(t *testing.T, env ...string) {
 	if testing.Short() {
 		t.Skip("crash test: child processes")
 	}
@@ -146,7 +161,7 @@ func TestQueryCrash(t *testing.T) {
 			if kills < crashKills {
 				delay = time.Duration(rng.Int64N(int64(crashInterval)))
 			}
-			r := crashRunChild(t, dir, delay)
+			r := crashRunChild(t, dir, delay, env...)
 			done = r.done
 			if r.killed {
 				kills++
@@ -178,9 +193,9 @@ type crashRun struct {
 // crashRunChild runs the child on dir. With a delay of 0 or more it
 // SIGKILLs the child that long after the first checkpoint of the run
 // completed, unless the job finished first.
-func crashRunChild(t *testing.T, dir string, delay time.Duration) (r crashRun) {
+func crashRunChild(t *testing.T, dir string, delay time.Duration, env ...string) (r crashRun) {
 	t.Helper()
-	child := crashtest.Child{Test: "TestQueryCrashChild", Env: []string{crashDirEnv + "=" + dir}}
+	child := crashtest.Child{Test: "TestQueryCrashChild", Env: append([]string{crashDirEnv + "=" + dir}, env...)}
 	run := child.Run(t, delay, func(line string) bool {
 		rest, ok := strings.CutPrefix(line, "CHECKPOINT ")
 		if !ok {

@@ -1,0 +1,248 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/sluicehq/sluice/actors"
+	"github.com/sluicehq/sluice/internal/state"
+	"github.com/sluicehq/sluice/operators"
+)
+
+// benchStateBackends runs the small-state keyed pipeline (source -> map ->
+// KeyBy -> Count -> sink, 1000 keys, checkpoints every second) with the
+// memory and the disk backend, alternating rounds.
+func benchStateBackends(ctx context.Context, e *env) ([]Result, error) {
+	n := e.n(10_000_000)
+	run := func(disk bool) (time.Duration, error) {
+		dir, err := os.MkdirTemp("", "sluice-state-bench-")
+		if err != nil {
+			return 0, err
+		}
+		defer os.RemoveAll(dir)
+		sys, err := actors.NewSystem(actors.Config{Name: "state-bench", Store: filepath.Join(dir, "store.db")})
+		if err != nil {
+			return 0, err
+		}
+		defer sys.Stop(ctx)
+		opts := []operators.TopologyOption{operators.Checkpoints(time.Second)}
+		if disk {
+			opts = append(opts, operators.StateBackend(operators.DiskState(filepath.Join(dir, "state"), 0)))
+		}
+		var sum int64
+		t := operators.NewTopology("state-bench", opts...)
+		src := operators.Source(t, "numbers", operators.Generate(int64(n), func(i int64) int64 { return i }))
+		m := operators.Map(src, "triple", func(v int64) int64 { return v * 3 })
+		by := operators.KeyBy(m, "by-key", func(v int64) int64 { return v % 1000 })
+		counts := operators.Count(by, "count", operators.Emit(operators.EmitAtEnd))
+		operators.Sink(counts, "sum", operators.SinkFunc(func(kv operators.KV[int64, int64]) error { sum += kv.Value; return nil }))
+		start := time.Now()
+		r, err := sys.Run(ctx, t)
+		if err != nil {
+			return 0, err
+		}
+		if err := r.Wait(ctx); err != nil {
+			return 0, err
+		}
+		d := time.Since(start)
+		if sum != int64(n) {
+			return 0, fmt.Errorf("state bench: counted %d of %d", sum, n)
+		}
+		return d, nil
+	}
+	var mem, disk float64
+	for range e.rounds {
+		for _, d := range []bool{false, true} {
+			took, err := run(d)
+			if err != nil {
+				return nil, err
+			}
+			v := float64(n) / took.Seconds()
+			if d {
+				disk = max(disk, v)
+			} else {
+				mem = max(mem, v)
+			}
+		}
+	}
+	base := Result{Name: "state/memory", Value: mem, Unit: "records/s", Note: fmt.Sprintf("%d records: source -> map -> KeyBy -> Count (1000 keys, EmitAtEnd) -> sink, checkpoints every 1 s, best of %d alternated rounds", n, e.rounds)}
+	return []Result{base, Result{Name: "state/disk-vs-memory", Value: disk, Unit: "records/s",
+		Note: "same job, DiskState (pebble, default 64 MiB cache)"}.against(base)}, nil
+}
+
+// benchStateIncremental fills a disk table with 10 M keys, then changes 1 %
+// of them between checkpoints: each incremental checkpoint's new bytes and
+// time against a full one (every file copied) of the same state, and the
+// time to restore the state from the last checkpoint.
+func benchStateIncremental(ctx context.Context, e *env) ([]Result, error) {
+	keys := e.n(10_000_000)
+	dir, err := os.MkdirTemp("", "sluice-state-inc-")
+	if err != nil {
+		return nil, err
+	}
+	defer os.RemoveAll(dir)
+	hash := func(k int64) uint64 { return uint64(k) * 0x9E3779B97F4A7C15 }
+	spec := state.Spec{Dir: dir, Budget: 64 << 20}
+	d, err := state.OpenDisk[int64, int64](spec, "count", 0, 1, hash, nil)
+	if err != nil {
+		return nil, err
+	}
+	defer func() { d.Close() }()
+	for k := range int64(keys) {
+		d.Put(k, k, false)
+	}
+	id := uint64(1)
+	if _, err := d.Snapshot(id); err != nil {
+		return nil, err
+	}
+	firstBytes := d.Stats.LastBytes
+	rng := rand.New(rand.NewPCG(1, 2))
+	const rounds = 16
+	var incTime time.Duration
+	var incNew, incMax int64
+	var h []byte
+	for range rounds {
+		for range keys / 100 {
+			k := rng.Int64N(int64(keys))
+			v, _ := d.Get(k)
+			d.Put(k, v+1, true)
+		}
+		id++
+		start := time.Now()
+		if h, err = d.Snapshot(id); err != nil {
+			return nil, err
+		}
+		incTime += time.Since(start)
+		incNew += d.Stats.LastNew
+		incMax = max(incMax, d.Stats.LastNew)
+	}
+	// A full checkpoint of the same state: every file copied.
+	id++
+	start := time.Now()
+	if _, err := d.SnapshotCopy(id); err != nil {
+		return nil, err
+	}
+	fullTime := time.Since(start)
+	fullBytes := d.Stats.LastNew
+	// Recovery from the last incremental checkpoint, in a fresh table.
+	r, err := state.OpenDisk[int64, int64](spec, "count", 1, 2, hash, nil)
+	if err != nil {
+		return nil, err
+	}
+	start = time.Now()
+	if err := r.Restore([][]byte{h}, 0, state.AllGroups); err != nil {
+		return nil, err
+	}
+	recovery := time.Since(start)
+	for _, k := range []int64{0, int64(keys / 2), int64(keys - 1)} {
+		if v, ok := r.Get(k); !ok || v < k {
+			return nil, fmt.Errorf("restored key %d: %d, %v", k, v, ok)
+		}
+	}
+	r.Close()
+	// The memory backend's checkpoint of the same number of keys (context:
+	// it writes the whole state every time).
+	m := state.NewMem[int64, int64](nil)
+	for k := range int64(keys) {
+		m.Put(k, k, false)
+	}
+	start = time.Now()
+	mb, err := m.Snapshot(1)
+	if err != nil {
+		return nil, err
+	}
+	memTime := time.Since(start)
+	meanNew := float64(incNew) / rounds
+	meanTime := incTime / rounds
+	full := Result{Name: "state-incremental/full-bytes", Value: float64(fullBytes), Unit: "bytes",
+		Note: fmt.Sprintf("%d keys: a full checkpoint copies every file (%.1f MiB; the first checkpoint's files: %.1f MiB)", keys, float64(fullBytes)/(1<<20), float64(firstBytes)/(1<<20))}
+	fullT := Result{Name: "state-incremental/full-time", Value: float64(fullTime.Microseconds()) / 1000, Unit: "ms", Note: "the full checkpoint's time (copy and checksum)"}
+	return []Result{full,
+		Result{Name: "state-incremental/incremental-bytes-vs-full", Value: meanNew, Unit: "bytes",
+			Note: fmt.Sprintf("mean new bytes of %d incremental checkpoints, each after 1 %% of the keys changed (max %d)", rounds, incMax)}.against(full),
+		fullT,
+		Result{Name: "state-incremental/incremental-time-vs-full", Value: float64(meanTime.Microseconds()) / 1000, Unit: "ms",
+			Note: "mean time of those checkpoints (write back the cache, flush the memtable, link, checksum the new files)"}.against(fullT),
+		{Name: "state-incremental/recovery", Value: float64(recovery.Microseconds()) / 1000, Unit: "ms",
+			Note: fmt.Sprintf("restore the %d-key state from the last incremental checkpoint into a fresh table (verify every file's checksum, link, open)", keys)},
+		{Name: "state-incremental/context-memory-full", Value: float64(memTime.Microseconds()) / 1000, Unit: "ms",
+			Note: fmt.Sprintf("context: the memory backend's checkpoint of %d keys (%.1f MiB of msgpack)", keys, float64(len(mb))/(1<<20))},
+	}, nil
+}
+
+// benchStateLarge counts 50 M distinct keys (60 M records) with the disk
+// backend; run it under GOMEMLIMIT=256MiB. It checks the counts against
+// the reference and reports the records/s and the peak RSS (VmHWM).
+func benchStateLarge(ctx context.Context, e *env) ([]Result, error) {
+	keys := e.n(50_000_000)
+	extra := keys / 5 // keys [0, extra) of the sequence appear twice
+	n := keys + extra
+	dir, err := os.MkdirTemp("", "sluice-state-large-")
+	if err != nil {
+		return nil, err
+	}
+	defer os.RemoveAll(dir)
+	sys, err := actors.NewSystem(actors.Config{Name: "state-large"})
+	if err != nil {
+		return nil, err
+	}
+	defer sys.Stop(ctx)
+	keyOf := func(i int64) int64 { return int64(uint64(i%int64(keys)) * 0x9E3779B97F4A7C15) }
+	var results, sum, twos, check int64
+	t := operators.NewTopology("state-large", operators.StateBackend(operators.DiskState(dir, 48<<20)))
+	src := operators.Source(t, "numbers", operators.Generate(int64(n), func(i int64) int64 { return i }))
+	by := operators.KeyBy(src, "by-key", keyOf, operators.Parallelism(2))
+	counts := operators.Count(by, "count", operators.Emit(operators.EmitAtEnd))
+	operators.Sink(counts, "check", operators.SinkFunc(func(kv operators.KV[int64, int64]) error {
+		results++
+		sum += kv.Value
+		if kv.Value == 2 {
+			twos++
+		}
+		check += kv.Key * kv.Value
+		return nil
+	}), operators.Parallelism(1))
+	start := time.Now()
+	r, err := sys.Run(ctx, t)
+	if err != nil {
+		return nil, err
+	}
+	if err := r.Wait(ctx); err != nil {
+		return nil, err
+	}
+	took := time.Since(start)
+	var ref int64
+	for i := range int64(n) {
+		ref += keyOf(i)
+	}
+	if results != int64(keys) || sum != int64(n) || twos != int64(extra) || check != ref {
+		return nil, fmt.Errorf("state-large: %d results (want %d), sum %d (want %d), %d counted twice (want %d), checksum %d (want %d)",
+			results, keys, sum, n, twos, extra, check, ref)
+	}
+	return []Result{
+		{Name: "state-large/disk-count", Value: float64(n) / took.Seconds(), Unit: "records/s",
+			Note: fmt.Sprintf("%d records over %d distinct keys, KeyBy -> Count (2 instances, DiskState 48 MiB each, EmitAtEnd) -> sink; counts equal the reference; GOMEMLIMIT=%s", n, keys, os.Getenv("GOMEMLIMIT"))},
+		{Name: "state-large/peak-rss", Value: peakRSS(), Unit: "MiB", Note: "VmHWM of the process at the end"},
+	}, nil
+}
+
+// peakRSS is the process's VmHWM in MiB (0 where unknown).
+func peakRSS() float64 {
+	b, err := os.ReadFile("/proc/self/status")
+	if err != nil {
+		return 0
+	}
+	for _, l := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(l, "VmHWM:"); ok {
+			kb, _ := strconv.ParseFloat(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(v), "kB")), 64)
+			return kb / 1024
+		}
+	}
+	return 0
+}

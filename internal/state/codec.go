@@ -1,0 +1,67 @@
+package state
+
+import (
+	"encoding/binary"
+	"fmt"
+	"reflect"
+	"unsafe"
+
+	"github.com/vmihailenco/msgpack/v5"
+
+	"github.com/sluicehq/sluice/internal/msgpacksafe"
+)
+
+// codec writes keys and values of one type as bytes for the disk backend:
+// integers and floats as 8 bytes, strings as they are, anything else with
+// msgpack (decoded through msgpacksafe: the files are input too).
+type codec[T any] struct {
+	kind reflect.Kind
+	what string
+}
+
+func newCodec[T any](what string) codec[T] {
+	rt := reflect.TypeFor[T]()
+	k := rt.Kind()
+	switch k {
+	case reflect.Int, reflect.Int64, reflect.Uint, reflect.Uint64, reflect.Float64:
+		if rt.Size() != 8 {
+			k = reflect.Invalid
+		}
+	case reflect.String:
+	default:
+		k = reflect.Invalid
+	}
+	return codec[T]{kind: k, what: what}
+}
+
+func (c codec[T]) append(b []byte, v T) ([]byte, error) {
+	switch c.kind {
+	case reflect.Int, reflect.Int64, reflect.Uint, reflect.Uint64, reflect.Float64:
+		return binary.BigEndian.AppendUint64(b, *(*uint64)(unsafe.Pointer(&v))), nil
+	case reflect.String:
+		return append(b, *(*string)(unsafe.Pointer(&v))...), nil
+	}
+	enc, err := msgpack.Marshal(v)
+	if err != nil {
+		return b, fmt.Errorf("encode %s: %w", c.what, err)
+	}
+	return append(b, enc...), nil
+}
+
+func (c codec[T]) decode(b []byte) (T, error) {
+	var v T
+	switch c.kind {
+	case reflect.Int, reflect.Int64, reflect.Uint, reflect.Uint64, reflect.Float64:
+		if len(b) != 8 {
+			return v, fmt.Errorf("%s: %d bytes, want 8", c.what, len(b))
+		}
+		u := binary.BigEndian.Uint64(b)
+		*(*uint64)(unsafe.Pointer(&v)) = u
+		return v, nil
+	case reflect.String:
+		*(*string)(unsafe.Pointer(&v)) = string(b)
+		return v, nil
+	}
+	err := msgpacksafe.Decode(b, &v, msgpacksafe.Limits{Source: c.what, Factor: 32})
+	return v, err
+}

@@ -1,0 +1,768 @@
+package state
+
+import (
+	"bytes"
+	"fmt"
+	"hash/crc32"
+	"io"
+	"net/url"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+
+	"github.com/cockroachdb/pebble/v2"
+	"github.com/cockroachdb/pebble/v2/vfs"
+	"github.com/vmihailenco/msgpack/v5"
+
+	"github.com/sluicehq/sluice/internal/msgpacksafe"
+)
+
+// Disk is the disk backend: a pebble database per operator instance under
+//
+//	Dir/<operator>/live/<instance>-<random>   the working database
+//	Dir/<operator>/chk/<checkpoint>-<instance> a checkpoint: hard links to the
+//	                                          database's sstables, copies of its
+//	                                          small files, and SLUICE-STATE
+//
+// with a write-back cache of hot keys in front of it (Spec.Budget bytes,
+// estimated). A key is stored as its key group (one byte) and its encoded
+// bytes, so a key group is a range of the database. The database has no
+// write-ahead log: what survives a crash is the last completed checkpoint,
+// which a restore copies into a fresh working database.
+type Disk[K comparable, V any] struct {
+	spec        Spec
+	opDir, live string
+	inst, parts int
+	hash        func(K) uint64
+	kc          codec[K]
+	vc          codec[V]
+	db          *pebble.DB
+	bcache      *pebble.Cache
+	m           map[K]entry[V]
+	bytes       int64
+	kbuf, vbuf  []byte
+	onErr       func(error)
+	last        *manifest // the previous snapshot's (checksums reused)
+	snapped     bool      // a snapshot was taken since the table opened
+	Stats       DiskStats
+}
+
+// DiskStats counts what a disk table did.
+type DiskStats struct {
+	Evicted   int64 // entries dropped from the cache
+	Loaded    int64 // entries read from the database into the cache
+	LastBytes int64 // the last checkpoint's files
+	LastNew   int64 // of which new since the checkpoint before (written)
+}
+
+type entry[V any] struct {
+	v     V
+	dirty bool
+	gone  bool
+}
+
+// OpenDisk opens instance inst's table of operator op under spec.Dir.
+// hash is KeyBy's hash of a key; onErr is called with an I/O or decoding
+// failure (the operator fails: it should not return).
+func OpenDisk[K comparable, V any](spec Spec, op string, inst, parts int, hash func(K) uint64, onErr func(error)) (*Disk[K, V], error) {
+	if spec.Budget <= 0 {
+		spec.Budget = DefaultBudget
+	}
+	if spec.Retain <= 0 {
+		spec.Retain = DefaultRetain
+	}
+	d := &Disk[K, V]{spec: spec, opDir: filepath.Join(spec.Dir, url.PathEscape(op)), inst: inst, parts: parts, hash: hash,
+		kc: newCodec[K]("key of " + op), vc: newCodec[V]("state of " + op), m: map[K]entry[V]{}, onErr: onErr}
+	for _, sub := range []string{"live", "chk"} {
+		if err := os.MkdirAll(filepath.Join(d.opDir, sub), 0o755); err != nil {
+			return nil, &Error{Path: d.opDir, Err: err}
+		}
+	}
+	removeUnlocked(filepath.Join(d.opDir, "live"))
+	live, err := os.MkdirTemp(filepath.Join(d.opDir, "live"), strconv.Itoa(inst)+"-")
+	if err != nil {
+		return nil, &Error{Path: d.opDir, Err: err}
+	}
+	d.live = live
+	if err := d.open(); err != nil {
+		return nil, err
+	}
+	return d, nil
+}
+
+// removeUnlocked removes the working databases no process holds (left by
+// a process that died): pebble holds an flock on LOCK while it is open.
+func removeUnlocked(dir string) {
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		return
+	}
+	for _, e := range ents {
+		p := filepath.Join(dir, e.Name())
+		if _, err := os.Stat(filepath.Join(p, "LOCK")); err != nil {
+			// No LOCK: not opened yet (another instance of this process
+			// about to open it). Left alone.
+			continue
+		}
+		// pebble's lock: held in this process (its table of locked files)
+		// or in another (an fcntl lock).
+		l, err := vfs.Default.Lock(filepath.Join(p, "LOCK"))
+		if err != nil {
+			continue
+		}
+		l.Close()
+		_ = os.RemoveAll(p)
+	}
+}
+
+func (d *Disk[K, V]) open() error {
+	if d.bcache == nil {
+		d.bcache = pebble.NewCache(8 << 20)
+	}
+	mt := uint64(min(max(d.spec.Budget/4, 4<<20), 32<<20))
+	// L0 keeps up to 8 flushed files before compacting them into the
+	// levels below: each checkpoint's flush is one L0 file, so most
+	// checkpoints add only it, and one in about eight pays for the
+	// compaction (the bound on what a restore and a read go through).
+	db, err := pebble.Open(d.live, &pebble.Options{Cache: d.bcache, MemTableSize: mt, DisableWAL: true, Logger: quiet{},
+		L0CompactionThreshold: 8, L0StopWritesThreshold: 32})
+	if err != nil {
+		return &Error{Path: d.live, Err: err}
+	}
+	d.db = db
+	return nil
+}
+
+type quiet struct{}
+
+func (quiet) Infof(string, ...any)  {}
+func (quiet) Errorf(string, ...any) {}
+func (quiet) Fatalf(format string, args ...any) {
+	panic(fmt.Sprintf(format, args...))
+}
+
+func (d *Disk[K, V]) fail(err error) {
+	if d.onErr != nil {
+		d.onErr(err)
+	}
+	panic(err)
+}
+
+func (d *Disk[K, V]) key(b []byte, k K) []byte {
+	b = append(b, byte(d.hash(k)%128))
+	b, err := d.kc.append(b, k)
+	if err != nil {
+		d.fail(err)
+	}
+	return b
+}
+
+func (d *Disk[K, V]) Get(k K) (V, bool) {
+	if e, ok := d.m[k]; ok {
+		return e.v, !e.gone
+	}
+	var zero V
+	d.kbuf = d.key(d.kbuf[:0], k)
+	val, closer, err := d.db.Get(d.kbuf)
+	if err == pebble.ErrNotFound {
+		return zero, false
+	}
+	if err != nil {
+		d.fail(&Error{Path: d.live, Err: err})
+	}
+	v, err := d.vc.decode(val)
+	closer.Close()
+	if err != nil {
+		d.fail(&Error{Path: d.live, Err: fmt.Errorf("value of key %v: %w", k, err)})
+	}
+	d.Stats.Loaded++
+	d.m[k] = entry[V]{v: v}
+	d.bytes += sizeOf(k, v)
+	d.maybeEvict()
+	return v, true
+}
+
+func (d *Disk[K, V]) Put(k K, v V, _ bool) {
+	if e, ok := d.m[k]; ok {
+		d.bytes -= sizeOf(k, e.v)
+	}
+	d.m[k] = entry[V]{v: v, dirty: true}
+	d.bytes += sizeOf(k, v)
+	d.maybeEvict()
+}
+
+func (d *Disk[K, V]) Delete(k K) {
+	var zero V
+	if e, ok := d.m[k]; ok {
+		d.bytes -= sizeOf(k, e.v)
+	}
+	d.m[k] = entry[V]{gone: true, dirty: true}
+	d.bytes += sizeOf(k, zero)
+	d.maybeEvict()
+}
+
+// maybeEvict writes back and drops entries once the cache is over its
+// budget, down to three quarters of it. The victims are the map's
+// iteration order: random, not least recently used.
+func (d *Disk[K, V]) maybeEvict() {
+	if d.bytes <= d.spec.Budget {
+		return
+	}
+	target := d.spec.Budget * 3 / 4
+	b := d.db.NewBatch()
+	for k, e := range d.m {
+		if e.dirty {
+			d.write(b, k, e)
+		}
+		delete(d.m, k)
+		d.bytes -= sizeOf(k, e.v)
+		d.Stats.Evicted++
+		if d.bytes <= target {
+			break
+		}
+	}
+	d.commit(b)
+}
+
+func (d *Disk[K, V]) write(b *pebble.Batch, k K, e entry[V]) {
+	d.kbuf = d.key(d.kbuf[:0], k)
+	var err error
+	if e.gone {
+		err = b.Delete(d.kbuf, nil)
+	} else {
+		if d.vbuf, err = d.vc.append(d.vbuf[:0], e.v); err != nil {
+			d.fail(err)
+		}
+		err = b.Set(d.kbuf, d.vbuf, nil)
+	}
+	if err != nil {
+		d.fail(&Error{Path: d.live, Err: err})
+	}
+}
+
+func (d *Disk[K, V]) commit(b *pebble.Batch) {
+	if err := b.Commit(pebble.NoSync); err != nil {
+		d.fail(&Error{Path: d.live, Err: err})
+	}
+	b.Close()
+}
+
+// flush writes every dirty entry to the database; the cache keeps the
+// entries, clean.
+func (d *Disk[K, V]) flush() {
+	b := d.db.NewBatch()
+	for k, e := range d.m {
+		if !e.dirty {
+			continue
+		}
+		d.write(b, k, e)
+		if e.gone {
+			delete(d.m, k)
+			var zero V
+			d.bytes -= sizeOf(k, zero)
+		} else {
+			d.m[k] = entry[V]{v: e.v}
+		}
+		if b.Len() > 4<<20 {
+			d.commit(b)
+			b = d.db.NewBatch()
+		}
+	}
+	d.commit(b)
+}
+
+// All yields every entry, by key group and encoded key, after writing
+// the cache back.
+func (d *Disk[K, V]) All(yield func(K, V) bool) {
+	d.flush()
+	it, err := d.db.NewIter(nil)
+	if err != nil {
+		d.fail(&Error{Path: d.live, Err: err})
+	}
+	defer it.Close()
+	for it.First(); it.Valid(); it.Next() {
+		kb := it.Key()
+		if len(kb) < 1 {
+			d.fail(&Error{Path: d.live, Err: fmt.Errorf("%w: empty key", ErrCorrupt)})
+		}
+		k, err := d.kc.decode(kb[1:])
+		if err != nil {
+			d.fail(&Error{Path: d.live, Err: err})
+		}
+		vb, err := it.ValueAndErr()
+		if err != nil {
+			d.fail(&Error{Path: d.live, Err: err})
+		}
+		v, err := d.vc.decode(vb)
+		if err != nil {
+			d.fail(&Error{Path: d.live, Err: fmt.Errorf("value of key %v: %w", k, err)})
+		}
+		if !yield(k, v) {
+			return
+		}
+	}
+	if err := it.Error(); err != nil {
+		d.fail(&Error{Path: d.live, Err: err})
+	}
+}
+
+// CacheBytes is the cache's estimated size.
+func (d *Disk[K, V]) CacheBytes() int64 { return d.bytes }
+
+func (d *Disk[K, V]) Close() error {
+	var err error
+	if d.db != nil {
+		err = d.db.Close()
+		d.db = nil
+	}
+	if d.bcache != nil {
+		d.bcache.Unref()
+		d.bcache = nil
+	}
+	if d.live != "" {
+		if rerr := os.RemoveAll(d.live); err == nil {
+			err = rerr
+		}
+	}
+	return err
+}
+
+// The checkpoint's manifest, SLUICE-STATE: a magic line, then msgpack of
+// manifest, then the CRC-32C of the msgpack (4 bytes, big-endian).
+const (
+	manifestName  = "SLUICE-STATE"
+	manifestMagic = "sluice state checkpoint v1\n"
+)
+
+var castagnoli = crc32.MakeTable(crc32.Castagnoli)
+
+type manifest struct {
+	ID    uint64     `msgpack:"id"`
+	Inst  int        `msgpack:"inst"`
+	Files []fileInfo `msgpack:"files"`
+}
+
+type fileInfo struct {
+	Name string `msgpack:"n"`
+	Size int64  `msgpack:"s"`
+	CRC  uint32 `msgpack:"c"`
+}
+
+// handle is what a checkpoint keeps of a disk table.
+type handle struct {
+	V   int    `msgpack:"v"`
+	Dir string `msgpack:"dir"` // "<checkpoint>-<instance>" under chk
+	CRC uint32 `msgpack:"crc"` // of the manifest's body
+}
+
+func (d *Disk[K, V]) Snapshot(id uint64) ([]byte, error) { return d.snapshot(id, false) }
+
+// SnapshotCopy is a full checkpoint: it copies every file instead of
+// linking the sstables the previous checkpoints share (for comparisons).
+func (d *Disk[K, V]) SnapshotCopy(id uint64) ([]byte, error) { return d.snapshot(id, true) }
+
+func (d *Disk[K, V]) snapshot(id uint64, full bool) ([]byte, error) {
+	chk := filepath.Join(d.opDir, "chk")
+	if !d.snapped {
+		d.snapped = true
+		d.removeStale(chk, id)
+	}
+	d.flush()
+	if err := d.db.Flush(); err != nil {
+		return nil, &Error{Path: d.live, Err: err}
+	}
+	name := fmt.Sprintf("%d-%d", id, d.inst)
+	final, tmp := filepath.Join(chk, name), filepath.Join(chk, name+".tmp")
+	_ = os.RemoveAll(tmp)
+	_ = os.RemoveAll(final)
+	if err := d.db.Checkpoint(tmp); err != nil {
+		return nil, &Error{Path: tmp, Err: err}
+	}
+	ents, err := os.ReadDir(tmp)
+	if err != nil {
+		return nil, &Error{Path: tmp, Err: err}
+	}
+	prev := map[string]fileInfo{}
+	if d.last != nil && !full {
+		for _, f := range d.last.Files {
+			prev[f.Name] = f
+		}
+	}
+	m := &manifest{ID: id, Inst: d.inst}
+	var total, fresh int64
+	for _, e := range ents {
+		p := filepath.Join(tmp, e.Name())
+		st, err := os.Stat(p)
+		if err != nil {
+			return nil, &Error{Path: p, Err: err}
+		}
+		fi := fileInfo{Name: e.Name(), Size: st.Size()}
+		total += fi.Size
+		if old, ok := prev[fi.Name]; ok && old.Size == fi.Size && strings.HasSuffix(fi.Name, ".sst") {
+			fi.CRC = old.CRC // an sstable never changes: the same file as before
+		} else {
+			fresh += fi.Size
+			if full && strings.HasSuffix(fi.Name, ".sst") {
+				if err := copyFile(p, p+".copy"); err != nil {
+					return nil, &Error{Path: p, Err: err}
+				}
+				if err := os.Rename(p+".copy", p); err != nil {
+					return nil, &Error{Path: p, Err: err}
+				}
+			}
+			if fi.CRC, err = fileCRC(p); err != nil {
+				return nil, &Error{Path: p, Err: err}
+			}
+		}
+		m.Files = append(m.Files, fi)
+	}
+	body, err := msgpack.Marshal(m)
+	if err != nil {
+		return nil, err
+	}
+	crc := crc32.Checksum(body, castagnoli)
+	out := append([]byte(manifestMagic), body...)
+	out = append(out, byte(crc>>24), byte(crc>>16), byte(crc>>8), byte(crc))
+	if err := writeSync(filepath.Join(tmp, manifestName), out); err != nil {
+		return nil, &Error{Path: filepath.Join(tmp, manifestName), Err: err}
+	}
+	if err := os.Rename(tmp, final); err != nil {
+		return nil, &Error{Path: final, Err: err}
+	}
+	syncDir(chk)
+	d.last = m
+	d.Stats.LastBytes, d.Stats.LastNew = total, fresh
+	return msgpack.Marshal(&handle{V: 1, Dir: name, CRC: crc})
+}
+
+// removeStale removes, before this table's first checkpoint, the
+// checkpoints of its instance numbered id or more: an earlier run's
+// (this run's are numbered from id on). Instance 0 does the same for the
+// instances that no longer exist.
+func (d *Disk[K, V]) removeStale(chk string, id uint64) {
+	for _, c := range listChk(chk) {
+		if c.id >= id && (c.inst == d.inst || (d.inst == 0 && c.inst >= d.parts)) {
+			_ = os.RemoveAll(filepath.Join(chk, c.name))
+		}
+	}
+}
+
+type chkName struct {
+	name string
+	id   uint64
+	inst int
+	tmp  bool
+}
+
+func listChk(dir string) []chkName {
+	ents, _ := os.ReadDir(dir)
+	var out []chkName
+	for _, e := range ents {
+		n := e.Name()
+		c := chkName{name: n}
+		if s, ok := strings.CutSuffix(n, ".tmp"); ok {
+			n, c.tmp = s, true
+		}
+		a, b, ok := strings.Cut(n, "-")
+		if !ok {
+			continue
+		}
+		var err1, err2 error
+		c.id, err1 = strconv.ParseUint(a, 10, 64)
+		c.inst, err2 = strconv.Atoi(b)
+		if err1 != nil || err2 != nil {
+			continue
+		}
+		out = append(out, c)
+	}
+	return out
+}
+
+// Committed keeps the newest Retain checkpoints up to id and removes the
+// older ones (instance 0 removes every instance's).
+func (d *Disk[K, V]) Committed(id uint64) {
+	chk := filepath.Join(d.opDir, "chk")
+	all := listChk(chk)
+	var ids []uint64
+	for _, c := range all {
+		if c.id <= id && !c.tmp {
+			ids = append(ids, c.id)
+		}
+	}
+	slices.Sort(ids)
+	ids = slices.Compact(ids)
+	if len(ids) <= d.spec.Retain {
+		return
+	}
+	keepFrom := ids[len(ids)-d.spec.Retain]
+	for _, c := range all {
+		if c.id < keepFrom && (c.inst == d.inst || d.inst == 0) {
+			_ = os.RemoveAll(filepath.Join(chk, c.name))
+		}
+	}
+}
+
+// Restore rebuilds the working database from snapshots: at the same
+// parallelism a copy of the checkpoint (sstables linked), after a rescale
+// the key groups [lo, hi) of each.
+func (d *Disk[K, V]) Restore(snaps [][]byte, lo, hi int) error {
+	dirs := make([]string, len(snaps))
+	for i, b := range snaps {
+		dir, err := d.verify(b)
+		if err != nil {
+			return wrapN(i, len(snaps), err)
+		}
+		dirs[i] = dir
+	}
+	clear(d.m)
+	d.bytes, d.last = 0, nil
+	if err := d.db.Close(); err != nil {
+		return &Error{Path: d.live, Err: err}
+	}
+	d.db = nil
+	if err := os.RemoveAll(d.live); err != nil {
+		return &Error{Path: d.live, Err: err}
+	}
+	if len(dirs) == 1 && lo <= 0 && hi == AllGroups {
+		if err := linkTree(dirs[0], d.live); err != nil {
+			return err
+		}
+		return d.open()
+	}
+	if err := os.MkdirAll(d.live, 0o755); err != nil {
+		return &Error{Path: d.live, Err: err}
+	}
+	if err := d.open(); err != nil {
+		return err
+	}
+	lo, hi = max(lo, 0), min(hi, 128)
+	for _, dir := range dirs {
+		if err := d.copyGroups(dir, lo, hi); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// copyGroups copies the key groups [lo, hi) of checkpoint dir into the
+// working database, through a temporary copy of the checkpoint.
+func (d *Disk[K, V]) copyGroups(dir string, lo, hi int) error {
+	if lo >= hi {
+		return nil
+	}
+	tmp, err := os.MkdirTemp(filepath.Join(d.opDir, "live"), "restore-")
+	if err != nil {
+		return &Error{Path: d.opDir, Err: err}
+	}
+	defer os.RemoveAll(tmp)
+	_ = os.Remove(tmp)
+	if err := linkTree(dir, tmp); err != nil {
+		return err
+	}
+	src, err := pebble.Open(tmp, &pebble.Options{DisableWAL: true, Logger: quiet{}})
+	if err != nil {
+		return &Error{Path: dir, Err: err}
+	}
+	defer src.Close()
+	it, err := src.NewIter(&pebble.IterOptions{LowerBound: []byte{byte(lo)}, UpperBound: []byte{byte(hi)}})
+	if err != nil {
+		return &Error{Path: dir, Err: err}
+	}
+	defer it.Close()
+	b := d.db.NewBatch()
+	for it.First(); it.Valid(); it.Next() {
+		v, err := it.ValueAndErr()
+		if err != nil {
+			return &Error{Path: dir, Err: err}
+		}
+		if err := b.Set(it.Key(), v, nil); err != nil {
+			return &Error{Path: d.live, Err: err}
+		}
+		if b.Len() > 4<<20 {
+			if err := b.Commit(pebble.NoSync); err != nil {
+				return &Error{Path: d.live, Err: err}
+			}
+			b.Close()
+			b = d.db.NewBatch()
+		}
+	}
+	if err := it.Error(); err != nil {
+		return &Error{Path: dir, Err: err}
+	}
+	if err := b.Commit(pebble.NoSync); err != nil {
+		return &Error{Path: d.live, Err: err}
+	}
+	return b.Close()
+}
+
+// verify checks a snapshot's handle and the checkpoint's files against
+// its manifest (names, sizes, CRC-32C) and returns its directory.
+func (d *Disk[K, V]) verify(b []byte) (string, error) {
+	var h handle
+	if err := msgpacksafe.Decode(b, &h, msgpacksafe.Limits{Source: "disk state handle", Factor: 4}); err != nil {
+		return "", err
+	}
+	if h.V != 1 {
+		return "", fmt.Errorf("disk state handle version %d: this build reads version 1", h.V)
+	}
+	c := listChkOne(h.Dir)
+	if c == nil {
+		return "", fmt.Errorf("disk state handle: bad checkpoint directory %q", h.Dir)
+	}
+	dir := filepath.Join(d.opDir, "chk", h.Dir)
+	mp := filepath.Join(dir, manifestName)
+	raw, err := os.ReadFile(mp)
+	if err != nil {
+		return "", &Error{Path: mp, Err: err}
+	}
+	body, ok := bytes.CutPrefix(raw, []byte(manifestMagic))
+	if !ok || len(body) < 4 {
+		return "", &Error{Path: mp, Err: fmt.Errorf("%w: not a sluice state manifest, or truncated (%d bytes)", ErrCorrupt, len(raw))}
+	}
+	body, sum := body[:len(body)-4], body[len(body)-4:]
+	crc := crc32.Checksum(body, castagnoli)
+	if want := uint32(sum[0])<<24 | uint32(sum[1])<<16 | uint32(sum[2])<<8 | uint32(sum[3]); crc != want {
+		return "", &Error{Path: mp, Err: fmt.Errorf("%w: checksum %08x, the manifest says %08x", ErrCorrupt, crc, want)}
+	}
+	if crc != h.CRC {
+		return "", &Error{Path: mp, Err: fmt.Errorf("%w: manifest checksum %08x, the checkpoint recorded %08x (another checkpoint's files)", ErrCorrupt, crc, h.CRC)}
+	}
+	var m manifest
+	if err := msgpacksafe.Decode(body, &m, msgpacksafe.Limits{Source: mp, Factor: 8}); err != nil {
+		return "", &Error{Path: mp, Err: err}
+	}
+	for _, f := range m.Files {
+		if f.Name == manifestName || f.Name != filepath.Base(f.Name) || f.Name == "." || f.Name == ".." {
+			return "", &Error{Path: mp, Err: fmt.Errorf("%w: bad file name %q", ErrCorrupt, f.Name)}
+		}
+		p := filepath.Join(dir, f.Name)
+		st, err := os.Stat(p)
+		if err != nil {
+			return "", &Error{Path: p, Err: fmt.Errorf("%w: %v", ErrCorrupt, err)}
+		}
+		if st.Size() != f.Size {
+			return "", &Error{Path: p, Err: fmt.Errorf("%w: %d bytes, the manifest says %d (truncated?)", ErrCorrupt, st.Size(), f.Size)}
+		}
+		got, err := fileCRC(p)
+		if err != nil {
+			return "", &Error{Path: p, Err: err}
+		}
+		if got != f.CRC {
+			return "", &Error{Path: p, Err: fmt.Errorf("%w: checksum %08x, the manifest says %08x", ErrCorrupt, got, f.CRC)}
+		}
+	}
+	return dir, nil
+}
+
+func listChkOne(name string) *chkName {
+	if name != filepath.Base(name) {
+		return nil
+	}
+	cs := listChkNames([]string{name})
+	if len(cs) != 1 || cs[0].tmp {
+		return nil
+	}
+	return &cs[0]
+}
+
+func listChkNames(names []string) []chkName {
+	var out []chkName
+	for _, n := range names {
+		a, b, ok := strings.Cut(n, "-")
+		if !ok {
+			continue
+		}
+		id, err1 := strconv.ParseUint(a, 10, 64)
+		inst, err2 := strconv.Atoi(b)
+		if err1 != nil || err2 != nil || inst < 0 {
+			continue
+		}
+		out = append(out, chkName{name: n, id: id, inst: inst})
+	}
+	return out
+}
+
+// linkTree makes dst a copy of checkpoint src: sstables hard-linked
+// (copied where links fail), the other files copied (pebble appends to
+// its MANIFEST), the sluice manifest left out.
+func linkTree(src, dst string) error {
+	if err := os.MkdirAll(dst, 0o755); err != nil {
+		return &Error{Path: dst, Err: err}
+	}
+	ents, err := os.ReadDir(src)
+	if err != nil {
+		return &Error{Path: src, Err: err}
+	}
+	for _, e := range ents {
+		if e.Name() == manifestName {
+			continue
+		}
+		s, t := filepath.Join(src, e.Name()), filepath.Join(dst, e.Name())
+		if strings.HasSuffix(e.Name(), ".sst") && os.Link(s, t) == nil {
+			continue
+		}
+		if err := copyFile(s, t); err != nil {
+			return &Error{Path: s, Err: err}
+		}
+	}
+	return nil
+}
+
+func copyFile(src, dst string) error {
+	in, err := os.Open(src)
+	if err != nil {
+		return err
+	}
+	defer in.Close()
+	out, err := os.OpenFile(dst, os.O_CREATE|os.O_TRUNC|os.O_WRONLY, 0o644)
+	if err != nil {
+		return err
+	}
+	if _, err := io.Copy(out, in); err != nil {
+		out.Close()
+		return err
+	}
+	if err := out.Sync(); err != nil {
+		out.Close()
+		return err
+	}
+	return out.Close()
+}
+
+func fileCRC(p string) (uint32, error) {
+	f, err := os.Open(p)
+	if err != nil {
+		return 0, err
+	}
+	defer f.Close()
+	h := crc32.New(castagnoli)
+	if _, err := io.Copy(h, f); err != nil {
+		return 0, err
+	}
+	return h.Sum32(), nil
+}
+
+func writeSync(p string, b []byte) error {
+	f, err := os.OpenFile(p, os.O_CREATE|os.O_TRUNC|os.O_WRONLY, 0o644)
+	if err != nil {
+		return err
+	}
+	if _, err := f.Write(b); err != nil {
+		f.Close()
+		return err
+	}
+	if err := f.Sync(); err != nil {
+		f.Close()
+		return err
+	}
+	return f.Close()
+}
+
+func syncDir(p string) {
+	if f, err := os.Open(p); err == nil {
+		_ = f.Sync()
+		f.Close()
+	}
+}

@@ -1,0 +1,213 @@
+package state
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"unsafe"
+
+	"github.com/vmihailenco/msgpack/v5"
+
+	"github.com/sluicehq/sluice/internal/msgpacksafe"
+)
+
+// Spec chooses a topology's state backend: memory (Dir empty, the
+// default) or disk (pebble under Dir, with a write-back cache of Budget
+// bytes, keeping the newest Retain checkpoints).
+type Spec struct {
+	Dir    string
+	Budget int64
+	Retain int
+}
+
+// Disk says whether the spec is the disk backend.
+func (s Spec) Disk() bool { return s.Dir != "" }
+
+// DefaultBudget is the disk backend's cache budget when none is given
+// (per operator instance).
+const DefaultBudget = 64 << 20
+
+// DefaultRetain is how many checkpoints the disk backend keeps.
+const DefaultRetain = 2
+
+// Table is the seam every keyed operator's state goes through: one
+// operator instance's values of type V by key K. A Table belongs to the
+// instance's actor: it is not safe for concurrent use.
+type Table[K comparable, V any] interface {
+	// Get returns k's value, and whether k has one.
+	Get(k K) (V, bool)
+	// Put sets k's value; existed says that Get just found k (it spares
+	// the backend a lookup).
+	Put(k K, v V, existed bool)
+	// Delete forgets k.
+	Delete(k K)
+	// All yields every key and its value: the memory backend in first-put
+	// order, the disk backend by key group then encoded key.
+	All(yield func(K, V) bool)
+	// Snapshot records the table as of now for checkpoint id and returns
+	// what the checkpoint keeps of it (the whole state in memory, a
+	// handle to the files on disk).
+	Snapshot(id uint64) ([]byte, error)
+	// Committed says that checkpoint id is complete: older ones beyond
+	// the retained may go.
+	Committed(id uint64)
+	// Restore replaces the table with the keys of groups [lo, hi) from
+	// the snapshots of one or more instances (one when the parallelism is
+	// unchanged, with lo, hi covering every group).
+	Restore(snaps [][]byte, lo, hi int) error
+	// Close releases the table's files.
+	Close() error
+}
+
+// Error is a failure of the disk backend, naming the file or directory.
+type Error struct {
+	Path string
+	Err  error
+}
+
+func (e *Error) Error() string { return "state " + e.Path + ": " + e.Err.Error() }
+func (e *Error) Unwrap() error { return e.Err }
+
+// ErrCorrupt is the cause of an Error for a checkpoint whose files do not
+// match their manifest.
+var ErrCorrupt = errors.New("corrupt checkpoint")
+
+// Mem is the memory backend: a Go map, and the keys in first-put order so
+// that results emitted at the end are deterministic. Its Snapshot is the
+// format keyed aggregations always wrote ({k: keys, a: values}).
+type Mem[K comparable, V any] struct {
+	M     map[K]V
+	Order []K
+	// owns says whether a key's group lies in [lo, hi) (KeyBy's hash).
+	owns func(k K, lo, hi int) bool
+}
+
+// NewMem is an empty memory table; owns tells Restore which keys belong
+// to a range of key groups.
+func NewMem[K comparable, V any](owns func(k K, lo, hi int) bool) *Mem[K, V] {
+	return &Mem[K, V]{M: make(map[K]V), owns: owns}
+}
+
+func (m *Mem[K, V]) Get(k K) (V, bool) { v, ok := m.M[k]; return v, ok }
+
+func (m *Mem[K, V]) Put(k K, v V, existed bool) {
+	if !existed {
+		m.Order = append(m.Order, k)
+	}
+	m.M[k] = v
+}
+
+// Delete forgets k (a scan of Order: use DeleteAll for many keys).
+func (m *Mem[K, V]) Delete(k K) {
+	if _, ok := m.M[k]; ok {
+		delete(m.M, k)
+		for i, o := range m.Order {
+			if o == k {
+				m.Order = append(m.Order[:i], m.Order[i+1:]...)
+				break
+			}
+		}
+	}
+}
+
+// DeleteAll forgets the keys gone says, in one pass over Order.
+func (m *Mem[K, V]) DeleteAll(gone map[K]bool) {
+	for k := range gone {
+		delete(m.M, k)
+	}
+	j := 0
+	for _, k := range m.Order {
+		if !gone[k] {
+			m.Order[j] = k
+			j++
+		}
+	}
+	clear(m.Order[j:])
+	m.Order = m.Order[:j]
+}
+
+func (m *Mem[K, V]) All(yield func(K, V) bool) {
+	for _, k := range m.Order {
+		if !yield(k, m.M[k]) {
+			return
+		}
+	}
+}
+
+type memState[K comparable, V any] struct {
+	Keys []K `msgpack:"k"`
+	Accs []V `msgpack:"a"`
+}
+
+func (m *Mem[K, V]) Snapshot(uint64) ([]byte, error) {
+	st := memState[K, V]{Keys: m.Order, Accs: make([]V, len(m.Order))}
+	for i, k := range m.Order {
+		st.Accs[i] = m.M[k]
+	}
+	b, err := msgpack.Marshal(&st)
+	if err != nil {
+		return nil, fmt.Errorf("encode state of %d keys: %w", len(m.Order), err)
+	}
+	return b, nil
+}
+
+func (m *Mem[K, V]) Committed(uint64) {}
+
+func (m *Mem[K, V]) Restore(snaps [][]byte, lo, hi int) error {
+	m.Order, m.M = nil, map[K]V{}
+	all := len(snaps) == 1 && lo <= 0 && hi == AllGroups
+	for i, b := range snaps {
+		var st memState[K, V]
+		if err := msgpacksafe.Decode(b, &st, msgpacksafe.Limits{Source: "per-key state", Factor: 32}); err != nil {
+			return wrapN(i, len(snaps), err)
+		}
+		if len(st.Keys) != len(st.Accs) {
+			return wrapN(i, len(snaps), fmt.Errorf("%d keys but %d values", len(st.Keys), len(st.Accs)))
+		}
+		if all {
+			m.Order = st.Keys
+			m.M = make(map[K]V, len(st.Keys))
+		}
+		for j, k := range st.Keys {
+			if all {
+				m.M[k] = st.Accs[j]
+				continue
+			}
+			if _, dup := m.M[k]; !dup && m.owns(k, lo, hi) {
+				m.Order = append(m.Order, k)
+				m.M[k] = st.Accs[j]
+			}
+		}
+	}
+	return nil
+}
+
+// AllGroups is the hi of Restore for "every key" (a restore at the same
+// parallelism keeps the snapshot's keys as they are).
+const AllGroups = math.MaxInt
+
+func wrapN(i, n int, err error) error {
+	if n == 1 {
+		return err
+	}
+	return fmt.Errorf("state %d of %d: %w", i+1, n, err)
+}
+
+func (m *Mem[K, V]) Close() error { return nil }
+
+// sizeOf estimates the bytes a cached entry of k and v takes: the map's
+// slot, and the bytes strings point to.
+func sizeOf[K comparable, V any](k K, v V) int64 {
+	n := int64(unsafe.Sizeof(k)) + int64(unsafe.Sizeof(v)) + entryOverhead
+	if s, ok := any(k).(string); ok {
+		n += int64(len(s))
+	}
+	if s, ok := any(v).(string); ok {
+		n += int64(len(s))
+	}
+	return n
+}
+
+// entryOverhead is a cached entry's share of the map beside its key and
+// value (control bytes, load factor, the entry's flags).
+const entryOverhead = 32
