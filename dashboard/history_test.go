@@ -83,3 +83,21 @@ func TestHistoryInFirstFrame(t *testing.T) {
 	}
 	t.Error("three streamed snapshots without a point")
 }
+
+// TestProcessCPU: a reader that sees the process spin for a while reports
+// CPU time used, and its memory.
+func TestProcessCPU(t *testing.T) {
+	r := newProcReader()
+	t0 := time.Now()
+	if p := r.read(t0); p.CPU != -1 || p.HeapBytes == 0 || p.Goroutines == 0 {
+		t.Fatalf("first reading: %+v", p)
+	}
+	var x uint64
+	for time.Since(t0) < 50*time.Millisecond { // busy: CPU time must grow
+		x += x*31 + 7
+	}
+	p := r.read(time.Now())
+	if p.CPU <= 0 || p.CPU > float64(p.GOMAXPROCS)+1 {
+		t.Errorf("CPU after 50 ms of spinning: %v cores (%d)", p.CPU, x%2)
+	}
+}

@@ -18,8 +18,11 @@ type Process struct {
 	// of garbage collection since the process started.
 	GCPauseP99MS float64 `json:"gc_pause_p99_ms"`
 	// CPU is the cores the process used over the last interval (user and
-	// GC time estimated by the runtime; 1.0 is one core busy), GCCPU the
-	// share of that spent collecting garbage; -1 without a previous reading.
+	// system time from getrusage(2) where there is one, else the runtime's
+	// estimate; 1.0 is one core busy), -1 without a previous reading. GCCPU
+	// is the share of the process's CPU time spent collecting garbage since
+	// the previous garbage collection (the runtime updates its CPU classes
+	// at collections), -1 before one.
 	CPU        float64 `json:"cpu"`
 	GCCPU      float64 `json:"gc_cpu"`
 	GOMAXPROCS int     `json:"gomaxprocs"`
@@ -42,12 +45,14 @@ var procMetrics = []string{
 type procReader struct {
 	samples []metrics.Sample
 	prevAt  time.Time
-	prevCPU float64 // busy CPU seconds (total - idle) at prevAt
-	prevGC  float64
+	prevCPU float64 // CPU seconds used at prevAt
+	// The runtime's CPU classes at the newest change of them: busy
+	// (total - idle) and GC seconds, and the share of GC last computed.
+	prevBusy, prevGC, gcShare float64
 }
 
 func newProcReader() *procReader {
-	r := &procReader{samples: make([]metrics.Sample, len(procMetrics))}
+	r := &procReader{samples: make([]metrics.Sample, len(procMetrics)), gcShare: -1}
 	for i, name := range procMetrics {
 		r.samples[i].Name = name
 	}
@@ -80,17 +85,21 @@ func (r *procReader) read(now time.Time) Process {
 	}
 	busy := f64(r.samples[5]) - f64(r.samples[6])
 	gc := f64(r.samples[7])
+	used := busy
+	if d, ok := processCPU(); ok {
+		used = d.Seconds()
+	}
 	if !r.prevAt.IsZero() {
 		if dt := now.Sub(r.prevAt).Seconds(); dt > 0 {
-			p.CPU = round3(max(busy-r.prevCPU, 0) / dt)
-			if d := busy - r.prevCPU; d > 0 {
-				p.GCCPU = round3(min(max(gc-r.prevGC, 0)/d, 1))
-			} else {
-				p.GCCPU = 0
-			}
+			p.CPU = round3(max(used-r.prevCPU, 0) / dt)
 		}
 	}
-	r.prevAt, r.prevCPU, r.prevGC = now, busy, gc
+	if d := busy - r.prevBusy; d > 0 {
+		r.gcShare = round3(min(max(gc-r.prevGC, 0)/d, 1))
+		r.prevBusy, r.prevGC = busy, gc
+	}
+	p.GCCPU = r.gcShare
+	r.prevAt, r.prevCPU = now, used
 	return p
 }
 

@@ -123,7 +123,7 @@
     var hr = el('tr');
     [['operator'], ['task'], ['in'], ['in/s'], ['out'], ['out/s'], ['queue'], ['dropped'], ['spilled'],
       ['busy · back-pressured · idle', 'share of the last interval the instances spent handling records, waiting for credit to send, and waiting for input'],
-      ['p50 · p99', 'latency over the last window: end to end (from ingestion at a source) at a sink; queue wait, then processing of the task, at a task\'s first operator'],
+      ['p99', 'latency p99 over the last window: end to end (from ingestion at a source) at a sink; queue wait at a task\'s first operator; else the processing of the task (the tooltip has p50, p95, max)'],
       ['late'], ['watermark'], ['dead', 'dead letters'], ['']].forEach(function (h) {
       var th = el('th', null, h[0]);
       if (h[1]) th.title = h[1];
@@ -483,17 +483,19 @@
 
   // ---- latency ----
 
+  // setLatency shows the p99 of the operator's latency over the last window
+  // (end to end at a sink, queue wait at a task's first operator, else the
+  // task's processing); every percentile is in the tooltip.
   function setLatency(cell, op) {
-    var p = op.end_to_end || op.queue_wait, proc = op.end_to_end ? null : op.processing;
-    if (!p && !proc) { setText(cell, '–'); setValue(cell, -1); cell.title = ''; return; }
-    var parts = [];
-    if (p) parts.push(fmtMS(p.p50) + ' · ' + fmtMS(p.p99));
-    if (proc) parts.push('+ ' + fmtMS(proc.p99));
-    setText(cell, parts.join(' '));
-    setValue(cell, p ? p.p99 : proc.p99);
-    var what = op.end_to_end ? 'end to end' : 'queue wait';
-    cell.title = (p ? what + ': p50 ' + fmtMS(p.p50) + ', p95 ' + fmtMS(p.p95) + ', p99 ' + fmtMS(p.p99) + ', max ' + fmtMS(p.max) + ' over ' + fmtCount(p.count) + ' records' : '') +
-      (proc ? (p ? '\n' : '') + 'processing of the task: p50 ' + fmtMS(proc.p50) + ', p99 ' + fmtMS(proc.p99) + ', max ' + fmtMS(proc.max) : '');
+    var main = op.end_to_end || op.queue_wait || op.processing;
+    if (!main) { setText(cell, '–'); setValue(cell, -1); cell.title = ''; return; }
+    setText(cell, fmtMS(main.p99));
+    setValue(cell, main.p99);
+    var lines = [];
+    [['end to end', op.end_to_end], ['queue wait', op.queue_wait], ['processing of the task', op.processing]].forEach(function (p) {
+      if (p[1]) lines.push(p[0] + ': p50 ' + fmtMS(p[1].p50) + ', p95 ' + fmtMS(p[1].p95) + ', p99 ' + fmtMS(p[1].p99) + ', max ' + fmtMS(p[1].max) + ' over ' + fmtCount(p[1].count) + ' records');
+    });
+    cell.title = lines.join('\n');
   }
 
   // ---- charts over the last minutes ----
@@ -563,7 +565,9 @@
         c.lines.append(pl);
         c.poly[n] = pl;
         var item = el('span', { 'class': 'item' });
-        item.append(el('span', { 'class': 'swatch', style: 'background:' + color }), document.createTextNode(n));
+        var sw = el('span', { 'class': 'swatch' });
+        sw.style.background = color; // through the CSSOM: the CSP refuses style attributes
+        item.append(sw, document.createTextNode(n));
         c.legend.append(item);
       });
     }
@@ -634,7 +638,7 @@
       procCharts = PROC_CHARTS.map(newChart);
       charts.append.apply(charts, procCharts.map(function (c) { return c.box; }));
       procEl.append(head, facts, charts);
-      jobsEl.prepend(procEl);
+      jobsEl.after(procEl); // below the jobs
     }
     var p = snap.process || {};
     setText(procFacts.heap, fmtBytes(p.heap_bytes)); setValue(procFacts.heap, p.heap_bytes || 0);

@@ -166,7 +166,7 @@ func pollNumber(ctx context.Context, sel, attr string, floor float64) (float64, 
 // drops; a failure injected into a third shows among its exceptions.
 func TestDashboardInChromium(t *testing.T) {
 	chromium := chromiumPath(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute) // a loaded machine (CI shares 2 cores)
 	defer cancel()
 
 	sys, err := actors.NewSystem(actors.Config{Name: "browsertest"})
@@ -646,7 +646,15 @@ func TestDashboardInChromium(t *testing.T) {
 	}
 	t.Logf("screenshot: %s (%d bytes)", path, len(shot))
 
+	// The one error the page is meant to cause: the browser logs the 401 of
+	// the pause asked without the token (a network message, not a script
+	// error); anything else fails the test.
+	refusals := 0
 	for _, m := range console() {
+		if strings.Contains(m, "Failed to load resource: the server responded with a status of 401") && refusals == 0 {
+			refusals++
+			continue
+		}
 		t.Errorf("the page logged: %s", m)
 	}
 }
