@@ -60,8 +60,9 @@ type Envelope struct {
 	// Born is the ingestion time of the records (unix ns, the job's clock):
 	// when the source read the batch they come from, or the batch whose
 	// handling sent them; 0: unknown. Sent is when the sender enqueued the
-	// envelope (unix ns), 0: unknown. They measure latency (DESIGN.md,
-	// Latency and shedding) and do not cross processes.
+	// envelope (unix ns, the sending process's clock), 0: unknown. They
+	// measure latency (DESIGN.md, Latency and shedding) and cross
+	// processes with the envelope, as Keep does.
 	Born, Sent int64
 	// Keep is the probability that a record of the envelope survived the
 	// load shedding upstream (LatencyTarget's sampling), 0 meaning 1:

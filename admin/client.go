@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"net/url"
 	"strings"
+	"time"
 )
 
 // Client calls the admin API of a process (what `sluice ctl` uses).
@@ -158,4 +159,31 @@ func (c *Client) Push(ctx context.Context, doc []byte) (DesiredStatus, error) {
 func (c *Client) Desired(ctx context.Context) (DesiredStatus, error) {
 	var out DesiredStatus
 	return out, c.call(ctx, http.MethodGet, "/v1/desired", nil, &out)
+}
+
+// StopWithSavepoint stops a job with a savepoint written into the new
+// directory dir (one name) under the server's Options.SavepointDir; it
+// returns the final checkpoint's id and the savepoint's path.
+func (c *Client) StopWithSavepoint(ctx context.Context, job, dir string) (uint64, string, error) {
+	var out struct {
+		Checkpoint uint64
+		Savepoint  string
+	}
+	err := c.call(ctx, http.MethodPost, "/v1/jobs/"+esc(job)+"/stop", map[string]string{"savepoint": dir}, &out)
+	return out.Checkpoint, out.Savepoint, err
+}
+
+// Rescale changes the parallelism of a job's operators (by name): the
+// server stops it with a savepoint and starts it again from it (see
+// Server.Rescale).
+func (c *Client) Rescale(ctx context.Context, job string, par map[string]int) (Rescaled, error) {
+	var out Rescaled
+	err := c.call(ctx, http.MethodPost, "/v1/jobs/"+esc(job)+"/rescale", map[string]any{"parallelism": par}, &out)
+	return out, err
+}
+
+// SetLatencyTarget changes a job's LatencyTarget (the job must have been
+// started with one).
+func (c *Client) SetLatencyTarget(ctx context.Context, job string, d time.Duration) error {
+	return c.call(ctx, http.MethodPut, "/v1/jobs/"+esc(job)+"/latency-target", map[string]string{"target": d.String()}, nil)
 }

@@ -13,6 +13,7 @@ import (
 
 	"github.com/sluicehq/sluice/internal/desired"
 	"github.com/sluicehq/sluice/internal/engine"
+	"github.com/sluicehq/sluice/operators"
 )
 
 // desiredState drives the pure machine of package internal/desired: it
@@ -98,6 +99,7 @@ func (s *Server) view() desired.View {
 				jv.Operators[f] = desired.OperatorView{Head: info.Operator, Spill: info.Spill}
 			}
 		}
+		jv.LatencyTarget = operators.ShedStatsOf(j.run).Target
 		v.Jobs[name] = jv
 	}
 	return v
@@ -171,7 +173,15 @@ func (s *Server) applyChanges(ctx context.Context, source string, version uint64
 	for i, c := range changes {
 		ev := Event{Who: "desired " + source, Job: c.Job, Target: c.Operator, Version: version, What: what}
 		var err error
-		if c.Paused != nil {
+		if c.LatencyTarget != nil {
+			le := ev
+			le.What = "latency-target"
+			if what == "rollback" {
+				le.What = "rollback"
+			}
+			err = s.setLatencyTarget(ctx, le, *c.LatencyTarget)
+		}
+		if err == nil && c.Paused != nil {
 			pe := ev
 			if what == "set-input" {
 				pe.What = "" // pause or resume

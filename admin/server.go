@@ -9,10 +9,8 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
-	"path/filepath"
 	"slices"
 	"strconv"
-	"strings"
 	"sync"
 	"time"
 
@@ -81,6 +79,15 @@ type Server struct {
 type job struct {
 	run     *actors.Run
 	history []Event // newest last, at most HistorySize
+
+	// Restarts (rescale.go): the Starter, the parallelism overrides the
+	// run was started with, a rescale under way, the error of one that
+	// left no run, and the channel closed when the run is replaced.
+	start      Starter
+	par        map[string]int
+	restarting bool
+	restartErr error
+	notify     chan struct{}
 }
 
 // Event is one change of a job (or an attempt): who asked, what, when,
@@ -157,6 +164,7 @@ func (s *Server) Replace(run *actors.Run) error {
 	defer s.mu.Unlock()
 	if j, ok := s.jobs[run.Name()]; ok {
 		j.run = run
+		j.wake()
 		return nil
 	}
 	s.jobs[run.Name()] = &job{run: run}
@@ -309,6 +317,37 @@ func (s *Server) applyInput(ctx context.Context, ev *Event, in Input) error {
 	return engine.SetInput(ctx, run, ev.Target, in.config())
 }
 
+// MaxLatencyTarget bounds a LatencyTarget set through the control plane.
+const MaxLatencyTarget = desired.MaxLatencyTarget
+
+// SetLatencyTarget changes the LatencyTarget of job name, which must have
+// been started with one (operators.LatencyTarget): from the next latency
+// window on, its controller sheds to hold the end-to-end p99 under d.
+func (s *Server) SetLatencyTarget(ctx context.Context, who, name string, d time.Duration) error {
+	return s.setLatencyTarget(ctx, Event{Who: who, Job: name, What: "latency-target"}, d)
+}
+
+func (s *Server) setLatencyTarget(ctx context.Context, ev Event, d time.Duration) error {
+	ev.Detail = d.String()
+	err := func() error {
+		run, err := s.runOf(ev.Job)
+		if err != nil {
+			return err
+		}
+		if d <= 0 || d > MaxLatencyTarget {
+			return fmt.Errorf("%w: latency target %v: must be positive and at most %v", ErrInvalid, d, MaxLatencyTarget)
+		}
+		if was := operators.ShedStatsOf(run).Target; was > 0 {
+			ev.Detail = fmt.Sprintf("%v (was %v)", d, was)
+		}
+		ctx, cancel := context.WithTimeout(ctx, s.opts.ChangeTimeout)
+		defer cancel()
+		return engine.SetLatencyTarget(ctx, run, d)
+	}()
+	s.record(ctx, ev, err)
+	return err
+}
+
 // Pause stops source op of job name reading (pause) or lets it read again.
 func (s *Server) Pause(ctx context.Context, who, name, op string, pause bool) error {
 	return s.pause(ctx, Event{Who: who, Job: name, Target: op}, pause)
@@ -358,13 +397,9 @@ func (s *Server) SavepointTo(ctx context.Context, who, name, sub string) (uint64
 			ev.Detail = "checkpoint " + strconv.FormatUint(id, 10)
 			return err
 		}
-		if s.opts.SavepointDir == "" {
-			return fmt.Errorf("%w: savepoint %q: this process has no savepoint directory (admin.Options.SavepointDir, --admin-savepoints)", ErrInvalid, sub)
+		if dir, err = s.savepointPath(sub); err != nil {
+			return err
 		}
-		if sub != filepath.Base(sub) || sub == "." || sub == ".." || strings.ContainsAny(sub, `/\`) {
-			return fmt.Errorf("%w: savepoint %q: want a directory name, not a path", ErrInvalid, sub)
-		}
-		dir = filepath.Join(s.opts.SavepointDir, sub)
 		sp, err := engine.Savepoint(ctx, run, dir)
 		if err != nil {
 			return err
@@ -418,6 +453,20 @@ type JobStatus struct {
 	// (0: none); Applied the version whose settings the job runs.
 	Desired uint64 `json:"desired_version,omitempty"`
 	Applied uint64 `json:"applied_version,omitempty"`
+	// Latency is the LatencyTarget's controller, for a job started with
+	// one (operators.LatencyTarget).
+	Latency *LatencyStatus `json:"latency,omitempty"`
+}
+
+// LatencyStatus is a LatencyTarget's controller now: the target, where it
+// sheds and the fraction kept there, and why the target cannot be held
+// when it cannot.
+type LatencyStatus struct {
+	Target     string  `json:"target"` // a Go duration: "250ms"
+	Point      string  `json:"point,omitempty"`
+	Keep       float64 `json:"keep"`
+	Drop       bool    `json:"drop,omitempty"`
+	Infeasible string  `json:"infeasible,omitempty"`
 }
 
 // CheckpointSummary is what a job's status says of its checkpoints.
@@ -524,6 +573,9 @@ func (s *Server) Status(name string) (JobStatus, error) {
 		st.Inputs = append(st.Inputs, is)
 	}
 	st.Desired, st.Applied = s.ds.versions(name)
+	if sh := operators.ShedStatsOf(run); sh.Target > 0 {
+		st.Latency = &LatencyStatus{Target: sh.Target.String(), Point: sh.Point, Keep: sh.Keep, Drop: sh.Drop, Infeasible: sh.Infeasible}
+	}
 	return st, nil
 }
 
@@ -571,8 +623,49 @@ func (s *Server) Handler() http.Handler {
 		reply(w, map[string]any{"job": r.PathValue("job"), "checkpoint": id, "dir": dir}, err)
 	})
 	mux.HandleFunc("POST /v1/jobs/{job}/stop", func(w http.ResponseWriter, r *http.Request) {
+		var req struct {
+			Savepoint string `json:"savepoint"` // a new directory under Options.SavepointDir; empty: stop keeping the final checkpoint
+		}
+		if r.ContentLength != 0 {
+			if err := decodeBody(r, &req); err != nil && !errors.Is(err, io.EOF) {
+				writeError(w, http.StatusBadRequest, "admin: stop request: "+err.Error())
+				return
+			}
+		}
+		if req.Savepoint != "" {
+			id, dir, err := s.StopWithSavepoint(r.Context(), who(r), r.PathValue("job"), req.Savepoint)
+			reply(w, map[string]any{"job": r.PathValue("job"), "checkpoint": id, "savepoint": dir}, err)
+			return
+		}
 		id, err := s.Stop(r.Context(), who(r), r.PathValue("job"))
 		reply(w, map[string]any{"job": r.PathValue("job"), "checkpoint": id}, err)
+	})
+	mux.HandleFunc("POST /v1/jobs/{job}/rescale", func(w http.ResponseWriter, r *http.Request) {
+		var req struct {
+			Parallelism map[string]int `json:"parallelism"`
+		}
+		if err := decodeBody(r, &req); err != nil {
+			writeError(w, http.StatusBadRequest, "admin: rescale request: "+err.Error())
+			return
+		}
+		out, err := s.Rescale(r.Context(), who(r), r.PathValue("job"), req.Parallelism)
+		reply(w, out, err)
+	})
+	mux.HandleFunc("PUT /v1/jobs/{job}/latency-target", func(w http.ResponseWriter, r *http.Request) {
+		var req struct {
+			Target string `json:"target"` // a Go duration: "250ms"
+		}
+		if err := decodeBody(r, &req); err != nil {
+			writeError(w, http.StatusBadRequest, err.Error())
+			return
+		}
+		d, err := time.ParseDuration(req.Target)
+		if err != nil {
+			writeError(w, http.StatusBadRequest, fmt.Sprintf("admin: latency target %q: want a duration such as 250ms", req.Target))
+			return
+		}
+		err = s.SetLatencyTarget(r.Context(), who(r), r.PathValue("job"), d)
+		reply(w, map[string]any{"job": r.PathValue("job"), "target": d.String()}, err)
 	})
 	mux.HandleFunc("GET /v1/desired", func(w http.ResponseWriter, r *http.Request) { writeJSON(w, http.StatusOK, s.DesiredStatus()) })
 	mux.HandleFunc("PUT /v1/desired", func(w http.ResponseWriter, r *http.Request) {

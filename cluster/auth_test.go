@@ -63,7 +63,7 @@ func dialForger(t *testing.T, target string, tc *tls.Config, id, addr string) (*
 }
 
 // send sends one protobuf message to target, from sender (nil: none).
-func (f *forger) send(target, sender *actor.PID, msg proto.Message) {
+func (f *forger) Send(target, sender *actor.PID, msg proto.Message) {
 	f.t.Helper()
 	data, err := proto.Marshal(msg)
 	if err != nil {
@@ -87,14 +87,14 @@ func (f *forger) sendAs(target, sender *actor.PID, name string, v any) {
 	if err != nil {
 		f.t.Fatal(err)
 	}
-	f.send(target, sender, &anypb.Any{TypeUrl: "sluice.msgpack/" + name, Value: b})
+	f.Send(target, sender, &anypb.Any{TypeUrl: "sluice.msgpack/" + name, Value: b})
 }
 
 // authCounts asks a child for its refusal counters.
 func authCounts(c *child) map[string]int {
-	c.t.Helper()
-	c.send("auth")
-	f := c.expect(10*time.Second, "AUTH")
+	c.T().Helper()
+	c.Send("auth")
+	f := c.Expect(10*time.Second, "AUTH")
 	out := map[string]int{}
 	for _, kv := range f[2:] {
 		k, v, _ := strings.Cut(kv, "=")
@@ -141,9 +141,9 @@ func TestForgedMessagesRefused(t *testing.T) {
 	a := startChild(t, node("a"))
 	b := startChild(t, node("b", a.Address))
 	c := startChild(t, node("c", a.Address))
-	a.awaitAll(10*time.Second, "EVENT joined b", "EVENT joined c")
-	b.awaitAll(10*time.Second, "EVENT joined c")
-	c.awaitAll(10*time.Second, "EVENT joined b")
+	a.AwaitAll(10*time.Second, "EVENT joined b", "EVENT joined c")
+	b.AwaitAll(10*time.Second, "EVENT joined c")
+	c.AwaitAll(10*time.Second, "EVENT joined b")
 
 	caf, cert, key := ca.issue(t, "mallory", nil)
 	mtls, err := loadTLS(caf, cert, key)
@@ -154,7 +154,7 @@ func TestForgedMessagesRefused(t *testing.T) {
 	forge := func(to *child) *forger {
 		f, err := dialForger(t, to.Address, mtls, "mallory.f1", self)
 		if err != nil {
-			t.Fatalf("mallory's connection to %s: %v", to.cfg.Name, err)
+			t.Fatalf("mallory's connection to %s: %v", to.Cfg.Name, err)
 		}
 		return f
 	}
@@ -163,8 +163,8 @@ func TestForgedMessagesRefused(t *testing.T) {
 	base := map[*child]map[string]int{a: authCounts(a), b: authCounts(b), c: authCounts(c)}
 	want := wantCounts(jobRecords)
 	// (c obeys no command until the job ends.)
-	c.send(fmt.Sprintf("run counting %d %s", jobRecords, t.TempDir()))
-	c.until(30*time.Second, "the job's placement", func(lines []string) bool {
+	c.Send(fmt.Sprintf("run counting %d %s", jobRecords, t.TempDir()))
+	c.Until(30*time.Second, "the job's placement", func(lines []string) bool {
 		return slicesContainsPrefix(lines, "PLACED") || slicesContainsPrefix(lines, "JOBERROR")
 	})
 	expected := map[*child]map[string]int{a: {}, b: {}, c: {}}
@@ -189,10 +189,10 @@ func TestForgedMessagesRefused(t *testing.T) {
 				"Cluster": cl, "Name": "mallory", "ID": "mallory.f1", "Addr": self, "Excluded": true, "Members": 9, "To": a.ID, "Nonce": 1})
 		}},
 		{"remote Stop to sluice-node", a, "system-message", func() {
-			fa.send(actor.NewPID(a.Address, "sluice-node"), nil, &actor.Stop{})
+			fa.Send(actor.NewPID(a.Address, "sluice-node"), nil, &actor.Stop{})
 		}},
 		{"remote PoisonPill to sluice-node", a, "system-message", func() {
-			fa.send(actor.NewPID(a.Address, "sluice-node"), nil, &actor.PoisonPill{})
+			fa.Send(actor.NewPID(a.Address, "sluice-node"), nil, &actor.PoisonPill{})
 		}},
 		{"append to sluice-replica", b, "not-member", func() {
 			fb.sendAs(actor.NewPID(b.Address, "sluice-replica"), nil, "sluice.cluster.appendRequest", map[string]any{
@@ -221,10 +221,10 @@ func TestForgedMessagesRefused(t *testing.T) {
 	}
 	for _, row := range rows {
 		t.Run(row.name, func(t *testing.T) {
-			before, _ := refusedLines(row.at.seenLines(), row.reason)
+			before, _ := refusedLines(row.at.SeenLines(), row.reason)
 			row.forge()
 			row.forge()
-			row.at.until(10*time.Second, "two refusals of "+row.reason, func(lines []string) bool {
+			row.at.Until(10*time.Second, "two refusals of "+row.reason, func(lines []string) bool {
 				n, _ := refusedLines(lines, row.reason)
 				return n >= before+2
 			})
@@ -233,15 +233,15 @@ func TestForgedMessagesRefused(t *testing.T) {
 	}
 	// The nodes are up, members, not excluded; the job ends exactly.
 	for _, n := range []*child{a, b, c} {
-		b.send("status " + n.Address)
-		if f := b.expect(10*time.Second, "STATUS"); f[1] != n.cfg.Name || f[2] != "3" || f[3] != "false" {
-			t.Errorf("status of %s through b: %v", n.cfg.Name, f)
+		b.Send("status " + n.Address)
+		if f := b.Expect(10*time.Second, "STATUS"); f[1] != n.Cfg.Name || f[2] != "3" || f[3] != "false" {
+			t.Errorf("status of %s through b: %v", n.Cfg.Name, f)
 		}
 	}
-	c.until(2*time.Minute, "the job's end", func(lines []string) bool {
+	c.Until(2*time.Minute, "the job's end", func(lines []string) bool {
 		return slicesContainsPrefix(lines, "RESULT") || slicesContainsPrefix(lines, "JOBERROR")
 	})
-	for _, l := range c.seenLines() {
+	for _, l := range c.SeenLines() {
 		f := strings.Fields(l)
 		switch {
 		case len(f) > 0 && f[0] == "JOBERROR":
@@ -256,18 +256,18 @@ func TestForgedMessagesRefused(t *testing.T) {
 		got := authCounts(n)
 		for reason, k := range expected[n] {
 			if d := got[reason] - base[n][reason]; d != k {
-				t.Errorf("%s refused %d for %s, want %d", n.cfg.Name, d, reason, k)
+				t.Errorf("%s refused %d for %s, want %d", n.Cfg.Name, d, reason, k)
 			}
-			if _, warn := refusedLines(n.seenLines(), reason); warn != 1 {
-				t.Errorf("%s logged %d warnings for %s, want 1", n.cfg.Name, warn, reason)
+			if _, warn := refusedLines(n.SeenLines(), reason); warn != 1 {
+				t.Errorf("%s logged %d warnings for %s, want 1", n.Cfg.Name, warn, reason)
 			}
 		}
-		for _, l := range n.seenLines() {
+		for _, l := range n.SeenLines() {
 			if strings.HasPrefix(l, "EVENT excluded") || strings.HasPrefix(l, "EVENT left") {
-				t.Errorf("%s: %s", n.cfg.Name, l)
+				t.Errorf("%s: %s", n.Cfg.Name, l)
 			}
 		}
-		t.Logf("%s refused %v", n.cfg.Name, got)
+		t.Logf("%s refused %v", n.Cfg.Name, got)
 	}
 }
 
@@ -302,7 +302,7 @@ func TestCertificateForAnotherName(t *testing.T) {
 	} else {
 		t.Logf("as b: %v", err)
 	}
-	a.expect(10*time.Second, "REFUSED certificate WARN")
+	a.Expect(10*time.Second, "REFUSED certificate WARN")
 	if _, err := dialForger(t, a.Address, mtls, "mallory.x2", "127.0.0.1:1"); err != nil {
 		t.Errorf("mallory's own connection: %v", err)
 	}
@@ -328,9 +328,9 @@ func TestInsecureRefusedOffLoopback(t *testing.T) {
 		return
 	}
 	c := startChild(t, childConfig{Name: "plain", Cluster: "plain", Replicas: -1})
-	c.send("auth") // after the start: its warnings are printed
-	c.expect(10*time.Second, "AUTH")
-	if n := strings.Count(strings.Join(c.seenLines(), "\n"), "NOTLS"); n != 1 {
+	c.Send("auth") // after the start: its warnings are printed
+	c.Expect(10*time.Second, "AUTH")
+	if n := strings.Count(strings.Join(c.SeenLines(), "\n"), "NOTLS"); n != 1 {
 		t.Errorf("%d warnings about running without TLS, want 1", n)
 	}
 }
@@ -358,13 +358,13 @@ func TestForgedByAMember(t *testing.T) {
 	a := startChild(t, node("a"))
 	b := startChild(t, node("b", a.Address))
 	m := startChild(t, node("m", a.Address))
-	a.awaitAll(10*time.Second, "EVENT joined b", "EVENT joined m")
-	b.awaitAll(10*time.Second, "EVENT joined m")
-	m.awaitAll(10*time.Second, "EVENT joined b")
+	a.AwaitAll(10*time.Second, "EVENT joined b", "EVENT joined m")
+	b.AwaitAll(10*time.Second, "EVENT joined m")
+	m.AwaitAll(10*time.Second, "EVENT joined b")
 	base := map[*child]map[string]int{a: authCounts(a), b: authCounts(b)}
 	want := wantCounts(jobRecords)
-	a.send(fmt.Sprintf("run counting %d %s", jobRecords, t.TempDir()))
-	a.until(30*time.Second, "the job's placement", func(lines []string) bool {
+	a.Send(fmt.Sprintf("run counting %d %s", jobRecords, t.TempDir()))
+	a.Until(30*time.Second, "the job's placement", func(lines []string) bool {
 		return slicesContainsPrefix(lines, "CHECKPOINT") || slicesContainsPrefix(lines, "JOBERROR")
 	})
 	const log = "checkpoints/counting"
@@ -401,24 +401,24 @@ func TestForgedByAMember(t *testing.T) {
 	expected := map[*child]map[string]int{a: {}, b: {}}
 	for _, row := range rows {
 		t.Run(row.name, func(t *testing.T) {
-			before, _ := refusedLines(row.at.seenLines(), row.reason)
+			before, _ := refusedLines(row.at.SeenLines(), row.reason)
 			for range 2 {
-				m.send(strings.Join([]string{"forge", row.to, row.actor, row.typ, row.body}, " "))
-				if f := m.awaitLine(10*time.Second, "the forgery sent", func(f []string) bool { return f[0] == "FORGED" || f[0] == "ERROR" }); f[0] != "FORGED" {
+				m.Send(strings.Join([]string{"forge", row.to, row.actor, row.typ, row.body}, " "))
+				if f := m.AwaitLine(10*time.Second, "the forgery sent", func(f []string) bool { return f[0] == "FORGED" || f[0] == "ERROR" }); f[0] != "FORGED" {
 					t.Fatalf("m: %v", f)
 				}
 			}
-			row.at.until(10*time.Second, "two refusals of "+row.reason, func(lines []string) bool {
+			row.at.Until(10*time.Second, "two refusals of "+row.reason, func(lines []string) bool {
 				n, _ := refusedLines(lines, row.reason)
 				return n >= before+2
 			})
 			expected[row.at][row.reason] += 2
 		})
 	}
-	a.until(2*time.Minute, "the job's end", func(lines []string) bool {
+	a.Until(2*time.Minute, "the job's end", func(lines []string) bool {
 		return slicesContainsPrefix(lines, "RESULT") || slicesContainsPrefix(lines, "JOBERROR")
 	})
-	for _, l := range a.seenLines() {
+	for _, l := range a.SeenLines() {
 		f := strings.Fields(l)
 		switch {
 		case len(f) > 0 && f[0] == "JOBERROR":
@@ -433,17 +433,17 @@ func TestForgedByAMember(t *testing.T) {
 		got := authCounts(n)
 		for reason, k := range expected[n] {
 			if d := got[reason] - base[n][reason]; d != k {
-				t.Errorf("%s refused %d for %s, want %d", n.cfg.Name, d, reason, k)
+				t.Errorf("%s refused %d for %s, want %d", n.Cfg.Name, d, reason, k)
 			}
-			if _, warn := refusedLines(n.seenLines(), reason); warn != 1 {
-				t.Errorf("%s logged %d warnings for %s, want 1", n.cfg.Name, warn, reason)
+			if _, warn := refusedLines(n.SeenLines(), reason); warn != 1 {
+				t.Errorf("%s logged %d warnings for %s, want 1", n.Cfg.Name, warn, reason)
 			}
 		}
-		for _, l := range n.seenLines() {
+		for _, l := range n.SeenLines() {
 			if strings.HasPrefix(l, "EVENT excluded") || strings.HasPrefix(l, "EVENT left") {
-				t.Errorf("%s: %s", n.cfg.Name, l)
+				t.Errorf("%s: %s", n.Cfg.Name, l)
 			}
 		}
-		t.Logf("%s refused %v", n.cfg.Name, got)
+		t.Logf("%s refused %v", n.Cfg.Name, got)
 	}
 }

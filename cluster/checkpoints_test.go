@@ -137,7 +137,7 @@ func TestReplicatedStore(t *testing.T) {
 		}
 		for _, ch := range []*child{b, c} {
 			if got := held(t, ch.Address, log); got != id {
-				t.Fatalf("after Complete(%d) %s holds checkpoint %d", id, ch.cfg.Name, got)
+				t.Fatalf("after Complete(%d) %s holds checkpoint %d", id, ch.Cfg.Name, got)
 			}
 		}
 	}
@@ -157,7 +157,7 @@ func TestReplicatedStore(t *testing.T) {
 		t.Error("Latest after Clear found a checkpoint")
 	}
 
-	c.kill()
+	c.Kill()
 	killed := time.Now()
 	awaitMember(t, p, "rc", false)
 	t.Logf("the parent noticed rc's death after %v", time.Since(killed))
@@ -204,8 +204,8 @@ func TestStaleLeaderFenced(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	f.send("complete job 4")
-	f.expect(10*time.Second, "COMPLETED job 4")
+	f.Send("complete job 4")
+	f.Expect(10*time.Second, "COMPLETED job 4")
 	err := s.Complete(timeout(t), "job", persistence.Checkpoint{ID: 5})
 	if !errors.Is(err, cluster.ErrFenced) {
 		t.Fatalf("the old leader's Complete = %v, want ErrFenced", err)

@@ -9,14 +9,11 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
-	"os/exec"
 	"path/filepath"
-	"slices"
 	"sort"
 	"strconv"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
@@ -25,6 +22,7 @@ import (
 	"google.golang.org/protobuf/types/known/anypb"
 
 	"github.com/sluicehq/sluice/cluster"
+	"github.com/sluicehq/sluice/cluster/internal/clustertest"
 	"github.com/sluicehq/sluice/persistence"
 	"github.com/sluicehq/sluice/supervision"
 )
@@ -132,7 +130,7 @@ func TestChildNode(t *testing.T) {
 			reports.Add(1)
 			go func() {
 				defer reports.Done()
-				report(ev.Run, say)
+				clustertest.Report(ev.Run, jobDir, say)
 			}()
 		}
 	})
@@ -403,36 +401,8 @@ func (h refusalPrinter) WithGroup(name string) slog.Handler {
 	return refusalPrinter{say: h.say, next: h.next.WithGroup(name)}
 }
 
-// child is a node in a child process.
-type child struct {
-	t       testing.TB
-	cfg     childConfig
-	cmd     *exec.Cmd
-	stdin   *os.File
-	stderr  *os.File
-	Address string
-	ID      string
-	// The child's output is a log that every wait searches: a line is
-	// found wherever it comes in the stream, never passed over because
-	// another was awaited first.
-	mu     sync.Mutex
-	seen   []string      // every line so far
-	taken  []bool        // taken[i]: a wait returned seen[i]; no later wait returns it
-	base   int           // waits look at seen[base:] only (see skipTo)
-	last   int           // index of the line the last successful wait returned
-	grew   chan struct{} // closed and replaced when a line comes or the output ends
-	ended  bool          // all output read
-	exited chan struct{}
-	// readerDone is closed when all of the child's output has been read.
-	readerDone chan struct{}
-	exitErr    error // after exited
-	killed     bool
-}
-
-var (
-	siblingsMu sync.Mutex
-	siblings   = map[testing.TB][]*child{}
-)
+// child is a node in a child process (see clustertest.Child).
+type child = clustertest.Child[childConfig]
 
 // startChild starts a child node and waits for it to listen.
 func startChild(t testing.TB, cfg childConfig) *child {
@@ -440,285 +410,10 @@ func startChild(t testing.TB, cfg childConfig) *child {
 	if cfg.FailureTimeout == 0 {
 		cfg.FailureTimeout = 2 * time.Second
 	}
-	raw, _ := json.Marshal(cfg)
-	c := &child{t: t, cfg: cfg, grew: make(chan struct{}), exited: make(chan struct{})}
-	c.cmd = exec.Command(os.Args[0], "-test.run=^TestChildNode$")
-	if cfg.Netns != "" {
-		c.cmd = exec.Command("ip", "netns", "exec", cfg.Netns, os.Args[0], "-test.run=^TestChildNode$")
-	}
-	c.cmd.Env = append(os.Environ(), childEnv+"="+string(raw))
-	inR, inW, err := os.Pipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	outR, outW, err := os.Pipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	c.stderr, err = os.CreateTemp(t.TempDir(), cfg.Name+"-stderr-*")
-	if err != nil {
-		t.Fatal(err)
-	}
-	c.cmd.Stdin, c.cmd.Stdout, c.cmd.Stderr = inR, outW, c.stderr
-	if err := c.cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	inR.Close()
-	outW.Close()
-	c.stdin = inW
-	c.readerDone = make(chan struct{})
-	go func() { // ends when the child's stdout closes
-		defer close(c.readerDone)
-		sc := bufio.NewScanner(outR)
-		for sc.Scan() {
-			c.mu.Lock()
-			c.seen = append(c.seen, sc.Text())
-			c.taken = append(c.taken, false)
-			close(c.grew)
-			c.grew = make(chan struct{})
-			c.mu.Unlock()
-		}
-		outR.Close()
-		c.mu.Lock()
-		c.ended = true
-		close(c.grew)
-		c.mu.Unlock()
-	}()
-	go func() {
-		c.exitErr = c.cmd.Wait()
-		close(c.exited)
-	}()
-	siblingsMu.Lock()
-	siblings[t] = append(siblings[t], c)
-	siblingsMu.Unlock()
-	t.Cleanup(func() {
-		// Ask every child of the test to stop at once, then wait for this one.
-		siblingsMu.Lock()
-		for _, s := range siblings[t] {
-			s.stdin.Close()
-		}
-		delete(siblings, t)
-		siblingsMu.Unlock()
-		c.stop()
-		if !c.killed && c.exitErr != nil { // a data race in the child, say
-			t.Errorf("child %s: %v", cfg.Name, c.exitErr)
-		}
-		if t.Failed() {
-			c.mu.Lock()
-			t.Logf("child %s said:\n%s", cfg.Name, strings.Join(c.seen, "\n"))
-			c.mu.Unlock()
-			if b, _ := os.ReadFile(c.stderr.Name()); len(b) > 0 {
-				t.Logf("child %s stderr:\n%s", cfg.Name, b)
-			}
-		}
-	})
-	f := c.expect(10*time.Second, "READY")
-	c.Address, c.ID = f[1], f[2]
-	return c
-}
-
-// expect waits for a line starting with prefix and returns its fields.
-func (c *child) expect(d time.Duration, prefix string) []string {
-	c.t.Helper()
-	f, ok := c.await(d, prefix)
-	if !ok {
-		c.t.Fatalf("child %s: no %q within %v", c.cfg.Name, prefix, d)
-	}
-	return f
-}
-
-// await waits for a line starting with prefix (a line may be a prefix of
-// several words); false when d passes or the child's output ends first.
-func (c *child) await(d time.Duration, prefix string) ([]string, bool) {
-	f, err := c.find(d, func(f []string) bool { return strings.HasPrefix(strings.Join(f, " "), prefix) })
-	return f, err == nil
-}
-
-// find waits until the log holds a line, not taken by an earlier wait and
-// at or after the base, that match accepts; it takes that line (the first
-// such) and returns its fields. It fails when d passes or the output ends
-// with no such line.
-func (c *child) find(d time.Duration, match func(f []string) bool) ([]string, error) {
-	timer := time.NewTimer(d)
-	defer timer.Stop()
-	next := 0
-	for {
-		c.mu.Lock()
-		for i := max(next, c.base); i < len(c.seen); i++ {
-			if c.taken[i] {
-				continue
-			}
-			if f := strings.Fields(c.seen[i]); len(f) > 0 && match(f) {
-				c.taken[i], c.last = true, i
-				c.mu.Unlock()
-				return f, nil
-			}
-		}
-		next = len(c.seen)
-		ended, grew := c.ended, c.grew
-		c.mu.Unlock()
-		if ended {
-			return nil, errEnded
-		}
-		select {
-		case <-grew:
-		case <-timer.C:
-			return nil, errTimedOut
-		}
-	}
-}
-
-var (
-	errEnded    = fmt.Errorf("the child's output ended")
-	errTimedOut = fmt.Errorf("timed out")
-)
-
-// skipTo makes the waits that follow look only at lines from index i on
-// (lenSeen for the lines still to come; lastMatch+1 for those after the
-// line the last wait returned).
-func (c *child) skipTo(i int) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.base = i
-}
-
-// lenSeen is the number of lines the child printed so far.
-func (c *child) lenSeen() int {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return len(c.seen)
-}
-
-// lastMatch is the index of the line the last successful wait returned.
-func (c *child) lastMatch() int {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.last
-}
-
-func (c *child) send(cmd string) {
-	c.t.Helper()
-	if _, err := fmt.Fprintln(c.stdin, cmd); err != nil {
-		c.t.Fatalf("child %s: %s: %v", c.cfg.Name, cmd, err)
-	}
-}
-
-// until waits until cond holds over the lines the child printed so far.
-func (c *child) until(d time.Duration, what string, cond func(lines []string) bool) {
-	c.t.Helper()
-	timer := time.NewTimer(d)
-	defer timer.Stop()
-	for {
-		c.mu.Lock()
-		lines, ended, grew := slices.Clone(c.seen), c.ended, c.grew
-		c.mu.Unlock()
-		if cond(lines) {
-			return
-		}
-		if ended {
-			c.t.Fatalf("child %s exited before %s", c.cfg.Name, what)
-		}
-		select {
-		case <-grew:
-		case <-timer.C:
-			c.t.Fatalf("child %s: no %s within %v", c.cfg.Name, what, d)
-		}
-	}
-}
-
-// kill SIGKILLs the child and waits for it to exit and for its last
-// lines (in seen; the ones not yet awaited are dropped).
-func (c *child) kill() {
-	c.killed = true
-	_ = c.cmd.Process.Signal(syscall.SIGKILL)
-	<-c.exited
-	<-c.readerDone
-}
-
-// stop closes the child's stdin, which ends it, or kills it after a while.
-func (c *child) stop() {
-	c.stdin.Close()
-	select {
-	case <-c.exited:
-	case <-time.After(15 * time.Second):
-		c.kill()
-	}
-	<-c.readerDone
+	return clustertest.Start(t, cfg.Name, cfg, clustertest.Spec{Env: childEnv, Netns: cfg.Netns})
 }
 
 // storeIn returns a store file in a fresh folder.
 func storeIn(t testing.TB, name string) string {
 	return filepath.Join(t.TempDir(), name+".db")
-}
-
-// awaitLine waits for a line that match accepts and returns its fields.
-func (c *child) awaitLine(d time.Duration, what string, match func(f []string) bool) []string {
-	c.t.Helper()
-	f, err := c.find(d, match)
-	switch err {
-	case nil:
-		return f
-	case errEnded:
-		c.t.Fatalf("child %s exited before %s", c.cfg.Name, what)
-	default:
-		c.t.Fatalf("child %s: no %s within %v", c.cfg.Name, what, d)
-	}
-	return nil
-}
-
-// awaitAll waits until the child has printed every one of lines (in any
-// order, among others).
-func (c *child) awaitAll(d time.Duration, lines ...string) {
-	c.t.Helper()
-	deadline := time.Now().Add(d)
-	for _, l := range lines {
-		c.awaitLine(time.Until(deadline), fmt.Sprintf("%q (of %q)", l, lines), func(f []string) bool {
-			return strings.HasPrefix(strings.Join(f, " "), l)
-		})
-	}
-}
-
-// lastCompleted is the newest checkpoint the child reported completed.
-func (c *child) lastCompleted(job string) uint64 {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	var last uint64
-	for _, line := range c.seen {
-		f := strings.Fields(line)
-		if len(f) == 3 && f[0] == "COMPLETED" && f[1] == job {
-			if id, err := strconv.ParseUint(f[2], 10, 64); err == nil && id > last {
-				last = id
-			}
-		}
-	}
-	return last
-}
-
-func (c *child) port() int {
-	_, p, _ := strings.Cut(c.Address, ":")
-	n, _ := strconv.Atoi(p)
-	return n
-}
-
-// seenLines returns every line the child printed so far.
-func (c *child) seenLines() []string {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return slices.Clone(c.seen)
-}
-
-// pause stops the child (SIGSTOP) as a long garbage-collection pause or a
-// partition would; resume lets it go on (SIGCONT).
-func (c *child) pause() {
-	c.t.Helper()
-	if err := c.cmd.Process.Signal(syscall.SIGSTOP); err != nil {
-		c.t.Fatalf("child %s: SIGSTOP: %v", c.cfg.Name, err)
-	}
-}
-
-func (c *child) resume() {
-	c.t.Helper()
-	if err := c.cmd.Process.Signal(syscall.SIGCONT); err != nil {
-		c.t.Fatalf("child %s: SIGCONT: %v", c.cfg.Name, err)
-	}
 }

@@ -129,7 +129,7 @@ func TestListensOnLoopbackOnly(t *testing.T) {
 		name string
 		pid  int
 		addr string
-	}{{"this process", os.Getpid(), p.Address()}, {"the child", c.cmd.Process.Pid, c.Address}} {
+	}{{"this process", os.Getpid(), p.Address()}, {"the child", c.Pid(), c.Address}} {
 		addrs := listening(t, proc.pid)
 		found := false
 		for _, a := range addrs {

@@ -5,15 +5,14 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"sort"
 	"strconv"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
-	"github.com/sluicehq/sluice/actors"
 	"github.com/sluicehq/sluice/cluster"
+	"github.com/sluicehq/sluice/cluster/internal/clustertest"
 	"github.com/sluicehq/sluice/internal/engine"
 	"github.com/sluicehq/sluice/operators"
 )
@@ -24,80 +23,24 @@ import (
 
 const jobRecords = 3_000_000
 
-// heldSource is Generate's numbers 0 .. n-1, held after the first hold of
-// them until the test opens the gate (command "open"): a job cannot end
-// before the test has done what it must do while the job runs (a kill, a
-// pause), however fast the machine (the gate is sourceGate). A held source idles as a dry source
-// does: checkpoints go on.
-type heldSource struct {
-	n, hold int64
-	gate    <-chan struct{} // nil: sourceGate
-}
-
-func (s heldSource) Open(ctx context.Context, part, parts int, offset int64) (operators.Reader[int64], error) {
-	r, err := operators.Generate(s.n, func(i int64) int64 { return i }).Open(ctx, part, parts, offset)
-	if err != nil {
-		return nil, err
-	}
-	gate := s.gate
+// heldSource is clustertest.HeldSource, held on sourceGate unless it
+// names a gate of its own.
+func heldSource(n, hold int64, gate <-chan struct{}) clustertest.HeldSource {
 	if gate == nil {
 		gate = sourceGate
 	}
-	return &heldReader{Reader: r, hold: s.hold / int64(parts), gate: gate}, nil
-}
-
-type heldReader struct {
-	operators.Reader[int64]
-	hold int64 // records of this partition read before the gate
-	gate <-chan struct{}
-}
-
-func (r *heldReader) Read(buf []int64) (int, error) {
-	select {
-	case <-r.gate:
-		return r.Reader.Read(buf)
-	default:
-	}
-	left := r.hold - r.Offset() // the offset counts the partition's records read
-	if left <= 0 {
-		return 0, nil // dry until the gate opens: Wait
-	}
-	return r.Reader.Read(buf[:min(int64(len(buf)), left)])
-}
-
-func (r *heldReader) Wait(ctx context.Context) error {
-	select {
-	case <-r.gate:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	}
+	return clustertest.HeldSource{N: n, Hold: hold, Gate: gate}
 }
 
 // openGates opens the named gate in each child and waits until each says
 // so.
 func openGates(name string, children ...*child) {
 	for _, ch := range children {
-		ch.send("open " + name)
+		ch.Send("open " + name)
 	}
 	for _, ch := range children {
-		ch.expect(10*time.Second, "OPENED")
+		ch.Expect(10*time.Second, "OPENED")
 	}
-}
-
-// countingJob counts the records of n by key k00..k22; the counters (6
-// instances) are spread over the cluster, the sink stays on the
-// coordinator and commits on checkpoints (exactly once).
-func countingJob(n int64, dir string) *operators.Topology {
-	t := operators.NewTopology("counting", operators.Checkpoints(100*time.Millisecond), operators.BatchSize(256))
-	src := operators.Source(t, "numbers", heldSource{n: n, hold: n / 2})
-	keys := operators.Map(src, "key", func(v int64) string { return "k" + strconv.Itoa(int(v*7%23)) })
-	by := operators.KeyBy(keys, "by-key", func(k string) string { return k }, operators.Parallelism(6))
-	counts := operators.Count(by, "count", operators.Emit(operators.EmitAtEnd))
-	operators.Sink(counts, "out", operators.File(filepath.Join(dir, "counts"), func(kv operators.KV[string, int64]) string {
-		return fmt.Sprintf("%s=%d", kv.Key, kv.Value)
-	}), operators.Parallelism(1))
-	return t
 }
 
 // jobN and jobDir parameterise the "counting" job in a child process:
@@ -109,7 +52,7 @@ var (
 
 func testJobs() cluster.Jobs {
 	return cluster.Jobs{
-		"counting":     func() *operators.Topology { return countingJob(jobN, jobDir) },
+		"counting":     func() *operators.Topology { return clustertest.CountingJob(jobN, jobDir, sourceGate) },
 		"backpressure": func() *operators.Topology { return slowJob(jobN, jobDir) },
 		"dropping":     func() *operators.Topology { return droppingJob(jobN, jobDir) }, // policy_test.go
 		"poisoned":     func() *operators.Topology { return poisonedJob(jobN, jobDir) }, // poison_test.go
@@ -149,18 +92,7 @@ func slowJob(n int64, dir string) *operators.Topology {
 }
 
 // wantCounts is the plain loop's answer.
-func wantCounts(n int64) string {
-	m := map[string]int64{}
-	for v := range n {
-		m["k"+strconv.Itoa(int(v*7%23))]++
-	}
-	var lines []string
-	for k, c := range m {
-		lines = append(lines, fmt.Sprintf("%s=%d", k, c))
-	}
-	sort.Strings(lines)
-	return strings.Join(lines, ",")
-}
+func wantCounts(n int64) string { return clustertest.WantCounts(n) }
 
 // runJob runs a distributed job with this node as coordinator (command
 // "run JOB N DIR"): it prints PLACED <address> <instances> for the first
@@ -182,67 +114,7 @@ func runJob(n *cluster.Node, args []string, say func(string, ...any)) {
 	if at := engine.AddressOf(run, "slow", 0); at != "" {
 		say("SLOW-AT %s", at)
 	}
-	report(run, say)
-}
-
-// report waits for a run's end, printing CHECKPOINT <id> as checkpoints
-// complete, then SOURCE-BLOCKED, RESTARTS and RESULT (see runJob).
-func report(run *actors.Run, say func(string, ...any)) {
-	ctx := context.Background()
-	done := make(chan error, 1)
-	go func() { done <- run.Wait(ctx) }()
-	tick := time.NewTicker(20 * time.Millisecond)
-	defer tick.Stop()
-	var last uint64
-	var waiting, dropping, pending bool // said SOURCE-WAITING, SLOW-DROPPING, CHECKPOINT-PENDING
-	for {
-		select {
-		case err := <-done:
-			say("RUNEND %d", time.Now().UnixNano()) // its sources and sinks have stopped
-			if err != nil {
-				say("JOBERROR %v", err)
-				return
-			}
-			st := operators.CheckpointStatsOf(run)
-			if st.LastID != last { // completed after the last tick
-				say("CHECKPOINT %d", st.LastID)
-			}
-			b, err := os.ReadFile(filepath.Join(jobDir, "counts"))
-			if err != nil {
-				say("JOBERROR %v", err)
-				return
-			}
-			lines := strings.Fields(string(b))
-			sort.Strings(lines)
-			for _, st := range run.Stats() {
-				say("STAT %s %d %d %d", st.Name, st.In, st.Out, st.Dropped) // policy_test.go
-				if st.Name == "numbers" {
-					say("SOURCE-BLOCKED %d", st.Blocked)
-				}
-			}
-			say("RESTARTS %d %d", st.Restarts, st.RestoredFrom)
-			say("RESULT %s", strings.Join(lines, ","))
-			return
-		case <-tick.C:
-			if st := operators.CheckpointStatsOf(run); st.LastID != last {
-				last = st.LastID
-				say("CHECKPOINT %d", last)
-			} else if len(st.InProgress) > 0 && !pending {
-				pending = true
-				say("CHECKPOINT-PENDING %d", st.InProgress[0].ID)
-			}
-			for _, st := range run.Stats() {
-				switch {
-				case st.Name == "numbers" && st.Blocked > 0 && !waiting:
-					waiting = true
-					say("SOURCE-WAITING %d", st.Out) // out of credits, having sent Out records
-				case st.Name == "slow" && st.Dropped > 0 && !dropping:
-					dropping = true
-					say("SLOW-DROPPING %d", st.Dropped)
-				}
-			}
-		}
-	}
+	clustertest.Report(run, jobDir, say)
 }
 
 // jobCluster starts three child nodes a (the coordinator), b and c; opts
@@ -260,8 +132,8 @@ func jobCluster(t *testing.T, opts ...func(*childConfig)) (a, b, c *child, cfg f
 	a = startChild(t, cfg("a"))
 	b = startChild(t, cfg("b", a.Address))
 	c = startChild(t, cfg("c", a.Address))
-	a.awaitAll(10*time.Second, "EVENT joined b", "EVENT joined c")
-	b.awaitAll(10*time.Second, "EVENT joined c")
+	a.AwaitAll(10*time.Second, "EVENT joined b", "EVENT joined c")
+	b.AwaitAll(10*time.Second, "EVENT joined c")
 	return a, b, c, cfg
 }
 
@@ -276,10 +148,10 @@ func survivor(victim, b, c *child) *child {
 // placed reads the PLACED lines of a run (one per process, up to three).
 func placed(a *child, d time.Duration) map[string]int {
 	out := map[string]int{}
-	f := a.expect(d, "PLACED")
+	f := a.Expect(d, "PLACED")
 	out[f[1]] = int(atou(f[2]))
 	for len(out) < 3 {
-		f, ok := a.await(200*time.Millisecond, "PLACED")
+		f, ok := a.Await(200*time.Millisecond, "PLACED")
 		if !ok {
 			break
 		}
@@ -298,7 +170,7 @@ func TestDistributedJobSurvivesKill(t *testing.T) {
 	}
 	a, b, c, _ := jobCluster(t)
 	want := wantCounts(jobRecords)
-	a.send(fmt.Sprintf("run counting %d %s", jobRecords, t.TempDir()))
+	a.Send(fmt.Sprintf("run counting %d %s", jobRecords, t.TempDir()))
 	where := placed(a, 20*time.Second)
 	t.Logf("placement: %v", where)
 	victim := b
@@ -308,16 +180,16 @@ func TestDistributedJobSurvivesKill(t *testing.T) {
 	if where[victim.Address] == 0 {
 		t.Fatalf("no instance on b or c: %v", where)
 	}
-	a.awaitLine(30*time.Second, "checkpoint 3", func(f []string) bool { return len(f) == 2 && f[0] == "CHECKPOINT" && atou(f[1]) >= 3 })
-	victim.kill()
-	t.Logf("killed %s", victim.cfg.Name)
+	a.AwaitLine(30*time.Second, "checkpoint 3", func(f []string) bool { return len(f) == 2 && f[0] == "CHECKPOINT" && atou(f[1]) >= 3 })
+	victim.Kill()
+	t.Logf("killed %s", victim.Cfg.Name)
 	openGates("source", a, survivor(victim, b, c))
-	f := a.jobLine(2*time.Minute, "RESTARTS")
+	f := a.JobLine(2*time.Minute, "RESTARTS")
 	if f[1] == "0" {
 		t.Fatalf("the job finished before the kill landed (%v): make it longer", f)
 	}
 	t.Logf("restarts %s, restored from checkpoint %s", f[1], f[2])
-	got := a.expect(10*time.Second, "RESULT")
+	got := a.Expect(10*time.Second, "RESULT")
 	if len(got) != 2 || got[1] != want {
 		t.Fatalf("result after the kill:\n%v\nwant the plain loop's\n%s", got, want)
 	}
@@ -333,41 +205,41 @@ func TestDistributedJobKilledNodeRejoins(t *testing.T) {
 	}
 	a, b, c, cfg := jobCluster(t)
 	want := wantCounts(jobRecords)
-	a.send(fmt.Sprintf("run counting %d %s", jobRecords, t.TempDir()))
+	a.Send(fmt.Sprintf("run counting %d %s", jobRecords, t.TempDir()))
 	where := placed(a, 20*time.Second)
 	victim := b
 	if where[b.Address] == 0 {
 		victim = c
 	}
-	a.awaitLine(30*time.Second, "checkpoint 2", func(f []string) bool { return len(f) == 2 && f[0] == "CHECKPOINT" && atou(f[1]) >= 2 })
-	port, store := victim.port(), victim.cfg.Store
-	victim.kill()
-	a.awaitLine(10*time.Second, "the victim's departure", func(f []string) bool {
+	a.AwaitLine(30*time.Second, "checkpoint 2", func(f []string) bool { return len(f) == 2 && f[0] == "CHECKPOINT" && atou(f[1]) >= 2 })
+	port, store := victim.Port(), victim.Cfg.Store
+	victim.Kill()
+	a.AwaitLine(10*time.Second, "the victim's departure", func(f []string) bool {
 		return len(f) == 4 && f[0] == "EVENT" && f[1] == "left" && f[3] == victim.ID
 	})
 	openGates("source", a, survivor(victim, b, c)) // the first run goes on without the victim
-	if got := a.expect(2*time.Minute, "RESULT"); got[1] != want {
+	if got := a.Expect(2*time.Minute, "RESULT"); got[1] != want {
 		t.Fatalf("first run: %v, want %s", got, want)
 	}
 	// The first run printed everything before its RESULT: the waits for
 	// the second run look only at what comes after.
-	a.skipTo(a.lastMatch() + 1)
+	a.SkipTo(a.LastMatch() + 1)
 
-	again := cfg(victim.cfg.Name, a.Address)
+	again := cfg(victim.Cfg.Name, a.Address)
 	again.Port, again.Store = port, store
 	back := startChild(t, again)
-	a.awaitLine(20*time.Second, "the victim's return", func(f []string) bool {
+	a.AwaitLine(20*time.Second, "the victim's return", func(f []string) bool {
 		return len(f) == 4 && f[0] == "EVENT" && f[1] == "joined" && f[3] == back.ID // not its first incarnation's join
 	})
-	a.send(fmt.Sprintf("run counting %d %s", jobRecords/3, t.TempDir()))
+	a.Send(fmt.Sprintf("run counting %d %s", jobRecords/3, t.TempDir()))
 	where = placed(a, 20*time.Second)
 	t.Logf("second run's placement: %v", where)
 	if where[back.Address] == 0 {
 		t.Fatalf("the restarted node hosts nothing: %v", where)
 	}
-	r := a.expect(2*time.Minute, "RESTARTS")
+	r := a.Expect(2*time.Minute, "RESTARTS")
 	t.Logf("second run: %s restarts", r[1])
-	if got := a.expect(10*time.Second, "RESULT"); got[1] != wantCounts(jobRecords/3) {
+	if got := a.Expect(10*time.Second, "RESULT"); got[1] != wantCounts(jobRecords/3) {
 		t.Fatalf("second run: %v, want %s", got, wantCounts(jobRecords/3))
 	}
 }
@@ -382,18 +254,18 @@ func TestDistributedBackPressure(t *testing.T) {
 	}
 	a, b, c, _ := jobCluster(t)
 	const n = 4000
-	a.send(fmt.Sprintf("run backpressure %d %s off", n, t.TempDir()))
-	at := a.expect(20*time.Second, "SLOW-AT")
+	a.Send(fmt.Sprintf("run backpressure %d %s off", n, t.TempDir()))
+	at := a.Expect(20*time.Second, "SLOW-AT")
 	if at[1] == a.Address {
 		t.Fatalf("the slow operator runs on the coordinator (%s): the test needs it elsewhere", at[1])
 	}
-	w := a.jobLine(time.Minute, "SOURCE-WAITING")
+	w := a.JobLine(time.Minute, "SOURCE-WAITING")
 	if sent := atou(w[1]); sent >= n {
 		t.Fatalf("the source sent all %d records before it waited: credits do not hold it back", sent)
 	}
 	openGates("slow", a, b, c)
-	blocked := a.jobLine(time.Minute, "SOURCE-BLOCKED")
-	if got := a.expect(10*time.Second, "RESULT"); got[1] != wantCounts(n) {
+	blocked := a.JobLine(time.Minute, "SOURCE-BLOCKED")
+	if got := a.Expect(10*time.Second, "RESULT"); got[1] != wantCounts(n) {
 		t.Fatalf("result %v, want %s", got, wantCounts(n))
 	}
 	t.Logf("the slow operator ran on %s; the source waited after %s of %d records, for %v in all",
@@ -412,10 +284,10 @@ func TestDistributedJobCoordinatorKilled(t *testing.T) {
 	}
 	a, b, c, f := countingOnThree(t)
 	want := wantCounts(jobRecords)
-	a.kill()
+	a.Kill()
 	// a may have completed a later checkpoint than it reported.
 	reported := atou(f[1])
-	for _, line := range a.seenLines() {
+	for _, line := range a.SeenLines() {
 		if g := strings.Fields(line); len(g) == 2 && g[0] == "CHECKPOINT" {
 			reported = max(reported, atou(g[1]))
 		}
@@ -426,21 +298,21 @@ func TestDistributedJobCoordinatorKilled(t *testing.T) {
 		loser = c
 	}
 	openGates("source", b, c)
-	t.Logf("%s took the job over from %s at checkpoint %s (a reported %d)", winner.cfg.Name, took[2], took[3], reported)
+	t.Logf("%s took the job over from %s at checkpoint %s (a reported %d)", winner.Cfg.Name, took[2], took[3], reported)
 	if took[1] != "counting" || took[2] != "a" {
 		t.Fatalf("took over %v, want counting from a", took)
 	}
 	if cp := atou(took[3]); cp < reported {
 		t.Fatalf("resumed from checkpoint %d, older than checkpoint %d the coordinator completed", cp, reported)
 	}
-	r := winner.jobLine(2*time.Minute, "RESTARTS")
+	r := winner.JobLine(2*time.Minute, "RESTARTS")
 	t.Logf("after the takeover: %s restarts", r[1])
-	if got := winner.expect(10*time.Second, "RESULT"); len(got) != 2 || got[1] != want {
+	if got := winner.Expect(10*time.Second, "RESULT"); len(got) != 2 || got[1] != want {
 		t.Fatalf("result after the coordinator's kill:\n%v\nwant the plain loop's\n%s", got, want)
 	}
-	for _, line := range loser.seenLines() {
+	for _, line := range loser.SeenLines() {
 		if strings.HasPrefix(line, "TOOKOVER") {
-			t.Fatalf("both survivors took the job over: %s said %q", loser.cfg.Name, line)
+			t.Fatalf("both survivors took the job over: %s said %q", loser.Cfg.Name, line)
 		}
 	}
 }
@@ -452,40 +324,17 @@ func TestDistributedJobCoordinatorKilled(t *testing.T) {
 func countingOnThree(t *testing.T) (a, b, c *child, cp []string) {
 	dir := t.TempDir()
 	a, b, c, _ = jobCluster(t, func(c *childConfig) { c.JobN, c.JobDir = jobRecords, dir })
-	a.send(fmt.Sprintf("run counting %d %s", jobRecords, dir))
+	a.Send(fmt.Sprintf("run counting %d %s", jobRecords, dir))
 	t.Logf("placement: %v", placed(a, 20*time.Second))
-	cp = a.awaitLine(30*time.Second, "checkpoint 3", func(f []string) bool { return len(f) == 2 && f[0] == "CHECKPOINT" && atou(f[1]) >= 3 })
+	cp = a.AwaitLine(30*time.Second, "checkpoint 3", func(f []string) bool { return len(f) == 2 && f[0] == "CHECKPOINT" && atou(f[1]) >= 3 })
 	return a, b, c, cp
-}
-
-// jobLine waits for the child's line starting with prefix (RESTARTS,
-// RESULT) and returns its fields; a JOBERROR line first fails the test.
-func (c *child) jobLine(d time.Duration, prefix string) []string {
-	c.t.Helper()
-	// The match runs under the log's lock: it only says which line it is,
-	// and the test fails after (a Fatalf there would hold the lock while
-	// the test's cleanups run).
-	f := c.awaitLine(d, prefix, func(f []string) bool { return f[0] == "JOBERROR" || f[0] == prefix })
-	if f[0] == "JOBERROR" {
-		c.t.Fatalf("the job failed on %s: %s", c.cfg.Name, strings.Join(f[1:], " "))
-	}
-	return f
 }
 
 // firstLine waits for the first of the children to print a line starting
 // with prefix, and returns it with the line's fields.
 func firstLine(t *testing.T, d time.Duration, prefix string, children ...*child) (*child, []string) {
 	t.Helper()
-	deadline := time.Now().Add(d)
-	for time.Now().Before(deadline) {
-		for _, c := range children {
-			if f, ok := c.await(50*time.Millisecond, prefix); ok {
-				return c, f
-			}
-		}
-	}
-	t.Fatalf("no %q from any of the children within %v", prefix, d)
-	return nil, nil
+	return clustertest.First(t, d, prefix, children...)
 }
 
 // TestDistributedJobPausedCoordinatorFenced: the coordinator is paused
@@ -499,11 +348,11 @@ func TestDistributedJobPausedCoordinatorFenced(t *testing.T) {
 	}
 	a, b, c, _ := countingOnThree(t)
 	want := wantCounts(jobRecords)
-	a.pause()
+	a.Pause()
 	winner, took := firstLine(t, 20*time.Second, "TOOKOVER", b, c)
-	a.resume()
-	t.Logf("%s took the job over at checkpoint %s while a was paused", winner.cfg.Name, took[3])
-	f := a.awaitLine(30*time.Second, "the old coordinator's run to stop", func(f []string) bool {
+	a.Resume()
+	t.Logf("%s took the job over at checkpoint %s while a was paused", winner.Cfg.Name, took[3])
+	f := a.AwaitLine(30*time.Second, "the old coordinator's run to stop", func(f []string) bool {
 		if f[0] == "RESULT" {
 			t.Fatalf("the paused coordinator finished its run: %v", f)
 		}
@@ -511,14 +360,14 @@ func TestDistributedJobPausedCoordinatorFenced(t *testing.T) {
 	})
 	t.Logf("a: %s", strings.Join(f, " "))
 	openGates("source", b, c)
-	got := winner.jobLine(2*time.Minute, "RESULT")
+	got := winner.JobLine(2*time.Minute, "RESULT")
 	if len(got) != 2 || got[1] != want {
 		t.Fatalf("result after the takeover:\n%v\nwant the plain loop's\n%s", got, want)
 	}
 	// a may have stopped its run on its own lease before the others'
 	// answers told it it was excluded: the exclusion comes, in either order.
-	if _, err := a.find(30*time.Second, func(f []string) bool { return len(f) >= 2 && f[0] == "EVENT" && f[1] == "excluded" }); err != nil {
-		t.Errorf("a was never told it was excluded (%v):\n%s", err, strings.Join(a.seenLines(), "\n"))
+	if _, err := a.Find(30*time.Second, func(f []string) bool { return len(f) >= 2 && f[0] == "EVENT" && f[1] == "excluded" }); err != nil {
+		t.Errorf("a was never told it was excluded (%v):\n%s", err, strings.Join(a.SeenLines(), "\n"))
 	}
 }
 
@@ -534,29 +383,29 @@ func TestDistributedJobTwoFailovers(t *testing.T) {
 	const n = 2 * jobRecords
 	dir := t.TempDir()
 	a, b, c, cfg := jobCluster(t, func(c *childConfig) { c.JobN, c.JobDir = n, dir })
-	a.send(fmt.Sprintf("run counting %d %s", n, dir))
+	a.Send(fmt.Sprintf("run counting %d %s", n, dir))
 	placed(a, 20*time.Second)
-	a.awaitLine(30*time.Second, "checkpoint 3", func(f []string) bool { return len(f) == 2 && f[0] == "CHECKPOINT" && atou(f[1]) >= 3 })
-	store := a.cfg.Store
-	a.kill()
+	a.AwaitLine(30*time.Second, "checkpoint 3", func(f []string) bool { return len(f) == 2 && f[0] == "CHECKPOINT" && atou(f[1]) >= 3 })
+	store := a.Cfg.Store
+	a.Kill()
 	first, took := firstLine(t, 20*time.Second, "TOOKOVER", b, c)
 	other := b
 	if first == b {
 		other = c
 	}
-	t.Logf("%s took the job over from a at checkpoint %s", first.cfg.Name, took[3])
+	t.Logf("%s took the job over from a at checkpoint %s", first.Cfg.Name, took[3])
 
 	// On another port: protoactor's connections to the old address can
 	// fail the new one's for a while (see the package doc).
 	again := cfg("a", first.Address)
 	again.Store = store
 	back := startChild(t, again)
-	first.awaitLine(20*time.Second, "a's return", func(f []string) bool {
+	first.AwaitLine(20*time.Second, "a's return", func(f []string) bool {
 		return len(f) == 4 && f[0] == "EVENT" && f[1] == "joined" && f[3] == back.ID // not the first a's join
 	})
-	first.skipTo(first.lastMatch() + 1)
+	first.SkipTo(first.LastMatch() + 1)
 	checkpoints := 0 // two more: entries that name a as a copy, replicated to it
-	f := first.awaitLine(30*time.Second, "two checkpoints after a's return", func(f []string) bool {
+	f := first.AwaitLine(30*time.Second, "two checkpoints after a's return", func(f []string) bool {
 		if f[0] == "RESULT" || f[0] == "JOBERROR" {
 			t.Fatalf("the job ended before the second kill (%v): make it longer", f)
 		}
@@ -565,18 +414,18 @@ func TestDistributedJobTwoFailovers(t *testing.T) {
 		}
 		return checkpoints >= 2
 	})
-	first.kill()
-	t.Logf("killed %s after checkpoint %s", first.cfg.Name, f[1])
+	first.Kill()
+	t.Logf("killed %s after checkpoint %s", first.Cfg.Name, f[1])
 	second, took := firstLine(t, 30*time.Second, "TOOKOVER", other, back)
-	if took[2] != first.cfg.Name {
-		t.Fatalf("%s took the job over from %s, want from %s", second.cfg.Name, took[2], first.cfg.Name)
+	if took[2] != first.Cfg.Name {
+		t.Fatalf("%s took the job over from %s, want from %s", second.Cfg.Name, took[2], first.Cfg.Name)
 	}
 	if cp := atou(took[3]); cp < atou(f[1]) {
 		t.Fatalf("resumed from checkpoint %d, older than checkpoint %s the second coordinator completed", cp, f[1])
 	}
-	t.Logf("%s took the job over from %s at checkpoint %s", second.cfg.Name, first.cfg.Name, took[3])
+	t.Logf("%s took the job over from %s at checkpoint %s", second.Cfg.Name, first.Cfg.Name, took[3])
 	openGates("source", other, back)
-	got := second.jobLine(2*time.Minute, "RESULT")
+	got := second.JobLine(2*time.Minute, "RESULT")
 	if want := wantCounts(n); len(got) != 2 || got[1] != want {
 		t.Fatalf("result after two failovers:\n%v\nwant the plain loop's\n%s", got, want)
 	}

@@ -43,9 +43,9 @@ func TestClusterForms(t *testing.T) {
 			awaitTick()
 		}
 		if !slices.Equal(names, want) {
-			t.Errorf("%s sees %v, want %v", ch.cfg.Name, names, want)
+			t.Errorf("%s sees %v, want %v", ch.Cfg.Name, names, want)
 		}
-		t.Logf("%s sees %v at %v", ch.cfg.Name, names, time.Since(start))
+		t.Logf("%s sees %v at %v", ch.Cfg.Name, names, time.Since(start))
 	}
 }
 
@@ -68,8 +68,8 @@ func TestRequestAcrossNodes(t *testing.T) {
 	if _, err := p.Spawn(echoReq, echoProps()); err != nil {
 		t.Fatal(err)
 	}
-	b.send(fmt.Sprintf("request %s %s bob", p.Address(), echoReq))
-	if f := b.expect(10*time.Second, "REPLY"); strings.Join(f[1:], " ") != "echo bob" {
+	b.Send(fmt.Sprintf("request %s %s bob", p.Address(), echoReq))
+	if f := b.Expect(10*time.Second, "REPLY"); strings.Join(f[1:], " ") != "echo bob" {
 		t.Errorf("child's reply %v", f)
 	}
 	if st := p.Stats().Codec; st.Packed == 0 || st.Unpacked == 0 {
@@ -134,13 +134,13 @@ func TestOrderPerSender(t *testing.T) {
 	c := startChild(t, childConfig{Name: "c", Cluster: "order", Replicas: -1})
 	const n = 5000
 	sink := p.PID(b.Address, "sink")
-	c.send(fmt.Sprintf("send %s sink from-c %d", b.Address, n))
+	c.Send(fmt.Sprintf("send %s sink from-c %d", b.Address, n))
 	for i := 1; i <= n; i++ {
 		if err := p.Send(sink, Greet{Name: "from-parent", Seq: i}); err != nil {
 			t.Fatal(err)
 		}
 	}
-	c.expect(20*time.Second, "SENT")
+	c.Expect(20*time.Second, "SENT")
 	var got *Counted
 	deadline := time.Now().Add(20 * time.Second)
 	for { // bounded poll: the sink's count is the event
@@ -189,8 +189,8 @@ func TestSpawnOn(t *testing.T) {
 	if pid.Address != p.Address() || pid.Id != name {
 		t.Errorf("spawned %v, want %s/%s", pid, p.Address(), name)
 	}
-	b.send(fmt.Sprintf("request %s %s z", p.Address(), name))
-	if f := b.expect(10*time.Second, "REPLY"); strings.Join(f[1:], " ") != "echo z" {
+	b.Send(fmt.Sprintf("request %s %s z", p.Address(), name))
+	if f := b.Expect(10*time.Second, "REPLY"); strings.Join(f[1:], " ") != "echo z" {
 		t.Errorf("reply from the spawned actor: %v", f)
 	}
 	if _, err := p.SpawnOn(timeout(t), b.Address, "nope", "n"); err == nil || !strings.Contains(err.Error(), `no kind "nope"`) {

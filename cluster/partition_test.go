@@ -4,130 +4,19 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"os"
-	"os/exec"
 	"slices"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/sluicehq/sluice/cluster/internal/clustertest"
 )
 
 // partitionFailureTimeout is the nodes' FailureTimeout in the partition
 // tests: long enough that a loaded machine (the other packages' tests,
 // -race) does not make them lose each other besides the cuts.
 const partitionFailureTimeout = 3 * time.Second
-
-// netLab is a set of network namespaces of the test's own, one per node,
-// each with a veth pair whose other end is on one bridge: nodes in them
-// talk over real sockets, and a cut takes a node's end off the bridge.
-type netLab struct {
-	t      *testing.T
-	ns, ip []string
-	ports  []string // the bridge's end of each namespace's veth pair
-}
-
-// netnsUnavailable skips the test for why, or fails it where partition
-// tests are required (SLUICE_REQUIRE_NETNS=1, as .ci/run sets).
-func netnsUnavailable(t *testing.T, why string) {
-	t.Helper()
-	if os.Getenv("SLUICE_REQUIRE_NETNS") == "1" {
-		t.Fatal(why + " (required: SLUICE_REQUIRE_NETNS=1)")
-	}
-	t.Skip(why)
-}
-
-// newNetLab makes n namespaces, or skips the test with the reason when it
-// cannot (not root, no iproute2, no namespaces in this container).
-func newNetLab(t *testing.T, n int) *netLab {
-	t.Helper()
-	if os.Geteuid() != 0 {
-		netnsUnavailable(t, "network namespaces need root")
-	}
-	if _, err := exec.LookPath("ip"); err != nil {
-		netnsUnavailable(t, "network namespaces need iproute2's ip (apt-get install iproute2)")
-	}
-	seed := rand.Uint64()
-	t.Logf("network lab seed %d", seed)
-	r := rand.New(rand.NewPCG(seed, 0))
-	sfx := fmt.Sprintf("%04x", r.IntN(1<<16))
-	subnet := fmt.Sprintf("10.%d.%d", 100+r.IntN(100), r.IntN(256))
-	lab := &netLab{t: t}
-	bridge := "slbr" + sfx
-	run := func(args ...string) error {
-		out, err := exec.Command("ip", args...).CombinedOutput()
-		if err != nil {
-			return fmt.Errorf("ip %s: %v: %s", strings.Join(args, " "), err, out)
-		}
-		return nil
-	}
-	t.Cleanup(func() {
-		for _, p := range lab.ports { // the pair goes with it
-			_ = run("link", "del", p)
-		}
-		_ = run("link", "del", bridge)
-		for _, ns := range lab.ns {
-			_ = run("netns", "del", ns)
-		}
-	})
-	if err := run("link", "add", bridge, "type", "bridge"); err != nil {
-		netnsUnavailable(t, fmt.Sprintf("network namespaces: %v", err))
-	}
-	steps := [][]string{{"link", "set", bridge, "up"}}
-	for i := range n {
-		ns, in, out := fmt.Sprintf("sl%s-%d", sfx, i), fmt.Sprintf("slv%s%d", sfx, i), fmt.Sprintf("slp%s%d", sfx, i)
-		ip := fmt.Sprintf("%s.%d", subnet, i+1)
-		lab.ns, lab.ip, lab.ports = append(lab.ns, ns), append(lab.ip, ip), append(lab.ports, out)
-		steps = append(steps,
-			[]string{"netns", "add", ns},
-			[]string{"link", "add", in, "type", "veth", "peer", "name", out},
-			[]string{"link", "set", in, "netns", ns},
-			[]string{"link", "set", out, "master", bridge, "up"},
-			[]string{"-n", ns, "addr", "add", ip + "/24", "dev", in},
-			[]string{"-n", ns, "link", "set", in, "up"},
-			[]string{"-n", ns, "link", "set", "lo", "up"})
-	}
-	for _, s := range steps {
-		if err := run(s...); err != nil {
-			netnsUnavailable(t, fmt.Sprintf("network namespaces: %v", err))
-		}
-	}
-	t.Logf("network lab: bridge %s, namespaces %v, addresses %v", bridge, lab.ns, lab.ip)
-	return lab
-}
-
-// cutBetween drops every packet between namespaces i and j (in i, both
-// ways, with nftables), leaving their links to the others up: a partition
-// that is not transitive. It skips the test when nft is missing.
-func (l *netLab) cutBetween(i, j int) {
-	l.t.Helper()
-	if _, err := exec.LookPath("nft"); err != nil {
-		netnsUnavailable(l.t, "a cut between two nodes needs nftables' nft (apt-get install nftables)")
-	}
-	for _, cmd := range [][]string{
-		{"add", "table", "inet", "slcut"},
-		{"add", "chain", "inet", "slcut", "in", "{ type filter hook input priority 0; }"},
-		{"add", "chain", "inet", "slcut", "out", "{ type filter hook output priority 0; }"},
-		{"add", "rule", "inet", "slcut", "in", "ip", "saddr", l.ip[j], "drop"},
-		{"add", "rule", "inet", "slcut", "out", "ip", "daddr", l.ip[j], "drop"},
-	} {
-		args := append([]string{"netns", "exec", l.ns[i], "nft"}, cmd...)
-		if out, err := exec.Command("ip", args...).CombinedOutput(); err != nil {
-			l.t.Fatalf("ip %s: %v: %s", strings.Join(args, " "), err, out)
-		}
-	}
-}
-
-// cut takes namespace i off the bridge (both directions); heal puts it
-// back.
-func (l *netLab) cut(i int)  { l.link(i, "down") }
-func (l *netLab) heal(i int) { l.link(i, "up") }
-
-func (l *netLab) link(i int, state string) {
-	l.t.Helper()
-	if out, err := exec.Command("ip", "link", "set", l.ports[i], state).CombinedOutput(); err != nil {
-		l.t.Fatalf("ip link set %s %s: %v: %s", l.ports[i], state, err, out)
-	}
-}
 
 // TestPartitionCoordinatorCutOff: three nodes in network namespaces run
 // the counting job, coordinated by a, with checkpoints; a's link is cut
@@ -141,57 +30,57 @@ func TestPartitionCoordinatorCutOff(t *testing.T) {
 	if testing.Short() {
 		t.Skip("child processes")
 	}
-	lab := newNetLab(t, 3)
+	lab := clustertest.NewNetLab(t, 3)
 	dir := t.TempDir()
 	cl := "part-" + strconv.FormatInt(time.Now().UnixNano(), 36)
 	cfg := func(i int, name string, peers ...string) childConfig {
-		return childConfig{Name: name, Cluster: cl, Host: lab.ip[i], Insecure: true, Netns: lab.ns[i], Peers: peers,
+		return childConfig{Name: name, Cluster: cl, Host: lab.IP[i], Insecure: true, Netns: lab.NS[i], Peers: peers,
 			Store: storeIn(t, name), FailureTimeout: partitionFailureTimeout, Replicas: -1, JobN: jobRecords, JobDir: dir,
 			HoldSource: true} // the job cannot end before the cut has had its effect, at any speed
 	}
 	a := startChild(t, cfg(0, "a"))
 	b := startChild(t, cfg(1, "b", a.Address))
 	c := startChild(t, cfg(2, "c", a.Address))
-	a.awaitAll(15*time.Second, "EVENT joined b", "EVENT joined c")
-	b.awaitAll(15*time.Second, "EVENT joined c")
+	a.AwaitAll(15*time.Second, "EVENT joined b", "EVENT joined c")
+	b.AwaitAll(15*time.Second, "EVENT joined c")
 	want := wantCounts(jobRecords)
-	a.send(fmt.Sprintf("run counting %d %s", jobRecords, dir))
-	a.awaitLine(30*time.Second, "checkpoint 3", func(f []string) bool { return len(f) == 2 && f[0] == "CHECKPOINT" && atou(f[1]) >= 3 })
-	lab.cut(0)
+	a.Send(fmt.Sprintf("run counting %d %s", jobRecords, dir))
+	a.AwaitLine(30*time.Second, "checkpoint 3", func(f []string) bool { return len(f) == 2 && f[0] == "CHECKPOINT" && atou(f[1]) >= 3 })
+	lab.Cut(0)
 	cutAt := time.Now()
 	t.Logf("cut a off")
 
-	end := a.awaitLine(30*time.Second, "the end of a's run", func(f []string) bool {
+	end := a.AwaitLine(30*time.Second, "the end of a's run", func(f []string) bool {
 		if f[0] == "RESULT" {
 			t.Fatalf("a finished its run alone: %v", f)
 		}
 		return f[0] == "RUNEND"
 	})
 	aEnd := time.Unix(0, int64(atou(end[1])))
-	why := a.expect(10*time.Second, "JOBERROR")
+	why := a.Expect(10*time.Second, "JOBERROR")
 	if !strings.Contains(strings.Join(why, " "), "lease") {
 		t.Errorf("a's run ended with %v, want its lease", why)
 	}
 	winner, took := firstLine(t, 30*time.Second, "TOOKOVER", b, c)
 	tookAt := time.Unix(0, int64(atou(took[4])))
 	t.Logf("a stopped its run %v after the cut; %s took the job over at checkpoint %s, %v after the cut (%v after a stopped)",
-		aEnd.Sub(cutAt), winner.cfg.Name, took[3], tookAt.Sub(cutAt), tookAt.Sub(aEnd))
+		aEnd.Sub(cutAt), winner.Cfg.Name, took[3], tookAt.Sub(cutAt), tookAt.Sub(aEnd))
 	if !aEnd.Before(tookAt) {
-		t.Errorf("two coordinators at once: a ran until %v, %s began at %v", aEnd.Format(time.RFC3339Nano), winner.cfg.Name, tookAt.Format(time.RFC3339Nano))
+		t.Errorf("two coordinators at once: a ran until %v, %s began at %v", aEnd.Format(time.RFC3339Nano), winner.Cfg.Name, tookAt.Format(time.RFC3339Nano))
 	}
 	openGates("source", b, c)
-	got := winner.jobLine(2*time.Minute, "RESULT")
+	got := winner.JobLine(2*time.Minute, "RESULT")
 	if len(got) != 2 || got[1] != want {
 		t.Fatalf("result after the partition:\n%v\nwant the plain loop's\n%s", got, want)
 	}
-	for _, l := range a.seenLines() {
+	for _, l := range a.SeenLines() {
 		if strings.HasPrefix(l, "TOOKOVER") || strings.HasPrefix(l, "RESTARTS") {
 			t.Errorf("a, cut off: %s", l)
 		}
 	}
 	// The partition heals: a learns that the others declared it lost.
-	lab.heal(0)
-	a.expect(15*time.Second, "EVENT excluded")
+	lab.Heal(0)
+	a.Expect(15*time.Second, "EVENT excluded")
 }
 
 // TestPartitionMinorityCutOffHeals: a node that hosts instances of the
@@ -205,45 +94,45 @@ func TestPartitionMinorityCutOffHeals(t *testing.T) {
 	if testing.Short() {
 		t.Skip("child processes")
 	}
-	lab := newNetLab(t, 3)
+	lab := clustertest.NewNetLab(t, 3)
 	dir := t.TempDir()
 	cl := "minority-" + strconv.FormatInt(time.Now().UnixNano(), 36)
 	cfg := func(i int, name string, peers ...string) childConfig {
-		return childConfig{Name: name, Cluster: cl, Host: lab.ip[i], Insecure: true, Netns: lab.ns[i], Peers: peers,
+		return childConfig{Name: name, Cluster: cl, Host: lab.IP[i], Insecure: true, Netns: lab.NS[i], Peers: peers,
 			Store: storeIn(t, name), FailureTimeout: partitionFailureTimeout, Replicas: -1, JobN: jobRecords, JobDir: dir}
 	}
 	a := startChild(t, cfg(0, "a"))
 	b := startChild(t, cfg(1, "b", a.Address))
 	c := startChild(t, cfg(2, "c", a.Address))
-	a.awaitAll(15*time.Second, "EVENT joined b", "EVENT joined c")
-	b.awaitAll(15*time.Second, "EVENT joined c")
+	a.AwaitAll(15*time.Second, "EVENT joined b", "EVENT joined c")
+	b.AwaitAll(15*time.Second, "EVENT joined c")
 	want := wantCounts(jobRecords)
-	a.send(fmt.Sprintf("run counting %d %s", jobRecords, dir))
+	a.Send(fmt.Sprintf("run counting %d %s", jobRecords, dir))
 	where := placed(a, 20*time.Second)
 	if where[c.Address] == 0 {
 		t.Fatalf("no instance on c: %v", where)
 	}
-	a.awaitLine(30*time.Second, "checkpoint 3", func(f []string) bool { return len(f) == 2 && f[0] == "CHECKPOINT" && atou(f[1]) >= 3 })
-	lab.cut(2)
+	a.AwaitLine(30*time.Second, "checkpoint 3", func(f []string) bool { return len(f) == 2 && f[0] == "CHECKPOINT" && atou(f[1]) >= 3 })
+	lab.Cut(2)
 	t.Logf("cut c off")
-	a.awaitLine(15*time.Second, "c leaving", func(f []string) bool { return len(f) >= 3 && f[0] == "EVENT" && f[1] == "left" && f[2] == "c" })
+	a.AwaitLine(15*time.Second, "c leaving", func(f []string) bool { return len(f) >= 3 && f[0] == "EVENT" && f[1] == "left" && f[2] == "c" })
 	// c has stood (it is a copy of the job's log) once it stopped hearing
 	// from a for two FailureTimeouts; give it that and more before healing.
-	c.awaitLine(15*time.Second, "a leaving, in c's view", func(f []string) bool { return len(f) >= 3 && f[0] == "EVENT" && f[1] == "left" && f[2] == "a" })
+	c.AwaitLine(15*time.Second, "a leaving, in c's view", func(f []string) bool { return len(f) >= 3 && f[0] == "EVENT" && f[1] == "left" && f[2] == "a" })
 	<-time.After(3 * partitionFailureTimeout)
-	lab.heal(2)
-	c.expect(15*time.Second, "EVENT excluded")
-	r := a.jobLine(2*time.Minute, "RESTARTS")
+	lab.Heal(2)
+	c.Expect(15*time.Second, "EVENT excluded")
+	r := a.JobLine(2*time.Minute, "RESTARTS")
 	if r[1] == "0" {
 		t.Errorf("the job did not restart without c: %v", r)
 	}
-	if got := a.expect(10*time.Second, "RESULT"); len(got) != 2 || got[1] != want {
+	if got := a.Expect(10*time.Second, "RESULT"); len(got) != 2 || got[1] != want {
 		t.Fatalf("result after the partition:\n%v\nwant the plain loop's\n%s", got, want)
 	}
 	for _, n := range []*child{b, c} {
-		for _, l := range n.seenLines() {
+		for _, l := range n.SeenLines() {
 			if strings.HasPrefix(l, "TOOKOVER") {
-				t.Errorf("%s took the job over: %s", n.cfg.Name, l)
+				t.Errorf("%s took the job over: %s", n.Cfg.Name, l)
 			}
 		}
 	}
@@ -259,41 +148,41 @@ func TestPartitionNotTransitive(t *testing.T) {
 	if testing.Short() {
 		t.Skip("child processes")
 	}
-	lab := newNetLab(t, 3)
+	lab := clustertest.NewNetLab(t, 3)
 	dir := t.TempDir()
 	cl := "nontransitive-" + strconv.FormatInt(time.Now().UnixNano(), 36)
 	cfg := func(i int, name string, peers ...string) childConfig {
-		return childConfig{Name: name, Cluster: cl, Host: lab.ip[i], Insecure: true, Netns: lab.ns[i], Peers: peers,
+		return childConfig{Name: name, Cluster: cl, Host: lab.IP[i], Insecure: true, Netns: lab.NS[i], Peers: peers,
 			Store: storeIn(t, name), FailureTimeout: partitionFailureTimeout, Replicas: -1, JobN: jobRecords, JobDir: dir}
 	}
 	a := startChild(t, cfg(0, "a"))
 	b := startChild(t, cfg(1, "b", a.Address))
 	c := startChild(t, cfg(2, "c", a.Address))
-	a.awaitAll(15*time.Second, "EVENT joined b", "EVENT joined c")
-	b.awaitAll(15*time.Second, "EVENT joined c")
+	a.AwaitAll(15*time.Second, "EVENT joined b", "EVENT joined c")
+	b.AwaitAll(15*time.Second, "EVENT joined c")
 	want := wantCounts(jobRecords)
-	a.send(fmt.Sprintf("run counting %d %s", jobRecords, dir))
-	a.awaitLine(30*time.Second, "checkpoint 3", func(f []string) bool { return len(f) == 2 && f[0] == "CHECKPOINT" && atou(f[1]) >= 3 })
-	lab.cutBetween(0, 2)
+	a.Send(fmt.Sprintf("run counting %d %s", jobRecords, dir))
+	a.AwaitLine(30*time.Second, "checkpoint 3", func(f []string) bool { return len(f) == 2 && f[0] == "CHECKPOINT" && atou(f[1]) >= 3 })
+	lab.CutBetween(0, 2)
 	t.Logf("cut a and c apart")
-	r := a.jobLine(2*time.Minute, "RESTARTS")
+	r := a.JobLine(2*time.Minute, "RESTARTS")
 	t.Logf("a: %s restarts", r[1])
-	if got := a.expect(10*time.Second, "RESULT"); len(got) != 2 || got[1] != want {
+	if got := a.Expect(10*time.Second, "RESULT"); len(got) != 2 || got[1] != want {
 		t.Fatalf("result after the partition:\n%v\nwant the plain loop's\n%s", got, want)
 	}
 	for _, n := range []*child{b, c} {
-		for _, l := range n.seenLines() {
+		for _, l := range n.SeenLines() {
 			if strings.HasPrefix(l, "TOOKOVER") {
-				t.Errorf("%s took the job over: %s", n.cfg.Name, l)
+				t.Errorf("%s took the job over: %s", n.Cfg.Name, l)
 			}
 		}
 	}
 	// The job may end before c's failure timeout passed (at full speed):
 	// c loses a once it has, the cut still in place.
-	if _, err := c.find(4*partitionFailureTimeout, func(f []string) bool {
+	if _, err := c.Find(4*partitionFailureTimeout, func(f []string) bool {
 		return len(f) >= 3 && f[0] == "EVENT" && f[1] == "left" && f[2] == "a"
 	}); err != nil {
-		t.Errorf("c never lost a (%v): the cut did not work:\n%s", err, strings.Join(c.seenLines(), "\n"))
+		t.Errorf("c never lost a (%v): the cut did not work:\n%s", err, strings.Join(c.SeenLines(), "\n"))
 	}
 }
 
@@ -316,23 +205,23 @@ func TestPartitionRandomCuts(t *testing.T) {
 	}
 	t.Logf("nemesis seed %d (SLUICE_PARTITION_SEED=%d replays it)", seed, seed)
 	r := rand.New(rand.NewPCG(seed, 1))
-	lab := newNetLab(t, 3)
+	lab := clustertest.NewNetLab(t, 3)
 	dir := t.TempDir()
 	cl := "jepsen-" + strconv.FormatInt(time.Now().UnixNano(), 36)
 	names := []string{"a", "b", "c"}
 	var peers []string
-	for _, ip := range lab.ip {
+	for _, ip := range lab.IP {
 		peers = append(peers, ip+":7000")
 	}
 	records := int64(3 * jobRecords)
 	stores := []string{storeIn(t, "a"), storeIn(t, "b"), storeIn(t, "c")}
 	cfg := func(i int) childConfig {
-		return childConfig{Name: names[i], Cluster: cl, Host: lab.ip[i], Port: 7000, Insecure: true, Netns: lab.ns[i], Peers: peers,
+		return childConfig{Name: names[i], Cluster: cl, Host: lab.IP[i], Port: 7000, Insecure: true, Netns: lab.NS[i], Peers: peers,
 			Store: stores[i], FailureTimeout: partitionFailureTimeout, Replicas: -1, JobN: records, JobDir: dir}
 	}
 	count := func(c *child, line string) int {
 		n := 0
-		for _, l := range c.seenLines() {
+		for _, l := range c.SeenLines() {
 			if strings.HasPrefix(l, line) {
 				n++
 			}
@@ -341,11 +230,11 @@ func TestPartitionRandomCuts(t *testing.T) {
 	}
 	nodes := []*child{startChild(t, cfg(0)), startChild(t, cfg(1)), startChild(t, cfg(2))}
 	all := slices.Clone(nodes)
-	nodes[0].awaitAll(15*time.Second, "EVENT joined b", "EVENT joined c")
-	nodes[1].awaitAll(15*time.Second, "EVENT joined c")
+	nodes[0].AwaitAll(15*time.Second, "EVENT joined b", "EVENT joined c")
+	nodes[1].AwaitAll(15*time.Second, "EVENT joined c")
 	want := wantCounts(records)
 	runStart := time.Now()
-	nodes[0].send(fmt.Sprintf("run counting %d %s", records, dir))
+	nodes[0].Send(fmt.Sprintf("run counting %d %s", records, dir))
 	coord := 0
 	ended := func() bool {
 		for _, c := range all {
@@ -355,7 +244,7 @@ func TestPartitionRandomCuts(t *testing.T) {
 		}
 		return false
 	}
-	nodes[0].until(30*time.Second, "checkpoint 2", func(lines []string) bool { return slicesContainsPrefix(lines, "CHECKPOINT 2") })
+	nodes[0].Until(30*time.Second, "checkpoint 2", func(lines []string) bool { return slicesContainsPrefix(lines, "CHECKPOINT 2") })
 	for round := 1; round <= 3 && !ended(); round++ {
 		i := r.IntN(3) // the coordinator half the time, another node else
 		if r.IntN(2) == 0 {
@@ -380,7 +269,7 @@ func TestPartitionRandomCuts(t *testing.T) {
 					sees{nodes[i], names[k], count(nodes[i], "EVENT left "+names[k])})
 			}
 		}
-		lab.cut(i)
+		lab.Cut(i)
 		t.Logf("round %d: cut %s (the coordinator is %s)", round, names[i], names[coord])
 		if i == coord {
 			winner, took := firstLine(t, 30*time.Second, "TOOKOVER", others...)
@@ -388,15 +277,15 @@ func TestPartitionRandomCuts(t *testing.T) {
 			t.Logf("round %d: %s took the job over at checkpoint %s", round, names[coord], took[3])
 		}
 		for _, s := range apart {
-			s.who.until(15*time.Second, s.left+" leaving", func([]string) bool { return count(s.who, "EVENT left "+s.left) > s.n })
+			s.who.Until(15*time.Second, s.left+" leaving", func([]string) bool { return count(s.who, "EVENT left "+s.left) > s.n })
 		}
-		lab.heal(i)
-		nodes[i].until(15*time.Second, "its exclusion", func(lines []string) bool { return slicesContainsPrefix(lines, "EVENT excluded") })
-		nodes[i].stop()
+		lab.Heal(i)
+		nodes[i].Until(15*time.Second, "its exclusion", func(lines []string) bool { return slicesContainsPrefix(lines, "EVENT excluded") })
+		nodes[i].Stop()
 		joinedBefore := count(nodes[coord], "EVENT joined "+names[i])
 		nodes[i] = startChild(t, cfg(i))
 		all = append(all, nodes[i])
-		nodes[coord].until(15*time.Second, names[i]+" rejoining", func([]string) bool { return count(nodes[coord], "EVENT joined "+names[i]) > joinedBefore })
+		nodes[coord].Until(15*time.Second, names[i]+" rejoining", func([]string) bool { return count(nodes[coord], "EVENT joined "+names[i]) > joinedBefore })
 		// Before the next cut, it holds the job's log again: with two
 		// copies alive only, the job could not move (a bounded poll: the
 		// coordinator has no event to wait on).
@@ -407,10 +296,10 @@ func TestPartitionRandomCuts(t *testing.T) {
 			ready := true
 			var f []string
 			for _, c := range nodes {
-				nodes[i].send("status " + c.Address)
+				nodes[i].Send("status " + c.Address)
 				// (An answer may be lost on a connection to the address
 				// of the node's last run that breaks: ask again.)
-				f = nodes[i].awaitLine(15*time.Second, "a status", func(f []string) bool { return f[0] == "STATUS" || f[0] == "ERROR" })
+				f = nodes[i].AwaitLine(15*time.Second, "a status", func(f []string) bool { return f[0] == "STATUS" || f[0] == "ERROR" })
 				if f[0] != "STATUS" || f[2] != "3" || len(strings.Split(f[5], ",")) != 4 ||
 					c == nodes[coord] && len(strings.Split(f[4], ",")) != 3 {
 					ready = false
@@ -427,12 +316,12 @@ func TestPartitionRandomCuts(t *testing.T) {
 		t.Logf("round %d: %s restarted, rejoined, holds the job's log", round, names[i])
 	}
 	final := nodes[coord]
-	final.until(3*time.Minute, "the job's end", func(lines []string) bool {
+	final.Until(3*time.Minute, "the job's end", func(lines []string) bool {
 		return slicesContainsPrefix(lines, "RESULT") || slicesContainsPrefix(lines, "JOBERROR")
 	})
-	for _, l := range final.seenLines() {
+	for _, l := range final.SeenLines() {
 		if f := strings.Fields(l); len(f) > 0 && (f[0] == "JOBERROR" || f[0] == "RESULT" && (len(f) != 2 || f[1] != want)) {
-			t.Fatalf("%s, the last coordinator: %s\nwant the plain loop's result\n%s", final.cfg.Name, l, want)
+			t.Fatalf("%s, the last coordinator: %s\nwant the plain loop's result\n%s", final.Cfg.Name, l, want)
 		}
 	}
 	// The coordinators' runs, in order of their starts.
@@ -444,13 +333,13 @@ func TestPartitionRandomCuts(t *testing.T) {
 	for _, c := range all {
 		var open *span
 		if c == all[0] {
-			open = &span{who: c.cfg.Name, start: runStart}
+			open = &span{who: c.Cfg.Name, start: runStart}
 		}
-		for _, l := range c.seenLines() {
+		for _, l := range c.SeenLines() {
 			f := strings.Fields(l)
 			switch {
 			case len(f) == 5 && f[0] == "TOOKOVER":
-				open = &span{who: c.cfg.Name, start: time.Unix(0, int64(atou(f[4])))}
+				open = &span{who: c.Cfg.Name, start: time.Unix(0, int64(atou(f[4])))}
 			case len(f) == 2 && f[0] == "RUNEND" && open != nil:
 				open.end = time.Unix(0, int64(atou(f[1])))
 				spans = append(spans, *open)

@@ -50,7 +50,7 @@ var poisonPassed atomic.Bool
 // other processes receive batches that do not decode.
 func poisonedJob(n int64, dir string) *operators.Topology {
 	t := operators.NewTopology("poisoned", operators.Checkpoints(100*time.Millisecond), operators.BatchSize(256))
-	src := operators.Source(t, "numbers", heldSource{n: n, hold: n / 2})
+	src := operators.Source(t, "numbers", heldSource(n, n/2, nil))
 	from, to := n/2, n/2+256
 	stamped := operators.Map(src, "stamp", func(v int64) stampedRecord {
 		if v >= to {
@@ -77,25 +77,25 @@ func TestDistributedJobUndecodableBatch(t *testing.T) {
 	}
 	a, b, c, _ := jobCluster(t)
 	want := wantCounts(jobRecords)
-	a.send(fmt.Sprintf("run poisoned %d %s", jobRecords, t.TempDir()))
+	a.Send(fmt.Sprintf("run poisoned %d %s", jobRecords, t.TempDir()))
 	where := placed(a, 20*time.Second)
 	if where[b.Address]+where[c.Address] == 0 {
 		t.Fatalf("no counter on b or c: %v", where)
 	}
-	a.awaitLine(30*time.Second, "checkpoint 1", func(f []string) bool { return len(f) == 2 && f[0] == "CHECKPOINT" && atou(f[1]) >= 1 })
+	a.AwaitLine(30*time.Second, "checkpoint 1", func(f []string) bool { return len(f) == 2 && f[0] == "CHECKPOINT" && atou(f[1]) >= 1 })
 	openGates("source", a)
-	f := a.jobLine(2*time.Minute, "RESTARTS")
+	f := a.JobLine(2*time.Minute, "RESTARTS")
 	if f[1] == "0" || f[2] == "0" {
 		t.Fatalf("restarts %s, restored from checkpoint %s: want a restart from a checkpoint", f[1], f[2])
 	}
-	got := a.expect(10*time.Second, "RESULT")
+	got := a.Expect(10*time.Second, "RESULT")
 	if len(got) != 2 || got[1] != want {
 		t.Fatalf("result after the undecodable batches:\n%v\nwant the plain loop's\n%s", got, want)
 	}
 	var undecodable uint64
 	for _, ch := range []*child{b, c} {
-		ch.send("codec")
-		undecodable += atou(ch.expect(10*time.Second, "UNDECODABLE")[1])
+		ch.Send("codec")
+		undecodable += atou(ch.Expect(10*time.Second, "UNDECODABLE")[1])
 	}
 	if undecodable == 0 {
 		t.Fatal("b and c counted no undecodable batch")

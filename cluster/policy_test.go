@@ -25,7 +25,7 @@ func droppingJob(n int64, dir string) *operators.Topology {
 	// The source emits half its records, then runs dry until the test
 	// opens its gate ("open drop"): checkpoints go on meanwhile, each
 	// barrier behind the full mailbox of the gated slow operator.
-	src := operators.Source(t, "numbers", heldSource{n: n, hold: n / 2, gate: dropGate})
+	src := operators.Source(t, "numbers", heldSource(n, n/2, dropGate))
 	slow := operators.Map(src, "slow", func(v int64) string {
 		<-slowGate // closed until the test has seen drops (jobs_test.go)
 		return "k" + strconv.Itoa(int(v*7%23))
@@ -42,16 +42,39 @@ func droppingJob(n int64, dir string) *operators.Topology {
 // RESTARTS line: records in, out and dropped by operator.
 func jobStats(t *testing.T, a *child) (stats map[string][3]int64, restarts string, checkpoints int) {
 	t.Helper()
-	stats = map[string][3]int64{}
-	a.awaitLine(2*time.Minute, "the job's statistics", func(f []string) bool {
+	stats, _, restarts, checkpoints = jobStatsLat(t, a)
+	return stats, restarts, checkpoints
+}
+
+// jobStatsLat is jobStats with the LAT lines: by operator, its queue
+// waits recorded and their p99 (ns), its end-to-end latencies recorded
+// (a sink's) and their p99.
+func jobStatsLat(t *testing.T, a *child) (stats map[string][3]int64, lat map[string][4]int64, restarts string, checkpoints int) {
+	t.Helper()
+	stats, lat = map[string][3]int64{}, map[string][4]int64{}
+	var failed string
+	defer func() {
+		// Not inside awaitLine's callback: it runs with the child's lock
+		// held, which a Fatalf there never releases (the cleanup that
+		// stops the child then waits on it for ever).
+		if failed != "" {
+			t.Fatalf("the job failed: %s", failed)
+		}
+	}()
+	a.AwaitLine(2*time.Minute, "the job's statistics", func(f []string) bool {
 		switch f[0] {
 		case "JOBERROR":
-			t.Fatalf("the job failed: %s", strings.Join(f[1:], " "))
+			failed = strings.Join(f[1:], " ")
+			return true
 		case "CHECKPOINT":
 			checkpoints++
 		case "STAT":
 			if len(f) == 5 {
 				stats[f[1]] = [3]int64{int64(atou(f[2])), int64(atou(f[3])), int64(atou(f[4]))}
+			}
+		case "LAT":
+			if len(f) == 6 {
+				lat[f[1]] = [4]int64{int64(atou(f[2])), int64(atou(f[3])), int64(atou(f[4])), int64(atou(f[5]))}
 			}
 		case "RESTARTS":
 			restarts = f[1]
@@ -59,7 +82,7 @@ func jobStats(t *testing.T, a *child) (stats map[string][3]int64, restarts strin
 		}
 		return false
 	})
-	return stats, restarts, checkpoints
+	return stats, lat, restarts, checkpoints
 }
 
 // TestDistributedRunStats: the coordinator's Stats of a distributed run
@@ -78,14 +101,26 @@ func TestDistributedRunStats(t *testing.T) {
 
 	const n = 300_000
 	openGates("source", a, b, c) // the counting run waits for nothing of the test's
-	a.send(fmt.Sprintf("run counting %d %s off", n, t.TempDir()))
+	a.Send(fmt.Sprintf("run counting %d %s off", n, t.TempDir()))
 	where := placed(a, 20*time.Second)
 	if where[a.Address] > 2 { // the source and the sink
 		t.Fatalf("the coordinator hosts %d instances (%v): the test needs the counters elsewhere", where[a.Address], where)
 	}
-	stats, restarts, _ := jobStats(t, a)
+	stats, lat, restarts, _ := jobStatsLat(t, a)
 	if restarts != "0" {
 		t.Fatalf("the counting job restarted %s times", restarts)
+	}
+	// Latency across processes: the counters' queue waits, measured on the
+	// other nodes, reach the coordinator's Stats; the sink here records
+	// end-to-end latency for the counts, whose ingestion time was stamped
+	// here by the source and travelled with their batches through two
+	// other processes and back (a batch without it records none).
+	t.Logf("latency (queue waits, p99 ns, end to end, p99 ns): %v", lat)
+	if q := lat["key"][0] + lat["by-key"][0] + lat["count"][0]; q == 0 {
+		t.Errorf("the counters' tasks (on the other nodes): no queue wait reported: %v", lat)
+	}
+	if l := lat["out"]; l[2] == 0 || l[3] <= 0 || time.Duration(l[3]) > 2*time.Minute {
+		t.Errorf("out: %d end-to-end latencies, p99 %v: want some, within the run", l[2], time.Duration(l[3]))
 	}
 	if got := stats["count"]; got[0] != n {
 		t.Fatalf("count reports %d records in, want all %d (stats %v, placement %v)", got[0], n, stats, where)
@@ -93,21 +128,21 @@ func TestDistributedRunStats(t *testing.T) {
 	if got := stats["key"]; got[1] != n {
 		t.Fatalf("key reports %d records out, want %d", got[1], n)
 	}
-	if got := a.expect(10*time.Second, "RESULT"); got[1] != wantCounts(n) {
+	if got := a.Expect(10*time.Second, "RESULT"); got[1] != wantCounts(n) {
 		t.Fatalf("result %v, want %s", got, wantCounts(n))
 	}
-	a.skipTo(a.lastMatch() + 1) // the first run printed everything before its RESULT
+	a.SkipTo(a.LastMatch() + 1) // the first run printed everything before its RESULT
 
 	const m = 1_000_000
-	a.send(fmt.Sprintf("run dropping %d %s off", m, t.TempDir()))
+	a.Send(fmt.Sprintf("run dropping %d %s off", m, t.TempDir()))
 	// The gate holds the slow operator until its full mailbox drops and a
 	// checkpoint has started: its barrier waits behind the full mailbox.
-	a.jobLine(time.Minute, "SLOW-DROPPING")
-	a.jobLine(time.Minute, "CHECKPOINT-PENDING")
+	a.JobLine(time.Minute, "SLOW-DROPPING")
+	a.JobLine(time.Minute, "CHECKPOINT-PENDING")
 	openGates("slow", a, b, c)
 	openGates("drop", a, b, c)
 	stats, restarts, checkpoints := jobStats(t, a)
-	a.expect(10*time.Second, "RESULT")
+	a.Expect(10*time.Second, "RESULT")
 	slow := stats["slow"]
 	t.Logf("slow: %d in, %d dropped; %d checkpoints; restarts %s", slow[0], slow[2], checkpoints, restarts)
 	if restarts != "0" {

@@ -28,33 +28,33 @@ func TestLeaderKilled(t *testing.T) {
 	a := startChild(t, cfg("a"))
 	b := startChild(t, cfg("b", a.Address))
 	c := startChild(t, cfg("c", a.Address))
-	a.awaitAll(10*time.Second, "EVENT joined b", "EVENT joined c")
-	a.send("loop orders 50")
-	a.awaitLine(20*time.Second, "checkpoint 5", func(f []string) bool { return len(f) == 3 && f[0] == "COMPLETED" && atou(f[2]) >= 5 })
-	a.kill()
+	a.AwaitAll(10*time.Second, "EVENT joined b", "EVENT joined c")
+	a.Send("loop orders 50")
+	a.AwaitLine(20*time.Second, "checkpoint 5", func(f []string) bool { return len(f) == 3 && f[0] == "COMPLETED" && atou(f[2]) >= 5 })
+	a.Kill()
 	killed := time.Now()
-	last := a.lastCompleted("orders")
+	last := a.LastCompleted("orders")
 	t.Logf("a killed after completing checkpoint %d", last)
 	for _, s := range []*child{b, c} {
-		s.awaitLine(5*time.Second, "a's departure", func(f []string) bool { return len(f) == 4 && f[0] == "EVENT" && f[1] == "left" && f[3] == a.ID })
+		s.AwaitLine(5*time.Second, "a's departure", func(f []string) bool { return len(f) == 4 && f[0] == "EVENT" && f[1] == "left" && f[3] == a.ID })
 		d := time.Since(killed)
-		t.Logf("%s noticed after %v", s.cfg.Name, d)
+		t.Logf("%s noticed after %v", s.Cfg.Name, d)
 		// A peer is declared lost FailureTimeout after the last ping it
 		// answered, so at most FailureTimeout after the kill on a machine
 		// that runs the survivors' timers on time. The bound allows as much
 		// again for a machine slowed by load or -race (timers, the pipe).
 		if d > 2*procFailureTimeout {
-			t.Errorf("%s noticed a's death after %v, failure timeout %v", s.cfg.Name, d, procFailureTimeout)
+			t.Errorf("%s noticed a's death after %v, failure timeout %v", s.Cfg.Name, d, procFailureTimeout)
 		}
 	}
 	for _, s := range []*child{b, c} {
-		s.send("latest orders")
-		f := s.expect(10*time.Second, "LATEST")
+		s.Send("latest orders")
+		f := s.Expect(10*time.Second, "LATEST")
 		got := atou(f[2])
 		// Complete returned for last, so both hold it; a checkpoint in
 		// flight when a died may have reached them too.
 		if got != last && got != last+1 {
-			t.Errorf("%s holds checkpoint %d, a completed %d", s.cfg.Name, got, last)
+			t.Errorf("%s holds checkpoint %d, a completed %d", s.Cfg.Name, got, last)
 		}
 	}
 }
@@ -76,37 +76,37 @@ func TestReplicaRestarts(t *testing.T) {
 	a := startChild(t, cfg("a"))
 	b := startChild(t, cfg("b", a.Address))
 	c := startChild(t, cfg("c", a.Address))
-	a.awaitAll(10*time.Second, "EVENT joined b", "EVENT joined c")
-	a.send("loop orders 50")
-	a.awaitAll(20*time.Second, "TRANSITION checkpoints/orders b syncing in-sync", "TRANSITION checkpoints/orders c syncing in-sync")
+	a.AwaitAll(10*time.Second, "EVENT joined b", "EVENT joined c")
+	a.Send("loop orders 50")
+	a.AwaitAll(20*time.Second, "TRANSITION checkpoints/orders b syncing in-sync", "TRANSITION checkpoints/orders c syncing in-sync")
 	_ = b // b goes on acknowledging while c is away
 
-	cStore := c.cfg.Store
-	c.kill()
-	a.awaitLine(20*time.Second, "c failed", func(f []string) bool {
+	cStore := c.Cfg.Store
+	c.Kill()
+	a.AwaitLine(20*time.Second, "c failed", func(f []string) bool {
 		return len(f) == 5 && f[0] == "TRANSITION" && f[2] == "c" && f[4] == "failed"
 	})
-	before := a.lastCompleted("orders")
-	a.awaitLine(10*time.Second, "a checkpoint without c", func(f []string) bool {
+	before := a.LastCompleted("orders")
+	a.AwaitLine(10*time.Second, "a checkpoint without c", func(f []string) bool {
 		return len(f) == 3 && f[0] == "COMPLETED" && atou(f[2]) > before
 	})
 
 	restarted := cfg("c", a.Address)
-	restarted.Port, restarted.Store = c.port(), cStore
+	restarted.Port, restarted.Store = c.Port(), cStore
 	c2 := startChild(t, restarted)
-	a.awaitLine(20*time.Second, "c in sync again", func(f []string) bool {
+	a.AwaitLine(20*time.Second, "c in sync again", func(f []string) bool {
 		return len(f) == 5 && f[0] == "TRANSITION" && f[2] == "c" && f[3] == "syncing" && f[4] == "in-sync"
 	})
-	a.send("stop")
-	a.expect(10*time.Second, "STOPPED")
-	last := a.lastCompleted("orders")
+	a.Send("stop")
+	a.Expect(10*time.Second, "STOPPED")
+	last := a.LastCompleted("orders")
 	// c acknowledged everything a had when it became in sync; the last
 	// checkpoints follow within an acknowledgement's time.
 	deadline := time.Now().Add(5 * time.Second)
 	var got uint64
 	for { // bounded poll: the other process has no event to wait on
-		c2.send("latest orders")
-		got = atou(c2.expect(5*time.Second, "LATEST")[2])
+		c2.Send("latest orders")
+		got = atou(c2.Expect(5*time.Second, "LATEST")[2])
 		if got >= last || time.Now().After(deadline) {
 			break
 		}

@@ -104,38 +104,36 @@ func TestTLS(t *testing.T) {
 	// presents a certificate of another CA.
 	mallory := startChild(t, tlsNode(other, "mallory", good, a.Address))
 	eve := startChild(t, childConfig{Name: "eve", Cluster: "tls", Peers: []string{a.Address}, Replicas: -1})
-	a.awaitAll(10*time.Second, "EVENT joined b")
+	a.AwaitAll(10*time.Second, "EVENT joined b")
 
 	const n = 10
 	for _, c := range []*child{b, mallory, eve} {
-		c.send(fmt.Sprintf("send %s sink %s %d", a.Address, c.cfg.Name, n))
-		c.expect(10*time.Second, "SENT")
+		c.Send(fmt.Sprintf("send %s sink %s %d", a.Address, c.Cfg.Name, n))
+		c.Expect(10*time.Second, "SENT")
 	}
 	// A request after the sends comes back only once the sends were dealt
 	// with (one connection, in order).
 	for _, c := range []*child{mallory, eve} {
-		c.send(fmt.Sprintf("request %s echo %s", a.Address, c.cfg.Name))
-		f := c.awaitLine(15*time.Second, "an answer", func(f []string) bool { return f[0] == "REPLY" || f[0] == "ERROR" })
+		c.Send(fmt.Sprintf("request %s echo %s", a.Address, c.Cfg.Name))
+		f := c.AwaitLine(15*time.Second, "an answer", func(f []string) bool { return f[0] == "REPLY" || f[0] == "ERROR" })
 		if f[0] != "ERROR" {
-			t.Errorf("%s's request reached a: %v", c.cfg.Name, f)
+			t.Errorf("%s's request reached a: %v", c.Cfg.Name, f)
 		}
-		t.Logf("%s: %s", c.cfg.Name, strings.Join(f, " "))
+		t.Logf("%s: %s", c.Cfg.Name, strings.Join(f, " "))
 	}
-	b.send(fmt.Sprintf("request %s echo b", a.Address))
-	if f := b.expect(10*time.Second, "REPLY"); strings.Join(f[1:], " ") != "echo b" {
+	b.Send(fmt.Sprintf("request %s echo b", a.Address))
+	if f := b.Expect(10*time.Second, "REPLY"); strings.Join(f[1:], " ") != "echo b" {
 		t.Errorf("b's request through TLS: %v", f)
 	}
-	a.send(fmt.Sprintf("count %s sink", a.Address))
-	if f := a.expect(10*time.Second, "REPLY"); f[1] != fmt.Sprint(n) {
+	a.Send(fmt.Sprintf("count %s sink", a.Address))
+	if f := a.Expect(10*time.Second, "REPLY"); f[1] != fmt.Sprint(n) {
 		t.Errorf("a's sink counted %s messages, want b's %d only", f[1], n)
 	}
 	for _, c := range []*child{a, b} {
-		c.mu.Lock()
-		for _, line := range c.seen {
+		for _, line := range c.SeenLines() {
 			if strings.Contains(line, "mallory") || strings.Contains(line, "eve") {
-				t.Errorf("%s: %s", c.cfg.Name, line)
+				t.Errorf("%s: %s", c.Cfg.Name, line)
 			}
 		}
-		c.mu.Unlock()
 	}
 }

@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/actors"
+	"github.com/sluicehq/sluice/internal/engine"
 	"github.com/sluicehq/sluice/operators"
 )
 
@@ -61,7 +62,30 @@ type Options struct {
 	// MaxStreams caps the event streams (open pages) served at once; one
 	// more gets 503. Default DefaultMaxStreams.
 	MaxStreams int
+	// History is how far back the charts go: the dashboard keeps a ring of
+	// History/Interval points per job (at most MaxPoints), sent whole in
+	// the page's first frame. Default DefaultHistory.
+	History time.Duration
+	// Admin, when set, is the admin API's handler (admin.Server.Handler),
+	// served under admin/ on the dashboard's own origin: the page then
+	// shows controls (change an input, pause or resume a source, take a
+	// savepoint) that call it with a bearer token the user pastes into the
+	// page. The page never holds the token otherwise; the admin API's
+	// own Host, Origin and token checks apply to every request.
+	Admin http.Handler
+	// JaegerQueryURL is the base address of Jaeger's HTTP query API
+	// (DefaultJaegerURL for a local Jaeger: the API is served with its UI).
+	// When set, the page can find the trace of a sampled record by its key
+	// or trace id, read by the dashboard from Jaeger (see TraceOptions),
+	// and draw it on the graph. Empty: no trace view.
+	JaegerQueryURL string
 }
+
+// DefaultHistory is the default of Options.History.
+const DefaultHistory = 5 * time.Minute
+
+// MaxPoints bounds the points of a job's charts, whatever Options.History.
+const MaxPoints = 1200
 
 // DefaultMaxStreams is the default of Options.MaxStreams.
 const DefaultMaxStreams = 64
@@ -94,6 +118,18 @@ func (o Options) withDefaults() (Options, error) {
 	case o.MaxStreams < 0:
 		return o, fmt.Errorf("%w: MaxStreams %d: want a positive number", ErrInvalid, o.MaxStreams)
 	}
+	switch {
+	case o.History == 0:
+		o.History = DefaultHistory
+	case o.History < 0 || o.History > 24*time.Hour:
+		return o, fmt.Errorf("%w: History %v: want a positive duration up to a day", ErrInvalid, o.History)
+	}
+	if o.JaegerQueryURL != "" {
+		u, err := url.Parse(o.JaegerQueryURL)
+		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+			return o, fmt.Errorf("%w: JaegerQueryURL %q: want an http(s) address such as %s", ErrInvalid, o.JaegerQueryURL, DefaultJaegerURL)
+		}
+	}
 	for _, h := range o.AllowedHosts {
 		if h == "" || strings.ContainsAny(h, ":/ ") {
 			return o, fmt.Errorf("%w: AllowedHosts %q: want a host name without port", ErrInvalid, h)
@@ -124,7 +160,15 @@ type Dashboard struct {
 	jobs    []*job
 	seq     uint64
 	data    []byte        // the latest Snapshot, as JSON
+	snap    Snapshot      // the same, to add the histories to (fullFrame)
 	changed chan struct{} // closed and replaced by every publish
+
+	points  int // each ring's size
+	proc    *procReader
+	process Process
+	procAt  time.Time // when process was read
+	procPts *ring[ProcPoint]
+	traces  *jaegerClient // nil without JaegerQueryURL
 }
 
 // job is a followed run and its last two samples.
@@ -134,6 +178,11 @@ type job struct {
 	links traceLinks
 	prev  *sample
 	cur   sample
+	// points are the job's chart points, pushed once per new sample;
+	// pushed is the time of the newest.
+	points *ring[Point]
+	pushed time.Time
+	ops    []string
 }
 
 // New returns a dashboard with its polling goroutine started.
@@ -143,6 +192,11 @@ func New(opts Options) (*Dashboard, error) {
 		return nil, err
 	}
 	d := &Dashboard{opts: opts, quit: make(chan struct{}), changed: make(chan struct{}), hosts: map[string]bool{}}
+	d.points = min(max(int(opts.History/opts.Interval), 2), MaxPoints)
+	d.proc, d.procPts = newProcReader(), newRing[ProcPoint](d.points)
+	if opts.JaegerQueryURL != "" {
+		d.traces = newJaegerClient(opts.JaegerQueryURL, opts.JaegerService, TraceOptions{})
+	}
 	for _, h := range opts.AllowedHosts {
 		d.hosts[strings.ToLower(strings.TrimSuffix(h, "."))] = true
 	}
@@ -162,10 +216,11 @@ func (d *Dashboard) Add(run *actors.Run) error {
 	tasks, edges := planOf(run)
 	now := time.Now()
 	j := &job{
-		info:  jobInfo{name: run.Name(), graph: layout(tasks, edges)},
-		run:   run,
-		links: traceLinks{base: d.opts.JaegerURL, service: d.opts.JaegerService, topology: run.Name()},
-		cur:   read(run, now),
+		info:   jobInfo{name: run.Name(), graph: layout(tasks, edges), cfg: configOf(run)},
+		run:    run,
+		links:  traceLinks{base: d.opts.JaegerURL, service: d.opts.JaegerService, topology: run.Name()},
+		cur:    read(run, now),
+		points: newRing[Point](d.points),
 	}
 
 	d.mu.Lock()
@@ -305,6 +360,11 @@ func (d *Dashboard) poll() {
 			return
 		case now := <-tick.C:
 			d.sampleAll(now)
+			p := d.proc.read(now) // this goroutine owns the reader
+			d.mu.Lock()
+			d.process, d.procAt = p, now
+			d.procPts.push(ProcPoint{T: now.UnixMilli(), HeapBytes: p.HeapBytes, CPU: p.CPU, Goroutines: p.Goroutines, GCPauseMS: p.GCPauseP99MS})
+			d.mu.Unlock()
 			d.publish(now)
 		}
 	}
@@ -346,16 +406,62 @@ func read(run *actors.Run, now time.Time) sample {
 	s.dead = operators.RecentDeadLetters(run)
 	s.cp = operators.CheckpointStatsOf(run)
 	s.elapsed = run.Elapsed()
+	s.ins, _ = engine.Inputs(run) // nil for another kind of job
 	return s
+}
+
+// fullFrame is the latest snapshot with the charts' history: every job's
+// points and the process's, for the page's first frame and /snapshot.json.
+func (d *Dashboard) fullFrame() []byte {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	snap := d.snap
+	snap.Jobs = slices.Clone(snap.Jobs)
+	byID := map[string]*job{}
+	for _, j := range d.jobs {
+		byID[j.info.id] = j
+	}
+	for i := range snap.Jobs {
+		if j := byID[snap.Jobs[i].ID]; j != nil {
+			snap.Jobs[i].History = &Series{Operators: j.ops, Points: j.points.values()}
+			if snap.Jobs[i].History.Operators == nil {
+				snap.Jobs[i].History.Operators = []string{}
+			}
+		}
+	}
+	snap.ProcessHistory = d.procPts.values()
+	data, err := json.Marshal(snap)
+	if err != nil { // plain types only: cannot happen
+		return d.data
+	}
+	return data
 }
 
 // publish builds a snapshot of every job at now, and wakes the streams.
 func (d *Dashboard) publish(now time.Time) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	snap := Snapshot{Seq: d.seq + 1, Title: d.opts.Title, Time: now, IntervalMS: d.opts.Interval.Milliseconds(), Jobs: []Job{}}
+	snap := Snapshot{Seq: d.seq + 1, Title: d.opts.Title, Time: now, IntervalMS: d.opts.Interval.Milliseconds(), Jobs: []Job{},
+		Process: d.process, Controls: d.opts.Admin != nil, Traces: d.traces != nil}
+	if !d.procAt.IsZero() {
+		snap.ProcessPoint = &ProcPoint{T: d.procAt.UnixMilli(), HeapBytes: d.process.HeapBytes, CPU: d.process.CPU,
+			Goroutines: d.process.Goroutines, GCPauseMS: d.process.GCPauseP99MS}
+	}
 	for _, j := range d.jobs {
-		snap.Jobs = append(snap.Jobs, buildJob(j.info, j.prev, j.cur, j.links))
+		job := buildJob(j.info, j.prev, j.cur, j.links)
+		if j.cur.at.After(j.pushed) && j.prev != nil {
+			// A new sample with rates: a new point of the charts.
+			pt := pointOf(job, j.cur.at)
+			j.points.push(pt)
+			j.pushed = j.cur.at
+			job.Point = &pt
+		}
+		if j.ops == nil {
+			for _, op := range job.Operators {
+				j.ops = append(j.ops, op.Name)
+			}
+		}
+		snap.Jobs = append(snap.Jobs, job)
 		if j.cur.done {
 			// Later snapshots show the final counters, with no rates.
 			j.prev = nil
@@ -365,7 +471,7 @@ func (d *Dashboard) publish(now time.Time) {
 	if err != nil { // plain types only: cannot happen
 		return
 	}
-	d.seq, d.data = snap.Seq, data
+	d.seq, d.data, d.snap = snap.Seq, data, snap
 	close(d.changed)
 	d.changed = make(chan struct{})
 }
@@ -392,7 +498,7 @@ func (d *Dashboard) routes() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /events", d.serveEvents)
 	mux.HandleFunc("GET /snapshot.json", func(w http.ResponseWriter, r *http.Request) {
-		data, _, _ := d.latest()
+		data := d.fullFrame()
 		w.Header().Set("Content-Type", "application/json")
 		w.Header().Set("Cache-Control", "no-cache")
 		_, _ = w.Write(data)
@@ -402,11 +508,17 @@ func (d *Dashboard) routes() http.Handler {
 		panic(err) // the embedded tree is fixed at build time
 	}
 	mux.HandleFunc("GET /{$}", func(w http.ResponseWriter, r *http.Request) {
-		data, _, _ := d.latest()
+		data := d.fullFrame()
 		w.Header().Set("Content-Type", "text/html; charset=utf-8")
 		w.Header().Set("Cache-Control", "no-cache")
 		_, _ = w.Write(firstFrame(page, data))
 	})
+	if d.traces != nil {
+		mux.HandleFunc("GET /trace", d.serveTrace)
+	}
+	if d.opts.Admin != nil {
+		mux.Handle("/admin/", http.StripPrefix("/admin", d.opts.Admin))
+	}
 	mux.Handle("GET /app.js", files)
 	mux.Handle("GET /style.css", files)
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {

@@ -55,6 +55,29 @@
 // operator links to a Jaeger search for its spans: sluice names each span
 // after its operator and tags it with the topology (see package telemetry).
 //
+// Each operator's latency over the latest latency window shows as p50 · p99:
+// end to end (from ingestion at a source) at a sink, queue wait (then the
+// task's processing) at a task's first operator. Charts follow the last
+// Options.History (5 minutes by default): records in per second, queue
+// depth, back-pressured share, watermark lag and latency p99, a line per
+// operator; and, above the jobs, this process's heap, CPU (cores busy),
+// goroutines and GC pause p99, read from runtime/metrics. A panel lists the
+// job's configuration: its plan, batch size, capacities, checkpoint
+// settings, restart policy, and each task's input as it is now.
+//
+// With Options.Admin (an admin.Server's Handler), the dashboard serves the
+// admin API under admin/ and the configuration panel gains controls: change
+// an input's policy and capacity, pause or resume a source, take a
+// savepoint. The user pastes the admin token into the page, which sends it
+// as a bearer token and keeps it nowhere else; without it the API answers
+// 401, shown on the page; the admin API's Origin and Host checks apply.
+//
+// With Options.JaegerQueryURL, the page finds the trace of a sampled record
+// by its key (sluice.key) or its trace id: the dashboard reads it from
+// Jaeger's HTTP query API (bounded, decoded on one path; see TraceOptions
+// and docs/tracing.md), and the page draws the record's path on the graph,
+// numbered in order, with a waterfall of its spans.
+//
 // # Data
 //
 // The page itself carries the latest snapshot (a JSON data block, which the
@@ -66,7 +89,10 @@
 // computes rates from successive readings, and publishes a Snapshot. The
 // page receives each one over Server-Sent Events at /events (event type
 // "snapshot", the Snapshot as JSON) and updates itself in place; the latest
-// is also at /snapshot.json for scripts. Rates of a job that has ended are
+// is also at /snapshot.json for scripts. The first frame and /snapshot.json
+// carry the charts' history whole; each streamed snapshot only its newest
+// point (Job.Point), which the page appends: the history is a ring of
+// bounded size on the server. Rates of a job that has ended are
 // zero; its final counters stay on the page until Remove or Close.
 //
 // The page, its script and its style sheet are embedded in the binary: no

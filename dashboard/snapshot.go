@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/actors"
+	"github.com/sluicehq/sluice/internal/engine"
 	"github.com/sluicehq/sluice/operators"
 )
 
@@ -21,6 +22,109 @@ type Snapshot struct {
 	// IntervalMS is the polling interval: rates are per second over it.
 	IntervalMS int64 `json:"interval_ms"`
 	Jobs       []Job `json:"jobs"`
+	// Process is the dashboard's process: memory, GC, goroutines, CPU.
+	Process Process `json:"process"`
+	// ProcessPoint is the newest point of the process's charts;
+	// ProcessHistory the points of the last Options.History, oldest first,
+	// only in the page's first frame and /snapshot.json (the stream sends
+	// the newest point of each snapshot, which the page appends).
+	ProcessPoint   *ProcPoint  `json:"process_point,omitempty"`
+	ProcessHistory []ProcPoint `json:"process_history,omitempty"`
+	// Controls is true when the dashboard serves the admin API under
+	// admin/ (Options.Admin): the page then shows its controls.
+	Controls bool `json:"controls"`
+	// Traces is true when the dashboard reads traces from Jaeger
+	// (Options.JaegerQueryURL): the page then offers to find one.
+	Traces bool `json:"traces"`
+}
+
+// ProcPoint is one point of the process's charts.
+type ProcPoint struct {
+	T          int64   `json:"t"` // Unix milliseconds
+	HeapBytes  uint64  `json:"heap"`
+	CPU        float64 `json:"cpu"`
+	Goroutines uint64  `json:"goroutines"`
+	GCPauseMS  float64 `json:"gc_pause_ms"`
+}
+
+// Point is one point of a job's charts: per operator, in the order of
+// Job.Operators, its rates, queue, back-pressured share, watermark lag and
+// latency p99.
+type Point struct {
+	T   int64     `json:"t"` // Unix milliseconds
+	Ops []OpPoint `json:"ops"`
+}
+
+// OpPoint is one operator's figures in a Point. Lag and latency are in
+// milliseconds, -1 when not measured; the latency is the end-to-end p99 at
+// a sink, the queue wait's p99 at a task's first operator (over the latest
+// latency window).
+type OpPoint struct {
+	InRate  float64 `json:"in"`
+	OutRate float64 `json:"out"`
+	Queued  int     `json:"q"`
+	Blocked float64 `json:"bp"`
+	LagMS   float64 `json:"lag"`
+	P50MS   float64 `json:"p50"`
+	P99MS   float64 `json:"p99"`
+}
+
+// Series are a job's points over the last Options.History, oldest first.
+type Series struct {
+	Operators []string `json:"operators"` // the names, in the order of each point's Ops
+	Points    []Point  `json:"points"`
+}
+
+// JobConfig is a job's configuration: its physical plan, its inputs (policy
+// and capacity now: they may change while the job runs), its checkpoint and
+// restart settings.
+type JobConfig struct {
+	Plan               string        `json:"plan"`
+	BatchSize          int           `json:"batch_size"`
+	Capacity           int           `json:"capacity"`
+	CheckpointInterval string        `json:"checkpoint_interval"` // "" without checkpoints
+	CheckpointMode     string        `json:"checkpoint_mode,omitempty"`
+	CheckpointTimeout  string        `json:"checkpoint_timeout,omitempty"`
+	MaxConcurrent      int           `json:"max_concurrent,omitempty"`
+	MinPause           string        `json:"min_pause,omitempty"`
+	CheckpointStore    string        `json:"checkpoint_store,omitempty"`
+	Savepoint          string        `json:"savepoint,omitempty"`
+	DeadLetters        string        `json:"dead_letters,omitempty"`
+	Restart            string        `json:"restart,omitempty"`
+	Distributed        bool          `json:"distributed"`
+	LatencyWindow      string        `json:"latency_window,omitempty"` // "" when latency is not measured
+	LatencyTarget      string        `json:"latency_target,omitempty"`
+	Inputs             []InputConfig `json:"inputs"`
+}
+
+// InputConfig is one task's input, on its first operator.
+type InputConfig struct {
+	Operator    string   `json:"operator"`
+	Fused       []string `json:"fused,omitempty"`
+	Parallelism int      `json:"parallelism"`
+	Source      bool     `json:"source"`
+	Paused      bool     `json:"paused,omitempty"`
+	Policy      string   `json:"policy,omitempty"`
+	Capacity    int      `json:"capacity,omitempty"`
+	// Live: the input can change while the job runs (Why says why not).
+	Live bool   `json:"live"`
+	Why  string `json:"why,omitempty"`
+}
+
+// Pct are latency percentiles in milliseconds over Count records.
+type Pct struct {
+	Count int64   `json:"count"`
+	P50   float64 `json:"p50"`
+	P95   float64 `json:"p95"`
+	P99   float64 `json:"p99"`
+	Max   float64 `json:"max"`
+}
+
+func pctOf(p actors.Percentiles) *Pct {
+	if p.Count == 0 {
+		return nil
+	}
+	return &Pct{Count: p.Count, P50: ms(p.P50), P95: ms(p.P95), P99: ms(p.P99), Max: ms(p.Max)}
 }
 
 // The states of a job.
@@ -42,6 +146,12 @@ type Job struct {
 	Graph       Graph       `json:"graph"`
 	Operators   []Operator  `json:"operators"`
 	Exceptions  Exceptions  `json:"exceptions"`
+	Config      JobConfig   `json:"config"`
+	// Point is the newest point of the job's charts; History the points
+	// of the last Options.History, only in the first frame and
+	// /snapshot.json.
+	Point   *Point  `json:"point,omitempty"`
+	History *Series `json:"history,omitempty"`
 }
 
 // Exceptions are what went wrong in a job: the failure that ended it, the
@@ -205,6 +315,20 @@ type Operator struct {
 	// instance or no records.
 	Instances []Instance `json:"instances"`
 	Skew      float64    `json:"skew"`
+
+	// Latency over the latest latency window (one second by default), nil
+	// when nothing was measured: the queue wait and the processing of the
+	// task's chain on its first operator, end to end (from ingestion at a
+	// source) on a sink. LagMS is the event-time lag (processing time −
+	// watermark), -1 before the first watermark.
+	QueueWait  *Pct    `json:"queue_wait,omitempty"`
+	Processing *Pct    `json:"processing,omitempty"`
+	EndToEnd   *Pct    `json:"end_to_end,omitempty"`
+	LagMS      float64 `json:"lag_ms"`
+	// Shed counts what a LatencyTarget shed from the operator's output;
+	// SampleRate is the share it keeps now (1: sheds nothing).
+	Shed       int64   `json:"shed"`
+	SampleRate float64 `json:"sample_rate"`
 }
 
 // SkewThreshold is the Operator.Skew from which the page highlights an
@@ -218,6 +342,7 @@ type sample struct {
 	insts []operators.InstanceStats
 	dead  []operators.DeadLetterInfo
 	cp    operators.CheckpointStats
+	ins   []engine.InputInfo
 	// done is set once the job has ended; err is its outcome.
 	done    bool
 	err     error
@@ -229,6 +354,7 @@ type jobInfo struct {
 	id    string
 	name  string
 	graph Graph
+	cfg   JobConfig // without its inputs, which buildJob adds from the sample
 }
 
 // buildJob turns two successive samples of a job into its snapshot: the
@@ -243,6 +369,7 @@ func buildJob(info jobInfo, prev *sample, cur sample, links traceLinks) Job {
 		ElapsedMS: cur.elapsed.Milliseconds(),
 		Restarts:  cur.cp.Restarts,
 		Graph:     info.graph,
+		Config:    info.cfg,
 		Checkpoints: Checkpoints{
 			Completed:      cur.cp.Completed,
 			Failed:         cur.cp.Failed,
@@ -304,6 +431,11 @@ func buildJob(info jobInfo, prev *sample, cur sample, links traceLinks) Job {
 			BlockedMS: ms(s.Blocked), Backpressured: s.Backpressured,
 			DeadLettered: s.DeadLettered, Late: s.Late,
 			TracesURL: links.url(s.Name),
+			QueueWait: pctOf(s.LatencyWindow.QueueWait), Processing: pctOf(s.LatencyWindow.Processing),
+			EndToEnd: pctOf(s.LatencyWindow.EndToEnd), LagMS: -1, Shed: s.Shed, SampleRate: s.SampleRate,
+		}
+		if !s.Watermark.IsZero() {
+			op.LagMS = ms(s.EventTimeLag)
 		}
 		heads[s.Task] = true
 		if !s.Watermark.IsZero() {
@@ -321,6 +453,15 @@ func buildJob(info jobInfo, prev *sample, cur sample, links traceLinks) Job {
 		instances(&op, byTask[s.Task], pos[s.Task], prevInst, dt)
 		pos[s.Task]++
 		j.Operators = append(j.Operators, op)
+	}
+	j.Config.Inputs = []InputConfig{}
+	for _, in := range cur.ins {
+		ic := InputConfig{Operator: in.Operator, Fused: in.Fused, Parallelism: in.Parallelism, Source: in.Source,
+			Paused: in.Paused, Live: in.Live, Why: in.Why}
+		if !in.Source {
+			ic.Policy, ic.Capacity = in.Config.Overflow.String(), in.Config.Capacity
+		}
+		j.Config.Inputs = append(j.Config.Inputs, ic)
 	}
 	for i := len(cur.cp.History) - 1; i >= 0; i-- {
 		h := cur.cp.History[i]
@@ -477,4 +618,59 @@ func (l traceLinks) url(operator string) string {
 		"limit":     {"20"},
 	}
 	return strings.TrimRight(l.base, "/") + "/search?" + q.Encode()
+}
+
+// configOf reads the settings of run that do not change while it runs.
+func configOf(run *actors.Run) JobConfig {
+	c := JobConfig{Inputs: []InputConfig{}}
+	if p := operators.PlanOf(run); p != nil {
+		c.Plan = p.String()
+	}
+	st, ok := engine.SettingsOf(run)
+	if !ok {
+		return c
+	}
+	dur := func(d time.Duration) string {
+		if d <= 0 {
+			return ""
+		}
+		return d.String()
+	}
+	c.BatchSize, c.Capacity = st.BatchSize, st.Capacity
+	if st.CheckpointInterval > 0 {
+		c.CheckpointInterval = st.CheckpointInterval.String()
+		c.CheckpointMode = "aligned"
+		switch {
+		case st.Unaligned:
+			c.CheckpointMode = "unaligned"
+		case st.AlignmentTimeout > 0:
+			c.CheckpointMode = "aligned, unaligned after " + st.AlignmentTimeout.String()
+		}
+		c.CheckpointTimeout, c.MaxConcurrent, c.MinPause = dur(st.CheckpointTimeout), st.MaxConcurrent, dur(st.MinPause)
+		c.CheckpointStore = st.CheckpointStore
+	}
+	c.Savepoint, c.DeadLetters, c.Restart, c.Distributed = st.Savepoint, st.DeadLetters, st.Restart, st.Distributed
+	if st.LatencyMeasured {
+		c.LatencyWindow = st.LatencyWindow.String()
+	}
+	c.LatencyTarget = dur(st.LatencyTarget)
+	return c
+}
+
+// pointOf is the chart point of a job's snapshot.
+func pointOf(j Job, at time.Time) Point {
+	p := Point{T: at.UnixMilli(), Ops: make([]OpPoint, 0, len(j.Operators))}
+	for _, op := range j.Operators {
+		o := OpPoint{InRate: op.InRate, OutRate: op.OutRate, Queued: op.Queued, Blocked: max(op.BlockedShare, op.Blocked),
+			LagMS: op.LagMS, P50MS: -1, P99MS: -1}
+		lat := op.QueueWait
+		if op.EndToEnd != nil {
+			lat = op.EndToEnd
+		}
+		if lat != nil {
+			o.P50MS, o.P99MS = lat.P50, lat.P99
+		}
+		p.Ops = append(p.Ops, o)
+	}
+	return p
 }

@@ -190,9 +190,53 @@ func (m *Mailbox) QueuedAndSpilled() (queued []any, spilled [][]byte, err error)
 	defer m.mu.Unlock()
 	queued = m.queuedLocked()
 	if m.spill != nil {
-		spilled, err = m.spill.pending()
+		spilled, _, err = m.spill.pending()
 	}
 	return queued, spilled, err
+}
+
+// QueuedAndSpillRange is QueuedAndSpilled that also commits the spill's
+// pending group first and returns the range of the spill queue that holds
+// the spilled messages it returns, which stay in the store, however they
+// are processed, until PinSpill lets them go: the range is pinned (a
+// processed group is deleted only once it holds no message of a pinned
+// range). An unaligned checkpoint records the range instead of copying the
+// messages. When the commit fails (reported and counted as for Sync) the
+// range is empty and the caller copies what it got.
+func (m *Mailbox) QueuedAndSpillRange() (queued []any, spilled [][]byte, r SpillRange, err error) {
+	defer m.reportErrors()
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	queued = m.queuedLocked()
+	if m.spill == nil {
+		return queued, nil, r, nil
+	}
+	cerr := m.commitLocked()
+	spilled, first, err := m.spill.pending()
+	if cerr == nil && err == nil && len(spilled) > 0 && first > 0 {
+		q := m.spill
+		r = SpillRange{Queue: q.opts.Queue, From: first, To: q.nextSeq - 1}
+		if q.floor == 0 || r.From < q.floor {
+			q.floor = r.From
+		}
+	}
+	return queued, spilled, r, err
+}
+
+// PinSpill keeps the spill's messages from sequence number floor on in the
+// store (0: none), once processed, and deletes the processed groups below
+// it. See QueuedAndSpillRange.
+func (m *Mailbox) PinSpill(floor uint64) {
+	defer m.reportErrors()
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.spill == nil || m.spill.floor == floor {
+		return
+	}
+	m.spill.floor = floor
+	if m.spill.ack(m.spill.ackSeq) {
+		_ = m.commitLocked() // counted and reported
+	}
 }
 
 // SpillPending says how many records the mailbox holds in its spill (0

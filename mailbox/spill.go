@@ -128,6 +128,95 @@ func (s *SpillStore) DeleteQueue(name string) error {
 	})
 }
 
+// QueueNames lists the names of the store's spill queues, without reading
+// their messages.
+func (s *SpillStore) QueueNames() ([]string, error) {
+	var out []string
+	err := s.db.View(func(tx *bolt.Tx) error {
+		root := tx.Bucket(spillBucket)
+		if root == nil {
+			return nil
+		}
+		return root.ForEachBucket(func(name []byte) error {
+			out = append(out, string(name))
+			return nil
+		})
+	})
+	return out, err
+}
+
+// SpillRange names the messages of a spill queue from sequence number From
+// to To, both included (Mailbox.QueuedAndSpillRange). The zero range names
+// none.
+type SpillRange struct {
+	Queue    string
+	From, To uint64
+}
+
+// Empty says whether the range names no message.
+func (r SpillRange) Empty() bool { return r.Queue == "" || r.To < r.From }
+
+// ReadRange returns the encoded data messages (not the control messages)
+// of queue whose sequence numbers lie in r, in order, as the codec encoded
+// them. A message of the range that is missing (its group deleted) is an
+// error wrapping ErrSpillCorrupt that names the queue and the sequence
+// number; so is a group that does not parse. It only reads the store.
+func (s *SpillStore) ReadRange(r SpillRange) ([][]byte, error) {
+	if r.Empty() {
+		return nil, nil
+	}
+	var out [][]byte
+	err := s.db.View(func(tx *bolt.Tx) error {
+		root := tx.Bucket(spillBucket)
+		var bk *bolt.Bucket
+		if root != nil {
+			bk = root.Bucket([]byte(r.Queue))
+		}
+		if bk == nil {
+			return fmt.Errorf("%w: no queue", ErrSpillCorrupt)
+		}
+		var k [8]byte
+		binary.BigEndian.PutUint64(k[:], r.From)
+		c := bk.Cursor()
+		kb, v := c.Seek(k[:])
+		if kb == nil || binary.BigEndian.Uint64(kb) > r.From {
+			kb, v = c.Prev() // the group that holds From starts before it
+		}
+		next := r.From // the sequence number expected next
+		for ; kb != nil && next <= r.To; kb, v = c.Next() {
+			if len(kb) != 8 {
+				return fmt.Errorf("%w: key %x is not a group's", ErrSpillCorrupt, kb)
+			}
+			seq := binary.BigEndian.Uint64(kb)
+			for len(v) > 0 && seq <= r.To {
+				ctl, _, data, rest, err := nextEntry(v)
+				if err != nil {
+					return fmt.Errorf("%w: group %d: %w", ErrSpillCorrupt, binary.BigEndian.Uint64(kb), err)
+				}
+				if seq >= r.From {
+					if seq != next {
+						return fmt.Errorf("%w: message %d missing", ErrSpillCorrupt, next)
+					}
+					next++
+					if !ctl {
+						out = append(out, bytes.Clone(data))
+					}
+				}
+				seq++
+				v = rest
+			}
+		}
+		if next <= r.To {
+			return fmt.Errorf("%w: message %d missing", ErrSpillCorrupt, next)
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("mailbox: spill queue %q in %s: read messages %d to %d: %w", r.Queue, s.Path(), r.From, r.To, err)
+	}
+	return out, nil
+}
+
 // Codec turns messages into bytes for the spill and back.
 type Codec interface {
 	Encode(msg any) ([]byte, error)
@@ -372,6 +461,7 @@ type spillQueue struct {
 	reading  []group  // read back, not all processed
 	ackSeq   uint64   // highest processed sequence number
 	doomed   []uint64 // keys of processed groups, deleted at the next commit
+	floor    uint64   // groups holding messages from here on are kept (0: none): see Mailbox.PinSpill
 }
 
 func openSpillQueue(o *SpillOptions) (*spillQueue, int, error) {
@@ -585,14 +675,17 @@ func (q *spillQueue) read(maxRecords int, force bool) (got []entry, dropped []in
 }
 
 // pending returns the encoded messages not handed out yet, in order: the
-// rest of cur, the committed groups not read yet, and wbuf.
-func (q *spillQueue) pending() ([][]byte, error) {
-	var out [][]byte
+// rest of cur, the committed groups not read yet, and wbuf; and the
+// sequence number of the first committed one (0: none).
+func (q *spillQueue) pending() (out [][]byte, first uint64, _ error) {
 	left := q.unread
+	if len(q.cur) > 0 && left > 0 {
+		first = q.curSeq
+	}
 	for b := q.cur; len(b) > 0 && left > 0; left-- {
 		_, _, data, rest, err := nextEntry(b)
 		if err != nil {
-			return out, fmt.Errorf("mailbox: spill queue %q: seq %d: %w: %w", q.opts.Queue, q.curSeq, ErrSpillCorrupt, err)
+			return out, first, fmt.Errorf("mailbox: spill queue %q: seq %d: %w: %w", q.opts.Queue, q.curSeq, ErrSpillCorrupt, err)
 		}
 		out = append(out, data)
 		b = rest
@@ -600,13 +693,16 @@ func (q *spillQueue) pending() ([][]byte, error) {
 	for from := q.readKey; left > 0; {
 		key, v, err := q.io.Load(q.opts.Queue, from)
 		if err != nil {
-			return out, fmt.Errorf("mailbox: spill queue %q in %s: %w", q.opts.Queue, q.opts.Store.Path(), err)
+			return out, first, fmt.Errorf("mailbox: spill queue %q in %s: %w", q.opts.Queue, q.opts.Store.Path(), err)
 		}
 		from = key + 1
+		if first == 0 {
+			first = key
+		}
 		for len(v) > 0 && left > 0 {
 			_, _, data, rest, err := nextEntry(v)
 			if err != nil {
-				return out, fmt.Errorf("mailbox: spill queue %q: group %d: %w: %w", q.opts.Queue, key, ErrSpillCorrupt, err)
+				return out, first, fmt.Errorf("mailbox: spill queue %q: group %d: %w: %w", q.opts.Queue, key, ErrSpillCorrupt, err)
 			}
 			out = append(out, data)
 			v = rest
@@ -616,7 +712,7 @@ func (q *spillQueue) pending() ([][]byte, error) {
 	for _, w := range q.wbuf {
 		out = append(out, w.data)
 	}
-	return out, nil
+	return out, first, nil
 }
 
 // ack records that the message with sequence number seq was processed and
@@ -628,7 +724,8 @@ func (q *spillQueue) ack(seq uint64) bool {
 	if seq > q.ackSeq {
 		q.ackSeq = seq
 	}
-	for len(q.reading) > 0 && q.reading[0].last <= q.ackSeq && !(len(q.reading) == 1 && len(q.cur) > 0) {
+	for len(q.reading) > 0 && q.reading[0].last <= q.ackSeq && !(len(q.reading) == 1 && len(q.cur) > 0) &&
+		(q.floor == 0 || q.reading[0].last < q.floor) {
 		q.doomed = append(q.doomed, q.reading[0].key)
 		q.diskSize -= int64(q.reading[0].size)
 		q.reading = q.reading[1:]

@@ -841,3 +841,62 @@ func TestSpillCorruptReadNamesTheStoreFile(t *testing.T) {
 		t.Fatalf("faults saw %+v, want one damaged load", c)
 	}
 }
+
+// TestSpillRangePinnedUntilReleased: QueuedAndSpillRange commits the
+// pending group and names the range of the spill that holds what is
+// spilled; ReadRange reads it back; once processed, the range stays in the
+// store until PinSpill lets it go, and is deleted then.
+func TestSpillRangePinnedUntilReleased(t *testing.T) {
+	st := openStore(t)
+	cfg := spillConfig(st, "pinned", 1, 4)
+	r := newRig(t, cfg, 16)
+	release := r.hold()
+	r.put(rec{Seq: 0})                                                                  // memory
+	r.put(rec{Seq: 1}, rec{Seq: 2}, rec{Seq: 3}, rec{Seq: 4}, rec{Seq: 5}, rec{Seq: 6}) // a group of 4 committed, 2 pending
+	queued, spilled, rg, err := r.mb.QueuedAndSpillRange()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(spilled) != 6 || rg.Empty() || rg.To-rg.From != 5 {
+		t.Fatalf("QueuedAndSpillRange: %d queued, %d spilled, range %+v; want 6 spilled in a range of 6", len(queued), len(spilled), rg)
+	}
+	if q := queueOf(t, st, "pinned"); q.Messages != 6 {
+		t.Fatalf("queue = %+v, want the 6 spilled messages committed", q)
+	}
+	read := func() []any {
+		t.Helper()
+		data, err := st.ReadRange(rg)
+		if err != nil {
+			t.Fatalf("ReadRange(%+v): %v", rg, err)
+		}
+		var out []any
+		for _, d := range data {
+			m, err := codec().Decode(d)
+			if err != nil {
+				t.Fatal(err)
+			}
+			out = append(out, m)
+		}
+		return out
+	}
+	if got, want := read(), recs(0, 1, 2, 3, 4, 5, 6); fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Fatalf("ReadRange = %v, want %v", got, want)
+	}
+	release()
+	r.expect(recs(0, 0, 1, 2, 3, 4, 5, 6)...)
+	r.fence()
+	if q := queueOf(t, st, "pinned"); q.Messages != 6 {
+		t.Fatalf("queue after processing = %+v: the pinned range must stay", q)
+	}
+	if got := read(); len(got) != 6 {
+		t.Fatalf("ReadRange after processing = %v, want the 6 records", got)
+	}
+	r.mb.PinSpill(0)
+	if q := queueOf(t, st, "pinned"); q.Messages != 0 {
+		t.Fatalf("queue after PinSpill(0) = %+v, want the processed range deleted", q)
+	}
+	if _, err := st.ReadRange(rg); !errors.Is(err, mailbox.ErrSpillCorrupt) {
+		t.Fatalf("ReadRange of a deleted range = %v, want ErrSpillCorrupt", err)
+	}
+	drained(t, r, st, cfg)
+}

@@ -62,10 +62,34 @@ func TestCheckpointCrashChild(t *testing.T) {
 	st := operators.CheckpointStatsOf(run)
 	fmt.Printf("RESTORED %d\n", st.RestoredFrom)
 	fmt.Printf("IN-FLIGHT %d\n", st.RestoredInFlight)
+	fmt.Printf("SPILL-REFS %d\n", st.RestoredSpillRefs)
+	if os.Getenv(crashChildUnalignedEnv) != "" {
+		// The parent arms its kill on this line: every run it kills has
+		// stored a checkpoint, so the restores go on to later ones.
+		go reportFirstCheckpoint(run, st.RestoredFrom)
+	}
 	if err := run.Wait(ctx); err != nil {
 		t.Fatal(err)
 	}
 	fmt.Println("DONE")
+}
+
+// reportFirstCheckpoint prints "CHECKPOINTED id" once the run has
+// completed a checkpoint later than restored, or returns when the run ends.
+func reportFirstCheckpoint(run *actors.Run, restored uint64) {
+	tick := time.NewTicker(time.Millisecond) // the child reports; no test waits on it
+	defer tick.Stop()
+	for {
+		select {
+		case <-run.Done():
+			return
+		case <-tick.C:
+			if id := operators.CheckpointStatsOf(run).LastID; id > restored {
+				fmt.Printf("CHECKPOINTED %d\n", id)
+				return
+			}
+		}
+	}
 }
 
 // TestCheckpointCrash runs a keyed counting topology with checkpoints every
@@ -184,8 +208,18 @@ func runChildRestored(t *testing.T, dir string, delay time.Duration, env ...stri
 		t.Fatal(err)
 	}
 	var restored uint64
-	var inFlight int
-	defer func() { crashInFlight += inFlight }()
+	var inFlight, refs int
+	defer func() { crashInFlight += inFlight; crashSpillRefs += refs }()
+	// An unaligned child arms the kill once it has stored a checkpoint:
+	// its first one takes longer than the shortest kill delay on a loaded
+	// machine, and kills before it would restore the same checkpoint
+	// again and again.
+	arm := "STARTED"
+	for _, e := range env {
+		if strings.HasPrefix(e, crashChildUnalignedEnv+"=") {
+			arm = "CHECKPOINTED"
+		}
+	}
 	child := crashtest.Child{Test: "TestCheckpointCrashChild", Env: append([]string{crashChildEnv + "=" + dir}, env...), Timeout: 5 * time.Minute}
 	r := child.Run(t, delay, func(line string) bool {
 		if id, ok := strings.CutPrefix(line, "RESTORED "); ok {
@@ -194,7 +228,10 @@ func runChildRestored(t *testing.T, dir string, delay time.Duration, env ...stri
 		if n, ok := strings.CutPrefix(line, "IN-FLIGHT "); ok {
 			inFlight, _ = strconv.Atoi(n)
 		}
-		return line == "STARTED"
+		if n, ok := strings.CutPrefix(line, "SPILL-REFS "); ok {
+			refs, _ = strconv.Atoi(n)
+		}
+		return strings.HasPrefix(line, arm)
 	})
 	return r, restored
 }
@@ -275,6 +312,10 @@ func killDelay(rng interface{ Int64N(int64) int64 }, took time.Duration, kills i
 // children's runs restored (from unaligned checkpoints), over a test.
 var crashInFlight int
 
+// crashSpillRefs counts the input channels whose in-flight records the
+// children's runs restored from a spill queue's range (by reference).
+var crashSpillRefs int
+
 // The unaligned crash job: slowCounting, long enough for the kills.
 const crashUnalignedRecords, crashUnalignedWork = 60_000, 20_000
 
@@ -303,7 +344,7 @@ func testUnalignedCrash(t *testing.T, policy string) {
 		t.Fatal("the reference run did not finish")
 	}
 	want := sortedParts(t, filepath.Join(reference, "out"))
-	crashInFlight = 0
+	crashInFlight, crashSpillRefs = 0, 0
 	kills, newest := crashRounds(t, rng, ref.Took, func(dir string) {
 		if got := sortedParts(t, filepath.Join(dir, "out")); got != want {
 			t.Fatalf("after kills the output in %s differs from the run that was never killed (%d vs %d bytes)", dir, len(got), len(want))
@@ -312,5 +353,14 @@ func testUnalignedCrash(t *testing.T, policy string) {
 	if crashInFlight == 0 {
 		t.Fatalf("%d kills, restores up to checkpoint %d, but none restored in-flight records: the checkpoints were not unaligned", kills, newest)
 	}
-	t.Logf("%s: %d kills, restores up to checkpoint %d, %d channels of in-flight records restored; output identical as sets of lines", policy, kills, newest, crashInFlight)
+	// Every killed run stored a checkpoint before its kill: the restores
+	// went on to later ones.
+	if newest < 5 {
+		t.Fatalf("%d kills, but the restores reached checkpoint %d only", kills, newest)
+	}
+	if policy == "spill" && crashSpillRefs == 0 {
+		t.Fatalf("%d kills, restores up to checkpoint %d, but none restored in-flight records from the spill by reference", kills, newest)
+	}
+	t.Logf("%s: %d kills, restores up to checkpoint %d, %d channels of in-flight records restored (%d from a spill range); output identical as sets of lines",
+		policy, kills, newest, crashInFlight, crashSpillRefs)
 }

@@ -16,10 +16,22 @@ import (
 )
 
 const (
-	durableCrashEnv     = "SLUICE_DURABLE_CRASH_DIR"
-	durableCrashRecords = 50_000
-	durableCrashKills   = 10
+	durableCrashEnv = "SLUICE_DURABLE_CRASH_DIR"
+	// durableCrashRecordsEnv passes the number of records to the child.
+	durableCrashRecordsEnv = "SLUICE_DURABLE_CRASH_RECORDS"
+	// durableCrashSoakEnv set to 1 runs the soak of issue 20: 1 000 000
+	// records, 10 kills. Without it: 100 000 records, 3 kills (CI).
+	durableCrashSoakEnv = "SLUICE_DURABLE_CRASH_SOAK"
 )
+
+// durableCrashSize is the number of records and of kills of
+// TestDurableIngressCrash.
+func durableCrashSize() (records int64, kills int) {
+	if os.Getenv(durableCrashSoakEnv) == "1" {
+		return 1_000_000, 10
+	}
+	return 100_000, 3
+}
 
 // TestDurableIngressCrashChild is the child process of
 // TestDurableIngressCrash: an application that sends 0..n-1 through a
@@ -29,6 +41,10 @@ func TestDurableIngressCrashChild(t *testing.T) {
 	dir, ok := crashtest.ChildEnv(durableCrashEnv)
 	if !ok {
 		t.Skip("child of TestDurableIngressCrash")
+	}
+	records, err := strconv.ParseInt(os.Getenv(durableCrashRecordsEnv), 10, 64)
+	if err != nil || records <= 0 {
+		t.Fatalf("%s=%q: want a number of records", durableCrashRecordsEnv, os.Getenv(durableCrashRecordsEnv))
 	}
 	ctx := context.Background()
 	sys, err := actors.NewSystem(actors.Config{Name: "durable-crash-child", Store: filepath.Join(dir, "store.db")})
@@ -54,7 +70,7 @@ func TestDurableIngressCrashChild(t *testing.T) {
 			sent <- nil
 			return
 		}
-		sent <- sendAll(ctx, in, st.Next, durableCrashRecords)
+		sent <- sendAll(ctx, in, st.Next, records)
 	}()
 	fmt.Println("STARTED")
 	if err := run.Wait(ctx); err != nil {
@@ -68,19 +84,25 @@ func TestDurableIngressCrashChild(t *testing.T) {
 
 // TestDurableIngressCrash SIGKILLs the application of
 // TestDurableIngressCrashChild at random points and starts it again until
-// it finishes: its output equals that of a run that was never killed, so
-// every record the ingress acknowledged was counted exactly once.
+// it finishes: its output equals that of a run that was never killed, and
+// every key's counts go 1, 2, ... up to a final count, the final counts
+// summing to the records sent, so every record the ingress acknowledged
+// was counted exactly once. 100 000 records and 3 kills;
+// SLUICE_DURABLE_CRASH_SOAK=1 runs 1 000 000 records and 10 kills.
 func TestDurableIngressCrash(t *testing.T) {
 	if testing.Short() {
 		t.Skip("crash test: child processes")
 	}
+	records, killsWanted := durableCrashSize()
 	rng := crashtest.Seed(t, "SLUICE_CRASH_SEED")
+	timeout := 2*time.Minute + time.Duration(records/1000)*time.Second
 	runOnce := func(dir string, delay time.Duration) (crashtest.Run, int64) {
 		if err := os.MkdirAll(filepath.Join(dir, "out"), 0o700); err != nil {
 			t.Fatal(err)
 		}
 		var acked int64 = -1
-		child := crashtest.Child{Test: "TestDurableIngressCrashChild", Env: []string{durableCrashEnv + "=" + dir}, Timeout: 2 * time.Minute}
+		env := []string{durableCrashEnv + "=" + dir, durableCrashRecordsEnv + "=" + strconv.FormatInt(records, 10)}
+		child := crashtest.Child{Test: "TestDurableIngressCrashChild", Env: env, Timeout: timeout}
 		r := child.Run(t, delay, func(line string) bool {
 			if v, ok := strings.CutPrefix(line, "ACKED "); ok {
 				acked, _ = strconv.ParseInt(v, 10, 64)
@@ -90,25 +112,29 @@ func TestDurableIngressCrash(t *testing.T) {
 		return r, acked
 	}
 	reference := t.TempDir()
+	start := time.Now()
 	ref, _ := runOnce(reference, -1)
 	if !ref.Done {
 		t.Fatal("the reference run did not finish")
 	}
 	want := readParts(t, filepath.Join(reference, "out"))
+	checkCountedOnce(t, want, records)
+	t.Logf("reference run: %d records in %v", records, time.Since(start).Round(time.Millisecond))
 	kills := 0
-	for round := 1; kills < durableCrashKills; round++ {
+	for round := 1; kills < killsWanted; round++ {
 		if round > crashMaxRounds {
 			t.Fatalf("only %d kills landed in %d rounds: make the job longer", kills, crashMaxRounds)
 		}
 		dir := t.TempDir()
 		var acked []int64
+		start := time.Now()
 		for runs := 0; ; runs++ {
 			if runs > 200 {
 				t.Fatalf("round %d: no end after %d runs", round, runs)
 			}
 			delay := time.Duration(-1)
-			if kills < durableCrashKills {
-				delay = killDelay(rng, ref.Took, durableCrashKills)
+			if kills < killsWanted {
+				delay = killDelay(rng, ref.Took, killsWanted)
 			}
 			r, a := runOnce(dir, delay)
 			if n := len(acked); n > 0 && a < acked[n-1] {
@@ -122,9 +148,41 @@ func TestDurableIngressCrash(t *testing.T) {
 				break
 			}
 		}
-		if got := readParts(t, filepath.Join(dir, "out")); got != want {
+		got := readParts(t, filepath.Join(dir, "out"))
+		checkCountedOnce(t, got, records)
+		if got != want {
 			t.Fatalf("after kills the output in %s differs from the run that was never killed (%d vs %d bytes)", dir, len(got), len(want))
 		}
-		t.Logf("round %d: %d kills in all; records acknowledged at each start %v; output identical", round, kills, acked)
+		t.Logf("round %d: %d kills in all, %d runs in %v; records acknowledged at each start %v; every record counted once, output identical",
+			round, kills, len(acked), time.Since(start).Round(time.Millisecond), acked)
+	}
+}
+
+// checkCountedOnce checks the count's output (readParts): each key's
+// updates are 1, 2, ... in order, each once, and the keys' last counts sum
+// to records.
+func checkCountedOnce(t *testing.T, parts string, records int64) {
+	t.Helper()
+	last := map[string]int64{}
+	for _, line := range strings.Split(parts, "\n") {
+		if line == "" || strings.HasPrefix(line, "== part ") {
+			continue
+		}
+		k, v, ok := strings.Cut(line, "=")
+		n, err := strconv.ParseInt(v, 10, 64)
+		if !ok || err != nil {
+			t.Fatalf("output line %q: not key=count", line)
+		}
+		if n != last[k]+1 {
+			t.Fatalf("key %s: count %d after %d: a record counted twice or lost", k, n, last[k])
+		}
+		last[k] = n
+	}
+	var sum int64
+	for _, n := range last {
+		sum += n
+	}
+	if sum != records {
+		t.Fatalf("the final counts of %d keys sum to %d, want the %d records sent", len(last), sum, records)
 	}
 }

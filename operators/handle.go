@@ -76,6 +76,28 @@ func (j *Job) Savepoint(ctx context.Context, dir string) (SavepointInfo, error) 
 	return savepointInfo(sp), nil
 }
 
+// StopWithSavepoint stops the job with a savepoint, as Flink's stop with
+// savepoint does: it drains the job (the sources stop where they are, what
+// is in flight finishes, the final checkpoint is taken) and writes that
+// final checkpoint to dir, which must not exist or be empty. Nothing is
+// processed after it, so a job started from it (FromSavepoint, at any
+// parallelism: RunParallelism) repeats no output and misses none. dir is
+// checked before the job stops; a job without Checkpoints is refused and
+// goes on.
+func (j *Job) StopWithSavepoint(ctx context.Context, dir string) (SavepointInfo, error) {
+	sp, err := engine.StopWithSavepoint(ctx, j.run, dir)
+	if err != nil {
+		return SavepointInfo{}, err
+	}
+	return savepointInfo(sp), nil
+}
+
+// StopWithSavepoint stops a topology's run with a savepoint in dir (see
+// Job.StopWithSavepoint), for code that holds the actors.Run.
+func StopWithSavepoint(ctx context.Context, run *actors.Run, dir string) (SavepointInfo, error) {
+	return (&Job{run: run}).StopWithSavepoint(ctx, dir)
+}
+
 // Placement counts the job's operator instances by the address of the
 // process that runs them, for a job run across processes (package
 // cluster); nil for a job in one process.

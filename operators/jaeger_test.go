@@ -2,8 +2,14 @@ package operators_test
 
 import (
 	"context"
+	"fmt"
+	"slices"
+	"strconv"
 	"testing"
 	"time"
+
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/sluicehq/sluice/actors"
 	"github.com/sluicehq/sluice/operators"
@@ -11,12 +17,26 @@ import (
 	"github.com/sluicehq/sluice/telemetry/jaegertest"
 )
 
-// TestTracesInJaeger runs a topology traced at 100 % into a real Jaeger
-// over OTLP and reads the traces back through Jaeger's HTTP API: one trace
-// holds a span for every operator a batch passed, parent to child, with
-// sluice's attributes, and the aggregate's result span links to its
-// inputs' spans.
-func TestTracesInJaeger(t *testing.T) {
+type jclick struct {
+	User string
+	At   int64 // unix ns
+}
+
+type profile struct{ User, Name string }
+
+type enriched struct {
+	User   string
+	Clicks int64
+	Name   string
+}
+
+// TestRecordTraceInJaeger sends a record with a known key through a fused
+// chain (source, parse, stamp), a key-by shuffle, a window and a join into
+// a real Jaeger over OTLP, finds its trace by the key through Jaeger's
+// HTTP query API, and reads it: ONE trace holding a span per operator in
+// order, parent to child, with the record's id, key, edge, queue wait and
+// event time, and the window's result linked to the record's window span.
+func TestRecordTraceInJaeger(t *testing.T) {
 	j := jaegertest.Start(t)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
@@ -29,12 +49,8 @@ func TestTracesInJaeger(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	top := operators.NewTopology("orders", operators.BatchSize(100))
-	src := operators.Source(top, "read", operators.Generate(300, func(i int64) int64 { return i }))
-	parsed := operators.Map(src, "parse", func(v int64) int64 { return v * 10 })
-	by := operators.KeyBy(parsed, "by-region", func(v int64) int64 { return v % 4 }, operators.Parallelism(2))
-	totals := operators.Count(by, "total", operators.Emit(operators.EmitAtEnd))
-	operators.Sink(totals, "store", discard[operators.KV[int64, int64]]())
+	base := time.Date(2026, 12, 1, 10, 0, 0, 0, time.UTC).UnixNano()
+	top := clickTopology(base)
 	run, err := sys.Run(ctx, top)
 	if err != nil {
 		t.Fatal(err)
@@ -49,63 +65,141 @@ func TestTracesInJaeger(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	// A batch's path: read -> parse (fused) -> total (another actor).
-	isChild := func(tr jaegertest.Trace, child jaegertest.Span, parent string) bool {
-		for _, r := range child.References {
-			if r.RefType == jaegertest.ChildOf {
-				for _, s := range tr.Spans {
-					if s.SpanID == r.SpanID && s.OperationName == parent {
-						return true
-					}
-				}
-			}
+	path := recordPath
+	tags := map[string]string{"sluice.key": "user-42"}
+	traces, err := j.WaitTracesTagged(ctx, service, tags, func(trs []jaegertest.Trace) bool {
+		if len(trs) != 1 {
+			return false
 		}
-		return false
-	}
-	var path, result *jaegertest.Trace
-	traces, err := j.WaitTraces(ctx, service, func(trs []jaegertest.Trace) bool {
-		path, result = nil, nil
-		for i, tr := range trs {
-			read, okR := tr.Span("read")
-			parse, okP := tr.Span("parse")
-			total, okT := tr.Span("total")
-			if okR && okP && okT && len(read.References) == 0 && isChild(tr, parse, "read") && isChild(tr, total, "parse") {
-				path = &trs[i]
-			}
-			store, okS := tr.Span("store")
-			if okT && okS && len(total.References) > 0 && isChild(tr, store, "total") {
-				for _, r := range total.References {
-					if r.RefType == jaegertest.FollowsFrom {
-						result = &trs[i]
-					}
-				}
-			}
-		}
-		return path != nil && result != nil
+		_, ok := trs[0].Span("store")
+		return ok
 	})
 	if err != nil {
-		t.Fatalf("Jaeger never held the expected traces (%d traces seen): %v", len(traces), err)
+		t.Fatalf("Jaeger never held one trace with sluice.key=user-42 through store (%d traces): %v", len(traces), err)
 	}
-	total, _ := path.Span("total")
-	for key, want := range map[string]any{"sluice.topology": "orders", "sluice.operator": "total", "sluice.mailbox.policy": "block"} {
-		if got, ok := total.Tag(key); !ok || got != want {
-			t.Errorf("span total: tag %s = %v, want %v", key, got, want)
+	tr := traces[0]
+	byID := map[string]jaegertest.Span{}
+	for _, s := range tr.Spans {
+		byID[s.SpanID] = s
+	}
+	parentOf := func(s jaegertest.Span) (jaegertest.Span, bool) {
+		for _, r := range s.References {
+			if r.RefType == jaegertest.ChildOf {
+				p, ok := byID[r.SpanID]
+				return p, ok
+			}
+		}
+		return jaegertest.Span{}, false
+	}
+	// Walk up from the sink to the root: the operators in order.
+	store, _ := tr.Span("store")
+	var got []string
+	for s, ok := store, true; ok; s, ok = parentOf(s) {
+		got = append([]string{s.OperationName}, got...)
+	}
+	if !slices.Equal(got, path) {
+		t.Fatalf("the record's spans from the root: %v, want %v", got, path)
+	}
+	tag := func(s jaegertest.Span, k string) string {
+		v, _ := s.Tag(k)
+		return fmt.Sprint(v)
+	}
+	root, _ := tr.Span("clicks")
+	id := tag(root, "sluice.record.id")
+	if id != "clicks/0/123" || len(root.References) != 0 {
+		t.Fatalf("root span: record id %q, references %v", id, root.References)
+	}
+	win, _ := tr.Span("per-minute")
+	for k, want := range map[string]string{"sluice.record.id": id, "sluice.key": "user-42", "sluice.edge": "stamp->per-minute",
+		"sluice.edge.kind": "hash", "sluice.event_time": strconv.FormatInt(base+123*int64(time.Second), 10), "sluice.role": "pass"} {
+		if got := tag(win, k); got != want {
+			t.Errorf("window span: %s = %q, want %q", k, got, want)
 		}
 	}
-	for _, key := range []string{"sluice.instance", "sluice.records", "sluice.queue.depth"} {
-		if _, ok := total.Tag(key); !ok {
-			t.Errorf("span total lacks tag %s", key)
+	if _, ok := win.Tag("sluice.queue.wait_us"); !ok {
+		t.Error("window span lacks sluice.queue.wait_us")
+	}
+	// The window's result links to the record's span at the window.
+	emit, _ := tr.Span("per-minute emit")
+	linked := false
+	for _, r := range emit.References {
+		if r.RefType == jaegertest.FollowsFrom && r.SpanID == win.SpanID {
+			linked = true
 		}
 	}
-	// The result links to input spans of other traces (the batches it sums).
-	res, _ := result.Span("total")
-	linked := 0
-	for _, r := range res.References {
-		if r.RefType == jaegertest.FollowsFrom && r.TraceID != result.TraceID {
-			linked++
+	if !linked || tag(emit, "sluice.key") != "user-42" || tag(emit, "sluice.links") != "1" {
+		t.Fatalf("the window's result span: references %v, key %q, links %q; want a link to the record's window span",
+			emit.References, tag(emit, "sluice.key"), tag(emit, "sluice.links"))
+	}
+	join, _ := tr.Span("enrich")
+	if tag(join, "sluice.edge") != "enrich.left->enrich" || tag(join, "sluice.key") != "user-42" {
+		t.Fatalf("join span: edge %q key %q", tag(join, "sluice.edge"), tag(join, "sluice.key"))
+	}
+}
+
+// clickTopology is the topology of TestRecordTraceInJaeger: 400 clicks of
+// 7 users and one of user-42 (record 123), counted per user and minute and
+// joined with the users' profiles (not traced).
+func clickTopology(base int64) *operators.Topology {
+	const n = 400
+	top := operators.NewTopology("clicks", operators.BatchSize(50), operators.TraceRatio(1))
+	clicks := operators.Source(top, "clicks", operators.Generate(n, func(i int64) int64 { return i }))
+	parsed := operators.Map(clicks, "parse", func(i int64) jclick {
+		u := "user-" + strconv.FormatInt(i%7, 10)
+		if i == 123 {
+			u = "user-42" // the one record of this key
+		}
+		return jclick{User: u, At: base + i*int64(time.Second)}
+	})
+	stamped := operators.Timestamps(parsed, "stamp", func(c jclick) time.Time { return time.Unix(0, c.At) })
+	byUser := operators.KeyBy(stamped, "by-user", func(c jclick) string { return c.User }, operators.Parallelism(2))
+	perMinute := operators.WindowCount(byUser, "per-minute", operators.Tumbling(time.Minute))
+	// The profiles are not traced: the key's only trace is the click's.
+	profiles := operators.Source(top, "profiles", operators.Generate(8, func(i int64) profile {
+		u := "user-" + strconv.FormatInt(i, 10)
+		if i == 7 {
+			u = "user-42"
+		}
+		return profile{User: u, Name: "name of " + u}
+	}), operators.SourceTraceRatio(0))
+	joined := operators.Join(perMinute, profiles, "enrich",
+		func(w operators.Windowed[string, int64]) string { return w.Key }, func(p profile) string { return p.User },
+		func(w operators.Windowed[string, int64], p profile) enriched { return enriched{w.Key, w.Value, p.Name} })
+	operators.Sink(joined, "store", discard[enriched]())
+	return top
+}
+
+// recordPath is the path of user-42's click, operator by operator: the
+// source, the fused chain, the window (after the shuffle), its result, the
+// join's input map (fused after the window), the join and its fused sink.
+var recordPath = []string{"clicks", "parse", "stamp", "per-minute", "per-minute emit", "enrich.left", "enrich", "store"}
+
+// TestRecordTraceInMemory is TestRecordTraceInJaeger's topology traced
+// into memory: user-42's spans form one chain from the root to the sink.
+func TestRecordTraceInMemory(t *testing.T) {
+	sys, ctx, rec := tracedSystem(t)
+	runToEnd(t, sys, ctx, clickTopology(time.Date(2026, 12, 1, 10, 0, 0, 0, time.UTC).UnixNano()))
+	ix := indexSpans(rec)
+	var store sdktrace.ReadOnlySpan
+	traces := map[trace.TraceID]bool{}
+	for _, s := range rec.Ended() {
+		if attr(s, "sluice.key") == "user-42" {
+			traces[s.SpanContext().TraceID()] = true
 		}
 	}
-	if linked == 0 {
-		t.Fatalf("the result span has no links to its inputs' traces: %+v", res.References)
+	for _, s := range ix.byName["store"] {
+		if traces[s.SpanContext().TraceID()] {
+			store = s
+		}
+	}
+	if len(traces) != 1 || store == nil {
+		t.Fatalf("user-42 is in %d traces (store span %v), want one through the sink", len(traces), store != nil)
+	}
+	var got []string
+	for s, ok := store, true; ok; s, ok = ix.byID[s.Parent().SpanID()] {
+		got = append([]string{s.Name()}, got...)
+	}
+	if !slices.Equal(got, recordPath) {
+		t.Fatalf("the record's spans from the root: %v, want %v", got, recordPath)
 	}
 }

@@ -25,6 +25,9 @@ type CheckpointStats struct {
 	// RestoredInFlight counts the input channels whose in-flight records,
 	// recorded by an unaligned checkpoint, the run processed first.
 	RestoredInFlight int
+	// RestoredSpillRefs counts those of them held in the checkpoint as a
+	// range of a Spill input's queue (referred to, not copied).
+	RestoredSpillRefs int
 	// Restarts counts RestartOnFailure's restarts of the job, and
 	// RestartDelays the backoff before each.
 	Restarts      int
@@ -47,6 +50,11 @@ type CompletedCheckpoint struct {
 	Duration  time.Duration
 	Size      int64
 	Instances int
+	// Unaligned, InFlightBytes and SpillRanges: as for
+	// InProgressCheckpoint, of the checkpoint stored.
+	Unaligned     bool
+	InFlightBytes int64
+	SpillRanges   int
 }
 
 // RestartCause is one restart of a job (RestartOnFailure): when, the
@@ -125,6 +133,14 @@ type InProgressCheckpoint struct {
 	Started time.Time
 	Acked   []int
 	Pending int
+	// Unaligned: started unaligned, or switched to unaligned after its
+	// AlignmentTimeout. InFlightBytes: the bytes of in-flight records the
+	// instances that acknowledged it recorded (copies); SpillRanges: the
+	// input channels whose in-flight records it holds as a range of their
+	// Spill input's queue instead (not copied).
+	Unaligned     bool
+	InFlightBytes int64
+	SpillRanges   int
 }
 
 // CheckpointStatsOf reports the checkpoints of a topology's run (zero
@@ -133,7 +149,7 @@ func CheckpointStatsOf(run *actors.Run) CheckpointStats {
 	s := engine.CheckpointStatsOf(run)
 	st := CheckpointStats{Completed: s.Completed, Failed: s.Failed, TimedOut: s.TimedOut, LastFailure: s.LastFailure,
 		LastID: s.LastID, LastDuration: s.LastDuration, LastTime: s.LastTime, RestoredFrom: s.RestoredFrom,
-		RestoredTime: s.RestoredTime, RestoredInFlight: s.RestoredInFlight,
+		RestoredTime: s.RestoredTime, RestoredInFlight: s.RestoredInFlight, RestoredSpillRefs: s.RestoredSpillRefs,
 		Restarts: s.Restarts, RestartDelays: s.RestartDelays}
 	for _, p := range s.InProgress {
 		st.InProgress = append(st.InProgress, InProgressCheckpoint(p))
@@ -206,6 +222,18 @@ func ReadSavepoint(dir string) (SavepointInfo, error) {
 // that is damaged, truncated, of another program or of a newer format is
 // refused by Start, naming the file.
 func FromSavepoint(dir string) TopologyOption { return TopologyOption{graph.FromSavepoint(dir)} }
+
+// RunParallelism runs operator op at parallelism n in this run, as if it
+// had been built with Parallelism(n) (on a KeyBy: its keyed consumers;
+// operators after it that set none follow it, as always). With
+// FromSavepoint it rescales a job: the savepoint's per-key state is
+// redistributed by key group over the new instances. An unknown operator
+// or n below 1 makes Start fail, naming it.
+//
+//	job, err := operators.Start(ctx, sys, top, operators.FromSavepoint(dir), operators.RunParallelism("count", 4))
+func RunParallelism(op string, n int) TopologyOption {
+	return TopologyOption{graph.RunParallelism(op, n)}
+}
 
 // ShedStats describe a LatencyTarget's controller now (DESIGN.md, Latency
 // and shedding).

@@ -9,7 +9,7 @@ import "github.com/sluicehq/sluice/internal/graph"
 // with an input.
 //
 //	family            constructors                              options besides Parallelism, NoFusion
-//	SourceOption      Source                                    IdleAfter
+//	SourceOption      Source                                    IdleAfter, SourceTraceRatio
 //	MapOption         Map, Filter, FlatMap                      Input, OnRecordFailure
 //	TimestampsOption  Timestamps                                Input, OutOfOrderness
 //	PartitionOption   KeyBy, Broadcast, Rebalance, Declare      -
@@ -89,6 +89,16 @@ type RecordFailureOption struct{ o graph.Option }
 
 // EmitOption applies to the per-key aggregations: Emit.
 type EmitOption struct{ o graph.Option }
+
+// TraceOption applies to sources: SourceTraceRatio.
+type TraceOption struct{ o graph.Option }
+
+func (o TraceOption) engineOption() graph.Option { return o.o }
+func (TraceOption) source()                      {}
+
+// SourceTraceRatio sets the share of this source's records that are
+// traced (0: none, 1: all), overriding the topology's TraceRatio.
+func SourceTraceRatio(r float64) TraceOption { return TraceOption{graph.SourceTraceRatio(r)} }
 
 // IdleOption applies to sources: IdleAfter.
 type IdleOption struct{ o graph.Option }

@@ -278,3 +278,19 @@ func RestartOnFailure(backoff supervision.Backoff, maxRestarts int, within time.
 func Declare[T any](t *Topology, name string, opts ...PartitionOption) Stream[T] {
 	return Stream[T]{graph.Declare[T](t.t, name, unwrap(opts)...)}
 }
+
+// TraceRatio sets the share of records a job traces when its system has
+// a TracerProvider (default 1 %: 0.01): each source samples every record
+// with probability r (0: none, 1: all), deterministically per record id,
+// and a sampled record gets a span at every operator it passes
+// (docs/tracing.md).
+func TraceRatio(r float64) TopologyOption { return TopologyOption{graph.TraceRatio(r)} }
+
+// TraceKey traces every record whose key (as fmt.Sprint writes it) is k,
+// from the first keyed operator it reaches, besides those TraceRatio
+// samples. Find their traces in Jaeger by the tag sluice.key=k.
+func TraceKey(k string) TopologyOption { return TopologyOption{graph.TraceKey(k)} }
+
+// DefaultTraceRatio is the share of records a job with a TracerProvider
+// traces unless TraceRatio says otherwise: 1 %.
+const DefaultTraceRatio = graph.DefaultTraceRatio

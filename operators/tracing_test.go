@@ -2,6 +2,7 @@ package operators_test
 
 import (
 	"context"
+	"strconv"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -74,17 +75,14 @@ func checkParents(t *testing.T, ix spanIndex, child, parent string) {
 	}
 }
 
-// records sums the sluice.records attribute of the spans named name.
-func records(ix spanIndex, name string) int64 {
-	var n int64
-	for _, s := range ix.byName[name] {
-		for _, a := range s.Attributes() {
-			if a.Key == "sluice.records" {
-				n += a.Value.AsInt64()
-			}
+// attr is the string form of attribute key of s, "" without it.
+func attr(s sdktrace.ReadOnlySpan, key string) string {
+	for _, a := range s.Attributes() {
+		if string(a.Key) == key {
+			return a.Value.Emit()
 		}
 	}
-	return n
+	return ""
 }
 
 func names(ix spanIndex) []string {
@@ -95,9 +93,13 @@ func names(ix spanIndex) []string {
 	return out
 }
 
+// TestTracesFollowRecordsThroughOperators traces every record (TraceRatio
+// 1): each gets a trace of its own, rooted at the source, with a span per
+// operator that carries its record id (and key after the key-by), and the
+// aggregate's results link to every record they count, 100 links a span.
 func TestTracesFollowRecordsThroughOperators(t *testing.T) {
 	sys, ctx, rec := tracedSystem(t)
-	top := operators.NewTopology("traced", operators.BatchSize(100))
+	top := operators.NewTopology("traced", operators.BatchSize(100), operators.TraceRatio(1))
 	src := operators.Source(top, "src", operators.Generate(1000, func(i int64) int64 { return i }))
 	double := operators.Map(src, "double", func(v int64) int64 { return 2 * v }) // fused with src
 	by := operators.KeyBy(double, "by", func(v int64) int64 { return v % 3 }, operators.Parallelism(2))
@@ -106,73 +108,124 @@ func TestTracesFollowRecordsThroughOperators(t *testing.T) {
 	runToEnd(t, sys, ctx, top)
 
 	ix := indexSpans(rec)
-	if n := records(ix, "src"); n != 1000 {
-		t.Fatalf("source spans cover %d records, want all 1000", n)
+	roots := ix.byName["src"]
+	ids := map[string]bool{}
+	for _, s := range roots {
+		if s.Parent().IsValid() || attr(s, "sluice.role") != "source" {
+			t.Fatalf("source span with parent %v, role %q", s.Parent(), attr(s, "sluice.role"))
+		}
+		ids[attr(s, "sluice.record.id")] = true
 	}
-	checkParents(t, ix, "double", "src") // fused: nested
-	// The aggregate's per-batch spans continue the trace across actors.
-	inputs := 0
-	for _, s := range ix.byName["count"] {
-		if ix.parentName(s) == "double" {
-			inputs++
+	if len(roots) != 1000 || len(ids) != 1000 || !ids["src/0/0"] || !ids["src/0/999"] {
+		t.Fatalf("%d source spans, %d record ids, want a trace for each of the 1000 records", len(roots), len(ids))
+	}
+	checkParents(t, ix, "double", "src") // fused
+	checkParents(t, ix, "count", "double")
+	for _, s := range ix.byName["double"] {
+		p := ix.byID[s.Parent().SpanID()]
+		if attr(s, "sluice.record.id") != attr(p, "sluice.record.id") || attr(s, "sluice.edge") != "src->double" || attr(s, "sluice.edge.kind") != "fused" {
+			t.Fatalf("double span: id %q (parent's %q), edge %q %q", attr(s, "sluice.record.id"), attr(p, "sluice.record.id"),
+				attr(s, "sluice.edge"), attr(s, "sluice.edge.kind"))
 		}
 	}
-	if inputs == 0 {
-		t.Fatal("no count span is a child of a double span: the context did not cross the edge")
-	}
+	keys := map[string]int{}
 	for _, s := range ix.byName["count"] {
-		if ix.parentName(s) != "double" {
-			continue
-		}
-		policy := ""
-		for _, a := range s.Attributes() {
-			if a.Key == "sluice.mailbox.policy" {
-				policy = a.Value.AsString()
+		for k, want := range map[string]string{"sluice.mailbox.policy": "block", "sluice.edge": "double->count", "sluice.edge.kind": "hash", "sluice.role": "pass"} {
+			if got := attr(s, k); got != want {
+				t.Fatalf("count span: %s = %q, want %q", k, got, want)
 			}
 		}
-		if policy != "block" {
-			t.Fatalf("the span of the operator reading the mailbox has policy %q, want block", policy)
+		if attr(s, "sluice.queue.wait_us") == "" {
+			t.Fatal("count span (a chain head) lacks sluice.queue.wait_us")
+		}
+		keys[attr(s, "sluice.key")]++
+	}
+	if len(keys) != 3 || keys["0"]+keys["1"]+keys["2"] != 1000 {
+		t.Fatalf("count spans by key %v, want 3 keys and 1000 spans", keys)
+	}
+	// One result span per key, in the trace of one of its records, linked
+	// to the pass spans of all of them.
+	results := ix.byName["count emit"]
+	if len(results) != 3 {
+		t.Fatalf("%d result spans, want one per key (3)", len(results))
+	}
+	linked := map[trace.SpanID]bool{}
+	for _, r := range results {
+		if ix.parentName(r) != "count" {
+			t.Fatalf("result span's parent is %q, want a count span", ix.parentName(r))
+		}
+		if len(r.Links()) > 100 || r.DroppedLinks() > 0 {
+			t.Fatalf("result span has %d links (%d dropped): want at most 100 a span", len(r.Links()), r.DroppedLinks())
+		}
+		for _, l := range r.Links() {
+			linked[l.SpanContext.SpanID()] = true
 		}
 	}
-	// Its results link to their inputs instead of nesting under one.
-	var results []sdktrace.ReadOnlySpan
-	for _, s := range ix.byName["count"] {
-		if !s.Parent().IsValid() {
-			results = append(results, s)
+	for _, s := range ix.byName["count inputs"] {
+		if ix.parentName(s) != "count emit" || s.DroppedLinks() > 0 {
+			t.Fatalf("inputs span: parent %q, %d links dropped", ix.parentName(s), s.DroppedLinks())
 		}
-	}
-	if len(results) != 2 {
-		t.Fatalf("%d result spans for count, want one per instance (2)", len(results))
-	}
-	linked := 0
-	for _, s := range results {
 		for _, l := range s.Links() {
-			if in, ok := ix.byID[l.SpanContext.SpanID()]; !ok || in.Name() != "count" {
-				t.Fatalf("a result span links to %v, not to a count input span", l.SpanContext)
-			}
-			linked++
+			linked[l.SpanContext.SpanID()] = true
 		}
 	}
-	if linked != inputs {
-		t.Fatalf("result spans link %d inputs, want the %d traced input batches", linked, inputs)
+	for _, s := range ix.byName["count"] {
+		if !linked[s.SpanContext().SpanID()] {
+			t.Fatalf("the count span of record %s is linked from no result", attr(s, "sluice.record.id"))
+		}
+	}
+	checkParents(t, ix, "out", "count emit")
+}
+
+// TestTraceSamplingRatio samples 1 % of a 1 M-record job: 10 000 ± 10 %
+// records get a trace (the sampler is seeded per source instance, so the
+// figure is the same on every run).
+func TestTraceSamplingRatio(t *testing.T) {
+	if testing.Short() {
+		t.Skip("a million records")
+	}
+	sys, ctx, rec := tracedSystem(t)
+	top := operators.NewTopology("sampled", operators.TraceRatio(0.01))
+	src := operators.Source(top, "src", operators.Generate(1_000_000, func(i int64) int64 { return i }), operators.Parallelism(2))
+	operators.Sink(src, "out", discard[int64](), operators.NoFusion())
+	runToEnd(t, sys, ctx, top)
+	ix := indexSpans(rec)
+	n, m := len(ix.byName["src"]), len(ix.byName["out"])
+	t.Logf("1 %% of 1 000 000 records: %d traced, %d sink spans", n, m)
+	if n < 9_000 || n > 11_000 || m != n {
+		t.Fatalf("%d records traced (%d reached the sink), want 10 000 ± 10 %% and all at the sink", n, m)
+	}
+}
+
+// TestTraceKey traces the records of one key, and only those, from the
+// keyed operator on.
+func TestTraceKey(t *testing.T) {
+	sys, ctx, rec := tracedSystem(t)
+	top := operators.NewTopology("by-key", operators.TraceRatio(0), operators.TraceKey("user-7"))
+	src := operators.Source(top, "src", operators.Generate(1000, func(i int64) string { return "user-" + strconv.FormatInt(i%10, 10) }))
+	by := operators.KeyBy(src, "by", func(v string) string { return v }, operators.Parallelism(2))
+	counts := operators.Count(by, "count")
+	operators.Sink(counts, "out", discard[operators.KV[string, int64]]())
+	runToEnd(t, sys, ctx, top)
+	ix := indexSpans(rec)
+	if len(ix.byName["src"]) != 0 {
+		t.Fatalf("%d source spans with ratio 0", len(ix.byName["src"]))
+	}
+	spans := ix.byName["count"]
+	if len(spans) != 100 {
+		t.Fatalf("%d count spans, want the 100 records of user-7", len(spans))
+	}
+	for _, s := range spans {
+		if attr(s, "sluice.key") != "user-7" || ix.parentName(s) != "count key" {
+			t.Fatalf("count span of key %q under %q", attr(s, "sluice.key"), ix.parentName(s))
+		}
 	}
 	checkParents(t, ix, "out", "count")
-	for _, s := range ix.byName["double"] {
-		attrs := map[string]bool{}
-		for _, a := range s.Attributes() {
-			attrs[string(a.Key)] = true
-		}
-		for _, k := range []string{"sluice.topology", "sluice.operator", "sluice.instance", "sluice.records"} {
-			if !attrs[k] {
-				t.Fatalf("span double lacks attribute %s", k)
-			}
-		}
-	}
 }
 
 func TestTracesFanOutAndFanIn(t *testing.T) {
 	sys, ctx, rec := tracedSystem(t)
-	top := operators.NewTopology("shapes-traced", operators.BatchSize(50))
+	top := operators.NewTopology("shapes-traced", operators.BatchSize(50), operators.TraceRatio(0.2))
 	a := operators.Source(top, "a", operators.Generate(200, func(i int64) int64 { return i }))
 	b := operators.Source(top, "b", operators.Generate(200, func(i int64) int64 { return i }))
 	operators.Sink(a, "copy1", discard[int64](), operators.NoFusion())
@@ -182,6 +235,9 @@ func TestTracesFanOutAndFanIn(t *testing.T) {
 	ix := indexSpans(rec)
 	checkParents(t, ix, "copy1", "a")
 	checkParents(t, ix, "copy2", "a")
+	if n, m := len(ix.byName["copy1"]), len(ix.byName["a"]); n != m || n == 0 {
+		t.Fatalf("%d copy1 spans for %d sampled records of a", n, m)
+	}
 	fromA, fromB := 0, 0
 	for _, s := range ix.byName["joined"] {
 		switch ix.parentName(s) {
@@ -193,8 +249,8 @@ func TestTracesFanOutAndFanIn(t *testing.T) {
 			t.Fatalf("joined span with parent %q", ix.parentName(s))
 		}
 	}
-	if fromA == 0 || fromB == 0 {
-		t.Fatalf("fan-in: %d spans from a, %d from b; want both", fromA, fromB)
+	if fromA != len(ix.byName["a"]) || fromB != len(ix.byName["b"]) || fromB == 0 {
+		t.Fatalf("fan-in: %d spans from a, %d from b; want one per sampled record (%d, %d)", fromA, fromB, len(ix.byName["a"]), len(ix.byName["b"]))
 	}
 }
 
@@ -202,7 +258,8 @@ func TestTracesAcrossARestart(t *testing.T) {
 	sys, ctx, rec := tracedSystem(t)
 	var failed atomic.Bool
 	top := failingTopology(t.TempDir(), 20_000, 10_000, func() bool { return failed.CompareAndSwap(false, true) },
-		operators.RestartOnFailure(supervision.Backoff{Initial: time.Millisecond, Jitter: supervision.NoJitter}, 2, time.Minute))
+		operators.RestartOnFailure(supervision.Backoff{Initial: time.Millisecond, Jitter: supervision.NoJitter}, 2, time.Minute),
+		operators.TraceRatio(0.05))
 	run := runToEnd(t, sys, ctx, top)
 	if operators.CheckpointStatsOf(run).Restarts != 1 {
 		t.Fatal("the job did not restart")
@@ -210,16 +267,19 @@ func TestTracesAcrossARestart(t *testing.T) {
 	ix := indexSpans(rec)
 	checkParents(t, ix, "check", "numbers")
 	checkParents(t, ix, "key", "check")
-	for _, s := range ix.byName["count"] {
-		if ix.parentName(s) != "key" {
-			t.Fatalf("count span with parent %q", ix.parentName(s))
-		}
-	}
-	if n := records(ix, "numbers"); n <= 20_000 {
-		t.Fatalf("source spans cover %d records: the run after the restart was not traced", n)
-	}
+	checkParents(t, ix, "count", "key")
+	restarts := ix.byName["sluice.job"]
 	if !hasEvent(ix, "sluice.job", "restart") {
 		t.Fatal("no restart event was traced")
+	}
+	after := 0
+	for _, s := range ix.byName["numbers"] {
+		if s.StartTime().After(restarts[0].StartTime()) {
+			after++
+		}
+	}
+	if after == 0 {
+		t.Fatal("no record was traced after the restart")
 	}
 }
 

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sluicehq/sluice/internal/engine"
 	"github.com/sluicehq/sluice/mailbox"
 	"github.com/sluicehq/sluice/operators"
 	"github.com/sluicehq/sluice/persistence"
@@ -193,4 +194,118 @@ func TestUnalignedCheckpointsRefused(t *testing.T) {
 	if _, err := sys.Run(ctx, bare); err == nil || !containsAll(err.Error(), "AlignmentTimeout needs Checkpoints") {
 		t.Fatalf("Run with AlignmentTimeout and no checkpoints = %v, want a refusal", err)
 	}
+}
+
+// Unaligned checkpoints with live changes of an input (engine.SetInput,
+// the admin API's): twice, the slow counting job's count switches from
+// Block to Spill and back while unaligned checkpoints go on (in the
+// system's store, so a spilled input is recorded by its range), two
+// checkpoints after each change, then the job is stopped hard and
+// restored; the output equals an uninterrupted run's. A change to a
+// dropping policy is refused, naming why.
+func TestUnalignedCheckpointsWithLiveInputChanges(t *testing.T) {
+	const n, work = 12_000, 20_000
+	sys, ctx := newSystem(t)
+	cleanDir := t.TempDir()
+	runToEnd(t, sys, ctx, slowCounting(&uaCheckpoints{}, cleanDir, n, work, false, time.Hour))
+	want := sortedParts(t, cleanDir)
+
+	dir := t.TempDir()
+	changes := []mailbox.Config{mailbox.Spill(64, mailbox.SpillOptions{}), mailbox.Block(64)}
+	const rounds = 2
+	inFlight, refs, stops := 0, 0, 0
+	for attempt := 0; ; attempt++ {
+		if attempt > 50 {
+			t.Fatal("the job never finished")
+		}
+		run, err := sys.Run(ctx, slowCounting(nil, dir, n, work, false, 5*time.Millisecond, operators.UnalignedCheckpoints()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		st := operators.CheckpointStatsOf(run)
+		inFlight, refs = inFlight+st.RestoredInFlight, refs+st.RestoredSpillRefs
+		if attempt == 0 {
+			err := engine.SetInput(ctx, run, "count", mailbox.DropNewest(64))
+			if !errors.Is(err, engine.ErrNoLiveChange) || !containsAll(err.Error(), `"count"`, "unaligned", "drop-newest", "Block or Spill") {
+				t.Fatalf("SetInput(DropNewest) under unaligned checkpoints = %v, want a refusal naming the operator and the policies that work", err)
+			}
+		}
+		if stops < rounds {
+			for _, c := range changes {
+				if err := engine.SetInput(ctx, run, "count", c); err != nil {
+					t.Fatalf("SetInput(%s): %v", c.Overflow, err)
+				}
+				// Two more checkpoints under the new policy.
+				target := operators.CheckpointStatsOf(run).LastID + 2
+				waitFor(t, "two checkpoints after the change", func() bool {
+					select {
+					case <-run.Done():
+						return true
+					default:
+					}
+					return operators.CheckpointStatsOf(run).LastID >= target
+				})
+			}
+			if err := run.Stop(ctx); err != nil {
+				t.Fatal(err)
+			}
+			if err := run.Wait(ctx); errors.Is(err, operators.ErrAborted) {
+				stops++
+				continue
+			}
+		}
+		if err := run.Wait(ctx); err != nil {
+			t.Fatal(err)
+		}
+		break
+	}
+	if stops < rounds || inFlight == 0 {
+		t.Fatalf("%d stops, %d channels of in-flight records restored: the test proved nothing", stops, inFlight)
+	}
+	if got := sortedParts(t, dir); got != want {
+		t.Fatalf("output after %d live changes and stops differs from the uninterrupted run (%d vs %d bytes)", stops, len(got), len(want))
+	}
+	t.Logf("%d rounds of live changes to Spill and back, each followed by a hard stop; %d channels of in-flight records restored (%d from a spill range)", stops, inFlight, refs)
+}
+
+// CheckpointStats shows unaligned checkpoints as such, in progress and
+// completed: with the count's input spilling, some held in-flight records
+// as a range of the spill queue (SpillRanges) rather than a copy.
+func TestUnalignedCheckpointStats(t *testing.T) {
+	const n, work = 12_000, 20_000
+	sys, ctx := newSystem(t)
+	run, err := sys.Run(ctx, slowCounting(nil, t.TempDir(), n, work, true, 5*time.Millisecond, operators.UnalignedCheckpoints()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var inProgress operators.InProgressCheckpoint
+	waitFor(t, "an unaligned checkpoint in progress", func() bool {
+		for _, p := range operators.CheckpointStatsOf(run).InProgress {
+			if p.Unaligned {
+				inProgress = p
+				return true
+			}
+		}
+		return false
+	})
+	if err := run.Wait(ctx); err != nil {
+		t.Fatal(err)
+	}
+	st := operators.CheckpointStatsOf(run)
+	unaligned, ranges := 0, 0
+	for _, h := range st.History {
+		if h.Unaligned {
+			unaligned++
+		}
+		if h.SpillRanges > 0 {
+			if !h.Unaligned {
+				t.Fatalf("checkpoint %+v holds spill ranges but is not unaligned", h)
+			}
+			ranges++
+		}
+	}
+	if unaligned == 0 || ranges == 0 {
+		t.Fatalf("of %d checkpoints in the history, %d unaligned and %d with spill ranges: want some of each", len(st.History), unaligned, ranges)
+	}
+	t.Logf("in progress: %+v; history: %d checkpoints, %d unaligned, %d with spill ranges", inProgress, len(st.History), unaligned, ranges)
 }

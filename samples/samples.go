@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/sluicehq/sluice/actors"
 	"github.com/sluicehq/sluice/operators"
 	"github.com/sluicehq/sluice/samples/bank"
 	"github.com/sluicehq/sluice/samples/clickstream"
@@ -37,6 +38,14 @@ type Sample interface {
 // gives.
 type NotResumable interface {
 	NotResumable() string
+}
+
+// Observer is implemented by the samples whose Report reads the
+// statistics of their run (actors.Run.Stats): the runner calls Observe
+// with the run of the sample's topology as soon as it has started, before
+// Report.
+type Observer interface {
+	Observe(run *actors.Run)
 }
 
 // Catalog returns a fresh instance of every sample, in listing order.

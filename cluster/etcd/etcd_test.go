@@ -12,6 +12,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/sluicehq/sluice/cluster/etcd"
+	"github.com/sluicehq/sluice/cluster/internal/clustertest"
 )
 
 // The fault tests: three nodes in child processes form a cluster through
@@ -46,9 +47,9 @@ func etcdClusterWith(t *testing.T, eps []string, dir string, ttl time.Duration) 
 	a = startChild(t, cfg("a"))
 	b = startChild(t, cfg("b"))
 	c = startChild(t, cfg("c"))
-	a.event(20*time.Second, "joined", b.ID)
-	a.event(20*time.Second, "joined", c.ID)
-	b.event(20*time.Second, "joined", c.ID)
+	event(a, 20*time.Second, "joined", b.ID)
+	event(a, 20*time.Second, "joined", c.ID)
+	event(b, 20*time.Second, "joined", c.ID)
 	// c found a and b registered when it started: they are its members
 	// from the start (the events may come before its subscription).
 	return a, b, c, cfg
@@ -59,43 +60,34 @@ func etcdClusterWith(t *testing.T, eps []string, dir string, ttl time.Duration) 
 // instances).
 func runCounting(t *testing.T, a *child, dir string) map[string]int {
 	t.Helper()
-	a.send(fmt.Sprintf("run counting %d %s", jobRecords, dir))
+	a.Send(fmt.Sprintf("run counting %d %s", jobRecords, dir))
 	where := map[string]int{}
-	f := a.expect(30*time.Second, "PLACED")
+	f := a.Expect(30*time.Second, "PLACED")
 	where[f[1]] = int(atou(f[2]))
 	for len(where) < 3 {
-		f, ok := a.await(200*time.Millisecond, "PLACED")
+		f, ok := a.Await(200*time.Millisecond, "PLACED")
 		if !ok {
 			break
 		}
 		where[f[1]] = int(atou(f[2]))
 	}
-	a.awaitLine(30*time.Second, "checkpoint 3", func(f []string) bool { return len(f) == 2 && f[0] == "CHECKPOINT" && atou(f[1]) >= 3 })
+	a.AwaitLine(30*time.Second, "checkpoint 3", func(f []string) bool { return len(f) == 2 && f[0] == "CHECKPOINT" && atou(f[1]) >= 3 })
 	return where
 }
 
 // firstLine waits for the first of the children to print a line starting
-// with prefix.
+// with prefix, and returns it with the line's fields.
 func firstLine(t *testing.T, d time.Duration, prefix string, children ...*child) (*child, []string) {
 	t.Helper()
-	deadline := time.Now().Add(d)
-	for time.Now().Before(deadline) {
-		for _, c := range children {
-			if f, ok := c.await(50*time.Millisecond, prefix); ok {
-				return c, f
-			}
-		}
-	}
-	t.Fatalf("no %q from any of the children within %v", prefix, d)
-	return nil, nil
+	return clustertest.First(t, d, prefix, children...)
 }
 
 func open(children ...*child) {
 	for _, c := range children {
-		c.send("open")
+		c.Send("open")
 	}
 	for _, c := range children {
-		c.expect(10*time.Second, "OPENED")
+		c.Expect(10*time.Second, "OPENED")
 	}
 }
 
@@ -117,9 +109,9 @@ func TestMembersJoinAndLeaveThroughEtcd(t *testing.T) {
 	}
 	a := startChild(t, cfg("a"))
 	b := startChild(t, cfg("b"))
-	a.event(20*time.Second, "joined", b.ID)
-	b.stop()
-	a.event(20*time.Second, "left", b.ID)
+	event(a, 20*time.Second, "joined", b.ID)
+	b.Stop()
+	event(a, 20*time.Second, "left", b.ID)
 }
 
 // The fault-free run, for comparison: the result is the plain loop's.
@@ -130,7 +122,7 @@ func TestEtcdJobFaultFree(t *testing.T) {
 		a, b, c, cfg := etcdCluster(t, endpoints, dir)
 		runCounting(t, a, dir)
 		open(a, b, c)
-		if got := a.jobLine(2*time.Minute, "RESULT"); got[1] != wantCounts(jobRecords) {
+		if got := a.JobLine(2*time.Minute, "RESULT"); got[1] != wantCounts(jobRecords) {
 			t.Fatalf("result %v, want %s", got, wantCounts(jobRecords))
 		}
 		checkCommitted(t, cfg("x"), "counting", a.ID)
@@ -153,14 +145,14 @@ func TestEtcdJobSurvivesKill(t *testing.T) {
 		if where[victim.Address] == 0 {
 			t.Fatalf("no instance on b or c: %v", where)
 		}
-		victim.kill()
-		a.event(20*time.Second, "left", victim.ID)
+		victim.Kill()
+		event(a, 20*time.Second, "left", victim.ID)
 		open(a, other(victim, b, c))
-		r := a.jobLine(2*time.Minute, "RESTARTS")
+		r := a.JobLine(2*time.Minute, "RESTARTS")
 		if r[1] == "0" {
 			t.Fatalf("the job did not restart after the kill: %v", r)
 		}
-		if got := a.expect(10*time.Second, "RESULT"); got[1] != wantCounts(jobRecords) {
+		if got := a.Expect(10*time.Second, "RESULT"); got[1] != wantCounts(jobRecords) {
 			t.Fatalf("result after the kill %v, want %s", got, wantCounts(jobRecords))
 		}
 	})
@@ -175,17 +167,17 @@ func TestEtcdCoordinatorKilled(t *testing.T) {
 		dir := t.TempDir()
 		a, b, c, cfg := etcdCluster(t, endpoints, dir)
 		runCounting(t, a, dir)
-		a.kill()
+		a.Kill()
 		winner, took := firstLine(t, 30*time.Second, "TOOKOVER", b, c)
 		if took[1] != "counting" || took[2] != "a" {
 			t.Fatalf("took over %v, want counting from a", took)
 		}
 		open(b, c)
-		if got := winner.jobLine(2*time.Minute, "RESULT"); got[1] != wantCounts(jobRecords) {
+		if got := winner.JobLine(2*time.Minute, "RESULT"); got[1] != wantCounts(jobRecords) {
 			t.Fatalf("result after the coordinator's kill %v, want %s", got, wantCounts(jobRecords))
 		}
 		checkCommitted(t, cfg("x"), "counting", winner.ID)
-		for _, line := range other(winner, b, c).seenLines() {
+		for _, line := range other(winner, b, c).SeenLines() {
 			if strings.HasPrefix(line, "TOOKOVER") {
 				t.Fatalf("both survivors took the job over: %q", line)
 			}
@@ -205,11 +197,11 @@ func TestEtcdPausedCoordinatorFenced(t *testing.T) {
 		dir := t.TempDir()
 		a, b, c, cfg := etcdCluster(t, endpoints, dir)
 		runCounting(t, a, dir)
-		a.pause()
+		a.Pause()
 		winner, took := firstLine(t, 30*time.Second, "TOOKOVER", b, c)
-		a.resume()
-		t.Logf("%s took the job over at checkpoint %s while a was paused", winner.cfg.Name, took[3])
-		f := a.awaitLine(30*time.Second, "the old coordinator's run to stop", func(f []string) bool {
+		a.Resume()
+		t.Logf("%s took the job over at checkpoint %s while a was paused", winner.Cfg.Name, took[3])
+		f := a.AwaitLine(30*time.Second, "the old coordinator's run to stop", func(f []string) bool {
 			if f[0] == "RESULT" {
 				t.Fatalf("the paused coordinator finished its run: %v", f)
 			}
@@ -218,31 +210,31 @@ func TestEtcdPausedCoordinatorFenced(t *testing.T) {
 		if !strings.Contains(strings.Join(f, " "), "lease") {
 			t.Errorf("a's run stopped for another reason than its lease: %v", f)
 		}
-		a.event(10*time.Second, "excluded", a.ID)
+		event(a, 10*time.Second, "excluded", a.ID)
 		open(b, c)
-		if got := winner.jobLine(2*time.Minute, "RESULT"); got[1] != wantCounts(jobRecords) {
+		if got := winner.JobLine(2*time.Minute, "RESULT"); got[1] != wantCounts(jobRecords) {
 			t.Fatalf("result after the takeover %v, want %s", got, wantCounts(jobRecords))
 		}
 		checkCommitted(t, cfg("x"), "counting", winner.ID)
 		// Fenced, a must restart: its id never comes back; the new process
 		// joins with a new one.
-		a.stop()
+		a.Stop()
 		again := cfg("a")
-		again.Store, again.HoldSource = a.cfg.Store, false
+		again.Store, again.HoldSource = a.Cfg.Store, false
 		back := startChild(t, again)
 		if back.ID == a.ID {
 			t.Fatalf("the restarted a has the fenced id %s", a.ID)
 		}
-		winner.event(20*time.Second, "joined", back.ID)
+		event(winner, 20*time.Second, "joined", back.ID)
 		for _, ch := range []*child{b, c} {
 			n := 0
-			for _, line := range ch.seenLines() {
+			for _, line := range ch.SeenLines() {
 				if line == "EVENT joined a "+a.ID {
 					n++
 				}
 			}
 			if n > 1 {
-				t.Errorf("%s saw the fenced id %s join again", ch.cfg.Name, a.ID)
+				t.Errorf("%s saw the fenced id %s join again", ch.Cfg.Name, a.ID)
 			}
 		}
 	})
@@ -261,24 +253,24 @@ func TestEtcdKilledNodeRejoins(t *testing.T) {
 		if where[b.Address] == 0 {
 			victim = c
 		}
-		port, store := victim.port(), victim.cfg.Store
-		victim.kill()
-		a.event(20*time.Second, "left", victim.ID)
+		port, store := victim.Port(), victim.Cfg.Store
+		victim.Kill()
+		event(a, 20*time.Second, "left", victim.ID)
 		open(a, other(victim, b, c))
-		if got := a.jobLine(2*time.Minute, "RESULT"); got[1] != wantCounts(jobRecords) {
+		if got := a.JobLine(2*time.Minute, "RESULT"); got[1] != wantCounts(jobRecords) {
 			t.Fatalf("first run %v, want %s", got, wantCounts(jobRecords))
 		}
-		a.skipTo(a.lastMatch() + 1)
-		again := cfg(victim.cfg.Name)
+		a.SkipTo(a.LastMatch() + 1)
+		again := cfg(victim.Cfg.Name)
 		again.Port, again.Store, again.HoldSource = port, store, false
 		back := startChild(t, again)
-		a.event(20*time.Second, "joined", back.ID)
+		event(a, 20*time.Second, "joined", back.ID)
 		dir2 := t.TempDir()
-		a.send(fmt.Sprintf("run counting %d %s", jobRecords/3, dir2))
-		f := a.expect(30*time.Second, "PLACED")
+		a.Send(fmt.Sprintf("run counting %d %s", jobRecords/3, dir2))
+		f := a.Expect(30*time.Second, "PLACED")
 		got := map[string]int{f[1]: int(atou(f[2]))}
 		for len(got) < 3 {
-			f, ok := a.await(200*time.Millisecond, "PLACED")
+			f, ok := a.Await(200*time.Millisecond, "PLACED")
 			if !ok {
 				break
 			}
@@ -287,7 +279,7 @@ func TestEtcdKilledNodeRejoins(t *testing.T) {
 		if got[back.Address] == 0 {
 			t.Fatalf("the restarted node hosts nothing: %v", got)
 		}
-		if r := a.jobLine(2*time.Minute, "RESULT"); r[1] != wantCounts(jobRecords/3) {
+		if r := a.JobLine(2*time.Minute, "RESULT"); r[1] != wantCounts(jobRecords/3) {
 			t.Fatalf("second run %v, want %s", r, wantCounts(jobRecords/3))
 		}
 	})

@@ -131,7 +131,7 @@ func (e *ownEtcd) leader(d time.Duration) int {
 }
 
 // kill SIGKILLs member i.
-func (e *ownEtcd) kill(i int) {
+func (e *ownEtcd) Kill(i int) {
 	_ = e.members[i].Process.Signal(syscall.SIGKILL)
 	<-e.exited[i]
 }
@@ -160,33 +160,33 @@ func TestEtcdLeaderKilledJobGoesOn(t *testing.T) {
 		a, b, c := outageCluster(t, e, dir)
 		runCounting(t, a, dir)
 		l := e.leader(10 * time.Second)
-		e.kill(l)
+		e.Kill(l)
 		killed := time.Now()
 		nl := e.leader(20 * time.Second)
 		t.Logf("killed etcd's leader m%d; etcd elected m%d within %v", l, nl, time.Since(killed).Round(time.Millisecond))
 		// Checkpoints complete after the re-election (committed in etcd in
 		// leadership mode).
 		last := uint64(0)
-		for _, line := range a.seenLines() {
+		for _, line := range a.SeenLines() {
 			if f := strings.Fields(line); len(f) == 2 && f[0] == "CHECKPOINT" {
 				last = max(last, atou(f[1]))
 			}
 		}
-		a.awaitLine(30*time.Second, "a checkpoint after etcd's re-election", func(f []string) bool {
+		a.AwaitLine(30*time.Second, "a checkpoint after etcd's re-election", func(f []string) bool {
 			return len(f) == 2 && f[0] == "CHECKPOINT" && atou(f[1]) > last+2
 		})
 		open(a, b, c)
-		r := a.jobLine(2*time.Minute, "RESTARTS")
+		r := a.JobLine(2*time.Minute, "RESTARTS")
 		if r[1] != "0" {
 			t.Errorf("the job restarted %s times over etcd's re-election", r[1])
 		}
-		if got := a.expect(10*time.Second, "RESULT"); got[1] != wantCounts(jobRecords) {
+		if got := a.Expect(10*time.Second, "RESULT"); got[1] != wantCounts(jobRecords) {
 			t.Fatalf("result %v, want %s", got, wantCounts(jobRecords))
 		}
 		for _, ch := range []*child{a, b, c} {
-			for _, line := range ch.seenLines() {
+			for _, line := range ch.SeenLines() {
 				if strings.HasPrefix(line, "EVENT left") || strings.HasPrefix(line, "EVENT excluded") || strings.HasPrefix(line, "TOOKOVER") {
-					t.Errorf("%s: %q over etcd's re-election", ch.cfg.Name, line)
+					t.Errorf("%s: %q over etcd's re-election", ch.Cfg.Name, line)
 				}
 			}
 		}
@@ -203,12 +203,12 @@ func TestEtcdLeaderAndCoordinatorKilled(t *testing.T) {
 		a, b, c := outageCluster(t, e, dir)
 		runCounting(t, a, dir)
 		l := e.leader(10 * time.Second)
-		e.kill(l)
-		a.kill()
+		e.Kill(l)
+		a.Kill()
 		winner, took := firstLine(t, 60*time.Second, "TOOKOVER", b, c)
-		t.Logf("%s took the job over from %s at checkpoint %s", winner.cfg.Name, took[2], took[3])
+		t.Logf("%s took the job over from %s at checkpoint %s", winner.Cfg.Name, took[2], took[3])
 		open(b, c)
-		if got := winner.jobLine(2*time.Minute, "RESULT"); got[1] != wantCounts(jobRecords) {
+		if got := winner.JobLine(2*time.Minute, "RESULT"); got[1] != wantCounts(jobRecords) {
 			t.Fatalf("result %v, want %s", got, wantCounts(jobRecords))
 		}
 	})

@@ -5,6 +5,7 @@ import (
 	"flag"
 	"fmt"
 	"net"
+	"net/http"
 	"os"
 	"strings"
 	"time"
@@ -12,6 +13,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/sluicehq/sluice/actors"
+	"github.com/sluicehq/sluice/admin"
 	"github.com/sluicehq/sluice/dashboard"
 	"github.com/sluicehq/sluice/operators"
 	"github.com/sluicehq/sluice/persistence"
@@ -85,7 +87,8 @@ func planCmd(g *globals) *cobra.Command {
 func runCmd(g *globals) *cobra.Command {
 	var progress time.Duration
 	var trace bool
-	var traceEndpoint, metricsAddr, uiAddr string
+	var traceEndpoint, traceKey, metricsAddr, uiAddr string
+	var traceRatio float64
 	var uiWait bool
 	var dur durability
 	var af adminFlags
@@ -95,7 +98,9 @@ func runCmd(g *globals) *cobra.Command {
 		RunE:  unknownSample,
 	}
 	c.PersistentFlags().DurationVar(&progress, "progress", 500*time.Millisecond, "progress line interval (0: none)")
-	c.PersistentFlags().BoolVar(&trace, "trace", false, "export traces over OTLP (sampler from OTEL_TRACES_SAMPLER, default: every batch)")
+	c.PersistentFlags().BoolVar(&trace, "trace", false, "export traces of sampled records over OTLP (docs/tracing.md; find one in Jaeger by the tag sluice.key=KEY)")
+	c.PersistentFlags().Float64Var(&traceRatio, "trace-ratio", operators.DefaultTraceRatio, "with --trace: the share of records traced (0 to 1; each source samples each record with this probability)")
+	c.PersistentFlags().StringVar(&traceKey, "trace-key", "", "with --trace: also trace every record with this key (as fmt.Sprint writes it), from the first keyed operator on")
 	c.PersistentFlags().StringVar(&traceEndpoint, "trace-endpoint", "127.0.0.1:4317", "OTLP gRPC endpoint for --trace (a local Jaeger)")
 	c.PersistentFlags().StringVar(&metricsAddr, "metrics", "", "serve Prometheus metrics at http://ADDR/metrics (e.g. "+telemetry.DefaultMetricsAddr+"; a port alone binds 127.0.0.1, a host written out is used as written)")
 	c.PersistentFlags().StringVar(&uiAddr, "ui", "", "serve the live dashboard at http://ADDR/ while the sample runs (e.g. 127.0.0.1:8080; a port alone binds 127.0.0.1, a host written out is used as written)")
@@ -109,6 +114,12 @@ func runCmd(g *globals) *cobra.Command {
 	runs := sampleCommands(g, "run", func(cmd *cobra.Command, s samples.Sample) error {
 		if err := dur.check(cmd, s); err != nil {
 			return err
+		}
+		if !trace && (cmd.Flags().Changed("trace-ratio") || traceKey != "") {
+			return fmt.Errorf("--trace-ratio and --trace-key need --trace")
+		}
+		if traceRatio < 0 || traceRatio > 1 {
+			return fmt.Errorf("--trace-ratio %v: want a share between 0 and 1", traceRatio)
 		}
 		tp := telemetry.Noop()
 		if trace {
@@ -147,23 +158,33 @@ func runCmd(g *globals) *cobra.Command {
 			}
 			tp.Meter = mp
 		}
+		srv, stopAdmin, err := af.start(g, tp)
+		if err != nil {
+			return err
+		}
+		defer stopAdmin()
 		var ui *dashboard.Dashboard
 		if uiAddr != "" {
-			d, stopUI, err := serveUI(g, uiAddr, trace, "sluice-"+s.Name())
+			var controls http.Handler // the dashboard's controls call the admin API, when there is one
+			if srv != nil {
+				controls = srv.Handler()
+			}
+			d, stopUI, err := serveUI(g, uiAddr, trace, "sluice-"+s.Name(), controls)
 			if err != nil {
 				return err
 			}
 			defer stopUI()
 			ui = d
 		}
-		srv, stopAdmin, err := af.start(g, tp)
-		if err != nil {
-			return err
+		topts := []operators.TopologyOption{operators.TraceRatio(traceRatio)}
+		if traceKey != "" {
+			topts = append(topts, operators.TraceKey(traceKey))
 		}
-		defer stopAdmin()
-		err = runSample(cmd.Context(), g, s, progress, tp, ui, dur, func(run *actors.Run) (func(), error) {
-			if err := addJob(srv, run); err != nil {
-				return nil, err
+		err = runSample(cmd.Context(), g, s, progress, tp, ui, dur, topts, srv, func(run *actors.Run, start admin.Starter) (func(), error) {
+			if srv != nil {
+				if err := srv.AddRestartable(run, start); err != nil {
+					return nil, err
+				}
 			}
 			return af.watch(srv), nil
 		})
@@ -252,15 +273,17 @@ func (d *durability) check(cmd *cobra.Command, s samples.Sample) error {
 
 // serveUI serves a dashboard for `run --ui ADDR` (a port alone means
 // 127.0.0.1) and prints its URL; stop ends it. With tracing on, operators
-// link to their spans in the local Jaeger.
-func serveUI(g *globals, addr string, trace bool, service string) (d *dashboard.Dashboard, stop func(), err error) {
+// link to their spans in the local Jaeger, and the page finds a sampled
+// record's trace there (Jaeger's query API, beside its UI). With controls
+// (the admin API's handler) the page offers its controls.
+func serveUI(g *globals, addr string, trace bool, service string, controls http.Handler) (d *dashboard.Dashboard, stop func(), err error) {
 	_, loopback, err := dashboard.ListenAddr(addr)
 	if err != nil {
 		return nil, nil, fmt.Errorf("--ui: %w", err)
 	}
-	opts := dashboard.Options{Title: service}
+	opts := dashboard.Options{Title: service, Admin: controls}
 	if trace {
-		opts.JaegerURL, opts.JaegerService = dashboard.DefaultJaegerURL, service
+		opts.JaegerURL, opts.JaegerQueryURL, opts.JaegerService = dashboard.DefaultJaegerURL, dashboard.DefaultJaegerURL, service
 	}
 	d, err = dashboard.New(opts)
 	if err != nil {
@@ -282,8 +305,12 @@ func serveUI(g *globals, addr string, trace bool, service string) (d *dashboard.
 
 // runSample runs a sample to its end; started (which may be nil) is told
 // of the run once it started, and what it returns runs when the run ended.
+//
+// With srv (the admin API), the job can be rescaled through it (sluice ctl
+// rescale): started registers the run with the Starter that starts it
+// again, and the run followed is the one srv serves.
 func runSample(ctx context.Context, g *globals, s samples.Sample, every time.Duration, tp telemetry.Providers, ui *dashboard.Dashboard, dur durability,
-	started func(*actors.Run) (func(), error)) error {
+	topts []operators.TopologyOption, srv *admin.Server, started func(*actors.Run, admin.Starter) (func(), error)) error {
 	log, err := g.logger()
 	if err != nil {
 		return err
@@ -292,6 +319,7 @@ func runSample(ctx context.Context, g *globals, s samples.Sample, every time.Dur
 	if err != nil {
 		return err
 	}
+	t.Configure(topts...)
 	sys, err := actors.NewSystem(actors.Config{Name: "sluice", Logger: log, TracerProvider: tp.Tracer, MeterProvider: tp.Meter, Store: dur.store})
 	if err != nil {
 		return err
@@ -320,21 +348,45 @@ func runSample(ctx context.Context, g *globals, s samples.Sample, every time.Dur
 	case dur.checkpoints > 0:
 		fmt.Fprintf(g.stderr, "started job %s afresh: no checkpoint of it in %s; checkpoints every %v\n", t.Name(), dur.store, dur.checkpoints)
 	}
+	if o, ok := s.(samples.Observer); ok {
+		o.Observe(run)
+	}
 	if ui != nil {
 		if err := ui.Add(run); err != nil {
 			return err
 		}
 	}
 	if started != nil {
-		done, err := started(run)
+		done, err := started(run, admin.TopologyStarter(sys, t, dur.options()...))
 		if err != nil {
 			return err
 		}
 		defer done()
 	}
+	// current is the run now: after a rescale through the admin API, the
+	// one started in the old one's place; ended is closed when the job
+	// has ended for good (Server.Wait follows it across rescales).
+	current := func() *actors.Run { return run }
+	ended := run.Done()
+	if srv != nil {
+		current = func() *actors.Run {
+			if r, err := srv.Current(run.Name()); err == nil {
+				return r
+			}
+			return run
+		}
+		ch := make(chan struct{})
+		waitCtx, stopWait := context.WithCancel(context.WithoutCancel(ctx))
+		defer stopWait()
+		go func() { // owned: ends with the job, or when runSample returns
+			defer close(ch)
+			_ = srv.Wait(waitCtx, run.Name())
+		}()
+		ended = ch
+	}
 	p := newProgress(g.stderr, isTerminal(g.stderr))
 	if dur.checkpoints > 0 {
-		p.checkpoints = func() operators.CheckpointStats { return job.Checkpoints() }
+		p.checkpoints = func() operators.CheckpointStats { return operators.CheckpointStatsOf(current()) }
 	}
 	var tick <-chan time.Time
 	if every > 0 {
@@ -346,10 +398,11 @@ func runSample(ctx context.Context, g *globals, s samples.Sample, every time.Dur
 wait:
 	for {
 		select {
-		case <-run.Done():
+		case <-ended:
 			break wait
 		case <-tick:
-			p.show(run.Name(), run.Elapsed(), run.Stats())
+			r := current()
+			p.show(r.Name(), r.Elapsed(), r.Stats())
 		case <-ctx.Done():
 			if interrupted {
 				break wait
@@ -358,9 +411,9 @@ wait:
 			if dur.save != "" {
 				fmt.Fprintf(g.stderr, "\ninterrupted: writing a savepoint into %s, then stopping the job\n", dur.save)
 				spCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
-				info, err := job.Savepoint(spCtx, dur.save)
+				info, err := operators.StopWithSavepoint(spCtx, current(), dur.save)
 				cancel()
-				_ = job.Stop(context.WithoutCancel(ctx))
+				_ = current().Stop(context.WithoutCancel(ctx))
 				if err != nil {
 					return err
 				}
@@ -369,7 +422,7 @@ wait:
 			}
 			fmt.Fprintln(g.stderr, "\ninterrupted: draining (sources stop, in-flight records finish)")
 			drainCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
-			err := run.Drain(drainCtx)
+			err := current().Drain(drainCtx)
 			cancel()
 			if err != nil {
 				return err
@@ -377,9 +430,15 @@ wait:
 			break wait
 		}
 	}
+	run = current()
 	if every > 0 {
 		p.show(run.Name(), run.Elapsed(), run.Stats())
 		p.done()
+	}
+	if srv != nil {
+		if err := srv.Wait(context.WithoutCancel(ctx), run.Name()); err != nil {
+			return err
+		}
 	}
 	if err := run.Wait(context.WithoutCancel(ctx)); err != nil {
 		return err

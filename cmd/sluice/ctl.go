@@ -7,13 +7,13 @@ import (
 	"io"
 	"os"
 	"os/user"
+	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
 
 	"github.com/spf13/cobra"
 
-	"github.com/sluicehq/sluice/actors"
 	"github.com/sluicehq/sluice/admin"
 	"github.com/sluicehq/sluice/telemetry"
 )
@@ -114,7 +114,8 @@ the bearer token, from --token-file or $` + tokenEnv + `.
   sluice ctl history JOB                            the changes made to the job
   sluice ctl pause JOB SOURCE / resume JOB SOURCE   stop a source reading / let it read
   sluice ctl savepoint JOB [NAME]                   take a checkpoint now; with NAME, a savepoint under --admin-savepoints
-  sluice ctl stop JOB                               drain, keeping the final checkpoint
+  sluice ctl stop JOB [--savepoint NAME]            drain, keeping the final checkpoint; with NAME, stop with a savepoint under --admin-savepoints
+  sluice ctl rescale JOB OPERATOR=N...              stop with a savepoint, start again from it at the new parallelism
   sluice ctl set-policy JOB OPERATOR --policy P [--capacity N] [--sample-every N] [--rate R]
   sluice ctl apply FILE                             push a desired-state document (JSON)
   sluice ctl desired                                the desired state: desired vs applied`,
@@ -224,13 +225,38 @@ the bearer token, from --token-file or $` + tokenEnv + `.
 			fmt.Fprintf(out, "%s: checkpoint %d\n", args[0], id)
 			return nil
 		})})
-	c.AddCommand(&cobra.Command{Use: "stop JOB", Short: "drain a job, keeping its final checkpoint to resume from", Args: cobra.ExactArgs(1),
+	var stopSavepoint string
+	stop := &cobra.Command{Use: "stop JOB", Short: "drain a job, keeping its final checkpoint to resume from; with --savepoint, stop it with a savepoint", Args: cobra.ExactArgs(1),
 		RunE: do(func(ctx context.Context, cl *admin.Client, args []string) error {
+			if stopSavepoint != "" {
+				id, dir, err := cl.StopWithSavepoint(ctx, args[0], stopSavepoint)
+				if err != nil {
+					return err
+				}
+				fmt.Fprintf(out, "%s: stopped with savepoint %s of final checkpoint %d (sluice run ... --from-savepoint %s)\n", args[0], dir, id, dir)
+				return nil
+			}
 			id, err := cl.Stop(ctx, args[0])
 			if err != nil {
 				return err
 			}
 			fmt.Fprintf(out, "%s: stopped, final checkpoint %d\n", args[0], id)
+			return nil
+		})}
+	stop.Flags().StringVar(&stopSavepoint, "savepoint", "", "stop with a savepoint written into NAME under the process's --admin-savepoints (nothing is processed after it)")
+	c.AddCommand(stop)
+	c.AddCommand(&cobra.Command{Use: "rescale JOB OPERATOR=N...", Short: "change operators' parallelism: stop the job with a savepoint and start it again from it", Args: cobra.MinimumNArgs(2),
+		RunE: do(func(ctx context.Context, cl *admin.Client, args []string) error {
+			par, err := parseParallelism(args[1:])
+			if err != nil {
+				return err
+			}
+			r, err := cl.Rescale(ctx, args[0], par)
+			if err != nil {
+				return err
+			}
+			fmt.Fprintf(out, "%s: rescaled %v (was %v); paused %v (stopping %v); savepoint %s of checkpoint %d\n",
+				args[0], r.Parallelism, r.Was, r.Pause.Round(time.Millisecond), r.Stopping.Round(time.Millisecond), r.Savepoint, r.Checkpoint)
 			return nil
 		})})
 	var in admin.Input
@@ -321,10 +347,16 @@ func printJobStatus(w io.Writer, st admin.JobStatus) {
 	}
 }
 
-// addJob puts a run under the admin API (when it is served).
-func addJob(srv *admin.Server, run *actors.Run) error {
-	if srv == nil {
-		return nil
+// parseParallelism reads OPERATOR=N arguments.
+func parseParallelism(args []string) (map[string]int, error) {
+	par := map[string]int{}
+	for _, a := range args {
+		op, n, ok := strings.Cut(a, "=")
+		p, err := strconv.Atoi(n)
+		if !ok || op == "" || err != nil || p < 1 {
+			return nil, fmt.Errorf("rescale: %q: want OPERATOR=N, N at least 1", a)
+		}
+		par[op] = p
 	}
-	return srv.Add(run)
+	return par, nil
 }

@@ -12,6 +12,7 @@ import (
 	"github.com/sluicehq/sluice/admin"
 	"github.com/sluicehq/sluice/mailbox"
 	"github.com/sluicehq/sluice/operators"
+	"github.com/sluicehq/sluice/persistence"
 )
 
 // TestCtl drives a running job's admin API (served on a loopback socket)
@@ -116,5 +117,69 @@ func TestRunAdminFlags(t *testing.T) {
 	}
 	if _, _, err := execute(t, "run", "wordcount", "--lines", "10", "--desired", "x.json"); err == nil || !strings.Contains(err.Error(), "--desired needs --admin") {
 		t.Fatalf("--desired without --admin: %v", err)
+	}
+}
+
+// TestCtlRescaleAndStop: `sluice ctl rescale JOB OP=N` restarts a job
+// from a savepoint at the new parallelism, and `sluice ctl stop JOB
+// --savepoint NAME` stops it with a savepoint that ReadSavepoint accepts.
+func TestCtlRescaleAndStop(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	sys, err := actors.NewSystem(actors.Config{Name: t.Name()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sys.Stop(ctx)
+	top := operators.NewTopology("ctl-r")
+	src := operators.Source(top, "src", operators.Generate(operators.Unbounded, func(i int64) int64 { return i }))
+	keyed := operators.KeyBy(src, "by-key", func(v int64) int64 { return v % 8 }, operators.Parallelism(2))
+	counts := operators.Count(keyed, "count")
+	operators.Sink(counts, "sink", operators.SinkFunc(func(operators.KV[int64, int64]) error { return nil }))
+	opts := []operators.TopologyOption{operators.Checkpoints(time.Hour), operators.CheckpointStore(persistence.NewMemoryCheckpointStore())}
+	job, err := operators.Start(ctx, sys, top, opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tokenFile := filepath.Join(t.TempDir(), "token")
+	if err := os.WriteFile(tokenFile, []byte("tok-123\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	base := t.TempDir()
+	srv, err := admin.New(admin.Options{Token: "tok-123", SavepointDir: base})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := srv.AddRestartable(job.Run(), admin.TopologyStarter(sys, top, opts...)); err != nil {
+		t.Fatal(err)
+	}
+	sctx, stop := context.WithCancel(ctx)
+	url, wait, err := srv.Serve(sctx, "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { stop(); _ = wait() }()
+	ctl := func(args ...string) (string, error) {
+		t.Helper()
+		out, _, err := execute(t, append([]string{"ctl", "--addr", url, "--token-file", tokenFile}, args...)...)
+		return out, err
+	}
+	if _, err := ctl("rescale", "ctl-r", "count=zero"); err == nil || !strings.Contains(err.Error(), "OPERATOR=N") {
+		t.Fatalf("rescale with a bad argument: %v", err)
+	}
+	out, err := ctl("rescale", "ctl-r", "count=3")
+	if err != nil || !strings.Contains(out, "ctl-r: rescaled map[count:3 src:1] (was map[count:2 src:1]); paused ") {
+		t.Fatalf("rescale: %v\n%s", err, out)
+	}
+	out, err = ctl("stop", "ctl-r", "--savepoint", "last")
+	if err != nil || !strings.Contains(out, "ctl-r: stopped with savepoint "+filepath.Join(base, "last")) {
+		t.Fatalf("stop --savepoint: %v\n%s", err, out)
+	}
+	if err := srv.Wait(ctx, "ctl-r"); err != nil {
+		t.Fatal(err)
+	}
+	info, err := operators.ReadSavepoint(filepath.Join(base, "last"))
+	if err != nil || info.Parallelism["count"] != 3 {
+		t.Fatalf("the savepoint: %+v, %v", info, err)
 	}
 }

@@ -56,6 +56,16 @@ func TestSamplesAndUnknown(t *testing.T) {
 	}
 }
 
+// The sampling flags are checked before anything starts.
+func TestTraceFlags(t *testing.T) {
+	for _, args := range [][]string{{"--trace-key", "the"}, {"--trace-ratio", "0.5"}, {"--trace", "--trace-ratio", "2"}} {
+		out, _, err := execute(t, append([]string{"run", "wordcount", "--lines", "10"}, args...)...)
+		if err == nil || !strings.Contains(err.Error(), "--trace") || out != "" {
+			t.Errorf("run %v: %v (output %q), want an error naming the flag", args, err, out)
+		}
+	}
+}
+
 // --trace with nothing listening fails before the job starts and says how
 // to start a Jaeger.
 func TestTraceWithoutJaeger(t *testing.T) {

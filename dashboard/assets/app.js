@@ -123,6 +123,7 @@
     var hr = el('tr');
     [['operator'], ['task'], ['in'], ['in/s'], ['out'], ['out/s'], ['queue'], ['dropped'], ['spilled'],
       ['busy · back-pressured · idle', 'share of the last interval the instances spent handling records, waiting for credit to send, and waiting for input'],
+      ['p50 · p99', 'latency over the last window: end to end (from ingestion at a source) at a sink; queue wait, then processing of the task, at a task\'s first operator'],
       ['late'], ['watermark'], ['dead', 'dead letters'], ['']].forEach(function (h) {
       var th = el('th', null, h[0]);
       if (h[1]) th.title = h[1];
@@ -154,10 +155,19 @@
     var exBody = el('div', { 'class': 'ex-body' });
     exPanel.append(exBody);
     panels.append(cpPanel, exPanel);
-    sec.append(head, err, facts, graph, legend, wrap, panels);
-    return { id: job.id, sec: sec, badge: badge, elapsed: elapsed, err: err, facts: f, graph: graph,
+    var charts = el('div', { 'class': 'charts', 'data-panel': 'charts' });
+    var tracePanel = el('div', { 'class': 'panel trace-panel', 'data-panel': 'trace', hidden: '' });
+    var config = el('details', { 'class': 'panel config', 'data-panel': 'config' });
+    config.append(el('summary', null, 'configuration and controls'));
+    var cfgBody = el('div', { 'class': 'cfg-body' });
+    config.append(cfgBody);
+    sec.append(head, err, facts, graph, legend, tracePanel, wrap, charts, panels, config);
+    var v = { id: job.id, name: job.name, sec: sec, badge: badge, elapsed: elapsed, err: err, facts: f, graph: graph,
       tbody: tbody, graphKey: '', rowsKey: '', rows: new Map(), svgOps: new Map(), svgTasks: new Map(),
-      history: new Map(), expanded: new Set(), cpBody: cpBody, cpNone: cpNone, cpKey: '', exBody: exBody, exKey: '' };
+      history: new Map(), expanded: new Set(), cpBody: cpBody, cpNone: cpNone, cpKey: '', exBody: exBody, exKey: '',
+      charts: charts, chartViews: null, points: [], cfgBody: cfgBody, cfgKey: '', tracePanel: tracePanel, trace: null };
+    newTracePanel(v);
+    return v;
   }
 
   // drawGraph draws the tasks and edges the layout placed.
@@ -237,6 +247,8 @@
       svg.append(tg);
     });
     v.graph.replaceChildren(svg);
+    v.svgJob = job;
+    if (v.trace) drawTracePath(v, v.trace);
   }
 
   function newRow(v, op, links) {
@@ -279,6 +291,7 @@
     td('spilled', 'num');
     var sh = td('backpressure', 'shares-cell');
     if (op.head) shareBar(cells, sh);
+    td('latency', 'num');
     td('late', 'num');
     td('watermark', 'num');
     td('dead_lettered', 'num');
@@ -344,7 +357,7 @@
     td('queue', 'num'); td('dropped', 'num'); td('spilled', 'num');
     var sh = td('backpressure', 'shares-cell');
     if (op.head) shareBar(cells, sh);
-    td('late', 'num'); td('watermark', 'num'); td('dead_lettered', 'num'); td('traces');
+    td('latency', 'num'); td('late', 'num'); td('watermark', 'num'); td('dead_lettered', 'num'); td('traces');
     return { tr: tr, cells: cells };
   }
 
@@ -468,6 +481,395 @@
     cells.sparkLine.setAttribute('points', pts.join(' '));
   }
 
+  // ---- latency ----
+
+  function setLatency(cell, op) {
+    var p = op.end_to_end || op.queue_wait, proc = op.end_to_end ? null : op.processing;
+    if (!p && !proc) { setText(cell, '–'); setValue(cell, -1); cell.title = ''; return; }
+    var parts = [];
+    if (p) parts.push(fmtMS(p.p50) + ' · ' + fmtMS(p.p99));
+    if (proc) parts.push('+ ' + fmtMS(proc.p99));
+    setText(cell, parts.join(' '));
+    setValue(cell, p ? p.p99 : proc.p99);
+    var what = op.end_to_end ? 'end to end' : 'queue wait';
+    cell.title = (p ? what + ': p50 ' + fmtMS(p.p50) + ', p95 ' + fmtMS(p.p95) + ', p99 ' + fmtMS(p.p99) + ', max ' + fmtMS(p.max) + ' over ' + fmtCount(p.count) + ' records' : '') +
+      (proc ? (p ? '\n' : '') + 'processing of the task: p50 ' + fmtMS(proc.p50) + ', p99 ' + fmtMS(proc.p99) + ', max ' + fmtMS(proc.max) : '');
+  }
+
+  // ---- charts over the last minutes ----
+
+  var MAX_POINTS = 1200;
+  var PALETTE = ['#2f6fdb', '#d2413a', '#2e9d5b', '#d98a1c', '#8a4fd0', '#1aa3a3', '#b3477d', '#6b7483', '#7a9a1f', '#c0612b'];
+  var CHART_W = 372, CHART_H = 120, PAD_L = 44, PAD_B = 16, PAD_T = 8;
+  var JOB_CHARTS = [
+    { key: 'in', title: 'records in /s', fmt: fmtRate, heads: false },
+    { key: 'q', title: 'queue depth (records)', fmt: fmtCount, heads: true },
+    { key: 'bp', title: 'back-pressured share', fmt: pct, heads: true, max1: true },
+    { key: 'lag', title: 'watermark lag', fmt: fmtMS, heads: false, skipNeg: true },
+    { key: 'p99', title: 'latency p99 (sinks: end to end; inputs: queue wait)', fmt: fmtMS, heads: false, skipNeg: true }
+  ];
+  var PROC_CHARTS = [
+    { key: 'heap', title: 'heap', fmt: fmtBytes },
+    { key: 'cpu', title: 'CPU (cores)', fmt: function (x) { return x.toFixed(2); }, skipNeg: true },
+    { key: 'goroutines', title: 'goroutines', fmt: fmtCount },
+    { key: 'gc_pause_ms', title: 'GC pause p99', fmt: fmtMS }
+  ];
+
+  function addPoints(v, job) {
+    if (job.history && job.history.points) {
+      v.points = job.history.points.slice(-MAX_POINTS);
+      v.pointOps = job.history.operators;
+    }
+    var p = job.point;
+    if (p && (!v.points.length || p.t > v.points[v.points.length - 1].t)) {
+      v.points.push(p);
+      if (v.points.length > MAX_POINTS) v.points.shift();
+    }
+  }
+
+  function newChart(def) {
+    var box = el('div', { 'class': 'chart', 'data-chart': def.key });
+    box.append(el('div', { 'class': 'chart-title' }, def.title));
+    var svg = sv('svg', { 'class': 'chart-svg', width: CHART_W, height: CHART_H, viewBox: '0 0 ' + CHART_W + ' ' + CHART_H, 'data-chart': def.key });
+    svg.append(sv('line', { 'class': 'axis', x1: PAD_L, y1: CHART_H - PAD_B, x2: CHART_W - 4, y2: CHART_H - PAD_B }));
+    svg.append(sv('line', { 'class': 'axis', x1: PAD_L, y1: PAD_T, x2: PAD_L, y2: CHART_H - PAD_B }));
+    var top = sv('text', { 'class': 'tick', x: PAD_L - 4, y: PAD_T + 8, 'text-anchor': 'end' }, '');
+    var zero = sv('text', { 'class': 'tick', x: PAD_L - 4, y: CHART_H - PAD_B, 'text-anchor': 'end' }, '0');
+    var span = sv('text', { 'class': 'tick', x: CHART_W - 4, y: CHART_H - 3, 'text-anchor': 'end' }, '');
+    var lines = sv('g', { 'class': 'lines' });
+    svg.append(top, zero, span, lines);
+    var legend = el('div', { 'class': 'chart-legend' });
+    box.append(svg, legend);
+    return { def: def, box: box, svg: svg, top: top, span: span, lines: lines, legend: legend, key: '' };
+  }
+
+  // plot draws series (name -> [[t, value]...]) into chart c over [t0, t1].
+  function plot(c, series, t0, t1) {
+    var names = Object.keys(series);
+    var key = names.join('|');
+    var top = 0;
+    names.forEach(function (n) { series[n].forEach(function (p) { if (p[1] > top) top = p[1]; }); });
+    if (c.def.max1) top = 1;
+    if (!(top > 0)) top = 1;
+    var w = CHART_W - PAD_L - 6, h = CHART_H - PAD_B - PAD_T, dt = Math.max(t1 - t0, 1);
+    if (key !== c.key) {
+      c.key = key;
+      c.lines.replaceChildren();
+      c.legend.replaceChildren();
+      c.poly = {};
+      names.forEach(function (n, i) {
+        var color = PALETTE[i % PALETTE.length];
+        var pl = sv('polyline', { 'data-op': n, stroke: color, fill: 'none', points: '' });
+        c.lines.append(pl);
+        c.poly[n] = pl;
+        var item = el('span', { 'class': 'item' });
+        item.append(el('span', { 'class': 'swatch', style: 'background:' + color }), document.createTextNode(n));
+        c.legend.append(item);
+      });
+    }
+    var total = 0, n = 0;
+    names.forEach(function (name) {
+      var pts = series[name].map(function (p) {
+        return (PAD_L + w * (p[0] - t0) / dt).toFixed(1) + ',' + (PAD_T + h - h * Math.min(p[1] / top, 1)).toFixed(1);
+      });
+      c.poly[name].setAttribute('points', pts.join(' '));
+      var last = series[name][series[name].length - 1];
+      if (last) { total += last[1]; n = Math.max(n, series[name].length); }
+    });
+    setText(c.top, c.def.fmt(top));
+    setText(c.span, 'last ' + fmtMS(t1 - t0));
+    c.svg.setAttribute('data-points', String(n));
+    c.svg.setAttribute('data-last', String(total));
+  }
+
+  function drawCharts(v, job) {
+    if (!v.chartViews) {
+      v.chartViews = JOB_CHARTS.map(newChart);
+      v.charts.replaceChildren.apply(v.charts, v.chartViews.map(function (c) { return c.box; }));
+    }
+    var pts = v.points;
+    if (!pts.length) return;
+    var names = job.operators.map(function (o) { return o.name; });
+    var heads = {};
+    job.operators.forEach(function (o) { heads[o.name] = o.head && o.capacity > 0; });
+    var t0 = pts[0].t, t1 = pts[pts.length - 1].t;
+    v.chartViews.forEach(function (c) {
+      var series = {};
+      names.forEach(function (name, i) {
+        if (c.def.heads && !heads[name]) return;
+        var s = [];
+        pts.forEach(function (p) {
+          var o = p.ops && p.ops[i];
+          if (!o) return;
+          var val = o[c.def.key];
+          if (c.def.skipNeg && !(val >= 0)) return;
+          s.push([p.t, val || 0]);
+        });
+        if (c.def.skipNeg && !s.length) return;
+        series[name] = s;
+      });
+      plot(c, series, t0, t1);
+    });
+  }
+
+  // ---- the process ----
+
+  var procEl = null, procFacts = {}, procCharts = null, procPoints = [], lastSnap = null;
+
+  function updateProcess(snap) {
+    if (!procEl) {
+      procEl = el('section', { 'class': 'process', 'data-panel': 'process' });
+      var head = el('div', { 'class': 'job-head' });
+      head.append(el('h2', null, 'process'), el('span', { 'class': 'muted' }, 'this process, from Go\'s runtime/metrics'));
+      var facts = el('div', { 'class': 'facts' });
+      [['heap', 'heap'], ['total', 'Go memory'], ['goroutines', 'goroutines'], ['gc', 'GC cycles'],
+        ['pause', 'GC pause p99'], ['cpu', 'CPU'], ['gccpu', 'GC share of CPU']].forEach(function (p) {
+        var d = el('div', { 'class': 'fact' });
+        d.append(el('span', { 'class': 'k' }, p[1]));
+        procFacts[p[0]] = el('span', { 'class': 'v', 'data-field': 'proc-' + p[0] }, '–');
+        d.append(procFacts[p[0]]);
+        facts.append(d);
+      });
+      var charts = el('div', { 'class': 'charts' });
+      procCharts = PROC_CHARTS.map(newChart);
+      charts.append.apply(charts, procCharts.map(function (c) { return c.box; }));
+      procEl.append(head, facts, charts);
+      jobsEl.prepend(procEl);
+    }
+    var p = snap.process || {};
+    setText(procFacts.heap, fmtBytes(p.heap_bytes)); setValue(procFacts.heap, p.heap_bytes || 0);
+    setText(procFacts.total, fmtBytes(p.total_bytes));
+    setText(procFacts.goroutines, fmtCount(p.goroutines)); setValue(procFacts.goroutines, p.goroutines || 0);
+    setText(procFacts.gc, fmtCount(p.gc_cycles));
+    setText(procFacts.pause, fmtMS(p.gc_pause_p99_ms));
+    setText(procFacts.cpu, p.cpu >= 0 ? p.cpu.toFixed(2) + ' of ' + p.gomaxprocs + ' cores' : '–');
+    setText(procFacts.gccpu, p.gc_cpu >= 0 ? pct(p.gc_cpu) : '–');
+    if (snap.process_history) procPoints = snap.process_history.slice(-MAX_POINTS);
+    var pp = snap.process_point;
+    if (pp && (!procPoints.length || pp.t > procPoints[procPoints.length - 1].t)) {
+      procPoints.push(pp);
+      if (procPoints.length > MAX_POINTS) procPoints.shift();
+    }
+    if (!procPoints.length) return;
+    var t0 = procPoints[0].t, t1 = procPoints[procPoints.length - 1].t;
+    procCharts.forEach(function (c) {
+      var s = [];
+      procPoints.forEach(function (q) { var val = q[c.def.key]; if (!(c.def.skipNeg && !(val >= 0))) s.push([q.t, val || 0]); });
+      var series = {};
+      series[c.def.title] = s;
+      plot(c, series, t0, t1);
+    });
+  }
+
+  // ---- configuration and controls ----
+
+  var POLICIES = ['block', 'drop-newest', 'drop-oldest', 'sample', 'throttle', 'spill'];
+  // The admin token the user pasted: kept in this page's memory only (never
+  // stored, never in the page the server sends), sent as a bearer token.
+  var adminToken = '';
+
+  function ctlResult(v, text, status) {
+    setText(v.ctlOut, text);
+    v.ctlOut.setAttribute('data-status', String(status));
+    v.ctlOut.className = 'ctl-result ' + (status >= 200 && status < 300 ? 'ok' : 'bad');
+  }
+
+  // control calls the admin API under admin/ with the pasted token.
+  function control(v, method, path, body) {
+    var headers = { 'Content-Type': 'application/json' };
+    if (adminToken) headers['Authorization'] = 'Bearer ' + adminToken;
+    var url = 'admin/v1/jobs/' + encodeURIComponent(v.name) + path;
+    fetch(url, { method: method, headers: headers, body: body ? JSON.stringify(body) : undefined, credentials: 'omit' })
+      .then(function (resp) {
+        return resp.text().then(function (text) {
+          var msg = text;
+          try { var j = JSON.parse(text); msg = j.error || JSON.stringify(j); } catch (e) { /* plain text */ }
+          ctlResult(v, method + ' ' + path + ': ' + resp.status + ' ' + resp.statusText + (msg ? ' — ' + msg : ''), resp.status);
+        });
+      })
+      .catch(function (e) { ctlResult(v, method + ' ' + path + ': ' + e, 0); });
+  }
+
+  function updateConfig(v, job, snap) {
+    var c = job.config || {};
+    var key = JSON.stringify(c) + '|' + !!snap.controls;
+    if (key === v.cfgKey) return;
+    v.cfgKey = key;
+    var parts = [];
+    var facts = el('table', { 'class': 'cfg' });
+    [['batch size', c.batch_size], ['default capacity', c.capacity],
+      ['checkpoints', c.checkpoint_interval ? 'every ' + c.checkpoint_interval + ', ' + c.checkpoint_mode +
+        (c.checkpoint_timeout ? ', timeout ' + c.checkpoint_timeout : '') + (c.max_concurrent > 1 ? ', ' + c.max_concurrent + ' at once' : '') +
+        (c.min_pause ? ', pause ' + c.min_pause : '') : 'none'],
+      ['checkpoint store', c.checkpoint_store], ['from savepoint', c.savepoint], ['dead letters', c.dead_letters],
+      ['restarts', c.restart || 'none (a failure ends the job)'], ['distributed', c.distributed ? 'yes' : 'no'],
+      ['latency', c.latency_window ? 'measured over ' + c.latency_window + ' windows' : 'not measured'],
+      ['latency target', c.latency_target]].forEach(function (r) {
+      if (r[1] === undefined || r[1] === '' || r[1] === null) return;
+      var tr = el('tr');
+      tr.append(el('th', null, r[0]), el('td', { 'data-field': 'cfg-' + r[0].replace(/ /g, '-') }, String(r[1])));
+      facts.append(tr);
+    });
+    parts.push(facts);
+
+    var controls = !!snap.controls;
+    if (controls) {
+      var tok = el('div', { 'class': 'token' });
+      var input = el('input', { type: 'password', 'class': 'token-input', placeholder: 'admin token (the first line of --admin-token-file)', autocomplete: 'off' });
+      input.value = adminToken;
+      input.addEventListener('input', function () { adminToken = input.value; });
+      var sp = el('button', { type: 'button', 'class': 'ctl', 'data-ctl': 'savepoint' }, 'take a savepoint');
+      sp.addEventListener('click', function () { control(v, 'POST', '/savepoint', {}); });
+      tok.append(el('label', null, 'token '), input, sp);
+      parts.push(tok);
+    }
+    var it = el('table', { 'class': 'inputs' });
+    var hr = el('tr');
+    ['operator', 'instances', 'input', controls ? 'change' : ''].forEach(function (h) { hr.append(el('th', null, h)); });
+    it.append(hr);
+    (c.inputs || []).forEach(function (inp) {
+      var tr = el('tr', { 'data-input': inp.operator });
+      tr.append(el('td', null, inp.operator + (inp.fused && inp.fused.length ? ' → ' + inp.fused.join(' → ') : '')),
+        el('td', { 'class': 'num' }, '×' + inp.parallelism),
+        el('td', { 'data-field': 'policy' }, inp.source ? 'source' + (inp.paused ? ' (paused)' : '') : inp.policy + ' · ' + fmtCount(inp.capacity)));
+      var ctl = el('td', { 'class': 'ctl-cell' });
+      if (controls && inp.source) {
+        var verb = inp.paused ? 'resume' : 'pause';
+        var b = el('button', { type: 'button', 'class': 'ctl', 'data-ctl': verb, 'data-op': inp.operator }, verb);
+        b.addEventListener('click', function () { control(v, 'POST', '/sources/' + encodeURIComponent(inp.operator) + '/' + verb); });
+        ctl.append(b);
+      } else if (controls && inp.live) {
+        var sel = el('select', { 'class': 'ctl-policy', 'data-op': inp.operator });
+        POLICIES.forEach(function (p) { var o = el('option', { value: p }, p); if (p === inp.policy) o.selected = true; sel.append(o); });
+        var cap = el('input', { type: 'number', min: '1', 'class': 'ctl-capacity', value: String(inp.capacity), title: 'capacity (records)' });
+        var extra = el('input', { type: 'number', min: '0', 'class': 'ctl-extra', placeholder: 'N or rate', title: 'sample: keep one in N; throttle: records per second' });
+        var apply = el('button', { type: 'button', 'class': 'ctl', 'data-ctl': 'set-input', 'data-op': inp.operator }, 'apply');
+        apply.addEventListener('click', function () {
+          var body = { policy: sel.value, capacity: Number(cap.value) };
+          if (sel.value === 'sample') body.sample_every = Number(extra.value) || 2;
+          if (sel.value === 'throttle') body.rate = Number(extra.value) || 1000;
+          control(v, 'PUT', '/inputs/' + encodeURIComponent(inp.operator), body);
+        });
+        ctl.append(sel, cap, extra, apply);
+      } else if (controls && inp.why) {
+        ctl.append(el('span', { 'class': 'muted' }, inp.why));
+      }
+      tr.append(ctl);
+      it.append(tr);
+    });
+    parts.push(it);
+    if (controls) {
+      v.ctlOut = v.ctlOut || el('div', { 'class': 'ctl-result', 'data-status': '' });
+      parts.push(v.ctlOut);
+    }
+    var plan = el('pre', { 'class': 'plan' }, c.plan || '');
+    parts.push(plan);
+    v.cfgBody.replaceChildren.apply(v.cfgBody, parts);
+  }
+
+  // ---- the trace of a sampled record ----
+
+  function newTracePanel(v) {
+    var p = v.tracePanel;
+    p.append(el('h3', null, 'follow a record'));
+    var form = el('div', { 'class': 'trace-form' });
+    var key = el('input', { type: 'text', 'class': 'trace-key', placeholder: 'record key (e.g. user-42)' });
+    var byKey = el('button', { type: 'button', 'class': 'trace-find', 'data-by': 'key' }, 'find by key');
+    var id = el('input', { type: 'text', 'class': 'trace-id', placeholder: 'trace id (32 hex digits)' });
+    var byID = el('button', { type: 'button', 'class': 'trace-find', 'data-by': 'id' }, 'open trace');
+    var clear = el('button', { type: 'button', 'class': 'trace-clear' }, 'clear');
+    form.append(key, byKey, id, byID, clear);
+    v.traceOut = el('div', { 'class': 'trace-out', 'data-state': 'none' });
+    p.append(form, v.traceOut);
+    byKey.addEventListener('click', function () { findTrace(v, 'key', key.value.trim()); });
+    byID.addEventListener('click', function () { findTrace(v, 'id', id.value.trim()); });
+    key.addEventListener('keydown', function (e) { if (e.key === 'Enter') findTrace(v, 'key', key.value.trim()); });
+    id.addEventListener('keydown', function (e) { if (e.key === 'Enter') findTrace(v, 'id', id.value.trim()); });
+    clear.addEventListener('click', function () { v.trace = null; drawTracePath(v, null); v.traceOut.replaceChildren(); v.traceOut.setAttribute('data-state', 'none'); });
+  }
+
+  function findTrace(v, by, value) {
+    v.traceOut.setAttribute('data-state', 'loading');
+    v.traceOut.replaceChildren(el('span', { 'class': 'muted' }, 'asking Jaeger…'));
+    fetch('trace?job=' + encodeURIComponent(v.id) + '&' + by + '=' + encodeURIComponent(value), { credentials: 'omit' })
+      .then(function (resp) { return resp.json().then(function (j) { return { status: resp.status, body: j }; }); })
+      .then(function (r) {
+        if (r.status !== 200 || !r.body.trace) {
+          v.traceOut.setAttribute('data-state', 'error');
+          v.traceOut.replaceChildren(el('div', { 'class': 'trace-error', 'data-status': String(r.status) }, r.body.error || ('status ' + r.status)));
+          return;
+        }
+        v.trace = r.body.trace;
+        drawTracePath(v, v.trace);
+        drawWaterfall(v, v.trace, r.body.matches || []);
+      })
+      .catch(function (e) {
+        v.traceOut.setAttribute('data-state', 'error');
+        v.traceOut.replaceChildren(el('div', { 'class': 'trace-error' }, String(e)));
+      });
+  }
+
+  // drawTracePath marks the operators of the trace's path on the graph,
+  // numbered in order, and the edges between the tasks it crossed.
+  function drawTracePath(v, t) {
+    var svg = v.graph.querySelector('svg');
+    if (!svg) return;
+    svg.querySelectorAll('.trace-step').forEach(function (e) { e.remove(); });
+    svg.querySelectorAll('.traced').forEach(function (e) { e.classList.remove('traced'); });
+    if (!t) { svg.removeAttribute('data-trace'); return; }
+    var taskOf = {};
+    ((v.svgJob && v.svgJob.graph.tasks) || []).forEach(function (tk) { tk.operators.forEach(function (o) { taskOf[o] = tk.id; }); });
+    var prevTask = null, step = 0;
+    t.path.forEach(function (name) {
+      var g = svg.querySelector('g.op[data-op="' + CSS.escape(name) + '"]');
+      if (!g) return;
+      step++;
+      g.classList.add('traced');
+      g.setAttribute('data-step', String(step));
+      var badge = sv('g', { 'class': 'trace-step' });
+      badge.append(sv('circle', { cx: -2, cy: 19, r: 8 }), sv('text', { x: -2, y: 23, 'text-anchor': 'middle' }, String(step)));
+      g.append(badge);
+      var task = taskOf[name];
+      if (prevTask !== null && task !== prevTask) {
+        svg.querySelectorAll('path.edge[data-from="' + prevTask + '"][data-to="' + task + '"]').forEach(function (e) { e.classList.add('traced'); });
+      }
+      prevTask = task;
+    });
+    svg.setAttribute('data-trace', t.id);
+  }
+
+  function drawWaterfall(v, t, matches) {
+    var out = [];
+    var head = el('div', { 'class': 'trace-head' });
+    head.append(el('b', null, 'trace ' + t.id), document.createTextNode(' · ' + t.spans.length + ' spans · ' + fmtMS(t.duration_us / 1000) +
+      ' · path ' + t.path.join(' → ') + (t.truncated ? ' · truncated' : '') + (matches.length > 1 ? ' · newest of ' + matches.length + ' matches' : '')));
+    out.push(head);
+    var wf = el('div', { 'class': 'waterfall', 'data-trace': t.id });
+    var total = Math.max(t.duration_us, 1);
+    t.spans.forEach(function (s) {
+      var row = el('div', { 'class': 'wf-row', 'data-span': s.id, 'data-operator': s.operator });
+      var label = el('div', { 'class': 'wf-label' }, s.operator + (s.name !== s.operator ? ' (' + s.name + ')' : ''));
+      var lane = el('div', { 'class': 'wf-lane' });
+      var bar = el('div', { 'class': 'wf-bar' });
+      bar.style.left = (100 * s.start_us / total).toFixed(2) + '%';
+      bar.style.width = Math.max(100 * s.duration_us / total, 0.4).toFixed(2) + '%';
+      var attrs = s.attrs || {};
+      bar.title = Object.keys(attrs).sort().map(function (k) { return k + ' = ' + attrs[k]; }).join('\n');
+      lane.append(bar);
+      (s.events || []).forEach(function (e) {
+        var tick = el('div', { 'class': 'wf-event', title: e.name, 'data-event': e.name });
+        tick.style.left = (100 * e.at_us / total).toFixed(2) + '%';
+        lane.append(tick);
+      });
+      var d = el('div', { 'class': 'wf-dur num' }, fmtMS(s.duration_us / 1000));
+      row.append(label, lane, d);
+      wf.append(row);
+    });
+    out.push(wf);
+    v.traceOut.setAttribute('data-state', 'shown');
+    v.traceOut.replaceChildren.apply(v.traceOut, out);
+  }
+
   function updateJob(v, job, snap) {
     // State, elapsed, checkpoints.
     setText(v.badge, job.state);
@@ -492,6 +894,8 @@
 
     updateCheckpoints(v, cp);
     updateExceptions(v, job.exceptions || {});
+    addPoints(v, job);
+    updateConfig(v, job, snap);
 
     // The graph, redrawn only when the plan changes.
     var gk = JSON.stringify(job.graph) + '|' + job.operators.map(function (o) { return o.traces_url || ''; }).join();
@@ -554,6 +958,7 @@
       if (skewed) setText(c.skew, 'skew ×' + op.skew.toFixed(1));
       setValue(c.skew, op.skew || 0);
       updateInstances(v, r, op);
+      setLatency(c.latency, op);
       setText(c.late, fmtCount(op.late)); setValue(c.late, op.late);
       // The time of day; the date is in the tooltip.
       setText(c.watermark, op.watermark ? fmtTime(op.watermark).slice(11) : '–');
@@ -574,6 +979,7 @@
         setText(s.alert, alerts.join(' '));
       }
     });
+    drawCharts(v, job);
     v.svgTasks.forEach(function (t, id) {
       var head = byTask.get(id);
       if (!head) return;
@@ -596,6 +1002,8 @@
     }
     setText(updatedEl, 'updated ' + fmtTime(snap.time) + ' UTC · every ' + snap.interval_ms + ' ms');
     updatedEl.setAttribute('data-seq', String(snap.seq));
+    lastSnap = snap;
+    updateProcess(snap);
     var seen = new Set();
     (snap.jobs || []).forEach(function (job) {
       seen.add(job.id);
@@ -605,6 +1013,7 @@
         views.set(job.id, v);
         jobsEl.append(v.sec);
       }
+      v.tracePanel.hidden = !snap.traces;
       updateJob(v, job, snap);
     });
     views.forEach(function (v, id) {

@@ -4,7 +4,9 @@ import (
 	"bytes"
 	"cmp"
 	"context"
+	"encoding/json"
 	"fmt"
+	"net/http"
 	"net/http/httptest"
 	"os"
 	"path/filepath"
@@ -17,6 +19,7 @@ import (
 	"github.com/chromedp/chromedp"
 
 	"github.com/sluicehq/sluice/actors"
+	"github.com/sluicehq/sluice/admin"
 	"github.com/sluicehq/sluice/dashboard"
 	"github.com/sluicehq/sluice/mailbox"
 	"github.com/sluicehq/sluice/operators"
@@ -177,11 +180,21 @@ func TestDashboardInChromium(t *testing.T) {
 			t.Errorf("system stop: %v", err)
 		}
 	})
+	// A fake Jaeger query API (the real one is in TestRecordTraceInChromium):
+	// the trace of the record with key "k-7" through the steady job.
+	fj := httptest.NewServer(fakeJaeger("steady", "k-7"))
+	t.Cleanup(fj.Close)
+	adm, err := admin.New(admin.Options{Token: adminToken})
+	if err != nil {
+		t.Fatal(err)
+	}
 	d, err := dashboard.New(dashboard.Options{
-		Title:         "sluice browser test",
-		Interval:      200 * time.Millisecond,
-		JaegerURL:     dashboard.DefaultJaegerURL,
-		JaegerService: "sluice-browsertest",
+		Title:          "sluice browser test",
+		Interval:       200 * time.Millisecond,
+		JaegerURL:      dashboard.DefaultJaegerURL,
+		JaegerQueryURL: fj.URL,
+		JaegerService:  "sluice-browsertest",
+		Admin:          adm.Handler(),
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -205,6 +218,12 @@ func TestDashboardInChromium(t *testing.T) {
 	if err := d.Add(steady); err != nil {
 		t.Fatal(err)
 	}
+	if err := adm.Add(steady); err != nil {
+		t.Fatal(err)
+	}
+	// A few points of the charts before the page loads: the first frame
+	// carries them, so the charts show at load.
+	waitPoints(t, ctx, srv.URL, 3)
 	plan, err := steadyTop.Plan()
 	if err != nil {
 		t.Fatal(err)
@@ -250,6 +269,8 @@ func TestDashboardInChromium(t *testing.T) {
 			ops: job ? job.querySelectorAll('svg g.op').length : 0,
 			rows: job ? job.querySelectorAll('table.ops tbody tr:not(.instance)').length : 0,
 			rendered: job ? job.getBoundingClientRect().height : 0,
+			chartPoints: job ? Number(job.querySelector('svg.chart-svg[data-chart="in"]').dataset.points || 0) : 0,
+			procHeap: Number(document.querySelector('[data-field="proc-heap"]').dataset.value || 0),
 		};
 	})()`))
 	if err != nil {
@@ -260,8 +281,8 @@ func TestDashboardInChromium(t *testing.T) {
 		nOps += len(task.Operators)
 	}
 	if atLoad["empty"] != true || atLoad["status"] == "live" || atLoad["ops"] != float64(nOps) || atLoad["rows"] != float64(nOps) ||
-		atLoad["rendered"].(float64) < 200 {
-		t.Errorf("at load, before any event, the page shows %v: want the job (%d operators), no \"No job yet\"", atLoad, nOps)
+		atLoad["rendered"].(float64) < 200 || atLoad["chartPoints"].(float64) < 3 || atLoad["procHeap"].(float64) <= 0 {
+		t.Errorf("at load, before any event, the page shows %v: want the job (%d operators) with its charts' points and the process, no \"No job yet\"", atLoad, nOps)
 	}
 	if err := os.WriteFile(filepath.Join(shots, "dashboard-at-load.png"), loadShot, 0o644); err != nil {
 		t.Fatal(err)
@@ -405,6 +426,107 @@ func TestDashboardInChromium(t *testing.T) {
 	} else {
 		t.Logf("count in rate: %.0f/s", rate)
 	}
+
+	// A chart that moves: count's line in the chart of input rates, read
+	// twice, differs (points are added as the snapshots come).
+	line := job1 + ` svg.chart-svg[data-chart="in"] polyline[data-op="count"]`
+	before, err := chromedp.Run(tab, chromedp.AttributeValue(chromedp.CSS(line), "points"))
+	if err != nil || before.Value == "" {
+		t.Fatalf("count's line in the rates chart: %q, %v", before.Value, err)
+	}
+	moved, err := chromedp.Run(tab, chromedp.Poll[string](fmt.Sprintf(`(() => {
+		const p = document.querySelector(%q).getAttribute('points');
+		return p !== %q ? p : null;
+	})()`, line, before.Value), chromedp.WithPollingInterval(20*time.Millisecond), chromedp.WithPollingTimeout(15*time.Second)))
+	if err != nil {
+		t.Fatalf("the rates chart does not move: %v", err)
+	}
+	charts, err := chromedp.Run(tab, chromedp.Evaluate[map[string]float64](`(() => {
+		const job = document.querySelector('section.job[data-job="1"]');
+		const out = {};
+		for (const c of job.querySelectorAll('svg.chart-svg')) out[c.dataset.chart] = Number(c.dataset.points || 0);
+		out.lines = job.querySelectorAll('svg.chart-svg[data-chart="in"] polyline').length;
+		out.procCharts = document.querySelectorAll('[data-panel="process"] svg.chart-svg').length;
+		out.latency = Number(job.querySelector('tr[data-op="store"] td[data-field="latency"]').dataset.value);
+		return out;
+	})()`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if charts["in"] < 3 || charts["q"] < 3 || charts["bp"] < 3 || charts["lines"] != float64(nOps) || charts["procCharts"] != 4 {
+		t.Errorf("charts: %v (want rates, queue and back-pressure over 3 points or more, a line per operator, 4 process charts)", charts)
+	}
+	t.Logf("charts: %v; count's rates line moved from %d to %d bytes of points", charts, len(before.Value), len(moved))
+
+	// The configuration: the plan, the checkpoint settings, every input.
+	if err := chromedp.Do(tab, chromedp.Click(chromedp.CSS(job1+` details.config summary`))); err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := chromedp.Run(tab, chromedp.Evaluate[map[string]string](`(() => {
+		const c = document.querySelector('section.job[data-job="1"] details.config');
+		return {
+			checkpoints: c.querySelector('[data-field="cfg-checkpoints"]').textContent,
+			plan: c.querySelector('pre.plan').textContent,
+			count: c.querySelector('tr[data-input="count"] td[data-field="policy"]').textContent,
+		};
+	})()`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(cfg["checkpoints"], "every 100ms") || !strings.Contains(cfg["plan"], "count") || !strings.Contains(cfg["count"], "block") {
+		t.Errorf("configuration shown: %v", cfg)
+	}
+
+	// The controls: without the token the admin API refuses (401, shown);
+	// with the token pasted, the source pauses, and resumes.
+	ctlResult := func(want string) string {
+		t.Helper()
+		got, err := chromedp.Run(tab, chromedp.Poll[string](fmt.Sprintf(`(() => {
+			const r = document.querySelector('section.job[data-job="1"] .ctl-result');
+			return r && r.dataset.status === %q ? r.textContent : null;
+		})()`, want), chromedp.WithPollingInterval(20*time.Millisecond), chromedp.WithPollingTimeout(15*time.Second)))
+		if err != nil {
+			t.Fatalf("no control result with status %s: %v", want, err)
+		}
+		return got
+	}
+	pauseBtn := job1 + ` details.config button[data-ctl="pause"][data-op="numbers"]`
+	if err := chromedp.Do(tab, chromedp.Click(chromedp.CSS(pauseBtn))); err != nil {
+		t.Fatal(err)
+	}
+	refused := ctlResult("401")
+	if !strings.Contains(refused, "bearer token") {
+		t.Errorf("a pause without the token shows %q", refused)
+	}
+	if err := chromedp.Do(tab, chromedp.SendKeys(chromedp.CSS(job1+` input.token-input`), adminToken)); err != nil {
+		t.Fatal(err)
+	}
+	if err := chromedp.Do(tab, chromedp.Click(chromedp.CSS(pauseBtn))); err != nil {
+		t.Fatal(err)
+	}
+	applied := ctlResult("200")
+	if _, err := chromedp.Run(tab, chromedp.Poll[bool](`(() => {
+		const td = document.querySelector('section.job[data-job="1"] tr[data-input="numbers"] td[data-field="policy"]');
+		return td && td.textContent.includes('paused') || null;
+	})()`, chromedp.WithPollingInterval(20*time.Millisecond), chromedp.WithPollingTimeout(15*time.Second))); err != nil {
+		t.Errorf("the paused source is not shown paused: %v", err)
+	}
+	if err := chromedp.Do(tab, chromedp.Click(chromedp.CSS(job1+` details.config button[data-ctl="resume"][data-op="numbers"]`))); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("controls: without the token %q; with it %q", refused, applied)
+	page, err := chromedp.Run(tab, chromedp.Evaluate[string](`document.documentElement.outerHTML`))
+	if err == nil && strings.Contains(page, adminToken) {
+		t.Error("the page's HTML carries the admin token")
+	}
+
+	// The trace of a sampled record: found by its key, its path drawn on
+	// the graph in order, its spans in a waterfall.
+	traced := traceByKey(t, tab, job1, "k-7")
+	if traced["path"] != "numbers,pace,count,store" || traced["steps"] != "1,2,3,4" || traced["rows"] != "5" || traced["edges"] == "0" {
+		t.Errorf("the trace drawn: %v", traced)
+	}
+	t.Logf("trace drawn: %v", traced)
 
 	// Overload: a source paced at about 2000 records a second into a sink
 	// that takes 100 a second, through a DropOldest mailbox of 2048.
@@ -562,4 +684,123 @@ func watchConsole(t *testing.T, tab context.Context) func() []string {
 	}
 	t.Cleanup(func() { stop() })
 	return stop
+}
+
+// adminToken is the admin API's token in the test: the user pastes it into
+// the page.
+const adminToken = "browser-test-token-0123456789"
+
+// waitPoints waits until the dashboard's history holds n points of job 1.
+func waitPoints(t *testing.T, ctx context.Context, base string, n int) {
+	t.Helper()
+	tick := time.NewTicker(20 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, base+"/snapshot.json", nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var s dashboard.Snapshot
+		err = json.NewDecoder(resp.Body).Decode(&s)
+		resp.Body.Close()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(s.Jobs) > 0 && s.Jobs[0].History != nil && len(s.Jobs[0].History.Points) >= n {
+			return
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatalf("the dashboard's history never held %d points", n)
+		case <-tick.C:
+		}
+	}
+}
+
+// traceByKey asks the page for the trace of the record with key, waits
+// for it to be drawn, and returns what the graph and the waterfall show.
+func traceByKey(t *testing.T, tab context.Context, job, key string) map[string]string {
+	t.Helper()
+	if err := chromedp.Do(tab, chromedp.SendKeys(chromedp.CSS(job+` input.trace-key`), key)); err != nil {
+		t.Fatal(err)
+	}
+	if err := chromedp.Do(tab, chromedp.Click(chromedp.CSS(job+` button.trace-find[data-by="key"]`))); err != nil {
+		t.Fatal(err)
+	}
+	got, err := chromedp.Run(tab, chromedp.Poll[map[string]string](fmt.Sprintf(`(() => {
+		const job = document.querySelector(%q);
+		const out = job.querySelector('.trace-out');
+		if (out.dataset.state === 'error') return {error: out.textContent};
+		if (out.dataset.state !== 'shown') return null;
+		const ops = Array.from(job.querySelectorAll('svg.topology g.op.traced')).sort((a, b) => a.dataset.step - b.dataset.step);
+		return {
+			path: ops.map(g => g.dataset.op).join(','),
+			steps: ops.map(g => g.dataset.step).join(','),
+			edges: String(job.querySelectorAll('svg.topology path.edge.traced').length),
+			rows: String(job.querySelectorAll('.waterfall .wf-row').length),
+			trace: job.querySelector('svg.topology').dataset.trace || '',
+			head: job.querySelector('.trace-head').textContent,
+		};
+	})()`, job), chromedp.WithPollingInterval(20*time.Millisecond), chromedp.WithPollingTimeout(20*time.Second)))
+	if err != nil {
+		t.Fatalf("the trace of %q is not drawn: %v", key, err)
+	}
+	if got["error"] != "" {
+		t.Fatalf("the trace of %q: the page shows the error %s", key, got["error"])
+	}
+	return got
+}
+
+// fakeJaeger answers Jaeger's query API with one trace, of the record
+// with key through the steady job, written as the engine writes its spans
+// (docs/tracing.md): numbers (source) -> pace (fused) -> count (after the
+// key-by shuffle) -> store, and a drop span that is not on the path.
+func fakeJaeger(topology, key string) http.Handler {
+	const traceID = "4bf92f3577b34da6a3ce929d0e0e4736"
+	type tag struct {
+		Key   string `json:"key"`
+		Type  string `json:"type"`
+		Value any    `json:"value"`
+	}
+	span := func(id, parent, op, role string, start int64, extra ...tag) map[string]any {
+		refs := []map[string]string{}
+		if parent != "" {
+			refs = append(refs, map[string]string{"refType": "CHILD_OF", "traceID": traceID, "spanID": parent})
+		}
+		tags := append([]tag{{"sluice.operator", "string", op}, {"sluice.role", "string", role}, {"sluice.topology", "string", topology}}, extra...)
+		return map[string]any{"traceID": traceID, "spanID": id, "operationName": op, "references": refs,
+			"startTime": 1764600000000000 + start, "duration": 40, "tags": tags, "logs": []any{}, "processID": "p1"}
+	}
+	trace := map[string]any{"traceID": traceID, "processes": map[string]any{"p1": map[string]string{"serviceName": "sluice-browsertest"}},
+		"spans": []any{
+			span("0000000000000001", "", "numbers", "source", 0, tag{"sluice.record.id", "string", "numbers/0/7"}),
+			span("0000000000000002", "0000000000000001", "pace", "pass", 50, tag{"sluice.edge", "string", "numbers->pace"}),
+			span("0000000000000003", "0000000000000002", "count", "pass", 300, tag{"sluice.key", "string", key}, tag{"sluice.queue.wait_us", "int64", 180}),
+			span("0000000000000005", "0000000000000003", "store drop", "drop", 380),
+			span("0000000000000004", "0000000000000003", "store", "pass", 400),
+		}}
+	reply, _ := json.Marshal(map[string]any{"data": []any{trace}, "total": 0, "limit": 0, "offset": 0, "errors": nil})
+	empty := []byte(`{"data":[],"total":0,"limit":0,"offset":0,"errors":null}`)
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		switch r.URL.Path {
+		case "/api/traces":
+			var tags map[string]string
+			_ = json.Unmarshal([]byte(r.URL.Query().Get("tags")), &tags)
+			if tags["sluice.key"] == key && tags["sluice.topology"] == topology {
+				_, _ = w.Write(reply)
+				return
+			}
+			_, _ = w.Write(empty)
+		case "/api/traces/" + traceID:
+			_, _ = w.Write(reply)
+		default:
+			w.WriteHeader(http.StatusNotFound)
+			_, _ = w.Write([]byte(`{"data":null,"errors":[{"code":404,"msg":"trace not found"}]}`))
+		}
+	})
 }

@@ -15,6 +15,7 @@
 //	  "version": 3,
 //	  "jobs": {
 //	    "q5": {
+//	      "latency_target": "250ms",
 //	      "operators": {
 //	        "bids":  {"paused": false},
 //	        "count": {"input": {"policy": "drop-oldest", "capacity": 4096}}
@@ -27,7 +28,8 @@
 // throttle, spill), capacity (records, required), sample_every (sample: keep
 // one in N, at least 2), rate (throttle: records per second) and high_water
 // (sample, throttle: the depth above which they shed; default three
-// quarters of the capacity).
+// quarters of the capacity). A job's latency_target (a Go duration, up to
+// an hour) changes the LatencyTarget of a job started with one.
 package desired
 
 import (
@@ -48,7 +50,10 @@ type Document struct {
 
 // Job is the desired settings of one job's operators, by name.
 type Job struct {
-	Operators map[string]Operator `json:"operators"`
+	// LatencyTarget, when set, is the job's LatencyTarget: a Go duration
+	// ("250ms"), for a job started with one.
+	LatencyTarget string              `json:"latency_target,omitempty"`
+	Operators     map[string]Operator `json:"operators"`
 }
 
 // Operator is the desired settings of one operator: the input mailbox of

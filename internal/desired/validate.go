@@ -5,6 +5,7 @@ import (
 	"math"
 	"slices"
 	"strings"
+	"time"
 )
 
 // View is what a process runs, as validation sees it: its jobs and their
@@ -16,6 +17,9 @@ type View struct {
 // JobView is one job's operators, by name.
 type JobView struct {
 	Operators map[string]OperatorView
+	// LatencyTarget is the job's now; 0: it was started without one, and
+	// cannot get one while it runs.
+	LatencyTarget time.Duration
 }
 
 // OperatorView is one operator of a running job.
@@ -31,11 +35,14 @@ type OperatorView struct {
 
 // Change is one setting to apply, with what it replaces (for a rollback).
 type Change struct {
-	Job, Operator string
+	Job, Operator string // Operator "": a change of the job (its LatencyTarget)
 	Input         *Input // the new input, or nil
 	Paused        *bool  // a source's new state, or nil
 	WasInput      Input
 	WasPaused     bool
+	// LatencyTarget is the job's new target, or nil.
+	LatencyTarget    *time.Duration
+	WasLatencyTarget time.Duration
 }
 
 // Undo is the change that puts back what c replaced.
@@ -49,12 +56,22 @@ func (c Change) Undo() Change {
 		p := c.WasPaused
 		u.Paused, u.WasPaused = &p, *c.Paused
 	}
+	if c.LatencyTarget != nil {
+		d := c.WasLatencyTarget
+		u.LatencyTarget, u.WasLatencyTarget = &d, *c.LatencyTarget
+	}
 	return u
 }
 
 func (c Change) String() string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "%s/%s", c.Job, c.Operator)
+	b.WriteString(c.Job)
+	if c.Operator != "" {
+		b.WriteString("/" + c.Operator)
+	}
+	if c.LatencyTarget != nil {
+		fmt.Fprintf(&b, " latency_target %v -> %v", c.WasLatencyTarget, *c.LatencyTarget)
+	}
 	if c.Input != nil {
 		fmt.Fprintf(&b, " input %s -> %s", c.WasInput, *c.Input)
 	}
@@ -89,6 +106,9 @@ func (e *FieldError) Error() string { return "desired: " + e.Field + ": " + e.Re
 
 // Policies are the input policies a document can name.
 var Policies = []string{"block", "drop-newest", "drop-oldest", "sample", "throttle", "spill"}
+
+// MaxLatencyTarget is the largest latency_target a document can ask for.
+const MaxLatencyTarget = time.Hour
 
 // MaxCapacity is the largest capacity a document can ask for.
 const MaxCapacity = 1 << 24
@@ -133,6 +153,19 @@ func Validate(doc Document, v View) ([]Change, error) {
 		jv, ok := v.Jobs[job]
 		if !ok {
 			return nil, &FieldError{Field: at, Reason: "no such job runs here"}
+		}
+		if lt := doc.Jobs[job].LatencyTarget; lt != "" {
+			d, err := time.ParseDuration(lt)
+			switch {
+			case err != nil:
+				return nil, &FieldError{Field: at + ".latency_target", Reason: fmt.Sprintf("%q is not a duration (such as 250ms)", lt)}
+			case d <= 0 || d > MaxLatencyTarget:
+				return nil, &FieldError{Field: at + ".latency_target", Reason: fmt.Sprintf("%v: must be positive and at most %v", d, MaxLatencyTarget)}
+			case jv.LatencyTarget == 0:
+				return nil, &FieldError{Field: at + ".latency_target", Reason: "the job was started without a LatencyTarget (operators.LatencyTarget): one cannot be added while it runs"}
+			case d != jv.LatencyTarget:
+				changes = append(changes, Change{Job: job, LatencyTarget: &d, WasLatencyTarget: jv.LatencyTarget})
+			}
 		}
 		for _, op := range sorted(doc.Jobs[job].Operators) {
 			at := at + ".operators." + op

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"strings"
 	"testing"
+	"time"
 )
 
 func TestCheckInput(t *testing.T) {
@@ -134,4 +135,35 @@ func FuzzParse(f *testing.F) {
 		m, _ = m.Step(Read{Doc: doc, View: view})
 		_ = m
 	})
+}
+
+func TestValidateLatencyTarget(t *testing.T) {
+	view := View{Jobs: map[string]JobView{
+		"lat":   {Operators: map[string]OperatorView{}, LatencyTarget: 200 * time.Millisecond},
+		"plain": {Operators: map[string]OperatorView{}},
+	}}
+	for _, c := range []struct {
+		job, target, field string
+		changes            int
+	}{
+		{"lat", "250ms", "", 1}, {"lat", "200ms", "", 0}, {"lat", "1h", "", 1},
+		{"lat", "0s", "jobs.lat.latency_target", 0}, {"lat", "-1ms", "jobs.lat.latency_target", 0},
+		{"lat", "61m", "jobs.lat.latency_target", 0}, {"lat", "fast", "jobs.lat.latency_target", 0},
+		{"plain", "250ms", "jobs.plain.latency_target", 0},
+	} {
+		changes, err := Validate(Document{Version: 1, Jobs: map[string]Job{c.job: {LatencyTarget: c.target}}}, view)
+		var fe *FieldError
+		switch {
+		case c.field == "" && (err != nil || len(changes) != c.changes):
+			t.Errorf("%s %s: %v, %d changes; want %d", c.job, c.target, err, len(changes), c.changes)
+		case c.field != "" && (!errors.As(err, &fe) || fe.Field != c.field):
+			t.Errorf("%s %s: %v, want a FieldError at %s", c.job, c.target, err, c.field)
+		}
+		if len(changes) == 1 {
+			ch := changes[0]
+			if u := ch.Undo(); *u.LatencyTarget != 200*time.Millisecond || u.WasLatencyTarget != *ch.LatencyTarget {
+				t.Errorf("%s: undo %s", ch, u)
+			}
+		}
+	}
 }

@@ -177,6 +177,11 @@ func SetInput(ctx context.Context, run *actors.Run, op string, cfg mailbox.Confi
 		return fmt.Errorf("%w: job %q is distributed: live changes of inputs are for jobs in one process", ErrNoLiveChange, x.topo.Name())
 	}
 	cfg = public(cfg)
+	if pol := x.topo.Config().CheckpointPolicy; (pol.Unaligned || pol.AlignmentTimeout > 0) &&
+		cfg.Overflow != mailbox.OverflowBlock && cfg.Overflow != mailbox.OverflowSpill {
+		return fmt.Errorf("%w: operator %q: job %q takes unaligned checkpoints, and a %s input's drops would make the in-flight records a checkpoint holds disagree with what the operator processes; use Block or Spill",
+			ErrNoLiveChange, op, x.topo.Name(), cfg.Overflow)
+	}
 	var spill *mailbox.SpillStore
 	if cfg.Overflow == mailbox.OverflowSpill {
 		st, err := x.sys.SpillStore()
@@ -189,7 +194,7 @@ func SetInput(ctx context.Context, run *actors.Run, op string, cfg mailbox.Confi
 	spillFor := func(c mailbox.Config, idx int) mailbox.Config {
 		if spill != nil {
 			c.Spill = &mailbox.SpillOptions{Store: spill, Codec: head.NewCodec(),
-				Queue: fmt.Sprintf("%s/%s.%d", x.jobPID.Id, head.Name(), idx)}
+				Queue: x.spillQueue(head.Name(), idx)}
 		}
 		return c
 	}

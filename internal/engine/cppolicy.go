@@ -3,6 +3,7 @@ package engine
 import (
 	"errors"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/sluicehq/sluice/internal/coord"
@@ -16,6 +17,14 @@ type InProgressCheckpoint struct {
 	Started time.Time
 	Acked   []int
 	Pending int
+	// Unaligned: it was started unaligned or switched to unaligned (its
+	// alignment timed out). InFlightBytes are the bytes of in-flight
+	// records the instances acknowledged so far recorded (copies), and
+	// SpillRanges the input channels they recorded as a range of their
+	// spill queue instead.
+	Unaligned     bool
+	InFlightBytes int64
+	SpillRanges   int
 }
 
 // cpExpire: the deadline of checkpoint id passed (coord.Inject.Deadline).
@@ -115,7 +124,9 @@ func (j *jobActor) publishInProgress() {
 			acked = append(acked, i)
 		}
 		slices.Sort(acked)
-		ps = append(ps, InProgressCheckpoint{ID: f.ID, Started: f.Started, Acked: acked, Pending: j.cs.Instances - len(acked)})
+		b, refs := channelSizes(f.Channels)
+		ps = append(ps, InProgressCheckpoint{ID: f.ID, Started: f.Started, Acked: acked, Pending: j.cs.Instances - len(acked),
+			Unaligned: f.Unaligned, InFlightBytes: b, SpillRanges: refs})
 	}
 	x := j.x
 	x.cpStatsMu.Lock()
@@ -133,4 +144,17 @@ func (x *execution) noteFailed(err error) {
 	}
 	x.cpStats.LastFailure = err.Error()
 	x.cpStatsMu.Unlock()
+}
+
+// channelSizes sums the bytes of a checkpoint's copied in-flight records
+// and counts its channels held as spill ranges.
+func channelSizes(chans map[string][]byte) (bytes int64, refs int) {
+	for k, v := range chans {
+		if strings.HasSuffix(k, spillRefSuffix) {
+			refs++
+		} else {
+			bytes += int64(len(v))
+		}
+	}
+	return bytes, refs
 }

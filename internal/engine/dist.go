@@ -301,6 +301,13 @@ func HostGeneration(sys *actors.System, dist graph.Distributor, t *graph.Topolog
 		x.cancel()
 		return nil, fmt.Errorf("operators: host %q generation %d: placement of %d instances, the plan has %d", t.Name(), d.Gen, len(d.Placement), n)
 	}
+	// Latency is measured here as in the job's process and reported with
+	// the counters (a LatencyTarget's controller runs in the job actor:
+	// the shed points here keep everything).
+	if err := x.setupLatency(); err != nil {
+		x.cancel()
+		return nil, fmt.Errorf("operators: host %q generation %d: %w", t.Name(), d.Gen, err)
+	}
 	if err := x.openDeadLetters(); err != nil {
 		x.cancel()
 		return nil, err
@@ -381,6 +388,7 @@ func (x *execution) hostStats(final bool) *wire.Stats {
 			if x.local(in.self) {
 				s := x.instanceStats(in)
 				s.Final = final
+				s.Latency = x.instLatencyWire(in)
 				ws.Instances = append(ws.Instances, s)
 			}
 		}
@@ -440,6 +448,27 @@ func (x *execution) noteStats(gen int, s *wire.InstanceStats) {
 		x.remoteStats = map[statsKey]*wire.InstanceStats{}
 	}
 	x.remoteStats[k] = s
+	if s.Latency != nil && x.lats != nil {
+		l, err := latencyFromWire(s.Latency)
+		if err != nil {
+			x.sys.Logger().Warn("latency statistics from another process refused", "job", x.topo.Name(),
+				"task", s.Task, "instance", s.Instance, "gen", gen, "err", err)
+			return
+		}
+		if x.remoteLat == nil {
+			x.remoteLat = map[statsKey]latencySnap{}
+		}
+		x.remoteLat[k] = l
+	}
+}
+
+// instLatencyWire is what in measured, to report to the job actor in
+// another process (nil when the job measures no latency).
+func (x *execution) instLatencyWire(in *instance) *wire.Latency {
+	if in.task < len(x.lats) && in.idx < len(x.lats[in.task]) && x.lats[in.task][in.idx] != nil {
+		return x.lats[in.task][in.idx].toWire()
+	}
+	return nil
 }
 
 func (h *hostActor) launch(c actor.Context) (err error) {

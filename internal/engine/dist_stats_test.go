@@ -142,3 +142,68 @@ func TestDistributedStats(t *testing.T) {
 		t.Fatalf("a report for no instance of the plan was counted: in %d", got)
 	}
 }
+
+// TestDistributedLatencyStats: what an instance in another process
+// measured (queue wait, processing, a sink's end-to-end latency, busy
+// time, records shed) reaches the coordinator's Stats through its host's
+// reports over msgpack, every generation counted; a report whose
+// histogram does not add up is refused (and logged), its counters kept.
+func TestDistributedLatencyStats(t *testing.T) {
+	sys, err := actors.NewSystem(actors.Config{Name: "dist-latency"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sys.Stop(t.Context())
+	withLats := func(x *execution) *execution {
+		x.sys = sys
+		x.lats = make([][]*instLatency, len(x.plan.Chains))
+		for id := range x.plan.Chains {
+			x.lats[id] = []*instLatency{new(instLatency)}
+		}
+		return x
+	}
+	coord := withLats(wireJob(t, "here:1", "there:2", 0))
+	host := withLats(wireJob(t, "there:2", "there:2", 0))
+	l := host.lats[1][0] // double, at there:2
+	l.queue.observe(3*time.Millisecond, 100)
+	l.queue.observe(40*time.Millisecond, 2)
+	l.proc.observe(time.Millisecond, 102)
+	l.busy.Store(int64(50 * time.Millisecond))
+	l.handled.Store(102)
+	l.shed[shedSampled].Store(7)
+
+	coord.onStats(overWire(t, host.hostStats(false)))
+	st := opStats(t, coord, "double")
+	if q := st.Latency.QueueWait; q.Count != 102 || q.P50 < 3*time.Millisecond || q.P50 > 4*time.Millisecond ||
+		q.Max < 40*time.Millisecond || q.Max > 43*time.Millisecond {
+		t.Fatalf("double's queue wait from its host's report: %+v", q)
+	}
+	if p := st.Latency.Processing; p.Count != 102 {
+		t.Fatalf("double's processing: %+v", p)
+	}
+	if st.Shed != 7 || st.ShedBy["latency-sampled"] != 7 {
+		t.Fatalf("double's shed records: %d %v", st.Shed, st.ShedBy)
+	}
+	if busy := coord.taskLatency(1).busy; busy != 50*time.Millisecond {
+		t.Fatalf("double's busy time at the coordinator: %v", busy)
+	}
+
+	// A later report of the next generation adds to it; a malformed one
+	// (a bucket out of range) is refused and the one before stays.
+	host.gen = 1
+	host.instances[1][0].gen = 1
+	l2 := new(instLatency)
+	l2.queue.observe(time.Millisecond, 10)
+	host.lats[1][0] = l2
+	coord.onStats(overWire(t, host.hostStats(false)))
+	if n := opStats(t, coord, "double").Latency.QueueWait.Count; n != 112 {
+		t.Fatalf("queue waits over two generations: %d, want 112", n)
+	}
+	bad := overWire(t, host.hostStats(false))
+	bad.Instances[0].Latency.Queue.Index[0] = histBuckets + 5
+	bad.Instances[0].Ops[0].In = 99
+	coord.onStats(bad)
+	if st := opStats(t, coord, "double"); st.Latency.QueueWait.Count != 112 || st.In != 99 {
+		t.Fatalf("after a malformed latency report: %d queue waits (want 112), %d in (want 99: the counters are kept)", st.Latency.QueueWait.Count, st.In)
+	}
+}

@@ -37,10 +37,13 @@ type outChan struct {
 // inChan identifies the sender behind one input channel, to return credits.
 type inChan struct {
 	sender   *actor.PID
-	out      int   // the sender's output channel index
-	consumed int64 // records handled, in total: the credit granted back (wire.Credit)
-	reported int64 // the total last granted back
-	every    int64 // grant once this many records were handled since (grantEvery)
+	from     string // the sending operator (its chain's tail), for traces
+	kind     string // the edge's partitioning (stage.Partition), for traces
+	remote   bool   // the sender runs in another process
+	out      int    // the sender's output channel index
+	consumed int64  // records handled, in total: the credit granted back (wire.Credit)
+	reported int64  // the total last granted back
+	every    int64  // grant once this many records were handled since (grantEvery)
 }
 
 // grantEvery is how many handled records a receiver gathers before it

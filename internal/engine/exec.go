@@ -88,7 +88,7 @@ func (x *execution) mailboxFor(in *instance) (mailbox.Config, error) {
 			opts = *cfg.Spill
 		}
 		opts.Store, opts.Codec, opts.Keep = st, head.NewCodec(), false
-		opts.Queue = fmt.Sprintf("%s/%s.%d", x.jobPID.Id, head.Name(), in.idx)
+		opts.Queue = x.spillQueue(head.Name(), in.idx)
 		cfg.Spill = &opts
 	}
 	return cfg, nil

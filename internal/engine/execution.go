@@ -52,6 +52,7 @@ type execution struct {
 	// after it is replaced, as the shared counters of local instances do.
 	statsMu     sync.Mutex
 	remoteStats map[statsKey]*wire.InstanceStats
+	remoteLat   map[statsKey]latencySnap // their latency, checked (latency.go)
 
 	done     chan struct{}
 	mu       sync.Mutex
@@ -81,6 +82,15 @@ type execution struct {
 	latPrev []latencySnap
 	shedder *shedder   // nil without a LatencyTarget
 	live    liveInputs // inputs changed while the job runs (control.go)
+
+	// Spill inputs by reference (unaligned.go, spillref.go): spillRefs says
+	// that unaligned checkpoints record a Spill input's range of its spill
+	// queue rather than copy it; launchTag names this launch's queues;
+	// oldQueues that queues of earlier launches may still be in the store
+	// (deleted once a checkpoint of this launch completes).
+	spillRefs bool
+	launchTag string
+	oldQueues bool
 }
 
 // now is the job's clock, in unix nanoseconds.
@@ -98,8 +108,11 @@ type CheckpointStats struct {
 	RestoredFrom uint64    // the checkpoint this run resumed from, 0 if none
 	RestoredTime time.Time // when that checkpoint was taken
 	// RestoredInFlight counts the input channels whose in-flight records
-	// (of an unaligned checkpoint) the run processed first.
-	RestoredInFlight int
+	// (of an unaligned checkpoint) the run processed first, and
+	// RestoredSpillRefs those of them whose records the checkpoint held as
+	// a range of a Spill input's queue instead of a copy.
+	RestoredInFlight  int
+	RestoredSpillRefs int
 	// Restarts counts RestartOnFailure's restarts of the job, and
 	// RestartDelays the backoff before each.
 	Restarts      int
@@ -332,7 +345,7 @@ func (x *execution) addLatencyStats(st *actors.OperatorStats, task, pos int) {
 	if !first && !sink {
 		return
 	}
-	total := x.taskLatency(task)
+	total := x.taskLatencyLocked(task) // Stats holds statsMu
 	var win latencySnap
 	x.latMu.Lock()
 	if task < len(x.latWin) {
@@ -430,6 +443,8 @@ func (x *execution) openCheckpoints(ctx context.Context) error {
 			return fmt.Errorf("checkpoints: %w", err)
 		}
 	}
+	pol := x.topo.Config().CheckpointPolicy
+	x.spillRefs = x.topo.Config().CheckpointStore == nil && x.dist == nil && (pol.Unaligned || pol.AlignmentTimeout > 0)
 	x.planBytes = savepoint.EncodePlan(x.planRecord())
 	cp, ok, err := x.cpStore.Latest(ctx, x.topo.Name())
 	if err != nil {
@@ -444,7 +459,7 @@ func (x *execution) openCheckpoints(ctx context.Context) error {
 		if err := x.adopt(&cp); err != nil {
 			return err
 		}
-		x.cpStats.RestoredFrom, x.cpStats.RestoredTime, x.cpStats.RestoredInFlight = cp.ID, cp.Time, len(cp.Channels)
+		x.noteRestored(&cp)
 		x.sys.Logger().Info("restoring from checkpoint", "job", x.topo.Name(), "checkpoint", cp.ID,
 			"states", len(cp.States), "offsets", len(cp.Offsets))
 	}
@@ -507,7 +522,8 @@ func (x *execution) build() error {
 						continue
 					}
 					chanOf[key{id, ei, snd.idx, recv.idx}] = len(recv.ins)
-					recv.ins = append(recv.ins, inChan{sender: snd.self})
+					from := p.Chains[e.From][len(p.Chains[e.From])-1].Name()
+					recv.ins = append(recv.ins, inChan{sender: snd.self, from: from, kind: e.Part.String(), remote: !x.local(snd.self)})
 				}
 			}
 			recv.eosLeft = len(recv.ins)
@@ -618,6 +634,7 @@ func (x *execution) build() error {
 			for pos := len(chain) - 1; pos >= 0; pos-- {
 				n := chain[pos]
 				sc := &stage.Ctx{Name: n.Name(), Kind: n.Kind(), Head: pos == 0 && n.Role() != graph.RoleSource, PanicErr: x.topo.Kit().Panic,
+					Prev:     prevName(chain, pos),
 					Instance: in.idx, Parts: p.Par[n], Context: x.ctx, C: x.counters[n][in.idx], BatchSize: cfg.BatchSize, Tracer: in.tr,
 					After: in.afterFunc, Now: cfg.Now, FinalCheckpoint: x.topo.Config().CheckpointInterval > 0, StateTTL: int64(n.TTL())}
 				if n == tail {
@@ -676,4 +693,13 @@ func (x *execution) build() error {
 		}
 	}
 	return x.restoreChannels()
+}
+
+// prevName is the name of the operator before chain[pos] in its chain, ""
+// for the head.
+func prevName(chain []*graph.Node, pos int) string {
+	if pos == 0 {
+		return ""
+	}
+	return chain[pos-1].Name()
 }

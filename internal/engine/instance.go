@@ -1,7 +1,6 @@
 package engine
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -69,6 +68,7 @@ type instance struct {
 	replay     []*actors.Envelope
 	replaying  bool
 	codec      mailbox.Codec
+	spillPins  []spillPin // the spill ranges of checkpoints not yet superseded (spillref.go)
 	// started: start ran; early are the job's barriers that overtook it.
 	started     bool
 	early       []*wire.Barrier
@@ -86,6 +86,10 @@ type instance struct {
 	finKey         string
 	restoredDone   bool
 	drainedEnd     bool
+	// suspending: the drain asked of this source is a suspension (a stop
+	// with a savepoint); suspendedEnd: its input ended so, and the chain
+	// keeps its state instead of finishing (only sinks flush).
+	suspending, suspendedEnd bool
 
 	// Event time: each input channel's watermark, whether it is idle, and
 	// the instance's event time, the lowest over its active channels.
@@ -205,6 +209,7 @@ func (in *instance) Receive(c actor.Context) {
 	case *wire.Drain:
 		if in.src != nil && !in.done {
 			in.draining = true
+			in.suspending = in.suspending || m.Suspend
 			in.scheduleTick()
 		}
 	case controlMsg:
@@ -364,6 +369,7 @@ func (in *instance) committed(m *wire.Committed) {
 	if m.Gen != in.gen {
 		return
 	}
+	in.unpinSpill(m.ID)
 	for _, s := range in.sinks {
 		if c, ok := s.(interface{ Commit(uint64) }); ok {
 			c.Commit(m.ID)
@@ -481,11 +487,17 @@ func (in *instance) handle(env *actors.Envelope) {
 		}
 		in.curBorn, in.curKeep, in.sentAt = env.Born, env.Keep, 0
 		count := int64(env.Count)
-		if in.tr != nil && env.Headers != nil {
-			done := in.tr.Receive(env.Headers)
+		if in.tr != nil && env.Channel < len(in.ins) {
+			// The chain head's spans of sampled records say the edge and
+			// the wait in the mailbox.
+			var wait int64
+			if env.Sent != 0 {
+				wait = max(0, in.exec.now()-env.Sent) / 1000
+			}
+			ic := &in.ins[env.Channel]
+			in.tr.Receive(ic.from, ic.kind, ic.remote, wait)
 			in.head.Deliver(env.Payload)
-			in.em.Flush()
-			done()
+			in.tr.Received()
 		} else {
 			in.head.Deliver(env.Payload)
 		}
@@ -502,8 +514,11 @@ func (in *instance) handle(env *actors.Envelope) {
 		in.eosLeft--
 		in.finishedIn[env.Channel] = true
 		in.gateEnded(env.Channel)
-		if env.Mark == eosDrained {
+		if env.Mark == eosDrained || env.Mark == eosSuspended {
 			in.drainedEnd = true
+		}
+		if env.Mark == eosSuspended {
+			in.suspendedEnd = true
 		}
 		in.maybeAligned()
 		in.uaMaybeDone()
@@ -619,8 +634,12 @@ func (in *instance) afterFunc(d time.Duration, f func()) {
 	in.timers[id] = in.exec.topo.Config().After(d, func() { root.Send(self, &timerMsg{id: id, f: f}) })
 }
 
-// eosDrained is the Mark of an end-of-stream that a drain caused.
-const eosDrained = 1
+// eosDrained is the Mark of an end-of-stream that a drain caused;
+// eosSuspended one that a suspension (a stop with a savepoint) caused.
+const (
+	eosDrained   = 1
+	eosSuspended = 2
+)
 
 // endOfInput finishes the chain (aggregations emit, sinks flush) and sends
 // end-of-stream on every output. An instance that the restored checkpoint
@@ -641,12 +660,21 @@ func (in *instance) endOfInput() {
 		}
 	case in.src != nil:
 		in.src.Finish()
+	case in.suspendedEnd: // the state stays as it is for the savepoint; sinks flush
+		for _, s := range in.sinks {
+			if e, ok := s.(interface{ EndRestored() }); ok {
+				e.EndRestored()
+			}
+		}
 	default:
 		in.head.Finish()
 	}
 	in.em.Flush()
 	var mark int64
-	if in.drainedEnd {
+	switch {
+	case in.suspendedEnd:
+		mark = eosSuspended
+	case in.drainedEnd:
 		mark = eosDrained
 	}
 	for _, oc := range in.outs {
@@ -680,6 +708,7 @@ func (in *instance) finishedMsg() *wire.Finished {
 	if x := in.exec; !x.local(x.jobPID) {
 		s := x.instanceStats(in)
 		s.Final = true
+		s.Latency = x.instLatencyWire(in)
 		f.Stats = &s
 	}
 	return f
@@ -794,19 +823,6 @@ const sourceBatchesPerTick = 16
 // starting a span for every small batch would cost more than tracing is
 // worth). The span ends even when an operator of the chain panics.
 func (in *instance) readTick() (n int, err error) {
-	if in.tr != nil {
-		end := in.tr.Root(in.src.Stage())
-		read := 0
-		defer func() { end(read) }()
-		for range sourceBatchesPerTick {
-			n, err = in.sourceStep()
-			read += n
-			if n == 0 || err != nil || in.blockedN > 0 {
-				break
-			}
-		}
-		return n, err
-	}
 	for range sourceBatchesPerTick {
 		n, err = in.sourceStep()
 		if n == 0 || err != nil || in.blockedN > 0 {
@@ -886,6 +902,7 @@ func (in *instance) step() {
 	}
 	if in.draining {
 		in.drainedEnd = true
+		in.suspendedEnd = in.suspending
 		in.endOfInput()
 		return
 	}
@@ -956,14 +973,6 @@ func (nopFlusher) Flush() {}
 // Enqueue sends env on channel target of output out (stage.Sender).
 func (in *instance) Enqueue(out, target int, env *actors.Envelope) {
 	in.enqueue(in.outputs[out].chans[target], env)
-}
-
-// Traced is the trace context of the batch being processed (stage.Sender).
-func (in *instance) Traced() context.Context {
-	if in.tr == nil {
-		return nil
-	}
-	return in.tr.Current()
 }
 
 // Watermarked notes that watermark wm went out on every output

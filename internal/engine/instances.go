@@ -101,6 +101,11 @@ type CompletedCheckpoint struct {
 	// instance states it holds.
 	Size      int64
 	Instances int
+	// Unaligned, InFlightBytes and SpillRanges: as for InProgressCheckpoint,
+	// of the checkpoint stored.
+	Unaligned     bool
+	InFlightBytes int64
+	SpillRanges   int
 }
 
 // RestartCause is one restart of CheckpointStats.RestartCauses.
@@ -121,14 +126,17 @@ func appendBounded[T any](s []T, v T) []T {
 
 // cpSize is what a stored checkpoint holds, until it completes.
 type cpSize struct {
-	bytes  int64
-	states int
+	bytes     int64
+	states    int
+	unaligned bool
+	inFlight  int64
+	refs      int
 }
 
 // noteSize keeps the size of checkpoint id, stored now, for its entry in
 // the history when it completes. A checkpoint stored that never completes
 // leaves its entry behind: the map is cleared beyond a few.
-func (j *jobActor) noteSize(id uint64, states map[string][]byte) {
+func (j *jobActor) noteSize(id uint64, states, chans map[string][]byte, unaligned bool) {
 	if j.sizes == nil || len(j.sizes) >= 16 {
 		j.sizes = make(map[uint64]cpSize)
 	}
@@ -137,6 +145,8 @@ func (j *jobActor) noteSize(id uint64, states map[string][]byte) {
 		s.bytes += int64(len(b))
 		s.states++
 	}
+	s.unaligned = unaligned
+	s.inFlight, s.refs = channelSizes(chans)
 	j.sizes[id] = s
 }
 

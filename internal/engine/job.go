@@ -23,10 +23,12 @@ import (
 // lifecycle (life): it translates its messages into their events, with the
 // time of the job's clock, and carries out their actions.
 type jobActor struct {
-	x     *execution
-	cs    coord.Checkpoints
-	life  coord.Job
-	timer func() bool // stops the checkpoint interval's timer
+	x *execution
+	// suspend: the drain asked is a suspension (StopWithSavepoint)
+	suspend bool
+	cs      coord.Checkpoints
+	life    coord.Job
+	timer   func() bool // stops the checkpoint interval's timer
 	// savepoints waiting for a checkpoint at or after their id
 	savepoints []savepointWait
 	stored     *persistence.Checkpoint // the newest checkpoint stored while savepoints wait
@@ -71,6 +73,8 @@ func (j *jobActor) Receive(c actor.Context) {
 	case *latencyTick:
 		x.closeLatencyWindow()
 		j.armLatency()
+	case *retargetMsg:
+		m.reply <- x.retarget(m.target)
 	case *cpTick:
 		j.feed(c, coord.Tick{At: now})
 		j.arm()
@@ -113,6 +117,7 @@ func (j *jobActor) Receive(c actor.Context) {
 	case *restartMsg:
 		j.step(c, coord.BackoffElapsed{At: now, Gen: m.gen})
 	case *wire.Drain:
+		j.suspend = j.suspend || m.Suspend
 		j.step(c, coord.DrainAsked{At: now})
 	case *abortMsg:
 		err := x.topo.Kit().Aborted
@@ -226,7 +231,7 @@ func (j *jobActor) step(c actor.Context, ev coord.JobEvent) {
 			for id, chain := range x.plan.Chains {
 				if chain[0].Role() == graph.RoleSource {
 					for _, in := range x.instances[id] {
-						x.tellFrom(c, in.self, &wire.Drain{})
+						x.tellFrom(c, in.self, &wire.Drain{Suspend: j.suspend})
 					}
 				}
 			}
@@ -270,9 +275,7 @@ func (j *jobActor) relaunch(c actor.Context, gen int) []coord.JobAction {
 			Retryable: true, Local: local, Hosts: x.hostList()})
 	}
 	if x.restored != nil {
-		x.cpStatsMu.Lock()
-		x.cpStats.RestoredFrom, x.cpStats.RestoredTime, x.cpStats.RestoredInFlight = x.restored.ID, x.restored.Time, len(x.restored.Channels)
-		x.cpStatsMu.Unlock()
+		x.noteRestored(x.restored)
 	}
 	j.startCheckpoints(total)
 	return j.stepped(coord.Launched{At: now, Instances: total, Local: local, Hosts: x.hostList()})
@@ -413,13 +416,14 @@ func (j *jobActor) feed(c actor.Context, ev coord.CheckpointEvent) {
 				j.stored = &cp
 			}
 			if err == nil {
-				j.noteSize(a.ID, a.States)
+				j.noteSize(a.ID, a.States, a.Channels, a.Unaligned)
 			}
 			var more []coord.CheckpointAction
 			j.cs, more = j.cs.Step(coord.Stored{ID: a.ID, Err: err, At: x.topo.Config().Now()})
 			j.publishInProgress()
 			acts = append(acts, more...)
 		case coord.Completed:
+			x.dropOldQueues()
 			d := x.topo.Config().Now().Sub(j.started[a.ID])
 			j.ended(a.ID)
 			x.cpStatsMu.Lock()
@@ -428,7 +432,7 @@ func (j *jobActor) feed(c actor.Context, ev coord.CheckpointEvent) {
 			size := j.sizes[a.ID]
 			delete(j.sizes, a.ID)
 			x.cpStats.History = appendBounded(x.cpStats.History, CompletedCheckpoint{ID: a.ID, Time: x.cpStats.LastTime,
-				Duration: d, Size: size.bytes, Instances: size.states})
+				Duration: d, Size: size.bytes, Instances: size.states, Unaligned: size.unaligned, InFlightBytes: size.inFlight, SpillRanges: size.refs})
 			x.cpStatsMu.Unlock()
 			x.metrics.checkpointDone(d)
 			j.savepointDone(c, a.ID)
@@ -471,6 +475,9 @@ func (j *jobActor) launch(c actor.Context) (total, local int, err error) {
 		}
 	}()
 	x.place()
+	if err := x.newLaunchTag(); err != nil {
+		return 0, 0, err
+	}
 	if err := x.build(); err != nil {
 		return 0, 0, err
 	}

@@ -1,11 +1,14 @@
 package engine
 
 import (
+	"fmt"
+	"math"
 	"math/bits"
 	"sync/atomic"
 	"time"
 
 	"github.com/sluicehq/sluice/actors"
+	"github.com/sluicehq/sluice/internal/wire"
 )
 
 // Latency measurement (DESIGN.md, Latency and shedding). A source stamps
@@ -224,13 +227,95 @@ func (s latencySnap) stats() actors.LatencyStats {
 	return actors.LatencyStats{QueueWait: s.queue.percentiles(), Processing: s.proc.percentiles(), EndToEnd: s.e2e.percentiles()}
 }
 
-// taskLatency sums the task's instances' measurements now.
+// taskLatency sums the task's instances' measurements now: those of
+// this process, and what the instances in others reported (every
+// generation's latest report, as the record counters).
 func (x *execution) taskLatency(task int) latencySnap {
+	x.statsMu.Lock()
+	defer x.statsMu.Unlock()
+	return x.taskLatencyLocked(task)
+}
+
+// taskLatencyLocked is taskLatency with statsMu held.
+func (x *execution) taskLatencyLocked(task int) latencySnap {
 	var s latencySnap
 	if task < len(x.lats) {
 		for _, l := range x.lats[task] {
 			s.add(l.snapshot())
 		}
 	}
+	for k, r := range x.remoteLat {
+		if k.task == task {
+			s.add(r)
+		}
+	}
 	return s
+}
+
+// toWire is the histogram's sparse form, to report to the job actor from
+// another process.
+func (s histSnap) toWire() wire.Hist {
+	h := wire.Hist{N: s.n, Max: int64(s.max)}
+	for i, v := range s.b {
+		if v != 0 {
+			h.Index = append(h.Index, int32(i))
+			h.Count = append(h.Count, v)
+		}
+	}
+	return h
+}
+
+// histFromWire checks and expands a histogram another process reported.
+func histFromWire(h wire.Hist) (histSnap, error) {
+	if len(h.Index) != len(h.Count) || len(h.Index) > histBuckets {
+		return histSnap{}, fmt.Errorf("%d bucket indices, %d counts", len(h.Index), len(h.Count))
+	}
+	s := histSnap{b: make([]int64, histBuckets), n: h.N, max: time.Duration(h.Max)}
+	var sum int64
+	for i, idx := range h.Index {
+		c := h.Count[i]
+		if idx < 0 || int(idx) >= histBuckets || c < 0 || c > math.MaxInt64-sum {
+			return histSnap{}, fmt.Errorf("bucket %d count %d: out of range", idx, c)
+		}
+		s.b[idx] += c
+		sum += c
+	}
+	if sum != h.N || h.Max < 0 {
+		return histSnap{}, fmt.Errorf("%d records in the buckets, %d said, max %d", sum, h.N, h.Max)
+	}
+	return s, nil
+}
+
+// toWire is what l measured, to report from another process.
+func (l *instLatency) toWire() *wire.Latency {
+	s := l.snapshot()
+	w := &wire.Latency{Queue: s.queue.toWire(), Proc: s.proc.toWire(), EndToEnd: s.e2e.toWire(),
+		Busy: int64(s.busy), Handled: s.handled, Offered: s.offered, LastBorn: l.lastBorn.Load(), Shed: s.shed[:]}
+	return w
+}
+
+// latencyFromWire checks and expands what another process reported.
+func latencyFromWire(w *wire.Latency) (latencySnap, error) {
+	var s latencySnap
+	var err error
+	for _, h := range []struct {
+		name string
+		in   wire.Hist
+		out  *histSnap
+	}{{"queue wait", w.Queue, &s.queue}, {"processing", w.Proc, &s.proc}, {"end to end", w.EndToEnd, &s.e2e}} {
+		if *h.out, err = histFromWire(h.in); err != nil {
+			return latencySnap{}, fmt.Errorf("%s: %w", h.name, err)
+		}
+	}
+	if w.Busy < 0 || w.Handled < 0 || w.Offered < 0 || w.LastBorn < 0 || len(w.Shed) > numShedReasons {
+		return latencySnap{}, fmt.Errorf("busy %d, handled %d, offered %d, born %d, %d shed reasons: out of range", w.Busy, w.Handled, w.Offered, w.LastBorn, len(w.Shed))
+	}
+	s.busy, s.handled, s.offered = time.Duration(w.Busy), w.Handled, w.Offered
+	for i, n := range w.Shed {
+		if n < 0 {
+			return latencySnap{}, fmt.Errorf("shed %d: negative", n)
+		}
+		s.shed[i] = n
+	}
+	return s, nil
 }

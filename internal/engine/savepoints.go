@@ -4,11 +4,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io/fs"
+	"os"
 	"slices"
 	"strings"
 
 	"github.com/sluicehq/sluice/actors"
 	"github.com/sluicehq/sluice/internal/savepoint"
+	"github.com/sluicehq/sluice/internal/wire"
 	"github.com/sluicehq/sluice/persistence"
 )
 
@@ -38,6 +41,61 @@ func Savepoint(ctx context.Context, run *actors.Run, dir string) (*savepoint.Sav
 		return nil, fmt.Errorf("operators: %w", err)
 	}
 	x.sys.Logger().Info("savepoint written", "job", x.topo.Name(), "dir", dir, "checkpoint", cp.ID, "id", sp.Manifest.ID)
+	return sp, nil
+}
+
+// StopWithSavepoint suspends the running job, as Flink's stop with a
+// savepoint does without --drain: its sources stop where they are, what is
+// in flight is processed, but no operator finishes its input (no
+// aggregation emits at the end, no timer fires, state stays as it is);
+// sinks flush; the job takes its final checkpoint, which marks no
+// instance finished, so a job started from it reads on. It writes that
+// final checkpoint to dir (which must not exist or be empty)
+// as a savepoint. Nothing is processed after the checkpoint, so a job
+// started from the savepoint repeats no output. dir is checked before the
+// job is stopped; a job without checkpoints is refused and goes on.
+func StopWithSavepoint(ctx context.Context, run *actors.Run, dir string) (*savepoint.Savepoint, error) {
+	x, ok := run.Execution().(*execution)
+	if !ok {
+		return nil, errors.New("operators: stop with savepoint: not a topology's run")
+	}
+	if x.topo.Config().CheckpointInterval <= 0 || x.cpStore == nil {
+		return nil, fmt.Errorf("operators: stop with savepoint %s: job %q takes no checkpoints (operators.Checkpoints)", dir, x.topo.Name())
+	}
+	if ents, err := os.ReadDir(dir); err == nil && len(ents) > 0 {
+		return nil, fmt.Errorf("operators: stop with savepoint %s: the directory is not empty", dir)
+	} else if err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return nil, fmt.Errorf("operators: stop with savepoint %s: %w", dir, err)
+	}
+	select {
+	case <-run.Done():
+		return nil, fmt.Errorf("operators: stop with savepoint %s: job %q has ended", dir, x.topo.Name())
+	default:
+	}
+	x.tell(&wire.Drain{Suspend: true})
+	select {
+	case <-run.Done():
+		if err := run.Execution().Err(); err != nil {
+			return nil, fmt.Errorf("operators: stop with savepoint %s: %w", dir, err)
+		}
+	case <-ctx.Done():
+		// As Run.Drain: stopped, not awaited, once the caller's deadline passed.
+		run.Execution().Abort()
+		return nil, fmt.Errorf("operators: stop with savepoint %s: %w", dir, actors.ErrDrainTimeout)
+	}
+	final := CheckpointStatsOf(run).LastID
+	cp, ok, err := x.cpStore.Latest(ctx, x.topo.Name())
+	switch {
+	case err != nil:
+		return nil, fmt.Errorf("operators: stop with savepoint %s: read the final checkpoint: %w", dir, err)
+	case !ok || cp.ID != final || final == 0:
+		return nil, fmt.Errorf("operators: stop with savepoint %s: job %q stopped, but its store holds no final checkpoint %d (found %d)", dir, x.topo.Name(), final, cp.ID)
+	}
+	sp, err := savepoint.Write(dir, x.topo.Name(), cp)
+	if err != nil {
+		return nil, fmt.Errorf("operators: stop with savepoint: %w", err)
+	}
+	x.sys.Logger().Info("stopped with a savepoint", "job", x.topo.Name(), "dir", dir, "checkpoint", cp.ID, "id", sp.Manifest.ID)
 	return sp, nil
 }
 

@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"slices"
@@ -163,6 +164,7 @@ func (x *execution) setupLatency() error {
 		tasks = append(tasks, task)
 	}
 	sh.c = shed.New(shed.Config{Target: cfg.LatencyTarget, Tasks: tasks})
+	sh.view = sh.c // ShedStatsOf reports the target before the first window closes
 	x.shedder = sh
 	return nil
 }
@@ -233,12 +235,20 @@ func (x *execution) closeLatencyWindow() {
 		}
 		admitted += cur[t].offered - cur[t].shed[shedSampled] - cur[t].shed[shedDropped]
 	}
+	queued := make([]int64, n)
+	for _, st := range x.InstanceStats() {
+		if st.Task < n {
+			queued[st.Task] += int64(st.Queued)
+		}
+	}
 	for t, s := range win {
+		w.Loads[t].Queued = queued[t]
 		if s.busy > 0 && s.handled > 0 {
 			w.Loads[t].Capacity = float64(s.handled) / s.busy.Seconds() * float64(w.Loads[t].Parallelism)
 		}
 		if admitted > 0 { // as if nothing were shed on the edges into t
-			g := float64(cur[t].handled) / float64(admitted)
+			// What reached t, handled or waiting, per record admitted.
+			g := float64(cur[t].handled+queued[t]) / float64(admitted)
 			for k, p := range x.sheds {
 				if k[1] == t && !x.isSourceTask(k[0]) {
 					g /= max(p.rate(), 1e-3)
@@ -318,3 +328,54 @@ func ShedStatsOf(run *actors.Run) ShedStats {
 }
 
 func (x *execution) isSourceTask(t int) bool { return x.plan.Chains[t][0].Role() == graph.RoleSource }
+
+// retargetMsg asks the job actor to change the LatencyTarget.
+type retargetMsg struct {
+	target time.Duration
+	reply  chan error
+}
+
+// retarget changes the controller's target (the job actor calls it).
+func (x *execution) retarget(d time.Duration) error {
+	sh := x.shedder
+	if sh == nil || sh.c.Target <= 0 {
+		return fmt.Errorf("%w: job %q was started without a LatencyTarget (operators.LatencyTarget): one cannot be added while it runs", ErrNoLiveChange, x.topo.Name())
+	}
+	old := sh.c.Target
+	var acts []shed.Action
+	sh.c, acts = sh.c.Retarget(d)
+	x.latMu.Lock()
+	sh.view = sh.c
+	for _, a := range acts {
+		if r, ok := a.(shed.Report); ok {
+			sh.report = r
+		}
+	}
+	x.latMu.Unlock()
+	x.sys.Logger().Info("latency target changed", "job", x.topo.Name(), "target", d, "was", old)
+	return nil
+}
+
+// SetLatencyTarget changes the LatencyTarget of a running job that was
+// started with one (operators.LatencyTarget): the controller holds the
+// end-to-end p99 under d from the next window on, from the rate it sheds
+// now. A job without one refuses (ErrNoLiveChange).
+func SetLatencyTarget(ctx context.Context, run *actors.Run, d time.Duration) error {
+	x, ok := run.Execution().(*execution)
+	if !ok {
+		return fmt.Errorf("%w: not a topology's run", ErrNoLiveChange)
+	}
+	if d <= 0 {
+		return fmt.Errorf("operators: latency target %v: must be positive", d)
+	}
+	reply := make(chan error, 1)
+	x.tell(&retargetMsg{target: d, reply: reply})
+	select {
+	case err := <-reply:
+		return err
+	case <-x.done:
+		return fmt.Errorf("%w: job %q has ended", ErrNoLiveChange, x.topo.Name())
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}

@@ -2,6 +2,7 @@ package engine
 
 import (
 	"bytes"
+	"cmp"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -44,6 +45,11 @@ type unalignedCp struct {
 	until  []uint64   // by channel: the sequence of its barrier, when seen
 	seen   []bool     // by channel: its barrier (or its end) is known
 	recs   [][][]byte // by channel: the in-flight envelopes, encoded
+	// A Spill input by reference (spillref.go): the range of its queue
+	// that holds in-flight records, and by channel the window of their
+	// sequence numbers in it, [refLo, refHi).
+	ref          mailbox.SpillRange
+	refLo, refHi []uint64
 }
 
 // checkUnaligned refuses a job with unaligned checkpoints that this engine
@@ -90,7 +96,7 @@ func (in *instance) onUnalignedBarrier(env *actors.Envelope) {
 		return // of a checkpoint given up for a later one
 	case in.ua != nil && in.ua.id == id:
 		in.uaSeen(env.Channel, env.Seq)
-		in.uaCollect(in.queued(), env.Channel)
+		in.uaCollect(in.queued(false), env.Channel)
 		in.uaMaybeDone()
 		return
 	}
@@ -121,16 +127,25 @@ func (in *instance) switchUnaligned(id uint64) {
 type inQueue struct {
 	msgs    []any
 	spilled [][]byte
+	ref     mailbox.SpillRange // the range of the spill queue spilled is, when by reference
 }
 
 // queued returns what waits in the instance's input, taken from its
-// mailbox in one lock (see mailbox.QueuedAndSpilled).
-func (in *instance) queued() inQueue {
+// mailbox in one lock (see mailbox.QueuedAndSpilled); with byRef and
+// spill ranges for the job, with the spill's range, pinned
+// (mailbox.QueuedAndSpillRange).
+func (in *instance) queued(byRef bool) inQueue {
 	var q inQueue
 	for _, env := range in.stash {
 		q.msgs = append(q.msgs, env)
 	}
-	if mb := in.mb.Load(); mb != nil {
+	if mb := in.mb.Load(); mb != nil && byRef && in.exec.spillRefs {
+		msgs, spilled, ref, err := mb.QueuedAndSpillRange()
+		if err != nil {
+			panic(fmt.Errorf("unaligned checkpoint: read the records spilled in the input: %w", err))
+		}
+		q.msgs, q.spilled, q.ref = append(q.msgs, msgs...), spilled, ref
+	} else if mb != nil {
 		msgs, spilled, err := mb.QueuedAndSpilled()
 		if err != nil {
 			panic(fmt.Errorf("unaligned checkpoint: read the records spilled in the input: %w", err))
@@ -175,7 +190,12 @@ func (in *instance) startUnaligned(id uint64, ch int, seq uint64) {
 	for _, env := range in.replay {
 		in.uaEncode(env.Channel, env)
 	}
-	in.uaCollect(in.queued(), -1)
+	q := in.queued(true)
+	if !q.ref.Empty() {
+		ua.ref, ua.refLo, ua.refHi = q.ref, make([]uint64, n), make([]uint64, n)
+		in.spillPins = append(in.spillPins, spillPin{id: id, from: q.ref.From})
+	}
+	in.uaCollect(q, -1)
 	for _, oc := range in.outs {
 		in.enqueue(oc, &actors.Envelope{Kind: actors.UnalignedBarrier, Mark: int64(id)})
 	}
@@ -206,12 +226,13 @@ func (in *instance) uaCollect(q inQueue, only int) {
 		if only >= 0 && h.Channel != only {
 			continue
 		}
-		in.uaArrivedHeader(h, data)
+		in.uaArrivedHeader(h, data, !q.ref.Empty())
 	}
 }
 
-// uaArrivedHeader is uaArrived for an encoded envelope.
-func (in *instance) uaArrivedHeader(h stage.Header, data []byte) {
+// uaArrivedHeader is uaArrived for an encoded envelope; byRef: of the
+// spill range the checkpoint refers to, not copied.
+func (in *instance) uaArrivedHeader(h stage.Header, data []byte, byRef bool) {
 	ua, c := in.ua, h.Channel
 	if c < 0 || c >= len(ua.seen) {
 		return
@@ -221,7 +242,14 @@ func (in *instance) uaArrivedHeader(h stage.Header, data []byte) {
 		if h.Seq < ua.upTo[c] || (ua.seen[c] && h.Seq >= ua.until[c]) {
 			return
 		}
-		ua.recs[c] = append(ua.recs[c], bytes.Clone(data))
+		if byRef {
+			if ua.refHi[c] == 0 {
+				ua.refLo[c] = h.Seq
+			}
+			ua.refHi[c] = h.Seq + uint64(h.Count)
+		} else {
+			ua.recs[c] = append(ua.recs[c], bytes.Clone(data))
+		}
 		ua.upTo[c] = h.Seq + uint64(h.Count)
 	case actors.Barrier:
 		if uint64(h.Mark) == ua.id {
@@ -292,6 +320,17 @@ func (in *instance) uaMaybeDone() {
 			chans[in.channelKey(c)] = encodeChannel(recs)
 		}
 	}
+	for c := range ua.refHi {
+		if hi := ua.refHi[c]; hi > ua.refLo[c] {
+			if ua.seen[c] {
+				hi = min(hi, ua.until[c])
+			}
+			if chans == nil {
+				chans = map[string][]byte{}
+			}
+			chans[in.channelKey(c)+spillRefSuffix] = encodeSpillRef(spillRef{Range: ua.ref, Lo: ua.refLo[c], Hi: hi})
+		}
+	}
 	in.tell(in.exec.jobPID, ackOf(in, ua.id, ua.states, chans))
 }
 
@@ -355,17 +394,31 @@ func (x *execution) restoreChannels() error {
 		for _, in := range x.instances[id] {
 			in.replay = nil
 			for c := range in.ins {
-				data, ok := x.restored.Channels[in.channelKey(c)]
-				if !ok {
-					continue
+				if data, ok := x.restored.Channels[in.channelKey(c)]; ok {
+					used++
+					envs, err := decodeChannel(data, in.codec, c)
+					if err != nil {
+						return fmt.Errorf("operator %q instance %d: checkpoint %d: input channel %d: %w", chain[0].Name(), in.idx, x.restored.ID, c, err)
+					}
+					in.replay = append(in.replay, envs...)
 				}
-				used++
-				envs, err := decodeChannel(data, in.codec, c)
-				if err != nil {
-					return fmt.Errorf("operator %q instance %d: checkpoint %d: input channel %d: %w", chain[0].Name(), in.idx, x.restored.ID, c, err)
+				if data, ok := x.restored.Channels[in.channelKey(c)+spillRefSuffix]; ok {
+					used++
+					envs, err := x.restoreSpillRef(data, in.codec, c)
+					if err != nil {
+						return fmt.Errorf("operator %q instance %d: checkpoint %d: input channel %d: %w", chain[0].Name(), in.idx, x.restored.ID, c, err)
+					}
+					in.replay = append(in.replay, envs...)
 				}
-				in.replay = append(in.replay, envs...)
 			}
+			// A channel's copied records and those of its spill range
+			// interleave by sequence number.
+			slices.SortStableFunc(in.replay, func(a, b *actors.Envelope) int {
+				if a.Channel != b.Channel {
+					return a.Channel - b.Channel
+				}
+				return cmp.Compare(a.Seq, b.Seq)
+			})
 		}
 	}
 	if used != len(x.restored.Channels) {
@@ -377,4 +430,18 @@ func (x *execution) restoreChannels() error {
 		return fmt.Errorf("checkpoint %d holds in-flight records for %d input channels (%v), of which this job has %d: restore it with the topology and parallelism that took it", x.restored.ID, len(keys), keys, used)
 	}
 	return nil
+}
+
+// restoreSpillRef reads the records of channel c that a checkpoint's spill
+// range names.
+func (x *execution) restoreSpillRef(data []byte, codec mailbox.Codec, c int) ([]*actors.Envelope, error) {
+	r, err := decodeSpillRef(data)
+	if err != nil {
+		return nil, err
+	}
+	st, err := x.sys.SpillStore()
+	if err != nil {
+		return nil, fmt.Errorf("spill store: %w", err)
+	}
+	return readSpillRef(st, r, codec, c)
 }

@@ -7,6 +7,7 @@ import (
 
 	"github.com/sluicehq/sluice/actors"
 	"github.com/sluicehq/sluice/internal/stage"
+	"github.com/sluicehq/sluice/mailbox"
 )
 
 type uaRecord struct {
@@ -67,6 +68,29 @@ func FuzzDecodeChannel(f *testing.F) {
 			if env.Kind != actors.Data || env.Channel != 1 {
 				t.Fatalf("decoded %+v", env)
 			}
+		}
+	})
+}
+
+// A checkpoint's spill range decodes to what was encoded; anything else is
+// refused with errChannelState, without a panic.
+func FuzzDecodeSpillRef(f *testing.F) {
+	f.Add(encodeSpillRef(spillRef{Range: mailbox.SpillRange{Queue: "job/count.0@ABC", From: 3, To: 900}, Lo: 17, Hi: 4000}))
+	f.Add([]byte{})
+	f.Add([]byte{spillRefVersion, 0xff, 0xff, 0xff, 0xff, 0x0f})
+	f.Fuzz(func(t *testing.T, data []byte) {
+		r, err := decodeSpillRef(data)
+		if err != nil {
+			if !errors.Is(err, errChannelState) {
+				t.Fatalf("error %v does not wrap errChannelState", err)
+			}
+			return
+		}
+		if r.Range.Empty() || r.Hi < r.Lo {
+			t.Fatalf("decoded an empty or inverted range %+v", r)
+		}
+		if again, err := decodeSpillRef(encodeSpillRef(r)); err != nil || again != r {
+			t.Fatalf("re-encoded %+v decodes to %+v, %v", r, again, err)
 		}
 	})
 }

@@ -3,6 +3,7 @@ package graph
 import (
 	"errors"
 	"fmt"
+	"maps"
 	"reflect"
 	"slices"
 	"strings"
@@ -92,6 +93,16 @@ func (t *Topology) Plan() (*Plan, error) {
 		default:
 			inputs[to] = append(inputs[to], from)
 			consumers[from] = append(consumers[from], to)
+		}
+	}
+
+	for _, name := range slices.Sorted(maps.Keys(t.cfg.Parallelism)) {
+		p := t.cfg.Parallelism[name]
+		switch {
+		case byName[name] == nil:
+			errs = append(errs, opErr(t, name, KindUnknown, fmt.Sprintf("RunParallelism(%q, %d): no operator named %q", name, p, name)))
+		case p < 1:
+			errs = append(errs, opErr(t, name, KindParallelism, fmt.Sprintf("RunParallelism(%q, %d): must be at least 1", name, p)))
 		}
 	}
 
@@ -286,6 +297,8 @@ func buildPlan(t *Topology, inputs, consumers map[*Node][]*Node) *Plan {
 	par := make(map[*Node]int, len(order))
 	for _, n := range order {
 		switch {
+		case t.cfg.Parallelism[n.name] > 0:
+			par[n] = t.cfg.Parallelism[n.name]
 		case n.explicitP:
 			par[n] = n.parallelism
 		case len(inputs[n]) > 0:

@@ -4,6 +4,7 @@ import (
 	"github.com/sluicehq/sluice/internal/state"
 
 	"fmt"
+	"maps"
 	"reflect"
 	"time"
 
@@ -72,12 +73,14 @@ type Node struct {
 	partition      stage.Partition // for rolePartition nodes
 	hasher         any             // func(T) uint64, for KeyBy
 	emit           EmitMode
-	input          *mailbox.Config                                    // the operator's input mailbox, when set with Input
-	stateTypes     []reflect.Type                                     // types in the operator's checkpointed state
-	replayable     bool                                               // a source that can rewind to an offset
-	recordAttempts int                                                // OnRecordFailure: tries per record
-	recordPolicy   bool                                               // OnRecordFailure was given
-	idleAfter      time.Duration                                      // a source's idle timeout (IdleAfter)
+	input          *mailbox.Config // the operator's input mailbox, when set with Input
+	stateTypes     []reflect.Type  // types in the operator's checkpointed state
+	replayable     bool            // a source that can rewind to an offset
+	recordAttempts int             // OnRecordFailure: tries per record
+	recordPolicy   bool            // OnRecordFailure was given
+	idleAfter      time.Duration   // a source's idle timeout (IdleAfter)
+	traceRatio     float64         // a source's share of records traced (SourceTraceRatio), when traceRatioSet
+	traceRatioSet  bool
 	bound          time.Duration                                      // OutOfOrderness of Timestamps
 	ttl            time.Duration                                      // StateTTL of a Join
 	timed          bool                                               // the operator's output carries event times it assigned
@@ -167,6 +170,9 @@ func NoFusion() Option { return func(nd *Node) { nd.noFusion = true } }
 type TopologyOption func(*Config)
 
 type Config struct {
+	// Tracing says which records the job traces when its system has a
+	// TracerProvider (docs/tracing.md): 1 % by default.
+	Tracing            stage.Sampling
 	BatchSize          int
 	Capacity           int
 	CheckpointInterval time.Duration
@@ -176,6 +182,9 @@ type Config struct {
 	Restart            *RestartPolicy
 	Dist               Distributor // nil: in this process
 	Savepoint          string      // FromSavepoint: the savepoint directory the job starts from
+	// Parallelism overrides operators' parallelism for this run, by name
+	// (RunParallelism), as if each had been built with Parallelism(n).
+	Parallelism map[string]int
 	// after runs f once d has passed, and returns a function that cancels it
 	// (time.AfterFunc; tests replace it).
 	After func(d time.Duration, f func()) (stop func() bool)
@@ -206,9 +215,20 @@ func StateBackend(s state.Spec) TopologyOption {
 
 func defaultRunConfig() Config {
 	realAfter := func(d time.Duration, f func()) func() bool { return time.AfterFunc(d, f).Stop }
-	return Config{BatchSize: 256, Capacity: 4096, Now: time.Now, After: realAfter, CheckpointAfter: realAfter,
+	return Config{Tracing: stage.Sampling{Ratio: DefaultTraceRatio}, BatchSize: 256, Capacity: 4096, Now: time.Now, After: realAfter, CheckpointAfter: realAfter,
 		CheckpointPolicy: CheckpointPolicy{Timeout: DefaultCheckpointTimeout, MaxConcurrent: 1}}
 }
+
+// DefaultTraceRatio is the share of records a traced job samples unless
+// TraceRatio says otherwise.
+const DefaultTraceRatio = 0.01
+
+// TraceRatio sets the probability that a source samples a record for
+// tracing (0: none, 1: every record).
+func TraceRatio(r float64) TopologyOption { return func(c *Config) { c.Tracing.Ratio = r } }
+
+// TraceKey samples every record whose key is k at the keyed operators.
+func TraceKey(k string) TopologyOption { return func(c *Config) { c.Tracing.Key = k } }
 
 // DefaultCheckpointTimeout is how long a checkpoint may take unless
 // CheckpointTimeout says otherwise (Flink's default).
@@ -335,6 +355,17 @@ func CheckpointStore(s persistence.CheckpointStore) TopologyOption {
 // operators.FromSavepoint).
 func FromSavepoint(dir string) TopologyOption {
 	return func(c *Config) { c.Savepoint = dir }
+}
+
+// RunParallelism runs operator op at parallelism n in this run, as if it
+// had been built with Parallelism(n) (see operators.RunParallelism).
+func RunParallelism(op string, n int) TopologyOption {
+	return func(c *Config) {
+		m := make(map[string]int, len(c.Parallelism)+1)
+		maps.Copy(m, c.Parallelism)
+		m[op] = n
+		c.Parallelism = m
+	}
 }
 
 func typeOf[T any]() reflect.Type { return reflect.TypeFor[T]() }
@@ -468,6 +499,16 @@ func (n *Node) RecordAttempts() int { return n.recordAttempts }
 
 // Input is the operator's input mailbox when Input set one.
 func (n *Node) Input() *mailbox.Config { return n.input }
+
+// TraceRatio is a source's own share of records traced (SourceTraceRatio),
+// if it has one.
+func (n *Node) TraceRatio() (float64, bool) { return n.traceRatio, n.traceRatioSet }
+
+// SourceTraceRatio sets the share of a source's records that are traced,
+// overriding the topology's TraceRatio.
+func SourceTraceRatio(r float64) Option {
+	return func(nd *Node) { nd.traceRatio, nd.traceRatioSet = r, true }
+}
 
 // IdleAfter is a source's idle timeout (IdleAfter).
 func (n *Node) IdleAfter() time.Duration { return n.idleAfter }

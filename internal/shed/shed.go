@@ -13,29 +13,42 @@
 // compares the end-to-end p99 latency of the window with the target T:
 //
 //   - p99 > T (over) two windows in a row, or p99 > 2T: the rate kept
-//     at the bottleneck's shed point becomes
-//     Headroom × capacity / (arrivals × gain) / (1 + lag / window):
-//     the first factor admits Headroom of the bottleneck's capacity
-//     (records a second it handles when busy all the time) of what
-//     arrives at the sources (records a second, whether or not they could
-//     read it: back-pressure leaves it waiting outside), gain being the
-//     records the bottleneck handles per record admitted; "lag" is how far
-//     behind the arrivals the sources read, the backlog waiting outside,
-//     and the second factor lets them read through it within a window.
-//     Without those measurements, Headroom × keep / utilisation. When the
-//     p99 was over the window before too and did not fall, the rate is
-//     also cut to at most 0.9 × keep. Once the sources have read their
-//     backlog (lag under a tenth of the window) and the p99 is no longer
-//     over, the rate goes back to the steady one, the first factor alone.
+//     at the bottleneck's shed point becomes the lower of two.
+//     The steady rate, Headroom × capacity / (arrivals × gain), admits
+//     Headroom of the bottleneck's capacity (records a second it handles
+//     when busy all the time) of what arrives at the sources (records a
+//     second, whether or not they could read it: back-pressure leaves it
+//     waiting outside), gain being the records that reach the bottleneck
+//     per record admitted. The drain rate,
+//     (capacity × (window + Low × T) − queued) / (arrivals × gain × (window + lag)),
+//     is what the bottleneck, busy all the next window, works through:
+//     the records queued at its inputs and what the sources read, the
+//     backlog waiting outside ("lag" behind the arrivals) and the window's
+//     arrivals, leaving Low × T of work queued. So the bottleneck stays
+//     busy while the backlog drains, and the rate is no lower than that
+//     needs. Without those measurements, Headroom × keep / utilisation,
+//     divided by 1 + lag / window. When the p99 is over a third window in
+//     a row and did not fall (the cut before had a window to show: the
+//     records of the window right after a cut were admitted before it),
+//     the rate is also cut to at most 0.9 × keep, and that becomes the
+//     steady rate. Once the sources have read their backlog (lag under a
+//     tenth of the window) and the p99 is no longer over, the rate goes
+//     back to the steady one, as far as the bottleneck's queue allows.
 //   - p99 < Low × T (well under) for a second window in a row, and
-//     something is shed: keep grows by Headroom / utilisation, at most
-//     doubling a window, to 1 (shedding stops).
+//     something is shed: the rate admits Fill of the bottleneck's
+//     capacity of what arrives (with the measurements; else keep grows by
+//     Fill / utilisation, at most doubling a window), up to 1 (shedding
+//     stops). Fill (0.95) above Headroom (0.9) uses the slack a latency
+//     well under the target shows; a p99 that then goes over the target
+//     twice cuts back to Headroom.
 //   - otherwise nothing changes. The band [Low × T, T], and the second
 //     window asked for, are what keep the rate from oscillating: it moves
 //     only when the latency stays out of the band (or passes 2T), so a
 //     load that swings from window to window across the band's edges
 //     leaves it alone; in the oscillation transcript it does not move at
-//     all once settled.
+//     all once settled. Under a steady overload the rate stays between
+//     the steady rate and Fill / Headroom of it (5.6 %: the backlog
+//     transcript).
 //
 // Nothing is shed while the target holds: keep starts at 1 and only an
 // over window lowers it.
@@ -60,7 +73,8 @@ import (
 // Config is a controller's fixed part.
 type Config struct {
 	Target   time.Duration
-	Headroom float64 // the fraction of the bottleneck's capacity to admit (default 0.9)
+	Headroom float64 // the fraction of the bottleneck's capacity to admit after a cut (default 0.9)
+	Fill     float64 // the fraction it is raised to while the p99 stays well under the band (default 0.95)
 	Low      float64 // the band's low end, as a fraction of the target (default 0.5)
 	MinKeep  float64 // the least rate kept (default 0.01)
 	Patience int     // over windows at MinKeep before the target is reported unreachable (default 3)
@@ -97,6 +111,9 @@ func New(cfg Config) Controller {
 	if cfg.Headroom <= 0 {
 		cfg.Headroom = 0.9
 	}
+	if cfg.Fill <= 0 {
+		cfg.Fill = max(0.95, cfg.Headroom)
+	}
 	if cfg.Low <= 0 {
 		cfg.Low = 0.5
 	}
@@ -130,6 +147,9 @@ type Load struct {
 	// instances are busy all the time (0: unknown), and Gain the records
 	// it handles per record the sources admit (0: unknown, taken as 1).
 	Capacity, Gain float64
+	// Queued is the records waiting at the task's inputs at the window's
+	// end.
+	Queued int64
 }
 
 // Action is what the driver carries out.
@@ -193,21 +213,28 @@ func (c Controller) Step(w Window) (Controller, []Action) {
 			c.Point, c.Keep = "", 1
 		}
 		// The rate that admits Headroom of the bottleneck's capacity of
-		// what arrives, lowered so that the sources also read their
-		// backlog within a window.
+		// what arrives (steady), and below it the one that also works
+		// through what waits outside and at the bottleneck within a
+		// window (drain).
 		k := c.Headroom * c.Keep / max(util, 1e-9)
-		if l := w.Loads[b]; l.Capacity > 0 && w.Arrivals > 0 {
-			gain := l.Gain
-			if gain <= 0 {
-				gain = 1
-			}
-			k = c.Headroom * l.Capacity / (w.Arrivals * gain)
+		in, modelled := c.model(w, b)
+		if modelled {
+			k = c.Headroom * w.Loads[b].Capacity / in
 		}
-		if c.Over >= 2 && w.P99 >= prevP99*9/10 { // over and not falling: cut
+		// Over and not falling though the window before was over too and
+		// the cut before it had a window to show: the model is wrong
+		// (or missing), cut by a tenth more, and take that as the
+		// steady rate.
+		deeper := c.Over >= 3 && w.P99 >= prevP99*9/10
+		if deeper {
 			k = min(k, 0.9*c.Keep)
 		}
 		c.Steady = round(clamp(k, c.MinKeep, 1))
-		k /= 1 + float64(max(w.Lag, 0))/float64(max(w.Length, 1))
+		if modelled {
+			k = min(k, c.drain(w, b, in))
+		} else {
+			k /= 1 + float64(max(w.Lag, 0))/float64(max(w.Length, 1))
+		}
 		k = clamp(k, c.MinKeep, 1)
 		if c.Keep <= c.MinKeep {
 			c.AtMin++
@@ -222,12 +249,24 @@ func (c Controller) Step(w Window) (Controller, []Action) {
 		return c, acts
 	case c.Point != "" && c.Keep < c.Steady && w.Lag < w.Length/10:
 		// The backlog the rate was lowered for is read: back to the
-		// steady rate.
-		c.Keep = c.Steady
-		acts = append(acts, SetRate{Point: c.Point, Keep: c.Keep, Drop: c.Drop})
+		// steady rate, or as near as what waits at the bottleneck allows.
+		k := c.Steady
+		if in, ok := c.model(w, b); ok {
+			k = max(c.Keep, round(clamp(min(k, c.drain(w, b, in)), c.MinKeep, 1)))
+		}
+		if k != c.Keep {
+			c.Keep = k
+			acts = append(acts, SetRate{Point: c.Point, Keep: c.Keep, Drop: c.Drop})
+		}
 	case under && c.Point != "" && c.Under >= 2:
+		// Well under the band two windows in a row: admit Fill of the
+		// bottleneck's capacity (at most doubling the rate), or, with
+		// the measurements, what the load now needs of it.
 		c.AtMin = 0
-		k := c.Keep * min(2, c.Headroom/max(util, 1e-9))
+		k := c.Keep * min(2, c.Fill/max(util, 1e-9))
+		if in, ok := c.model(w, b); ok {
+			k = c.Fill * w.Loads[b].Capacity / in
+		}
 		if k >= 0.99 {
 			acts = append(acts, SetRate{Point: c.Point, Keep: 1})
 			c.Point, c.Keep, c.Drop, c.Steady = "", 1, false, 0
@@ -243,6 +282,32 @@ func (c Controller) Step(w Window) (Controller, []Action) {
 		}
 	}
 	return c, acts
+}
+
+// model is the records a second that reach the bottleneck b per unit of
+// rate kept (what arrives times the gain), when the window measured it and
+// b's capacity.
+func (c Controller) model(w Window, b int) (float64, bool) {
+	if b < 0 || b >= len(w.Loads) || w.Arrivals <= 0 || w.Loads[b].Capacity <= 0 {
+		return 0, false
+	}
+	gain := w.Loads[b].Gain
+	if gain <= 0 {
+		gain = 1
+	}
+	return w.Arrivals * gain, true
+}
+
+// drain is the rate at which the bottleneck b, busy all the next window,
+// works through what it will be given: the records waiting at its inputs
+// and what the sources read, their backlog (Lag) and the window's
+// arrivals, leaving Low × the target's worth of work queued (in records
+// per unit kept a second, in).
+func (c Controller) drain(w Window, b int, in float64) float64 {
+	l := w.Loads[b]
+	win := max(w.Length, time.Millisecond).Seconds()
+	room := l.Capacity*win + l.Capacity*c.Low*c.Target.Seconds() - float64(max(l.Queued, 0))
+	return room / (in * (win + max(w.Lag, 0).Seconds()))
 }
 
 // bottleneck is the task with the highest utilisation, and that; -1 when
@@ -268,6 +333,16 @@ func (c Controller) report(acts []Action, infeasible bool, reason string) (Contr
 		acts = append(acts, Report{Infeasible: infeasible, Reason: reason})
 	}
 	return c, acts
+}
+
+// Retarget returns the state with the target d (a change through the
+// control plane): the rate in force stays, the windows counted over or
+// under the old target start again, and a target reported unreachable is
+// reported holdable until the windows say otherwise. It does not change c.
+func (c Controller) Retarget(d time.Duration) (Controller, []Action) {
+	c.Target = d
+	c.Over, c.Under, c.AtMin = 0, 0, 0
+	return c.report(nil, false, fmt.Sprintf("the target changed to %v", d))
 }
 
 func clamp(v, lo, hi float64) float64 { return min(max(v, lo), hi) }

@@ -14,10 +14,12 @@ import (
 // record the actions and the state after each (go test -rewrite rewrites
 // them).
 //
-//	new target=200ms [headroom=0.9 low=0.5 minkeep=0.01 patience=3]
+//	new target=200ms [headroom=0.9 fill=0.95 low=0.5 minkeep=0.01 patience=3]
 //	<task> [point=<name>] [sample]     one line per task
-//	window p99=350ms util=(0.2,1.0) [arrivals=3000 cap=(0,0,1000) lag=600ms]   windows of 1s, parallelism 1;
-//	                                   arrivals in records/s, cap: each task's capacity, records/s
+//	window p99=350ms util=(0.2,1.0) [arrivals=3000 cap=(0,0,1000) queued=(0,0,256) lag=600ms]
+//	                                   windows of 1s, parallelism 1; arrivals in records/s,
+//	                                   cap: each task's capacity, records/s; queued: records
+//	                                   waiting at each task's inputs
 //	repeat n=5 p99=... util=...        the same window n times, one output line each
 func TestTranscripts(t *testing.T) {
 	datadriven.Walk(t, "testdata", func(t *testing.T, path string) {
@@ -27,6 +29,7 @@ func TestTranscripts(t *testing.T) {
 			case "new":
 				cfg := Config{Target: durArg(t, d, "target")}
 				cfg.Headroom = floatArg(t, d, "headroom", 0)
+				cfg.Fill = floatArg(t, d, "fill", 0)
 				cfg.Low = floatArg(t, d, "low", 0)
 				cfg.MinKeep = floatArg(t, d, "minkeep", 0)
 				cfg.Patience = int(floatArg(t, d, "patience", 0))
@@ -50,6 +53,18 @@ func TestTranscripts(t *testing.T) {
 				}
 				c = New(cfg)
 				return describe(c)
+			case "retarget":
+				before := describe(c)
+				next, acts := c.Retarget(durArg(t, d, "target"))
+				if after := describe(c); after != before {
+					t.Fatalf("%s: Retarget changed its input state", d.Pos)
+				}
+				c = next
+				var b strings.Builder
+				for _, a := range acts {
+					b.WriteString(describeAction(a) + "; ")
+				}
+				return b.String() + describe(c) + "\n"
 			case "window", "repeat":
 				n := 1
 				if d.Cmd == "repeat" {
@@ -87,14 +102,20 @@ func windowArg(t *testing.T, d *datadriven.TestData, tasks int) Window {
 	if len(utils) != tasks {
 		d.Fatalf(t, "util: %d values for %d tasks", len(utils), tasks)
 	}
-	var caps []string
+	var caps, queued []string
 	if d.HasArg("cap") {
 		d.ScanArgs(t, "cap", &caps)
+	}
+	if d.HasArg("queued") {
+		d.ScanArgs(t, "queued", &queued)
 	}
 	for i, u := range utils {
 		l := Load{Busy: time.Duration(parse(t, d, u) * float64(time.Second)), Parallelism: 1}
 		if i < len(caps) {
 			l.Capacity = parse(t, d, caps[i])
+		}
+		if i < len(queued) {
+			l.Queued = int64(parse(t, d, queued[i]))
 		}
 		w.Loads = append(w.Loads, l)
 	}

@@ -9,6 +9,7 @@ import (
 	"strconv"
 
 	"github.com/vmihailenco/msgpack/v5"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/sluicehq/sluice/actors"
 	"github.com/sluicehq/sluice/internal/msgpacksafe"
@@ -18,13 +19,24 @@ import (
 // for the spill. The header is binary; values of the common scalar and
 // string types are written directly, others with msgpack.
 //
-//	kind(1) flags(1) channel seq count mark(varint) [headers] [times] values
+//	kind(1) flags(1) channel seq count mark(varint) [headers] [latency] [times] values
+//
+// latency, when the envelope has any: born, sent (uvarint, unix ns) and
+// keep (float64 bits, 0 meaning 1), so that an envelope that crosses
+// processes (or waits in a spill) keeps its ingestion and send times and
+// the sampling rate its records survived (DESIGN.md, Latency and
+// shedding).
 type Codec[T any] struct{}
 
 const (
 	flagHeaders = 1 << iota
 	flagTimes
+	flagTraces // the batch's sampled records (Mark): count, then index, id, trace id, span id, trace flags
+	flagLatency
 )
+
+// maxMarkID bounds a sampled record's id on the wire.
+const maxMarkID = 512
 
 func (Codec[T]) Encode(msg any) ([]byte, error) {
 	env, ok := msg.(*actors.Envelope)
@@ -44,7 +56,13 @@ func (Codec[T]) Encode(msg any) ([]byte, error) {
 	if b != nil && b.Ts != nil {
 		flags |= flagTimes
 	}
-	out := make([]byte, 0, 32+env.Count*9)
+	if b != nil && len(b.Tr) > 0 {
+		flags |= flagTraces
+	}
+	if env.Born != 0 || env.Sent != 0 || env.Keep != 0 {
+		flags |= flagLatency
+	}
+	out := make([]byte, 0, 48+env.Count*9)
 	out = append(out, byte(env.Kind), flags)
 	out = binary.AppendUvarint(out, uint64(env.Channel))
 	out = binary.AppendUvarint(out, env.Seq)
@@ -57,6 +75,14 @@ func (Codec[T]) Encode(msg any) ([]byte, error) {
 			out = appendString(out, v)
 		}
 	}
+	if flags&flagLatency != 0 {
+		if env.Born < 0 || env.Sent < 0 || !(env.Keep >= 0 && env.Keep <= 1) {
+			return nil, fmt.Errorf("envelope seq %d: born %d, sent %d, keep %v: out of range", env.Seq, env.Born, env.Sent, env.Keep)
+		}
+		out = binary.AppendUvarint(out, uint64(env.Born))
+		out = binary.AppendUvarint(out, uint64(env.Sent))
+		out = binary.LittleEndian.AppendUint64(out, math.Float64bits(env.Keep))
+	}
 	if b == nil {
 		return out, nil
 	}
@@ -66,6 +92,20 @@ func (Codec[T]) Encode(msg any) ([]byte, error) {
 	if flags&flagTimes != 0 {
 		for _, t := range b.Ts {
 			out = binary.LittleEndian.AppendUint64(out, uint64(t))
+		}
+	}
+	if flags&flagTraces != 0 {
+		out = binary.AppendUvarint(out, uint64(len(b.Tr)))
+		for _, m := range b.Tr {
+			if m.I < 0 || int(m.I) >= env.Count {
+				return nil, fmt.Errorf("envelope seq %d: sampled record %d of %d", env.Seq, m.I, env.Count)
+			}
+			out = binary.AppendUvarint(out, uint64(m.I))
+			out = appendString(out, m.ID)
+			tid, sid := m.SC.TraceID(), m.SC.SpanID()
+			out = append(out, tid[:]...)
+			out = append(out, sid[:]...)
+			out = append(out, byte(m.SC.TraceFlags()))
 		}
 	}
 	switch vs := any(b.Vs).(type) {
@@ -148,6 +188,55 @@ func (r *reader) str() string {
 	return s
 }
 
+// markBytes is the least a sampled record takes on the wire.
+const markBytes = 1 + 1 + 16 + 8 + 1
+
+// marks reads the sampled records of a batch of count records: in
+// increasing order, within the batch, with valid trace contexts.
+func (r *reader) marks(count uint64, budget int64) ([]Mark, error) {
+	n := r.uvarint()
+	if r.err != nil {
+		return nil, r.err
+	}
+	if n == 0 || n > count || n > uint64(len(r.b))/markBytes {
+		return nil, fmt.Errorf("%d sampled records of %d in %d bytes: %w", n, count, len(r.b), errShort)
+	}
+	if n*uint64(reflect.TypeOf(Mark{}).Size()) > uint64(budget) {
+		return nil, fmt.Errorf("%d sampled records: %w", n, msgpacksafe.ErrTooLarge)
+	}
+	ms := make([]Mark, n)
+	last := int64(-1)
+	for j := range ms {
+		i := r.uvarint()
+		if r.err == nil && uint64(len(r.b)) > 0 {
+			if l, k := binary.Uvarint(r.b); k > 0 && l > maxMarkID {
+				return nil, fmt.Errorf("sampled record %d: id of %d bytes (at most %d)", j, l, maxMarkID)
+			}
+		}
+		id := r.str()
+		if r.err != nil || len(r.b) < 25 {
+			r.fail()
+			return nil, r.err
+		}
+		if i >= count || int64(i) <= last {
+			return nil, fmt.Errorf("sampled record %d: index %d after %d in a batch of %d", j, i, last, count)
+		}
+		last = int64(i)
+		var tid trace.TraceID
+		var sid trace.SpanID
+		copy(tid[:], r.b[:16])
+		copy(sid[:], r.b[16:24])
+		fl := trace.TraceFlags(r.b[24])
+		r.b = r.b[25:]
+		sc := trace.NewSpanContext(trace.SpanContextConfig{TraceID: tid, SpanID: sid, TraceFlags: fl, Remote: true})
+		if !sc.IsValid() {
+			return nil, fmt.Errorf("sampled record %d (%q): invalid trace context", j, id)
+		}
+		ms[j] = Mark{I: int32(i), ID: id, SC: sc}
+	}
+	return ms, nil
+}
+
 func (r *reader) fail() {
 	if r.err == nil {
 		r.err = errShort
@@ -193,6 +282,17 @@ func (Codec[T]) Decode(data []byte) (any, error) {
 			}
 		}
 	}
+	if flags&flagLatency != 0 {
+		born, sent := r.uvarint(), r.uvarint()
+		keep := math.Float64frombits(r.u64())
+		if r.err != nil {
+			return nil, fmt.Errorf("envelope seq %d: latency: %w", env.Seq, r.err)
+		}
+		if born > math.MaxInt64 || sent > math.MaxInt64 || !(keep >= 0 && keep <= 1) {
+			return nil, fmt.Errorf("envelope seq %d: born %d, sent %d, keep %v: out of range", env.Seq, born, sent, keep)
+		}
+		env.Born, env.Sent, env.Keep = int64(born), int64(sent), keep
+	}
 	if r.err != nil {
 		return nil, r.err
 	}
@@ -223,6 +323,13 @@ func (Codec[T]) Decode(data []byte) (any, error) {
 		for i := range b.Ts {
 			b.Ts[i] = int64(r.u64())
 		}
+	}
+	if flags&flagTraces != 0 {
+		ms, err := r.marks(count, budget)
+		if err != nil {
+			return nil, fmt.Errorf("envelope seq %d: %w", env.Seq, err)
+		}
+		b.Tr = ms
 	}
 	switch any(zero).(type) {
 	case int64, int, float64, string:

@@ -1,7 +1,10 @@
 package stage
 
 import (
+	"encoding/binary"
+	"math"
 	"reflect"
+	"strings"
 	"testing"
 
 	"github.com/sluicehq/sluice/actors"
@@ -82,15 +85,65 @@ func FuzzEnvelopeDecode(f *testing.F) {
 	s := Codec[string]{}
 	seed2, _ := s.Encode(&actors.Envelope{Kind: actors.Data, Count: 2, Payload: &Batch[string]{Vs: []string{"x", "y"}, Ts: []int64{1, 2}}})
 	f.Add(seed2)
+	// With latency: ingestion and send times, a sampling rate.
+	seed3, _ := s.Encode(&actors.Envelope{Kind: actors.Data, Count: 1, Payload: &Batch[string]{Vs: []string{"x"}, Ts: []int64{5}},
+		Born: 1_700_000_000_000_000_000, Sent: 1_700_000_000_001_000_000, Keep: 0.25})
+	f.Add(seed3)
+	seed4, _ := c.Encode(&actors.Envelope{Kind: actors.Watermark, Mark: 7, Born: 1_700_000_000_000_000_000})
+	f.Add(seed4)
 	f.Fuzz(func(t *testing.T, data []byte) {
 		for _, dec := range []func([]byte) (any, error){c.Decode, s.Decode, Codec[int64]{}.Decode} {
 			got, err := dec(data)
 			if err != nil {
 				continue
 			}
-			if e := got.(*actors.Envelope); e.Kind == actors.Data && e.Payload == nil {
+			e := got.(*actors.Envelope)
+			if e.Kind == actors.Data && e.Payload == nil {
 				t.Fatalf("data envelope without payload: %+v", e)
+			}
+			if e.Born < 0 || e.Sent < 0 || !(e.Keep >= 0 && e.Keep <= 1) {
+				t.Fatalf("latency out of range decoded: born %d, sent %d, keep %v", e.Born, e.Sent, e.Keep)
 			}
 		}
 	})
+}
+
+// The ingestion time, send time and sampling rate cross processes with the
+// envelope (data and control marks alike); a rate outside [0, 1] or a
+// truncated latency block is refused with the envelope's sequence number.
+func TestEnvelopeLatencyRoundTrip(t *testing.T) {
+	c := Codec[int64]{}
+	for _, in := range []*actors.Envelope{
+		{Kind: actors.Data, Seq: 3, Count: 2, Payload: &Batch[int64]{Vs: []int64{1, 2}}, Born: 1_700_000_000_000_000_000, Sent: 1_700_000_000_002_000_000, Keep: 0.3},
+		{Kind: actors.Watermark, Seq: 4, Mark: 99, Born: 1_700_000_000_000_000_000, Sent: 1_700_000_000_003_000_000},
+		{Kind: actors.Data, Seq: 5, Count: 1, Payload: &Batch[int64]{Vs: []int64{7}}}, // none: no latency block
+	} {
+		b, err := c.Encode(in)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := c.Decode(b)
+		if err != nil {
+			t.Fatalf("seq %d: %v", in.Seq, err)
+		}
+		e := got.(*actors.Envelope)
+		if e.Born != in.Born || e.Sent != in.Sent || e.Keep != in.Keep || e.Mark != in.Mark {
+			t.Errorf("seq %d: born %d sent %d keep %v mark %d, want %d %d %v %d", in.Seq, e.Born, e.Sent, e.Keep, e.Mark, in.Born, in.Sent, in.Keep, in.Mark)
+		}
+	}
+	if _, err := c.Encode(&actors.Envelope{Kind: actors.Data, Seq: 6, Count: 1, Payload: &Batch[int64]{Vs: []int64{1}}, Keep: 1.5}); err == nil {
+		t.Error("a keep rate of 1.5 was encoded")
+	}
+	b, err := c.Encode(&actors.Envelope{Kind: actors.Watermark, Seq: 8, Mark: 1, Keep: 0.5})
+	if err != nil {
+		t.Fatal(err)
+	}
+	bad := append([]byte(nil), b...)
+	binary.LittleEndian.PutUint64(bad[len(bad)-8:], math.Float64bits(2))
+	if _, err := c.Decode(bad); err == nil || !strings.Contains(err.Error(), "seq 8") || !strings.Contains(err.Error(), "keep 2") {
+		t.Errorf("keep 2 decoded: %v", err)
+	}
+	if _, err := c.Decode(b[:len(b)-3]); err == nil || !strings.Contains(err.Error(), "seq 8") {
+		t.Errorf("a truncated latency block decoded: %v", err)
+	}
 }

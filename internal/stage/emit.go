@@ -1,11 +1,9 @@
 package stage
 
 import (
-	"context"
 	"math"
 
 	"github.com/sluicehq/sluice/actors"
-	"github.com/sluicehq/sluice/telemetry"
 )
 
 // Flusher sends what a chain's tail holds.
@@ -16,9 +14,6 @@ type Flusher interface{ Flush() }
 type Sender interface {
 	// Enqueue sends env on channel target of output out.
 	Enqueue(out, target int, env *actors.Envelope)
-	// Traced is the trace context of the batch being processed, nil when it
-	// is not traced.
-	Traced() context.Context
 	// Watermarked says that watermark wm went out on every channel.
 	Watermarked(wm int64)
 }
@@ -39,9 +34,8 @@ type Emitter[T any] struct {
 	s    Sender
 	outs []*output[T]
 	size int
-	wm   int64           // the chain's event time: sent on every channel at the next flush when it advanced
-	sent int64           // the last watermark sent
-	tctx context.Context // the trace of the last traced batch pushed, for the envelopes it fills
+	wm   int64 // the chain's event time: sent on every channel at the next flush when it advanced
+	sent int64 // the last watermark sent
 }
 
 type output[T any] struct {
@@ -65,7 +59,10 @@ func NewEmitter[T any](specs []Output, size int, snd Sender) *Emitter[T] {
 }
 
 func (e *Emitter[T]) Push(b *Batch[T]) {
-	e.tctx = e.s.Traced()
+	if len(b.Tr) > 0 {
+		e.pushMarked(b)
+		return
+	}
 	for _, o := range e.outs {
 		switch o.spec.Part {
 		case Forward:
@@ -103,6 +100,10 @@ func (e *Emitter[T]) Push(b *Batch[T]) {
 
 func (e *Emitter[T]) add(o *output[T], t int, b *Batch[T]) {
 	buf := &o.bufs[t]
+	for _, m := range b.Tr { // the sampled records follow theirs
+		m.I += int32(len(buf.Vs))
+		buf.Tr = append(buf.Tr, m)
+	}
 	buf.Vs = append(buf.Vs, b.Vs...)
 	if b.Ts != nil {
 		buf.Ts = append(buf.Ts, b.Ts...)
@@ -133,8 +134,8 @@ func (e *Emitter[T]) ship(o *output[T], t int) {
 			part.Ts = buf.Ts[start:end:end]
 		}
 		env.Payload = part
-		if e.tctx != nil {
-			env.Headers = telemetry.Inject(e.tctx, nil)
+		if len(buf.Tr) > 0 {
+			part.Tr = sliceMarks(buf.Tr, start, end)
 		}
 		e.s.Enqueue(o.index, t, env)
 	}
@@ -148,7 +149,6 @@ func (e *Emitter[T]) Flush() {
 			}
 		}
 	}
-	e.tctx = nil
 	if e.wm > e.sent { // after the records it follows, on every channel
 		e.sent = e.wm
 		for _, o := range e.outs {
@@ -164,3 +164,56 @@ func (e *Emitter[T]) Flush() {
 func (e *Emitter[T]) Watermark(wm int64) { e.wm = max(e.wm, wm) }
 
 func (e *Emitter[T]) Finish() { e.Flush() }
+
+// sliceMarks are the marks of records [start, end) of a batch, renumbered
+// from start (nil when none).
+func sliceMarks(ms []Mark, start, end int) []Mark {
+	var out []Mark
+	for _, m := range ms {
+		if int(m.I) >= start && int(m.I) < end {
+			m.I -= int32(start)
+			out = append(out, m)
+		}
+	}
+	return out
+}
+
+// pushMarked is Push for a batch with sampled records: their marks go with
+// them into the batches of their targets (a hash edge places them one by
+// one).
+func (e *Emitter[T]) pushMarked(b *Batch[T]) {
+	for _, o := range e.outs {
+		switch o.spec.Part {
+		case Forward:
+			e.add(o, 0, b)
+		case Rebalance:
+			e.add(o, o.rr, b)
+			o.rr = (o.rr + 1) % len(o.bufs)
+		case Broadcast:
+			for t := range o.bufs {
+				e.add(o, t, b)
+			}
+		case Hash:
+			n, mi := len(o.bufs), 0
+			for i, v := range b.Vs {
+				t := InstanceFor(o.hash(v), n)
+				buf := &o.bufs[t]
+				for mi < len(b.Tr) && int(b.Tr[mi].I) < i {
+					mi++
+				}
+				if mi < len(b.Tr) && int(b.Tr[mi].I) == i {
+					m := b.Tr[mi]
+					m.I = int32(len(buf.Vs))
+					buf.Tr = append(buf.Tr, m)
+				}
+				buf.Vs = append(buf.Vs, v)
+				if b.Ts != nil {
+					buf.Ts = append(buf.Ts, b.Ts[i])
+				}
+				if len(buf.Vs) >= e.size {
+					e.ship(o, t)
+				}
+			}
+		}
+	}
+}

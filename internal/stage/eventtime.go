@@ -19,9 +19,6 @@ type TimestampStage[T any] struct {
 
 func (s *TimestampStage[T]) Push(b *Batch[T]) {
 	defer s.sc.attribute()
-	if end := s.sc.Traced(len(b.Vs)); end != nil {
-		defer end()
-	}
 	n := len(b.Vs)
 	s.sc.C.In.Add(int64(n))
 	if cap(s.ts) < n {
@@ -30,6 +27,9 @@ func (s *TimestampStage[T]) Push(b *Batch[T]) {
 	ts := s.ts[:n]
 	s.max = stampInto(s.f, b.Vs, ts, s.max)
 	b.Ts = ts
+	if end := s.sc.Pass(b.Tr, b.Ts); end != nil { // with the times it gave
+		defer end()
+	}
 	s.sc.C.Out.Add(int64(n))
 	s.next.Push(b)
 	if wm := s.max - s.bound - 1; wm > s.sent && s.max != math.MinInt64 {
@@ -186,11 +186,19 @@ type OutBuf[O any] struct {
 	untimed bool
 	next    Pusher[O]
 	sc      *Ctx
+	// cur, when set, is the sampled record (or result) whose handling
+	// adds outputs now: they stay in its trace.
+	cur *Mark
 }
 
 func NewOutBuf[O any](next Pusher[O], sc *Ctx) OutBuf[O] { return OutBuf[O]{next: next, sc: sc} }
 
 func (o *OutBuf[O]) add(v O, at int64) {
+	if o.cur != nil {
+		m := *o.cur
+		m.I = int32(len(o.b.Vs))
+		o.b.Tr = append(o.b.Tr, m)
+	}
 	o.b.Vs = append(o.b.Vs, v)
 	o.b.Ts = append(o.b.Ts, at)
 	if at == math.MinInt64 {
@@ -210,5 +218,5 @@ func (o *OutBuf[O]) flush() {
 	}
 	o.sc.C.Out.Add(int64(len(o.b.Vs)))
 	o.next.Push(&o.b)
-	o.b.Vs, o.b.Ts, o.untimed = o.b.Vs[:0], o.b.Ts[:0], false
+	o.b.Vs, o.b.Ts, o.b.Tr, o.untimed = o.b.Vs[:0], o.b.Ts[:0], nil, false
 }

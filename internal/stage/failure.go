@@ -21,13 +21,14 @@ type FailureHandler struct {
 // failed handles a panic r of the operator's function on record rec and
 // says whether to try the same record again. When the attempts are spent
 // the record becomes a dead letter and processing goes on with the next.
-func (h *FailureHandler) failed(r any, rec any) (retry bool) {
+func (h *FailureHandler) failed(r any, rec any, i int) (retry bool) {
 	h.tries++
+	m := h.sc.markOf(i)
 	if h.tries < h.attempts {
-		h.sc.Tracer.Event("retry", attribute.Int("sluice.attempt", h.tries), attribute.String("error", fmt.Sprint(r)))
+		h.sc.Event(m, "retry", attribute.Int("sluice.attempt", h.tries), attribute.String("error", fmt.Sprint(r)))
 		return true
 	}
-	h.sc.Tracer.Event("dead-letter", attribute.Int("sluice.attempts", h.tries), attribute.String("error", fmt.Sprint(r)))
+	h.sc.Event(m, "dead-letter", attribute.Int("sluice.attempts", h.tries), attribute.String("error", fmt.Sprint(r)))
 	attempts := h.tries
 	h.tries = 0
 	payload, err := supervision.EncodePayload(rec)
@@ -53,7 +54,7 @@ func afterPanic[T any](h *FailureHandler, r any, vs []T, i int, next *int) bool 
 		return false
 	}
 	*next = i + 1
-	if h.failed(r, vs[i]) {
+	if h.failed(r, vs[i], i) {
 		*next = i
 	}
 	return true

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/vmihailenco/msgpack/v5"
+	"go.opentelemetry.io/otel/trace"
 )
 
 // Joins of two streams by key. Each is built from parts the planner already
@@ -54,15 +55,24 @@ type IntervalStage[K comparable, L, R, O any] struct {
 
 func (s *IntervalStage[K, L, R, O]) Push(b *Batch[Either[L, R]]) {
 	defer s.sc.attribute()
-	if end := s.sc.Traced(len(b.Vs)); end != nil {
+	if end := passKeyed(s.sc, b, s.key); end != nil {
 		defer end()
 	}
 	s.sc.C.In.Add(int64(len(b.Vs)))
 	if b.Ts == nil && len(b.Vs) > 0 {
 		s.sc.fail(errNoEventTime)
 	}
+	mi := 0
+	defer func() { s.out.cur = nil }()
 	for i, e := range b.Vs {
 		t := b.Ts[i]
+		s.out.cur = nil
+		for mi < len(b.Tr) && int(b.Tr[mi].I) < i {
+			mi++
+		}
+		if mi < len(b.Tr) && int(b.Tr[mi].I) == i { // its pairs stay in its trace
+			s.out.cur = &b.Tr[mi]
+		}
 		if t <= s.wm {
 			s.sc.C.Late.Add(1)
 			continue
@@ -219,7 +229,8 @@ type JoinStage[K comparable, L, R, O any] struct {
 	join    func(L, R) O
 	ttl     int64
 	bufs    map[K]*JoinBuf[L, R]
-	sweeper bool // a TTL sweep is scheduled
+	sweeper bool             // a TTL sweep is scheduled
+	marks   map[K]*joinMarks // the sampled records buffered, nil when none
 	next    Pusher[O]
 	sc      *Ctx
 	out     OutBuf[O]
@@ -227,10 +238,24 @@ type JoinStage[K comparable, L, R, O any] struct {
 
 func (s *JoinStage[K, L, R, O]) Push(b *Batch[Either[L, R]]) {
 	defer s.sc.attribute()
-	if end := s.sc.Traced(len(b.Vs)); end != nil {
-		defer end()
+	if s.sc.Tracer != nil {
+		// A sampled arriving record links to the sampled records of the
+		// other side it is joined with.
+		if end := passLinked(s.sc, b, s.key, func(i int) []trace.Link {
+			jm := s.marks[s.key(b.Vs[i])]
+			if jm == nil {
+				return nil
+			}
+			if b.Vs[i].Right {
+				return sideLinks(jm.ls)
+			}
+			return sideLinks(jm.rs)
+		}); end != nil {
+			defer end()
+		}
 	}
 	s.sc.C.In.Add(int64(len(b.Vs)))
+	mi := 0
 	var now int64
 	if s.ttl > 0 {
 		now = s.sc.Now().UnixNano()
@@ -251,19 +276,60 @@ func (s *JoinStage[K, L, R, O]) Push(b *Batch[Either[L, R]]) {
 			s.bufs[k] = buf
 		}
 		buf.Touched = now
+		var m *Mark
+		for mi < len(b.Tr) && int(b.Tr[mi].I) < i {
+			mi++
+		}
+		if mi < len(b.Tr) && int(b.Tr[mi].I) == i {
+			m = &b.Tr[mi]
+		}
+		jm := s.marks[k]
+		if m != nil && jm == nil {
+			if s.marks == nil {
+				s.marks = map[K]*joinMarks{}
+			}
+			jm = &joinMarks{ls: map[int]Mark{}, rs: map[int]Mark{}}
+			s.marks[k] = jm
+		}
 		if e.Right {
-			for _, l := range buf.Ls {
+			for p, l := range buf.Ls {
+				s.out.cur = outMark(m, jm, true, p)
 				s.out.add(s.join(l, e.R), t)
+			}
+			if m != nil {
+				jm.rs[len(buf.Rs)] = *m
 			}
 			buf.Rs = append(buf.Rs, e.R)
 		} else {
-			for _, r := range buf.Rs {
+			for p, r := range buf.Rs {
+				s.out.cur = outMark(m, jm, false, p)
 				s.out.add(s.join(e.L, r), t)
+			}
+			if m != nil {
+				jm.ls[len(buf.Ls)] = *m
 			}
 			buf.Ls = append(buf.Ls, e.L)
 		}
+		s.out.cur = nil
 	}
 	s.out.flush()
+}
+
+// outMark is the trace a join's pair goes on in: the arriving record's
+// when it is sampled, else its partner's (at p on the other side), if that
+// one is.
+func outMark(m *Mark, jm *joinMarks, right bool, p int) *Mark {
+	if m != nil || jm == nil {
+		return m
+	}
+	side := jm.rs
+	if right {
+		side = jm.ls
+	}
+	if pm, ok := side[p]; ok {
+		return &pm
+	}
+	return nil
 }
 
 // sweep forgets the keys idle for longer than the TTL and runs again while
@@ -273,6 +339,7 @@ func (s *JoinStage[K, L, R, O]) sweep() {
 	for k, buf := range s.bufs {
 		if buf.Touched <= cutoff {
 			delete(s.bufs, k)
+			delete(s.marks, k)
 		}
 	}
 	s.sweeper = len(s.bufs) > 0

@@ -119,14 +119,23 @@ type ProcessStage[K comparable, T, S, O any] struct {
 
 func (s *ProcessStage[K, T, S, O]) Push(b *Batch[T]) {
 	defer s.sc.attribute()
-	if end := s.sc.Traced(len(b.Vs)); end != nil {
+	if end := passKeyed(s.sc, b, s.key); end != nil {
 		defer end()
 	}
 	s.sc.C.In.Add(int64(len(b.Vs)))
 	c := &s.ctx
 	c.s = s.ProcCore
 	c.proc = false
+	mi := 0
+	defer func() { s.out.cur = nil }()
 	for i, v := range b.Vs {
+		s.out.cur = nil
+		for mi < len(b.Tr) && int(b.Tr[mi].I) < i {
+			mi++
+		}
+		if mi < len(b.Tr) && int(b.Tr[mi].I) == i { // what it emits stays in its trace
+			s.out.cur = &b.Tr[mi]
+		}
 		c.at = math.MinInt64
 		if b.Ts != nil {
 			c.at = b.Ts[i]

@@ -10,8 +10,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"go.opentelemetry.io/otel/trace"
-
 	"github.com/sluicehq/sluice/connector"
 	"github.com/sluicehq/sluice/internal/state"
 )
@@ -21,11 +19,17 @@ import (
 type Batch[T any] struct {
 	Vs []T
 	Ts []int64
+	// Tr are the sampled records of the batch, in order (nil: none, the
+	// rule; see Mark).
+	Tr []Mark
 }
 
 // Retain keeps the records for which keep(i) is true (overflow policies
 // shed records one at a time).
 func (b *Batch[T]) Retain(keep func(i int) bool) int {
+	if len(b.Tr) > 0 {
+		return b.retainMarked(keep)
+	}
 	j := 0
 	for i := range b.Vs {
 		if keep(i) {
@@ -83,7 +87,9 @@ type Counters struct {
 type Ctx struct {
 	Name      string // the operator's
 	Kind      string
-	Head      bool // the operator reads the task's mailbox
+	Head      bool   // the operator reads the task's mailbox
+	Prev      string // the operator before it in its fused chain ("" for the head)
+	marks     []Mark // the sampled records of the batch being pushed, while its spans are open
 	Instance  int
 	Parts     int
 	Context   context.Context
@@ -172,7 +178,7 @@ type MapStage[In, Out any] struct {
 
 func (s *MapStage[In, Out]) Push(b *Batch[In]) {
 	defer s.sc.attribute()
-	if end := s.sc.Traced(len(b.Vs)); end != nil {
+	if end := s.sc.Pass(b.Tr, b.Ts); end != nil {
 		defer end()
 	}
 	n := len(b.Vs)
@@ -187,7 +193,7 @@ func (s *MapStage[In, Out]) Push(b *Batch[In]) {
 	}
 	out = out[:n]
 	mapInto(s.f, b.Vs, out)
-	s.out.Vs, s.out.Ts = out, b.Ts
+	s.out.Vs, s.out.Ts, s.out.Tr = out, b.Ts, b.Tr
 	s.sc.C.Out.Add(int64(n))
 	s.next.Push(&s.out)
 }
@@ -227,16 +233,19 @@ type FilterStage[T any] struct {
 
 func (s *FilterStage[T]) Push(b *Batch[T]) {
 	defer s.sc.attribute()
-	if end := s.sc.Traced(len(b.Vs)); end != nil {
+	if end := s.sc.Pass(b.Tr, b.Ts); end != nil {
 		defer end()
 	}
 	s.sc.C.In.Add(int64(len(b.Vs)))
 	if s.sc.Failures != nil {
+		b.Tr = nil // the guarded loop moves records: their traces end here
 		s.guarded(b)
 		return
 	}
 	j := 0
-	if b.Ts == nil {
+	if len(b.Tr) > 0 {
+		j = b.Retain(func(i int) bool { return s.keep(b.Vs[i]) })
+	} else if b.Ts == nil {
 		j = keepInPlace(s.keep, b.Vs)
 	} else {
 		for i, v := range b.Vs {
@@ -260,19 +269,22 @@ func (s *FilterStage[T]) Watermark(wm int64) { s.next.Watermark(wm) }
 func (s *FilterStage[T]) Finish() { s.next.Finish() }
 
 type FlatMapStage[In, Out any] struct {
-	f    func(In) []Out
-	next Pusher[Out]
-	sc   *Ctx
-	out  Batch[Out]
+	f     func(In) []Out
+	next  Pusher[Out]
+	sc    *Ctx
+	out   Batch[Out]
+	marks []Mark // the input's, while it is pushed
+	mi    int
 }
 
 func (s *FlatMapStage[In, Out]) Push(b *Batch[In]) {
 	defer s.sc.attribute()
-	if end := s.sc.Traced(len(b.Vs)); end != nil {
+	if end := s.sc.Pass(b.Tr, b.Ts); end != nil {
 		defer end()
 	}
 	s.sc.C.In.Add(int64(len(b.Vs)))
-	s.out.Vs, s.out.Ts = s.out.Vs[:0], s.out.Ts[:0]
+	s.out.Vs, s.out.Ts, s.out.Tr = s.out.Vs[:0], s.out.Ts[:0], nil
+	s.marks, s.mi = b.Tr, 0
 	if s.sc.Failures != nil {
 		for i := 0; i < len(b.Vs); {
 			i = s.guardedFrom(b, i)
@@ -287,6 +299,18 @@ func (s *FlatMapStage[In, Out]) Push(b *Batch[In]) {
 
 // emit adds the outputs of input record i.
 func (s *FlatMapStage[In, Out]) emit(b *Batch[In], i int, outs []Out) {
+	if len(s.marks) > 0 {
+		for s.mi < len(s.marks) && int(s.marks[s.mi].I) < i {
+			s.mi++
+		}
+		if s.mi < len(s.marks) && int(s.marks[s.mi].I) == i {
+			m := s.marks[s.mi]
+			for k := range outs { // every output of a sampled record stays in its trace
+				m.I = int32(len(s.out.Vs) + k)
+				s.out.Tr = append(s.out.Tr, m)
+			}
+		}
+	}
 	s.out.Vs = append(s.out.Vs, outs...)
 	if b.Ts != nil {
 		for range outs {
@@ -307,16 +331,12 @@ func (s *FlatMapStage[In, Out]) flush(timed bool) {
 	}
 	s.sc.C.Out.Add(int64(len(s.out.Vs)))
 	s.next.Push(&s.out)
-	s.out.Vs, s.out.Ts = s.out.Vs[:0], s.out.Ts[:0]
+	s.out.Vs, s.out.Ts, s.out.Tr = s.out.Vs[:0], s.out.Ts[:0], nil
 }
 
 func (s *FlatMapStage[In, Out]) Watermark(wm int64) { s.next.Watermark(wm) }
 
 func (s *FlatMapStage[In, Out]) Finish() { s.next.Finish() }
-
-// KeyedStage keeps one accumulator per key, in memory.
-// maxLinks bounds the links of an aggregate's span.
-const maxLinks = 128
 
 func (s *KeyedStage[K, T, A, O]) SnapshotState(id uint64) ([]byte, error) {
 	if s.tab == nil {
@@ -372,7 +392,7 @@ func (s *KeyedStage[K, T, A, O]) CloseState() error {
 // KeyedStage keeps one accumulator per key in its state backend: mem (the
 // memory backend, whose map the record loop uses directly) or tab.
 type KeyedStage[K comparable, T, A, O any] struct {
-	links   []trace.Link // the traced inputs of the results not yet emitted (EmitAtEnd)
+	contrib map[K]*contributors // the sampled inputs of the results not yet emitted (EmitAtEnd)
 	key     func(T) K
 	foldFn  func(acc A, seen bool, v T) A
 	kv      func(K, A) O // the result of a key
@@ -386,7 +406,7 @@ type KeyedStage[K comparable, T, A, O any] struct {
 	ttl     keyTTL[K]
 }
 
-// newKeyedTable opens the stage's state backend.
+// open opens the stage's state backend.
 func (s *KeyedStage[K, T, A, O]) open() {
 	h := HasherFor[K]()
 	if !s.sc.State.Disk() {
@@ -404,16 +424,27 @@ func (s *KeyedStage[K, T, A, O]) open() {
 
 func (s *KeyedStage[K, T, A, O]) Push(b *Batch[T]) {
 	defer s.sc.attribute()
-	if end := s.sc.Traced(len(b.Vs)); end != nil {
+	if end := passKeyed(s.sc, b, s.key); end != nil {
 		defer end()
 	}
 	if s.tab == nil {
 		s.sc.fail(s.openErr)
 	}
 	s.sc.C.In.Add(int64(len(b.Vs)))
-	s.out.Vs = s.out.Vs[:0]
-	if tr := s.sc.Tracer; tr != nil && tr.ctx != nil && s.emit == EmitAtEnd && len(s.links) < maxLinks {
-		s.links = append(s.links, trace.LinkFromContext(tr.ctx))
+	s.out.Vs, s.out.Tr = s.out.Vs[:0], nil
+	if len(b.Tr) > 0 && s.emit == EmitAtEnd {
+		if s.contrib == nil {
+			s.contrib = map[K]*contributors{}
+		}
+		for _, m := range b.Tr {
+			k := s.key(b.Vs[m.I])
+			c := s.contrib[k]
+			if c == nil {
+				c = &contributors{}
+				s.contrib[k] = c
+			}
+			c.add(m)
+		}
 	}
 	if s.sc.Failures != nil {
 		for i := 0; i < len(b.Vs); {
@@ -426,8 +457,8 @@ func (s *KeyedStage[K, T, A, O]) Push(b *Batch[T]) {
 	}
 	if len(s.out.Vs) > 0 {
 		s.out.Ts = nil
-		if len(s.out.Vs) == len(b.Vs) { // one update per record: same event times
-			s.out.Ts = b.Ts
+		if len(s.out.Vs) == len(b.Vs) { // one update per record: same event times, same traces
+			s.out.Ts, s.out.Tr = b.Ts, b.Tr
 		}
 		s.sc.C.Out.Add(int64(len(s.out.Vs)))
 		s.next.Push(&s.out)
@@ -464,7 +495,7 @@ func (s *KeyedStage[K, T, A, O]) fold(v T) {
 func (s *KeyedStage[K, T, A, O]) expire(gone map[K]bool) {
 	defer s.sc.attribute()
 	if s.emit == EmitAtEnd {
-		s.out.Vs, s.out.Ts = s.out.Vs[:0], nil
+		s.out.Vs, s.out.Ts, s.out.Tr = s.out.Vs[:0], nil, nil
 		for _, k := range s.mem.Order {
 			if gone[k] {
 				s.out.Vs = append(s.out.Vs, s.kv(k, s.mem.M[k]))
@@ -481,6 +512,9 @@ func (s *KeyedStage[K, T, A, O]) expire(gone map[K]bool) {
 			s.out.Vs = s.out.Vs[:0]
 		}
 	}
+	for k := range gone {
+		delete(s.contrib, k)
+	}
 	s.mem.DeleteAll(gone)
 }
 
@@ -489,41 +523,39 @@ func (s *KeyedStage[K, T, A, O]) Watermark(wm int64) { s.next.Watermark(wm) }
 func (s *KeyedStage[K, T, A, O]) Finish() {
 	defer s.sc.attribute()
 	s.ttl.stop()
-	if tr := s.sc.Tracer; tr != nil && len(s.links) > 0 {
-		// The results are built from many inputs: their span links to the
-		// inputs' spans rather than nesting under one of them.
-		ctx, span := tr.t.Start(tr.base, s.sc.Name, trace.WithNewRoot(), trace.WithLinks(s.links...),
-			trace.WithAttributes(tr.attrs(s.sc, s.keys())...))
-		tr.ctx = ctx
-		defer func() { span.End(); tr.ctx = nil }()
-		s.links = nil
-	}
 	if s.emit == EmitAtEnd && s.tab != nil {
 		s.out.Ts = nil
-		s.out.Vs = s.out.Vs[:0]
+		s.out.Vs, s.out.Tr = s.out.Vs[:0], nil
+		var ends []func() // the results' spans end once the batches went on
+		defer func() {
+			for _, e := range ends {
+				e()
+			}
+		}()
+		push := func() {
+			s.sc.C.Out.Add(int64(len(s.out.Vs)))
+			s.next.Push(&s.out)
+			s.out.Vs, s.out.Tr = s.out.Vs[:0], nil
+		}
 		for k, a := range s.tab.All {
+			if c := s.contrib[k]; c != nil && s.sc.Tracer != nil {
+				// A result of sampled records: its span continues the
+				// first one's trace and links to them all.
+				m, end := s.sc.Tracer.emit(s.sc, c, KeyString(k))
+				m.I = int32(len(s.out.Vs))
+				s.out.Tr = append(s.out.Tr, m)
+				ends = append(ends, end)
+			}
 			s.out.Vs = append(s.out.Vs, s.kv(k, a))
 			if len(s.out.Vs) == s.sc.BatchSize {
-				s.sc.C.Out.Add(int64(len(s.out.Vs)))
-				s.next.Push(&s.out)
-				s.out.Vs = s.out.Vs[:0]
+				push()
 			}
 		}
 		if len(s.out.Vs) > 0 {
-			s.sc.C.Out.Add(int64(len(s.out.Vs)))
-			s.next.Push(&s.out)
+			push()
 		}
 	}
 	s.next.Finish()
-}
-
-// keys is the number of keys in memory (0 with the disk backend, which
-// does not count them).
-func (s *KeyedStage[K, T, A, O]) keys() int {
-	if s.mem != nil {
-		return len(s.mem.Order)
-	}
-	return 0
 }
 
 type SinkStage[T any] struct {
@@ -554,7 +586,7 @@ func (s *SinkStage[T]) Open() error {
 
 func (s *SinkStage[T]) Push(b *Batch[T]) {
 	defer s.sc.attribute()
-	if end := s.sc.Traced(len(b.Vs)); end != nil {
+	if end := s.sc.Pass(b.Tr, b.Ts); end != nil {
 		defer end()
 	}
 	s.sc.C.In.Add(int64(len(b.Vs)))
@@ -683,6 +715,9 @@ func (s *SourceStage[T]) Open(offset int64) error {
 	}
 	s.r = r
 	s.buf.Vs = make([]T, s.sc.BatchSize)
+	if s.sc.Tracer != nil {
+		s.sc.Tracer.OpenSource(s.sc)
+	}
 	return nil
 }
 
@@ -696,9 +731,16 @@ func (s *SourceStage[T]) Step() (int, error) {
 				s.sc.Ingested(at.UnixNano())
 			}
 		}
-		s.buf.Vs, s.buf.Ts = s.buf.Vs[:n], nil
+		s.buf.Vs, s.buf.Ts, s.buf.Tr = s.buf.Vs[:n], nil, nil
 		s.sc.C.Out.Add(int64(n))
-		s.next.Push(&s.buf) // in the trace the instance started for this tick, if any
+		if tr := s.sc.Tracer; tr != nil {
+			var end func()
+			s.buf.Tr, end = tr.Source(s.sc, n, nil)
+			if end != nil {
+				defer end()
+			}
+		}
+		s.next.Push(&s.buf)
 	}
 	if err != nil && !errors.Is(err, io.EOF) {
 		return n, &Failure{op: s.sc.Name, err: fmt.Errorf("read: %w", err)}
@@ -742,3 +784,41 @@ const (
 	// EmitAtEnd emits every key's final value once, at end of stream.
 	EmitAtEnd
 )
+
+// retainMarked is Retain for a batch with sampled records: their marks
+// follow them, and those of records not kept go.
+func (b *Batch[T]) retainMarked(keep func(i int) bool) int {
+	j, m, w := 0, 0, 0
+	for i := range b.Vs {
+		k := keep(i)
+		for m < len(b.Tr) && int(b.Tr[m].I) < i {
+			m++
+		}
+		if m < len(b.Tr) && int(b.Tr[m].I) == i {
+			if k {
+				mk := b.Tr[m]
+				mk.I = int32(j)
+				b.Tr[w] = mk
+				w++
+			}
+			m++
+		}
+		if k {
+			b.Vs[j] = b.Vs[i]
+			if b.Ts != nil {
+				b.Ts[j] = b.Ts[i]
+			}
+			j++
+		}
+	}
+	clear(b.Vs[j:])
+	b.Vs = b.Vs[:j]
+	if b.Ts != nil {
+		b.Ts = b.Ts[:j]
+	}
+	b.Tr = b.Tr[:w]
+	if w == 0 {
+		b.Tr = nil
+	}
+	return j
+}

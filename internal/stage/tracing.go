@@ -2,109 +2,408 @@ package stage
 
 import (
 	"context"
+	"fmt"
+	"hash/fnv"
+	"math"
+	"strconv"
 
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/trace"
-
-	"github.com/sluicehq/sluice/telemetry"
 )
 
-// Tracer traces the batches an instance processes: a source starts a trace
-// for each Batch the sampler keeps, each stage a Batch passes adds a span
-// named after its operator (fused stages nest), and the trace context goes
-// on in the headers of the envelopes the Batch produces.
+// Mark is one sampled record of a Batch: its index in the batch, its id
+// and the span context of its last span (the parent of its next). A
+// Batch's marks (Batch.Tr) are in increasing order of I; a batch without a
+// sampled record has none (a nil slice: nothing is allocated for it).
+type Mark struct {
+	I  int32
+	ID string
+	SC trace.SpanContext
+}
+
+// Sampling says which records a job traces (docs/tracing.md, Sampling).
+type Sampling struct {
+	// Ratio is the probability that a source samples a record (0: none).
+	Ratio float64
+	// Key, when set, samples every record whose key (fmt.Sprint) is Key at
+	// the keyed operators.
+	Key string
+}
+
+// Tracer traces the sampled records an instance processes: a source
+// samples records (Sampling) and starts a trace for each, and each stage a
+// sampled record passes adds a span to its trace (docs/tracing.md).
 type Tracer struct {
 	t        trace.Tracer
 	base     context.Context // the job's: the parent of its traces
-	ctx      context.Context // the Batch being processed, nil when it is not traced
 	depth    func() int      // the queue depth of the instance's mailbox now
 	topology string
 	policy   string
-	queued   int // the queue depth the traced envelope met, for the head's span
+	samp     Sampling
+
+	// the source's sampler: the ordinal of the next record read and of
+	// the next one sampled, and the generator of the gaps.
+	seq, next int64
+	rng       uint64
+	logq      float64 // log(1 - ratio)
+
+	// the envelope being processed, for the chain head's spans
+	head   bool
+	edge   string
+	ekind  string
+	wait   int64 // µs
+	queue  int
+	remote bool
 }
 
-func (tr *Tracer) attrs(sc *Ctx, n int) []attribute.KeyValue {
-	attrs := []attribute.KeyValue{
+// NewTracer traces with t under the job's context base; depth reports the
+// instance's mailbox depth, policy is its overflow policy.
+func NewTracer(t trace.Tracer, base context.Context, depth func() int, topology, policy string, s Sampling) *Tracer {
+	return &Tracer{t: t, base: base, depth: depth, topology: topology, policy: policy, samp: s}
+}
+
+// Keys reports whether the tracer samples by key.
+func (tr *Tracer) Keys() bool { return tr != nil && tr.samp.Key != "" }
+
+// Receive notes the envelope the chain head is given: the edge it came by,
+// its kind and how long it waited in the mailbox (µs); done forgets it.
+func (tr *Tracer) Receive(edge, kind string, remote bool, waitMicros int64) {
+	tr.head, tr.edge, tr.ekind, tr.remote, tr.wait = true, edge, kind, remote, waitMicros
+	if tr.depth != nil {
+		tr.queue = tr.depth()
+	}
+}
+
+// Received forgets the envelope Receive noted.
+func (tr *Tracer) Received() { tr.head = false }
+
+// splitmix64 is the generator of the sampler's gaps.
+func splitmix64(x *uint64) uint64 {
+	*x += 0x9e3779b97f4a7c15
+	z := *x
+	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9
+	z = (z ^ (z >> 27)) * 0x94d049bb133111eb
+	return z ^ (z >> 31)
+}
+
+// gap draws the number of records before the next sampled one: geometric
+// with parameter ratio, so that each record is sampled with probability
+// ratio, independently, at a cost per sampled record rather than per
+// record.
+func (tr *Tracer) gap() int64 {
+	if tr.samp.Ratio >= 1 {
+		return 0
+	}
+	u := (float64(splitmix64(&tr.rng)>>11) + 1) / (1 << 53) // (0, 1]
+	g := math.Floor(math.Log(u) / tr.logq)
+	if g > 1<<62 {
+		return 1 << 62
+	}
+	return int64(g)
+}
+
+// OpenSource starts the source's sampler: seeded by the topology, the
+// operator and the instance, so that the same records are sampled on every
+// run.
+func (tr *Tracer) OpenSource(sc *Ctx) {
+	h := fnv.New64a()
+	fmt.Fprintf(h, "%s/%s/%d", tr.topology, sc.Name, sc.Instance)
+	tr.rng, tr.seq = h.Sum64(), 0
+	if tr.samp.Ratio > 0 {
+		tr.logq = math.Log1p(-min(tr.samp.Ratio, 1))
+		tr.next = tr.gap()
+	} else {
+		tr.next = math.MaxInt64
+	}
+}
+
+// recordID is a record's id: source/instance/ordinal.
+func recordID(sc *Ctx, ord int64) string {
+	return sc.Name + "/" + strconv.Itoa(sc.Instance) + "/" + strconv.FormatInt(ord, 10)
+}
+
+var rootOpts = []trace.SpanStartOption{trace.WithNewRoot(), trace.WithSpanKind(trace.SpanKindProducer)}
+
+// Source marks the sampled records among the n the source just read,
+// starting a trace for each, and returns them with the function that ends
+// their spans (nil, nil when none is sampled).
+func (tr *Tracer) Source(sc *Ctx, n int, ts []int64) ([]Mark, func()) {
+	start := tr.seq
+	tr.seq += int64(n)
+	if tr.next >= tr.seq {
+		return nil, nil
+	}
+	var marks []Mark
+	var spans []trace.Span
+	for tr.next < tr.seq {
+		ord := tr.next
+		tr.next += 1 + tr.gap()
+		i := int(ord - start)
+		id := recordID(sc, ord)
+		attrs := append(tr.common(sc, "source"), attribute.String("sluice.record.id", id), attribute.String("sluice.sampler", "ratio"))
+		if ts != nil {
+			attrs = append(attrs, attribute.Int64("sluice.event_time", ts[i]))
+		}
+		_, span := tr.t.Start(tr.base, sc.Name, append(rootOpts, trace.WithAttributes(attrs...))...)
+		if !span.SpanContext().IsSampled() { // the provider's sampler keeps nothing
+			span.End()
+			continue
+		}
+		marks = append(marks, Mark{I: int32(i), ID: id, SC: span.SpanContext()})
+		spans = append(spans, span)
+	}
+	if len(marks) == 0 {
+		return nil, nil
+	}
+	return marks, func() {
+		for _, s := range spans {
+			s.End()
+		}
+	}
+}
+
+func (tr *Tracer) common(sc *Ctx, role string) []attribute.KeyValue {
+	return []attribute.KeyValue{
+		attribute.String("sluice.role", role),
 		attribute.String("sluice.topology", tr.topology),
 		attribute.String("sluice.operator", sc.Name),
 		attribute.String("sluice.kind", sc.Kind),
 		attribute.Int("sluice.instance", sc.Instance),
-		attribute.Int("sluice.records", n),
-	}
-	if sc.Head {
-		// The operator that reads the mailbox: its policy and what the
-		// envelope found there.
-		attrs = append(attrs, attribute.String("sluice.mailbox.policy", tr.policy), attribute.Int("sluice.queue.depth", tr.queued))
-	}
-	return attrs
-}
-
-// rootOpts are the options of a source's span, built once: the sampler
-// decides before any attribute is made.
-var rootOpts = []trace.SpanStartOption{trace.WithNewRoot(), trace.WithSpanKind(trace.SpanKindProducer)}
-
-// root starts the trace of what a source reads in one tick, when the
-// sampler keeps it, and returns the function that ends it with the number
-// of records read.
-func (tr *Tracer) Root(sc *Ctx) func(records int) {
-	ctx, span := tr.t.Start(tr.base, sc.Name, rootOpts...)
-	if !span.SpanContext().IsSampled() {
-		span.End()
-		return func(int) {}
-	}
-	tr.ctx = ctx
-	return func(n int) {
-		span.SetAttributes(tr.attrs(sc, n)...)
-		span.End()
-		tr.ctx = nil
 	}
 }
 
-// child starts the span of a stage within the traced Batch.
-func (tr *Tracer) child(sc *Ctx, n int) func() {
-	parent := tr.ctx
-	ctx, span := tr.t.Start(parent, sc.Name, trace.WithAttributes(tr.attrs(sc, n)...))
-	tr.ctx = ctx
-	return func() { span.End(); tr.ctx = parent }
+// pass starts the span of every marked record at stage sc and moves its
+// mark to it; keyOf, when set, gives the key of record i. It returns the
+// function that ends the spans.
+func (tr *Tracer) pass(sc *Ctx, marks []Mark, ts []int64, keyOf func(i int) string, links func(i int) []trace.Link) func() {
+	spans := make([]trace.Span, len(marks))
+	for j := range marks {
+		m := &marks[j]
+		attrs := append(tr.common(sc, "pass"), attribute.String("sluice.record.id", m.ID))
+		if sc.Head && tr.head {
+			attrs = append(attrs, attribute.String("sluice.edge", tr.edge+"->"+sc.Name), attribute.String("sluice.edge.kind", tr.ekind),
+				attribute.Int64("sluice.queue.wait_us", tr.wait), attribute.Int("sluice.queue.depth", tr.queue),
+				attribute.String("sluice.mailbox.policy", tr.policy))
+			if tr.remote {
+				attrs = append(attrs, attribute.Bool("sluice.edge.remote", true))
+			}
+		} else if sc.Prev != "" {
+			attrs = append(attrs, attribute.String("sluice.edge", sc.Prev+"->"+sc.Name), attribute.String("sluice.edge.kind", "fused"))
+		}
+		if ts != nil && int(m.I) < len(ts) {
+			attrs = append(attrs, attribute.Int64("sluice.event_time", ts[m.I]))
+		}
+		if keyOf != nil {
+			attrs = append(attrs, attribute.String("sluice.key", keyOf(int(m.I))))
+		}
+		opts := []trace.SpanStartOption{trace.WithAttributes(attrs...)}
+		if links != nil {
+			if ls := links(int(m.I)); len(ls) > 0 {
+				opts = append(opts, trace.WithLinks(ls...))
+			}
+		}
+		_, spans[j] = tr.t.Start(trace.ContextWithSpanContext(tr.base, m.SC), sc.Name, opts...)
+		m.SC = spans[j].SpanContext()
+	}
+	sc.marks = marks
+	return func() {
+		sc.marks = nil
+		for _, s := range spans {
+			s.End()
+		}
+	}
 }
 
-// receive adopts the trace context an envelope carries, for the chain head,
-// with the queue depth it met; done forgets it.
-func (tr *Tracer) Receive(headers map[string]string) (done func()) {
-	if len(headers) == 0 {
-		return func() {}
+// Pass is the helper stages call at the top of Push for a batch with
+// marks: it starts their spans and returns the function that ends them
+// (nil when the batch has no sampled record).
+func (sc *Ctx) Pass(marks []Mark, ts []int64) func() {
+	if len(marks) == 0 || sc.Tracer == nil {
+		return nil
 	}
-	ctx := telemetry.Extract(tr.base, headers)
-	if !trace.SpanContextFromContext(ctx).IsValid() {
-		return func() {}
-	}
-	tr.ctx = ctx
-	tr.queued = tr.depth()
-	return func() { tr.ctx = nil }
+	return sc.Tracer.pass(sc, marks, ts, nil, nil)
 }
 
-// event adds an event to the current span, if the Batch is traced.
-func (tr *Tracer) Event(name string, attrs ...attribute.KeyValue) {
-	if tr != nil && tr.ctx != nil {
-		trace.SpanFromContext(tr.ctx).AddEvent(name, trace.WithAttributes(attrs...))
-	}
-}
-
-// traced is the helper stages call at the top of push: it starts their span
-// when the Batch is traced and returns the function that ends it.
-func (sc *Ctx) Traced(n int) func() {
-	if tr := sc.Tracer; tr != nil && tr.ctx != nil {
-		return tr.child(sc, n)
+// markOf is the mark of record i of the batch the stage is processing,
+// nil when it is not sampled.
+func (sc *Ctx) markOf(i int) *Mark {
+	for j := range sc.marks {
+		if int(sc.marks[j].I) == i {
+			return &sc.marks[j]
+		}
 	}
 	return nil
 }
 
-// Current is the trace context of the batch being processed, nil when it is
-// not traced.
-func (tr *Tracer) Current() context.Context { return tr.ctx }
+// KeyString is a key as spans carry it (sluice.key).
+func KeyString(k any) string {
+	switch k := k.(type) {
+	case string:
+		return k
+	case int:
+		return strconv.Itoa(k)
+	case int64:
+		return strconv.FormatInt(k, 10)
+	case int32:
+		return strconv.FormatInt(int64(k), 10)
+	case uint64:
+		return strconv.FormatUint(k, 10)
+	}
+	return fmt.Sprint(k)
+}
 
-// NewTracer traces with t under the job's context base; depth reports the
-// instance's mailbox depth, policy is its overflow policy.
-func NewTracer(t trace.Tracer, base context.Context, depth func() int, topology, policy string) *Tracer {
-	return &Tracer{t: t, base: base, depth: depth, topology: topology, policy: policy}
+// passKeyed is Pass for a keyed stage: spans carry the record's key, and
+// a tracer sampling by key starts the trace of each record of the key that
+// is not sampled yet (inserting its mark in b.Tr).
+func passKeyed[K comparable, T any](sc *Ctx, b *Batch[T], key func(T) K) func() {
+	return passLinked(sc, b, key, nil)
+}
+
+// passLinked is passKeyed with links (a join's partners) for record i.
+func passLinked[K comparable, T any](sc *Ctx, b *Batch[T], key func(T) K, links func(i int) []trace.Link) func() {
+	tr := sc.Tracer
+	if tr == nil {
+		return nil
+	}
+	if tr.samp.Key != "" {
+		sampleKeys(tr, sc, b, func(i int) string { return KeyString(key(b.Vs[i])) })
+	}
+	if len(b.Tr) == 0 {
+		return nil
+	}
+	return tr.pass(sc, b.Tr, b.Ts, func(i int) string { return KeyString(key(b.Vs[i])) }, links)
+}
+
+// sampleKeys starts a trace for the records of b whose key is the
+// sampled key and that carry none yet.
+func sampleKeys[T any](tr *Tracer, sc *Ctx, b *Batch[T], keyOf func(int) string) {
+	var add []Mark
+	j := 0
+	for i := range b.Vs {
+		for j < len(b.Tr) && int(b.Tr[j].I) < i {
+			j++
+		}
+		if j < len(b.Tr) && int(b.Tr[j].I) == i {
+			continue
+		}
+		if keyOf(i) != tr.samp.Key {
+			continue
+		}
+		id := sc.Name + "/" + strconv.Itoa(sc.Instance) + "/key/" + strconv.FormatInt(tr.seq, 10)
+		tr.seq++
+		// The root is a zero-length span at the operator that found the
+		// key: the record's pass span there is its child.
+		_, root := tr.t.Start(tr.base, sc.Name+" key", append(rootOpts, trace.WithAttributes(append(tr.common(sc, "source"),
+			attribute.String("sluice.record.id", id), attribute.String("sluice.sampler", "key"), attribute.String("sluice.key", tr.samp.Key))...))...)
+		root.End()
+		if root.SpanContext().IsSampled() {
+			add = append(add, Mark{I: int32(i), ID: id, SC: root.SpanContext()})
+		}
+	}
+	if len(add) > 0 {
+		b.Tr = mergeMarks(b.Tr, add)
+	}
+}
+
+// mergeMarks merges two lists of marks in order of I.
+func mergeMarks(a, b []Mark) []Mark {
+	out := make([]Mark, 0, len(a)+len(b))
+	i, j := 0, 0
+	for i < len(a) || j < len(b) {
+		if j == len(b) || (i < len(a) && a[i].I < b[j].I) {
+			out = append(out, a[i])
+			i++
+		} else {
+			out = append(out, b[j])
+			j++
+		}
+	}
+	return out
+}
+
+// Event adds an event to the spans of the marked records of the stage
+// (retry, dead letter): a short span with the event, child of the
+// record's last span.
+func (sc *Ctx) Event(m *Mark, name string, attrs ...attribute.KeyValue) {
+	tr := sc.Tracer
+	if tr == nil || m == nil {
+		return
+	}
+	all := append(tr.common(sc, name), attribute.String("sluice.record.id", m.ID))
+	_, span := tr.t.Start(trace.ContextWithSpanContext(tr.base, m.SC), sc.Name+" "+name, trace.WithAttributes(all...))
+	span.AddEvent(name, trace.WithAttributes(attrs...))
+	span.End()
+}
+
+// linkChunk is how many links one span carries: under the SDK's default
+// limit of 128, so that none is cut.
+const linkChunk = 100
+
+// maxContributors bounds the sampled contributors a result keeps.
+const maxContributors = 10_000
+
+// contributors are the sampled records that went into one result.
+type contributors struct {
+	marks   []Mark
+	dropped int
+}
+
+func (c *contributors) add(m Mark) {
+	if len(c.marks) < maxContributors {
+		c.marks = append(c.marks, m)
+	} else {
+		c.dropped++
+	}
+}
+
+// emit starts the span of a result made from c's records at stage sc:
+// child of the first, linked to all of them (linkChunk to a span, the rest
+// in "inputs" child spans). It returns the result's mark and the function
+// that ends the spans.
+func (tr *Tracer) emit(sc *Ctx, c *contributors, key string, attrs ...attribute.KeyValue) (Mark, func()) {
+	first := c.marks[0]
+	all := append(tr.common(sc, "emit"), attrs...)
+	all = append(all, attribute.String("sluice.record.id", first.ID), attribute.Int("sluice.links", len(c.marks)))
+	if key != "" {
+		all = append(all, attribute.String("sluice.key", key))
+	}
+	if c.dropped > 0 {
+		all = append(all, attribute.Int("sluice.links.dropped", c.dropped))
+	}
+	links := func(ms []Mark) []trace.Link {
+		ls := make([]trace.Link, len(ms))
+		for i, m := range ms {
+			ls[i] = trace.Link{SpanContext: m.SC}
+		}
+		return ls
+	}
+	head := c.marks[:min(linkChunk, len(c.marks))]
+	ctx, span := tr.t.Start(trace.ContextWithSpanContext(tr.base, first.SC), sc.Name+" emit",
+		trace.WithAttributes(all...), trace.WithLinks(links(head)...))
+	for rest := c.marks[len(head):]; len(rest) > 0; {
+		chunk := rest[:min(linkChunk, len(rest))]
+		rest = rest[len(chunk):]
+		_, s := tr.t.Start(ctx, sc.Name+" inputs", trace.WithLinks(links(chunk)...),
+			trace.WithAttributes(append(tr.common(sc, "links"), attribute.Int("sluice.links", len(chunk)))...))
+		s.End()
+	}
+	return Mark{ID: first.ID, SC: span.SpanContext()}, func() { span.End() }
+}
+
+// joinMarks are the sampled records a join holds for one key, by their
+// place in its buffers (not checkpointed: a restored join links to none).
+type joinMarks struct {
+	ls, rs map[int]Mark
+}
+
+// links are the links to the marks of one side, linkChunk at most.
+func sideLinks(ms map[int]Mark) []trace.Link {
+	var ls []trace.Link
+	for _, m := range ms {
+		if len(ls) == linkChunk {
+			break
+		}
+		ls = append(ls, trace.Link{SpanContext: m.SC})
+	}
+	return ls
 }

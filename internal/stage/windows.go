@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/vmihailenco/msgpack/v5"
+	"go.opentelemetry.io/otel/attribute"
 )
 
 // Reduced is the accumulator of WindowReduce: the value so far, if any.
@@ -74,7 +75,8 @@ type pane[K comparable, A any] struct {
 	idx   map[K]int
 	keys  []K
 	accs  []A
-	fired bool // fired, kept for the allowed lateness
+	fired bool                  // fired, kept for the allowed lateness
+	tr    map[int]*contributors // the sampled records of a key (by its index), nil when none
 }
 
 type session[A any] struct {
@@ -119,9 +121,10 @@ var errNoEventTime = errors.New("records carry no event time: add operators.Time
 
 func (s *winStage[K, T, A, O]) Push(b *Batch[T]) {
 	defer s.sc.attribute()
-	if end := s.sc.Traced(len(b.Vs)); end != nil {
+	if end := passKeyed(s.sc, b, s.fns.Key); end != nil {
 		defer end()
 	}
+	mi := 0
 	s.sc.C.In.Add(int64(len(b.Vs)))
 	var now int64
 	if s.proc {
@@ -135,11 +138,18 @@ func (s *winStage[K, T, A, O]) Push(b *Batch[T]) {
 			t = b.Ts[i]
 		}
 		k := s.fns.Key(v)
+		var m *Mark
+		for mi < len(b.Tr) && int(b.Tr[mi].I) < i {
+			mi++
+		}
+		if mi < len(b.Tr) && int(b.Tr[mi].I) == i {
+			m = &b.Tr[mi]
+		}
 		var placed bool
 		if s.kind == sessions {
 			placed = s.addSession(k, v, t)
 		} else {
-			placed = s.addPanes(k, v, t, now)
+			placed = s.addPanes(k, v, t, now, m)
 		}
 		if !placed {
 			s.late.add(v, t)
@@ -151,7 +161,7 @@ func (s *winStage[K, T, A, O]) Push(b *Batch[T]) {
 
 // addPanes adds a record to every window it belongs to that is still open
 // (or within the allowed lateness) and reports whether there was one.
-func (s *winStage[K, T, A, O]) addPanes(k K, v T, t, now int64) bool {
+func (s *winStage[K, T, A, O]) addPanes(k K, v T, t, now int64, m *Mark) bool {
 	placed := false
 	for start := floorDiv(t, s.slide) * s.slide; start > t-s.size; start -= s.slide {
 		end := start + s.size
@@ -177,6 +187,17 @@ func (s *winStage[K, T, A, O]) addPanes(k K, v T, t, now int64) bool {
 		}
 		p.accs[i] = s.fns.Add(p.accs[i], v)
 		placed = true
+		if m != nil {
+			if p.tr == nil {
+				p.tr = map[int]*contributors{}
+			}
+			c := p.tr[i]
+			if c == nil {
+				c = &contributors{}
+				p.tr[i] = c
+			}
+			c.add(*m)
+		}
 		if !s.proc && end-1 <= s.wm { // a late record within the allowed lateness
 			if !p.fired {
 				p.fired = true
@@ -185,7 +206,7 @@ func (s *winStage[K, T, A, O]) addPanes(k K, v T, t, now int64) bool {
 				continue
 			}
 			s.at = end - 1
-			s.fns.Emit(k, start, end, p.accs[i], s.emitOne)
+			s.emitKey(p, i, k, start, end)
 		}
 	}
 	return placed
@@ -241,8 +262,20 @@ func (s *winStage[K, T, A, O]) emitOne(o O) { s.out.add(o, s.at) }
 func (s *winStage[K, T, A, O]) firePane(p *pane[K, A], end int64) {
 	s.at = end - 1
 	for i, k := range p.keys {
-		s.fns.Emit(k, end-s.size, end, p.accs[i], s.emitOne)
+		s.emitKey(p, i, k, end-s.size, end)
 	}
+}
+
+// emitKey emits the results of key k (at i) of pane p: in the trace of its
+// first sampled record, linked to all, when it has some.
+func (s *winStage[K, T, A, O]) emitKey(p *pane[K, A], i int, k K, start, end int64) {
+	if c := p.tr[i]; c != nil && s.sc.Tracer != nil {
+		m, done := s.sc.Tracer.emit(s.sc, c, KeyString(k), attribute.Int64("sluice.window.start", start),
+			attribute.Int64("sluice.window.end", end), attribute.Int64("sluice.event_time", end-1))
+		s.out.cur = &m
+		defer func() { s.out.cur = nil; done() }()
+	}
+	s.fns.Emit(k, start, end, p.accs[i], s.emitOne)
 }
 
 // fireProc fires a processing-time window when the clock passed its end.

@@ -92,6 +92,28 @@ type (
 		Blocked                    int64 // nanoseconds without credit to send, the current episode included
 		Backpressured              bool  // without credit now
 		Watermark                  int64 // the instance's event time (Unix ns), 0 before the first
+		// Latency is what the instance measured (nil when the job
+		// measures none), totals since the generation started.
+		Latency *Latency
+	}
+	// Latency is an instance's latency measurements (DESIGN.md, Latency
+	// and shedding): histograms of queue wait, processing and end-to-end
+	// latency (a sink's), time busy, records handled, a source's records
+	// read and the ingestion time of its latest batch, records shed by
+	// reason.
+	Latency struct {
+		Queue, Proc, EndToEnd  Hist
+		Busy, Handled, Offered int64
+		LastBorn               int64
+		Shed                   []int64
+	}
+	// Hist is a latency histogram, sparse: Count[i] records in bucket
+	// Index[i] of the engine's log-linear buckets; N records in all, Max
+	// the largest (ns).
+	Hist struct {
+		Index  []int32
+		Count  []int64
+		N, Max int64
 	}
 	// OpStats are the counters of one operator of an instance's chain.
 	OpStats struct{ In, Out, DeadLettered, Late int64 }
@@ -99,8 +121,11 @@ type (
 	// checkpoints; a finished source now answers barriers instead, and the
 	// job actor ignores it.
 	SourceDone struct{ Gen int }
-	// Drain asks a source to stop reading and finish.
-	Drain struct{}
+	// Drain asks a source to stop reading and finish. Suspend (a stop with
+	// a savepoint): the operators downstream do not finish their input
+	// (no aggregation emits, no timer fires, state is kept as it is); only
+	// sinks flush, and a job started from the final checkpoint reads on.
+	Drain struct{ Suspend bool }
 	// Failed: an instance failed; the job restarts or stops. Operator and
 	// Message describe the failure across processes; within one, Reason is
 	// what the instance failed with (a panic's value or an error), which

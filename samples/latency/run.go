@@ -67,10 +67,11 @@ var Policies = []string{"block", "drop-oldest", "target"}
 // Second is one second of a pipeline's run: its end-to-end p99 over the
 // latest latency window, and what it kept.
 type Second struct {
-	At   time.Duration // since the load started
-	P99  time.Duration
-	Keep float64 // the target's sample rate (1: nothing shed)
-	Shed int64   // records shed or dropped so far
+	At        time.Duration // since the load started
+	P99       time.Duration
+	Keep      float64 // the target's sample rate (1: nothing shed)
+	Shed      int64   // records shed or dropped so far
+	Processed int64   // records the slow operator handled so far
 }
 
 // Outcome is one pipeline's run.
@@ -216,7 +217,23 @@ func stats(run *actors.Run) map[string]actors.OperatorStats {
 func second(run *actors.Run, at time.Duration) Second {
 	st := stats(run)
 	return Second{At: at, P99: max(st["out"].LatencyWindow.EndToEnd.P99, st["counts"].LatencyWindow.EndToEnd.P99),
-		Keep: st["load"].SampleRate, Shed: st["load"].Shed + st["slow"].Dropped}
+		Keep: st["load"].SampleRate, Shed: st["load"].Shed + st["slow"].Dropped, Processed: st["slow"].In}
+}
+
+// OverloadThroughput is the records processed a second from the start to
+// the latest second within the overload (0 before one).
+func (o Outcome) OverloadThroughput(overload time.Duration) float64 {
+	var at time.Duration
+	var n int64
+	for _, s := range o.Seconds {
+		if s.At <= overload+overload/100 {
+			at, n = s.At, s.Processed
+		}
+	}
+	if at <= 0 {
+		return 0
+	}
+	return float64(n) / at.Seconds()
 }
 
 // accuracy compares the approximate counts of whole windows with the

@@ -101,14 +101,13 @@ func Print(w io.Writer, cfg Config, outs []Outcome) {
 	for _, o := range outs {
 		fmt.Fprintf(w, " %14s", o.Policy+" p99")
 	}
-	fmt.Fprintf(w, " %12s\n", "target keeps")
+	fmt.Fprintf(w, " %12s %14s\n", "target keeps", "target proc/s")
 	rows := 0
 	for _, o := range outs {
 		rows = max(rows, len(o.Seconds))
 	}
 	for i := range rows {
-		at, keep := "", ""
-		fmt.Fprint(w, "")
+		at, keep, proc := "", "", ""
 		var cells []string
 		for _, o := range outs {
 			if i >= len(o.Seconds) {
@@ -120,17 +119,23 @@ func Print(w io.Writer, cfg Config, outs []Outcome) {
 			cells = append(cells, sec.P99.Round(time.Millisecond).String())
 			if o.Policy == "target" {
 				keep = fmt.Sprintf("%.2f", sec.Keep)
+				var before int64
+				if i > 0 {
+					before = o.Seconds[i-1].Processed
+				}
+				proc = fmt.Sprint(sec.Processed - before)
 			}
 		}
 		fmt.Fprintf(w, "%6s", at)
 		for _, c := range cells {
 			fmt.Fprintf(w, " %14s", c)
 		}
-		fmt.Fprintf(w, " %12s\n", keep)
+		fmt.Fprintf(w, " %12s %14s\n", keep, proc)
 	}
 	for _, o := range outs {
-		fmt.Fprintf(w, "%-12s offered %d, processed %d (%.0f/s, %.2fx the capacity), shed or dropped %d %v\n",
-			o.Policy, o.Offered, o.Processed, o.Throughput(), o.Throughput()/capacity, o.Shed, o.ShedBy)
+		ot := o.OverloadThroughput(cfg.Overload)
+		fmt.Fprintf(w, "%-12s offered %d, processed %d (%.0f/s, %.2fx the capacity; %.0f/s, %.2fx during the overload), shed or dropped %d %v\n",
+			o.Policy, o.Offered, o.Processed, o.Throughput(), o.Throughput()/capacity, ot, ot/capacity, o.Shed, o.ShedBy)
 		if o.Windows > 0 {
 			fmt.Fprintf(w, "%-12s approximate counts: %d key-windows, mean error %.1f %%, truth within the 95 %% bound in %.1f %%\n",
 				"", o.Windows, 100*o.MeanError, 100*o.Covered)

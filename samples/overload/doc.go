@@ -55,10 +55,10 @@
 //
 //	sluice run overload --records 100000 --slow 2000 --capacity 1024
 //
-// A Sample's Report does not see the statistics of the job that `sluice
-// run` runs, so the sample's own job is a driver: its source, "measure",
-// runs the Pipelines on an actors.System of its own, reads their
-// statistics when they end, and emits one Accounting per pipeline.
-// `sluice plan overload` shows the driver; Pipelines.Topology is the
-// topology measured (its plan is in the package example).
+// The sample's topology is the Pipelines themselves: `sluice run overload`
+// runs them on the command's own system, so their drops and spills show in
+// the progress line, on the dashboard (--ui) and in the traces (--trace).
+// The command tells the sample of the run (samples.Observer), and Report
+// reads the statistics from it once it has ended. `sluice plan overload`
+// shows the three pipelines.
 package overload

@@ -3,6 +3,7 @@ package overload_test
 import (
 	"context"
 	"flag"
+	"io"
 	"strings"
 	"testing"
 	"time"
@@ -103,8 +104,10 @@ func TestPipelinesUnderOverload(t *testing.T) {
 	}
 }
 
-// The sample as `sluice run overload` runs it: the driver job measures the
-// pipelines on a system of its own, and the report holds.
+// The sample as `sluice run overload` runs it: its topology is the
+// pipelines themselves, run on the caller's system (so their drops and
+// spills show where the command shows its job's), and the report, read
+// from the run's statistics, holds.
 func TestSampleReport(t *testing.T) {
 	sys, ctx := newSystem(t)
 	s := overload.New()
@@ -117,10 +120,14 @@ func TestSampleReport(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	if err := s.Report(io.Discard); err == nil || !strings.Contains(err.Error(), "before the pipelines ran") {
+		t.Errorf("Report before the run: %v", err)
+	}
 	run, err := sys.Run(ctx, top)
 	if err != nil {
 		t.Fatal(err)
 	}
+	s.Observe(run)
 	if err := run.Wait(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -137,9 +144,19 @@ func TestSampleReport(t *testing.T) {
 	if len(s.Accounts()) != 3 {
 		t.Fatalf("%d accounts", len(s.Accounts()))
 	}
+	// The drops and spills are the run's own, as the progress line and the
+	// dashboard read them.
+	var dropped, spilled int64
 	for _, st := range run.Stats() {
-		if st.Name == "report" && st.In != 3 {
-			t.Errorf("the driver's sink received %d accounts, want 3", st.In)
+		dropped += st.Dropped
+		spilled += st.Spilled
+	}
+	if dropped == 0 || spilled == 0 {
+		t.Errorf("the run's statistics show %d dropped and %d spilled: want both (the consumers cannot follow)", dropped, spilled)
+	}
+	for _, a := range s.Accounts() {
+		if a.Policy == "drop-oldest" && a.Dropped != dropped {
+			t.Errorf("drop-oldest accounts %d drops, the run %d", a.Dropped, dropped)
 		}
 	}
 }

@@ -224,6 +224,12 @@ func (p *Pipelines) Measure(ctx context.Context, sys *actors.System) ([]Accounti
 	if err := run.Wait(ctx); err != nil {
 		return nil, err
 	}
+	return p.Account(run, start)
+}
+
+// Account reads each pipeline's accounting from run, a run of Topology
+// that has ended (started at start), in the order of Policies.
+func (p *Pipelines) Account(run *actors.Run, start time.Time) ([]Accounting, error) {
 	stats := map[string]actors.OperatorStats{}
 	for _, st := range run.Stats() {
 		stats[st.Name] = st

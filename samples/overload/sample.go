@@ -1,7 +1,6 @@
 package overload
 
 import (
-	"context"
 	"errors"
 	"flag"
 	"fmt"
@@ -9,7 +8,6 @@ import (
 	"maps"
 	"slices"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/sluicehq/sluice/actors"
@@ -20,8 +18,10 @@ import (
 type Sample struct {
 	cfg Config
 
-	once     sync.Once // measures once per Topology
-	accounts []Accounting
+	p        *Pipelines   // the topology of the latest Topology call
+	run      *actors.Run  // the run of it, told by Observe
+	started  time.Time    // when Observe was told
+	accounts []Accounting // read by Report once the run ended
 	err      error
 	digest   time.Duration // the work of one record, measured
 	probe    uint64        // the digests measured, kept so that the work is done
@@ -48,36 +48,19 @@ func (s *Sample) Flags(fs *flag.FlagSet) {
 // Configure sets the options without flags (for tests and embedding).
 func (s *Sample) Configure(cfg Config) { s.cfg = cfg }
 
-// Topology implements samples.Sample. Its job is a driver: its source,
-// "measure", runs the Pipelines on an actors.System of its own when it
-// opens, waits for them to end, and reads their statistics (Run.Stats),
-// which a sample's Report does not otherwise see; it then emits one
-// Accounting per pipeline to the sink "report".
+// Topology implements samples.Sample: the Pipelines themselves, which
+// `sluice run overload` runs on its own system, so that their drops and
+// spills show in the progress line, the dashboard (--ui) and the traces
+// (--trace). The runner tells the sample of the run (Observe), and Report
+// reads the pipelines' statistics from it once it has ended.
 //
-//	measure (source) -> report (sink)
+//	source-block       -> slow-block (block)             -> sink-block
+//	source-drop-oldest -> slow-drop-oldest (drop-oldest) -> sink-drop-oldest
+//	source-spill       -> slow-spill (spill)             -> sink-spill
 func (s *Sample) Topology() (*operators.Topology, error) {
 	if err := s.cfg.Validate(); err != nil {
 		return nil, err
 	}
-	s.once, s.accounts, s.err = sync.Once{}, nil, nil
-	t := operators.NewTopology("overload-driver")
-	accounts := operators.Source(t, "measure", measureSource{s})
-	operators.Sink(accounts, "report", operators.SinkFunc(func(Accounting) error { return nil }))
-	return t, nil
-}
-
-// measureSource runs the pipelines when opened, then reads their accounts.
-type measureSource struct{ s *Sample }
-
-func (m measureSource) Open(ctx context.Context, part, parts int, offset int64) (operators.Reader[Accounting], error) {
-	m.s.once.Do(func() { m.s.accounts, m.s.err = m.s.measure(ctx) })
-	if m.s.err != nil {
-		return nil, m.s.err
-	}
-	return operators.FromSlice(m.s.accounts).Open(ctx, part, parts, offset)
-}
-
-func (s *Sample) measure(ctx context.Context) (accounts []Accounting, err error) {
 	p, err := NewPipelines(s.cfg)
 	if err != nil {
 		return nil, err
@@ -88,16 +71,15 @@ func (s *Sample) measure(ctx context.Context) (accounts []Accounting, err error)
 		s.probe += Digest(seq, s.cfg.Slow)
 	}
 	s.digest = time.Since(start) / probe
-	sys, err := actors.NewSystem(actors.Config{Name: "overload"})
-	if err != nil {
-		return nil, err
-	}
-	defer func() {
-		stop, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
-		defer cancel()
-		err = errors.Join(err, sys.Stop(stop))
-	}()
-	return p.Measure(ctx, sys)
+	s.p, s.run, s.accounts, s.err = p, nil, nil, nil
+	return p.Topology(), nil
+}
+
+// Observe implements samples.Observer: run is the run of the topology
+// Topology returned last, just started.
+func (s *Sample) Observe(run *actors.Run) {
+	// The run's own start (its sources may have read everything already).
+	s.run, s.started = run, time.Now().Add(-run.Elapsed())
 }
 
 // Accounts returns each pipeline's accounting, once the job has finished.
@@ -163,6 +145,21 @@ func Check(cfg Config, accounts []Accounting) error {
 // Report implements samples.Sample: each pipeline's accounting side by
 // side, checked with Check.
 func (s *Sample) Report(w io.Writer) error {
+	if s.p == nil || s.run == nil {
+		return errors.New("overload: Report before the pipelines ran: run the topology of Topology and tell the sample with Observe")
+	}
+	select {
+	case <-s.run.Done():
+	default:
+		return errors.New("overload: Report while the pipelines run: wait for the run to end")
+	}
+	if s.accounts == nil && s.err == nil {
+		if err := s.run.Execution().Err(); err != nil {
+			s.err = err
+		} else {
+			s.accounts, s.err = s.p.Account(s.run, s.started)
+		}
+	}
 	if s.err != nil {
 		return s.err
 	}
@@ -212,8 +209,8 @@ func ms(d time.Duration) string {
 	return d.Round(10 * time.Millisecond).String()
 }
 
-// NotResumable implements samples.NotResumable: the measured pipelines run
-// on a system of their own when the job's source opens.
+// NotResumable implements samples.NotResumable: the sample measures its
+// pipelines from their start.
 func (s *Sample) NotResumable() string {
-	return "the overload sample measures its pipelines on a system of its own when its source opens (a measurement: timing matters, and a resumed one would measure something else); run it without --checkpoints"
+	return "the overload sample measures its pipelines from their start (a measurement: timing matters, and a resumed one would measure something else, and its sinks keep what they received in memory); run it without --checkpoints"
 }

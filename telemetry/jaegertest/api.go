@@ -106,7 +106,21 @@ type response struct {
 // default lookback), at most TracesLimit, newest first as Jaeger orders
 // them. A service Jaeger has not seen yet gives no traces and no error.
 func (j *Jaeger) Traces(ctx context.Context, service string) ([]Trace, error) {
+	return j.TracesTagged(ctx, service, nil)
+}
+
+// TracesTagged is Traces restricted to the traces with a span carrying
+// every tag of tags (Jaeger's tags parameter: a JSON object), such as
+// {"sluice.key": "user-42"}.
+func (j *Jaeger) TracesTagged(ctx context.Context, service string, tags map[string]string) ([]Trace, error) {
 	q := url.Values{"service": {service}, "limit": {strconv.Itoa(TracesLimit)}}
+	if len(tags) > 0 {
+		js, err := json.Marshal(tags)
+		if err != nil {
+			return nil, fmt.Errorf("jaegertest: service %q: tags: %w", service, err)
+		}
+		q.Set("tags", string(js))
+	}
 	u := j.QueryURL + "/api/traces?" + q.Encode()
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
 	if err != nil {
@@ -157,12 +171,17 @@ func decodeTraces(service string, body []byte) ([]Trace, error) {
 // moment after they arrive, and a condition that never holds waits for as
 // long as ctx lasts.
 func (j *Jaeger) WaitTraces(ctx context.Context, service string, pred func([]Trace) bool) ([]Trace, error) {
+	return j.WaitTracesTagged(ctx, service, nil, pred)
+}
+
+// WaitTracesTagged is WaitTraces over TracesTagged.
+func (j *Jaeger) WaitTracesTagged(ctx context.Context, service string, tags map[string]string, pred func([]Trace) bool) ([]Trace, error) {
 	tick := time.NewTicker(pollInterval)
 	defer tick.Stop()
 	var last []Trace
 	var lastErr error
 	for {
-		traces, err := j.Traces(ctx, service)
+		traces, err := j.TracesTagged(ctx, service, tags)
 		if err == nil {
 			if pred(traces) {
 				return traces, nil
