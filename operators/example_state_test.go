@@ -10,7 +10,7 @@ import (
 	"github.com/sluicehq/sluice/operators"
 )
 
-// A count whose state lives on disk (pebble) behind a cache of 1 KiB: far
+// A count whose state lives on disk (pebble) behind a cache of 16 KiB: far
 // fewer keys fit in memory than the job counts, and the counts are exact.
 func ExampleDiskState() {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
@@ -26,8 +26,8 @@ func ExampleDiskState() {
 	}
 	defer sys.Stop(ctx)
 
-	t := operators.NewTopology("distinct", operators.StateBackend(operators.DiskState(dir, 1<<10)))
-	src := operators.Source(t, "numbers", operators.Generate(30_000, func(i int64) int64 { return i % 10_000 }))
+	t := operators.NewTopology("distinct", operators.StateBackend(operators.DiskState(dir, 16<<10)))
+	src := operators.Source(t, "numbers", operators.Generate(6_000, func(i int64) int64 { return i % 2_000 }))
 	by := operators.KeyBy(src, "by-number", func(v int64) int64 { return v })
 	counts := operators.Count(by, "count", operators.Emit(operators.EmitAtEnd))
 	var keys, total int64
@@ -43,5 +43,5 @@ func ExampleDiskState() {
 		panic(err)
 	}
 	fmt.Println(keys, "keys,", total, "records")
-	// Output: 10000 keys, 30000 records
+	// Output: 2000 keys, 6000 records
 }

@@ -1,0 +1,32 @@
+package stage
+
+import (
+	"testing"
+
+	"github.com/sluicehq/sluice/internal/state"
+)
+
+// TestKeyedMemoryNoAllocs: with the memory backend, folding a batch of
+// records of keys already seen allocates nothing (the record loop uses the
+// map directly); with the disk backend, cache hits allocate nothing either.
+func TestKeyedMemoryNoAllocs(t *testing.T) {
+	for _, disk := range []bool{false, true} {
+		sc := testCtx(0, 1)
+		if disk {
+			sc.State = state.Spec{Dir: t.TempDir(), Budget: 1 << 20}
+		}
+		s := NewKeyed(func(v int64) int64 { return v % 100 }, func(a int64, _ bool, _ int64) int64 { return a + 1 },
+			func(k, a int64) int64 { return a }, EmitAtEnd, &sinkPusher[int64]{}, sc).(*KeyedStage[int64, int64, int64, int64])
+		b := &Batch[int64]{Vs: make([]int64, 256)}
+		for i := range b.Vs {
+			b.Vs[i] = int64(i)
+		}
+		s.Push(b) // every key seen once
+		if n := testing.AllocsPerRun(100, func() { s.Push(b) }); n != 0 {
+			t.Errorf("disk %v: %v allocations per batch", disk, n)
+		}
+		if err := s.CloseState(); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
