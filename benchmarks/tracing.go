@@ -14,10 +14,14 @@ import (
 )
 
 // benchTracing runs the unfused pipeline without telemetry (the no-op
-// provider: tracing code is skipped), with an SDK tracer that samples
-// nothing, 1 % and every batch (spans go to an exporter that discards them).
+// provider: tracing code is skipped), and with an SDK tracer (spans go to
+// an exporter that discards them) tracing no record (TraceRatio 0: the
+// tracer is there, nothing is sampled), 1 % of the records (each sampled
+// record gets a span at each of the 4 operators) and, over fewer records,
+// every record as context.
 func benchTracing(ctx context.Context, e *env) ([]Result, error) {
 	n := e.n(10_000_000)
+	ratio := 0.0
 	measure := func(tp trace.TracerProvider) (float64, error) {
 		return best(e.rounds, n, func() (time.Duration, error) {
 			sys, err := actors.NewSystem(actors.Config{Name: "tracing", TracerProvider: tp})
@@ -26,7 +30,7 @@ func benchTracing(ctx context.Context, e *env) ([]Result, error) {
 			}
 			defer sys.Stop(ctx)
 			var sum int64
-			t := operators.NewTopology("tracing")
+			t := operators.NewTopology("tracing", operators.TraceRatio(ratio))
 			src := operators.Source(t, "source", operators.Generate(int64(n), pipeGen), operators.NoFusion())
 			m := operators.Map(src, "map", pipeMap, operators.NoFusion())
 			f := operators.Filter(m, "filter", pipeFilter, operators.NoFusion())
@@ -56,15 +60,15 @@ func benchTracing(ctx context.Context, e *env) ([]Result, error) {
 	base := Result{Name: "tracing/no-telemetry", Value: none, Unit: "records/s", Note: "no-op provider: tracing code skipped"}
 	out = append(out, base)
 	for _, c := range []struct {
-		name    string
-		sampler sdktrace.Sampler
-		note    string
+		name  string
+		ratio float64
+		note  string
 	}{
-		{"tracing/sdk-off", sdktrace.NeverSample(), "SDK tracer, sampler keeps nothing"},
-		{"tracing/sdk-1pct", sdktrace.TraceIDRatioBased(0.01), "SDK tracer, 1 % of batches"},
-		{"tracing/sdk-100pct", sdktrace.AlwaysSample(), "SDK tracer, every batch (256 records)"},
+		{"tracing/sdk-off", 0, "SDK tracer, TraceRatio 0: no record sampled"},
+		{"tracing/sdk-1pct", 0.01, "SDK tracer, 1 % of records sampled, a span per operator each"},
 	} {
-		tp := sdk(c.sampler)
+		tp := sdk(sdktrace.AlwaysSample())
+		ratio = c.ratio
 		v, err := measure(tp)
 		tp.Shutdown(ctx)
 		if err != nil {

@@ -147,6 +147,16 @@ type Config struct {
 	// is spilled), with the counts of the episode. It runs on the goroutine
 	// that caused the event and must not block.
 	OnOverflow func(Episode)
+	// OnDrop, if set, is told of each data message the policy discarded
+	// whole (its records are counted in Stats.Dropped under why; records
+	// shed from a message that goes on are told through Batch.Retain). It
+	// runs under the mailbox's lock, on the goroutine that caused the
+	// drop, and must neither block nor use the mailbox. sluice uses it to
+	// end the traces of sampled records.
+	OnDrop func(msg any, why Reason)
+	// OnSpill, if set, is told of each data message written to the spill,
+	// as OnDrop.
+	OnSpill func(msg any)
 	// OnError, if set, receives errors of the spill (an unencodable message,
 	// a failed write). The affected records are counted as dropped.
 	OnError func(error)

@@ -356,6 +356,22 @@ func (m *Mailbox) push(msg any, n int, ctl bool) {
 	}
 }
 
+// discardedLocked tells Config.OnDrop of a data message the policy
+// discarded whole.
+func (m *Mailbox) discardedLocked(msg any, why Reason) {
+	if m.cfg.OnDrop != nil && msg != nil {
+		m.cfg.OnDrop(unwrap(msg), why)
+	}
+}
+
+// unwrap is the message protoactor's envelope carries, or msg.
+func unwrap(msg any) any {
+	if env, ok := msg.(*actor.MessageEnvelope); ok {
+		return env.Message
+	}
+	return msg
+}
+
 func (m *Mailbox) dropLocked(n int, why Reason) {
 	if n <= 0 {
 		return
@@ -400,6 +416,7 @@ func (m *Mailbox) admitLocked(msg any, n int, ctl bool) (error, []Episode) {
 	m.st.Posted += int64(n)
 	if m.refuse != nil {
 		m.dropLocked(n, ReasonUnspillable)
+		m.discardedLocked(msg, ReasonUnspillable)
 		return fmt.Errorf("%w: %w", ErrDropped, m.refuse), nil
 	}
 	if done, err, fire := m.admitLiveLocked(msg, n); done { // after a live change (reconfigure.go)
@@ -419,6 +436,7 @@ func (m *Mailbox) admitLocked(msg any, n int, ctl bool) (error, []Episode) {
 		if m.depth+n > c && m.depth > 0 {
 			started = m.overflowLocked()
 			m.dropLocked(n, ReasonRefused)
+			m.discardedLocked(msg, ReasonRefused)
 			err = fmt.Errorf("%w: %w", ErrDropped, ErrFull)
 			break
 		}
@@ -453,6 +471,7 @@ func (m *Mailbox) admitLocked(msg any, n int, ctl bool) (error, []Episode) {
 				m.dropLocked(n-kept, why)
 			}
 			if kept == 0 {
+				m.discardedLocked(msg, ReasonSampled)
 				err = ErrDropped
 				break
 			}
@@ -491,11 +510,13 @@ func (m *Mailbox) fitNewestLocked(msg any, n int, why Reason) (int, *Episode, er
 	started := m.overflowLocked()
 	if free <= 0 {
 		m.dropLocked(n, why)
+		m.discardedLocked(msg, why)
 		return 0, started, ErrDropped
 	}
 	kept := retain(msg, func(i int) bool { return i < free })
 	m.dropLocked(n-kept, why)
 	if kept == 0 {
+		m.discardedLocked(msg, why)
 		return 0, started, ErrDropped
 	}
 	m.push(msg, kept, false)
@@ -513,6 +534,7 @@ func (m *Mailbox) evictLocked(k int) {
 			k -= e.n
 			m.depth -= e.n
 			m.dropLocked(e.n, ReasonEvicted)
+			m.discardedLocked(e.msg, ReasonEvicted)
 			e.dead, e.msg, e.n = true, nil, 0
 			m.dead++
 			continue
@@ -853,11 +875,16 @@ func (m *Mailbox) spillLocked(msg any, n int, ctl bool) error {
 		}
 		if isSpillFull(err) {
 			m.dropLocked(n, ReasonSpillFull)
+			m.discardedLocked(msg, ReasonSpillFull)
 		} else {
 			m.dropLocked(n, ReasonUnspillable)
+			m.discardedLocked(msg, ReasonUnspillable)
 			m.reportLocked(err)
 		}
 		return err
+	}
+	if !ctl && m.cfg.OnSpill != nil {
+		m.cfg.OnSpill(unwrap(msg))
 	}
 	m.st.Spilled += int64(n)
 	m.st.SpillPending += int64(n)

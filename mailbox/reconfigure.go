@@ -130,6 +130,7 @@ func (m *Mailbox) admitDrainingLocked(msg any, n int) (error, *Episode) {
 			}
 			m.dropLocked(n-kept, why)
 			if kept == 0 {
+				m.discardedLocked(msg, why)
 				return ErrDropped, started
 			}
 			n = kept
@@ -138,6 +139,7 @@ func (m *Mailbox) admitDrainingLocked(msg any, n int) (error, *Episode) {
 		free := m.cfg.Capacity - queued
 		if free <= 0 {
 			m.dropLocked(n, ReasonFull)
+			m.discardedLocked(msg, ReasonFull)
 			return ErrDropped, started
 		}
 		if n > free {

@@ -2,6 +2,7 @@ package operators_test
 
 import (
 	"context"
+	"sort"
 	"testing"
 	"time"
 
@@ -55,6 +56,8 @@ func TestMetricsThroughTheMeterProvider(t *testing.T) {
 	// defaults (0, 5, 10, ... 10000), where every batch is in the first.
 	if b := histogramBounds(rm, "sluice.batch.processing"); len(b) < 10 || b[0] != 1e-6 || b[len(b)-1] != 10 {
 		t.Errorf("batch processing buckets %v, want 1 µs to 10 s", b)
+	} else if i := sort.SearchFloat64s(b, 36e-6); i == len(b) || b[i] > 1e-4 {
+		t.Errorf("batch processing buckets %v: a 36 µs batch lands in a bucket above 100 µs", b)
 	}
 	// Latency: queue waits into the filter, end to end at the sink fused
 	// with it, in buckets from a microsecond to a minute.

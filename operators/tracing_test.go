@@ -154,6 +154,7 @@ func TestTracesFollowRecordsThroughOperators(t *testing.T) {
 		if ix.parentName(r) != "count" {
 			t.Fatalf("result span's parent is %q, want a count span", ix.parentName(r))
 		}
+		linked[r.Parent().SpanID()] = true // the first input: the others are links
 		if len(r.Links()) > 100 || r.DroppedLinks() > 0 {
 			t.Fatalf("result span has %d links (%d dropped): want at most 100 a span", len(r.Links()), r.DroppedLinks())
 		}
@@ -297,7 +298,7 @@ func hasEvent(ix spanIndex, span, event string) bool {
 func TestTracesMailboxOverflow(t *testing.T) {
 	sys, ctx, rec := tracedSystem(t)
 	gate := make(chan struct{})
-	top := operators.NewTopology("overflowing", operators.BatchSize(16))
+	top := operators.NewTopology("overflowing", operators.BatchSize(16), operators.TraceRatio(0.5))
 	src := operators.Source(top, "src", operators.Generate(2000, func(i int64) int64 { return i }))
 	operators.Sink(src, "stuck", operators.SinkFunc(func(int64) error { <-gate; return nil }),
 		operators.Input(mailbox.DropNewest(32)))
@@ -312,7 +313,38 @@ func TestTracesMailboxOverflow(t *testing.T) {
 		t.Fatal(err)
 	}
 	ix := indexSpans(rec)
-	if !hasEvent(ix, "sluice.mailbox", "overflow-started") || !hasEvent(ix, "sluice.mailbox", "overflow-ended") {
-		t.Fatalf("overflow episode not traced (spans %v)", names(ix))
+	// One span for the episode, from its start to its end, linked to the
+	// sampled records it dropped: each has a drop span ending its trace.
+	eps := ix.byName["sluice.overflow"]
+	drops := ix.byName["stuck drop"]
+	if len(eps) == 0 || len(drops) == 0 {
+		t.Fatalf("%d overflow spans, %d drop spans (spans %v), want one episode and drops", len(eps), len(drops), names(ix))
+	}
+	ep := eps[0]
+	links := 0
+	for _, e := range eps {
+		n, _ := strconv.Atoi(attr(e, "sluice.links"))
+		links += n
+	}
+	if ep.Parent().IsValid() || !ep.EndTime().After(ep.StartTime()) || attr(ep, "sluice.dropped") == "0" || attr(ep, "sluice.mailbox.policy") != "drop-newest" {
+		t.Fatalf("episode span: parent %v, %v to %v, dropped %s, policy %s", ep.Parent(), ep.StartTime(), ep.EndTime(),
+			attr(ep, "sluice.dropped"), attr(ep, "sluice.mailbox.policy"))
+	}
+	linked := map[trace.SpanID]bool{}
+	for _, s := range append(eps, ix.byName["stuck inputs"]...) {
+		for _, l := range s.Links() {
+			linked[l.SpanContext.SpanID()] = true
+		}
+	}
+	for _, d := range drops {
+		if !hasEvent(spanIndex{byName: map[string][]sdktrace.ReadOnlySpan{"d": {d}}}, "d", "drop") || ix.parentName(d) != "src" {
+			t.Fatalf("drop span under %q without a drop event", ix.parentName(d))
+		}
+		if !linked[d.SpanContext().SpanID()] {
+			t.Fatalf("drop of %s not linked from the episode", attr(d, "sluice.record.id"))
+		}
+	}
+	if links != len(drops) {
+		t.Fatalf("episodes count %d links, %d drops", links, len(drops))
 	}
 }

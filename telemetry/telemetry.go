@@ -11,16 +11,19 @@
 //	defer p.Shutdown(ctx)
 //	sys, err := actors.NewSystem(actors.Config{TracerProvider: p.Tracer, MeterProvider: p.Meter})
 //
-// A topology traces batches of records: a source starts a trace for each
-// batch the sampler keeps, every operator the batch passes gets a span named
-// after it (fused operators nest inside one another), the trace context
-// rides in the envelope headers to the next actor, and an aggregate's output
-// links to the spans of its inputs instead of nesting under one of them.
+// A topology traces records: a source samples records (operators.TraceRatio,
+// 1 % by default; operators.TraceKey), each sampled record gets a trace of
+// its own with a span at every operator it passes (its id, key, edge,
+// queue wait, event time), its trace context rides with its batch to the
+// next actor and across processes, and a window's result links to the
+// records that made it. docs/tracing.md is the span contract; find a
+// record's trace in Jaeger by the tag sluice.key.
 //
 // # Caveats
 //
-// The unit of sampling is the batch of records a source reads at once (up
-// to the topology's BatchSize), not a single record.
+// The provider's sampler applies to the spans sluice starts: keep it
+// always-on (NewOTLPTracerProvider does) and choose the records with
+// TraceRatio.
 package telemetry
 
 import (

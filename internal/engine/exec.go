@@ -62,20 +62,34 @@ func (x *execution) mailboxFor(in *instance) (mailbox.Config, error) {
 				attrs = append(attrs, "dropped_"+r.String(), e.Dropped[r])
 			}
 		}
-		event := "overflow-ended"
 		if e.Started {
-			event = "overflow-started"
 			log.Warn("mailbox overflow started", attrs...)
 		} else {
 			log.Info("mailbox overflow ended", attrs...)
+		}
+		if in.tr == nil || in.headSC == nil {
+			return
+		}
+		// One span per episode, from its start to its end, linked to the
+		// sampled records it dropped or spilled.
+		if e.Started {
+			in.episodeNow(e.At).Started(e.At)
+			return
+		}
+		ep := in.episode.Swap(nil)
+		if ep == nil {
+			return
 		}
 		var dropped int64
 		for _, d := range e.Dropped {
 			dropped += d
 		}
-		x.traceEvent("sluice.mailbox", event, attribute.String("sluice.operator", head.Name()), attribute.Int("sluice.instance", in.idx),
-			attribute.String("sluice.mailbox.policy", policy), attribute.Int64("sluice.dropped", dropped),
+		ep.End(e.At, attribute.String("sluice.mailbox.policy", policy), attribute.Int64("sluice.dropped", dropped),
 			attribute.Int64("sluice.spilled", e.Spilled), attribute.Int("sluice.queue.depth", e.Depth))
+	}
+	if in.tr != nil {
+		cfg.OnDrop = func(msg any, why mailbox.Reason) { in.traceShedMsg(msg, "drop", why.String()) }
+		cfg.OnSpill = func(msg any) { in.traceShedMsg(msg, "spill", "spill") }
 	}
 	cfg.OnError = func(err error) { log.Error("mailbox spill", "err", err) }
 	if cfg.Overflow == mailbox.OverflowSpill {

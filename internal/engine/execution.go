@@ -688,6 +688,7 @@ func (x *execution) build() error {
 				}
 				if pos == 0 {
 					in.head = n.NewInlet(next)
+					in.headSC = sc
 				}
 			}
 		}

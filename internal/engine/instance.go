@@ -103,8 +103,10 @@ type instance struct {
 	idleTimer bool          // a timer will tick when the idle timeout passes
 	timers    map[uint64]func() bool
 	timerSeq  uint64
-	evTime    atomic.Int64  // curWm or the chain's emitted watermark, for Stats
-	tr        *stage.Tracer // nil when tracing is off
+	evTime    atomic.Int64                  // curWm or the chain's emitted watermark, for Stats
+	tr        *stage.Tracer                 // nil when tracing is off
+	headSC    *stage.Ctx                    // the chain head's, for the traces of records shed at its input
+	episode   atomic.Pointer[stage.Episode] // the overflow episode of its mailbox under way, when traced
 
 	c     actor.Context
 	stash []*actors.Envelope
@@ -514,9 +516,15 @@ func (in *instance) handle(env *actors.Envelope) {
 		if in.tr != nil && env.Channel < len(in.ins) {
 			// The chain head's spans of sampled records say the edge and
 			// the wait in the mailbox.
-			var wait int64
+			wait := int64(-1) // unknown
 			if env.Sent != 0 {
 				wait = max(0, in.exec.now()-env.Sent) / 1000
+			}
+			if m, ok := env.Payload.(stage.Marked); ok {
+				if _, gone := m.Marks(); len(gone) > 0 { // shed by the mailbox's policy
+					in.traceShed(gone, "drop", in.mbCfg.Overflow.String())
+					m.Forget()
+				}
 			}
 			ic := &in.ins[env.Channel]
 			in.tr.Receive(ic.from, ic.kind, ic.remote, wait)
@@ -746,8 +754,15 @@ func (in *instance) enqueue(oc *outChan, env *actors.Envelope) {
 		env.Keep = in.curKeep
 	}
 	if env.Kind == actors.Data {
-		if oc.shed != nil && !in.shed(oc.shed, env) {
+		if oc.shed != nil && !in.shedTraced(oc, env) {
 			return // shed whole, or nothing left of it
+		}
+		if in.lat == nil && in.tr != nil && env.Sent == 0 {
+			if m, ok := env.Payload.(stage.Marked); ok { // for the queue wait of its sampled records
+				if tr, _ := m.Marks(); len(tr) > 0 {
+					env.Sent = in.exec.now()
+				}
+			}
 		}
 		if in.lat != nil {
 			if in.sentAt == 0 {

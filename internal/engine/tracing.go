@@ -1,6 +1,9 @@
 package engine
 
 import (
+	"time"
+
+	"github.com/sluicehq/sluice/actors"
 	"github.com/sluicehq/sluice/internal/graph"
 	"github.com/sluicehq/sluice/internal/stage"
 	"go.opentelemetry.io/otel/attribute"
@@ -26,9 +29,6 @@ func newTracer(x *execution, in *instance) *stage.Tracer {
 		if r, ok := head.TraceRatio(); ok {
 			samp.Ratio = r
 		}
-	}
-	if !x.samples() {
-		return nil // nothing is sampled: nothing to check per batch
 	}
 	return stage.NewTracer(tp.Tracer("github.com/sluicehq/sluice/operators"), x.ctx, depth, x.topo.Name(), in.mbCfg.Overflow.String(), samp)
 }
@@ -58,4 +58,76 @@ func (x *execution) samples() bool {
 		}
 	}
 	return false
+}
+
+// traceShed ends the traces of sampled records dropped, spilled or shed
+// at the instance's input, and links them to the overflow episode under
+// way. It may run on a sender's goroutine (a mailbox's OnDrop).
+func (in *instance) traceShed(ms []stage.Mark, role, why string) {
+	if in.tr == nil || in.headSC == nil || len(ms) == 0 {
+		return
+	}
+	scs := in.tr.Shed(in.headSC, ms, role, why)
+	if role != "shed" { // the mailbox's: in its episode, which it reports after its first drops
+		in.episodeNow(time.Unix(0, in.exec.now())).Touched(scs)
+	}
+}
+
+// episodeNow is the overflow episode under way, begun at start if none is.
+func (in *instance) episodeNow(start time.Time) *stage.Episode {
+	for {
+		if ep := in.episode.Load(); ep != nil {
+			return ep
+		}
+		ep := in.tr.Episode(in.headSC, start)
+		if in.episode.CompareAndSwap(nil, ep) {
+			return ep
+		}
+	}
+}
+
+// traceShedMsg is traceShed for a message a mailbox discarded or spilled
+// whole.
+func (in *instance) traceShedMsg(msg any, role, why string) {
+	env, ok := msg.(*actors.Envelope)
+	if !ok {
+		return
+	}
+	if m, ok := env.Payload.(stage.Marked); ok {
+		tr, gone := m.Marks()
+		if len(tr)+len(gone) > 0 {
+			in.traceShed(append(append([]stage.Mark(nil), tr...), gone...), role, why)
+			m.Forget()
+		}
+	}
+}
+
+// shedTraced is shed (load shedding on the edge into oc's receiver),
+// tracing the sampled records it sheds on the receiver's head.
+func (in *instance) shedTraced(oc *outChan, env *actors.Envelope) bool {
+	if in.tr == nil {
+		return in.shed(oc.shed, env)
+	}
+	m, ok := env.Payload.(stage.Marked)
+	var before []stage.Mark
+	if ok {
+		before, _ = m.Marks()
+		before = append([]stage.Mark(nil), before...)
+	}
+	kept := in.shed(oc.shed, env)
+	if len(before) == 0 {
+		return kept
+	}
+	recv := in.exec.byID[oc.target.Id]
+	var shed []stage.Mark
+	if !kept {
+		shed = before
+	} else {
+		_, shed = m.Marks()
+	}
+	m.Forget()
+	if recv != nil {
+		recv.traceShed(shed, "shed", "latency target")
+	}
+	return kept
 }

@@ -160,6 +160,11 @@ func TestMarksFollowRecords(t *testing.T) {
 	if n := check("retain", b); n != 4 { // 0, 6, 12, 18 of 0, 3, ..., 18
 		t.Fatalf("retain kept %d marks, want 4", n)
 	}
+	// The marks of the records it took out are kept for the receiver to
+	// trace their drop.
+	if len(b.Gone) != 3 || b.Gone[0].ID != idOf(3) || b.Gone[2].ID != idOf(15) {
+		t.Fatalf("retain's shed marks %+v, want those of 3, 9, 15", b.Gone)
+	}
 }
 
 func slicesClone[T any](s []T) []T { return append([]T(nil), s...) }

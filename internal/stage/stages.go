@@ -22,13 +22,23 @@ type Batch[T any] struct {
 	// Tr are the sampled records of the batch, in order (nil: none, the
 	// rule; see Mark).
 	Tr []Mark
+	// Gone are the sampled records an overflow policy or load shedding
+	// took out of the batch (Retain), for the receiver to trace.
+	Gone []Mark
 }
+
+// Marks are the batch's sampled records and those shed from it (the
+// engine traces drops through it).
+func (b *Batch[T]) Marks() (tr, gone []Mark) { return b.Tr, b.Gone }
+
+// Forget forgets the sampled records shed from the batch, once traced.
+func (b *Batch[T]) Forget() { b.Gone = nil }
 
 // Retain keeps the records for which keep(i) is true (overflow policies
 // shed records one at a time).
 func (b *Batch[T]) Retain(keep func(i int) bool) int {
 	if len(b.Tr) > 0 {
-		return b.retainMarked(keep)
+		return b.retainMarked(keep, true)
 	}
 	j := 0
 	for i := range b.Vs {
@@ -244,7 +254,7 @@ func (s *FilterStage[T]) Push(b *Batch[T]) {
 	}
 	j := 0
 	if len(b.Tr) > 0 {
-		j = b.Retain(func(i int) bool { return s.keep(b.Vs[i]) })
+		j = b.retainMarked(func(i int) bool { return s.keep(b.Vs[i]) }, false)
 	} else if b.Ts == nil {
 		j = keepInPlace(s.keep, b.Vs)
 	} else {
@@ -787,7 +797,7 @@ const (
 
 // retainMarked is Retain for a batch with sampled records: their marks
 // follow them, and those of records not kept go.
-func (b *Batch[T]) retainMarked(keep func(i int) bool) int {
+func (b *Batch[T]) retainMarked(keep func(i int) bool, record bool) int {
 	j, m, w := 0, 0, 0
 	for i := range b.Vs {
 		k := keep(i)
@@ -800,6 +810,8 @@ func (b *Batch[T]) retainMarked(keep func(i int) bool) int {
 				mk.I = int32(j)
 				b.Tr[w] = mk
 				w++
+			} else if record {
+				b.Gone = append(b.Gone, b.Tr[m])
 			}
 			m++
 		}

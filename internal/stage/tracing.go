@@ -6,6 +6,8 @@ import (
 	"hash/fnv"
 	"math"
 	"strconv"
+	"sync"
+	"time"
 
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/trace"
@@ -69,9 +71,6 @@ func (tr *Tracer) Keys() bool { return tr != nil && tr.samp.Key != "" }
 // its kind and how long it waited in the mailbox (µs); done forgets it.
 func (tr *Tracer) Receive(edge, kind string, remote bool, waitMicros int64) {
 	tr.head, tr.edge, tr.ekind, tr.remote, tr.wait = true, edge, kind, remote, waitMicros
-	if tr.depth != nil {
-		tr.queue = tr.depth()
-	}
 }
 
 // Received forgets the envelope Receive noted.
@@ -177,13 +176,19 @@ func (tr *Tracer) common(sc *Ctx, role string) []attribute.KeyValue {
 // function that ends the spans.
 func (tr *Tracer) pass(sc *Ctx, marks []Mark, ts []int64, keyOf func(i int) string, links func(i int) []trace.Link) func() {
 	spans := make([]trace.Span, len(marks))
+	head := sc.Head && tr.head
+	if head && tr.depth != nil {
+		tr.queue = tr.depth()
+	}
 	for j := range marks {
 		m := &marks[j]
 		attrs := append(tr.common(sc, "pass"), attribute.String("sluice.record.id", m.ID))
-		if sc.Head && tr.head {
+		if head {
 			attrs = append(attrs, attribute.String("sluice.edge", tr.edge+"->"+sc.Name), attribute.String("sluice.edge.kind", tr.ekind),
-				attribute.Int64("sluice.queue.wait_us", tr.wait), attribute.Int("sluice.queue.depth", tr.queue),
-				attribute.String("sluice.mailbox.policy", tr.policy))
+				attribute.Int("sluice.queue.depth", tr.queue), attribute.String("sluice.mailbox.policy", tr.policy))
+			if tr.wait >= 0 {
+				attrs = append(attrs, attribute.Int64("sluice.queue.wait_us", tr.wait))
+			}
 			if tr.remote {
 				attrs = append(attrs, attribute.Bool("sluice.edge.remote", true))
 			}
@@ -377,10 +382,13 @@ func (tr *Tracer) emit(sc *Ctx, c *contributors, key string, attrs ...attribute.
 		}
 		return ls
 	}
-	head := c.marks[:min(linkChunk, len(c.marks))]
+	// The first contributor is the parent (Jaeger folds a link to the
+	// parent into the parent reference): the others are links.
+	others := c.marks[1:]
+	head := others[:min(linkChunk, len(others))]
 	ctx, span := tr.t.Start(trace.ContextWithSpanContext(tr.base, first.SC), sc.Name+" emit",
 		trace.WithAttributes(all...), trace.WithLinks(links(head)...))
-	for rest := c.marks[len(head):]; len(rest) > 0; {
+	for rest := others[len(head):]; len(rest) > 0; {
 		chunk := rest[:min(linkChunk, len(rest))]
 		rest = rest[len(chunk):]
 		_, s := tr.t.Start(ctx, sc.Name+" inputs", trace.WithLinks(links(chunk)...),
@@ -404,6 +412,95 @@ func sideLinks(ms map[int]Mark) []trace.Link {
 			break
 		}
 		ls = append(ls, trace.Link{SpanContext: m.SC})
+	}
+	return ls
+}
+
+// Marked is a payload that may carry sampled records (a *Batch).
+type Marked interface {
+	Marks() (tr, gone []Mark)
+	Forget()
+}
+
+// Shed ends the traces of sampled records that did not reach operator
+// sc (dropped, spilled or shed at its input, as role says: "drop",
+// "spill", "shed"): each gets a short span "<operator> <role>", child of
+// its last span, with an event of that name saying why. It returns their
+// span contexts, for the overflow episode to link. Safe for concurrent
+// use (it reads only what NewTracer set).
+func (tr *Tracer) Shed(sc *Ctx, ms []Mark, role, why string) []trace.SpanContext {
+	out := make([]trace.SpanContext, 0, len(ms))
+	for _, m := range ms {
+		attrs := append(tr.common(sc, role), attribute.String("sluice.record.id", m.ID), attribute.String("sluice.reason", why))
+		_, span := tr.t.Start(trace.ContextWithSpanContext(tr.base, m.SC), sc.Name+" "+role, trace.WithAttributes(attrs...))
+		span.AddEvent(role, trace.WithAttributes(attribute.String("sluice.reason", why)))
+		out = append(out, span.SpanContext())
+		span.End()
+	}
+	return out
+}
+
+// Episode starts the span of an overflow episode of sc's mailbox, from
+// start to the moment End is called, linked to the sampled records the
+// episode touched (Touched), linkChunk to a span, as a result's.
+func (tr *Tracer) Episode(sc *Ctx, start time.Time) *Episode {
+	return &Episode{tr: tr, sc: sc, start: start}
+}
+
+// Episode is one overflow episode's trace. Its methods are safe for
+// concurrent use: mailboxes report from their senders' goroutines.
+type Episode struct {
+	tr    *Tracer
+	sc    *Ctx
+	start time.Time
+	mu    sync.Mutex
+	c     contributors
+}
+
+// Started sets the episode's start (a mailbox reports it after its first
+// drops).
+func (e *Episode) Started(at time.Time) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.start = at
+}
+
+// Touched adds sampled records the episode dropped, spilled or shed.
+func (e *Episode) Touched(scs []trace.SpanContext) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	for _, sc := range scs {
+		e.c.add(Mark{SC: sc})
+	}
+}
+
+// End ends the episode's span with attrs (its counts) at end.
+func (e *Episode) End(end time.Time, attrs ...attribute.KeyValue) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	tr := e.tr
+	all := append(tr.common(e.sc, "overflow"), attrs...)
+	all = append(all, attribute.Int("sluice.links", len(e.c.marks)))
+	if e.c.dropped > 0 {
+		all = append(all, attribute.Int("sluice.links.dropped", e.c.dropped))
+	}
+	head := e.c.marks[:min(linkChunk, len(e.c.marks))]
+	ctx, span := tr.t.Start(tr.base, "sluice.overflow", trace.WithNewRoot(), trace.WithTimestamp(e.start),
+		trace.WithAttributes(all...), trace.WithLinks(markLinks(head)...))
+	for rest := e.c.marks[len(head):]; len(rest) > 0; {
+		chunk := rest[:min(linkChunk, len(rest))]
+		rest = rest[len(chunk):]
+		_, s := tr.t.Start(ctx, e.sc.Name+" inputs", trace.WithTimestamp(e.start), trace.WithLinks(markLinks(chunk)...),
+			trace.WithAttributes(append(tr.common(e.sc, "links"), attribute.Int("sluice.links", len(chunk)))...))
+		s.End(trace.WithTimestamp(end))
+	}
+	span.End(trace.WithTimestamp(end))
+}
+
+func markLinks(ms []Mark) []trace.Link {
+	ls := make([]trace.Link, len(ms))
+	for i, m := range ms {
+		ls[i] = trace.Link{SpanContext: m.SC}
 	}
 	return ls
 }
