@@ -46,7 +46,7 @@ func TestCheckpointCrashChild(t *testing.T) {
 	top := countingTopology(nil, filepath.Join(dir, "out"), crashRecords, 100*time.Millisecond)
 	if os.Getenv(crashChildDiskEnv) != "" {
 		top = countingTopologyWith(nil, filepath.Join(dir, "out"), crashRecords, 100*time.Millisecond,
-			[]operators.TopologyOption{operators.StateBackend(operators.DiskState(filepath.Join(dir, "state"), 512))})
+			[]operators.TopologyOption{operators.StateBackend(operators.DiskState(filepath.Join(dir, "state"), 512))}, operators.FileOverwrite())
 	}
 	if os.Getenv(crashChildSmallEnv) != "" {
 		top = countingTwoSources(filepath.Join(dir, "out"), crashRecords, crashSmall, 100*time.Millisecond)

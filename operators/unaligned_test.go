@@ -204,11 +204,23 @@ func TestUnalignedCheckpointsRefused(t *testing.T) {
 // restored; the output equals an uninterrupted run's. A change to a
 // dropping policy is refused, naming why.
 func TestUnalignedCheckpointsWithLiveInputChanges(t *testing.T) {
-	const n, work = 12_000, 20_000
+	const work = 20_000
 	sys, ctx := newSystem(t)
-	cleanDir := t.TempDir()
-	runToEnd(t, sys, ctx, slowCounting(&uaCheckpoints{}, cleanDir, n, work, false, time.Hour))
-	want := sortedParts(t, cleanDir)
+	// The job must outlast two rounds of changes and checkpoints: sized by
+	// the machine's speed (without -race 12 000 records ended before the
+	// first change), it runs for at least 2 s uninterrupted.
+	n := int64(12_000)
+	var want string
+	for {
+		cleanDir := t.TempDir()
+		start := time.Now()
+		runToEnd(t, sys, ctx, slowCounting(&uaCheckpoints{}, cleanDir, n, work, false, time.Hour))
+		if time.Since(start) >= 2*time.Second || n >= 12_000*256 {
+			want = sortedParts(t, cleanDir)
+			break
+		}
+		n *= 4
+	}
 
 	dir := t.TempDir()
 	changes := []mailbox.Config{mailbox.Spill(64, mailbox.SpillOptions{}), mailbox.Block(64)}
