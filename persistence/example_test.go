@@ -163,6 +163,12 @@ func ExampleBehavior_snapshotRetention() {
 			return
 		}
 	}
+	// The actor replies, then snapshots: a question it answers after the
+	// last deposit's turn ends waits for that snapshot and its retention.
+	if _, err := actors.Ask[Account](ctx, ref, persistence.GetState{}); err != nil {
+		fmt.Println(err)
+		return
+	}
 	for _, seq := range []uint64{2, 4, 6} {
 		if s, ok, _ := snapshots.Select(ctx, "account-7", persistence.SnapshotCriteria{MaxSeq: seq}); ok {
 			fmt.Printf("newest snapshot at or below %d: seq %d\n", seq, s.Seq)
