@@ -70,9 +70,10 @@ func runBubble(t *testing.T, cfg latency.Config) []latency.Outcome {
 		// goroutine that waits one period (1 s) on a ticker. A bubble may
 		// not end with it still blocked (CI saw "deadlock: main bubble
 		// goroutine has exited but blocked goroutines remain"), so move the
-		// fake clock past that period: in the bubble this returns at once,
-		// after every goroutine that waited on the clock ran.
-		time.Sleep(2 * time.Second)
+		// fake clock past that period: a deadline, not a wait for an event
+		// (the throttle's goroutine signals nothing); in the bubble the
+		// timer fires at once, once every other goroutine is blocked.
+		<-time.After(2 * time.Second)
 		synctest.Wait()
 		if err != nil {
 			t.Fatal(err)
