@@ -2,10 +2,11 @@ package admin
 
 import (
 	"crypto/subtle"
-	"net"
 	"net/http"
 	"net/url"
 	"strings"
+
+	"github.com/sluicehq/sluice/internal/netaddr"
 )
 
 // guard refuses a request from a foreign Host or Origin (403) and a change
@@ -48,18 +49,11 @@ func (s *Server) authorized(r *http.Request) bool {
 // hostAllowed: the Host header names loopback (localhost, 127.0.0.0/8,
 // ::1) or one of the allowed hosts, with any port.
 func (s *Server) hostAllowed(hostport string) bool {
-	host := hostport
-	if h, _, err := net.SplitHostPort(hostport); err == nil {
-		host = h
-	}
-	host = strings.TrimSuffix(strings.Trim(host, "[]"), ".")
+	host := netaddr.Host(hostport)
 	if host == "" {
 		return false
 	}
-	if strings.EqualFold(host, "localhost") {
-		return true
-	}
-	if ip := net.ParseIP(host); ip != nil && ip.IsLoopback() {
+	if netaddr.Loopback(host) {
 		return true
 	}
 	s.mu.Lock()

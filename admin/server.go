@@ -14,6 +14,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/sluicehq/sluice/internal/netaddr"
+
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/trace"
 	tracenoop "go.opentelemetry.io/otel/trace/noop"
@@ -769,21 +771,11 @@ func writeError(w http.ResponseWriter, status int, msg string) {
 // ListenAddr resolves an address for Serve: a port alone means
 // 127.0.0.1:PORT. It reports whether the address is loopback.
 func ListenAddr(addr string) (listen string, loopback bool, err error) {
-	if _, perr := strconv.Atoi(addr); perr == nil {
-		addr = "127.0.0.1:" + addr
-	}
-	host, port, err := net.SplitHostPort(addr)
+	listen, loopback, err = netaddr.Listen(addr)
 	if err != nil {
-		return "", false, fmt.Errorf("%w: address %q: want HOST:PORT or PORT", ErrInvalid, addr)
+		return "", false, fmt.Errorf("%w: %w", ErrInvalid, err)
 	}
-	if host == "" {
-		host = "127.0.0.1"
-	}
-	loopback = host == "localhost"
-	if ip := net.ParseIP(host); ip != nil {
-		loopback = ip.IsLoopback()
-	}
-	return net.JoinHostPort(host, port), loopback, nil
+	return listen, loopback, nil
 }
 
 // Serve serves the Handler at addr (see ListenAddr) until ctx ends. It

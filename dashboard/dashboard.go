@@ -16,6 +16,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/sluicehq/sluice/internal/netaddr"
+
 	"github.com/sluicehq/sluice/actors"
 	"github.com/sluicehq/sluice/internal/engine"
 	"github.com/sluicehq/sluice/operators"
@@ -311,11 +313,7 @@ func (d *Dashboard) Refused() Refused {
 // hostAllowed says whether a request's Host header may reach the page: an
 // IP address, localhost (or a name under .localhost), or an allowed host.
 func (d *Dashboard) hostAllowed(hostport string) bool {
-	host := hostport
-	if h, _, err := net.SplitHostPort(hostport); err == nil {
-		host = h
-	}
-	host = strings.ToLower(strings.TrimSuffix(strings.Trim(host, "[]"), "."))
+	host := netaddr.Host(hostport)
 	switch {
 	case host == "":
 		return false
@@ -567,21 +565,11 @@ func firstFrame(page, data []byte) []byte {
 // serving to the network is the user's explicit choice (the dashboard has
 // no authentication). Loopback reports whether the result is loopback only.
 func ListenAddr(addr string) (listen string, loopback bool, err error) {
-	if _, perr := strconv.Atoi(addr); perr == nil {
-		addr = ":" + addr
-	}
-	host, port, err := net.SplitHostPort(addr)
+	listen, loopback, err = netaddr.Listen(addr)
 	if err != nil {
-		return "", false, fmt.Errorf("dashboard: address %q: want HOST:PORT or :PORT", addr)
+		return "", false, fmt.Errorf("dashboard: %w", err)
 	}
-	if host == "" {
-		host = "127.0.0.1"
-	}
-	loopback = host == "localhost"
-	if ip := net.ParseIP(host); ip != nil {
-		loopback = ip.IsLoopback()
-	}
-	return net.JoinHostPort(host, port), loopback, nil
+	return listen, loopback, nil
 }
 
 // Serve serves the dashboard's Handler at the root of addr (see ListenAddr)

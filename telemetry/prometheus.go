@@ -4,12 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"go.opentelemetry.io/contrib/instrumentation/runtime"
-	"go.opentelemetry.io/otel/metric"
 	"net"
 	"net/http"
-	"strconv"
 	"time"
+
+	"github.com/sluicehq/sluice/internal/netaddr"
+	"go.opentelemetry.io/contrib/instrumentation/runtime"
+	"go.opentelemetry.io/otel/metric"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
@@ -42,21 +43,11 @@ func MetricsListenAddr(addr string) (listen string, loopback bool, err error) {
 	if addr == "" {
 		addr = DefaultMetricsAddr
 	}
-	if _, perr := strconv.Atoi(addr); perr == nil {
-		addr = ":" + addr
-	}
-	host, port, err := net.SplitHostPort(addr)
+	listen, loopback, err = netaddr.Listen(addr)
 	if err != nil {
-		return "", false, fmt.Errorf("telemetry: metrics address %q: want HOST:PORT or :PORT", addr)
+		return "", false, fmt.Errorf("telemetry: metrics: %w", err)
 	}
-	if host == "" {
-		host = "127.0.0.1"
-	}
-	loopback = host == "localhost"
-	if ip := net.ParseIP(host); ip != nil {
-		loopback = ip.IsLoopback()
-	}
-	return net.JoinHostPort(host, port), loopback, nil
+	return listen, loopback, nil
 }
 
 // ServeMetrics serves handler at /metrics on addr (see MetricsListenAddr:
