@@ -11,6 +11,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/sluicehq/sluice/internal/dist"
 )
 
 // Authentication and authorization of peers.
@@ -40,7 +42,7 @@ import (
 // node: the address of the connection's peer (any header of that name the
 // peer sent is replaced). Node.Request accepts a reply only from the node
 // it asked.
-const fromHeader = "sluice-from"
+const fromHeader = dist.FromHeader
 
 // refusal is why a message or a connection was refused.
 type refusal uint8
@@ -59,12 +61,13 @@ const (
 	refusedClaim                      // a claim or vote from a node that holds no copy of the log
 	refusedPeers                      // a peer beyond the membership's cap
 	refusedMalformed                  // a cluster message whose sender fields do not decode
+	refusedInstance                   // a job's message speaking for an instance its sender does not host
 	refusalCount
 )
 
 var refusalNames = [refusalCount]string{
 	"certificate", "connection", "sender", "system-message", "not-member", "named-sender",
-	"status", "pong", "reply", "append-answer", "claim", "peer-cap", "malformed",
+	"status", "pong", "reply", "append-answer", "claim", "peer-cap", "malformed", "instance",
 }
 
 func (r refusal) String() string {
@@ -86,7 +89,9 @@ type AuthStats struct {
 	// (from a non-member), pong (answering no ping of this node), reply
 	// (from another node than the one asked), append-answer (answering no
 	// append of the leader's epoch), claim (from a node holding no copy of
-	// the log), peer-cap, malformed. Reasons with no refusal are left out.
+	// the log), peer-cap, malformed, instance (a distributed job's message
+	// speaking for an instance, a channel or the job actor that the member
+	// it came from does not host). Reasons with no refusal are left out.
 	ByReason map[string]uint64
 }
 

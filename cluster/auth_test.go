@@ -140,7 +140,9 @@ func TestForgedMessagesRefused(t *testing.T) {
 	}
 	a := startChild(t, node("a"))
 	b := startChild(t, node("b", a.Address))
-	c := startChild(t, node("c", a.Address))
+	cc := node("c", a.Address)
+	cc.HoldSource = true // the job (and its job actor) runs until the forgeries are refused
+	c := startChild(t, cc)
 	a.AwaitAll(10*time.Second, "EVENT joined b", "EVENT joined c")
 	b.AwaitAll(10*time.Second, "EVENT joined c")
 	c.AwaitAll(10*time.Second, "EVENT joined b")
@@ -162,14 +164,13 @@ func TestForgedMessagesRefused(t *testing.T) {
 
 	base := map[*child]map[string]int{a: authCounts(a), b: authCounts(b), c: authCounts(c)}
 	want := wantCounts(jobRecords)
-	// (c obeys no command until the job ends.)
 	c.Send(fmt.Sprintf("run counting %d %s", jobRecords, t.TempDir()))
 	c.Until(30*time.Second, "the job's placement", func(lines []string) bool {
 		return slicesContainsPrefix(lines, "PLACED") || slicesContainsPrefix(lines, "JOBERROR")
 	})
 	expected := map[*child]map[string]int{a: {}, b: {}, c: {}}
 	const log = "checkpoints/counting"
-	jobActor := actor.NewPID(c.Address, "job-counting-1") // the first job of c's process
+	jobActor := actor.NewPID(c.Address, c.Expect(30*time.Second, "JOBACTOR")[1])
 
 	rows := []struct {
 		name   string
@@ -218,6 +219,19 @@ func TestForgedMessagesRefused(t *testing.T) {
 		{"failure notice to the job actor", c, "not-member", func() {
 			fc.sendAs(jobActor, nil, "sluice.op.failed", &wire.Failed{Gen: 0, Address: b.Address, ID: "x", Operator: "count", Message: "forged"})
 		}},
+		// From a member, over its own authenticated connection: messages
+		// that speak for the job's source instance (number 0, task 0),
+		// which runs on c, the coordinator, never on b.
+		{"a member's checkpoint acknowledgement for an instance it does not host", c, "instance", func() {
+			memberForge(t, b, c.Address, jobActor.Id, "sluice.op.ack", `{"Gen":0,"ID":1,"Instance":0,"Offsets":{"numbers":999999}}`)
+		}},
+		{"a member's statistics for an instance it does not host", c, "instance", func() {
+			memberForge(t, b, c.Address, jobActor.Id, "sluice.op.stats",
+				fmt.Sprintf(`{"Gen":0,"Address":%q,"Instances":[{"Task":0,"Instance":0,"Ops":[{"Out":1000000000000}]}]}`, b.Address))
+		}},
+		{"a member's finished notice for an instance it does not host", c, "instance", func() {
+			memberForge(t, b, c.Address, jobActor.Id, "sluice.op.finished", `{"Task":0,"Instance":0,"Gen":0}`)
+		}},
 	}
 	for _, row := range rows {
 		t.Run(row.name, func(t *testing.T) {
@@ -231,6 +245,7 @@ func TestForgedMessagesRefused(t *testing.T) {
 			expected[row.at][row.reason] += 2
 		})
 	}
+	c.Send("open source")
 	// The nodes are up, members, not excluded; the job ends exactly.
 	for _, n := range []*child{a, b, c} {
 		b.Send("status " + n.Address)
@@ -269,6 +284,14 @@ func TestForgedMessagesRefused(t *testing.T) {
 		}
 		t.Logf("%s refused %v", n.Cfg.Name, got)
 	}
+}
+
+// memberForge has member m send, over its own connection, a message of
+// type typ crafted from the JSON object js to actor id at addr.
+func memberForge(t *testing.T, m *child, addr, id, typ, js string) {
+	t.Helper()
+	m.Send(fmt.Sprintf("forge %s %s %s %s", addr, id, typ, js))
+	m.Expect(10*time.Second, "FORGED")
 }
 
 func slicesContainsPrefix(lines []string, prefix string) bool {

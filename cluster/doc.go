@@ -238,10 +238,18 @@
 // for an append sent to it in the leader's epoch; claims only from a copy
 // of the log; a request's reply only from the node asked. protoactor's
 // system messages are refused from the network (Stop, PoisonPill, ...)
-// but for Watch, Unwatch, Terminated and DeadLetterResponse. A non-member
-// gets no Stats unless Config.StatusClients names it. Every refusal is
-// counted in Stats().Auth, by reason, and the first of each reason is
-// logged as a warning (then at most one a minute).
+// but for Watch, Unwatch, Terminated and DeadLetterResponse. A distributed
+// job's own messages are checked against the generation's placement: a
+// checkpoint acknowledgement, a finished notice or statistics that speak
+// for an instance, records on a channel, or credits for a receiver are
+// taken only from the member that runs that instance, sender or receiver,
+// and barriers, commits and drains only from the job actor's member;
+// anything else is dropped (records without failing the instance) and
+// counted as "instance". So a member cannot acknowledge a checkpoint with
+// state of its own for an instance it does not run. A non-member gets no
+// Stats unless Config.StatusClients names it. Every refusal is counted in
+// Stats().Auth, by reason, and the first of each reason is logged as a
+// warning (then at most one a minute).
 //
 // Without TLS nothing is authenticated: a node on a host other than
 // loopback does not start without TLS unless Config.Insecure says so, and

@@ -219,6 +219,13 @@ func (d *distributor) Undecodable(err error) {
 	d.n.codec.warnOnce("records do not decode", "cluster: records from another node do not decode; the instance fails", "err", err)
 }
 
+// Forged counts and logs a distributed job's message that speaks for an
+// instance, a channel or the job actor that the member it came from does
+// not host (dist.ForgeryCounter); the runtime has dropped it.
+func (d *distributor) Forged(what, from, claim string) {
+	d.n.refusals.refuse(refusedInstance, "a job's "+what+" speaking for what its member does not host", "from", from, "claims", claim)
+}
+
 func (d *distributor) StopOn(addr string, s *wire.StopGen) {
 	_ = d.n.Send(d.n.PID(addr, jobsActorName), s)
 }

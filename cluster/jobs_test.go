@@ -96,7 +96,7 @@ func wantCounts(n int64) string { return clustertest.WantCounts(n) }
 
 // runJob runs a distributed job with this node as coordinator (command
 // "run JOB N DIR"): it prints PLACED <address> <instances> for the first
-// generation, CHECKPOINT <id> as checkpoints complete, then RESTARTS <n>
+// generation, JOBACTOR <the job actor's id>, CHECKPOINT <id> as checkpoints complete, then RESTARTS <n>
 // and RESULT <sorted lines of the output>, or JOBERROR <error>. With a
 // fourth argument "off", the coordinator hosts only sources and sinks.
 func runJob(n *cluster.Node, args []string, say func(string, ...any)) {
@@ -110,6 +110,9 @@ func runJob(n *cluster.Node, args []string, say func(string, ...any)) {
 	}
 	for addr, count := range engine.PlacementOf(run) {
 		say("PLACED %s %d", addr, count)
+	}
+	if pid := engine.JobActorOf(run); pid != nil {
+		say("JOBACTOR %s", pid.Id)
 	}
 	if at := engine.AddressOf(run, "slow", 0); at != "" {
 		say("SLOW-AT %s", at)

@@ -95,3 +95,22 @@ func (t Task) Name() string { return strings.Join(t.Operators, " -> ") }
 type UndecodableCounter interface {
 	Undecodable(err error)
 }
+
+// FromHeader is the message header in which the receiving process's
+// network guard (package cluster) names the process every envelope from
+// the network came from: its peer's address, authenticated with TLS, set
+// on every such envelope (one the peer set itself is replaced). A message
+// without it was sent in this process. The runtime checks a message that
+// speaks for an instance (records on a channel, credits, checkpoint
+// acknowledgements, statistics, finished notices) against the process the
+// placement puts that instance in.
+const FromHeader = "sluice-from"
+
+// ForgeryCounter is implemented by a Distributor that counts and logs the
+// messages the runtime refuses because they speak for an instance, or for
+// the job actor, that the process they came from does not host. The
+// runtime drops such a message and calls Forged with what it was, the
+// process it came from and what it claimed.
+type ForgeryCounter interface {
+	Forged(what, from, claim string)
+}

@@ -109,7 +109,11 @@ func (b *remoteInbox) PostUserMessage(msg any) {
 		return // counted and logged by Unpack; a lost wire.Records shows as a gap
 	}
 	if rec, ok := v.(*wire.Records); ok {
-		b.records(rec)
+		from := ""
+		if wrapped {
+			from = sentFrom(env.Header)
+		}
+		b.records(rec, from)
 		return
 	}
 	if v != m {
@@ -121,13 +125,20 @@ func (b *remoteInbox) PostUserMessage(msg any) {
 	b.Mailbox.PostUserMessage(msg)
 }
 
-// records decodes the envelope of rec, checks its channel's sequence and
-// posts it.
-func (b *remoteInbox) records(rec *wire.Records) {
+// records decodes the envelope of rec, checks that it came from the
+// process of its channel's sender (from: see sentFrom) and the channel's
+// sequence, and posts it. Records a process sends on a channel that is
+// not its own are dropped and counted: they leave the channel's sequence
+// as it was.
+func (b *remoteInbox) records(rec *wire.Records, from string) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if b.failed {
 		return
+	}
+	if from != "" && !slices.ContainsFunc(b.senders, func(p *actor.PID) bool { return p.Address == from }) {
+		b.forged(from, "a channel of this instance (no sender of it runs there)")
+		return // not decoded: a process that sends on none of the channels cannot fail the instance either
 	}
 	v, err := decodeRecords(b.codec, rec.Data)
 	if err != nil {
@@ -142,6 +153,10 @@ func (b *remoteInbox) records(rec *wire.Records) {
 	ch := env.Channel
 	if ch < 0 || ch >= len(b.wseq) {
 		b.fail(fmt.Errorf("operators: records from another process on channel %d, the instance has %d", ch, len(b.wseq)))
+		return
+	}
+	if from != "" && from != b.senders[ch].Address {
+		b.forged(from, "channel "+itoa(ch)+" of the sender at "+b.senders[ch].Address)
 		return
 	}
 	if rec.Seq != b.wseq[ch]+1 {
@@ -167,6 +182,14 @@ func decodeRecords(c mailbox.Codec, data []byte) (v any, err error) {
 		}
 	}()
 	return c.Decode(data)
+}
+
+// forged counts records from a process that is not their channel's
+// sender's (dist.ForgeryCounter); they are dropped.
+func (b *remoteInbox) forged(from, claim string) {
+	if c, ok := b.dist.(dist.ForgeryCounter); ok {
+		c.Forged("records", from, claim)
+	}
 }
 
 func (b *remoteInbox) fail(err error) {
@@ -229,6 +252,7 @@ func (x *execution) place() {
 			}
 		}
 	}
+	x.notePlacement()
 }
 
 // remoteParent is the name of the actor that parents a generation's
@@ -291,6 +315,7 @@ func HostGeneration(sys *actors.System, dist graph.Distributor, t *graph.Topolog
 		byID: make(map[string]*instance), counters: make(map[*graph.Node][]*stage.Counters)}
 	x.ctx, x.cancel = context.WithCancel(context.Background())
 	x.jobPID, x.gen, x.placement = actor.NewPID(d.JobAddress, d.JobID), d.Gen, d.Placement
+	x.notePlacement()
 	if d.Checkpoint != nil {
 		if err := x.adopt(&persistence.Checkpoint{ID: d.Checkpoint.ID, States: d.Checkpoint.States, Offsets: d.Checkpoint.Offsets}); err != nil {
 			x.cancel()
@@ -420,10 +445,21 @@ func (x *execution) instanceStats(in *instance) wire.InstanceStats {
 	return s
 }
 
-// onStats keeps a process's report (the job actor calls it).
-func (x *execution) onStats(m *wire.Stats) {
+// onStats keeps a process's report (the job actor calls it): from is the
+// process it came from (sentFrom); what it says of an instance that
+// process does not host is refused.
+func (x *execution) onStats(from string, m *wire.Stats) {
+	if !x.fromProcess(from, m.Address) {
+		x.forged("statistics", from, "the process at "+m.Address)
+		return
+	}
 	for i := range m.Instances {
-		x.noteStats(m.Gen, &m.Instances[i])
+		s := &m.Instances[i]
+		if !x.fromInstance(from, m.Gen, x.instanceNum(s.Task, s.Instance)) {
+			x.forged("statistics", from, "task "+itoa(s.Task)+" instance "+itoa(s.Instance)+" of generation "+itoa(m.Gen))
+			continue
+		}
+		x.noteStats(m.Gen, s)
 	}
 }
 
@@ -574,4 +610,14 @@ func AddressOf(run *actors.Run, op string, instance int) string {
 		}
 	}
 	return ""
+}
+
+// JobActorOf is the PID of a topology run's job actor (the coordinator of
+// its checkpoints and restarts), nil for another kind of job: for tests
+// and diagnostics that must address it.
+func JobActorOf(run *actors.Run) *actor.PID {
+	if x, ok := run.Execution().(*execution); ok {
+		return x.jobPID
+	}
+	return nil
 }

@@ -95,7 +95,7 @@ func TestDistributedStats(t *testing.T) {
 	if len(report.Instances) != 1 || report.Address != "there:2" {
 		t.Fatalf("the host reports %+v, want its one instance", report)
 	}
-	coord.onStats(overWire(t, report))
+	coord.onStats("", overWire(t, report))
 	st := opStats(t, coord, "double")
 	if st.In != 40 || st.Out != 40 || st.Late != 1 || st.Dropped != 5 || st.DroppedBy["full"] != 5 ||
 		st.Queued != 10 || st.Capacity != 10 || st.Policy != "drop-newest" || st.Blocked != time.Second || !st.Watermark.Equal(wm) {
@@ -112,9 +112,9 @@ func TestDistributedStats(t *testing.T) {
 	final := host.hostStats(true)
 	c.In.Store(45)
 	stale := host.hostStats(false)
-	coord.onStats(overWire(t, final))
+	coord.onStats("", overWire(t, final))
 	seen = append(seen, opStats(t, coord, "double").In)
-	coord.onStats(overWire(t, stale))
+	coord.onStats("", overWire(t, stale))
 	seen = append(seen, opStats(t, coord, "double").In)
 
 	// Generation 1 places double at there:3; it finishes and says so with
@@ -172,7 +172,7 @@ func TestDistributedLatencyStats(t *testing.T) {
 	l.handled.Store(102)
 	l.shed[shedSampled].Store(7)
 
-	coord.onStats(overWire(t, host.hostStats(false)))
+	coord.onStats("", overWire(t, host.hostStats(false)))
 	st := opStats(t, coord, "double")
 	if q := st.Latency.QueueWait; q.Count != 102 || q.P50 < 3*time.Millisecond || q.P50 > 4*time.Millisecond ||
 		q.Max < 40*time.Millisecond || q.Max > 43*time.Millisecond {
@@ -195,14 +195,14 @@ func TestDistributedLatencyStats(t *testing.T) {
 	l2 := new(instLatency)
 	l2.queue.observe(time.Millisecond, 10)
 	host.lats[1][0] = l2
-	coord.onStats(overWire(t, host.hostStats(false)))
+	coord.onStats("", overWire(t, host.hostStats(false)))
 	if n := opStats(t, coord, "double").Latency.QueueWait.Count; n != 112 {
 		t.Fatalf("queue waits over two generations: %d, want 112", n)
 	}
 	bad := overWire(t, host.hostStats(false))
 	bad.Instances[0].Latency.Queue.Index[0] = histBuckets + 5
 	bad.Instances[0].Ops[0].In = 99
-	coord.onStats(bad)
+	coord.onStats("", bad)
 	if st := opStats(t, coord, "double"); st.Latency.QueueWait.Count != 112 || st.In != 99 {
 		t.Fatalf("after a malformed latency report: %d queue waits (want 112), %d in (want 99: the counters are kept)", st.Latency.QueueWait.Count, st.In)
 	}

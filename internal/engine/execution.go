@@ -39,13 +39,16 @@ type execution struct {
 	gen       int               // incremented by every restart
 	dist      graph.Distributor // nil: every instance runs in this process
 	placement []string          // distributed: the address of every instance, by number
-	hosts     map[string]bool   // distributed: the other processes of the generation
-	jobParent string            // the id of the actor that parents the instances here
-	instMu    sync.RWMutex      // guards instances against Stats during a restart
-	instances [][]*instance
-	byID      map[string]*instance
-	counters  map[*graph.Node][]*stage.Counters
-	launched  chan error
+	// placedGens: copies of the placements of the current generation and
+	// the few before it, to check messages against (senders.go).
+	placedGens map[int][]string
+	hosts      map[string]bool // distributed: the other processes of the generation
+	jobParent  string          // the id of the actor that parents the instances here
+	instMu     sync.RWMutex    // guards instances against Stats during a restart
+	instances  [][]*instance
+	byID       map[string]*instance
+	counters   map[*graph.Node][]*stage.Counters
+	launched   chan error
 
 	// The latest counters reported by instances in other processes, of
 	// every generation: a generation's counts stay in the job's totals

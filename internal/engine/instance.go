@@ -184,14 +184,25 @@ func (in *instance) Receive(c actor.Context) {
 		in.stash = append(in.stash, m)
 		in.drain()
 	case *wire.Barrier:
+		if !in.fromJob(c) {
+			return
+		}
 		if !in.started { // it overtook the start (mailbox.Urgent)
 			in.early = append(in.early, m)
 			return
 		}
 		in.jobBarrier(m)
 	case *wire.Committed:
-		in.committed(m)
+		if in.fromJob(c) {
+			in.committed(m)
+		}
 	case *wire.Credit:
+		if m.Out >= 0 && m.Out < len(in.outs) {
+			if from := sentFrom(c.MessageHeader()); !in.exec.fromProcess(from, in.outs[m.Out].target.Address) {
+				in.exec.forged("credit", from, "the receiver of output "+itoa(m.Out)+" at "+in.outs[m.Out].target.Address)
+				return
+			}
+		}
 		in.onCredit(m)
 	case *tickMsg:
 		if m.waiter {
@@ -211,6 +222,9 @@ func (in *instance) Receive(c actor.Context) {
 	case *replayMsg:
 		in.drain()
 	case *wire.Drain:
+		if !in.fromJob(c) {
+			return
+		}
 		if in.src != nil && !in.done {
 			in.draining = true
 			in.suspending = in.suspending || m.Suspend

@@ -96,15 +96,30 @@ func (j *jobActor) Receive(c actor.Context) {
 		j.savepoints = append(j.savepoints, savepointWait{min: j.cs.MinSavepoint(), reply: m.reply})
 		j.feed(c, coord.Tick{At: now})
 	case *wire.Ack:
+		if from := sentFrom(c.MessageHeader()); !x.fromInstance(from, m.Gen, m.Instance) {
+			x.forged("checkpoint acknowledgement", from, "instance "+itoa(m.Instance)+" of generation "+itoa(m.Gen))
+			return
+		}
 		if m.Gen == x.gen {
 			j.feed(c, coord.Acked{ID: m.ID, Instance: m.Instance, States: m.States, Offsets: m.Offsets, Channels: m.Channels})
 		}
 	case *wire.Stats:
-		x.onStats(m)
+		x.onStats(sentFrom(c.MessageHeader()), m)
 	case *wire.Finished:
+		if from := sentFrom(c.MessageHeader()); !x.fromInstance(from, m.Gen, x.instanceNum(m.Task, m.Instance)) {
+			x.forged("finished notice", from, "task "+itoa(m.Task)+" instance "+itoa(m.Instance)+" of generation "+itoa(m.Gen))
+			return
+		}
+		if m.Stats != nil && (m.Stats.Task != m.Task || m.Stats.Instance != m.Instance) {
+			m.Stats = nil // statistics of another instance than the one finished
+		}
 		x.noteStats(m.Gen, m.Stats)
 		j.step(c, coord.InstanceFinished{At: now, Gen: m.Gen, Slot: coord.Slot{Task: m.Task, Instance: m.Instance}})
 	case *wire.Failed:
+		if from := sentFrom(c.MessageHeader()); !x.fromProcess(from, m.Address) || (x.byID[m.ID] != nil && x.byID[m.ID].self.Address != m.Address) {
+			x.forged("failure notice", from, "instance "+m.ID+" at "+m.Address)
+			return
+		}
 		j.onFailure(c, now, m)
 	case *actor.Terminated:
 		if in := x.byID[m.Who.Id]; in != nil {
