@@ -1,10 +1,12 @@
 package admin
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"maps"
+	"net/url"
 	"os"
 	"path/filepath"
 	"slices"
@@ -253,8 +255,6 @@ func (s *Server) rescale(ctx context.Context, ev *Event, par map[string]int, out
 	}
 	j.restarting = true
 	j.restartErr = nil
-	s.seq++
-	sub := fmt.Sprintf("rescale-%d", s.seq)
 	overrides := maps.Clone(j.par)
 	s.mu.Unlock()
 	defer func() {
@@ -281,10 +281,11 @@ func (s *Server) rescale(ctx context.Context, ev *Event, par map[string]int, out
 			return fmt.Errorf("%w: rescale job %q: operator %q to parallelism %d: want 1 to %d", ErrInvalid, ev.Job, op, n, maxParallelism)
 		}
 	}
-	dir, err := s.savepointPath(sub)
-	if err != nil {
+	if s.opts.SavepointDir == "" {
+		_, err := s.savepointPath("rescale")
 		return err
 	}
+	dir := filepath.Join(s.opts.SavepointDir, nextRescaleDir(s.opts.SavepointDir, ev.Job))
 	infos, _ := engine.Inputs(run)
 	out.Was = taskPar(run)
 
@@ -323,7 +324,67 @@ func (s *Server) rescale(ctx context.Context, ev *Event, par map[string]int, out
 	out.Parallelism = taskPar(nrun)
 	out.Pause = clock.Since(s.opts.Clock, t0)
 	ev.Detail += fmt.Sprintf(": paused %v", out.Pause.Round(time.Millisecond))
+	if gone := pruneRescaleDirs(s.opts.SavepointDir, ev.Job, keptRescales); len(gone) > 0 {
+		ev.Detail += fmt.Sprintf("; removed older rescale savepoints %s", strings.Join(gone, ", "))
+	}
 	return nil
+}
+
+// keptRescales is how many of a job's rescale savepoints a successful
+// rescale keeps (the newest, from which the job now runs, and the one
+// before it).
+const keptRescales = 2
+
+// rescaleDirs lists the rescale savepoints of job under dir, named
+// rescale-<job>-<n>, by n (oldest first).
+func rescaleDirs(dir, job string) []string {
+	prefix := "rescale-" + url.PathEscape(job) + "-"
+	ents, _ := os.ReadDir(dir)
+	type numbered struct {
+		n    uint64
+		name string
+	}
+	var found []numbered
+	for _, e := range ents {
+		if rest, ok := strings.CutPrefix(e.Name(), prefix); ok && e.IsDir() {
+			if n, err := strconv.ParseUint(rest, 10, 64); err == nil {
+				found = append(found, numbered{n, e.Name()})
+			}
+		}
+	}
+	slices.SortFunc(found, func(a, b numbered) int { return cmp.Compare(a.n, b.n) })
+	out := make([]string, len(found))
+	for i, f := range found {
+		out[i] = f.name
+	}
+	return out
+}
+
+// nextRescaleDir is the name of job's next rescale savepoint under dir:
+// one past the highest there, so that a process started again never
+// reuses a directory an earlier one filled.
+func nextRescaleDir(dir, job string) string {
+	n := uint64(1)
+	if ds := rescaleDirs(dir, job); len(ds) > 0 {
+		last := ds[len(ds)-1]
+		v, _ := strconv.ParseUint(last[strings.LastIndexByte(last, '-')+1:], 10, 64)
+		n = v + 1
+	}
+	return "rescale-" + url.PathEscape(job) + "-" + strconv.FormatUint(n, 10)
+}
+
+// pruneRescaleDirs removes all but the newest keep rescale savepoints of
+// job under dir and returns the names it removed.
+func pruneRescaleDirs(dir, job string, keep int) []string {
+	ds := rescaleDirs(dir, job)
+	var gone []string
+	for len(ds) > keep {
+		if os.RemoveAll(filepath.Join(dir, ds[0])) == nil {
+			gone = append(gone, ds[0])
+		}
+		ds = ds[1:]
+	}
+	return gone
 }
 
 // maxParallelism bounds a rescale's parallelism.
