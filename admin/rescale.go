@@ -114,6 +114,48 @@ func (s *Server) Wait(ctx context.Context, name string) error {
 	}
 }
 
+// Follow calls fn with every run that replaces job name's run (a rescale
+// starts a new one), in order, on the caller's goroutine, until the job
+// ends for good (Wait's outcome is returned) or ctx ends. A dashboard
+// shows the job's new run with it (dashboard.Dashboard.Replace).
+func (s *Server) Follow(ctx context.Context, name string, fn func(*actors.Run)) error {
+	s.mu.Lock()
+	j, ok := s.jobs[name]
+	if !ok {
+		s.mu.Unlock()
+		return fmt.Errorf("%w %q", ErrNoJob, name)
+	}
+	shown := j.run
+	s.mu.Unlock()
+	waited := make(chan error, 1)
+	wctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	go func() { waited <- s.Wait(wctx, name) }() // owned: ends with wctx
+	for {
+		s.mu.Lock()
+		run, changed := j.run, j.changed()
+		s.mu.Unlock()
+		if run != shown {
+			shown = run
+			fn(run)
+			continue
+		}
+		select {
+		case <-changed:
+		case err := <-waited:
+			s.mu.Lock()
+			last := j.run
+			s.mu.Unlock()
+			if last != shown {
+				fn(last)
+			}
+			return err
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+}
+
 // changed is closed when the job's run is replaced or a restart ends
 // (with s.mu held).
 func (j *job) changed() <-chan struct{} {

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sluicehq/sluice/actors"
 	"github.com/sluicehq/sluice/admin"
 	"github.com/sluicehq/sluice/clock"
 	"github.com/sluicehq/sluice/operators"
@@ -91,6 +92,11 @@ func TestRescaleThroughTheAPI(t *testing.T) {
 		t.Fatal(err)
 	}
 	cl := &admin.Client{Base: a.hs.URL, Token: testToken, Who: "test", HTTP: a.hs.Client()}
+	followed := make(chan *actors.Run, 4) // Follow's reports of the runs that replace the job's
+	followErr := make(chan error, 1)
+	go func() {
+		followErr <- a.srv.Follow(ctx, "rescaled", func(r *actors.Run) { followed <- r })
+	}()
 	workPar := func() int {
 		t.Helper()
 		run, err := a.srv.Current("rescaled")
@@ -138,6 +144,14 @@ func TestRescaleThroughTheAPI(t *testing.T) {
 		if _, err := os.Stat(filepath.Join(r.Savepoint, "MANIFEST")); err != nil {
 			t.Fatalf("the rescale's savepoint: %v", err)
 		}
+		select {
+		case fr := <-followed:
+			if cur, _ := a.srv.Current("rescaled"); fr != cur {
+				t.Fatal("Follow reported another run than the one now served")
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatalf("Follow did not report the run of the rescale to %d", par)
+		}
 	}
 	before := c.delivered()
 	waitFor(t, "20000 more records delivered", func() bool { return c.delivered() >= before+20_000 })
@@ -146,6 +160,17 @@ func TestRescaleThroughTheAPI(t *testing.T) {
 	}
 	if err := a.srv.Wait(ctx, "rescaled"); err != nil {
 		t.Fatal(err)
+	}
+	select {
+	case err := <-followErr:
+		if err != nil {
+			t.Fatalf("Follow after the job's end: %v", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("Follow did not return after the job ended")
+	}
+	if len(followed) != 0 {
+		t.Fatalf("Follow reported %d runs more than the two rescales", len(followed))
 	}
 	rescaled, dups := c.out, c.dups
 	n := int64(len(rescaled))

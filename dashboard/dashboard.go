@@ -242,6 +242,32 @@ func (d *Dashboard) Add(run *actors.Run) error {
 	return nil
 }
 
+// Replace shows run in the place of old, as the same job: its charts go
+// on, its graph and configuration are the new run's (a rescale through
+// the admin API starts a new run at another parallelism; admin.Server.Follow
+// reports it). Rates start again from the new run's first sample. It
+// reports whether old was shown; if it was not, run is added.
+func (d *Dashboard) Replace(old, run *actors.Run) (bool, error) {
+	if run == nil {
+		return false, fmt.Errorf("%w: Replace: nil run", ErrInvalid)
+	}
+	tasks, edges := planOf(run)
+	now := time.Now()
+	cur := read(run, now)
+	d.mu.Lock()
+	i := slices.IndexFunc(d.jobs, func(j *job) bool { return j.run == old })
+	if i < 0 || d.closed {
+		d.mu.Unlock()
+		return false, d.Add(run)
+	}
+	j := d.jobs[i]
+	j.run, j.prev, j.cur = run, nil, cur
+	j.info.name, j.info.graph, j.info.cfg = run.Name(), layout(tasks, edges), configOf(run)
+	d.mu.Unlock()
+	d.publish(now)
+	return true, nil
+}
+
 // Remove stops showing run. It reports whether run was shown.
 func (d *Dashboard) Remove(run *actors.Run) bool {
 	d.mu.Lock()
@@ -376,15 +402,17 @@ func (d *Dashboard) sampleAll(now time.Time) {
 	d.mu.Unlock()
 	for _, j := range jobs {
 		d.mu.Lock()
-		ended := j.cur.done
+		ended, run := j.cur.done, j.run
 		d.mu.Unlock()
 		if ended {
 			continue
 		}
-		s := read(j.run, now) // outside the lock: Stats takes the job's locks
+		s := read(run, now) // outside the lock: Stats takes the job's locks
 		d.mu.Lock()
-		prev := j.cur
-		j.prev, j.cur = &prev, s
+		if j.run == run { // not replaced meanwhile (Replace)
+			prev := j.cur
+			j.prev, j.cur = &prev, s
+		}
 		d.mu.Unlock()
 	}
 }

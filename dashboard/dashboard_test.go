@@ -321,3 +321,49 @@ func TestFirstFrameInPage(t *testing.T) {
 		t.Errorf("the page has %d script tags:\n%s", strings.Count(body, "<script"), body)
 	}
 }
+
+// TestReplaceKeepsTheJob: a run shown in the place of another (a rescale)
+// is the same job of the dashboard: the same id, one job, and the
+// figures, state and plan are the new run's.
+func TestReplaceKeepsTheJob(t *testing.T) {
+	sys, ctx := newSystem(t)
+	d := newDashboard(t, Options{Interval: 20 * time.Millisecond})
+	start := func(par int) *actors.Run {
+		t.Helper()
+		top := operators.NewTopology("scaled", operators.BatchSize(64))
+		src := operators.Source(top, "numbers", operators.Generate(1000, func(i int64) int64 { return i }))
+		by := operators.KeyBy(src, "by-mod", func(v int64) int64 { return v % 8 }, operators.Parallelism(par))
+		operators.Sink(operators.Count(by, "count"), "out", operators.SinkFunc(func(operators.KV[int64, int64]) error { return nil }))
+		run, err := sys.Run(ctx, top)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := run.Wait(ctx); err != nil {
+			t.Fatal(err)
+		}
+		return run
+	}
+	first := start(2)
+	if err := d.Add(first); err != nil {
+		t.Fatal(err)
+	}
+	second := start(3)
+	if ok, err := d.Replace(first, second); !ok || err != nil {
+		t.Fatalf("Replace: %v, %v", ok, err)
+	}
+	s := d.Snapshot()
+	if len(s.Jobs) != 1 || s.Jobs[0].ID != "1" {
+		t.Fatalf("after Replace: %d jobs, id %q; want the one job, id 1", len(s.Jobs), s.Jobs[0].ID)
+	}
+	if c := opNamed(t, s.Jobs[0], "count"); c.Parallelism != 3 {
+		t.Fatalf("count after Replace: parallelism %d, want the new run's 3", c.Parallelism)
+	}
+	if st := s.Jobs[0].State; st != StateFinished {
+		t.Fatalf("after Replace with a finished run: state %q", st)
+	}
+	// Replacing a run the dashboard does not show adds it.
+	other := start(1)
+	if ok, err := d.Replace(first, other); ok || err != nil || len(d.Snapshot().Jobs) != 2 {
+		t.Fatalf("Replace of a run not shown: %v, %v, %d jobs; want it added", ok, err, len(d.Snapshot().Jobs))
+	}
+}

@@ -380,7 +380,18 @@ func runSample(ctx context.Context, g *globals, s samples.Sample, every time.Dur
 		defer stopWait()
 		go func() { // owned: ends with the job, or when runSample returns
 			defer close(ch)
-			_ = srv.Wait(waitCtx, run.Name())
+			if ui == nil {
+				_ = srv.Wait(waitCtx, run.Name())
+				return
+			}
+			// The dashboard shows each run a rescale starts as the same job.
+			shown := run
+			_ = srv.Follow(waitCtx, run.Name(), func(r *actors.Run) {
+				if _, err := ui.Replace(shown, r); err != nil {
+					log.Warn("dashboard: the rescaled run is not shown", "job", r.Name(), "err", err)
+				}
+				shown = r
+			})
 		}()
 		ended = ch
 	}
