@@ -4,6 +4,7 @@ import (
 	"context"
 	stdmaps "maps"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -93,4 +94,92 @@ func TestStopWithSavepointKeepsWindows(t *testing.T) {
 		t.Fatalf("stopped and restarted: %d windows; one run: %d windows, or other counts", len(both), len(out))
 	}
 	t.Logf("%d windows emitted before the stop with a savepoint, %d in all, as in one run", stopped, len(out))
+}
+
+// TestStopWithSavepointDiskState: a stop with a savepoint of a keyed count
+// on the disk state backend keeps its state as it is (a count that emits
+// at the end emits nothing at the stop), and a job started from the
+// savepoint at another parallelism ends with every key's count as one run
+// gives it.
+func TestStopWithSavepointDiskState(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	sys, err := actors.NewSystem(actors.Config{Name: t.Name()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sys.Stop(ctx)
+	const n, keys = 200_000, 5_000
+	var passed atomic.Int64
+	tick := time.NewTicker(time.Millisecond)
+	defer tick.Stop()
+	var mu sync.Mutex
+	out := map[int64]int64{}
+	var emitted int
+	stateDir := t.TempDir()
+	build := func(name string, paced bool) *operators.Topology {
+		top := operators.NewTopology(name, operators.BatchSize(64), operators.StateBackend(operators.DiskState(stateDir, 16<<10)))
+		src := operators.Source(top, "src", operators.Generate(n, func(i int64) int64 { return i % keys }))
+		slow := operators.Map(src, "pace", func(v int64) int64 {
+			if paced && passed.Add(1)%100 == 0 {
+				<-tick.C // about 100 000 records a second: the stop lands mid-stream
+			}
+			return v
+		})
+		by := operators.KeyBy(slow, "by", func(v int64) int64 { return v }, operators.Parallelism(2))
+		counts := operators.Count(by, "count", operators.Emit(operators.EmitAtEnd))
+		operators.Sink(counts, "sink", operators.SinkFunc(func(kv operators.KV[int64, int64]) error {
+			mu.Lock()
+			out[kv.Key] += kv.Value
+			emitted++
+			mu.Unlock()
+			return nil
+		}))
+		return top
+	}
+	opts := []operators.TopologyOption{operators.Checkpoints(time.Hour), operators.CheckpointStore(persistence.NewMemoryCheckpointStore())}
+	top := build("disk-counts", true)
+	job, err := operators.Start(ctx, sys, top, opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.After(time.Minute)
+	for passed.Load() < 30_000 {
+		select {
+		case <-deadline:
+			t.Fatal("the job did not reach 30 000 records")
+		case <-tick.C:
+		}
+	}
+	info, err := job.StopWithSavepoint(ctx, t.TempDir()+"/sp")
+	if err != nil {
+		t.Fatal(err)
+	}
+	at := passed.Load()
+	mu.Lock()
+	early := emitted
+	mu.Unlock()
+	if early != 0 {
+		t.Fatalf("the stop with a savepoint emitted %d counts: a suspension must keep the state as it is", early)
+	}
+	if at >= n {
+		t.Fatalf("the job read all %d records before the stop; make it slower", n)
+	}
+	job2, err := operators.Start(ctx, sys, top, operators.Checkpoints(time.Hour), operators.CheckpointStore(persistence.NewMemoryCheckpointStore()),
+		operators.FromSavepoint(info.Dir), operators.RunParallelism("count", 3))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := job2.Wait(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if len(out) != keys {
+		t.Fatalf("%d keys counted, want %d", len(out), keys)
+	}
+	for k, c := range out {
+		if c != n/keys {
+			t.Fatalf("key %d counted %d times, want %d (stopped with a savepoint after %d records, resumed at parallelism 3)", k, c, n/keys, at)
+		}
+	}
+	t.Logf("stopped after %d of %d records at checkpoint %d, resumed at parallelism 3: every key counted %d times", at, n, info.Checkpoint, n/keys)
 }
