@@ -43,7 +43,7 @@ func TestDecodeTraceParent(t *testing.T) {
 		"ff-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01", // version ff
 		"00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01-extra",
 		"00-4BF92F3577B34DA6A3CE929D0E0E4736-00f067aa0ba902b7-01", // upper case
-		sampledParent + "," + sampledParent,                      // two headers
+		sampledParent + "," + sampledParent,                       // two headers
 		sampledParent + strings.Repeat(" ", MaxTraceParentBytes),  // over the bound
 	} {
 		if _, err := DecodeTraceParent(bad, ""); !errors.Is(err, ErrBadTraceParent) {
