@@ -119,9 +119,9 @@ func (tr *Tracer) stage(sc *Ctx) *stageTrace {
 func (sc *Ctx) endPass() {
 	st := sc.tc
 	sc.marks = nil
-	at := trace.WithTimestamp(sc.Tracer.now())
+	at := []trace.SpanEndOption{trace.WithTimestamp(sc.Tracer.now())} // one slice for every End
 	for i, s := range st.spans {
-		s.End(at)
+		s.End(at...)
 		st.spans[i] = nil
 	}
 	st.spans = st.spans[:0]
@@ -296,9 +296,9 @@ func (tr *Tracer) Source(sc *Ctx, n int, ts []int64, tcs []connector.TraceContex
 		return nil, nil
 	}
 	return marks, func() {
-		end := trace.WithTimestamp(tr.now())
+		end := []trace.SpanEndOption{trace.WithTimestamp(tr.now())}
 		for i, s := range st.spans {
-			s.End(end)
+			s.End(end...)
 			st.spans[i] = nil
 		}
 		st.spans = st.spans[:0]
@@ -384,9 +384,9 @@ func (tr *Tracer) pass(sc *Ctx, marks []Mark, ts []int64, keyOf func(i int) stri
 		spans := st.spans
 		return func() {
 			sc.marks = nil
-			end := trace.WithTimestamp(tr.now())
+			end := []trace.SpanEndOption{trace.WithTimestamp(tr.now())}
 			for _, s := range spans {
-				s.End(end)
+				s.End(end...)
 			}
 		}
 	}
