@@ -52,6 +52,10 @@ type OperatorStats struct {
 	// window (or join interval) they belong to, beyond the allowed lateness:
 	// they went to the operator's late output, or were dropped, counted here.
 	Late int64
+	// BadTraceParents counts, on a source, the W3C trace contexts its
+	// records arrived with that were refused as malformed (operators.TraceParent;
+	// counted in this process). Such a record goes on, not traced by them.
+	BadTraceParents int64
 	// Watermark is the operator's current event time (the lowest over its
 	// instances), zero before the first watermark.
 	Watermark time.Time

@@ -26,6 +26,7 @@ import (
 	"os"
 	"regexp"
 	"runtime"
+	"runtime/pprof"
 	"strings"
 	"time"
 )
@@ -136,10 +137,23 @@ func main() {
 		rounds  = flag.Int("rounds", 3, "repetitions of each measurement; the best counts")
 		list    = flag.Bool("list", false, "list the benchmarks, what each measures and its aim, and exit")
 		withCtx = flag.Bool("context", true, "also measure the context-only figures (one record per channel send or actor message: slow)")
+		cpuProf = flag.String("cpuprofile", "", "write a CPU profile of the whole run to this file (for profiling, not for recorded figures)")
 	)
 	flag.Parse()
+	if *cpuProf != "" {
+		f, err := os.Create(*cpuProf)
+		if err == nil {
+			err = pprof.StartCPUProfile(f)
+		}
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "benchmarks: -cpuprofile:", err)
+			os.Exit(1)
+		}
+		defer func() { pprof.StopCPUProfile(); f.Close() }()
+	}
 	if err := run(*runPat, *asJSON, *scale, *rounds, *list, !*withCtx); err != nil {
 		fmt.Fprintln(os.Stderr, "benchmarks:", err)
+		pprof.StopCPUProfile()
 		os.Exit(1)
 	}
 }

@@ -154,3 +154,21 @@ type OffsetRescaler interface {
 type StateRescaler interface {
 	RescaleStates(states [][]byte, parts int) ([][]byte, error)
 }
+
+// TraceCarrier is implemented by readers whose records may arrive with a
+// W3C trace context (an HTTP request's traceparent header, a message's
+// headers). TraceContexts returns those of the records of the last Read
+// that carry one, in increasing order of Index; it is valid until the next
+// Read. The runtime reads it only when the topology samples by parent
+// (operators.TraceParent) and decodes each on its checked path: a reader
+// passes the header values on as they came, without parsing them.
+type TraceCarrier interface {
+	TraceContexts() []TraceContext
+}
+
+// TraceContext is the trace context one record arrived with.
+type TraceContext struct {
+	Index       int    // the record's index in the buffer of the last Read
+	TraceParent string // the traceparent header's value, as received
+	TraceState  string // the tracestate header's value, "" if none
+}

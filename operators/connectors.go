@@ -32,6 +32,11 @@ type (
 	Aborter = connector.Aborter
 	// Acker is implemented by readers that acknowledge with checkpoints (connector.Acker).
 	Acker = connector.Acker
+	// TraceCarrier is implemented by readers whose records may carry a W3C
+	// trace context (connector.TraceCarrier): see TraceParent.
+	TraceCarrier = connector.TraceCarrier
+	// TraceContext is the trace context one record arrived with (connector.TraceContext).
+	TraceContext = connector.TraceContext
 	// RestorableSink reopens a partition at a checkpointed position (connector.RestorableSink).
 	RestorableSink[T any] = connector.RestorableSink[T]
 	// SinkConnector opens the partitions of a sink (connector.Sink).

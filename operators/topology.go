@@ -291,6 +291,20 @@ func TraceRatio(r float64) TopologyOption { return TopologyOption{graph.TraceRat
 // samples. Find their traces in Jaeger by the tag sluice.key=k.
 func TraceKey(k string) TopologyOption { return TopologyOption{graph.TraceKey(k)} }
 
+// TraceParent traces the records that arrive with a W3C trace context
+// (a traceparent header) whose sampled flag is set, whatever TraceRatio
+// says: the record continues the caller's trace, its source span a child of
+// the caller's span. Connectors hand the header over by implementing
+// TraceCarrier (connectors/httpin: the request's traceparent and
+// tracestate headers; connectors/jetstream: the message's). A record whose
+// trace context is not sampled is not traced by this rule; TraceRatio and
+// TraceKey still apply to it (and one the ratio samples stays in the
+// caller's trace). For parent-based sampling alone, add TraceRatio(0).
+// Malformed trace contexts are refused, counted in the source's
+// OperatorStats.BadTraceParents and logged (the 1st, 2nd, 4th, 8th, ...);
+// their records go on. See docs/tracing.md, Sampling.
+func TraceParent() TopologyOption { return TopologyOption{graph.TraceParent()} }
+
 // DefaultTraceRatio is the share of records a job with a TracerProvider
 // traces unless TraceRatio says otherwise: 1 %.
 const DefaultTraceRatio = graph.DefaultTraceRatio

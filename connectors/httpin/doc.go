@@ -72,6 +72,24 @@
 // timeouts for slow clients. Handler serves the same endpoint on a server of
 // your own (with TLS, authentication, other routes).
 //
+// # Tracing a request's records
+//
+// A request's W3C trace context (its traceparent and tracestate headers)
+// goes with every record of the request: in a topology with
+// operators.TraceParent(), a record whose traceparent is sampled is traced
+// in the caller's trace, its source span a child of the caller's span.
+//
+//	t := operators.NewTopology("ingest", operators.TraceParent(), operators.TraceRatio(0))
+//	in := operators.Source(t, "ingest", g.Source())
+//
+//	curl -H 'traceparent: 00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01' \
+//	     -H 'Content-Type: application/x-ndjson' --data-binary @events.ndjson http://127.0.0.1:8080/ingest
+//
+// The ingress passes the headers on as received (several traceparent
+// headers joined with commas, a value kept to just over the runtime's
+// bound); the runtime decodes them and counts the malformed ones in the
+// source's OperatorStats.BadTraceParents (docs/tracing.md, Sampling).
+//
 // # Guarantees
 //
 // A 2xx response means the records are in the process's memory, not on

@@ -104,6 +104,11 @@ type Ingress[T any] struct {
 	space   chan struct{} // closed when the topology takes records, if waiters > 0
 	waiters int
 
+	// the trace contexts of the records waiting, in the order they entered:
+	// a run of records per request (runs without one merged)
+	traceMu sync.Mutex
+	traces  []traceRun
+
 	mu      sync.Mutex
 	srv     *http.Server
 	ln      net.Listener
@@ -337,7 +342,7 @@ func (g *Ingress[T]) serve(w http.ResponseWriter, r *http.Request) {
 		reply(w, code, msg)
 		return
 	}
-	switch err := g.enqueue(r.Context(), recs); {
+	switch err := g.enqueue(r.Context(), recs, traceHeaders(r.Header)); {
 	case err == nil:
 		g.accepted.Add(1)
 		g.acceptedRecs.Add(int64(len(recs)))
@@ -414,7 +419,7 @@ var errNoRoom = errors.New("no room")
 // holding send puts records into the ingress, and the topology only takes
 // them out, so room seen under send stays room. Without room it waits up to
 // HoldFor for the topology to take records.
-func (g *Ingress[T]) enqueue(ctx context.Context, recs []T) error {
+func (g *Ingress[T]) enqueue(ctx context.Context, recs []T, tc traceRun) error {
 	var deadline <-chan time.Time
 	if g.cfg.HoldFor > 0 {
 		t := time.NewTimer(g.cfg.HoldFor)
@@ -460,6 +465,8 @@ func (g *Ingress[T]) enqueue(ctx context.Context, recs []T) error {
 			return errNoRoom
 		}
 	}
+	tc.n = len(recs)
+	g.addTraces(tc) // before the records: the reader may take them at once
 	for _, v := range recs {
 		if err := g.in.TrySend(v); err != nil {
 			return err // closed (the job ended); full cannot happen
@@ -469,6 +476,72 @@ func (g *Ingress[T]) enqueue(ctx context.Context, recs []T) error {
 		g.highWater.Store(n) // only the holder of send stores
 	}
 	return nil
+}
+
+// traceRun is the trace context of n records that entered together (one
+// request's).
+type traceRun struct {
+	n             int
+	parent, state string
+}
+
+// Bounds of the trace context headers kept per request. A longer value is
+// kept cut to one byte over the runtime's bound, so that the runtime still
+// refuses it (a cut traceparent must not become a valid one).
+const (
+	maxTraceParent = 256 + 1
+	maxTraceState  = 512 + 1
+)
+
+// traceHeaders reads a request's W3C trace context, as received: several
+// traceparent headers are joined with commas, which the runtime refuses as
+// the W3C specification asks.
+func traceHeaders(h http.Header) traceRun {
+	cut := func(vs []string, n int) string {
+		s := strings.Join(vs, ",")
+		if len(s) > n {
+			s = s[:n]
+		}
+		return s
+	}
+	tp := h.Values("Traceparent")
+	if len(tp) == 0 {
+		return traceRun{}
+	}
+	return traceRun{parent: cut(tp, maxTraceParent), state: cut(h.Values("Tracestate"), maxTraceState)}
+}
+
+func (g *Ingress[T]) addTraces(tc traceRun) {
+	g.traceMu.Lock()
+	defer g.traceMu.Unlock()
+	if k := len(g.traces) - 1; k >= 0 && tc.parent == "" && g.traces[k].parent == "" {
+		g.traces[k].n += tc.n
+		return
+	}
+	g.traces = append(g.traces, tc)
+}
+
+// takeTraces appends to dst the trace contexts of the next n records the
+// topology took, indexed from 0.
+func (g *Ingress[T]) takeTraces(dst []operators.TraceContext, n int) []operators.TraceContext {
+	g.traceMu.Lock()
+	defer g.traceMu.Unlock()
+	i := 0
+	for n > i && len(g.traces) > 0 {
+		run := &g.traces[0]
+		k := min(run.n, n-i)
+		if run.parent != "" {
+			for j := range k {
+				dst = append(dst, operators.TraceContext{Index: i + j, TraceParent: run.parent, TraceState: run.state})
+			}
+		}
+		i += k
+		if run.n -= k; run.n == 0 {
+			g.traces[0] = traceRun{}
+			g.traces = g.traces[1:]
+		}
+	}
+	return dst
 }
 
 // watchSpace returns a channel that is closed when the topology next takes
@@ -514,16 +587,23 @@ func (c *connector[T]) Open(ctx context.Context, part, parts int, offset int64) 
 
 type reader[T any] struct {
 	operators.Reader[T]
-	g *Ingress[T]
+	g   *Ingress[T]
+	tcs []operators.TraceContext // of the last Read
 }
 
 func (r *reader[T]) Read(buf []T) (int, error) {
 	n, err := r.Reader.Read(buf)
+	r.tcs = r.tcs[:0]
 	if n > 0 {
+		r.tcs = r.g.takeTraces(r.tcs, n)
 		r.g.took()
 	}
 	return n, err
 }
+
+// TraceContexts implements operators.TraceCarrier: the traceparent and
+// tracestate headers of the requests the records of the last Read came in.
+func (r *reader[T]) TraceContexts() []operators.TraceContext { return r.tcs }
 
 func (r *reader[T]) Wait(ctx context.Context) error {
 	w, ok := r.Reader.(operators.Waiter)

@@ -62,6 +62,12 @@
 // Bounded makes a partition end at the last message the stream held when
 // it opened, for batch jobs, tests and benchmarks.
 //
+// A message's W3C trace context (its "traceparent" and "tracestate"
+// headers, as OpenTelemetry's propagators write them into NATS headers)
+// goes with the record made from it: in a topology with
+// operators.TraceParent(), a record whose traceparent is sampled is traced
+// in the publisher's trace (docs/tracing.md, Sampling).
+//
 // # The sink
 //
 // Every record is published with a Nats-Msg-Id, NAME/PARTITION/SEQ (see

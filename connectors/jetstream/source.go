@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -247,7 +248,8 @@ type reader[T any] struct {
 	eof     bool   // Bounded: a message past end arrived
 	last    jetstream.Msg
 	lastSeq uint64
-	marks   []mark // offsets handed out at barriers, with the message to acknowledge them
+	tcs     []operators.TraceContext // of the last Read
+	marks   []mark                   // offsets handed out at barriers, with the message to acknowledge them
 }
 
 type mark struct {
@@ -328,7 +330,7 @@ func transient(err error) bool {
 // take turns m into the record *dst and advances the offset; it returns
 // false for a message to skip (a redelivery, or past the end of a bounded
 // partition).
-func (r *reader[T]) take(m jetstream.Msg, dst *T) (bool, error) {
+func (r *reader[T]) take(m jetstream.Msg, buf []T, k int) (bool, error) {
 	meta, err := m.Metadata()
 	if err != nil {
 		return false, fmt.Errorf("%s: message on %q: %w", r.where(), m.Subject(), err)
@@ -346,8 +348,12 @@ func (r *reader[T]) take(m jetstream.Msg, dst *T) (bool, error) {
 	if err != nil {
 		return false, fmt.Errorf("%s: stream sequence %d, subject %q: decode: %w", r.where(), seq, m.Subject(), err)
 	}
-	*dst = v
+	buf[k] = v
 	r.next, r.last, r.lastSeq = seq+1, m, seq
+	if tc, ok := traceContext(m.Headers()); ok {
+		tc.Index = k
+		r.tcs = append(r.tcs, tc)
+	}
 	return true, nil
 }
 
@@ -355,6 +361,7 @@ func (r *reader[T]) take(m jetstream.Msg, dst *T) (bool, error) {
 // pulls at most the rest of buf with a no-wait request, so it never asks the
 // server for more than buf holds.
 func (r *reader[T]) Read(buf []T) (int, error) {
+	r.tcs = r.tcs[:0]
 	if len(buf) == 0 {
 		return 0, nil
 	}
@@ -370,7 +377,7 @@ func (r *reader[T]) Read(buf []T) (int, error) {
 			r.mu.Unlock()
 			break
 		}
-		ok, err := r.take(m, &buf[k])
+		ok, err := r.take(m, buf, k)
 		if err != nil {
 			return k, err
 		}
@@ -379,7 +386,7 @@ func (r *reader[T]) Read(buf []T) (int, error) {
 		}
 	}
 	if k < len(buf) && !r.done() && r.fetchMu.TryLock() {
-		n, err := r.pull(buf[k:])
+		n, err := r.pull(buf, k)
 		k += n
 		if err == nil && k == 0 && r.s.cfg.Bounded && !r.done() {
 			// Nothing came: the end may lie beyond messages that the filter
@@ -407,6 +414,44 @@ func (r *reader[T]) Read(buf []T) (int, error) {
 	return k, nil
 }
 
+// TraceContexts implements operators.TraceCarrier: the traceparent and
+// tracestate headers of the messages the last Read returned.
+func (r *reader[T]) TraceContexts() []operators.TraceContext { return r.tcs }
+
+// Bounds of the trace context headers kept per message. A longer value is
+// kept cut to one byte over the runtime's bound, so that the runtime still
+// refuses it (a cut traceparent must not become a valid one).
+const (
+	maxTraceParent = 256 + 1
+	maxTraceState  = 512 + 1
+)
+
+// traceContext reads a message's W3C trace context, as received, from its
+// "traceparent" and "tracestate" headers (or their canonical spellings, as
+// net/http writes them): several traceparent values are joined with commas,
+// which the runtime refuses.
+func traceContext(h nats.Header) (operators.TraceContext, bool) {
+	get := func(k, canon string, n int) string {
+		vs := h[k]
+		if len(vs) == 0 {
+			vs = h[canon]
+		}
+		s := strings.Join(vs, ",")
+		if len(s) > n {
+			s = s[:n]
+		}
+		return s
+	}
+	if len(h) == 0 {
+		return operators.TraceContext{}, false
+	}
+	tp := get("traceparent", "Traceparent", maxTraceParent)
+	if tp == "" {
+		return operators.TraceContext{}, false
+	}
+	return operators.TraceContext{TraceParent: tp, TraceState: get("tracestate", "Tracestate", maxTraceState)}, true
+}
+
 // done says whether a bounded partition has read everything up to its end.
 func (r *reader[T]) done() bool {
 	return r.s.cfg.Bounded && (r.eof || r.end == 0 || r.next > r.end)
@@ -426,28 +471,28 @@ func (r *reader[T]) pending() (uint64, error) {
 
 // pull fetches up to len(buf) messages that are available now. fetchMu is
 // held.
-func (r *reader[T]) pull(buf []T) (int, error) {
-	batch, err := r.cons.FetchNoWait(len(buf))
+func (r *reader[T]) pull(buf []T, from int) (int, error) {
+	batch, err := r.cons.FetchNoWait(len(buf) - from)
 	if err != nil {
 		return 0, r.fetchFailed(err)
 	}
-	k := 0
+	k := from
 	for m := range batch.Messages() {
-		if k == len(buf) { // cannot happen: the server sends at most len(buf)
+		if k == len(buf) { // cannot happen: the server sends at most what buf has room for
 			break
 		}
-		ok, err := r.take(m, &buf[k])
+		ok, err := r.take(m, buf, k)
 		if err != nil {
-			return k, err
+			return k - from, err
 		}
 		if ok {
 			k++
 		}
 	}
 	if err := batch.Error(); err != nil {
-		return k, r.fetchFailed(err)
+		return k - from, r.fetchFailed(err)
 	}
-	return k, nil
+	return k - from, nil
 }
 
 // fetchFailed recreates a consumer that the server lost (at the next

@@ -301,6 +301,7 @@ func (x *execution) Stats() []actors.OperatorStats {
 				st.Out += c.Out.Load()
 				st.DeadLettered += c.Dead.Load()
 				st.Late += c.Late.Load()
+				st.BadTraceParents += c.BadTrace.Load()
 			}
 			for k, r := range x.remoteStats {
 				if k.task == id {

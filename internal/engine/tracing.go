@@ -30,7 +30,8 @@ func newTracer(x *execution, in *instance) *stage.Tracer {
 			samp.Ratio = r
 		}
 	}
-	return stage.NewTracer(tp.Tracer("github.com/sluicehq/sluice/operators"), x.ctx, depth, x.topo.Name(), in.mbCfg.Overflow.String(), samp)
+	return stage.NewTracer(tp.Tracer("github.com/sluicehq/sluice/operators"), x.ctx, depth, x.topo.Name(), in.mbCfg.Overflow.String(), samp,
+		x.sys.Logger(), x.topo.Config().Now)
 }
 
 // traceEvent records a job-level event (a restart, a mailbox overflow) as a
@@ -49,7 +50,7 @@ func (x *execution) traceEvent(name, event string, attrs ...attribute.KeyValue) 
 // samples reports whether the job samples any record for tracing.
 func (x *execution) samples() bool {
 	samp := x.topo.Config().Tracing
-	if samp.Ratio > 0 || samp.Key != "" {
+	if samp.Ratio > 0 || samp.Key != "" || samp.Parent {
 		return true
 	}
 	for _, chain := range x.plan.Chains {

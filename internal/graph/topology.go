@@ -230,6 +230,10 @@ func TraceRatio(r float64) TopologyOption { return func(c *Config) { c.Tracing.R
 // TraceKey samples every record whose key is k at the keyed operators.
 func TraceKey(k string) TopologyOption { return func(c *Config) { c.Tracing.Key = k } }
 
+// TraceParent samples the records that arrive with a sampled W3C trace
+// context (connector.TraceCarrier), in the caller's trace.
+func TraceParent() TopologyOption { return func(c *Config) { c.Tracing.Parent = true } }
+
 // DefaultCheckpointTimeout is how long a checkpoint may take unless
 // CheckpointTimeout says otherwise (Flink's default).
 const DefaultCheckpointTimeout = 10 * time.Minute

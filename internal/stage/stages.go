@@ -91,6 +91,9 @@ type Counters struct {
 	Dead    atomic.Int64 // records given to the dead-letter store
 	Late    atomic.Int64 // records behind event time beyond the allowed lateness
 	Wm      atomic.Int64 // the stage's event time (Unix ns), 0 before the first watermark
+	// BadTrace counts the trace contexts a source's records arrived with
+	// that were refused (malformed, over the size bound).
+	BadTrace atomic.Int64
 }
 
 // Ctx is what a stage knows about where it runs.
@@ -100,6 +103,7 @@ type Ctx struct {
 	Head      bool   // the operator reads the task's mailbox
 	Prev      string // the operator before it in its fused chain ("" for the head)
 	marks     []Mark // the sampled records of the batch being pushed, while its spans are open
+	tc        *stageTrace
 	Instance  int
 	Parts     int
 	Context   context.Context
@@ -712,6 +716,7 @@ type SourceStage[T any] struct {
 	next Pusher[T]
 	sc   *Ctx
 	buf  Batch[T]
+	tcs  connector.TraceCarrier // the reader's, when the tracer samples by parent
 }
 
 func (s *SourceStage[T]) Offset() int64 { return s.r.Offset() }
@@ -725,8 +730,12 @@ func (s *SourceStage[T]) Open(offset int64) error {
 	}
 	s.r = r
 	s.buf.Vs = make([]T, s.sc.BatchSize)
+	s.tcs = nil
 	if s.sc.Tracer != nil {
 		s.sc.Tracer.OpenSource(s.sc)
+		if s.sc.Tracer.Parents() {
+			s.tcs, _ = r.(connector.TraceCarrier)
+		}
 	}
 	return nil
 }
@@ -745,7 +754,11 @@ func (s *SourceStage[T]) Step() (int, error) {
 		s.sc.C.Out.Add(int64(n))
 		if tr := s.sc.Tracer; tr != nil {
 			var end func()
-			s.buf.Tr, end = tr.Source(s.sc, n, nil)
+			var tcs []connector.TraceContext
+			if s.tcs != nil {
+				tcs = s.tcs.TraceContexts()
+			}
+			s.buf.Tr, end = tr.Source(s.sc, n, nil, tcs)
 			if end != nil {
 				defer end()
 			}

@@ -4,10 +4,13 @@ import (
 	"context"
 	"fmt"
 	"hash/fnv"
+	"log/slog"
 	"math"
 	"strconv"
 	"sync"
 	"time"
+
+	"github.com/sluicehq/sluice/connector"
 
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/trace"
@@ -30,6 +33,11 @@ type Sampling struct {
 	// Key, when set, samples every record whose key (fmt.Sprint) is Key at
 	// the keyed operators.
 	Key string
+	// Parent samples the records that arrive with a W3C trace context
+	// whose sampled flag is set (connector.TraceCarrier): they continue
+	// the caller's trace whatever Ratio says. A record whose trace context
+	// is not sampled is left to Ratio (and Key).
+	Parent bool
 }
 
 // Tracer traces the sampled records an instance processes: a source
@@ -42,6 +50,8 @@ type Tracer struct {
 	topology string
 	policy   string
 	samp     Sampling
+	log      *slog.Logger
+	now      func() time.Time
 
 	// the source's sampler: the ordinal of the next record read and of
 	// the next one sampled, and the generator of the gaps.
@@ -56,12 +66,65 @@ type Tracer struct {
 	wait   int64 // µs
 	queue  int
 	remote bool
+
+	// scratch of the spans started on the instance's goroutine (Source,
+	// pass): the API copies attributes and options when a span starts.
+	attrs []attribute.KeyValue
+	opts  []trace.SpanStartOption
+	edges map[string]attribute.KeyValue // a chain head's sluice.edge by upstream operator
+	tcs   []parentMark                  // the decoded trace contexts of a source's batch
 }
 
 // NewTracer traces with t under the job's context base; depth reports the
-// instance's mailbox depth, policy is its overflow policy.
-func NewTracer(t trace.Tracer, base context.Context, depth func() int, topology, policy string, s Sampling) *Tracer {
-	return &Tracer{t: t, base: base, depth: depth, topology: topology, policy: policy, samp: s}
+// instance's mailbox depth, policy is its overflow policy. log hears of
+// malformed trace contexts; now is the job's clock, read once per batch
+// for the timestamps of its spans (nil: time.Now).
+func NewTracer(t trace.Tracer, base context.Context, depth func() int, topology, policy string, s Sampling, log *slog.Logger, now func() time.Time) *Tracer {
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	if now == nil {
+		now = time.Now
+	}
+	return &Tracer{t: t, base: base, depth: depth, topology: topology, policy: policy, samp: s, log: log, now: now}
+}
+
+// Parents reports whether the tracer samples by the trace contexts records
+// arrive with.
+func (tr *Tracer) Parents() bool { return tr != nil && tr.samp.Parent }
+
+// stageTrace is what a stage's spans share, built once per stage instance:
+// the attributes every span of it carries, and its open spans.
+type stageTrace struct {
+	pass, source []attribute.KeyValue // role, topology, operator, kind, instance
+	fused        []attribute.KeyValue // the fused edge into it (nil at a chain head)
+	spans        []trace.Span         // the spans of the batch being pushed
+	end          func()               // ends them: sc.endPass
+}
+
+func (tr *Tracer) stage(sc *Ctx) *stageTrace {
+	if sc.tc != nil {
+		return sc.tc
+	}
+	st := &stageTrace{pass: tr.common(sc, "pass"), source: tr.common(sc, "source")}
+	if sc.Prev != "" {
+		st.fused = []attribute.KeyValue{attribute.String("sluice.edge", sc.Prev+"->"+sc.Name), attribute.String("sluice.edge.kind", "fused")}
+	}
+	st.end = sc.endPass
+	sc.tc = st
+	return st
+}
+
+// endPass ends the spans pass started, at one timestamp.
+func (sc *Ctx) endPass() {
+	st := sc.tc
+	sc.marks = nil
+	at := []trace.SpanEndOption{trace.WithTimestamp(sc.Tracer.now())} // one slice for every End
+	for i, s := range st.spans {
+		s.End(at...)
+		st.spans[i] = nil
+	}
+	st.spans = st.spans[:0]
 }
 
 // Keys reports whether the tracer samples by key.
@@ -121,45 +184,132 @@ func recordID(sc *Ctx, ord int64) string {
 	return sc.Name + "/" + strconv.Itoa(sc.Instance) + "/" + strconv.FormatInt(ord, 10)
 }
 
-var rootOpts = []trace.SpanStartOption{trace.WithNewRoot(), trace.WithSpanKind(trace.SpanKindProducer)}
+// parentMark is the decoded trace context of record i of a source's batch.
+type parentMark struct {
+	i  int
+	sc trace.SpanContext
+}
+
+// parents decodes the trace contexts of the n records a source just read
+// (connector.TraceCarrier), counting and logging the malformed ones.
+func (tr *Tracer) parents(sc *Ctx, n int, tcs []connector.TraceContext) []parentMark {
+	out := tr.tcs[:0]
+	last := -1
+	for _, tc := range tcs {
+		var err error
+		var psc trace.SpanContext
+		if tc.Index <= last || tc.Index >= n {
+			err = fmt.Errorf("%w: the reader gave it for record %d of a batch of %d (after %d)", ErrBadTraceParent, tc.Index, n, last)
+		} else {
+			last = tc.Index
+			psc, err = DecodeTraceParent(tc.TraceParent, tc.TraceState)
+		}
+		if err != nil {
+			if c := sc.C.BadTrace.Add(1); c&(c-1) == 0 { // the 1st, 2nd, 4th, 8th, ...
+				tr.log.Warn("sluice: a record's trace context is refused; the record goes on untraced by it",
+					"topology", tr.topology, "operator", sc.Name, "instance", sc.Instance, "refused", c, "error", err)
+			}
+			continue
+		}
+		out = append(out, parentMark{i: tc.Index, sc: psc})
+	}
+	tr.tcs = out
+	return out
+}
 
 // Source marks the sampled records among the n the source just read,
 // starting a trace for each, and returns them with the function that ends
-// their spans (nil, nil when none is sampled).
-func (tr *Tracer) Source(sc *Ctx, n int, ts []int64) ([]Mark, func()) {
+// their spans (nil, nil when none is sampled). tcs are the trace contexts
+// the records arrived with (connector.TraceCarrier), read when the tracer
+// samples by parent.
+func (tr *Tracer) Source(sc *Ctx, n int, ts []int64, tcs []connector.TraceContext) ([]Mark, func()) {
 	start := tr.seq
 	tr.seq += int64(n)
-	if tr.next >= tr.seq {
+	var ps []parentMark
+	if tr.samp.Parent && len(tcs) > 0 {
+		ps = tr.parents(sc, n, tcs)
+	}
+	if tr.next >= tr.seq && len(ps) == 0 {
 		return nil, nil
 	}
+	st := tr.stage(sc)
+	if len(st.spans) > 0 { // a source is not re-entered; be safe if it were
+		st = &stageTrace{source: st.source}
+	}
 	var marks []Mark
-	var spans []trace.Span
-	for tr.next < tr.seq {
-		ord := tr.next
-		tr.next += 1 + tr.gap()
-		i := int(ord - start)
-		id := recordID(sc, ord)
-		attrs := append(tr.common(sc, "source"), attribute.String("sluice.record.id", id), attribute.String("sluice.sampler", "ratio"))
-		if ts != nil {
-			attrs = append(attrs, attribute.Int64("sluice.event_time", ts[i]))
+	var at trace.SpanEventOption
+	for pi := 0; ; {
+		i, ratio, parent := n, false, false
+		if tr.next < tr.seq {
+			i, ratio = int(tr.next-start), true
 		}
-		_, span := tr.t.Start(tr.base, sc.Name, append(rootOpts, trace.WithAttributes(attrs...))...)
+		if pi < len(ps) && ps[pi].i <= i {
+			if ps[pi].i < i {
+				i, ratio = ps[pi].i, false
+			}
+			parent = true
+		}
+		if i >= n {
+			break
+		}
+		if ratio {
+			tr.next += 1 + tr.gap()
+		}
+		var psc trace.SpanContext
+		if parent {
+			psc = ps[pi].sc
+			pi++
+			if !ratio && !psc.IsSampled() {
+				continue // the caller did not sample it, nor does the ratio
+			}
+		}
+		sampler := "ratio"
+		if psc.IsSampled() {
+			sampler = "parent"
+		}
+		id := recordID(sc, start+int64(i))
+		a := append(append(tr.attrs[:0], st.source...), attribute.String("sluice.record.id", id), attribute.String("sluice.sampler", sampler))
+		if ts != nil {
+			a = append(a, attribute.Int64("sluice.event_time", ts[i]))
+		}
+		tr.attrs = a
+		if at == nil {
+			at = trace.WithTimestamp(tr.now())
+		}
+		ctx := tr.base
+		opts := append(tr.opts[:0], at, producer, trace.WithAttributes(a...))
+		if psc.IsValid() {
+			ctx = trace.ContextWithRemoteSpanContext(ctx, psc)
+		} else {
+			opts = append(opts, newRoot)
+		}
+		tr.opts = opts
+		_, span := tr.t.Start(ctx, sc.Name, opts...)
 		if !span.SpanContext().IsSampled() { // the provider's sampler keeps nothing
-			span.End()
+			span.End(at)
 			continue
 		}
 		marks = append(marks, Mark{I: int32(i), ID: id, SC: span.SpanContext()})
-		spans = append(spans, span)
+		st.spans = append(st.spans, span)
 	}
 	if len(marks) == 0 {
 		return nil, nil
 	}
 	return marks, func() {
-		for _, s := range spans {
-			s.End()
+		end := []trace.SpanEndOption{trace.WithTimestamp(tr.now())}
+		for i, s := range st.spans {
+			s.End(end...)
+			st.spans[i] = nil
 		}
+		st.spans = st.spans[:0]
 	}
 }
+
+var (
+	producer = trace.WithSpanKind(trace.SpanKindProducer)
+	newRoot  = trace.WithNewRoot()
+	rootOpts = []trace.SpanStartOption{newRoot, producer}
+)
 
 func (tr *Tracer) common(sc *Ctx, role string) []attribute.KeyValue {
 	return []attribute.KeyValue{
@@ -173,50 +323,74 @@ func (tr *Tracer) common(sc *Ctx, role string) []attribute.KeyValue {
 
 // pass starts the span of every marked record at stage sc and moves its
 // mark to it; keyOf, when set, gives the key of record i. It returns the
-// function that ends the spans.
+// function that ends the spans. The attributes the spans share are built
+// once per stage (and per upstream edge), the spans of a batch start at one
+// timestamp and end together, at another.
 func (tr *Tracer) pass(sc *Ctx, marks []Mark, ts []int64, keyOf func(i int) string, links func(i int) []trace.Link) func() {
-	spans := make([]trace.Span, len(marks))
-	head := sc.Head && tr.head
-	if head && tr.depth != nil {
-		tr.queue = tr.depth()
+	st := tr.stage(sc)
+	nested := len(st.spans) > 0
+	if nested { // re-entered with spans open: keep them apart
+		st = &stageTrace{pass: st.pass, fused: st.fused}
 	}
+	var hd [6]attribute.KeyValue
+	h := hd[:0]
+	if sc.Head && tr.head {
+		if tr.depth != nil {
+			tr.queue = tr.depth()
+		}
+		edge, ok := tr.edges[tr.edge]
+		if !ok {
+			if tr.edges == nil {
+				tr.edges = map[string]attribute.KeyValue{}
+			}
+			edge = attribute.String("sluice.edge", tr.edge+"->"+sc.Name)
+			tr.edges[tr.edge] = edge
+		}
+		h = append(h, edge, attribute.String("sluice.edge.kind", tr.ekind),
+			attribute.Int("sluice.queue.depth", tr.queue), attribute.String("sluice.mailbox.policy", tr.policy))
+		if tr.wait >= 0 {
+			h = append(h, attribute.Int64("sluice.queue.wait_us", tr.wait))
+		}
+		if tr.remote {
+			h = append(h, attribute.Bool("sluice.edge.remote", true))
+		}
+	} else {
+		h = append(h, st.fused...)
+	}
+	at := trace.WithTimestamp(tr.now())
 	for j := range marks {
 		m := &marks[j]
-		attrs := append(tr.common(sc, "pass"), attribute.String("sluice.record.id", m.ID))
-		if head {
-			attrs = append(attrs, attribute.String("sluice.edge", tr.edge+"->"+sc.Name), attribute.String("sluice.edge.kind", tr.ekind),
-				attribute.Int("sluice.queue.depth", tr.queue), attribute.String("sluice.mailbox.policy", tr.policy))
-			if tr.wait >= 0 {
-				attrs = append(attrs, attribute.Int64("sluice.queue.wait_us", tr.wait))
-			}
-			if tr.remote {
-				attrs = append(attrs, attribute.Bool("sluice.edge.remote", true))
-			}
-		} else if sc.Prev != "" {
-			attrs = append(attrs, attribute.String("sluice.edge", sc.Prev+"->"+sc.Name), attribute.String("sluice.edge.kind", "fused"))
-		}
+		a := append(append(append(tr.attrs[:0], st.pass...), attribute.String("sluice.record.id", m.ID)), h...)
 		if ts != nil && int(m.I) < len(ts) {
-			attrs = append(attrs, attribute.Int64("sluice.event_time", ts[m.I]))
+			a = append(a, attribute.Int64("sluice.event_time", ts[m.I]))
 		}
 		if keyOf != nil {
-			attrs = append(attrs, attribute.String("sluice.key", keyOf(int(m.I))))
+			a = append(a, attribute.String("sluice.key", keyOf(int(m.I))))
 		}
-		opts := []trace.SpanStartOption{trace.WithAttributes(attrs...)}
+		tr.attrs = a
+		opts := append(tr.opts[:0], at, trace.WithAttributes(a...))
 		if links != nil {
 			if ls := links(int(m.I)); len(ls) > 0 {
 				opts = append(opts, trace.WithLinks(ls...))
 			}
 		}
-		_, spans[j] = tr.t.Start(trace.ContextWithSpanContext(tr.base, m.SC), sc.Name, opts...)
-		m.SC = spans[j].SpanContext()
+		tr.opts = opts
+		_, span := tr.t.Start(trace.ContextWithSpanContext(tr.base, m.SC), sc.Name, opts...)
+		st.spans = append(st.spans, span)
+		m.SC = span.SpanContext()
 	}
 	sc.marks = marks
-	return func() {
-		sc.marks = nil
-		for _, s := range spans {
-			s.End()
+	if nested { // these spans end by a closure of their own
+		spans := st.spans
+		return func() {
+			sc.marks = nil
+			end := []trace.SpanEndOption{trace.WithTimestamp(tr.now())}
+			for _, s := range spans {
+				s.End(end...)
+			}
 		}
 	}
+	return st.end
 }
 
 // Pass is the helper stages call at the top of Push for a batch with
