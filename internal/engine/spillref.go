@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"bytes"
 	"crypto/rand"
 	"encoding/binary"
 	"fmt"
@@ -106,43 +107,45 @@ func firstByte(b []byte) int {
 }
 
 // readSpillRef returns the records and watermarks of channel c that r
-// names, decoded with the receiving task's codec, in order.
+// names, decoded with the receiving task's codec, in order. The range is
+// read one message at a time (mailbox.SpillStore.EachInRange): only the
+// channel's in-flight envelopes are kept, decoded.
 func readSpillRef(st *mailbox.SpillStore, r spillRef, codec mailbox.Codec, c int) ([]*actors.Envelope, error) {
-	msgs, err := st.ReadRange(r.Range)
-	if err != nil {
-		return nil, err
-	}
 	var out []*actors.Envelope
-	for _, data := range msgs {
+	err := st.EachInRange(r.Range, func(data []byte, _ bool) error {
 		h, err := stage.DecodeHeader(data)
 		if err != nil {
-			return nil, fmt.Errorf("%w: a spilled envelope: %w", errChannelState, err)
+			return fmt.Errorf("%w: a spilled envelope: %w", errChannelState, err)
 		}
 		if h.Channel != c {
-			continue
+			return nil
 		}
 		switch h.Kind {
 		case actors.Data:
 			if h.Seq < r.Lo || h.Seq >= r.Hi {
-				continue
+				return nil
 			}
 		case actors.Watermark:
 			if h.Mark <= r.WmLo || h.Mark > r.WmHi {
-				continue
+				return nil
 			}
 		default:
-			continue
+			return nil
 		}
-		msg, err := codec.Decode(data)
+		msg, err := codec.Decode(bytes.Clone(data)) // data is the store's, valid during the call only
 		if err != nil {
-			return nil, fmt.Errorf("%w: a spilled envelope: %w", errChannelState, err)
+			return fmt.Errorf("%w: a spilled envelope: %w", errChannelState, err)
 		}
 		env, ok := msg.(*actors.Envelope)
 		if !ok {
-			return nil, fmt.Errorf("%w: a spilled message is not an envelope", errChannelState)
+			return fmt.Errorf("%w: a spilled message is not an envelope", errChannelState)
 		}
 		env.Channel = c
 		out = append(out, env)
+		return nil
+	})
+	if err != nil {
+		return nil, err
 	}
 	return out, nil
 }
