@@ -19,8 +19,8 @@ import (
 // same bbolt file as its spill queues) records the records that an
 // instance's barrier overtook in its Spill input's queue as the queue's
 // range, not as a copy: the Channels entry "<channel key>/spill" holds the
-// queue, the range of its messages and the channel's window of sequence
-// numbers (spillRef). The instance pins the range (mailbox.PinSpill): the
+// queue, the range of its messages, the channel's window of sequence
+// numbers and the bounds of its watermarks in the range (spillRef). The instance pins the range (mailbox.PinSpill): the
 // groups that hold it stay in the store once processed, until a later
 // checkpoint completed. Each launch's queues have a name of their own
 // (launchTag), so a restarted job's new queues never replace the ones the
