@@ -55,6 +55,12 @@ type Envelope struct {
 	Payload any
 	// Mark is the checkpoint id of a Barrier or the event time of a Watermark.
 	Mark int64
+	// Wm is, in an UnalignedBarrier, the last watermark the sender sent on
+	// the channel before it (math.MinInt64: none). A sender's watermarks
+	// grow on a channel, so the receiver tells the watermarks queued before
+	// the barrier from those after it, at the same Seq, and records those
+	// before it with the records it overtook.
+	Wm int64
 	// Headers carry W3C trace context and other metadata.
 	Headers map[string]string
 	// Born is the ingestion time of the records (unix ns, the job's clock):

@@ -162,10 +162,26 @@ func (r SpillRange) Empty() bool { return r.Queue == "" || r.To < r.From }
 // error wrapping ErrSpillCorrupt that names the queue and the sequence
 // number; so is a group that does not parse. It only reads the store.
 func (s *SpillStore) ReadRange(r SpillRange) ([][]byte, error) {
-	if r.Empty() {
-		return nil, nil
-	}
 	var out [][]byte
+	err := s.EachInRange(r, func(data []byte, ctl bool) error {
+		if !ctl {
+			out = append(out, bytes.Clone(data))
+		}
+		return nil
+	})
+	return out, err
+}
+
+// EachInRange calls fn with every message of queue whose sequence number
+// lies in r, data and control messages alike, in order, as the codec
+// encoded them (ctl says which): one at a time, without holding the range
+// in memory. data is valid during the call only. It fails as ReadRange
+// does, or with fn's error, which it returns as it is.
+func (s *SpillStore) EachInRange(r SpillRange, fn func(data []byte, ctl bool) error) error {
+	if r.Empty() {
+		return nil
+	}
+	var fnErr error
 	err := s.db.View(func(tx *bolt.Tx) error {
 		root := tx.Bucket(spillBucket)
 		var bk *bolt.Bucket
@@ -198,8 +214,9 @@ func (s *SpillStore) ReadRange(r SpillRange) ([][]byte, error) {
 						return fmt.Errorf("%w: message %d missing", ErrSpillCorrupt, next)
 					}
 					next++
-					if !ctl {
-						out = append(out, bytes.Clone(data))
+					if err := fn(data, ctl); err != nil {
+						fnErr = err
+						return err
 					}
 				}
 				seq++
@@ -211,10 +228,13 @@ func (s *SpillStore) ReadRange(r SpillRange) ([][]byte, error) {
 		}
 		return nil
 	})
-	if err != nil {
-		return nil, fmt.Errorf("mailbox: spill queue %q in %s: read messages %d to %d: %w", r.Queue, s.Path(), r.From, r.To, err)
+	if fnErr != nil {
+		return fnErr
 	}
-	return out, nil
+	if err != nil {
+		return fmt.Errorf("mailbox: spill queue %q in %s: read messages %d to %d: %w", r.Queue, s.Path(), r.From, r.To, err)
+	}
+	return nil
 }
 
 // Codec turns messages into bytes for the spill and back.

@@ -900,3 +900,54 @@ func TestSpillRangePinnedUntilReleased(t *testing.T) {
 	}
 	drained(t, r, st, cfg)
 }
+
+// TestSpillEachInRange: EachInRange gives a range's control messages in
+// their place among the data messages (ReadRange leaves them out), and
+// stops at fn's error, returned as it is.
+func TestSpillEachInRange(t *testing.T) {
+	st := openStore(t)
+	cfg := spillConfig(st, "each", 1, 4)
+	r := newRig(t, cfg, 16)
+	release := r.hold()
+	r.put(rec{Seq: 0}) // memory
+	r.put(rec{Seq: 1}, rec{Seq: 2})
+	r.put(mark{Seq: 3}) // control, spilled in order
+	r.put(rec{Seq: 4}, rec{Seq: 5})
+	_, spilled, rg, err := r.mb.QueuedAndSpillRange()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(spilled) != 5 || rg.To-rg.From != 4 {
+		t.Fatalf("%d spilled in range %+v, want 5 in a range of 5", len(spilled), rg)
+	}
+	var got []string
+	if err := st.EachInRange(rg, func(data []byte, ctl bool) error {
+		m, err := codec().Decode(data)
+		if err != nil {
+			return err
+		}
+		got = append(got, fmt.Sprintf("%v:%v", m, ctl))
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if want := fmt.Sprint([]string{
+		fmt.Sprintf("%v:false", rec{Seq: 1}), fmt.Sprintf("%v:false", rec{Seq: 2}), fmt.Sprintf("%v:true", mark{Seq: 3}),
+		fmt.Sprintf("%v:false", rec{Seq: 4}), fmt.Sprintf("%v:false", rec{Seq: 5}),
+	}); fmt.Sprint(got) != want {
+		t.Fatalf("EachInRange gave %v, want %v", got, want)
+	}
+	if data, err := st.ReadRange(rg); err != nil || len(data) != 4 {
+		t.Fatalf("ReadRange = %d messages, %v; want the 4 data messages", len(data), err)
+	}
+	stop := errors.New("stop")
+	n := 0
+	if err := st.EachInRange(rg, func([]byte, bool) error { n++; return stop }); err != stop || n != 1 {
+		t.Fatalf("EachInRange with a failing fn = %v after %d calls, want its error after 1", err, n)
+	}
+	release()
+	r.expect(append(append(recs(0, 0, 1, 2), mark{Seq: 3}), recs(0, 4, 5)...)...)
+	r.fence()
+	r.mb.PinSpill(0)
+	drained(t, r, st, cfg)
+}

@@ -54,6 +54,9 @@ func TestCheckpointCrashChild(t *testing.T) {
 	if os.Getenv(crashChildUnalignedEnv) != "" {
 		top = slowCounting(nil, filepath.Join(dir, "out"), crashUnalignedRecords, crashUnalignedWork, os.Getenv(crashChildUnalignedEnv) == "spill", 50*time.Millisecond, operators.UnalignedCheckpoints())
 	}
+	if p := os.Getenv(crashChildLateEnv); p != "" {
+		top = lateWindows(filepath.Join(dir, "out"), lateRecords, lateWork, p == "spill", 50*time.Millisecond, operators.UnalignedCheckpoints())
+	}
 	run, err := sys.Run(ctx, top)
 	if err != nil {
 		t.Fatal(err)
@@ -63,7 +66,7 @@ func TestCheckpointCrashChild(t *testing.T) {
 	fmt.Printf("RESTORED %d\n", st.RestoredFrom)
 	fmt.Printf("IN-FLIGHT %d\n", st.RestoredInFlight)
 	fmt.Printf("SPILL-REFS %d\n", st.RestoredSpillRefs)
-	if os.Getenv(crashChildUnalignedEnv) != "" {
+	if os.Getenv(crashChildUnalignedEnv) != "" || os.Getenv(crashChildLateEnv) != "" {
 		// The parent arms its kill on this line: every run it kills has
 		// stored a checkpoint, so the restores go on to later ones.
 		go reportFirstCheckpoint(run, st.RestoredFrom)
@@ -216,7 +219,7 @@ func runChildRestored(t *testing.T, dir string, delay time.Duration, env ...stri
 	// again and again.
 	arm := "STARTED"
 	for _, e := range env {
-		if strings.HasPrefix(e, crashChildUnalignedEnv+"=") {
+		if strings.HasPrefix(e, crashChildUnalignedEnv+"=") || strings.HasPrefix(e, crashChildLateEnv+"=") {
 			arm = "CHECKPOINTED"
 		}
 	}

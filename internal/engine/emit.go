@@ -28,6 +28,7 @@ type outChan struct {
 	credits  int  // records the receiver can still take
 	queue    []*actors.Envelope
 	seq      uint64
+	lastWm   int64         // the last watermark sent on the channel (math.MinInt64: none), for its unaligned barriers
 	codec    mailbox.Codec // the receiver's, when it is in another process
 	wseq     uint64        // messages sent to another process on this channel
 	granted  int64         // records the receiver granted room for, in total (wire.Credit)

@@ -564,7 +564,7 @@ func (x *execution) build() error {
 				}
 				ci := chanOf[key{e.To, ei, snd.idx, recv.idx}]
 				oc := &outChan{target: recv.self, channel: ci, credits: window(recv), credited: recv.credited,
-					shed: x.sheds[[2]int{snd.task, e.To}]}
+					shed: x.sheds[[2]int{snd.task, e.To}], lastWm: math.MinInt64}
 				if !x.local(recv.self) && x.local(snd.self) {
 					oc.codec = p.Chains[e.To][0].NewCodec()
 				}

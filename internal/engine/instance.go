@@ -302,13 +302,13 @@ func (in *instance) onBarrier(ch int, id, seq uint64) {
 	case id <= in.answered: // taken unaligned already
 		return
 	case in.ua != nil && in.ua.id == id:
-		in.uaSeen(ch, seq)
+		in.uaSeen(ch, seq, in.ua.recWm[ch]) // in order: the watermarks before it are recorded or processed
 		in.uaMaybeDone()
 		return
 	case in.ua != nil && in.ua.id > id:
 		return
 	case in.switchedTo >= id: // switched to unaligned before any barrier came
-		in.startUnaligned(id, ch, seq)
+		in.startUnaligned(id, ch, seq, in.inWm[ch]) // in order: the watermarks before it are processed
 		return
 	}
 	if in.align.id == 0 {
@@ -788,6 +788,12 @@ func (in *instance) enqueue(oc *outChan, env *actors.Envelope) {
 	env.Channel = oc.channel
 	env.Seq = oc.seq
 	oc.seq += uint64(env.Count)
+	switch env.Kind {
+	case actors.Watermark:
+		oc.lastWm = env.Mark
+	case actors.UnalignedBarrier:
+		env.Wm = oc.lastWm
+	}
 	if !oc.credited || len(oc.queue) == 0 && (env.Kind != actors.Data || oc.credits >= env.Count) {
 		oc.credits -= env.Count
 		in.send(oc, env)

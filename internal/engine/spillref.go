@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"bytes"
 	"crypto/rand"
 	"encoding/binary"
 	"fmt"
@@ -18,8 +19,8 @@ import (
 // same bbolt file as its spill queues) records the records that an
 // instance's barrier overtook in its Spill input's queue as the queue's
 // range, not as a copy: the Channels entry "<channel key>/spill" holds the
-// queue, the range of its messages and the channel's window of sequence
-// numbers (spillRef). The instance pins the range (mailbox.PinSpill): the
+// queue, the range of its messages, the channel's window of sequence
+// numbers and the bounds of its watermarks in the range (spillRef). The instance pins the range (mailbox.PinSpill): the
 // groups that hold it stay in the store once processed, until a later
 // checkpoint completed. Each launch's queues have a name of their own
 // (launchTag), so a restarted job's new queues never replace the ones the
@@ -31,17 +32,23 @@ import (
 const spillRefSuffix = "/spill"
 
 // spillRef is a channel's in-flight records held in a spill queue: the
-// data messages of Range on channel Channel with sequence numbers in
-// [Lo, Hi).
+// data messages of Range on the channel with sequence numbers in [Lo, Hi),
+// and its watermark messages in (WmLo, WmHi] (none when they are equal).
 type spillRef struct {
-	Range  mailbox.SpillRange
-	Lo, Hi uint64
+	Range      mailbox.SpillRange
+	Lo, Hi     uint64
+	WmLo, WmHi int64
 }
 
-const spillRefVersion = 1
+// The versions of a spill range's encoding: 1 without watermarks (written
+// before they were recorded; still read), 2 with them.
+const (
+	spillRefV1      = 1
+	spillRefVersion = 2
+)
 
 // encodeSpillRef: version, the queue's name (length and bytes), From, To,
-// Lo, Hi (uvarints).
+// Lo, Hi (uvarints), WmLo, WmHi (varints).
 func encodeSpillRef(r spillRef) []byte {
 	b := []byte{spillRefVersion}
 	b = binary.AppendUvarint(b, uint64(len(r.Range.Queue)))
@@ -49,7 +56,8 @@ func encodeSpillRef(r spillRef) []byte {
 	for _, v := range []uint64{r.Range.From, r.Range.To, r.Lo, r.Hi} {
 		b = binary.AppendUvarint(b, v)
 	}
-	return b
+	b = binary.AppendVarint(b, r.WmLo)
+	return binary.AppendVarint(b, r.WmHi)
 }
 
 // maxQueueName bounds a queue name read from a checkpoint.
@@ -59,9 +67,10 @@ const maxQueueName = 4096
 // error wrapping errChannelState.
 func decodeSpillRef(b []byte) (spillRef, error) {
 	var r spillRef
-	if len(b) == 0 || b[0] != spillRefVersion {
-		return r, fmt.Errorf("%w: a spill range of an unknown version", errChannelState)
+	if len(b) == 0 || b[0] != spillRefV1 && b[0] != spillRefVersion {
+		return r, fmt.Errorf("%w: a spill range of version %d (this build reads versions 1 and 2)", errChannelState, firstByte(b))
 	}
+	v2 := b[0] == spillRefVersion
 	b = b[1:]
 	n, k := binary.Uvarint(b)
 	if k <= 0 || n > maxQueueName || n > uint64(len(b)-k) {
@@ -75,38 +84,68 @@ func decodeSpillRef(b []byte) (spillRef, error) {
 		}
 		*v, b = x, b[k:]
 	}
-	if len(b) != 0 || r.Range.Queue == "" || r.Range.To < r.Range.From || r.Hi < r.Lo {
-		return r, fmt.Errorf("%w: a spill range (queue %q, messages %d to %d, records %d to %d)", errChannelState, r.Range.Queue, r.Range.From, r.Range.To, r.Lo, r.Hi)
+	if v2 {
+		for _, v := range []*int64{&r.WmLo, &r.WmHi} {
+			x, k := binary.Varint(b)
+			if k <= 0 {
+				return r, fmt.Errorf("%w: a spill range's watermark bounds", errChannelState)
+			}
+			*v, b = x, b[k:]
+		}
+	}
+	if len(b) != 0 || r.Range.Queue == "" || r.Range.To < r.Range.From || r.Hi < r.Lo || r.WmHi < r.WmLo {
+		return r, fmt.Errorf("%w: a spill range (queue %q, messages %d to %d, records %d to %d, watermarks %d to %d)", errChannelState, r.Range.Queue, r.Range.From, r.Range.To, r.Lo, r.Hi, r.WmLo, r.WmHi)
 	}
 	return r, nil
 }
 
-// readSpillRef returns the records of channel c that r names, decoded with
-// the receiving task's codec, in order.
-func readSpillRef(st *mailbox.SpillStore, r spillRef, codec mailbox.Codec, c int) ([]*actors.Envelope, error) {
-	msgs, err := st.ReadRange(r.Range)
-	if err != nil {
-		return nil, err
+func firstByte(b []byte) int {
+	if len(b) == 0 {
+		return -1
 	}
+	return int(b[0])
+}
+
+// readSpillRef returns the records and watermarks of channel c that r
+// names, decoded with the receiving task's codec, in order. The range is
+// read one message at a time (mailbox.SpillStore.EachInRange): only the
+// channel's in-flight envelopes are kept, decoded.
+func readSpillRef(st *mailbox.SpillStore, r spillRef, codec mailbox.Codec, c int) ([]*actors.Envelope, error) {
 	var out []*actors.Envelope
-	for _, data := range msgs {
+	err := st.EachInRange(r.Range, func(data []byte, _ bool) error {
 		h, err := stage.DecodeHeader(data)
 		if err != nil {
-			return nil, fmt.Errorf("%w: a spilled envelope: %w", errChannelState, err)
+			return fmt.Errorf("%w: a spilled envelope: %w", errChannelState, err)
 		}
-		if h.Kind != actors.Data || h.Channel != c || h.Seq < r.Lo || h.Seq >= r.Hi {
-			continue
+		if h.Channel != c {
+			return nil
 		}
-		msg, err := codec.Decode(data)
+		switch h.Kind {
+		case actors.Data:
+			if h.Seq < r.Lo || h.Seq >= r.Hi {
+				return nil
+			}
+		case actors.Watermark:
+			if h.Mark <= r.WmLo || h.Mark > r.WmHi {
+				return nil
+			}
+		default:
+			return nil
+		}
+		msg, err := codec.Decode(bytes.Clone(data)) // data is the store's, valid during the call only
 		if err != nil {
-			return nil, fmt.Errorf("%w: a spilled envelope: %w", errChannelState, err)
+			return fmt.Errorf("%w: a spilled envelope: %w", errChannelState, err)
 		}
 		env, ok := msg.(*actors.Envelope)
 		if !ok {
-			return nil, fmt.Errorf("%w: a spilled message is not an envelope", errChannelState)
+			return fmt.Errorf("%w: a spilled message is not an envelope", errChannelState)
 		}
 		env.Channel = c
 		out = append(out, env)
+		return nil
+	})
+	if err != nil {
+		return nil, err
 	}
 	return out, nil
 }

@@ -36,6 +36,19 @@ import (
 // output queue (it waits there behind at most one batch of the sender's
 // output, which the receiver's credits let through), so when it arrives
 // every record before it is in the receiver's mailbox or stash.
+//
+// The watermarks among the in-flight records are recorded with them, at
+// their place: a watermark envelope's Seq is that of the record sent after
+// it, and a sender's watermarks grow on a channel, so recWm[c] (the newest
+// watermark of c processed or recorded) tells a new one from one seen
+// already, and the barrier's Wm (the sender's last watermark before it,
+// untilWm[c]) those before the barrier from those after it at the same
+// Seq. A restored instance replays each channel's records and watermarks
+// in the order they were sent (restoreChannels), so it judges every
+// replayed record (on time or late, which window) against the watermark it
+// met in the first run. Idle marks are not recorded (a channel that was
+// idle is active again from its first replayed record), nor is the order
+// between channels.
 
 // unalignedCp is an unaligned checkpoint an instance is taking.
 type unalignedCp struct {
@@ -45,11 +58,22 @@ type unalignedCp struct {
 	until  []uint64   // by channel: the sequence of its barrier, when seen
 	seen   []bool     // by channel: its barrier (or its end) is known
 	recs   [][][]byte // by channel: the in-flight envelopes, encoded
+	// pre by channel: the restored in-flight envelopes the instance had not
+	// replayed yet, encoded (they come first, and their Seq are of the
+	// launch that recorded them); recWm the newest watermark processed or
+	// recorded, untilWm the last one sent before the channel's barrier,
+	// when seen.
+	pre            [][][]byte
+	recWm, untilWm []int64
 	// A Spill input by reference (spillref.go): the range of its queue
 	// that holds in-flight records, and by channel the window of their
 	// sequence numbers in it, [refLo, refHi).
 	ref          mailbox.SpillRange
 	refLo, refHi []uint64
+	// The watermarks of channel c in the range are those in
+	// (refWmLo[c], refWmHi[c]], when refWm[c].
+	refWm            []bool
+	refWmLo, refWmHi []int64
 }
 
 // checkUnaligned refuses a job with unaligned checkpoints that this engine
@@ -95,12 +119,12 @@ func (in *instance) onUnalignedBarrier(env *actors.Envelope) {
 	case in.ua != nil && in.ua.id > id:
 		return // of a checkpoint given up for a later one
 	case in.ua != nil && in.ua.id == id:
-		in.uaSeen(env.Channel, env.Seq)
+		in.uaSeen(env.Channel, env.Seq, env.Wm)
 		in.uaCollect(in.queued(false), env.Channel)
 		in.uaMaybeDone()
 		return
 	}
-	in.startUnaligned(id, env.Channel, env.Seq)
+	in.startUnaligned(id, env.Channel, env.Seq, env.Wm)
 }
 
 // switchUnaligned: the job started checkpoint id unaligned, or switched it
@@ -118,7 +142,7 @@ func (in *instance) switchUnaligned(id uint64) {
 		return
 	}
 	in.switchedTo = max(in.switchedTo, id)
-	in.startUnaligned(id, -1, 0)
+	in.startUnaligned(id, -1, 0, 0)
 }
 
 // inQueue is what waits in an instance's input: its stash and its
@@ -156,20 +180,21 @@ func (in *instance) queued(byRef bool) inQueue {
 }
 
 // startUnaligned starts unaligned checkpoint id, whose barrier arrived on
-// channel ch with sequence seq (ch -1: none arrived, the job switched it):
-// the state is recorded now, the barrier goes to every output, and the
-// in-flight records queued are recorded.
-func (in *instance) startUnaligned(id uint64, ch int, seq uint64) {
+// channel ch with sequence seq after watermark wm (ch -1: none arrived, the
+// job switched it): the state is recorded now, the barrier goes to every
+// output, and the in-flight records queued are recorded.
+func (in *instance) startUnaligned(id uint64, ch int, seq uint64, wm int64) {
 	n := len(in.ins)
-	ua := &unalignedCp{id: id, upTo: slices.Clone(in.nextIn), until: make([]uint64, n), seen: make([]bool, n), recs: make([][][]byte, n)}
+	ua := &unalignedCp{id: id, upTo: slices.Clone(in.nextIn), until: make([]uint64, n), seen: make([]bool, n), recs: make([][][]byte, n),
+		pre: make([][][]byte, n), recWm: slices.Clone(in.inWm), untilWm: make([]int64, n)}
 	// An alignment of this checkpoint becomes unaligned: its channels have
 	// delivered their barriers, and what they sent after is held. An older
 	// alignment is given up. Either way the held envelopes go back first.
 	if in.align.id != 0 {
 		if in.align.id == id {
 			for c, s := range in.align.seen {
-				if s {
-					ua.seen[c], ua.until[c] = true, in.align.seqs[c]
+				if s { // its watermarks before the barrier are processed
+					ua.seen[c], ua.until[c], ua.untilWm[c] = true, in.align.seqs[c], in.inWm[c]
 				}
 			}
 		}
@@ -180,7 +205,7 @@ func (in *instance) startUnaligned(id uint64, ch int, seq uint64) {
 		in.ua = nil
 	}
 	if ch >= 0 {
-		ua.seen[ch], ua.until[ch] = true, seq
+		ua.seen[ch], ua.until[ch], ua.untilWm[ch] = true, seq, wm
 	}
 	in.em.Flush()
 	ua.states = in.snapshot(id)
@@ -188,11 +213,20 @@ func (in *instance) startUnaligned(id uint64, ch int, seq uint64) {
 	// Restored in-flight records not yet processed come first on their
 	// channels.
 	for _, env := range in.replay {
-		in.uaEncode(env.Channel, env)
+		c := env.Channel
+		b, err := in.codec.Encode(env)
+		if err != nil {
+			panic(fmt.Errorf("unaligned checkpoint %d: record the restored in-flight records of input channel %d: %w", id, c, err))
+		}
+		ua.pre[c] = append(ua.pre[c], b)
+		if env.Kind == actors.Watermark {
+			ua.recWm[c] = max(ua.recWm[c], env.Mark)
+		}
 	}
 	q := in.queued(true)
 	if !q.ref.Empty() {
 		ua.ref, ua.refLo, ua.refHi = q.ref, make([]uint64, n), make([]uint64, n)
+		ua.refWm, ua.refWmLo, ua.refWmHi = make([]bool, n), make([]int64, n), make([]int64, n)
 		in.spillPins = append(in.spillPins, spillPin{id: id, from: q.ref.From})
 	}
 	in.uaCollect(q, -1)
@@ -210,7 +244,7 @@ func (in *instance) startUnaligned(id uint64, ch int, seq uint64) {
 func (in *instance) uaCollect(q inQueue, only int) {
 	for _, msg := range q.msgs {
 		if env, ok := msg.(*actors.Envelope); ok && env.Kind == actors.UnalignedBarrier && uint64(env.Mark) == in.ua.id {
-			in.uaSeen(env.Channel, env.Seq)
+			in.uaSeen(env.Channel, env.Seq, env.Wm)
 		}
 	}
 	for _, msg := range q.msgs {
@@ -251,13 +285,34 @@ func (in *instance) uaArrivedHeader(h stage.Header, data []byte, byRef bool) {
 			ua.recs[c] = append(ua.recs[c], bytes.Clone(data))
 		}
 		ua.upTo[c] = h.Seq + uint64(h.Count)
-	case actors.Barrier:
+	case actors.Watermark:
+		if !in.uaWatermark(c, h.Mark) {
+			return
+		}
+		if byRef {
+			if !ua.refWm[c] {
+				ua.refWm[c], ua.refWmLo[c] = true, ua.recWm[c]
+			}
+			ua.refWmHi[c] = h.Mark
+		} else {
+			ua.recs[c] = append(ua.recs[c], bytes.Clone(data))
+		}
+		ua.recWm[c] = h.Mark
+	case actors.Barrier: // in order: what came before it on c is seen
 		if uint64(h.Mark) == ua.id {
-			in.uaSeen(c, h.Seq)
+			in.uaSeen(c, h.Seq, ua.recWm[c])
 		}
 	case actors.EndOfStream:
-		in.uaSeen(c, h.Seq)
+		in.uaSeen(c, h.Seq, ua.recWm[c])
 	}
+}
+
+// uaWatermark says whether watermark wm of channel c is in flight for the
+// checkpoint: newer than those processed or recorded, and sent before the
+// channel's barrier.
+func (in *instance) uaWatermark(c int, wm int64) bool {
+	ua := in.ua
+	return wm > ua.recWm[c] && (!ua.seen[c] || wm <= ua.untilWm[c])
 }
 
 // uaArrived records env if it is in flight for the checkpoint, or notes
@@ -274,18 +329,25 @@ func (in *instance) uaArrived(env *actors.Envelope) {
 		}
 		in.uaEncode(c, env)
 		ua.upTo[c] = env.Seq + uint64(env.Count)
-	case actors.Barrier:
+	case actors.Watermark:
+		if in.uaWatermark(c, env.Mark) {
+			in.uaEncode(c, env)
+			ua.recWm[c] = env.Mark
+		}
+	case actors.Barrier: // in order: what came before it on c is seen
 		if uint64(env.Mark) == ua.id {
-			in.uaSeen(c, env.Seq)
+			in.uaSeen(c, env.Seq, ua.recWm[c])
 		}
 	case actors.EndOfStream:
-		in.uaSeen(c, env.Seq)
+		in.uaSeen(c, env.Seq, ua.recWm[c])
 	}
 }
 
-func (in *instance) uaSeen(c int, seq uint64) {
+// uaSeen: the barrier of channel c follows the records before seq and the
+// watermarks up to wm.
+func (in *instance) uaSeen(c int, seq uint64, wm int64) {
 	if ua := in.ua; c >= 0 && c < len(ua.seen) && !ua.seen[c] {
-		ua.seen[c], ua.until[c] = true, seq
+		ua.seen[c], ua.until[c], ua.untilWm[c] = true, seq, wm
 	}
 }
 
@@ -305,7 +367,7 @@ func (in *instance) uaMaybeDone() {
 		return
 	}
 	for c := range ua.seen {
-		if !in.finishedIn[c] && (!ua.seen[c] || ua.upTo[c] < ua.until[c]) {
+		if !in.finishedIn[c] && (!ua.seen[c] || ua.upTo[c] < ua.until[c] || ua.recWm[c] < ua.untilWm[c]) {
 			return
 		}
 	}
@@ -320,15 +382,28 @@ func (in *instance) uaMaybeDone() {
 			chans[in.channelKey(c)] = encodeChannel(recs)
 		}
 	}
+	for c, pre := range ua.pre {
+		if len(pre) > 0 {
+			if chans == nil {
+				chans = map[string][]byte{}
+			}
+			chans[in.channelKey(c)+replayedSuffix] = encodeChannel(pre)
+		}
+	}
 	for c := range ua.refHi {
-		if hi := ua.refHi[c]; hi > ua.refLo[c] {
+		hi := ua.refHi[c]
+		if hi > ua.refLo[c] || ua.refWm[c] {
 			if ua.seen[c] {
-				hi = min(hi, ua.until[c])
+				hi = max(min(hi, ua.until[c]), ua.refLo[c])
 			}
 			if chans == nil {
 				chans = map[string][]byte{}
 			}
-			chans[in.channelKey(c)+spillRefSuffix] = encodeSpillRef(spillRef{Range: ua.ref, Lo: ua.refLo[c], Hi: hi})
+			r := spillRef{Range: ua.ref, Lo: ua.refLo[c], Hi: hi}
+			if ua.refWm[c] {
+				r.WmLo, r.WmHi = ua.refWmLo[c], ua.refWmHi[c]
+			}
+			chans[in.channelKey(c)+spillRefSuffix] = encodeSpillRef(r)
 		}
 	}
 	in.tell(in.exec.jobPID, ackOf(in, ua.id, ua.states, chans))
@@ -353,8 +428,9 @@ func encodeChannel(recs [][]byte) []byte {
 var errChannelState = errors.New("malformed in-flight records")
 
 // decodeChannel decodes what encodeChannel wrote, each envelope with the
-// receiving task's codec (bounded, it never panics), as records of input
-// channel c.
+// receiving task's codec (bounded, it never panics), as records and
+// watermarks of input channel c. (Checkpoints written before watermarks
+// were recorded hold records only, and decode as they did.)
 func decodeChannel(data []byte, codec mailbox.Codec, c int) ([]*actors.Envelope, error) {
 	var out []*actors.Envelope
 	for off := 0; off < len(data); {
@@ -368,8 +444,8 @@ func decodeChannel(data []byte, codec mailbox.Codec, c int) ([]*actors.Envelope,
 			return nil, fmt.Errorf("%w: the envelope at byte %d: %w", errChannelState, off, err)
 		}
 		env, ok := msg.(*actors.Envelope)
-		if !ok || env.Kind != actors.Data {
-			return nil, fmt.Errorf("%w: the envelope at byte %d is not a batch of records", errChannelState, off)
+		if !ok || env.Kind != actors.Data && env.Kind != actors.Watermark {
+			return nil, fmt.Errorf("%w: the envelope at byte %d is neither a batch of records nor a watermark", errChannelState, off)
 		}
 		env.Channel = c
 		out = append(out, env)
@@ -377,6 +453,11 @@ func decodeChannel(data []byte, codec mailbox.Codec, c int) ([]*actors.Envelope,
 	}
 	return out, nil
 }
+
+// replayedSuffix ends the Channels key of a channel's restored in-flight
+// envelopes that an instance had not replayed when it took the checkpoint:
+// they go first, in their order (their Seq are of an earlier launch).
+const replayedSuffix = "/replayed"
 
 // restoreChannels gives every instance the in-flight records the restored
 // checkpoint holds for its input channels, to process before its inputs.
@@ -393,32 +474,53 @@ func (x *execution) restoreChannels() error {
 		}
 		for _, in := range x.instances[id] {
 			in.replay = nil
+			var byChan [][]*actors.Envelope
 			for c := range in.ins {
+				fail := func(err error) error {
+					return fmt.Errorf("operator %q instance %d: checkpoint %d: input channel %d: %w", chain[0].Name(), in.idx, x.restored.ID, c, err)
+				}
+				var pre, cur []*actors.Envelope
+				if data, ok := x.restored.Channels[in.channelKey(c)+replayedSuffix]; ok {
+					used++
+					envs, err := decodeChannel(data, in.codec, c)
+					if err != nil {
+						return fail(err)
+					}
+					pre = envs
+				}
 				if data, ok := x.restored.Channels[in.channelKey(c)]; ok {
 					used++
 					envs, err := decodeChannel(data, in.codec, c)
 					if err != nil {
-						return fmt.Errorf("operator %q instance %d: checkpoint %d: input channel %d: %w", chain[0].Name(), in.idx, x.restored.ID, c, err)
+						return fail(err)
 					}
-					in.replay = append(in.replay, envs...)
+					cur = envs
 				}
 				if data, ok := x.restored.Channels[in.channelKey(c)+spillRefSuffix]; ok {
 					used++
 					envs, err := x.restoreSpillRef(data, in.codec, c)
 					if err != nil {
-						return fmt.Errorf("operator %q instance %d: checkpoint %d: input channel %d: %w", chain[0].Name(), in.idx, x.restored.ID, c, err)
+						return fail(err)
 					}
-					in.replay = append(in.replay, envs...)
+					cur = append(cur, envs...)
+				}
+				// The copied envelopes and those of the spill range
+				// interleave as they were sent: by sequence number, the
+				// watermarks sent before a record ahead of it.
+				slices.SortStableFunc(cur, sentOrder)
+				byChan = append(byChan, append(pre, cur...))
+			}
+			// The order between channels is not recorded: one envelope of
+			// each in turn.
+			for more := true; more; {
+				more = false
+				for c, envs := range byChan {
+					if len(envs) > 0 {
+						in.replay = append(in.replay, envs[0])
+						byChan[c], more = envs[1:], true
+					}
 				}
 			}
-			// A channel's copied records and those of its spill range
-			// interleave by sequence number.
-			slices.SortStableFunc(in.replay, func(a, b *actors.Envelope) int {
-				if a.Channel != b.Channel {
-					return a.Channel - b.Channel
-				}
-				return cmp.Compare(a.Seq, b.Seq)
-			})
 		}
 	}
 	if used != len(x.restored.Channels) {
@@ -430,6 +532,22 @@ func (x *execution) restoreChannels() error {
 		return fmt.Errorf("checkpoint %d holds in-flight records for %d input channels (%v), of which this job has %d: restore it with the topology and parallelism that took it", x.restored.ID, len(keys), keys, used)
 	}
 	return nil
+}
+
+// sentOrder orders the envelopes of one channel and launch as their sender
+// sent them: a watermark's Seq is that of the record sent after it, and a
+// sender's watermarks grow.
+func sentOrder(a, b *actors.Envelope) int {
+	if c := cmp.Compare(a.Seq, b.Seq); c != 0 {
+		return c
+	}
+	if (a.Kind == actors.Data) != (b.Kind == actors.Data) {
+		if a.Kind == actors.Data {
+			return 1
+		}
+		return -1
+	}
+	return cmp.Compare(a.Mark, b.Mark)
 }
 
 // restoreSpillRef reads the records of channel c that a checkpoint's spill
