@@ -216,22 +216,31 @@ func (c Controller) Step(w Window) (Controller, []Action) {
 	// through) or is not measured: a single window's p99 from a stall of
 	// the process (a machine shared with others deschedules it) leaves no
 	// queue behind, and a cut for it would shed for nothing.
-	explained := true
+	//
+	// What waits is also a prediction: a record queued at the bottleneck
+	// now waits about queued ÷ capacity (the rate the bottleneck drains
+	// it, measured this window) plus the sources' lag. When that passes
+	// the target, the records already waiting will be over it whatever
+	// this window's p99 says (a capacity that dipped late in the window
+	// has not shown in it yet): cut at once, over or not, rather than
+	// wait a window or two for the p99 to show it.
+	explained, predicted, queueLow := true, false, true
 	if b >= 0 {
 		if l := w.Loads[b]; l.Capacity > 0 {
-			wait := time.Duration(float64(max(l.Queued, 0))/l.Capacity*float64(time.Second)) + max(w.Lag, 0)
+			wait := c.wait(w, b)
 			explained = wait >= time.Duration(c.Low*float64(c.Target))
+			predicted, queueLow = wait > c.Target, !explained
 		}
 	}
-	act := over && (c.Over >= 2 || (w.P99 > 2*c.Target && explained))
+	act := predicted || (over && (c.Over >= 2 || (w.P99 > 2*c.Target && explained)))
 	switch {
 	case over && !act:
 		return c, nil
-	case over && b < 0:
+	case act && b < 0:
 		return c.report(acts, true, "no task is busy: nothing to shed")
-	case over && c.Tasks[b].Point == "":
+	case act && c.Tasks[b].Point == "":
 		return c.report(acts, true, fmt.Sprintf("the bottleneck %s has no place to shed before it", c.Tasks[b].Name))
-	case over:
+	case act:
 		t := c.Tasks[b]
 		if t.Point != c.Point && c.Point != "" { // the bottleneck moved: shed at its point instead
 			acts = append(acts, SetRate{Point: c.Point, Keep: 1})
@@ -284,7 +293,7 @@ func (c Controller) Step(w Window) (Controller, []Action) {
 			c.Keep = k
 			acts = append(acts, SetRate{Point: c.Point, Keep: c.Keep, Drop: c.Drop})
 		}
-	case under && c.Point != "" && c.Under >= 2:
+	case under && c.Point != "" && c.Under >= 2 && queueLow:
 		// Well under the band two windows in a row: admit Fill of the
 		// bottleneck's capacity (at most doubling the rate), or, with
 		// the measurements, what the load now needs of it.
@@ -342,6 +351,15 @@ func (c Controller) drain(w Window, b int, in float64) float64 {
 	win := max(w.Length, time.Millisecond).Seconds()
 	room := l.Capacity*win + l.Capacity*c.Low*c.Target.Seconds() - float64(max(l.Queued, 0))
 	return room / (in * (win + max(w.Lag, 0).Seconds()))
+}
+
+// wait is how long a record that joins the bottleneck b's queue at the
+// window's end waits to be handled: the records queued there at the
+// capacity measured in the window, plus how far behind its arrivals the
+// most behind source read (b's capacity must be known).
+func (c Controller) wait(w Window, b int) time.Duration {
+	l := w.Loads[b]
+	return time.Duration(float64(max(l.Queued, 0))/l.Capacity*float64(time.Second)) + max(w.Lag, 0)
 }
 
 // bottleneck is the task with the highest utilisation, and that; -1 when
