@@ -1,10 +1,11 @@
 // Package shed is the load shedder of a topology with a latency target
 // (operators.LatencyTarget), as a pure state machine: Controller.Step takes
 // what the job measured over one window and returns the next state and
-// the actions to carry out. The job's actor (internal/engine) only turns
-// its measurements into Window events and carries out SetRate and Report;
-// the machine reads no clock and starts no goroutine, so its transcripts
-// (testdata, go test -rewrite) are its specification.
+// the actions to carry out, and Controller.Probe the same for a look
+// between windows. The job's actor (internal/engine) only turns its
+// measurements into Window and Probe events and carries out SetRate and
+// Report; the machine reads no clock and starts no goroutine, so its
+// transcripts (testdata, go test -rewrite) are its specification.
 //
 // # The control law
 //
