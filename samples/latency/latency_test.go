@@ -47,7 +47,7 @@ func TestLatencyTargetSelective(t *testing.T) {
 // rate it was kept with). Windows claiming to be exact but wrong, and
 // key-windows never emitted (sampling kept none of their records), count
 // as misses. In the bubble the run is deterministic (the shedding's random
-// numbers are seeded): 95.5 % of 420 when written.
+// numbers are seeded): 95.5 % of 421 when written.
 func TestEstimatesCoverSampleRun(t *testing.T) {
 	cfg := latency.DefaultConfig()
 	cfg.Overload, cfg.Calm = 20*time.Second, 3*time.Second
