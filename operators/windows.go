@@ -1,7 +1,6 @@
 package operators
 
 import (
-	"math"
 	"time"
 
 	"github.com/sluicehq/sluice/internal/graph"
@@ -113,25 +112,34 @@ func LateRecords[K comparable, T, R any](ks KeyedStream[K, T], w Stream[R], name
 // (WindowCountEstimate, WindowSumEstimate), made honest about what a
 // LatencyTarget's sampling shed: Value is the estimate, each record seen
 // counted (or its value summed) divided by the probability that it was
-// kept; the true value lies within Value ± Bound with about 95 %
-// probability (Bound is 1.96 standard errors of the Horvitz-Thompson
-// estimator, sqrt(Σ x²(1−p)/p²)); Approximate tells that some of the
-// window's records were sampled away. Without sampling Value is exact,
-// Bound 0. Whole batches dropped (upstream of a Selective operator) are not
-// estimated: they are counted as shed, not scaled for.
+// kept (its own: a rate that changed within the window is accounted for
+// record by record; the Horvitz-Thompson estimator); the true value lies
+// within [Low, High] with about 95 % probability. That interval is the
+// score (Wilson) interval of the estimator, whose variance is estimated as
+// Σ x²(1−p)/p² over the records kept: unlike Value ± 1.96 standard errors
+// it keeps its 95 % when few sampled records were kept (see
+// graph.Estimate.Interval), so it is not centred on Value. Bound is the
+// larger of Value − Low and High − Value: Value ± Bound contains the
+// interval. Approximate tells that some of the window's records were
+// sampled away. Without sampling Value is exact, Bound 0. Whole batches
+// dropped (upstream of a Selective operator) are not estimated: they are
+// counted as shed, not scaled for; nor is a window of which sampling kept
+// no record at all (it is not emitted).
 type Estimate struct {
 	Value       float64
+	Low, High   float64
 	Bound       float64
 	Approximate bool
 	Seen        int64 // records the window saw
 }
 
 // Contains reports whether v lies within the estimate's 95 % interval.
-func (e Estimate) Contains(v float64) bool { return math.Abs(v-e.Value) <= e.Bound }
+func (e Estimate) Contains(v float64) bool { return v >= e.Low && v <= e.High }
 
 func estimated[K comparable](k K, start, end time.Time, e graph.Estimate) Windowed[K, Estimate] {
+	lo, hi := e.Interval(1.96)
 	return Windowed[K, Estimate]{Key: k, Start: start, End: end, Value: Estimate{
-		Value: e.Sum, Bound: 1.96 * math.Sqrt(e.Var), Approximate: e.Approx, Seen: e.Seen}}
+		Value: e.Sum, Low: lo, High: hi, Bound: max(e.Sum-lo, hi-e.Sum), Approximate: e.Approx, Seen: e.Seen}}
 }
 
 // WindowCountEstimate counts the records of each key in each window, as

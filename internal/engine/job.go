@@ -40,6 +40,7 @@ type jobActor struct {
 	stopTimer   func() bool       // stops the restart backoff's timer
 	unwatch     func()            // distributed: stops watching for lost processes
 	latTimer    func() bool       // stops the latency window's timer
+	latTicks    int               // its ticks: with a LatencyTarget, ProbesPerWindow a window
 	sizes       map[uint64]cpSize // checkpoints stored, not yet completed: what they hold
 }
 
@@ -71,7 +72,11 @@ func (j *jobActor) Receive(c actor.Context) {
 		j.launched(c, now, total, local)
 		j.armLatency()
 	case *latencyTick:
-		x.closeLatencyWindow()
+		if j.latTicks++; x.shedder == nil || j.latTicks%ProbesPerWindow == 0 {
+			x.closeLatencyWindow()
+		} else {
+			x.probeLatency()
+		}
 		j.armLatency()
 	case *retargetMsg:
 		m.reply <- x.retarget(m.target)
@@ -540,5 +545,9 @@ func (j *jobActor) armLatency() {
 		return
 	}
 	root, pid := x.root, x.jobPID
-	j.latTimer = x.sys.Config().Clock.AfterFunc(x.latencyWindowLength(), func() { root.Send(pid, &latencyTick{}) })
+	d := x.latencyWindowLength()
+	if x.shedder != nil {
+		d /= ProbesPerWindow
+	}
+	j.latTimer = x.sys.Config().Clock.AfterFunc(d, func() { root.Send(pid, &latencyTick{}) })
 }

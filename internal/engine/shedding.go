@@ -16,6 +16,11 @@ import (
 // latencyTick asks the job actor to close a latency window.
 type latencyTick struct{}
 
+// ProbesPerWindow is how many times a window a LatencyTarget's controller
+// is looked at: once at the window's end (shed.Controller.Step), the others
+// between (shed.Controller.Probe).
+const ProbesPerWindow = 4
+
 // DefaultLatencyWindow is the window of LatencyWindow stats and of a
 // LatencyTarget's controller unless operators.LatencyWindow says otherwise.
 const DefaultLatencyWindow = time.Second
@@ -30,7 +35,13 @@ type shedder struct {
 	offered map[[2]int]int64        // and the records it had read
 	started int64                   // the job's start (unix ns): the ingestion time before the first window
 	view    shed.Controller         // a copy of c for Stats, under latMu
-	report  shed.Report             // the latest report, under latMu
+	// probePrev is every task's measurements at the last look or window,
+	// probeAt when, and probeOffered each source instance's records read
+	// then (probeLatency).
+	probePrev    []latencySnap
+	probeAt      int64
+	probeOffered map[[2]int]int64
+	report       shed.Report // the latest report, under latMu
 }
 
 // setupLatency reads the topology's latency options: measurement (on
@@ -68,7 +79,8 @@ func (x *execution) setupLatency() error {
 		return errors.New("LatencyTarget and a fixed shedding rate exclude each other")
 	}
 	x.sheds = make(map[[2]int]*shedPoint)
-	sh := &shedder{points: make(map[string][]*shedPoint), born: make(map[[2]int]int64), offered: make(map[[2]int]int64), started: x.now()}
+	sh := &shedder{points: make(map[string][]*shedPoint), born: make(map[[2]int]int64), offered: make(map[[2]int]int64), started: x.now(),
+		probeOffered: make(map[[2]int]int64)}
 	point := func(from, to int) *shedPoint {
 		k := [2]int{from, to}
 		if x.sheds[k] == nil {
@@ -259,6 +271,63 @@ func (x *execution) closeLatencyWindow() {
 	}
 	var acts []shed.Action
 	sh.c, acts = sh.c.Step(w)
+	sh.probePrev, sh.probeAt = cur, now
+	x.applyShed(acts)
+}
+
+// probeLatency takes a look between two windows: each task's busy time and
+// capacity since the last look or window, what waits at its inputs, and the
+// sources' lag, for shed.Controller.Probe (which cuts only when the queue
+// at the bottleneck predicts a wait past the target). The job actor calls
+// it ProbesPerWindow − 1 times a window.
+func (x *execution) probeLatency() {
+	sh := x.shedder
+	if sh == nil || sh.probePrev == nil {
+		return
+	}
+	n := len(x.plan.Chains)
+	now := x.now()
+	p := shed.Probe{Length: time.Duration(now - sh.probeAt), Window: x.latencyWindowLength(), Loads: make([]shed.Load, n)}
+	cur := make([]latencySnap, n)
+	for t := range n {
+		cur[t] = x.taskLatency(t)
+	}
+	for t, chain := range x.plan.Chains {
+		if chain[0].Role() != graph.RoleSource || t >= len(x.lats) {
+			continue
+		}
+		for i, l := range x.lats[t] {
+			k := [2]int{t, i}
+			born, offered := l.lastBorn.Load(), l.offered.Load()
+			if born != 0 && offered > sh.probeOffered[k] { // read since the last look
+				p.Lag = max(p.Lag, time.Duration(now-born))
+			}
+			sh.probeOffered[k] = offered
+		}
+	}
+	queued := make([]int64, n)
+	for _, st := range x.InstanceStats() {
+		if st.Task < n {
+			queued[st.Task] += int64(st.Queued)
+		}
+	}
+	for t := range n {
+		d := cur[t].since(sh.probePrev[t])
+		l := shed.Load{Busy: d.busy, Parallelism: x.plan.Par[x.plan.Chains[t][0]], Queued: queued[t]}
+		if d.busy > 0 && d.handled > 0 {
+			l.Capacity = float64(d.handled) / d.busy.Seconds() * float64(l.Parallelism)
+		}
+		p.Loads[t] = l
+	}
+	var acts []shed.Action
+	sh.c, acts = sh.c.Probe(p)
+	sh.probePrev, sh.probeAt = cur, now
+	x.applyShed(acts)
+}
+
+// applyShed carries out the controller's actions (the job actor).
+func (x *execution) applyShed(acts []shed.Action) {
+	sh := x.shedder
 	x.latMu.Lock()
 	sh.view = sh.c
 	x.latMu.Unlock()

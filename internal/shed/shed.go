@@ -1,10 +1,11 @@
 // Package shed is the load shedder of a topology with a latency target
 // (operators.LatencyTarget), as a pure state machine: Controller.Step takes
 // what the job measured over one window and returns the next state and
-// the actions to carry out. The job's actor (internal/engine) only turns
-// its measurements into Window events and carries out SetRate and Report;
-// the machine reads no clock and starts no goroutine, so its transcripts
-// (testdata, go test -rewrite) are its specification.
+// the actions to carry out, and Controller.Probe the same for a look
+// between windows. The job's actor (internal/engine) only turns its
+// measurements into Window and Probe events and carries out SetRate and
+// Report; the machine reads no clock and starts no goroutine, so its
+// transcripts (testdata, go test -rewrite) are its specification.
 //
 // # The control law
 //
@@ -37,8 +38,22 @@
 //     steady rate. Once the sources have read their backlog (lag under a
 //     tenth of the window) and the p99 is no longer over, the rate goes
 //     back to the steady one, as far as the bottleneck's queue allows.
+//   - what waits predicts a wait past T: the records queued at the
+//     bottleneck at the capacity it measured in the window, plus the
+//     sources' lag, is the wait of a record that joins the queue now.
+//     Past T the rate is cut at once as for a p99 over, whatever the
+//     window's p99 (a capacity that dipped late in the window has not
+//     shown in it yet). Between windows the driver takes a few looks
+//     (Controller.Probe: busy time and capacity since the last look, the
+//     queue and lag now); a look cuts on the same prediction, once
+//     between two windows, to the lower of the steady and the drain rate
+//     with the look's capacity and the latest window's arrivals, but no
+//     lower than half the rate in force (a look's capacity, measured over
+//     a fraction of a window, is noisy). So a capacity dip costs a look's
+//     time (a quarter window), not the two windows over the p99 asks for.
 //   - p99 < Low × T (well under) for a second window in a row, and
-//     something is shed: the rate admits Fill of the bottleneck's
+//     something is shed, and what waits predicts under Low × T too: the
+//     rate admits Fill of the bottleneck's
 //     capacity of what arrives (with the measurements; else keep grows by
 //     Fill / utilisation, at most doubling a window), up to 1 (shedding
 //     stops). Fill (0.95) above Headroom (0.9) uses the slack a latency
@@ -47,7 +62,12 @@
 //     window before; else Headroom): on a machine shared with others the
 //     capacity swings from window to window and a rate that fills it
 //     pushes the queue past the target when it dips. A p99 that goes over
-//     the target twice cuts back to Headroom.
+//     the target twice cuts back to Headroom. A window with slack counts
+//     as well under, admitting Headroom: the p99 in the band but the
+//     bottleneck busy less than Headroom² of the window with what waits
+//     under Low × T. A process slow to schedule (a loaded machine) has a
+//     p99 floor above Low × T however little is admitted, and without
+//     slack the rate would stay as low as a cut left it.
 //   - otherwise nothing changes. The band [Low × T, T], and the second
 //     window asked for, are what keep the rate from oscillating: it moves
 //     only when the latency stays out of the band (or passes 2T), so a
@@ -113,6 +133,9 @@ type Controller struct {
 	Steady     float64 // the rate the latest cut found without the backlog's share
 	LastCap    float64 // the bottleneck's capacity in the window before (0: unknown)
 	Infeasible bool    // the target was reported unreachable, and still is
+	Probed     bool    // a probe cut the rate since the latest window
+	Arrivals   float64 // the latest window's (for probes)
+	Gains      []float64
 }
 
 // New returns a controller that sheds nothing.
@@ -146,6 +169,18 @@ type Window struct {
 	// Lag is how far behind its arrivals the most behind source read at
 	// the window's end: the age of the newest record it read.
 	Lag time.Duration
+}
+
+// Probe is a look between windows (the driver takes a few a window): each
+// task's work since the last look or window (Busy, Capacity) and what waits
+// at its inputs now (Queued), and the sources' lag now. It has no p99: a
+// probe only cuts, and only when the queue at the bottleneck predicts a
+// wait past the target (see Controller.Probe).
+type Probe struct {
+	Length time.Duration // since the last probe or window
+	Window time.Duration // the windows' length (the drain rate's horizon)
+	Loads  []Load        // by task; Gain is ignored (the latest window's is used)
+	Lag    time.Duration
 }
 
 // Load is one task's work in a window.
@@ -187,6 +222,11 @@ func (c Controller) Step(w Window) (Controller, []Action) {
 	var acts []Action
 	prevP99 := c.LastP99
 	c.LastP99 = w.P99
+	c.Probed = false
+	c.Arrivals, c.Gains = w.Arrivals, make([]float64, len(w.Loads))
+	for i, l := range w.Loads {
+		c.Gains[i] = l.Gain
+	}
 	b, util := c.bottleneck(w)
 	lastCap := c.LastCap
 	c.LastCap = 0
@@ -201,7 +241,17 @@ func (c Controller) Step(w Window) (Controller, []Action) {
 	} else {
 		c.Over = 0
 	}
-	if under {
+	// Slack: the p99 in the band, but the bottleneck neither busy (under
+	// Headroom² of the time) nor with much waiting (set below): where
+	// the process itself is slow to schedule (a machine shared with
+	// others), the p99 does not fall under the band however little is
+	// admitted, and without this the rate would stay as low as a cut left
+	// it.
+	slack := false
+	if b >= 0 && w.Loads[b].Capacity > 0 && !over && !under && util < c.Headroom*c.Headroom {
+		slack = c.wait(w, b) < time.Duration(c.Low*float64(c.Target))
+	}
+	if under || slack {
 		c.Under++
 	} else {
 		c.Under = 0
@@ -216,22 +266,31 @@ func (c Controller) Step(w Window) (Controller, []Action) {
 	// through) or is not measured: a single window's p99 from a stall of
 	// the process (a machine shared with others deschedules it) leaves no
 	// queue behind, and a cut for it would shed for nothing.
-	explained := true
+	//
+	// What waits is also a prediction: a record queued at the bottleneck
+	// now waits about queued ÷ capacity (the rate the bottleneck drains
+	// it, measured this window) plus the sources' lag. When that passes
+	// the target, the records already waiting will be over it whatever
+	// this window's p99 says (a capacity that dipped late in the window
+	// has not shown in it yet): cut at once, over or not, rather than
+	// wait a window or two for the p99 to show it.
+	explained, predicted, queueLow := true, false, true
 	if b >= 0 {
 		if l := w.Loads[b]; l.Capacity > 0 {
-			wait := time.Duration(float64(max(l.Queued, 0))/l.Capacity*float64(time.Second)) + max(w.Lag, 0)
+			wait := c.wait(w, b)
 			explained = wait >= time.Duration(c.Low*float64(c.Target))
+			predicted, queueLow = wait > c.Target, !explained
 		}
 	}
-	act := over && (c.Over >= 2 || (w.P99 > 2*c.Target && explained))
+	act := predicted || (over && (c.Over >= 2 || (w.P99 > 2*c.Target && explained)))
 	switch {
 	case over && !act:
 		return c, nil
-	case over && b < 0:
+	case act && b < 0:
 		return c.report(acts, true, "no task is busy: nothing to shed")
-	case over && c.Tasks[b].Point == "":
+	case act && c.Tasks[b].Point == "":
 		return c.report(acts, true, fmt.Sprintf("the bottleneck %s has no place to shed before it", c.Tasks[b].Name))
-	case over:
+	case act:
 		t := c.Tasks[b]
 		if t.Point != c.Point && c.Point != "" { // the bottleneck moved: shed at its point instead
 			acts = append(acts, SetRate{Point: c.Point, Keep: 1})
@@ -284,17 +343,18 @@ func (c Controller) Step(w Window) (Controller, []Action) {
 			c.Keep = k
 			acts = append(acts, SetRate{Point: c.Point, Keep: c.Keep, Drop: c.Drop})
 		}
-	case under && c.Point != "" && c.Under >= 2:
+	case (under || slack) && c.Point != "" && c.Under >= 2 && queueLow:
 		// Well under the band two windows in a row: admit Fill of the
 		// bottleneck's capacity (at most doubling the rate), or, with
-		// the measurements, what the load now needs of it.
+		// the measurements, what the load now needs of it. With slack
+		// rather than under, Headroom of it.
 		c.AtMin = 0
 		// Fill only while the capacity holds still (it moved less than
 		// Fill − Headroom since the window before): a capacity that
 		// swings from window to window (a machine shared with others)
 		// would push a queue past the target, so Headroom then.
 		fill := c.Headroom
-		if cp := w.Loads[b].Capacity; lastCap > 0 && cp > 0 && math.Abs(cp-lastCap) <= (c.Fill-c.Headroom)*lastCap {
+		if cp := w.Loads[b].Capacity; under && lastCap > 0 && cp > 0 && math.Abs(cp-lastCap) <= (c.Fill-c.Headroom)*lastCap {
 			fill = c.Fill
 		}
 		k := c.Keep * min(2, fill/max(util, 1e-9))
@@ -316,6 +376,54 @@ func (c Controller) Step(w Window) (Controller, []Action) {
 		}
 	}
 	return c, acts
+}
+
+// Probe returns the state after a look between windows, and the actions
+// to carry out. It cuts only when the bottleneck (the busiest task since
+// the last look) has a shed point and what is queued there, at the
+// capacity it showed since the last look, plus the sources' lag, predicts
+// a wait past the target: to the lower of the steady and the drain rate,
+// from the latest window's arrivals and gains, as a window would, but no
+// lower than half the rate in force. At most once between two windows (the records admitted before a cut are still
+// on their way at the next look), and never raising the rate. A capacity
+// that dips in mid-window so costs a look's time, not a window or two. It
+// does not change c.
+func (c Controller) Probe(p Probe) (Controller, []Action) {
+	if c.Probed || c.Arrivals <= 0 {
+		return c, nil
+	}
+	w := Window{Length: p.Length, Loads: p.Loads, Arrivals: c.Arrivals, Lag: p.Lag}
+	b, _ := c.bottleneck(w)
+	if b < 0 || c.Tasks[b].Point == "" || w.Loads[b].Capacity <= 0 || c.wait(w, b) <= c.Target {
+		return c, nil
+	}
+	if b < len(c.Gains) {
+		w.Loads[b].Gain = c.Gains[b]
+	}
+	t := c.Tasks[b]
+	in, _ := c.model(w, b)
+	// The next window's rate: as if the probe's capacity held a whole
+	// window (the drain rate's window is the controller's, not the look's).
+	w.Length = max(p.Window, p.Length)
+	// At most halving the rate: a look's capacity is measured over a
+	// fraction of a window, and on a machine shared with others a stall
+	// of the process in it would otherwise cut deep; the window after
+	// cuts deeper if what waits still asks for it.
+	k := min(c.Headroom*w.Loads[b].Capacity/in, c.drain(w, b, in))
+	k = round(clamp(max(k, c.Keep/2), c.MinKeep, 1))
+	var acts []Action
+	if t.Point != c.Point && c.Point != "" {
+		acts = append(acts, SetRate{Point: c.Point, Keep: 1})
+		c.Point, c.Keep = "", 1
+	}
+	if k >= c.Keep {
+		return c, acts
+	}
+	// The steady rate stays the latest window's: a look's capacity,
+	// measured over a fraction of a window, is too noisy to keep.
+	c.Probed, c.Bottleneck = true, t.Name
+	c.Point, c.Keep, c.Drop = t.Point, k, !t.Sample
+	return c, append(acts, SetRate{Point: c.Point, Keep: c.Keep, Drop: c.Drop})
 }
 
 // model is the records a second that reach the bottleneck b per unit of
@@ -342,6 +450,15 @@ func (c Controller) drain(w Window, b int, in float64) float64 {
 	win := max(w.Length, time.Millisecond).Seconds()
 	room := l.Capacity*win + l.Capacity*c.Low*c.Target.Seconds() - float64(max(l.Queued, 0))
 	return room / (in * (win + max(w.Lag, 0).Seconds()))
+}
+
+// wait is how long a record that joins the bottleneck b's queue at the
+// window's end waits to be handled: the records queued there at the
+// capacity measured in the window, plus how far behind its arrivals the
+// most behind source read (b's capacity must be known).
+func (c Controller) wait(w Window, b int) time.Duration {
+	l := w.Loads[b]
+	return time.Duration(float64(max(l.Queued, 0))/l.Capacity*float64(time.Second)) + max(w.Lag, 0)
 }
 
 // bottleneck is the task with the highest utilisation, and that; -1 when

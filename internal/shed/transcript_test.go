@@ -21,6 +21,9 @@ import (
 //	                                   cap: each task's capacity, records/s; queued: records
 //	                                   waiting at each task's inputs
 //	repeat n=5 p99=... util=...        the same window n times, one output line each
+//	probe util=(0,1) cap=(0,600) queued=(0,200) [lag=50ms length=250ms]
+//	                                   a look between windows (Controller.Probe) of
+//	                                   length (250ms by default), windows of 1s
 func TestTranscripts(t *testing.T) {
 	datadriven.Walk(t, "testdata", func(t *testing.T, path string) {
 		var c Controller
@@ -65,12 +68,25 @@ func TestTranscripts(t *testing.T) {
 					b.WriteString(describeAction(a) + "; ")
 				}
 				return b.String() + describe(c) + "\n"
+			case "probe":
+				w := windowArg(t, d, len(c.Tasks), 250*time.Millisecond)
+				before := describe(c)
+				next, acts := c.Probe(Probe{Length: w.Length, Window: time.Second, Loads: w.Loads, Lag: w.Lag})
+				if after := describe(c); after != before {
+					t.Fatalf("%s: Probe changed its input state", d.Pos)
+				}
+				c = next
+				var b strings.Builder
+				for _, a := range acts {
+					b.WriteString(describeAction(a) + "; ")
+				}
+				return b.String() + describe(c) + "\n"
 			case "window", "repeat":
 				n := 1
 				if d.Cmd == "repeat" {
 					n = int(floatArg(t, d, "n", 1))
 				}
-				w := windowArg(t, d, len(c.Tasks))
+				w := windowArg(t, d, len(c.Tasks), time.Second)
 				var b strings.Builder
 				for range n {
 					before := describe(c)
@@ -92,8 +108,14 @@ func TestTranscripts(t *testing.T) {
 	})
 }
 
-func windowArg(t *testing.T, d *datadriven.TestData, tasks int) Window {
-	w := Window{Length: time.Second, P99: durArg(t, d, "p99"), Arrivals: floatArg(t, d, "arrivals", 0)}
+func windowArg(t *testing.T, d *datadriven.TestData, tasks int, length time.Duration) Window {
+	w := Window{Length: length, Arrivals: floatArg(t, d, "arrivals", 0)}
+	if d.HasArg("p99") {
+		w.P99 = durArg(t, d, "p99")
+	}
+	if d.HasArg("length") {
+		w.Length = durArg(t, d, "length")
+	}
 	if d.HasArg("lag") {
 		w.Lag = durArg(t, d, "lag")
 	}
@@ -110,7 +132,7 @@ func windowArg(t *testing.T, d *datadriven.TestData, tasks int) Window {
 		d.ScanArgs(t, "queued", &queued)
 	}
 	for i, u := range utils {
-		l := Load{Busy: time.Duration(parse(t, d, u) * float64(time.Second)), Parallelism: 1}
+		l := Load{Busy: time.Duration(parse(t, d, u) * float64(w.Length)), Parallelism: 1}
 		if i < len(caps) {
 			l.Capacity = parse(t, d, caps[i])
 		}

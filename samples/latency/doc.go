@@ -39,5 +39,12 @@
 // machine speed. On the real clock (`sluice run latency`) the slow
 // operator's millisecond is a timer, whose real length varies with the
 // machine's load from window to window; the controller measures the
-// capacity each window and works off what its mailbox holds.
+// capacity each window and at three looks between, cuts when what the
+// mailbox holds at that capacity predicts a wait past the target, and
+// works it off.
+//
+// The approximate counts are over 20 keys in windows of a second (220
+// key-windows in the default run); a key-window counts as a miss when its
+// truth is outside the reported interval, and also when it claims to be
+// exact but is wrong, or was never emitted.
 package latency

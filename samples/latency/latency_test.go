@@ -40,6 +40,26 @@ func TestLatencyTargetSelective(t *testing.T) {
 	checkOutcomes(t, cfg, outs)
 }
 
+// The approximate counts of the sample's own run hold the truth within
+// their reported 95 % interval in at least 93 % of at least 200
+// key-windows: 20 keys in windows of a second through 20 s of overload,
+// under a rate the controller moves as it goes (each record scaled by the
+// rate it was kept with). Windows claiming to be exact but wrong, and
+// key-windows never emitted (sampling kept none of their records), count
+// as misses. In the bubble the run is deterministic (the shedding's random
+// numbers are seeded): 95.5 % of 421 when written.
+func TestEstimatesCoverSampleRun(t *testing.T) {
+	cfg := latency.DefaultConfig()
+	cfg.Overload, cfg.Calm = 20*time.Second, 3*time.Second
+	outs := runBubbleQuiet(t, cfg)
+	target := outcome(t, outs, "target")
+	if target.Windows < 200 || target.Covered < 0.93 {
+		t.Errorf("%d key-windows, the truth within the 95 %% interval in %.1f %%: want >= 200 windows, >= 93 %%", target.Windows, 100*target.Covered)
+	} else {
+		t.Logf("%d key-windows, the truth within the 95 %% interval in %.1f %% (mean error %.1f %%)", target.Windows, 100*target.Covered, 100*target.MeanError)
+	}
+}
+
 func outcome(t *testing.T, outs []latency.Outcome, policy string) latency.Outcome {
 	t.Helper()
 	for _, o := range outs {
@@ -53,6 +73,15 @@ func outcome(t *testing.T, outs []latency.Outcome, policy string) latency.Outcom
 
 // runBubble runs the experiment in a synctest bubble and logs its report.
 func runBubble(t *testing.T, cfg latency.Config) []latency.Outcome {
+	outs := runBubbleQuiet(t, cfg)
+	var b strings.Builder
+	latency.Print(&b, cfg, outs)
+	t.Log("\n" + b.String())
+	return outs
+}
+
+// runBubbleQuiet runs the experiment in a synctest bubble.
+func runBubbleQuiet(t *testing.T, cfg latency.Config) []latency.Outcome {
 	var outs []latency.Outcome
 	synctest.Test(t, func(t *testing.T) {
 		sys, err := actors.NewSystem(actors.Config{Name: "latency"})
@@ -79,9 +108,6 @@ func runBubble(t *testing.T, cfg latency.Config) []latency.Outcome {
 			t.Fatal(err)
 		}
 	})
-	var b strings.Builder
-	latency.Print(&b, cfg, outs)
-	t.Log("\n" + b.String())
 	return outs
 }
 
@@ -135,8 +161,8 @@ func checkOutcomes(t *testing.T, cfg latency.Config, outs []latency.Outcome) {
 	if rate := target.OverloadThroughput(cfg.Overload); rate < 0.9*capacity {
 		t.Errorf("target: processed %.0f records/s during the overload, want >= 0.9x the capacity %.0f", rate, capacity)
 	}
-	if !cfg.Selective && (target.Windows == 0 || target.Covered < 0.8) {
-		t.Errorf("target: %d approximate key-windows, %.1f %% within their bounds", target.Windows, 100*target.Covered)
+	if !cfg.Selective && (target.Windows < 200 || target.Covered < 0.9) {
+		t.Errorf("target: %d approximate key-windows, %.1f %% within their bounds; want >= 200, >= 90 %%", target.Windows, 100*target.Covered)
 	}
 }
 

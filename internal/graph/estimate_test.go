@@ -1,0 +1,101 @@
+package graph
+
+import (
+	"math"
+	"math/rand/v2"
+	"testing"
+)
+
+// The interval of an estimate holds the true count in about 95 % of
+// windows, also where the Wald interval (Sum ± 1.96·sqrt(Var)) does not: few
+// records kept at a low rate, a rate that changed within the window, a
+// window mostly unsampled. Windows of which no record was kept emit
+// nothing and count as misses. Deterministic (seeded).
+func TestEstimateIntervalCoverage(t *testing.T) {
+	type seg struct {
+		n int     // records
+		p float64 // each kept with probability p
+	}
+	for _, c := range []struct {
+		name string
+		segs []seg
+		min  float64 // the least coverage accepted
+		wald float64 // Wald's coverage is at most this (the case shows what the score interval fixes), 0: not checked
+	}{
+		{"150 at 30 %", []seg{{150, 0.3}}, 0.94, 0},
+		{"45 at 30 %", []seg{{45, 0.3}}, 0.935, 0},
+		{"30 at 10 %", []seg{{30, 0.1}}, 0.92, 0.85}, // 4.2 % of windows keep none
+		{"1000 at 1 %", []seg{{1000, 0.01}}, 0.94, 0.93},
+		{"100 unsampled, 20 at 20 %", []seg{{100, 1}, {20, 0.2}}, 0.94, 0.935},
+		{"75 at 30 %, 75 at 60 %", []seg{{75, 0.3}, {75, 0.6}}, 0.94, 0},
+		{"10 at 5 %, 140 at 50 %", []seg{{10, 0.05}, {140, 0.5}}, 0.925, 0.925},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			g := rand.New(rand.NewPCG(23, 7))
+			const trials = 20_000
+			truth := 0
+			for _, s := range c.segs {
+				truth += s.n
+			}
+			in, wald := 0, 0
+			for range trials {
+				var e Estimate
+				for _, s := range c.segs {
+					for range s.n {
+						if g.Float64() < s.p {
+							e = e.add(1, s.p)
+						}
+					}
+				}
+				if e.Seen == 0 {
+					continue // no window emitted: a miss
+				}
+				if lo, hi := e.Interval(1.96); lo <= float64(truth) && float64(truth) <= hi {
+					in++
+				}
+				if math.Abs(e.Sum-float64(truth)) <= 1.96*math.Sqrt(e.Var) {
+					wald++
+				}
+			}
+			cov, wcov := float64(in)/trials, float64(wald)/trials
+			t.Logf("coverage %.2f %% (Wald %.2f %%)", 100*cov, 100*wcov)
+			if cov < c.min || cov > 0.985 {
+				t.Errorf("the interval holds the truth in %.2f %% of %d windows, want %.1f–98.5 %%", 100*cov, trials, 100*c.min)
+			}
+			if c.wald > 0 && wcov > c.wald {
+				t.Errorf("Wald's interval holds it in %.2f %%: the case does not show the correction", 100*wcov)
+			}
+		})
+	}
+}
+
+func TestEstimateIntervalEdges(t *testing.T) {
+	// Nothing sampled: exact.
+	var e Estimate
+	for range 5 {
+		e = e.add(2, 1)
+	}
+	if lo, hi := e.Interval(1.96); lo != 10 || hi != 10 || e.Approx {
+		t.Errorf("unsampled: [%v, %v] approx %v, want [10, 10] exact", lo, hi, e.Approx)
+	}
+	// One record kept at 10 %: estimate 10, the interval no lower than the
+	// one record seen, and wider above than below.
+	e = Estimate{}.add(1, 0.1)
+	lo, hi := e.Interval(1.96)
+	if e.Sum != 10 || lo < 1 || lo >= e.Sum || hi-e.Sum <= e.Sum-lo || !e.Approx {
+		t.Errorf("one at 10 %%: sum %v, [%v, %v]", e.Sum, lo, hi)
+	}
+	// Negative values: Wald's, symmetric.
+	e = Estimate{}.add(-3, 0.5).add(1, 0.5)
+	lo, hi = e.Interval(1.96)
+	if h := 1.96 * math.Sqrt(e.Var); math.Abs(lo-(e.Sum-h)) > 1e-9 || math.Abs(hi-(e.Sum+h)) > 1e-9 {
+		t.Errorf("negative values: [%v, %v], want %v ± %v", lo, hi, e.Sum, h)
+	}
+	// Merging is adding.
+	a, b := Estimate{}.add(1, 0.5), Estimate{}.add(2, 0.25).add(1, 1)
+	m := a.merge(b)
+	w := a.add(2, 0.25).add(1, 1)
+	if m != w {
+		t.Errorf("merge %+v, want %+v", m, w)
+	}
+}
