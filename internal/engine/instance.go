@@ -193,6 +193,8 @@ func (in *instance) Receive(c actor.Context) {
 		in.committed(m)
 	case *wire.Credit:
 		in.onCredit(m)
+	case *wire.Gate: // a receiver in another process changed its input (control.go)
+		in.onGate(&gateMsg{out: m.Out, credited: m.Credited, window: m.Window, epoch: m.Epoch})
 	case *tickMsg:
 		if m.waiter {
 			in.waiterActive = false
