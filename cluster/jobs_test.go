@@ -56,6 +56,7 @@ func testJobs() cluster.Jobs {
 		"backpressure": func() *operators.Topology { return slowJob(jobN, jobDir) },
 		"dropping":     func() *operators.Topology { return droppingJob(jobN, jobDir) }, // policy_test.go
 		"poisoned":     func() *operators.Topology { return poisonedJob(jobN, jobDir) }, // poison_test.go
+		"switching":    func() *operators.Topology { return switchingJob(jobN, jobDir) },  // livechange_test.go
 	}
 }
 
@@ -70,6 +71,7 @@ var (
 		"source": sync.OnceFunc(func() { close(sourceGate) }),
 		"slow":   sync.OnceFunc(func() { close(slowGate) }),
 		"drop":   sync.OnceFunc(func() { close(dropGate) }), // the dropping job's source (policy_test.go)
+		"second": sync.OnceFunc(func() { close(secondGate) }), // the switching job's second hold (livechange_test.go)
 	}
 )
 
@@ -108,6 +110,9 @@ func runJob(n *cluster.Node, args []string, say func(string, ...any)) {
 		say("JOBERROR %v", err)
 		return
 	}
+	runsMu.Lock()
+	runs[args[0]] = run
+	runsMu.Unlock()
 	for addr, count := range engine.PlacementOf(run) {
 		say("PLACED %s %d", addr, count)
 	}
