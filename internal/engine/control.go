@@ -82,10 +82,7 @@ func Inputs(run *actors.Run) ([]InputInfo, error) {
 			info.Fused = append(info.Fused, n.Name())
 		}
 		if id < len(x.instances) && len(x.instances[id]) > 0 {
-			in := x.instances[id][0]
-			if mb := in.mb.Load(); mb != nil {
-				info.Config = public(mb.Config())
-			}
+			info.Config = x.inputNow(id)
 			x.live.mu.Lock()
 			info.Paused = x.live.paused[id]
 			x.live.mu.Unlock()
@@ -101,6 +98,22 @@ func Inputs(run *actors.Run) ([]InputInfo, error) {
 		out = append(out, info)
 	}
 	return out, nil
+}
+
+// inputNow is the input of task id's instances now: a mailbox's of this
+// process when one runs here, else (a distributed job whose instances of
+// the task all run elsewhere) the live change in force or the input they
+// were built with. The caller holds instMu.
+func (x *execution) inputNow(id int) mailbox.Config {
+	for _, in := range x.instances[id] {
+		if mb := in.mb.Load(); mb != nil && x.local(in.self) {
+			return public(mb.Config())
+		}
+	}
+	if c, ok := x.liveInput(id); ok {
+		return public(c)
+	}
+	return public(x.instances[id][0].mbCfg) // built elsewhere: written by build only
 }
 
 // public strips what a caller cannot use again from a mailbox's
