@@ -69,11 +69,12 @@ type childConfig struct {
 //	SENT <n>
 //	TOOKOVER <job> <from> <checkpoint>, then what runJob prints
 //	CHANGED <job> <operator> <change> <version> <unix nanoseconds> (a live change in force here)
-//	INPUT-OK <job> <operator> | INPUT-REFUSED <error>
+//	INPUT-OK <job> <operator> <address>=<change>,... | INPUT-REFUSED <error>
+//	PAUSE-OK <job> <source> <paused> | PAUSE-REFUSED <error>
 //
 // Commands: complete JOB ID | loop JOB MILLIS (complete 1, 2, ... until
 // stop) | stop | latest JOB | input JOB OP POLICY CAPACITY (a live change
-// of a job run here) | request ADDR ACTOR NAME | send ADDR ACTOR
+// of a job run here, through its admin server) | pause JOB OP true|false | request ADDR ACTOR NAME | send ADDR ACTOR
 // FROM N | count ADDR ACTOR | run JOB N DIR (see runJob) | hosted |
 // status ADDR (STATUS <name> <members> <excluded> <in-sync replicas of
 // the counting job's log, then "-"> <its copies as its last entry names
@@ -260,6 +261,8 @@ func TestChildNode(t *testing.T) {
 			say("OPENED")
 		case "input": // input JOB OP POLICY CAPACITY: a live change of a job run here (livechange_test.go)
 			say("%s", liveInput(rctx, f[1:]))
+		case "pause": // pause JOB OP true|false (livechange_test.go)
+			say("%s", livePause(rctx, f[1:]))
 		case "codec":
 			say("UNDECODABLE %d", n.Stats().Codec.Undecodable)
 		case "status":

@@ -110,9 +110,9 @@ func runJob(n *cluster.Node, args []string, say func(string, ...any)) {
 		say("JOBERROR %v", err)
 		return
 	}
-	runsMu.Lock()
-	runs[args[0]] = run
-	runsMu.Unlock()
+	if err := serve(run); err != nil { // livechange_test.go
+		say("JOBERROR %v", err)
+	}
 	for addr, count := range engine.PlacementOf(run) {
 		say("PLACED %s %d", addr, count)
 	}

@@ -3,6 +3,7 @@ package cluster_test
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -10,17 +11,33 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/actors"
+	"github.com/sluicehq/sluice/admin"
 	"github.com/sluicehq/sluice/cluster/internal/clustertest"
-	"github.com/sluicehq/sluice/internal/engine"
-	"github.com/sluicehq/sluice/mailbox"
 	"github.com/sluicehq/sluice/operators"
 )
 
-// The runs a child coordinates, by job, for live changes ("input").
+// The runs a child coordinates, by job, for live changes ("input"), each
+// served by an admin server of its own (the control plane of the
+// coordinator's process).
 var (
 	runsMu sync.Mutex
-	runs   = map[string]*actors.Run{}
+	runs   = map[string]*admin.Server{}
 )
+
+// serve registers a run a child coordinates.
+func serve(run *actors.Run) error {
+	srv, err := admin.New(admin.Options{})
+	if err != nil {
+		return err
+	}
+	if err := srv.Add(run); err != nil {
+		return err
+	}
+	runsMu.Lock()
+	runs[run.Name()] = srv
+	runsMu.Unlock()
+	return nil
+}
 
 // secondGate holds the switching job's source a second time.
 var secondGate = make(chan struct{})
@@ -100,33 +117,49 @@ func (r *twiceReader) Wait(ctx context.Context) error {
 	}
 }
 
-// liveInput is the child's "input JOB OP POLICY CAPACITY".
+// liveInput is the child's "input JOB OP POLICY CAPACITY": through the
+// admin server, as the API's PUT of an input; it prints the change in
+// force per node, as the job's status reports it.
 func liveInput(ctx context.Context, args []string) string {
 	if len(args) != 4 {
 		return "INPUT-REFUSED want JOB OP POLICY CAPACITY"
 	}
 	runsMu.Lock()
-	run := runs[args[0]]
+	srv := runs[args[0]]
 	runsMu.Unlock()
-	if run == nil {
+	if srv == nil {
 		return "INPUT-REFUSED no run of " + args[0] + " here"
 	}
 	capacity, _ := strconv.Atoi(args[3])
-	var cfg mailbox.Config
-	switch args[2] {
-	case "block":
-		cfg = mailbox.Block(capacity)
-	case "drop-oldest":
-		cfg = mailbox.DropOldest(capacity)
-	case "spill":
-		cfg = mailbox.Config{Capacity: capacity, Overflow: mailbox.OverflowSpill}
-	default:
-		cfg = mailbox.Config{Capacity: capacity, Overflow: mailbox.OverflowBlock + 100}
-	}
-	if err := engine.SetInput(ctx, run, args[1], cfg); err != nil {
+	if err := srv.SetInput(ctx, "test", args[0], args[1], admin.Input{Policy: args[2], Capacity: capacity}); err != nil {
 		return "INPUT-REFUSED " + strings.ReplaceAll(err.Error(), "\n", " ")
 	}
-	return "INPUT-OK " + args[0] + " " + args[1]
+	st, err := srv.Status(args[0])
+	if err != nil {
+		return "INPUT-REFUSED status: " + err.Error()
+	}
+	var nodes []string
+	for _, n := range st.Nodes {
+		nodes = append(nodes, fmt.Sprintf("%s=%d", n.Address, n.Change))
+	}
+	return "INPUT-OK " + args[0] + " " + args[1] + " " + strings.Join(nodes, ",")
+}
+
+// livePause is the child's "pause JOB OP true|false".
+func livePause(ctx context.Context, args []string) string {
+	if len(args) != 3 {
+		return "PAUSE-REFUSED want JOB OP true|false"
+	}
+	runsMu.Lock()
+	srv := runs[args[0]]
+	runsMu.Unlock()
+	if srv == nil {
+		return "PAUSE-REFUSED no run of " + args[0] + " here"
+	}
+	if err := srv.Pause(ctx, "test", args[0], args[1], args[2] == "true"); err != nil {
+		return "PAUSE-REFUSED " + err.Error()
+	}
+	return "PAUSE-OK " + strings.Join(args, " ")
 }
 
 // TestDistributedLiveInputChange: a counting job runs over three node
@@ -161,16 +194,29 @@ func TestDistributedLiveInputChange(t *testing.T) {
 		t.Helper()
 		start := time.Now()
 		a.Send(fmt.Sprintf("input switching count %s %d", policy, capacity))
-		if f := a.Expect(30*time.Second, "INPUT-"); f[0] != "INPUT-OK" {
+		f := a.Expect(30*time.Second, "INPUT-")
+		if f[0] != "INPUT-OK" || len(f) != 4 {
 			t.Fatalf("%s: %v", policy, f)
 		}
 		took := time.Since(start)
 		change++
+		// The status names the change in force on each node.
+		var want []string
+		for _, ch := range nodes {
+			want = append(want, fmt.Sprintf("%s=%d", ch.Address, change))
+		}
+		got := strings.Split(f[3], ",")
+		slices.Sort(want)
+		slices.Sort(got)
+		if !slices.Equal(got, want) {
+			t.Errorf("%s: the status says %v, want %v", policy, got, want)
+		}
 		for _, ch := range nodes {
 			f := ch.AwaitLine(10*time.Second, "change "+strconv.Itoa(change)+" in force", func(f []string) bool {
 				return len(f) == 6 && f[0] == "CHANGED" && f[1] == "switching" && f[2] == "count" && f[3] == strconv.Itoa(change)
 			})
-			t.Logf("%s: %s %d in force on %s (the change returned after %v)", policy, f[0], capacity, ch.Cfg.Name, took)
+			t.Logf("%s %d: in force on %s %v after the request (the change returned after %v)", policy, capacity, ch.Cfg.Name,
+				time.Unix(0, int64(atou(f[5]))).Sub(start), took)
 		}
 	}
 	switchTo("drop-oldest", 64)
@@ -178,6 +224,13 @@ func TestDistributedLiveInputChange(t *testing.T) {
 	a.Send("input switching count spill 64")
 	if f := a.Expect(30*time.Second, "INPUT-"); f[0] != "INPUT-REFUSED" || !strings.Contains(strings.Join(f, " "), "spill") {
 		t.Fatalf("spill: %v", f)
+	}
+	// Sources run in the coordinator's process: pausing one is local.
+	for _, cmd := range []string{"pause switching numbers true", "pause switching numbers false"} {
+		a.Send(cmd)
+		if f := a.Expect(30*time.Second, "PAUSE-"); f[0] != "PAUSE-OK" {
+			t.Fatalf("%s: %v", cmd, f)
+		}
 	}
 	openGates("source", a) // the second third flows under DropOldest
 	switchTo("block", 1024)
