@@ -131,22 +131,12 @@ func InputStatsOf(run *actors.Run, op string) (mailbox.Stats, error) {
 	if err != nil {
 		return mailbox.Stats{}, err
 	}
-	_ = id
-	return x.inputStats(op)
+	return x.inputStats(id), nil
 }
 
-// inputStats sums the statistics of the mailboxes of operator op's
-// instances in this process.
-func (x *execution) inputStats(op string) (mailbox.Stats, error) {
-	id := -1
-	for i, chain := range x.plan.Chains {
-		if chain[0].Name() == op {
-			id = i
-		}
-	}
-	if id < 0 {
-		return mailbox.Stats{}, fmt.Errorf("%w: job %q has no operator %q with a mailbox", ErrNoLiveChange, x.topo.Name(), op)
-	}
+// inputStats sums the statistics of the mailboxes of task id's instances
+// in this process.
+func (x *execution) inputStats(id int) mailbox.Stats {
 	x.instMu.RLock()
 	defer x.instMu.RUnlock()
 	var sum mailbox.Stats
@@ -170,7 +160,7 @@ func (x *execution) inputStats(op string) (mailbox.Stats, error) {
 		sum.SpillBytes += s.SpillBytes
 		sum.Episodes += s.Episodes
 	}
-	return sum, nil
+	return sum
 }
 
 // findTask finds the task whose chain operator op heads.

@@ -315,12 +315,6 @@ func (h *Host) ApplyChange(ctx context.Context, c *wire.Change) (undo func(conte
 	}, nil
 }
 
-// InputStats sums the statistics of the mailboxes of operator op's
-// instances in this process.
-func (h *Host) InputStats(op string) (mailbox.Stats, error) {
-	return h.x.inputStats(op)
-}
-
 // adoptLive takes over a deployment's live changes: the generation is
 // built as the coordinator's running one was.
 func (x *execution) adoptLive(d *wire.Deploy) error {
