@@ -37,9 +37,12 @@
 // posted = delivered + dropped + queued + spilled at every moment. A change
 // to or from Block resynchronises the senders' credits in band (see
 // internal/engine, control.go); a change away from Spill drains the spill
-// in order first. Inputs of operators fused into a chain, of sources, and
-// of distributed jobs cannot change while the job runs: the change is
-// refused, naming why.
+// in order first. Inputs of operators fused into a chain and of sources
+// cannot change while the job runs: the change is refused, naming why. A
+// distributed job is changed through the admin server of its
+// coordinator's process: the cluster applies the change on every node
+// hosting the operator or on none (Spill is refused there), and the job's
+// status lists the change in force per node (JobStatus.Nodes).
 //
 // # Stopping with a savepoint, rescaling
 //

@@ -316,7 +316,7 @@ func (s *Server) applyInput(ctx context.Context, ev *Event, in Input) error {
 	ev.Detail = fmt.Sprintf("%s (was %s)", in, inputOf(info.Config))
 	ctx, cancel := context.WithTimeout(ctx, s.opts.ChangeTimeout)
 	defer cancel()
-	return engine.SetInput(ctx, run, ev.Target, in.config())
+	return engine.SetInputAt(ctx, run, ev.Target, in.config(), ev.Version)
 }
 
 // MaxLatencyTarget bounds a LatencyTarget set through the control plane.
@@ -455,9 +455,24 @@ type JobStatus struct {
 	// (0: none); Applied the version whose settings the job runs.
 	Desired uint64 `json:"desired_version,omitempty"`
 	Applied uint64 `json:"applied_version,omitempty"`
+	// Nodes is, for a distributed job (this process its coordinator), the
+	// latest live change in force on each process hosting it: a change is
+	// in force on all of them or on none, so they agree after each.
+	Nodes []NodeStatus `json:"nodes,omitempty"`
 	// Latency is the LatencyTarget's controller, for a job started with
 	// one (operators.LatencyTarget).
 	Latency *LatencyStatus `json:"latency,omitempty"`
+}
+
+// NodeStatus is the latest live change in force on one process of a
+// distributed job: the coordinator's number of the change, the operator it
+// changed and the desired-state version it applied (0: a change of the
+// API's).
+type NodeStatus struct {
+	Address  string `json:"address"`
+	Change   uint64 `json:"change"`
+	Operator string `json:"operator"`
+	Version  uint64 `json:"applied_version"`
 }
 
 // LatencyStatus is a LatencyTarget's controller now: the target, where it
@@ -575,6 +590,9 @@ func (s *Server) Status(name string) (JobStatus, error) {
 		st.Inputs = append(st.Inputs, is)
 	}
 	st.Desired, st.Applied = s.ds.versions(name)
+	for _, na := range engine.AppliedOf(run) {
+		st.Nodes = append(st.Nodes, NodeStatus{Address: na.Address, Change: na.Change, Operator: na.Operator, Version: na.Version})
+	}
 	if sh := operators.ShedStatsOf(run); sh.Target > 0 {
 		st.Latency = &LatencyStatus{Target: sh.Target.String(), Point: sh.Point, Keep: sh.Keep, Drop: sh.Drop, Infeasible: sh.Infeasible}
 	}

@@ -68,9 +68,13 @@ type childConfig struct {
 //	REPLY <text> | ERROR <error>
 //	SENT <n>
 //	TOOKOVER <job> <from> <checkpoint>, then what runJob prints
+//	CHANGED <job> <operator> <change> <version> <unix nanoseconds> (a live change in force here)
+//	INPUT-OK <job> <operator> <address>=<change>,... | INPUT-REFUSED <error>
+//	PAUSE-OK <job> <source> <paused> | PAUSE-REFUSED <error>
 //
 // Commands: complete JOB ID | loop JOB MILLIS (complete 1, 2, ... until
-// stop) | stop | latest JOB | request ADDR ACTOR NAME | send ADDR ACTOR
+// stop) | stop | latest JOB | input JOB OP POLICY CAPACITY (a live change
+// of a job run here, through its admin server) | pause JOB OP true|false | request ADDR ACTOR NAME | send ADDR ACTOR
 // FROM N | count ADDR ACTOR | run JOB N DIR (see runJob) | hosted |
 // status ADDR (STATUS <name> <members> <excluded> <in-sync replicas of
 // the counting job's log, then "-"> <its copies as its last entry names
@@ -125,6 +129,9 @@ func TestChildNode(t *testing.T) {
 	var reports sync.WaitGroup
 	defer reports.Wait()
 	n.SubscribeJobs(func(ev cluster.JobEvent) {
+		if ev.Kind == cluster.JobChanged {
+			say("CHANGED %s %s %d %d %d", ev.Job, ev.Operator, ev.Change, ev.Version, ev.Time.UnixNano())
+		}
 		if ev.Kind == cluster.JobTakenOver {
 			say("TOOKOVER %s %s %d %d", ev.Job, ev.From, ev.Checkpoint, ev.Time.UnixNano())
 			reports.Add(1)
@@ -252,6 +259,10 @@ func TestChildNode(t *testing.T) {
 		case "open": // open NAME: see gates
 			gates[f[1]]()
 			say("OPENED")
+		case "input": // input JOB OP POLICY CAPACITY: a live change of a job run here (livechange_test.go)
+			say("%s", liveInput(rctx, f[1:]))
+		case "pause": // pause JOB OP true|false (livechange_test.go)
+			say("%s", livePause(rctx, f[1:]))
 		case "codec":
 			say("UNDECODABLE %d", n.Stats().Codec.Undecodable)
 		case "status":

@@ -110,6 +110,15 @@
 // and failed notices are registered messages too; the types are
 // operators' Wire* messages, registered by the node itself.
 //
+// A live change of a job's input (the engine's SetInput: the admin API or
+// the desired state, in the coordinator's process) reaches every node
+// hosting instances of the operator in two phases: each checks it, then
+// each applies it, or, when one refuses, does not answer in time or
+// leaves, none keeps it (the change is rejected with that node's reason).
+// A node takes a change only for the generation it hosts, from that
+// generation's coordinator. Every node reports it with a JobEvent of kind
+// JobChanged.
+//
 // Checkpoints go to a ReplicatedCheckpointStore (RunOptions.Checkpoints,
 // or one replicating to two other members and returning after one holds
 // each checkpoint). When a member hosting instances leaves (noticed within

@@ -185,6 +185,10 @@ const (
 	JobTakenOver
 	// JobEnded: the job coordinated here ended (Err says how).
 	JobEnded
+	// JobChanged: a live change of a distributed job (Operator, Change,
+	// Version) is in force on this node's instances of it, the
+	// coordinator's or a host's; Time is when it was applied here.
+	JobChanged
 )
 
 func (k JobEventKind) String() string {
@@ -195,11 +199,14 @@ func (k JobEventKind) String() string {
 		return "taken-over"
 	case JobEnded:
 		return "ended"
+	case JobChanged:
+		return "changed"
 	}
 	return fmt.Sprintf("JobEventKind(%d)", int(k))
 }
 
-// JobEvent reports a change of the jobs a node coordinates.
+// JobEvent reports a change of the jobs a node coordinates, or a live
+// change applied to the instances it runs (JobChanged).
 type JobEvent struct {
 	Kind JobEventKind
 	Job  string
@@ -215,6 +222,11 @@ type JobEvent struct {
 	// Time is when it happened; for JobTakenOver, when this node won the
 	// job's log, before the job started here.
 	Time time.Time
+	// Operator, Change and Version name a live change (JobChanged): the
+	// operator whose input changed, the coordinator's number of the
+	// change and the desired-state version it applies (0: none).
+	Operator        string
+	Change, Version uint64
 }
 
 // CoordinatedJob is a job this node coordinates now.

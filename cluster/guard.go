@@ -354,7 +354,7 @@ func (gd *guard) check(p *streamPeer, typeName string, data []byte, sender *acto
 			return refusedStatus, "a status request from a non-member", false
 		}
 		return 0, "", true
-	case clusterURL + "statusResponse", clusterURL + "spawnResponse", opURL + "deployed":
+	case clusterURL + "statusResponse", clusterURL + "spawnResponse", opURL + "deployed", opURL + "changed":
 		return 0, "", true // answers: Request takes them from the node it asked only
 	case clusterURL + "claimResponse":
 		var h voterHead
@@ -373,7 +373,7 @@ func (gd *guard) check(p *streamPeer, typeName string, data []byte, sender *acto
 	case clusterURL + "claimRequest":
 		var h claimHead
 		return named(&h, func() bool { return h.Candidate == p.name })
-	case opURL + "deploy", opURL + "stopGen":
+	case opURL + "deploy", opURL + "stopGen", opURL + "change":
 		var h jobAddrHead
 		return named(&h, func() bool { return h.JobAddress == p.addr })
 	case opURL + "failed", opURL + "stopped", opURL + "stats":

@@ -58,6 +58,9 @@ func registerJobMessages(r *Registry) error {
 	add(&wire.StopGen{}, "stopGen")
 	add(&wire.Stopped{}, "stopped")
 	add(&wire.Stats{}, "stats")
+	add(&wire.Change{}, "change")
+	add(&wire.Changed{}, "changed")
+	add(&wire.Gate{}, "gate")
 	return errors.Join(errs...)
 }
 
@@ -370,9 +373,11 @@ type genKey struct {
 }
 
 type hosted struct {
-	pid   *actor.PID
-	info  HostedGeneration
-	peers map[string]bool // the addresses of the generation's processes
+	pid     *actor.PID
+	host    *engine.Host
+	info    HostedGeneration
+	peers   map[string]bool          // the addresses of the generation's processes
+	changes map[uint64]*hostedChange // live changes prepared or applied here, by id (changes.go)
 }
 
 // jobsActor hosts the instances of distributed jobs on its node.
@@ -422,6 +427,8 @@ func (a *jobsActor) Receive(c actor.Context) {
 		}
 	case *wire.Deploy:
 		c.Respond(&wire.Deployed{Err: a.deploy(m)})
+	case *wire.Change:
+		c.Respond(&wire.Changed{Address: n.Address(), ID: m.ID, Phase: m.Phase, Err: a.change(c.Sender(), m)})
 	case *wire.StopGen:
 		k := genKey{m.JobAddress, m.JobID, m.Gen}
 		if h, ok := a.gens[k]; ok {
@@ -462,10 +469,11 @@ func (a *jobsActor) deploy(d *wire.Deploy) string {
 	if !ok {
 		return fmt.Sprintf("no job %q on node %q", d.Job, n.cfg.Name)
 	}
-	pid, err := engine.HostGeneration(n.sys, &distributor{n: n}, engineOf(build()), d)
+	host, err := engine.HostGeneration(n.sys, &distributor{n: n}, engineOf(build()), d)
 	if err != nil {
 		return err.Error()
 	}
+	pid := host.PID()
 	count, peers := 0, map[string]bool{d.JobAddress: true}
 	for _, addr := range d.Placement {
 		if addr == n.Address() {
@@ -473,7 +481,7 @@ func (a *jobsActor) deploy(d *wire.Deploy) string {
 		}
 		peers[addr] = true
 	}
-	a.gens[genKey{d.JobAddress, d.JobID, d.Gen}] = hosted{pid: pid, peers: peers,
+	a.gens[genKey{d.JobAddress, d.JobID, d.Gen}] = hosted{pid: pid, host: host, changes: map[uint64]*hostedChange{}, peers: peers,
 		info: HostedGeneration{Job: d.Job, Coordinator: d.JobAddress, Gen: d.Gen, Instances: count}}
 	n.log.Info("hosting a job's instances", "job", d.Job, "generation", d.Gen, "instances", count, "coordinator", d.JobAddress)
 	a.publish()

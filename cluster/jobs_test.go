@@ -54,8 +54,9 @@ func testJobs() cluster.Jobs {
 	return cluster.Jobs{
 		"counting":     func() *operators.Topology { return clustertest.CountingJob(jobN, jobDir, sourceGate) },
 		"backpressure": func() *operators.Topology { return slowJob(jobN, jobDir) },
-		"dropping":     func() *operators.Topology { return droppingJob(jobN, jobDir) }, // policy_test.go
-		"poisoned":     func() *operators.Topology { return poisonedJob(jobN, jobDir) }, // poison_test.go
+		"dropping":     func() *operators.Topology { return droppingJob(jobN, jobDir) },  // policy_test.go
+		"poisoned":     func() *operators.Topology { return poisonedJob(jobN, jobDir) },  // poison_test.go
+		"switching":    func() *operators.Topology { return switchingJob(jobN, jobDir) }, // livechange_test.go
 	}
 }
 
@@ -69,7 +70,8 @@ var (
 	gates                          = map[string]func(){
 		"source": sync.OnceFunc(func() { close(sourceGate) }),
 		"slow":   sync.OnceFunc(func() { close(slowGate) }),
-		"drop":   sync.OnceFunc(func() { close(dropGate) }), // the dropping job's source (policy_test.go)
+		"drop":   sync.OnceFunc(func() { close(dropGate) }),   // the dropping job's source (policy_test.go)
+		"second": sync.OnceFunc(func() { close(secondGate) }), // the switching job's second hold (livechange_test.go)
 	}
 )
 
@@ -107,6 +109,9 @@ func runJob(n *cluster.Node, args []string, say func(string, ...any)) {
 	if err != nil {
 		say("JOBERROR %v", err)
 		return
+	}
+	if err := serve(run); err != nil { // livechange_test.go
+		say("JOBERROR %v", err)
 	}
 	for addr, count := range engine.PlacementOf(run) {
 		say("PLACED %s %d", addr, count)

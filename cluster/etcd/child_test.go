@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sluicehq/sluice/admin"
 	"github.com/sluicehq/sluice/cluster"
 	"github.com/sluicehq/sluice/cluster/etcd"
 	"github.com/sluicehq/sluice/cluster/internal/clustertest"
@@ -38,6 +39,9 @@ type childConfig struct {
 	// Leadership: the jobs' coordinators are elected in etcd, and their
 	// checkpoints committed there (Provider.Leadership).
 	Leadership bool
+	// DesiredKey: the node that runs a job watches the desired-state
+	// document under this etcd key for it (admin.Server, WatchDesired).
+	DesiredKey string
 	// Host and Insecure are the node's (a network namespace's address);
 	// Netns runs the child in that network namespace (ip netns exec).
 	Host     string
@@ -54,6 +58,8 @@ type childConfig struct {
 //	TOOKOVER <job> <from> <checkpoint> <unix nanoseconds>, then what report prints
 //	PLACED <address> <instances> | CHECKPOINT <id> | RUNEND <unix nanoseconds> |
 //	JOBERROR <error> | RESTARTS <n> <restored from> | RESULT <lines>
+//	WATCHING <key> (the desired state of the job run here, DesiredKey)
+//	CHANGED <job> <operator> <change> <version> <unix nanoseconds> (a live change in force here)
 //
 // Commands: run JOB N DIR (the counting job, coordinated here) | open (the
 // source's gate). The node stops when stdin closes.
@@ -100,6 +106,9 @@ func TestChildNode(t *testing.T) {
 	var reports sync.WaitGroup
 	defer reports.Wait()
 	n.SubscribeJobs(func(ev cluster.JobEvent) {
+		if ev.Kind == cluster.JobChanged {
+			say("CHANGED %s %s %d %d %d", ev.Job, ev.Operator, ev.Change, ev.Version, ev.Time.UnixNano())
+		}
 		if ev.Kind == cluster.JobTakenOver {
 			say("TOOKOVER %s %s %d %d", ev.Job, ev.From, ev.Checkpoint, ev.Time.UnixNano())
 			reports.Add(1)
@@ -133,10 +142,28 @@ func TestChildNode(t *testing.T) {
 			for addr, count := range engine.PlacementOf(run) {
 				say("PLACED %s %d", addr, count)
 			}
+			var stopWatch func() error
+			if cfg.DesiredKey != "" {
+				srv, err := admin.New(admin.Options{})
+				if err == nil {
+					err = srv.Add(run)
+				}
+				if err == nil {
+					stopWatch, err = etcd.WatchDesired(ctx, etcd.DesiredConfig{Endpoints: cfg.Endpoints, Key: cfg.DesiredKey}, srv)
+				}
+				if err != nil {
+					say("JOBERROR desired state: %v", err)
+				} else {
+					say("WATCHING %s", cfg.DesiredKey)
+				}
+			}
 			jobs.Add(1)
 			go func() {
 				defer jobs.Done()
 				clustertest.Report(run, jobDir, say)
+				if stopWatch != nil {
+					_ = stopWatch()
+				}
 			}()
 		case "open":
 			openGate()

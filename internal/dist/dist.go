@@ -114,3 +114,22 @@ const FromHeader = "sluice-from"
 type ForgeryCounter interface {
 	Forged(what, from, claim string)
 }
+
+// Changer is implemented by a Distributor that can carry a live change of
+// a distributed job to the processes hosting its instances (the control
+// plane across processes). Change asks every process of hosts (the other
+// processes hosting instances of c.Task) to check c, then — once every one
+// of them and local.Check agreed — to apply it, local.Apply doing this
+// process's part; a process that refuses, does not answer in time or
+// leaves makes the whole change rejected: the processes that applied it
+// put it back (local.Undo here). The error names the process and its
+// reason.
+type Changer interface {
+	Change(ctx context.Context, c *wire.Change, hosts []string, local LocalChange) error
+}
+
+// LocalChange is the part of a change done in the coordinator's process.
+type LocalChange struct {
+	Apply func(ctx context.Context) error
+	Undo  func(ctx context.Context) error
+}

@@ -169,10 +169,11 @@ func (n *bridgedNode) Place(_ string, _ int, task graph.Task, _ int) string {
 
 func (n *bridgedNode) Deploy(_ context.Context, addr string, d *wire.Deploy) error {
 	h := n.peer
-	pid, err := HostGeneration(h.sys, h, h.build(), d)
+	host, err := HostGeneration(h.sys, h, h.build(), d)
 	if err != nil {
 		return err
 	}
+	pid := host.PID()
 	h.mu.Lock()
 	h.hosted[d.Gen] = pid
 	h.mu.Unlock()

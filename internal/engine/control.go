@@ -6,8 +6,12 @@ import (
 	"fmt"
 	"sync"
 
+	"github.com/asynkron/protoactor-go/actor"
+
 	"github.com/sluicehq/sluice/actors"
+	"github.com/sluicehq/sluice/internal/dist"
 	"github.com/sluicehq/sluice/internal/graph"
+	"github.com/sluicehq/sluice/internal/wire"
 	"github.com/sluicehq/sluice/mailbox"
 )
 
@@ -35,8 +39,9 @@ import (
 // by the mailbox under exactly one policy), credits never leak, and a Block
 // stretch drops nothing. The channels' FIFO order (records, barriers,
 // watermarks, gates) is kept, so checkpoints stay consistent across a
-// change. Live changes are for jobs in one process: the gate messages do
-// not cross processes yet.
+// change. In a distributed job, gate messages to senders in other
+// processes travel as wire.Gate, and the change itself as wire.Change
+// (distcontrol.go).
 
 // ErrNoLiveChange is returned for a change the job cannot make while it
 // runs: an unknown operator, one without a mailbox of its own, a
@@ -77,10 +82,7 @@ func Inputs(run *actors.Run) ([]InputInfo, error) {
 			info.Fused = append(info.Fused, n.Name())
 		}
 		if id < len(x.instances) && len(x.instances[id]) > 0 {
-			in := x.instances[id][0]
-			if mb := in.mb.Load(); mb != nil {
-				info.Config = public(mb.Config())
-			}
+			info.Config = x.inputNow(id)
 			x.live.mu.Lock()
 			info.Paused = x.live.paused[id]
 			x.live.mu.Unlock()
@@ -89,11 +91,29 @@ func Inputs(run *actors.Run) ([]InputInfo, error) {
 		case info.Source:
 			info.Live, info.Why = false, "a source has no input"
 		case x.dist != nil:
-			info.Live, info.Why = false, "a distributed job: live changes of inputs are for jobs in one process"
+			if _, ok := x.dist.(dist.Changer); !ok {
+				info.Live, info.Why = false, "a distributed job whose cluster carries no live changes"
+			}
 		}
 		out = append(out, info)
 	}
 	return out, nil
+}
+
+// inputNow is the input of task id's instances now: a mailbox's of this
+// process when one runs here, else (a distributed job whose instances of
+// the task all run elsewhere) the live change in force or the input they
+// were built with. The caller holds instMu.
+func (x *execution) inputNow(id int) mailbox.Config {
+	for _, in := range x.instances[id] {
+		if mb := in.mb.Load(); mb != nil && x.local(in.self) {
+			return public(mb.Config())
+		}
+	}
+	if c, ok := x.liveInput(id); ok {
+		return public(c)
+	}
+	return public(x.instances[id][0].mbCfg) // built elsewhere: written by build only
 }
 
 // public strips what a caller cannot use again from a mailbox's
@@ -111,6 +131,12 @@ func InputStatsOf(run *actors.Run, op string) (mailbox.Stats, error) {
 	if err != nil {
 		return mailbox.Stats{}, err
 	}
+	return x.inputStats(id), nil
+}
+
+// inputStats sums the statistics of the mailboxes of task id's instances
+// in this process.
+func (x *execution) inputStats(id int) mailbox.Stats {
 	x.instMu.RLock()
 	defer x.instMu.RUnlock()
 	var sum mailbox.Stats
@@ -134,7 +160,7 @@ func InputStatsOf(run *actors.Run, op string) (mailbox.Stats, error) {
 		sum.SpillBytes += s.SpillBytes
 		sum.Episodes += s.Episodes
 	}
-	return sum, nil
+	return sum
 }
 
 // findTask finds the task whose chain operator op heads.
@@ -164,7 +190,18 @@ func findTask(run *actors.Run, op string) (*execution, int, error) {
 // instance applies it before SetInput returns; a restart of the job keeps
 // it. An invalid configuration, or one an instance refuses, changes
 // nothing that was not already changed: the error names the instance.
+//
+// For a distributed job, SetInput is called in its coordinator's process:
+// every process hosting instances of op checks the change first, and it is
+// applied in all of them or in none (see distcontrol.go); Spill is refused
+// there (no spill store in common).
 func SetInput(ctx context.Context, run *actors.Run, op string, cfg mailbox.Config) error {
+	return SetInputAt(ctx, run, op, cfg, 0)
+}
+
+// SetInputAt is SetInput on behalf of a desired-state version (reported
+// per process of a distributed job by AppliedOf).
+func SetInputAt(ctx context.Context, run *actors.Run, op string, cfg mailbox.Config, version uint64) error {
 	x, id, err := findTask(run, op)
 	if err != nil {
 		return err
@@ -174,7 +211,7 @@ func SetInput(ctx context.Context, run *actors.Run, op string, cfg mailbox.Confi
 	case head.Role() == graph.RoleSource:
 		return fmt.Errorf("%w: operator %q is a source: it has no input", ErrNoLiveChange, op)
 	case x.dist != nil:
-		return fmt.Errorf("%w: job %q is distributed: live changes of inputs are for jobs in one process", ErrNoLiveChange, x.topo.Name())
+		return x.setInputDist(ctx, id, cfg, version)
 	}
 	cfg = public(cfg)
 	if pol := x.topo.Config().CheckpointPolicy; (pol.Unaligned || pol.AlignmentTimeout > 0) &&
@@ -311,6 +348,8 @@ type liveInputs struct {
 	mu     sync.Mutex             // guards the maps; never held while waiting
 	inputs map[int]mailbox.Config // by task
 	paused map[int]bool           // sources, by task
+	seq    uint64                 // distributed: the live changes sent, counted
+	nodes  map[string]NodeApplied // distributed: the latest applied, by process
 }
 
 // setInput records task's input (or forgets it, !ok) and returns what it
@@ -453,7 +492,7 @@ func (in *instance) setInput(cfg mailbox.Config) error {
 			}
 			in.ins[ch].every = grantEvery(window(cfg), batch) // from its Gate on (onGateMark)
 			g.pending++
-			in.c.Send(ic.sender, &gateMsg{out: ic.out, credited: true, window: window(cfg), epoch: g.epoch})
+			in.sendGate(ic.sender, &gateMsg{out: ic.out, credited: true, window: window(cfg), epoch: g.epoch})
 		}
 		if g.pending == 0 {
 			mb.SetOverfill(false)
@@ -466,11 +505,21 @@ func (in *instance) setInput(cfg mailbox.Config) error {
 		mb.SetOverfill(false)
 		for ch, ic := range in.ins {
 			if !in.finishedIn[ch] {
-				in.c.Send(ic.sender, &gateMsg{out: ic.out})
+				in.sendGate(ic.sender, &gateMsg{out: ic.out})
 			}
 		}
 	}
 	return nil
+}
+
+// sendGate tells a sender of a change of its channel's gating: as
+// wire.Gate when the sender is in another process.
+func (in *instance) sendGate(sender *actor.PID, m *gateMsg) {
+	if in.exec.local(sender) {
+		in.c.Send(sender, m)
+		return
+	}
+	in.c.Send(sender, &wire.Gate{Out: m.out, Credited: m.credited, Window: m.window, Epoch: m.epoch})
 }
 
 // onGate: a sender hears that its channel m.out is credit-gated again, or

@@ -267,6 +267,7 @@ func (x *execution) deploy() error {
 	if x.restored != nil {
 		d.Checkpoint = &wire.Checkpoint{ID: x.restored.ID, States: x.restored.States, Offsets: x.restored.Offsets}
 	}
+	x.liveDeploy(d)
 	for addr := range x.hosts {
 		if err := x.dist.Deploy(x.ctx, addr, d); err != nil {
 			return fmt.Errorf("deploy generation %d on %s: %w", x.gen, addr, err)
@@ -304,8 +305,9 @@ func (x *execution) stopHosts(skip map[string]bool) map[string]bool {
 // under d.Job, the same as the coordinator's). They are children of one
 // actor, whose PID it returns once they are spawned and started: stopping
 // it stops them, and then the job actor gets wire.Stopped. A failure of an
-// instance goes to the job actor as wire.Failed.
-func HostGeneration(sys *actors.System, dist graph.Distributor, t *graph.Topology, d *wire.Deploy) (*actor.PID, error) {
+// instance goes to the job actor as wire.Failed. The returned Host carries
+// the coordinator's live changes to them.
+func HostGeneration(sys *actors.System, dist graph.Distributor, t *graph.Topology, d *wire.Deploy) (*Host, error) {
 	plan, err := t.Plan()
 	if err != nil {
 		return nil, err
@@ -325,6 +327,10 @@ func HostGeneration(sys *actors.System, dist graph.Distributor, t *graph.Topolog
 	if n := plan.InstanceCount(); len(d.Placement) != n {
 		x.cancel()
 		return nil, fmt.Errorf("operators: host %q generation %d: placement of %d instances, the plan has %d", t.Name(), d.Gen, len(d.Placement), n)
+	}
+	if err := x.adoptLive(d); err != nil {
+		x.cancel()
+		return nil, fmt.Errorf("operators: host %q generation %d: %w", t.Name(), d.Gen, err)
 	}
 	// Latency is measured here as in the job's process and reported with
 	// the counters (a LatencyTarget's controller runs in the job actor:
@@ -348,7 +354,7 @@ func HostGeneration(sys *actors.System, dist graph.Distributor, t *graph.Topolog
 		x.root.Stop(pid)
 		return nil, fmt.Errorf("operators: host %q generation %d: %w", t.Name(), d.Gen, err)
 	}
-	return pid, nil
+	return &Host{x: x, pid: pid}, nil
 }
 
 // hostActor parents one generation's instances in a process other than

@@ -45,6 +45,7 @@ type execution struct {
 	hosts      map[string]bool // distributed: the other processes of the generation
 	jobParent  string          // the id of the actor that parents the instances here
 	instMu     sync.RWMutex    // guards instances against Stats during a restart
+	instGen    int             // the generation of instances (guarded by instMu)
 	instances  [][]*instance
 	byID       map[string]*instance
 	counters   map[*graph.Node][]*stage.Counters
@@ -477,6 +478,7 @@ func (x *execution) build() error {
 	defer x.instMu.Unlock()
 	p, cfg := x.plan, x.topo.Config()
 	x.instances = make([][]*instance, len(p.Chains))
+	x.instGen = x.gen // the generation these instances are (read under instMu)
 	if x.jobParent == "" {
 		x.jobParent = x.jobPID.Id
 	}

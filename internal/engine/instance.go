@@ -197,13 +197,13 @@ func (in *instance) Receive(c actor.Context) {
 			in.committed(m)
 		}
 	case *wire.Credit:
-		if m.Out >= 0 && m.Out < len(in.outs) {
-			if from := sentFrom(c.MessageHeader()); !in.exec.fromProcess(from, in.outs[m.Out].target.Address) {
-				in.exec.forged("credit", from, "the receiver of output "+itoa(m.Out)+" at "+in.outs[m.Out].target.Address)
-				return
-			}
+		if in.fromReceiver(c, "credit", m.Out) {
+			in.onCredit(m)
 		}
-		in.onCredit(m)
+	case *wire.Gate: // a receiver in another process changed its input (control.go)
+		if in.fromReceiver(c, "gate", m.Out) {
+			in.onGate(&gateMsg{out: m.Out, credited: m.Credited, window: m.Window, epoch: m.Epoch})
+		}
 	case *tickMsg:
 		if m.waiter {
 			in.waiterActive = false

@@ -113,3 +113,19 @@ func (in *instance) fromJob(c actor.Context) bool {
 	x.forged("job control message", from, "the job actor at "+x.jobPID.Address)
 	return false
 }
+
+// fromReceiver says whether the message c holds (a credit or a gate for
+// output out) came from the process of that output's receiver; an output
+// that does not exist is left to the handler, which ignores it.
+func (in *instance) fromReceiver(c actor.Context, what string, out int) bool {
+	if out < 0 || out >= len(in.outs) {
+		return true
+	}
+	x := in.exec
+	from, at := sentFrom(c.MessageHeader()), in.outs[out].target.Address
+	if x.fromProcess(from, at) {
+		return true
+	}
+	x.forged(what, from, "the receiver of output "+itoa(out)+" at "+at)
+	return false
+}

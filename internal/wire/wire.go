@@ -143,6 +143,56 @@ type (
 		Gen               int
 		Placement         []string // the address of every instance, by instance number
 		Checkpoint        *Checkpoint
+		// Inputs and Paused are the live changes in force (the engine's
+		// control plane): the input of a task changed while the job ran,
+		// by task, and the sources paused, so that a new generation is
+		// built as the running one was.
+		Inputs map[int]Input
+		Paused []int
+	}
+	// Input is an input mailbox's settings on the wire (mailbox.Config
+	// without what does not cross processes): Policy is mailbox.Overflow's
+	// name.
+	Input struct {
+		Policy                           string
+		Capacity, HighWater, SampleEvery int
+		Rate                             float64
+	}
+	// Change is the coordinator of a distributed job asking a process that
+	// hosts instances of its generation Gen to change them, in two phases
+	// (cluster's change machine): Phase "prepare" checks the change and
+	// keeps it (ID names it), "commit" applies it to the instances there,
+	// "abort" forgets it or, once applied, puts the instances back as they
+	// were. Op is the operator heading the task Task; Input the input to
+	// set, or Pause/Resume the source.
+	Change struct {
+		Job               string // the name the topology is registered under
+		JobAddress, JobID string // the job actor: the coordinator
+		Gen               int
+		ID                uint64
+		Phase             string
+		Version           uint64 // a desired-state version it applies, or 0
+		Task              int
+		Op                string
+		Input             *Input
+		Pause             *bool
+	}
+	// Changed answers Change: Err is the process's reason to refuse it,
+	// empty when it did the phase; Address is the process's.
+	Changed struct {
+		Address string
+		ID      uint64
+		Phase   string
+		Err     string
+	}
+	// Gate tells a sender in another process that its channel Out is
+	// credit-gated from now on (Credited, with Window credits, Epoch naming
+	// the live change) or no longer (see the engine's control plane).
+	Gate struct {
+		Out      int
+		Credited bool
+		Window   int
+		Epoch    int64
 	}
 	// Checkpoint is the checkpoint a generation starts from.
 	Checkpoint struct {
@@ -171,6 +221,7 @@ func (*Credit) IsControl() bool    { return true }
 func (*Barrier) IsControl() bool   { return true }
 func (*Committed) IsControl() bool { return true }
 func (*Drain) IsControl() bool     { return true }
+func (*Gate) IsControl() bool      { return true }
 
 // IsUrgent makes a job's checkpoint announcement overtake the records
 // queued (and spilled) in an instance's mailbox (mailbox.Urgent): a source
