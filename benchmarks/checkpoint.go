@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"sync/atomic"
 	"time"
@@ -90,13 +91,16 @@ func benchUnaligned(ctx context.Context, e *env) ([]Result, error) {
 	// With spill the consumer is slower still (the spill path writes at a
 	// few hundred thousand records a second, which bounds the source), so
 	// that the spill holds 100 000 records and more.
-	measure := func(spill bool, opts ...operators.TopologyOption) (float64, outcome, error) {
+	// once runs the job one time and returns its duration and what the
+	// checkpoints did.
+	once := func(spill bool, opts ...operators.TopologyOption) (int, time.Duration, outcome, error) {
 		n, rounds := n, 3000
 		if spill {
 			n, rounds = e.n(1_000_000), 30_000
 		}
 		var out outcome
-		v, err := best(e.rounds, n, func() (time.Duration, error) {
+		runtime.GC()
+		d, err := func() (time.Duration, error) {
 			dir, err := os.MkdirTemp("", "sluice-ua-bench-")
 			if err != nil {
 				return 0, err
@@ -165,36 +169,63 @@ func benchUnaligned(ctx context.Context, e *env) ([]Result, error) {
 			st := operators.CheckpointStatsOf(run)
 			out.completed, out.last = st.Completed, st.LastDuration
 			return d, nil
-		})
-		return v, out, err
+		}()
+		return n, d, out, err
 	}
-	none, _, err := measure(false)
+	// Rounds measure the three Block variants in a rotating order (none,
+	// aligned, unaligned; then aligned, unaligned, none; ...), so that none
+	// always runs first on a machine warming up or loaded by turns; each
+	// round gives a ratio against its own none, and the result is the
+	// median of those ratios with their spread, beside the median
+	// records/s of each variant.
+	variants := [3][]operators.TopologyOption{nil, {operators.Checkpoints(time.Second)},
+		{operators.Checkpoints(time.Second), operators.UnalignedCheckpoints()}}
+	var rates [3][]float64
+	var ratios [2][]float64
+	var outs [3]outcome
+	for r := range max(e.rounds, 1) {
+		var round [3]float64
+		for k := range 3 {
+			v := (r + k) % 3
+			m, d, o, err := once(false, variants[v]...)
+			if err != nil {
+				return nil, err
+			}
+			round[v] = float64(m) / d.Seconds()
+			rates[v] = append(rates[v], round[v])
+			outs[v].completed += o.completed
+			outs[v].worst = max(outs[v].worst, o.worst)
+		}
+		ratios[0] = append(ratios[0], round[1]/round[0])
+		ratios[1] = append(ratios[1], round[2]/round[0])
+	}
+	none, aligned, unaligned := median(rates[0]), median(rates[1]), median(rates[2])
+	ao, uo := outs[1], outs[2]
+	spread := func(vs []float64) string {
+		s := slices.Sorted(slices.Values(vs))
+		return fmt.Sprintf("median of %d rotated rounds, spread %.3f-%.3f", len(s), s[0], s[len(s)-1])
+	}
+	m, d, so, err := once(true, operators.Checkpoints(500*time.Millisecond), operators.UnalignedCheckpoints())
 	if err != nil {
 		return nil, err
 	}
-	aligned, ao, err := measure(false, operators.Checkpoints(time.Second))
-	if err != nil {
-		return nil, err
-	}
-	unaligned, uo, err := measure(false, operators.Checkpoints(time.Second), operators.UnalignedCheckpoints())
-	if err != nil {
-		return nil, err
-	}
-	spilled, so, err := measure(true, operators.Checkpoints(500*time.Millisecond), operators.UnalignedCheckpoints())
-	if err != nil {
-		return nil, err
-	}
+	spilled := float64(m) / d.Seconds()
 	slices.Sort(so.durations)
 	var p99 time.Duration
 	if len(so.durations) > 0 {
 		p99 = so.durations[min(len(so.durations)-1, len(so.durations)*99/100)]
 	}
-	base := Result{Name: "checkpoint/backpressure-none", Value: none, Unit: "records/s", Note: "keyed count and a consumer ~10x slower than the source (Block, capacity 1024), no checkpoints"}
+	base := Result{Name: "checkpoint/backpressure-none", Value: none, Unit: "records/s", Note: "keyed count and a consumer ~10x slower than the source (Block, capacity 1024), no checkpoints; median of the rounds"}
+	withRatio := func(r Result, ratios []float64) Result {
+		r = r.against(base)
+		r.Ratio = median(ratios) // the median of the rounds' own ratios, not the ratio of medians
+		return r
+	}
 	return []Result{base,
-		Result{Name: "checkpoint/backpressure-aligned-1s", Value: aligned, Unit: "records/s",
-			Note: fmt.Sprintf("aligned checkpoints every second: %d completed, slowest seen %v", ao.completed, ao.worst.Round(time.Millisecond))}.against(base),
-		Result{Name: "checkpoint/backpressure-unaligned-1s", Value: unaligned, Unit: "records/s",
-			Note: fmt.Sprintf("unaligned checkpoints every second: %d completed, slowest seen %v", uo.completed, uo.worst.Round(time.Millisecond))}.against(base),
+		withRatio(Result{Name: "checkpoint/backpressure-aligned-1s", Value: aligned, Unit: "records/s",
+			Note: fmt.Sprintf("aligned checkpoints every second: %d completed in all rounds, slowest seen %v; ratio: %s", ao.completed, ao.worst.Round(time.Millisecond), spread(ratios[0]))}, ratios[0]),
+		withRatio(Result{Name: "checkpoint/backpressure-unaligned-1s", Value: unaligned, Unit: "records/s",
+			Note: fmt.Sprintf("unaligned checkpoints every second: %d completed in all rounds, slowest seen %v; ratio: %s", uo.completed, uo.worst.Round(time.Millisecond), spread(ratios[1]))}, ratios[1]),
 		Result{Name: "checkpoint/spill-unaligned-500ms", Value: spilled, Unit: "records/s",
 			Note: fmt.Sprintf("%d records, a consumer 10x slower still, its input spilling (Spill 1024), unaligned checkpoints every 500 ms: %d completed, %d of them while the spill held >= 100k records (at most %d), p99 duration %v", e.n(1_000_000),
 				so.completed, so.underLoad, so.maxSpill, p99.Round(time.Millisecond))}.against(base),

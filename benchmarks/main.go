@@ -90,7 +90,7 @@ func suite() []benchmark {
 			"producer is done, against mailboxes big enough for everything", "edge spill >= 0.3x the edge in memory", benchSpill},
 		{"checkpoint", "keyed count (2 instances) over 30 M records, checkpoints every second into bbolt against none",
 			"with checkpoints >= 0.9x without", benchCheckpoint},
-		{"checkpoint-unaligned", "keyed count with a consumer about 10x slower than the source, Block back-pressure: unaligned and aligned " +
+		{"checkpoint-unaligned", "keyed count with a consumer about 10x slower than the source, Block back-pressure: unaligned and aligned (rotated rounds, median of their ratios) " +
 			"checkpoints every second against none; then 1 M records with the count's input spilling and unaligned checkpoints every 500 ms",
 			"unaligned >= 0.9x none; with Spill >= 5 checkpoints while the spill holds >= 100 k records, p99 <= 1 s", benchUnaligned},
 		{"checkpoint-ingress", "an app's SendBatch (4096, durable when it returns) through the durable ingress into a checkpointed keyed count " +
