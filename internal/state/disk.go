@@ -557,9 +557,9 @@ func (d *Disk[K, V]) Restore(snaps [][]byte, lo, hi int) error {
 			return &Error{Path: oldLive, Err: err}
 		}
 	}
-	if err := os.RemoveAll(oldLive); err != nil {
-		return &Error{Path: oldLive, Err: err}
-	}
+	// Another instance's sweep may be removing it too (its LOCK is free
+	// now): what either leaves, a later sweep removes.
+	_ = os.RemoveAll(oldLive)
 	if whole {
 		return nil
 	}
