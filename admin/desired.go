@@ -66,7 +66,12 @@ func (d *desiredState) versions(job string) (desiredV, applied uint64) {
 // version was applied or was already.
 func (s *Server) ApplyDocument(ctx context.Context, source string, data []byte) error {
 	doc, err := desired.Parse(source, data)
-	return s.feed(ctx, source, desired.Read{Doc: doc, Err: err, View: s.view()})
+	// The view is read in the document's turn: read before it, a document
+	// applied meanwhile is not in it, and this one is validated (and its
+	// rollback computed) against settings the jobs no longer have.
+	s.ds.feedMu.Lock()
+	defer s.ds.feedMu.Unlock()
+	return s.feedLocked(ctx, source, desired.Read{Doc: doc, Err: err, View: s.view()})
 }
 
 // view is what validation sees of the jobs here.
@@ -110,6 +115,11 @@ func (s *Server) view() desired.View {
 func (s *Server) feed(ctx context.Context, source string, ev desired.Event) error {
 	s.ds.feedMu.Lock()
 	defer s.ds.feedMu.Unlock()
+	return s.feedLocked(ctx, source, ev)
+}
+
+// feedLocked is feed, with feedMu held.
+func (s *Server) feedLocked(ctx context.Context, source string, ev desired.Event) error {
 	var rejected error
 	var named []string // the jobs the document names: a rejection goes in their histories
 	if r, ok := ev.(desired.Read); ok {

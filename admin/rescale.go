@@ -183,7 +183,7 @@ func (s *Server) StopWithSavepoint(ctx context.Context, who, name, sub string) (
 	var dir string
 	ev := Event{Who: who, Job: name, What: "stop", Detail: "with savepoint " + sub}
 	err := func() error {
-		run, err := s.runOf(name)
+		run, err := s.steadyRunOf(name, "stop")
 		if err != nil {
 			return err
 		}

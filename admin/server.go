@@ -183,6 +183,22 @@ func (s *Server) runOf(name string) (*actors.Run, error) {
 	return j.run, nil
 }
 
+// steadyRunOf is runOf for a stop or a savepoint: refused while a rescale
+// is under way (the run it would get is the one the rescale stops, and
+// the rescale then starts the job again).
+func (s *Server) steadyRunOf(name, what string) (*actors.Run, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	j, ok := s.jobs[name]
+	if !ok {
+		return nil, fmt.Errorf("%w %q", ErrNoJob, name)
+	}
+	if j.restarting {
+		return nil, fmt.Errorf("%w: %s job %q: a rescale is under way", ErrRefused, what, name)
+	}
+	return j.run, nil
+}
+
 // record adds an event to its job's history, logs it and traces it.
 func (s *Server) record(ctx context.Context, ev Event, err error) Event {
 	ev.At = s.opts.Clock.Now()
@@ -390,7 +406,7 @@ func (s *Server) SavepointTo(ctx context.Context, who, name, sub string) (uint64
 	var dir string
 	ev := Event{Who: who, Job: name, What: "savepoint"}
 	err := func() error {
-		run, err := s.runOf(name)
+		run, err := s.steadyRunOf(name, "savepoint")
 		if err != nil {
 			return err
 		}
@@ -421,7 +437,7 @@ func (s *Server) Stop(ctx context.Context, who, name string) (uint64, error) {
 	var id uint64
 	ev := Event{Who: who, Job: name, What: "stop"}
 	err := func() error {
-		run, err := s.runOf(name)
+		run, err := s.steadyRunOf(name, "stop")
 		if err != nil {
 			return err
 		}

@@ -100,6 +100,9 @@ func (Codec[T]) Encode(msg any) ([]byte, error) {
 			if m.I < 0 || int(m.I) >= env.Count {
 				return nil, fmt.Errorf("envelope seq %d: sampled record %d of %d", env.Seq, m.I, env.Count)
 			}
+			if len(m.ID) > maxMarkID { // Decode refuses it
+				return nil, fmt.Errorf("envelope seq %d: sampled record %d: id of %d bytes (at most %d): %.64q", env.Seq, m.I, len(m.ID), maxMarkID, m.ID)
+			}
 			out = binary.AppendUvarint(out, uint64(m.I))
 			out = appendString(out, m.ID)
 			tid, sid := m.SC.TraceID(), m.SC.SpanID()

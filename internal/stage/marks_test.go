@@ -1,7 +1,10 @@
 package stage
 
 import (
+	"bytes"
+	"encoding/binary"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 
@@ -69,7 +72,7 @@ func TestEnvelopeCodecRefusesBadMarks(t *testing.T) {
 		"out of order": enc(testMark(2, "a", 1), testMark(1, "b", 2)),
 		"duplicate":    enc(testMark(1, "a", 1), testMark(1, "b", 2)),
 		"invalid":      enc(Mark{I: 0, ID: "x"}),
-		"id too long":  enc(testMark(0, strings.Repeat("x", maxMarkID+1), 1)),
+		"id too long":  longMarkID(enc(testMark(0, strings.Repeat("x", maxMarkID), 1))),
 	} {
 		if _, err := c.Decode(data); err == nil || !strings.Contains(err.Error(), "envelope seq 9") {
 			t.Errorf("%s: decoded (err %v)", name, err)
@@ -78,6 +81,17 @@ func TestEnvelopeCodecRefusesBadMarks(t *testing.T) {
 	if _, err := c.Encode(&actors.Envelope{Kind: actors.Data, Count: 1, Payload: &Batch[int64]{Vs: []int64{1}, Tr: []Mark{testMark(3, "a", 1)}}}); err == nil {
 		t.Fatal("a mark beyond the batch was encoded")
 	}
+}
+
+// longMarkID makes the envelope data, whose one mark's id is maxMarkID
+// bytes of x, say an id a byte longer (Encode refuses to write one).
+func longMarkID(data []byte) []byte {
+	x := []byte(strings.Repeat("x", maxMarkID))
+	i := bytes.Index(data, x)
+	n := binary.PutUvarint(make([]byte, binary.MaxVarintLen64), maxMarkID)
+	out := binary.AppendUvarint(slices.Clone(data[:i-n]), maxMarkID+1)
+	out = append(append(out, 'x'), data[i:]...)
+	return out
 }
 
 func FuzzEnvelopeDecodeMarks(f *testing.F) {
@@ -168,3 +182,30 @@ func TestMarksFollowRecords(t *testing.T) {
 }
 
 func slicesClone[T any](s []T) []T { return append([]T(nil), s...) }
+
+// TestEnvelopeCodecLongMarkID: Encode never writes an envelope that Decode
+// refuses. A sampled record's id is its operator's name, instance and
+// ordinal, and an operator's name has no bound: an id over maxMarkID used
+// to encode (into the spill, or onto the wire) and then fail to decode
+// there, losing the batch far from its cause. Encode refuses it, naming
+// the record.
+func TestEnvelopeCodecLongMarkID(t *testing.T) {
+	c := Codec[event]{}
+	for _, n := range []int{maxMarkID - 10, maxMarkID, maxMarkID + 1, 4 * maxMarkID} {
+		id := strings.Repeat("o", n-2) + "/1"
+		in := &actors.Envelope{Kind: actors.Data, Seq: 5, Count: 1, Payload: &Batch[event]{Vs: sampleEvents()[:1], Tr: []Mark{testMark(0, id, 7)}}}
+		data, err := c.Encode(in)
+		if err != nil {
+			if n <= maxMarkID {
+				t.Fatalf("id of %d bytes: %v", n, err)
+			}
+			if !strings.Contains(err.Error(), "id of") {
+				t.Fatalf("id of %d bytes: the error does not name the id: %v", n, err)
+			}
+			continue
+		}
+		if _, err := c.Decode(data); err != nil {
+			t.Fatalf("id of %d bytes: Encode wrote an envelope that Decode refuses: %v", n, err)
+		}
+	}
+}

@@ -118,6 +118,16 @@ func removeUnlocked(dir string) {
 }
 
 func (d *Disk[K, V]) open() error {
+	db, err := d.openAt(d.live)
+	if err != nil {
+		return err
+	}
+	d.db = db
+	return nil
+}
+
+// openAt opens the working database in dir.
+func (d *Disk[K, V]) openAt(dir string) (*pebble.DB, error) {
 	if d.bcache == nil {
 		d.bcache = pebble.NewCache(8 << 20)
 	}
@@ -126,13 +136,12 @@ func (d *Disk[K, V]) open() error {
 	// levels below: each checkpoint's flush is one L0 file, so most
 	// checkpoints add only it, and one in about eight pays for the
 	// compaction (the bound on what a restore and a read go through).
-	db, err := pebble.Open(d.live, &pebble.Options{Cache: d.bcache, MemTableSize: mt, DisableWAL: true, Logger: quiet{},
+	db, err := pebble.Open(dir, &pebble.Options{Cache: d.bcache, MemTableSize: mt, DisableWAL: true, Logger: quiet{},
 		L0CompactionThreshold: 8, L0StopWritesThreshold: 32})
 	if err != nil {
-		return &Error{Path: d.live, Err: err}
+		return nil, &Error{Path: dir, Err: err}
 	}
-	d.db = db
-	return nil
+	return db, nil
 }
 
 type quiet struct{}
@@ -516,26 +525,43 @@ func (d *Disk[K, V]) Restore(snaps [][]byte, lo, hi int) error {
 		}
 		dirs[i] = dir
 	}
-	clear(d.m)
-	d.bytes, d.last = 0, nil
-	if err := d.db.Close(); err != nil {
-		return &Error{Path: d.live, Err: err}
+	// The restored database is built in a new directory and opened before
+	// the old one is closed and removed: every instance's OpenDisk removes
+	// the working databases whose LOCK is free (removeUnlocked), so the
+	// directory of one being rebuilt in place, its LOCK free between the
+	// close and the open, was removed under it (links and all) by another
+	// instance of the operator opening its table at the same time. A new
+	// directory has no LOCK until it is opened: it is left alone.
+	live, err := os.MkdirTemp(filepath.Join(d.opDir, "live"), strconv.Itoa(d.inst)+"-")
+	if err != nil {
+		return &Error{Path: d.opDir, Err: err}
 	}
-	d.db = nil
-	if err := os.RemoveAll(d.live); err != nil {
-		return &Error{Path: d.live, Err: err}
-	}
-	if len(dirs) == 1 && lo <= 0 && hi == AllGroups {
-		if err := linkTree(dirs[0], d.live); err != nil {
+	whole := len(dirs) == 1 && lo <= 0 && hi == AllGroups
+	if whole {
+		if err := linkTree(dirs[0], live); err != nil {
+			_ = os.RemoveAll(live)
 			return err
 		}
-		return d.open()
 	}
-	if err := os.MkdirAll(d.live, 0o755); err != nil {
-		return &Error{Path: d.live, Err: err}
-	}
-	if err := d.open(); err != nil {
+	db, err := d.openAt(live)
+	if err != nil {
+		_ = os.RemoveAll(live)
 		return err
+	}
+	old, oldLive := d.db, d.live
+	d.db, d.live = db, live
+	clear(d.m)
+	d.bytes, d.last = 0, nil
+	if old != nil {
+		if err := old.Close(); err != nil {
+			return &Error{Path: oldLive, Err: err}
+		}
+	}
+	// Another instance's sweep may be removing it too (its LOCK is free
+	// now): what either leaves, a later sweep removes.
+	_ = os.RemoveAll(oldLive)
+	if whole {
+		return nil
 	}
 	lo, hi = max(lo, 0), min(hi, 128)
 	for _, dir := range dirs {

@@ -1,0 +1,63 @@
+package admin_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/sluicehq/sluice/actors"
+	"github.com/sluicehq/sluice/admin"
+	"github.com/sluicehq/sluice/operators"
+	"github.com/sluicehq/sluice/persistence"
+)
+
+// TestStopDuringRescale: a stop asked for while a rescale is under way is
+// refused (ErrRefused). It used to drain the run the rescale was stopping,
+// report the job stopped ("applied", with a final checkpoint), and the
+// rescale then started the job again: it ran on after a stop said done.
+func TestStopDuringRescale(t *testing.T) {
+	sys, ctx := newSystem(t)
+	top := operators.NewTopology("clicks")
+	src := operators.Source(top, "src", operators.Generate(operators.Unbounded, func(i int64) int64 { return i }))
+	keyed := operators.KeyBy(src, "by-user", func(v int64) int64 { return v % 10 }, operators.Parallelism(2))
+	operators.Sink(operators.Count(keyed, "count"), "sink", operators.SinkFunc(func(operators.KV[int64, int64]) error { return nil }))
+	opts := []operators.TopologyOption{operators.Checkpoints(time.Hour), operators.CheckpointStore(persistence.NewMemoryCheckpointStore())}
+	job, err := operators.Start(ctx, sys, top, opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv, err := admin.New(admin.Options{Token: testToken, SavepointDir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	start := admin.TopologyStarter(sys, top, opts...)
+	var stopErr error
+	if err := srv.AddRestartable(job.Run(), func(sctx context.Context, r admin.Restart) (*actors.Run, error) {
+		_, stopErr = srv.Stop(ctx, "test", "clicks") // between the old run's stop and the new run's start
+		return start(sctx, r)
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := srv.Rescale(ctx, "test", "clicks", map[string]int{"count": 3}); err != nil {
+		t.Fatal(err)
+	}
+	run, err := srv.Current("clicks")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		_ = run.Drain(ctx)
+		_ = run.Wait(ctx)
+	}()
+	select {
+	case <-run.Done():
+	default:
+		if stopErr == nil {
+			t.Fatal("the stop asked for during the rescale was reported applied, and the rescaled job runs")
+		}
+	}
+	if !errors.Is(stopErr, admin.ErrRefused) {
+		t.Fatalf("the stop during the rescale: %v, want ErrRefused", stopErr)
+	}
+}
