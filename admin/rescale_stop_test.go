@@ -3,6 +3,7 @@ package admin_test
 import (
 	"context"
 	"errors"
+	"strings"
 	"testing"
 	"time"
 
@@ -12,8 +13,8 @@ import (
 	"github.com/sluicehq/sluice/persistence"
 )
 
-// TestStopDuringRescale: a stop asked for while a rescale is under way is
-// refused (ErrRefused). It used to drain the run the rescale was stopping,
+// TestStopDuringRescale: a stop, an input change or a pause asked for
+// while a rescale is under way is refused (ErrRefused). It used to drain the run the rescale was stopping,
 // report the job stopped ("applied", with a final checkpoint), and the
 // rescale then started the job again: it ran on after a stop said done.
 func TestStopDuringRescale(t *testing.T) {
@@ -32,9 +33,14 @@ func TestStopDuringRescale(t *testing.T) {
 		t.Fatal(err)
 	}
 	start := admin.TopologyStarter(sys, top, opts...)
-	var stopErr error
+	var stopErr, inputErr, pauseErr error
 	if err := srv.AddRestartable(job.Run(), func(sctx context.Context, r admin.Restart) (*actors.Run, error) {
-		_, stopErr = srv.Stop(ctx, "test", "clicks") // between the old run's stop and the new run's start
+		// Between the old run's stop and the new run's start: a stop, and
+		// changes the rescale would lose (it carries over the settings it
+		// read before the stop).
+		_, stopErr = srv.Stop(ctx, "test", "clicks")
+		inputErr = srv.SetInput(ctx, "test", "clicks", "count", admin.Input{Capacity: 4096})
+		pauseErr = srv.Pause(ctx, "test", "clicks", "src", true)
 		return start(sctx, r)
 	}); err != nil {
 		t.Fatal(err)
@@ -59,5 +65,9 @@ func TestStopDuringRescale(t *testing.T) {
 	}
 	if !errors.Is(stopErr, admin.ErrRefused) {
 		t.Fatalf("the stop during the rescale: %v, want ErrRefused", stopErr)
+	}
+	if !errors.Is(inputErr, admin.ErrRefused) || !errors.Is(pauseErr, admin.ErrRefused) ||
+		!strings.Contains(inputErr.Error(), "rescale is under way") || !strings.Contains(pauseErr.Error(), "rescale is under way") {
+		t.Fatalf("changes during the rescale: input %v, pause %v; want both ErrRefused", inputErr, pauseErr)
 	}
 }

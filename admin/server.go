@@ -183,9 +183,10 @@ func (s *Server) runOf(name string) (*actors.Run, error) {
 	return j.run, nil
 }
 
-// steadyRunOf is runOf for a stop or a savepoint: refused while a rescale
-// is under way (the run it would get is the one the rescale stops, and
-// the rescale then starts the job again).
+// steadyRunOf is runOf for a change, a stop or a savepoint: refused while
+// a rescale is under way (the run it would get is the one the rescale
+// stops; the rescale then starts the job again with the settings it read
+// before the stop, and the change would be lost though recorded).
 func (s *Server) steadyRunOf(name, what string) (*actors.Run, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -308,7 +309,7 @@ func (s *Server) setInput(ctx context.Context, ev Event, in Input) error {
 
 func (s *Server) applyInput(ctx context.Context, ev *Event, in Input) error {
 	ev.Detail = in.String()
-	run, err := s.runOf(ev.Job)
+	run, err := s.steadyRunOf(ev.Job, "change the input of")
 	if err != nil {
 		return err
 	}
@@ -348,7 +349,7 @@ func (s *Server) SetLatencyTarget(ctx context.Context, who, name string, d time.
 func (s *Server) setLatencyTarget(ctx context.Context, ev Event, d time.Duration) error {
 	ev.Detail = d.String()
 	err := func() error {
-		run, err := s.runOf(ev.Job)
+		run, err := s.steadyRunOf(ev.Job, "change the latency target of")
 		if err != nil {
 			return err
 		}
@@ -379,7 +380,7 @@ func (s *Server) pause(ctx context.Context, ev Event, pause bool) error {
 		}
 	}
 	err := func() error {
-		run, err := s.runOf(ev.Job)
+		run, err := s.steadyRunOf(ev.Job, ev.What)
 		if err != nil {
 			return err
 		}

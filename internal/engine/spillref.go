@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"encoding/binary"
 	"fmt"
+	"net/url"
 	"slices"
 	"strings"
 
@@ -153,7 +154,7 @@ func readSpillRef(st *mailbox.SpillStore, r spillRef, codec mailbox.Codec, c int
 // spillQueue names the spill queue of instance idx of operator op.
 func (x *execution) spillQueue(op string, idx int) string {
 	if x.spillRefs {
-		return fmt.Sprintf("%s/%s.%d@%s", x.topo.Name(), op, idx, x.launchTag)
+		return fmt.Sprintf("%s/%s.%d@%s", url.PathEscape(x.topo.Name()), op, idx, x.launchTag)
 	}
 	return fmt.Sprintf("%s/%s.%d", x.jobPID.Id, op, idx)
 }
@@ -204,7 +205,7 @@ func (x *execution) deleteQueues(del func(queue string) bool) error {
 	if err != nil {
 		return fmt.Errorf("spill store: %w", err)
 	}
-	prefix := x.topo.Name() + "/"
+	prefix := url.PathEscape(x.topo.Name()) + "/" // escaped: job "a" must not take job "a/b"'s queues
 	for _, q := range names {
 		rest, ok := strings.CutPrefix(q, prefix)
 		if !ok || !strings.Contains(rest, "@") || !del(q) {
