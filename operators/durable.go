@@ -1,6 +1,7 @@
 package operators
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -140,13 +141,25 @@ func (d *DurableIngress[T]) Stats() DurableIngressStats {
 var ErrDurableIngressClosed = durablelog.ErrClosed
 
 func (d *DurableIngress[T]) encode(vs []T) ([][]byte, error) {
-	recs := make([][]byte, len(vs))
+	// One encoder and one buffer for the batch; each record is its slice of
+	// it (the log keeps them until its commit, which Append waits for).
+	var buf bytes.Buffer
+	enc := msgpack.GetEncoder()
+	defer msgpack.PutEncoder(enc)
+	enc.Reset(&buf)
+	ends := make([]int, len(vs))
 	for i := range vs {
-		b, err := msgpack.Marshal(&vs[i])
-		if err != nil {
+		if err := enc.Encode(&vs[i]); err != nil {
 			return nil, fmt.Errorf("operators: durable ingress %q: encode: %w", d.name, err)
 		}
-		recs[i] = b
+		ends[i] = buf.Len()
+	}
+	all := buf.Bytes()
+	recs := make([][]byte, len(vs))
+	start := 0
+	for i, end := range ends {
+		recs[i] = all[start:end:end]
+		start = end
 	}
 	return recs, nil
 }

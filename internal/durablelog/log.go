@@ -198,6 +198,7 @@ func (l *Log) commitPending() {
 		if recs == nil {
 			return errors.New("its bucket is gone")
 		}
+		recs.FillPercent = 1 // keys only ever grow: fill pages before splitting them
 		off := next
 		var key [8]byte
 		for _, b := range bs {
