@@ -38,15 +38,23 @@ var (
 	ErrTrimmed = errors.New("durable log: offset trimmed")
 )
 
-// rootBucket holds one bucket per log: records under 8-byte big-endian
-// offsets in its "records" bucket, and the keys first (the trim point) and
-// closed.
+// rootBucket holds one bucket per log: its records in its "records"
+// bucket, and the keys first (the trim point), closed and format. In
+// format 2 (logs created since it) each appended batch is one group under
+// the 8-byte big-endian offset of its first record (encodeGroup), so an
+// append writes one key a batch and a trim deletes one a batch; in format
+// 1 (a log without the format key that already holds records) each record
+// is under its own offset, and such a log keeps that format.
 var (
 	rootBucket = []byte("sluice.ingress")
 	recBucket  = []byte("records")
 	firstKey   = []byte("first")
 	closedKey  = []byte("closed")
+	formatKey  = []byte("format")
 )
+
+// ErrCorrupt: a group of records in the store does not decode.
+var ErrCorrupt = errors.New("durable log: corrupt group")
 
 // Log is one named log in a store. It is safe for concurrent use.
 type Log struct {
@@ -63,6 +71,7 @@ type Log struct {
 	queued  int64         // records in pending batches, reserved against capacity
 	closing bool          // Close was called: append nothing more
 	closed  bool          // ended durably
+	grouped bool          // format 2: one key per appended batch (else one per record)
 	changed chan struct{} // closed and replaced when next, read or closed change
 }
 
@@ -104,6 +113,18 @@ func Open(db *bolt.DB, name string, capacity int) (*Log, error) {
 			return fmt.Errorf("trim point %d beyond the end %d", l.first, l.next)
 		}
 		l.closed = b.Get(closedKey) != nil
+		switch f := b.Get(formatKey); {
+		case f == nil:
+			if k, _ := recs.Cursor().First(); k != nil || l.next > 0 {
+				return nil // format 1: a log of an earlier version
+			}
+			l.grouped = true
+			return b.Put(formatKey, []byte{2})
+		case len(f) == 1 && f[0] == 2:
+			l.grouped = true
+		default:
+			return fmt.Errorf("format %v: this build reads formats 1 and 2", f)
+		}
 		return nil
 	})
 	if err != nil {
@@ -200,11 +221,18 @@ func (l *Log) commitPending() {
 		}
 		recs.FillPercent = 1 // keys only ever grow: fill pages before splitting them
 		off := next
-		var key [8]byte
 		for _, b := range bs {
+			if l.grouped {
+				if len(b.recs) > 0 {
+					if err := recs.Put(offsetKey(off), encodeGroup(b.recs)); err != nil {
+						return err
+					}
+				}
+				off += int64(len(b.recs))
+				continue
+			}
 			for _, r := range b.recs {
-				binary.BigEndian.PutUint64(key[:], uint64(off))
-				if err := recs.Put(key[:], r); err != nil {
+				if err := recs.Put(offsetKey(off), r); err != nil {
 					return err
 				}
 				off++
@@ -279,15 +307,21 @@ func (l *Log) Trim(offset int64) error {
 	err := l.db.Update(func(tx *bolt.Tx) error {
 		b := tx.Bucket(rootBucket).Bucket(l.name)
 		c := b.Bucket(recBucket).Cursor()
-		var key [8]byte
-		binary.BigEndian.PutUint64(key[:], uint64(first))
-		for k, _ := c.Seek(key[:]); k != nil && int64(binary.BigEndian.Uint64(k)) < offset; k, _ = c.Next() {
+		for k, v := c.First(); k != nil && int64(binary.BigEndian.Uint64(k)) < offset; k, v = c.Next() {
+			if l.grouped {
+				n, err := groupLen(v)
+				if err != nil {
+					return fmt.Errorf("group at %d: %w", binary.BigEndian.Uint64(k), err)
+				}
+				if int64(binary.BigEndian.Uint64(k))+int64(n) > offset {
+					break // the group holds records kept: it stays whole
+				}
+			}
 			if err := c.Delete(); err != nil {
 				return err
 			}
 		}
-		binary.BigEndian.PutUint64(key[:], uint64(offset))
-		return b.Put(firstKey, key[:])
+		return b.Put(firstKey, offsetKey(offset))
 	})
 	if err != nil {
 		return fmt.Errorf("durable log %q: trim to %d: %w", l.name, offset, err)
@@ -348,9 +382,12 @@ func (r *Reader) Read(buf [][]byte) (int, error) {
 	n := 0
 	err := l.db.View(func(tx *bolt.Tx) error {
 		c := tx.Bucket(rootBucket).Bucket(l.name).Bucket(recBucket).Cursor()
-		var key [8]byte
-		binary.BigEndian.PutUint64(key[:], uint64(r.off))
-		for k, v := c.Seek(key[:]); k != nil && int64(n) < want; k, v = c.Next() {
+		if l.grouped {
+			var err error
+			n, err = readGroups(c, r.off, buf[:want])
+			return err
+		}
+		for k, v := c.Seek(offsetKey(r.off)); k != nil && int64(n) < want; k, v = c.Next() {
 			if got := int64(binary.BigEndian.Uint64(k)); got != r.off+int64(n) {
 				return fmt.Errorf("record %d missing (found %d): %w", r.off+int64(n), got, ErrTrimmed)
 			}
@@ -393,4 +430,107 @@ func (r *Reader) Wait(ctx context.Context) error {
 			return ctx.Err()
 		}
 	}
+}
+
+func offsetKey(off int64) []byte {
+	var key [8]byte
+	binary.BigEndian.PutUint64(key[:], uint64(off))
+	return key[:]
+}
+
+// encodeGroup encodes a batch of records: the count, then each record's
+// length and bytes, all lengths as uvarints.
+func encodeGroup(recs [][]byte) []byte {
+	size := binary.MaxVarintLen64
+	for _, r := range recs {
+		size += binary.MaxVarintLen64 + len(r)
+	}
+	out := make([]byte, 0, size)
+	out = binary.AppendUvarint(out, uint64(len(recs)))
+	for _, r := range recs {
+		out = binary.AppendUvarint(out, uint64(len(r)))
+		out = append(out, r...)
+	}
+	return out
+}
+
+// groupLen is the number of records a group says it holds, checked
+// against its size (every record takes at least a byte).
+func groupLen(v []byte) (int, error) {
+	n, k := binary.Uvarint(v)
+	if k <= 0 || n == 0 || n > uint64(len(v)-k) {
+		return 0, fmt.Errorf("%w: count %d in %d bytes", ErrCorrupt, n, len(v))
+	}
+	return int(n), nil
+}
+
+// groupIter walks the records of a group without copying them.
+type groupIter struct {
+	v    []byte
+	left int
+}
+
+func newGroupIter(v []byte) (groupIter, error) {
+	n, err := groupLen(v)
+	if err != nil {
+		return groupIter{}, err
+	}
+	_, k := binary.Uvarint(v)
+	return groupIter{v: v[k:], left: n}, nil
+}
+
+// next returns the group's next record (aliasing the store's bytes).
+func (g *groupIter) next() ([]byte, error) {
+	if g.left == 0 {
+		return nil, fmt.Errorf("%w: no record left", ErrCorrupt)
+	}
+	size, k := binary.Uvarint(g.v)
+	if k <= 0 || size > uint64(len(g.v)-k) {
+		return nil, fmt.Errorf("%w: a record of %d bytes in the %d left", ErrCorrupt, size, len(g.v))
+	}
+	r := g.v[k : k+int(size)]
+	g.v = g.v[k+int(size):]
+	g.left--
+	if g.left == 0 && len(g.v) != 0 {
+		return nil, fmt.Errorf("%w: %d bytes after the last record", ErrCorrupt, len(g.v))
+	}
+	return r, nil
+}
+
+// readGroups copies into buf the records from offset off on, from the
+// groups of format 2, and returns how many (len(buf) unless some are
+// missing, which is an error).
+func readGroups(c *bolt.Cursor, off int64, buf [][]byte) (int, error) {
+	k, v := c.Seek(offsetKey(off))
+	if k == nil || int64(binary.BigEndian.Uint64(k)) > off {
+		k, v = c.Prev() // the group that holds off starts before it
+	}
+	n := 0
+	for ; k != nil && n < len(buf); k, v = c.Next() {
+		first, pos := int64(binary.BigEndian.Uint64(k)), off+int64(n)
+		if first > pos {
+			return n, fmt.Errorf("record %d missing (the next group starts at %d): %w", pos, first, ErrTrimmed)
+		}
+		g, err := newGroupIter(v)
+		if err != nil {
+			return n, fmt.Errorf("group at %d: %w", first, err)
+		}
+		if first+int64(g.left) <= pos {
+			continue // a group that ends before off
+		}
+		for i := first; g.left > 0 && n < len(buf); i++ {
+			r, err := g.next()
+			if err != nil {
+				return n, fmt.Errorf("group at %d, record %d: %w", first, i, err)
+			}
+			if i >= pos {
+				buf[n] = append([]byte(nil), r...)
+				n++
+			}
+		}
+	}
+	if n < len(buf) {
+		return n, fmt.Errorf("records %d to %d missing: %w", off+int64(n), off+int64(len(buf)), ErrTrimmed)
+	}
+	return n, nil
 }
