@@ -81,6 +81,9 @@ func (x *execution) setupLatency() error {
 	x.sheds = make(map[[2]int]*shedPoint)
 	sh := &shedder{points: make(map[string][]*shedPoint), born: make(map[[2]int]int64), offered: make(map[[2]int]int64), started: x.now(),
 		probeOffered: make(map[[2]int]int64)}
+	// Looks start with the job: the first window's are measured from its
+	// start (with the sources' reads as its arrivals, see shed.Probe).
+	sh.probePrev, sh.probeAt = make([]latencySnap, len(p.Chains)), sh.started
 	point := func(from, to int) *shedPoint {
 		k := [2]int{from, to}
 		if x.sheds[k] == nil {
@@ -301,6 +304,9 @@ func (x *execution) probeLatency() {
 			born, offered := l.lastBorn.Load(), l.offered.Load()
 			if born != 0 && offered > sh.probeOffered[k] { // read since the last look
 				p.Lag = max(p.Lag, time.Duration(now-born))
+				if p.Length > 0 {
+					p.Arrivals += float64(offered-sh.probeOffered[k]) / p.Length.Seconds()
+				}
 			}
 			sh.probeOffered[k] = offered
 		}

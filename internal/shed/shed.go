@@ -181,6 +181,11 @@ type Probe struct {
 	Window time.Duration // the windows' length (the drain rate's horizon)
 	Loads  []Load        // by task; Gain is ignored (the latest window's is used)
 	Lag    time.Duration
+	// Arrivals is the records a second the sources read since the last
+	// look: used before the first window, when the controller has no
+	// window's arrivals yet (a job overloaded from its start would
+	// otherwise queue a whole window's excess before its first cut).
+	Arrivals float64
 }
 
 // Load is one task's work in a window.
@@ -389,10 +394,14 @@ func (c Controller) Step(w Window) (Controller, []Action) {
 // that dips in mid-window so costs a look's time, not a window or two. It
 // does not change c.
 func (c Controller) Probe(p Probe) (Controller, []Action) {
-	if c.Probed || c.Arrivals <= 0 {
+	arrivals := c.Arrivals
+	if arrivals <= 0 {
+		arrivals = p.Arrivals // before the first window
+	}
+	if c.Probed || arrivals <= 0 {
 		return c, nil
 	}
-	w := Window{Length: p.Length, Loads: p.Loads, Arrivals: c.Arrivals, Lag: p.Lag}
+	w := Window{Length: p.Length, Loads: p.Loads, Arrivals: arrivals, Lag: p.Lag}
 	b, _ := c.bottleneck(w)
 	if b < 0 || c.Tasks[b].Point == "" || w.Loads[b].Capacity <= 0 || c.wait(w, b) <= c.Target {
 		return c, nil

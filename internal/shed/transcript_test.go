@@ -21,7 +21,7 @@ import (
 //	                                   cap: each task's capacity, records/s; queued: records
 //	                                   waiting at each task's inputs
 //	repeat n=5 p99=... util=...        the same window n times, one output line each
-//	probe util=(0,1) cap=(0,600) queued=(0,200) [lag=50ms length=250ms]
+//	probe util=(0,1) cap=(0,600) queued=(0,200) [lag=50ms length=250ms arrivals=3000]
 //	                                   a look between windows (Controller.Probe) of
 //	                                   length (250ms by default), windows of 1s
 func TestTranscripts(t *testing.T) {
@@ -71,7 +71,7 @@ func TestTranscripts(t *testing.T) {
 			case "probe":
 				w := windowArg(t, d, len(c.Tasks), 250*time.Millisecond)
 				before := describe(c)
-				next, acts := c.Probe(Probe{Length: w.Length, Window: time.Second, Loads: w.Loads, Lag: w.Lag})
+				next, acts := c.Probe(Probe{Length: w.Length, Window: time.Second, Loads: w.Loads, Lag: w.Lag, Arrivals: w.Arrivals})
 				if after := describe(c); after != before {
 					t.Fatalf("%s: Probe changed its input state", d.Pos)
 				}
