@@ -260,43 +260,8 @@ func SetInputAt(ctx context.Context, run *actors.Run, op string, cfg mailbox.Con
 	x.instMu.RLock()
 	insts := append([]*instance(nil), x.instances[id]...)
 	x.instMu.RUnlock()
-	replies := make(chan setInputReply, len(insts))
-	for _, in := range insts {
-		x.root.Send(in.self, &setInputMsg{cfg: spillFor(cfg, in.idx), reply: replies})
-	}
-	var errs []error
-	var done []setInputReply
-	for range insts {
-		select {
-		case r := <-replies:
-			if r.err != nil {
-				errs = append(errs, r.err)
-			} else {
-				done = append(done, r)
-			}
-		case <-x.done:
-			return fmt.Errorf("%w: job %q ended during the change", ErrNoLiveChange, x.topo.Name())
-		case <-ctx.Done():
-			return fmt.Errorf("operator %q: set input: %w", op, context.Cause(ctx))
-		}
-	}
-	if err := errors.Join(errs...); err != nil {
-		// Whole or nothing: the instances that changed go back.
-		back := make(chan setInputReply, len(done))
-		for _, r := range done {
-			x.root.Send(r.in.self, &setInputMsg{cfg: r.prev, reply: back})
-		}
-		for range done {
-			select {
-			case r := <-back:
-				if r.err != nil {
-					errs = append(errs, fmt.Errorf("undo: %w", r.err))
-				}
-			case <-x.done:
-			case <-ctx.Done():
-			}
-		}
-		return errors.Join(errs...)
+	if _, err := x.setInputs(ctx, op, insts, func(in *instance) mailbox.Config { return spillFor(cfg, in.idx) }); err != nil {
+		return err
 	}
 	ok = true
 	return nil

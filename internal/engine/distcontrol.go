@@ -211,9 +211,16 @@ func (x *execution) applyLocal(ctx context.Context, id int, cfg mailbox.Config) 
 		}
 	}
 	x.instMu.RUnlock()
+	return x.setInputs(ctx, x.plan.Chains[id][0].Name(), insts, func(*instance) mailbox.Config { return cfg })
+}
+
+// setInputs sends each instance of insts its new input (cfgOf) and waits
+// for all of them: whole or not at all, the instances that changed put
+// back when one refuses; it returns what undoes the change (undoLocal).
+func (x *execution) setInputs(ctx context.Context, op string, insts []*instance, cfgOf func(*instance) mailbox.Config) ([]setInputReply, error) {
 	replies := make(chan setInputReply, len(insts))
 	for _, in := range insts {
-		x.root.Send(in.self, &setInputMsg{cfg: cfg, reply: replies})
+		x.root.Send(in.self, &setInputMsg{cfg: cfgOf(in), reply: replies})
 	}
 	var errs []error
 	var done []setInputReply
@@ -226,9 +233,9 @@ func (x *execution) applyLocal(ctx context.Context, id int, cfg mailbox.Config) 
 				done = append(done, r)
 			}
 		case <-x.done:
-			return done, fmt.Errorf("job %q ended during the change", x.topo.Name())
+			return done, fmt.Errorf("%w: job %q ended during the change", ErrNoLiveChange, x.topo.Name())
 		case <-ctx.Done():
-			return done, fmt.Errorf("set input: %w", context.Cause(ctx))
+			return done, fmt.Errorf("operator %q: set input: %w", op, context.Cause(ctx))
 		}
 	}
 	if err := errors.Join(errs...); err != nil {
