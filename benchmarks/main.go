@@ -99,7 +99,7 @@ func suite() []benchmark {
 		{"latency", "unfused 4-stage pipeline: latency measured (the default) against NoLatencyStats, alternating rounds",
 			"measurement costs <= 3 % throughput", benchLatency},
 		{"tracing", "unfused 4-stage pipeline over 10 M records, per-record tracing: no telemetry (no provider) against an SDK tracer (spans to a " +
-			"discarding exporter) with TraceRatio 0 (off) and 1 % of records (a span per operator for each)",
+			"discarding exporter) with TraceRatio 0 (off) and 1 % of records (a span per operator for each); rotated rounds, medians of their ratios",
 			"off >= 0.99x no telemetry; 1 % >= 0.95x no telemetry", benchTracing},
 		{"journal", "bbolt journal with real fsyncs: group commit (64 and 1024 concurrent appenders, one event per Append) against bbolt's own " +
 			"db.Batch with the same writers (and one db.Update per event as context); recovery of a 1 M-event journal with a snapshot every 10 k",

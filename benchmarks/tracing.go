@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"slices"
 	"time"
 
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
@@ -16,14 +17,15 @@ import (
 // benchTracing runs the unfused pipeline without telemetry (the no-op
 // provider: tracing code is skipped), and with an SDK tracer (spans go to
 // an exporter that discards them) tracing no record (TraceRatio 0: the
-// tracer is there, nothing is sampled), 1 % of the records (each sampled
-// record gets a span at each of the 4 operators) and, over fewer records,
-// every record as context.
+// tracer is there, nothing is sampled) and 1 % of the records (each
+// sampled record gets a span at each of the 4 operators), in rotated
+// rounds.
 func benchTracing(ctx context.Context, e *env) ([]Result, error) {
 	n := e.n(10_000_000)
-	ratio := 0.0
-	measure := func(tp trace.TracerProvider) (float64, error) {
-		return best(e.rounds, n, func() (time.Duration, error) {
+	// once runs the pipeline one time with tp (nil: no telemetry) and the
+	// given ratio, and returns its records/s.
+	once := func(tp trace.TracerProvider, ratio float64) (float64, error) {
+		return best(1, n, func() (time.Duration, error) {
 			sys, err := actors.NewSystem(actors.Config{Name: "tracing", TracerProvider: tp})
 			if err != nil {
 				return 0, err
@@ -52,29 +54,53 @@ func benchTracing(ctx context.Context, e *env) ([]Result, error) {
 	sdk := func(s sdktrace.Sampler) *sdktrace.TracerProvider {
 		return sdktrace.NewTracerProvider(sdktrace.WithSampler(s), sdktrace.WithBatcher(tracetest.NewNoopExporter()))
 	}
-	none, err := measure(nil)
-	if err != nil {
-		return nil, err
-	}
-	var out []Result
-	base := Result{Name: "tracing/no-telemetry", Value: none, Unit: "records/s", Note: "no-op provider: tracing code skipped"}
-	out = append(out, base)
-	for _, c := range []struct {
+	cases := []struct {
 		name  string
+		sdk   bool
 		ratio float64
 		note  string
 	}{
-		{"tracing/sdk-off", 0, "SDK tracer, TraceRatio 0: no record sampled"},
-		{"tracing/sdk-1pct", 0.01, "SDK tracer, 1 % of records sampled, a span per operator each"},
-	} {
-		tp := sdk(sdktrace.AlwaysSample())
-		ratio = c.ratio
-		v, err := measure(tp)
-		tp.Shutdown(ctx)
-		if err != nil {
-			return nil, err
+		{"tracing/no-telemetry", false, 0, "no-op provider: tracing code skipped"},
+		{"tracing/sdk-off", true, 0, "SDK tracer, TraceRatio 0: no record sampled"},
+		{"tracing/sdk-1pct", true, 0.01, "SDK tracer, 1 % of records sampled, a span per operator each"},
+	}
+	// Rounds measure the three in a rotating order; each round gives the
+	// two ratios against its own no-telemetry run, and the results are the
+	// medians with their spread.
+	rates := make([][]float64, len(cases))
+	ratios := make([][]float64, len(cases))
+	for r := range max(e.rounds, 1) {
+		round := make([]float64, len(cases))
+		for k := range cases {
+			i := (r + k) % len(cases)
+			var tp trace.TracerProvider
+			var stp *sdktrace.TracerProvider
+			if cases[i].sdk {
+				stp = sdk(sdktrace.AlwaysSample())
+				tp = stp
+			}
+			v, err := once(tp, cases[i].ratio)
+			if stp != nil {
+				stp.Shutdown(ctx)
+			}
+			if err != nil {
+				return nil, err
+			}
+			round[i] = v
+			rates[i] = append(rates[i], v)
 		}
-		out = append(out, Result{Name: c.name, Value: v, Unit: "records/s", Note: c.note}.against(base))
+		for i := 1; i < len(cases); i++ {
+			ratios[i] = append(ratios[i], round[i]/round[0])
+		}
+	}
+	base := Result{Name: cases[0].name, Value: median(rates[0]), Unit: "records/s", Note: cases[0].note + "; median of the rounds"}
+	out := []Result{base}
+	for i := 1; i < len(cases); i++ {
+		sr := slices.Sorted(slices.Values(ratios[i]))
+		res := Result{Name: cases[i].name, Value: median(rates[i]), Unit: "records/s",
+			Note: fmt.Sprintf("%s; ratio: median of %d rotated rounds, spread %.3f-%.3f", cases[i].note, len(sr), sr[0], sr[len(sr)-1])}.against(base)
+		res.Ratio = median(ratios[i])
+		out = append(out, res)
 	}
 	return out, nil
 }
