@@ -93,9 +93,9 @@ func benchUnaligned(ctx context.Context, e *env) ([]Result, error) {
 	// that the spill holds 100 000 records and more.
 	// once runs the job one time and returns its duration and what the
 	// checkpoints did.
-	once := func(spill bool, opts ...operators.TopologyOption) (int, time.Duration, outcome, error) {
+	once := func(spill, slow bool, opts ...operators.TopologyOption) (int, time.Duration, outcome, error) {
 		n, rounds := n, 3000
-		if spill {
+		if slow {
 			n, rounds = e.n(1_000_000), 30_000
 		}
 		var out outcome
@@ -187,7 +187,7 @@ func benchUnaligned(ctx context.Context, e *env) ([]Result, error) {
 		var round [3]float64
 		for k := range 3 {
 			v := (r + k) % 3
-			m, d, o, err := once(false, variants[v]...)
+			m, d, o, err := once(false, false, variants[v]...)
 			if err != nil {
 				return nil, err
 			}
@@ -205,16 +205,26 @@ func benchUnaligned(ctx context.Context, e *env) ([]Result, error) {
 		s := slices.Sorted(slices.Values(vs))
 		return fmt.Sprintf("median of %d rotated rounds, spread %.3f-%.3f", len(s), s[0], s[len(s)-1])
 	}
-	m, d, so, err := once(true, operators.Checkpoints(500*time.Millisecond), operators.UnalignedCheckpoints())
+	m, d, so, err := once(true, true, operators.Checkpoints(500*time.Millisecond), operators.UnalignedCheckpoints())
 	if err != nil {
 		return nil, err
 	}
 	spilled := float64(m) / d.Seconds()
-	slices.Sort(so.durations)
-	var p99 time.Duration
-	if len(so.durations) > 0 {
-		p99 = so.durations[min(len(so.durations)-1, len(so.durations)*99/100)]
+	// The same slow job with its count's input under Block (back-pressure
+	// to the source instead of a spill).
+	bm, bd, bo, err := once(false, true, operators.Checkpoints(500*time.Millisecond), operators.UnalignedCheckpoints())
+	if err != nil {
+		return nil, err
 	}
+	blocked := float64(bm) / bd.Seconds()
+	p99Of := func(ds []time.Duration) time.Duration {
+		if len(ds) == 0 {
+			return 0
+		}
+		ds = slices.Sorted(slices.Values(ds))
+		return ds[min(len(ds)-1, len(ds)*99/100)]
+	}
+	p99, bp99 := p99Of(so.durations), p99Of(bo.durations)
 	base := Result{Name: "checkpoint/backpressure-none", Value: none, Unit: "records/s", Note: "keyed count and a consumer ~10x slower than the source (Block, capacity 1024), no checkpoints; median of the rounds"}
 	withRatio := func(r Result, ratios []float64) Result {
 		r = r.against(base)
@@ -229,6 +239,9 @@ func benchUnaligned(ctx context.Context, e *env) ([]Result, error) {
 		Result{Name: "checkpoint/spill-unaligned-500ms", Value: spilled, Unit: "records/s",
 			Note: fmt.Sprintf("%d records, a consumer 10x slower still, its input spilling (Spill 1024), unaligned checkpoints every 500 ms: %d completed, %d of them while the spill held >= 100k records (at most %d), p99 duration %v", e.n(1_000_000),
 				so.completed, so.underLoad, so.maxSpill, p99.Round(time.Millisecond))}.against(base),
+		Result{Name: "checkpoint/slow-block-unaligned-500ms", Value: blocked, Unit: "records/s",
+			Note: fmt.Sprintf("the same %d records and consumer under Block (capacity 1024, back-pressure to the source), unaligned checkpoints every 500 ms: %d completed, p99 duration %v, slowest %v", e.n(1_000_000),
+				bo.completed, bp99.Round(time.Millisecond), bo.worst.Round(time.Millisecond))}.against(base),
 	}, nil
 }
 

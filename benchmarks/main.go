@@ -91,7 +91,7 @@ func suite() []benchmark {
 		{"checkpoint", "keyed count (2 instances) over 30 M records, checkpoints every second into bbolt against none",
 			"with checkpoints >= 0.9x without", benchCheckpoint},
 		{"checkpoint-unaligned", "keyed count with a consumer about 10x slower than the source, Block back-pressure: unaligned and aligned (rotated rounds, median of their ratios) " +
-			"checkpoints every second against none; then 1 M records with the count's input spilling and unaligned checkpoints every 500 ms",
+			"checkpoints every second against none; then 1 M records with the count's input spilling and unaligned checkpoints every 500 ms, and the same job under Block",
 			"unaligned >= 0.9x none; with Spill >= 5 checkpoints while the spill holds >= 100 k records, p99 <= 1 s", benchUnaligned},
 		{"checkpoint-ingress", "an app's SendBatch (4096, durable when it returns) through the durable ingress into a checkpointed keyed count " +
 			"against the same records through a Spill mailbox into a store of its own (fsynced per 4096-message group)",
