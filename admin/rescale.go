@@ -366,8 +366,12 @@ func (s *Server) rescale(ctx context.Context, ev *Event, par map[string]int, out
 	out.Parallelism = taskPar(nrun)
 	out.Pause = clock.Since(s.opts.Clock, t0)
 	ev.Detail += fmt.Sprintf(": paused %v", out.Pause.Round(time.Millisecond))
-	if gone := pruneRescaleDirs(s.opts.SavepointDir, ev.Job, keptRescales); len(gone) > 0 {
+	gone, perr := pruneRescaleDirs(s.opts.SavepointDir, ev.Job, keptRescales)
+	if len(gone) > 0 {
 		ev.Detail += fmt.Sprintf("; removed older rescale savepoints %s", strings.Join(gone, ", "))
+	}
+	if perr != nil {
+		s.log.Warn("rescale: an older rescale savepoint could not be removed", "job", ev.Job, "err", perr)
 	}
 	return nil
 }
@@ -416,17 +420,19 @@ func nextRescaleDir(dir, job string) string {
 }
 
 // pruneRescaleDirs removes all but the newest keep rescale savepoints of
-// job under dir and returns the names it removed.
-func pruneRescaleDirs(dir, job string, keep int) []string {
+// job under dir and returns the names it removed, and what it could not.
+func pruneRescaleDirs(dir, job string, keep int) ([]string, error) {
 	ds := rescaleDirs(dir, job)
 	var gone []string
-	for len(ds) > keep {
-		if os.RemoveAll(filepath.Join(dir, ds[0])) == nil {
-			gone = append(gone, ds[0])
+	var errs []error
+	for ; len(ds) > keep; ds = ds[1:] {
+		if err := os.RemoveAll(filepath.Join(dir, ds[0])); err != nil {
+			errs = append(errs, err)
+			continue
 		}
-		ds = ds[1:]
+		gone = append(gone, ds[0])
 	}
-	return gone
+	return gone, errors.Join(errs...)
 }
 
 // maxParallelism bounds a rescale's parallelism.

@@ -27,9 +27,9 @@ func TestRescaleDirs(t *testing.T) {
 	if got := nextRescaleDir(dir, "a/b"); got != "rescale-a%2Fb-1" {
 		t.Fatalf("a job name with a slash: %q, want it escaped", got)
 	}
-	gone := pruneRescaleDirs(dir, "q5", keptRescales)
-	if !slices.Equal(gone, []string{"rescale-q5-1"}) {
-		t.Fatalf("pruned %v, want [rescale-q5-1]", gone)
+	gone, err := pruneRescaleDirs(dir, "q5", keptRescales)
+	if err != nil || !slices.Equal(gone, []string{"rescale-q5-1"}) {
+		t.Fatalf("pruned %v (%v), want [rescale-q5-1]", gone, err)
 	}
 	ents, _ := os.ReadDir(dir)
 	var left []string

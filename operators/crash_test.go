@@ -355,17 +355,25 @@ func testUnalignedCrash(t *testing.T, policy string) {
 			t.Fatalf("after kills the output in %s differs from the run that was never killed (%d vs %d bytes)", dir, len(got), len(want))
 		}
 	}, env)
+	checkUnalignedRestores(t, policy, kills, newest)
+	t.Logf("%s: %d kills, restores up to checkpoint %d, %d channels of in-flight records restored (%d from a spill range); output identical as sets of lines",
+		policy, kills, newest, crashInFlight, crashSpillRefs)
+}
+
+// checkUnalignedRestores fails an unaligned crash test whose restores
+// proved nothing: none restored in-flight records, none went past
+// checkpoint 5 (every killed run stored a checkpoint before its kill, so
+// the restores go on to later ones), or, under Spill, none restored
+// records from a spill range by reference.
+func checkUnalignedRestores(t *testing.T, policy string, kills int, newest uint64) {
+	t.Helper()
 	if crashInFlight == 0 {
 		t.Fatalf("%d kills, restores up to checkpoint %d, but none restored in-flight records: the checkpoints were not unaligned", kills, newest)
 	}
-	// Every killed run stored a checkpoint before its kill: the restores
-	// went on to later ones.
 	if newest < 5 {
 		t.Fatalf("%d kills, but the restores reached checkpoint %d only", kills, newest)
 	}
 	if policy == "spill" && crashSpillRefs == 0 {
 		t.Fatalf("%d kills, restores up to checkpoint %d, but none restored in-flight records from the spill by reference", kills, newest)
 	}
-	t.Logf("%s: %d kills, restores up to checkpoint %d, %d channels of in-flight records restored (%d from a spill range); output identical as sets of lines",
-		policy, kills, newest, crashInFlight, crashSpillRefs)
 }
