@@ -2,8 +2,13 @@ package main
 
 import (
 	"context"
+	"encoding/binary"
 	"fmt"
 	"log/slog"
+	"os"
+	"path/filepath"
+	"strconv"
+	"sync/atomic"
 	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
@@ -13,6 +18,7 @@ import (
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/sluicehq/sluice/cluster"
+	"github.com/sluicehq/sluice/operators"
 )
 
 // remoteRecord is what the cross-node benchmarks send: a small record, as
@@ -173,4 +179,191 @@ func benchRemote(ctx context.Context, e *env) ([]Result, error) {
 		sluiceR.against(rawR),
 		Result{Name: "remote/sluice-vs-in-process", Value: sluice, Unit: "msgs/s"}.against(localR),
 	}, nil
+}
+
+// benchRemoteTopology measures records crossing nodes inside a topology:
+// a job source -> map -> sink whose map runs on a second node (two cluster
+// nodes in this process on loopback, OffCoordinator: the source and the
+// sink on the coordinator), so every record crosses twice, in sluice's
+// batches of 256 with credits. The baseline is raw protoactor remote
+// carrying the same batches: two actor systems, a batch of 256 int64s per
+// message (a BytesValue of their varints) to an actor on the second system
+// that applies the same map and sends the batch back, the same number of
+// batches in flight (16 per edge, 32 in all), the same sum checked.
+func benchRemoteTopology(ctx context.Context, e *env) ([]Result, error) {
+	n := e.n(5_000_000)
+	const batch, inFlight = 256, 32
+	quiet := slog.New(slog.DiscardHandler)
+	want := int64(0)
+	for i := range int64(n) {
+		want += pipeMap(pipeGen(i))
+	}
+
+	// The baseline.
+	startRaw := func() (*actor.ActorSystem, *remote.Remote, error) {
+		sys := quietSystem()
+		r := remote.NewRemote(sys, remote.Configure("127.0.0.1", 0,
+			remote.WithDialOptions(grpc.WithTransportCredentials(insecure.NewCredentials()))))
+		if err := func() (err error) {
+			defer func() {
+				if p := recover(); p != nil {
+					err = fmt.Errorf("remote: %v", p)
+				}
+			}()
+			r.Start()
+			return nil
+		}(); err != nil {
+			return nil, nil, err
+		}
+		return sys, r, nil
+	}
+	sysA, remA, err := startRaw()
+	if err != nil {
+		return nil, err
+	}
+	defer func() { remA.Shutdown(false); sysA.Shutdown() }()
+	sysB, remB, err := startRaw()
+	if err != nil {
+		return nil, err
+	}
+	defer func() { remB.Shutdown(false); sysB.Shutdown() }()
+	decode := func(b []byte, into []int64) []int64 {
+		for len(b) > 0 {
+			v, k := binary.Varint(b)
+			if k <= 0 {
+				break
+			}
+			into, b = append(into, v), b[k:]
+		}
+		return into
+	}
+	encode := func(vs []int64) []byte {
+		out := make([]byte, 0, len(vs)*binary.MaxVarintLen64)
+		for _, v := range vs {
+			out = binary.AppendVarint(out, v)
+		}
+		return out
+	}
+	round := 0
+	raw, err := best(e.rounds, n, func() (time.Duration, error) {
+		round++
+		credits := make(chan struct{}, inFlight)
+		done := make(chan struct{})
+		var sum, seen int64
+		sinkName, mapName := fmt.Sprintf("raw-sink-%d", round), fmt.Sprintf("raw-map-%d", round)
+		var buf []int64
+		sink, err := sysA.Root.SpawnNamed(actor.PropsFromFunc(func(c actor.Context) {
+			if m, ok := c.Message().(*wrapperspb.BytesValue); ok {
+				buf = decode(m.Value, buf[:0])
+				for _, v := range buf {
+					sum += v
+				}
+				if seen += int64(len(buf)); seen == int64(n) {
+					close(done)
+				}
+				<-credits
+			}
+		}), sinkName)
+		if err != nil {
+			return 0, err
+		}
+		sinkPID := actor.NewPID(sysA.Address(), sink.Id)
+		var mbuf []int64
+		if _, err := sysB.Root.SpawnNamed(actor.PropsFromFunc(func(c actor.Context) {
+			if m, ok := c.Message().(*wrapperspb.BytesValue); ok {
+				mbuf = decode(m.Value, mbuf[:0])
+				for i, v := range mbuf {
+					mbuf[i] = pipeMap(v)
+				}
+				c.Send(sinkPID, &wrapperspb.BytesValue{Value: encode(mbuf)})
+			}
+		}), mapName); err != nil {
+			return 0, err
+		}
+		mapPID := actor.NewPID(sysB.Address(), mapName)
+		start := time.Now()
+		out := make([]int64, 0, batch)
+		for i := int64(0); i < int64(n); i++ {
+			if out = append(out, pipeGen(i)); len(out) == batch || i == int64(n)-1 {
+				credits <- struct{}{}
+				sysA.Root.Send(mapPID, &wrapperspb.BytesValue{Value: encode(out)})
+				out = out[:0]
+			}
+		}
+		select {
+		case <-done:
+		case <-time.After(2 * time.Minute):
+			return 0, fmt.Errorf("raw remote batches: %d of %d records arrived", seen, n)
+		}
+		d := time.Since(start)
+		if sum != want {
+			return 0, fmt.Errorf("raw remote batches: sum %d, want %d", sum, want)
+		}
+		return d, nil
+	})
+	if err != nil {
+		return nil, err
+	}
+
+	// sluice: the job on two nodes.
+	var sum atomic.Int64
+	jobs := cluster.Jobs{"hop": func() *operators.Topology {
+		t := operators.NewTopology("hop")
+		src := operators.Source(t, "source", operators.Generate(int64(n), pipeGen), operators.NoFusion())
+		m := operators.Map(src, "map", pipeMap, operators.NoFusion())
+		operators.Sink(m, "sink", operators.SinkFunc(func(v int64) error { sum.Add(v); return nil }), operators.NoFusion())
+		return t
+	}}
+	dir, err := os.MkdirTemp("", "sluice-bench-remote-")
+	if err != nil {
+		return nil, err
+	}
+	defer os.RemoveAll(dir)
+	cl := "bench-" + strconv.FormatInt(time.Now().UnixNano(), 36)
+	nodeA, err := cluster.Start(ctx, cluster.Config{Name: "bench-a", ClusterName: cl, Jobs: jobs, Logger: quiet, Store: filepath.Join(dir, "a.db")})
+	if err != nil {
+		return nil, err
+	}
+	defer nodeA.Stop(ctx)
+	nodeB, err := cluster.Start(ctx, cluster.Config{Name: "bench-b", ClusterName: cl, Jobs: jobs, Logger: quiet, Store: filepath.Join(dir, "b.db"),
+		Peers: []string{nodeA.Address()}})
+	if err != nil {
+		return nil, err
+	}
+	defer nodeB.Stop(ctx)
+	actx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	if _, err := nodeA.AwaitMembers(actx, 2); err != nil {
+		return nil, err
+	}
+	placedOn := ""
+	topo, err := best(e.rounds, n, func() (time.Duration, error) {
+		sum.Store(0)
+		start := time.Now()
+		run, err := cluster.Run(ctx, nodeA, "hop", cluster.RunOptions{OffCoordinator: true})
+		if err != nil {
+			return 0, err
+		}
+		where := cluster.PlacementOf(run)
+		if err := run.Wait(ctx); err != nil {
+			return 0, err
+		}
+		d := time.Since(start)
+		if where[nodeB.Address()] == 0 {
+			return 0, fmt.Errorf("remote topology: nothing ran on the second node: %v", where)
+		}
+		placedOn = fmt.Sprint(where)
+		if got := sum.Load(); got != want {
+			return 0, fmt.Errorf("remote topology: sum %d, want %d", got, want)
+		}
+		return d, nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	rawR := Result{Name: "remote-topology/base-protoactor-batched", Value: raw, Unit: "records/s",
+		Note: fmt.Sprintf("%d records, two remote hops (A -> map on B -> A), a BytesValue of %d varints per message, %d batches in flight", n, batch, inFlight)}
+	topoR := Result{Name: "remote-topology/sluice-vs-base-protoactor-batched", Value: topo, Unit: "records/s",
+		Note: fmt.Sprintf("job source -> map -> sink, the map on the second node (%s instances per address), batches of %d with credits; time from Run to the job's end", placedOn, batch)}
+	return []Result{rawR, topoR.against(rawR)}, nil
 }
