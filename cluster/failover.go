@@ -58,6 +58,9 @@ type (
 		Granted    bool
 		Promised   uint64 // the voter's promised epoch after the request
 		Reason     string // why it was refused
+		// Behind: refused because the candidate's copy of the log is
+		// behind the voter's (the voter should stand rather than it).
+		Behind bool
 	}
 )
 
@@ -111,6 +114,20 @@ func (s *logStore) stand(name, self string) (req claimRequest, err error) {
 	return req, err
 }
 
+// observe raises the epoch this copy of the log promised to one a voter
+// has promised (to nobody in particular: the vote record is left as it
+// is), so that its next stand asks for a newer epoch than the voters have
+// seen. Raising a promise is always safe: it only refuses more.
+func (s *logStore) observe(name string, epoch uint64) error {
+	return s.update(name, func(l *logTx) error {
+		if epoch <= l.meta.promised || epoch >= replication.Limit-1 {
+			return nil
+		}
+		l.meta.promised = epoch
+		return l.saveMeta()
+	})
+}
+
 // grant decides a candidate's request on this node's copy of the log.
 func (s *logStore) grant(req *claimRequest) (resp claimResponse, err error) {
 	resp = claimResponse{Log: req.Log}
@@ -128,6 +145,7 @@ func (s *logStore) grant(req *claimRequest) (resp claimResponse, err error) {
 				resp.Reason = fmt.Sprintf("epoch %d was promised to another", req.Epoch)
 			}
 		case req.LastEpoch < lastEpoch || req.LastEpoch == lastEpoch && req.LastIndex < last:
+			resp.Behind = true
 			resp.Reason = fmt.Sprintf("the candidate's copy (entry %d of epoch %d) is behind this one (entry %d of epoch %d)",
 				req.LastIndex, req.LastEpoch, last, lastEpoch)
 		default:
@@ -449,8 +467,12 @@ func (n *Node) stand(job string, lost Member) {
 	// Rank k waits k FailureTimeouts before its first attempt; attempts
 	// that lose are retried after a random quarter to three quarters of a
 	// FailureTimeout (candidates that split the votes do not meet again),
-	// for as long as the job is orphaned, up to 30 FailureTimeouts.
+	// or one to two FailureTimeouts when a voter's copy of the log was
+	// ahead of this one (that voter can win, and this node's stands would
+	// only outbid it), for as long as the job is orphaned, up to 30
+	// FailureTimeouts.
 	deadline := time.Now().Add(30 * ft)
+	behind := false
 	for attempt := 0; time.Now().Before(deadline); attempt++ {
 		_, run, err := n.lastRecord(log)
 		if err != nil || run == nil || !run.Running || run.CoordinatorID != lost.ID {
@@ -479,7 +501,10 @@ func (n *Node) stand(job string, lost Member) {
 			}
 		}
 		delay := time.Duration(rank) * ft
-		if attempt > 0 {
+		switch {
+		case attempt > 0 && behind:
+			delay = ft + rand.N(ft)
+		case attempt > 0:
 			delay = ft/4 + rand.N(ft/2)
 		}
 		if !wait(delay) {
@@ -488,7 +513,9 @@ func (n *Node) stand(job string, lost Member) {
 		if _, run, err = n.lastRecord(log); err != nil || run == nil || !run.Running || run.CoordinatorID != lost.ID {
 			return
 		}
-		epoch, ok := n.claim(run, log)
+		var epoch uint64
+		var ok bool
+		epoch, ok, behind = n.claim(run, log)
 		if ok && n.takeOver(job, run, lost, epoch) {
 			return
 		}
@@ -497,16 +524,24 @@ func (n *Node) stand(job string, lost Member) {
 }
 
 // claim stands for the log's next epoch and asks the other copies; it
-// returns the epoch and true with the votes of a majority of them.
-func (n *Node) claim(run *runRecord, log string) (uint64, bool) {
+// returns the epoch and true with the votes of a majority of them, and
+// whether a voter refused because its copy was ahead of this one's.
+//
+// A lost election raises this copy's promise to the newest epoch a voter
+// said it promised (Raft's rule that a candidate adopts a newer term it
+// hears of): without it, a copy that is up to date but had promised less
+// than one that is behind asked for epochs the other had already promised
+// itself, at every attempt, while the one behind could never win (a CI
+// run of TestPartitionRandomCuts saw no takeover within 30 s so).
+func (n *Node) claim(run *runRecord, log string) (epoch uint64, won, behind bool) {
 	logs, err := n.logs()
 	if err != nil {
-		return 0, false
+		return 0, false, false
 	}
 	req, err := logs.stand(log, n.cfg.Name)
 	if err != nil {
 		n.log.Warn("failover: stand", "log", log, "err", err)
-		return 0, false
+		return 0, false, false
 	}
 	need := len(run.Copies)/2 + 1
 	type answer struct {
@@ -534,8 +569,13 @@ func (n *Node) claim(run *runRecord, log string) (uint64, bool) {
 		}()
 	}
 	votes := 1
+	var newer uint64 // the newest epoch a voter had promised
 	for range asked {
 		a := <-answers
+		if a.err == nil && a.resp.Voter == a.from && a.resp.Log == log && !a.resp.Granted {
+			newer = max(newer, a.resp.Promised)
+			behind = behind || a.resp.Behind
+		}
 		switch {
 		case a.err != nil:
 			n.log.Info("failover: no vote", "log", log, "from", a.from, "err", a.err)
@@ -547,8 +587,14 @@ func (n *Node) claim(run *runRecord, log string) (uint64, bool) {
 			n.log.Info("failover: vote refused", "log", log, "from", a.from, "reason", a.resp.Reason)
 		}
 	}
-	n.log.Info("failover: election", "log", log, "epoch", req.Epoch, "votes", votes, "of", len(run.Copies), "needed", need)
-	return req.Epoch, votes >= need
+	won = votes >= need
+	n.log.Info("failover: election", "log", log, "epoch", req.Epoch, "votes", votes, "of", len(run.Copies), "needed", need, "newer", newer, "behind", behind)
+	if !won && newer > req.Epoch {
+		if err := logs.observe(log, newer); err != nil {
+			n.log.Warn("failover: raise the promised epoch", "log", log, "epoch", newer, "err", err)
+		}
+	}
+	return req.Epoch, won, behind
 }
 
 // takeOver runs job here, leading its log in the epoch won.

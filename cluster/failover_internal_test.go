@@ -113,6 +113,63 @@ func TestElectionRules(t *testing.T) {
 	}
 }
 
+// TestElectionCatchesUp: a copy that is up to date but promised less
+// than a copy that is behind wins once it adopts the epoch it was refused
+// for (claim's observe), and the one behind learns that it is (Behind)
+// without raising the other's promise. Before, the two kept asking for
+// epochs the other had promised, the one behind could never win, and the
+// job stayed orphaned until both gave up.
+func TestElectionCatchesUp(t *testing.T) {
+	const log = "checkpoints/job"
+	a, b := copyOf(t, "a"), copyOf(t, "b")
+	replicate(t, a, log, 1, 5) // a holds the coordinator's last entry, b not
+	replicate(t, b, log, 1, 4)
+	var rb claimRequest
+	for range 3 { // b, ranked first, stood three times: epoch 4 promised to itself
+		var err error
+		if rb, err = b.stand(log, "b"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	g, err := a.grant(&rb)
+	if err != nil || g.Granted || !g.Behind {
+		t.Fatalf("a's answer to b, whose copy is behind: %+v %v (want refused, Behind)", g, err)
+	}
+	if g.Promised != 1 {
+		t.Fatalf("a refusing a copy behind raised its promise to %d: a live leader's replica would be fenced", g.Promised)
+	}
+	ra, _ := a.stand(log, "a") // epoch 2: below b's promise
+	g, _ = b.grant(&ra)
+	if g.Granted || g.Behind || g.Promised != 4 {
+		t.Fatalf("b's answer to a's epoch 2: %+v (want refused for its promise 4)", g)
+	}
+	if err := a.observe(log, g.Promised); err != nil {
+		t.Fatal(err)
+	}
+	ra, _ = a.stand(log, "a")
+	if ra.Epoch != 5 {
+		t.Fatalf("a stands at epoch %d after hearing of 4, want 5", ra.Epoch)
+	}
+	if g, _ = b.grant(&ra); !g.Granted {
+		t.Fatalf("b refused a, up to date, a newer epoch: %+v", g)
+	}
+	if err := a.takeOfficeAt(log, 5, "a"); err != nil {
+		t.Fatalf("a takes office in the epoch it won: %v", err)
+	}
+	// observe never lowers a promise, and a raised promise alone is no
+	// vote: a candidate asking for exactly that epoch is refused.
+	if err := b.observe(log, 2); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.observe(log, 7); err != nil {
+		t.Fatal(err)
+	}
+	c := claimRequest{Log: log, Epoch: 7, Candidate: "c", LastIndex: 5, LastEpoch: 1}
+	if g, _ = b.grant(&c); g.Granted || g.Promised != 7 {
+		t.Fatalf("an epoch raised by observe was granted as if promised: %+v", g)
+	}
+}
+
 // TestLogRecords: every entry stands on its own: a run record keeps the
 // newest checkpoint when it is rewritten, entries of the older kinds still
 // decode, and damaged ones are errors.

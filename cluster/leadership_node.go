@@ -232,7 +232,7 @@ func (n *Node) standLeadership(job string) {
 			if _, ok := a.(leadClaim); !ok {
 				continue
 			}
-			epoch, ok := n.claim(run, log)
+			epoch, ok, _ := n.claim(run, log)
 			t2, next := n.leadStep(job, leadClaimed{OK: ok}, nil)
 			for _, b := range next {
 				if _, ok := b.(leadTakeOver); ok {
