@@ -56,6 +56,68 @@ func TestTrimAndReadInsideGroups(t *testing.T) {
 	}
 }
 
+// Reads of every size through groups, with a trim between them, give the
+// records in order: a read resumes inside a group where the last stopped
+// (the reader's hint) and starts over when that group is gone.
+func TestReadsResumeInsideGroups(t *testing.T) {
+	db := openDB(t, filepath.Join(t.TempDir(), "log.db"))
+	defer db.Close()
+	l, err := Open(db, "in", 1<<20)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	var want []string
+	for b, size := range []int{40, 1, 17, 64, 3} {
+		var recs [][]byte
+		for i := range size {
+			v := fmt.Sprintf("%d.%d", b, i)
+			recs = append(recs, []byte(v))
+			want = append(want, v)
+		}
+		if _, err := l.Append(ctx, recs); err != nil {
+			t.Fatal(err)
+		}
+	}
+	r, err := l.Reader(0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	trimmed := false
+	for k := 1; len(got) < len(want); k++ {
+		if !trimmed && len(got) >= 45 {
+			trimmed = true
+			// the reader stopped inside the third group; trim the first
+			// two and the reader goes on
+			if r.hint.pos == 0 {
+				t.Fatalf("no hint after a read that stopped inside a group (at %d)", len(got))
+			}
+			if err := l.Trim(41); err != nil {
+				t.Fatal(err)
+			}
+		}
+		buf := make([][]byte, k%7+1)
+		n, err := r.Read(buf)
+		if err != nil {
+			t.Fatalf("read at %d: %v", len(got), err)
+		}
+		for _, b := range buf[:n] {
+			got = append(got, string(b))
+		}
+	}
+	if !slices.Equal(got, want) {
+		t.Fatalf("read %v\nwant %v", got, want)
+	}
+	// A hint that no longer names a group (its group trimmed) is dropped.
+	r2, _ := l.Reader(60)
+	r2.hint = groupHint{first: 0, at: 60, pos: 5}
+	buf := make([][]byte, 4)
+	if n, err := r2.Read(buf); err != nil || n != 4 || string(buf[0]) != want[60] {
+		t.Fatalf("read with a stale hint: %d %v %q, want %q", n, err, buf[0], want[60])
+	}
+}
+
 // A log written by an earlier version (one key a record, no format key)
 // is read, appended to and trimmed in its own format.
 func TestFormatOneLog(t *testing.T) {

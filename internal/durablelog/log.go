@@ -360,8 +360,19 @@ func (l *Log) Reader(offset int64) (*Reader, error) {
 
 // Reader reads a log in order. Its methods are for one goroutine at a time.
 type Reader struct {
-	l   *Log
-	off int64
+	l    *Log
+	off  int64
+	hint groupHint
+}
+
+// groupHint is where the last Read stopped inside a group of format 2:
+// the group's first offset, and the offset and byte position of the next
+// record in it, so that the next Read starts there instead of walking the
+// group's records from its start again (a source reads 256 records at a
+// time from groups of up to 4 096).
+type groupHint struct {
+	first, at int64
+	pos       int // bytes into the group's value; 0: no hint
 }
 
 // Read fills buf with the records from the reader's offset (the slices
@@ -384,7 +395,7 @@ func (r *Reader) Read(buf [][]byte) (int, error) {
 		c := tx.Bucket(rootBucket).Bucket(l.name).Bucket(recBucket).Cursor()
 		if l.grouped {
 			var err error
-			n, err = readGroups(c, r.off, buf[:want])
+			n, err = readGroups(c, r.off, buf[:want], &r.hint)
 			return err
 		}
 		for k, v := c.Seek(offsetKey(r.off)); k != nil && int64(n) < want; k, v = c.Next() {
@@ -499,11 +510,21 @@ func (g *groupIter) next() ([]byte, error) {
 
 // readGroups copies into buf the records from offset off on, from the
 // groups of format 2, and returns how many (len(buf) unless some are
-// missing, which is an error).
-func readGroups(c *bolt.Cursor, off int64, buf [][]byte) (int, error) {
-	k, v := c.Seek(offsetKey(off))
-	if k == nil || int64(binary.BigEndian.Uint64(k)) > off {
-		k, v = c.Prev() // the group that holds off starts before it
+// missing, which is an error). hint, when it points at off, says where in
+// its group to start; it is updated to where this read stopped.
+func readGroups(c *bolt.Cursor, off int64, buf [][]byte, hint *groupHint) (int, error) {
+	var k, v []byte
+	if hint.pos > 0 && hint.at == off {
+		k, v = c.Seek(offsetKey(hint.first))
+		if k == nil || int64(binary.BigEndian.Uint64(k)) != hint.first {
+			*hint = groupHint{} // trimmed meanwhile: look it up
+		}
+	}
+	if hint.pos == 0 || hint.at != off {
+		k, v = c.Seek(offsetKey(off))
+		if k == nil || int64(binary.BigEndian.Uint64(k)) > off {
+			k, v = c.Prev() // the group that holds off starts before it
+		}
 	}
 	n := 0
 	for ; k != nil && n < len(buf); k, v = c.Next() {
@@ -518,7 +539,14 @@ func readGroups(c *bolt.Cursor, off int64, buf [][]byte) (int, error) {
 		if first+int64(g.left) <= pos {
 			continue // a group that ends before off
 		}
-		for i := first; g.left > 0 && n < len(buf); i++ {
+		i := first
+		if hint.pos > 0 && hint.first == first && hint.at == pos && hint.pos < len(v) && pos > first && pos < first+int64(g.left) {
+			// resume where the last read stopped (the group's bytes
+			// are as they were: a group is written once)
+			g = groupIter{v: v[hint.pos:], left: g.left - int(pos-first)}
+			i = pos
+		}
+		for ; g.left > 0 && n < len(buf); i++ {
 			r, err := g.next()
 			if err != nil {
 				return n, fmt.Errorf("group at %d, record %d: %w", first, i, err)
@@ -527,6 +555,11 @@ func readGroups(c *bolt.Cursor, off int64, buf [][]byte) (int, error) {
 				buf[n] = append([]byte(nil), r...)
 				n++
 			}
+		}
+		if g.left > 0 {
+			*hint = groupHint{first: first, at: i, pos: len(v) - len(g.v)}
+		} else {
+			*hint = groupHint{}
 		}
 	}
 	if n < len(buf) {
