@@ -16,10 +16,10 @@ import (
 	"sync"
 	"time"
 
-	"github.com/sluicehq/sluice/internal/netaddr"
-
 	"github.com/sluicehq/sluice/actors"
+	"github.com/sluicehq/sluice/clock"
 	"github.com/sluicehq/sluice/internal/engine"
+	"github.com/sluicehq/sluice/internal/netaddr"
 	"github.com/sluicehq/sluice/operators"
 )
 
@@ -81,6 +81,9 @@ type Options struct {
 	// or trace id, read by the dashboard from Jaeger (see TraceOptions),
 	// and draw it on the graph. Empty: no trace view.
 	JaegerQueryURL string
+	// Clock tells the time of every snapshot and paces the polling (every
+	// Interval on it). Default clock.Real().
+	Clock clock.Clock
 }
 
 // DefaultHistory is the default of Options.History.
@@ -113,6 +116,9 @@ func (o Options) withDefaults() (Options, error) {
 	}
 	if o.JaegerService == "" {
 		o.JaegerService = "sluice"
+	}
+	if o.Clock == nil {
+		o.Clock = clock.Real()
 	}
 	switch {
 	case o.MaxStreams == 0:
@@ -203,7 +209,7 @@ func New(opts Options) (*Dashboard, error) {
 		d.hosts[strings.ToLower(strings.TrimSuffix(h, "."))] = true
 	}
 	d.handler = d.routes()
-	d.publish(time.Now())
+	d.publish(d.opts.Clock.Now())
 	d.poller.Add(1)
 	go d.poll() // owned: ends at Close, which waits for it
 	return d, nil
@@ -216,7 +222,7 @@ func (d *Dashboard) Add(run *actors.Run) error {
 		return fmt.Errorf("%w: Add: nil run", ErrInvalid)
 	}
 	tasks, edges := planOf(run)
-	now := time.Now()
+	now := d.opts.Clock.Now()
 	j := &job{
 		info:   jobInfo{name: run.Name(), graph: layout(tasks, edges), cfg: configOf(run)},
 		run:    run,
@@ -252,7 +258,7 @@ func (d *Dashboard) Replace(old, run *actors.Run) (bool, error) {
 		return false, fmt.Errorf("%w: Replace: nil run", ErrInvalid)
 	}
 	tasks, edges := planOf(run)
-	now := time.Now()
+	now := d.opts.Clock.Now()
 	cur := read(run, now)
 	d.mu.Lock()
 	i := slices.IndexFunc(d.jobs, func(j *job) bool { return j.run == old })
@@ -276,7 +282,7 @@ func (d *Dashboard) Remove(run *actors.Run) bool {
 	removed := len(d.jobs) != n
 	d.mu.Unlock()
 	if removed {
-		d.publish(time.Now())
+		d.publish(d.opts.Clock.Now())
 	}
 	return removed
 }
@@ -376,13 +382,13 @@ func (d *Dashboard) latest() ([]byte, uint64, <-chan struct{}) {
 // snapshot: one ticker for the dashboard, however many pages watch it.
 func (d *Dashboard) poll() {
 	defer d.poller.Done()
-	tick := time.NewTicker(d.opts.Interval)
-	defer tick.Stop()
 	for {
+		tick, stop := clock.After(d.opts.Clock, d.opts.Interval)
 		select {
 		case <-d.quit:
+			stop()
 			return
-		case now := <-tick.C:
+		case now := <-tick:
 			d.sampleAll(now)
 			p := d.proc.read(now) // this goroutine owns the reader
 			d.mu.Lock()

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -12,6 +13,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/actors"
+	"github.com/sluicehq/sluice/clock/clocktest"
 	"github.com/sluicehq/sluice/mailbox"
 	"github.com/sluicehq/sluice/operators"
 )
@@ -365,5 +367,32 @@ func TestReplaceKeepsTheJob(t *testing.T) {
 	other := start(1)
 	if ok, err := d.Replace(first, other); ok || err != nil || len(d.Snapshot().Jobs) != 2 {
 		t.Fatalf("Replace of a run not shown: %v, %v, %d jobs; want it added", ok, err, len(d.Snapshot().Jobs))
+	}
+}
+
+// The dashboard's time is its clock's: snapshots carry the clock's time,
+// and it polls every Interval on that clock (nothing moves until the clock
+// does).
+func TestDashboardClock(t *testing.T) {
+	start := time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC)
+	m := clocktest.NewManual(start)
+	d, err := New(Options{Clock: m, Interval: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close()
+	if got := d.Snapshot().Time; !got.Equal(start) {
+		t.Fatalf("first snapshot at %v, want the clock's %v", got, start)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	for i := 1; i <= 3; i++ {
+		if err := m.WaitForTimers(ctx, 1); err != nil {
+			t.Fatalf("the poller's timer: %v", err)
+		}
+		seq := d.Snapshot().Seq
+		m.Advance(time.Second)
+		want := start.Add(time.Duration(i) * time.Second)
+		waitFor(t, fmt.Sprintf("poll %d", i), func() bool { s := d.Snapshot(); return s.Seq > seq && s.Time.Equal(want) })
 	}
 }
