@@ -92,12 +92,7 @@ func TestChildNode(t *testing.T) {
 	if err := json.Unmarshal([]byte(raw), &cfg); err != nil {
 		t.Fatal(err)
 	}
-	var mu sync.Mutex
-	say := func(format string, args ...any) {
-		mu.Lock()
-		defer mu.Unlock()
-		fmt.Printf(format+"\n", args...)
-	}
+	say := clustertest.Say()
 	ncfg := cluster.Config{
 		Name: cfg.Name, ClusterName: cfg.Cluster, Port: cfg.Port, Peers: cfg.Peers, Store: cfg.Store,
 		Registry: testRegistry(), Logger: slog.New(refusalPrinter{say: say, next: logger().Handler()}), FailureTimeout: cfg.FailureTimeout,
@@ -126,24 +121,7 @@ func TestChildNode(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer n.Stop(ctx)
-	var reports sync.WaitGroup
-	defer reports.Wait()
-	n.SubscribeJobs(func(ev cluster.JobEvent) {
-		if ev.Kind == cluster.JobChanged {
-			say("CHANGED %s %s %d %d %d", ev.Job, ev.Operator, ev.Change, ev.Version, ev.Time.UnixNano())
-		}
-		if ev.Kind == cluster.JobTakenOver {
-			say("TOOKOVER %s %s %d %d", ev.Job, ev.From, ev.Checkpoint, ev.Time.UnixNano())
-			reports.Add(1)
-			go func() {
-				defer reports.Done()
-				clustertest.Report(ev.Run, jobDir, say)
-			}()
-		}
-	})
-	n.Subscribe(func(ev cluster.MemberEvent) {
-		say("EVENT %v %s %s", ev.Kind, ev.Member.Name, ev.Member.ID)
-	})
+	defer clustertest.PrintEvents(n, func() string { return jobDir }, say)()
 	for name, props := range map[string]*actor.Props{"echo": echoProps(), "sink": sinkProps()} {
 		if _, err := n.Spawn(name, props); err != nil {
 			t.Fatal(err)
