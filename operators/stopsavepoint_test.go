@@ -2,7 +2,14 @@ package operators_test
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"io/fs"
 	stdmaps "maps"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -165,8 +172,22 @@ func TestStopWithSavepointDiskState(t *testing.T) {
 	if at >= n {
 		t.Fatalf("the job read all %d records before the stop; make it slower", n)
 	}
+	// The savepoint is self-contained: the job's state directory (whose
+	// checkpoints retention would remove) is gone, and the savepoint,
+	// moved elsewhere, is only read.
+	if err := os.RemoveAll(stateDir); err != nil {
+		t.Fatal(err)
+	}
+	moved := t.TempDir() + "/moved"
+	if err := os.Rename(info.Dir, moved); err != nil {
+		t.Fatal(err)
+	}
+	before := treeSums(t, moved)
+	if !slices.ContainsFunc(slices.Collect(stdmaps.Keys(before)), func(p string) bool { return strings.HasPrefix(p, "disk/") && strings.HasSuffix(p, ".sst") }) {
+		t.Fatalf("the savepoint holds no copy of the disk state: %v", slices.Sorted(stdmaps.Keys(before)))
+	}
 	job2, err := operators.Start(ctx, sys, top, operators.Checkpoints(time.Hour), operators.CheckpointStore(persistence.NewMemoryCheckpointStore()),
-		operators.FromSavepoint(info.Dir), operators.RunParallelism("count", 3))
+		operators.FromSavepoint(moved), operators.RunParallelism("count", 3))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -181,5 +202,31 @@ func TestStopWithSavepointDiskState(t *testing.T) {
 			t.Fatalf("key %d counted %d times, want %d (stopped with a savepoint after %d records, resumed at parallelism 3)", k, c, n/keys, at)
 		}
 	}
-	t.Logf("stopped after %d of %d records at checkpoint %d, resumed at parallelism 3: every key counted %d times", at, n, info.Checkpoint, n/keys)
+	if after := treeSums(t, moved); !stdmaps.Equal(before, after) {
+		t.Fatalf("the savepoint changed while a job started from it: %d files before, %d after", len(before), len(after))
+	}
+	t.Logf("stopped after %d of %d records at checkpoint %d, resumed at parallelism 3 from the moved savepoint without the state directory: every key counted %d times", at, n, info.Checkpoint, n/keys)
+}
+
+// treeSums is the SHA-256 of every file under dir, by its path in dir.
+func treeSums(t *testing.T, dir string) map[string]string {
+	t.Helper()
+	out := map[string]string{}
+	err := filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
+		if err != nil || d.IsDir() {
+			return err
+		}
+		b, err := os.ReadFile(p)
+		if err != nil {
+			return err
+		}
+		rel, _ := filepath.Rel(dir, p)
+		sum := sha256.Sum256(b)
+		out[filepath.ToSlash(rel)] = hex.EncodeToString(sum[:])
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
 }

@@ -5,12 +5,16 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"maps"
+	"net/url"
 	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 
 	"github.com/sluicehq/sluice/actors"
 	"github.com/sluicehq/sluice/internal/savepoint"
+	"github.com/sluicehq/sluice/internal/state"
 	"github.com/sluicehq/sluice/internal/wire"
 	"github.com/sluicehq/sluice/persistence"
 )
@@ -36,12 +40,42 @@ func Savepoint(ctx context.Context, run *actors.Run, dir string) (*savepoint.Sav
 		}
 		cp = &latest
 	}
-	sp, err := savepoint.Write(dir, x.topo.Name(), *cp)
+	sp, err := savepoint.WriteWith(dir, x.topo.Name(), *cp, x.exportDisk)
 	if err != nil {
 		return nil, fmt.Errorf("operators: %w", err)
 	}
 	x.sys.Logger().Info("savepoint written", "job", x.topo.Name(), "dir", dir, "checkpoint", cp.ID, "id", sp.Manifest.ID)
 	return sp, nil
+}
+
+// exportDisk copies into a savepoint being written in dir the disk-state
+// checkpoints its states name (state.ExportDisk) and names the copies in
+// their place: a savepoint must not depend on the job's state directory,
+// whose checkpoints retention removes. A disk-state checkpoint this
+// process does not hold (an instance in another process of a distributed
+// job) cannot be copied: the savepoint is refused, naming it.
+func (x *execution) exportDisk(dir string, states map[string][]byte) error {
+	st := x.topo.Config().State
+	if !st.Disk() {
+		return nil
+	}
+	base := filepath.Join(st.Dir, url.PathEscape(x.topo.Name()))
+	for _, k := range slices.Sorted(maps.Keys(states)) {
+		b := states[k]
+		i := strings.LastIndexByte(k, '/')
+		if i <= 0 || !state.IsDiskHandle(b) {
+			continue
+		}
+		out, err := state.ExportDisk(b, filepath.Join(base, url.PathEscape(k[:i])), dir, filepath.Join("disk", url.PathEscape(k)))
+		if err != nil {
+			if x.dist != nil {
+				return fmt.Errorf("copy the disk state of %s: %w (a savepoint of a distributed job copies only the disk state held in this process)", k, err)
+			}
+			return fmt.Errorf("copy the disk state of %s: %w", k, err)
+		}
+		states[k] = out
+	}
+	return nil
 }
 
 // StopWithSavepoint suspends the running job, as Flink's stop with a
@@ -95,7 +129,7 @@ func StopWithSavepoint(ctx context.Context, run *actors.Run, dir string) (*savep
 	case !ok || cp.ID != final || final == 0:
 		return nil, fmt.Errorf("operators: stop with savepoint %s: job %q stopped, but its store holds no final checkpoint %d (found %d)", dir, x.topo.Name(), final, cp.ID)
 	}
-	sp, err := savepoint.Write(dir, x.topo.Name(), cp)
+	sp, err := savepoint.WriteWith(dir, x.topo.Name(), cp, x.exportDisk)
 	if err != nil {
 		return nil, fmt.Errorf("operators: stop with savepoint: %w", err)
 	}

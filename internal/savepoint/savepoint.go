@@ -50,6 +50,7 @@ import (
 
 	"github.com/sluicehq/sluice/internal/msgpacksafe"
 	"github.com/sluicehq/sluice/internal/stage"
+	"github.com/sluicehq/sluice/internal/state"
 	"github.com/sluicehq/sluice/persistence"
 )
 
@@ -233,6 +234,16 @@ func (s *Savepoint) Checkpoint() persistence.Checkpoint {
 // Write writes checkpoint cp of job as a savepoint in dir, which must not
 // exist or be empty. cp must carry its plan (PlanKey).
 func Write(dir, job string, cp persistence.Checkpoint) (*Savepoint, error) {
+	return WriteWith(dir, job, cp, nil)
+}
+
+// WriteWith is Write with prepare, when not nil, called once dir exists
+// and before the state files and the manifest are written: it may put
+// files of its own in dir (under "disk/": a disk-state checkpoint's copy,
+// state.ExportDisk) and replace values of states (a copy of cp's), which
+// are then the savepoint's. The manifest is written last: a savepoint
+// whose prepare or writing failed has none, and Open refuses it.
+func WriteWith(dir, job string, cp persistence.Checkpoint, prepare func(dir string, states map[string][]byte) error) (*Savepoint, error) {
 	where := "savepoint " + dir
 	if len(cp.Channels) > 0 {
 		// A savepoint has no place for in-flight records: it must not lose
@@ -253,6 +264,12 @@ func Write(dir, job string, cp persistence.Checkpoint) (*Savepoint, error) {
 	}
 	if err := os.MkdirAll(filepath.Join(dir, "state"), 0o755); err != nil {
 		return nil, fmt.Errorf("%s: %w", where, err)
+	}
+	if prepare != nil {
+		cp.States = maps.Clone(cp.States)
+		if err := prepare(dir, cp.States); err != nil {
+			return nil, fmt.Errorf("%s: %w", where, err)
+		}
 	}
 	plan.Origin = "" // the savepoint starts lineages of its own
 	sp := &Savepoint{Dir: dir, States: map[string][]byte{}, Manifest: Manifest{Kind: ManifestKind, Version: Version, ID: rand.Text(),
@@ -308,6 +325,13 @@ func Write(dir, job string, cp persistence.Checkpoint) (*Savepoint, error) {
 			return nil, fmt.Errorf("%s: %w", where, err)
 		}
 	}
+	for k, v := range sp.States {
+		st, _, err := state.ResolveDisk(v, dir)
+		if err != nil {
+			return nil, fmt.Errorf("%s: state %q: %w", where, k, err)
+		}
+		sp.States[k] = st
+	}
 	return sp, nil
 }
 
@@ -349,8 +373,10 @@ func splitKey(k string) (op string, inst int, ok bool) {
 }
 
 // Open reads the savepoint in dir and checks it whole: the manifest's kind
-// and version, every file's size and checksum, every state file's content.
-// It only reads.
+// and version, every file's size and checksum, every state file's content,
+// every copy of a disk-state checkpoint against its own manifest (its
+// handles resolved against dir, so the savepoint may have moved). It only
+// reads.
 func Open(dir string) (*Savepoint, error) {
 	mpath := filepath.Join(dir, ManifestName)
 	mb, err := readBounded(mpath, maxManifest)
@@ -401,7 +427,14 @@ func Open(dir string) (*Savepoint, error) {
 				return nil, fmt.Errorf("savepoint %s: instance %d of %d holds key groups [%d, %d), not [%d, %d): %w",
 					path, is.Instance, o.Parallelism, is.KeyGroups[0], is.KeyGroups[1], lo, hi, ErrCorrupt)
 			}
-			sp.States[f.Operator+"/"+fmt.Sprint(is.Instance)] = is.State
+			st, disk, err := state.ResolveDisk(is.State, dir)
+			if err == nil && disk {
+				err = state.VerifyDisk(st)
+			}
+			if err != nil {
+				return nil, fmt.Errorf("savepoint %s: instance %d of %q: %w: %w", path, is.Instance, f.Operator, ErrCorrupt, err)
+			}
+			sp.States[f.Operator+"/"+fmt.Sprint(is.Instance)] = st
 		}
 	}
 	return sp, nil

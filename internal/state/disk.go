@@ -364,6 +364,11 @@ type handle struct {
 	V   int    `msgpack:"v"`
 	Dir string `msgpack:"dir"` // "<checkpoint>-<instance>" under chk
 	CRC uint32 `msgpack:"crc"` // of the manifest's body
+	// Version 2 (a savepoint's copy, see ExportDisk): Rel is the copy's
+	// directory inside the savepoint; Abs, set by ResolveDisk when the
+	// savepoint is opened, is where it is now.
+	Rel string `msgpack:"rel,omitempty"`
+	Abs string `msgpack:"abs,omitempty"`
 }
 
 func (d *Disk[K, V]) Snapshot(id uint64) ([]byte, error) { return d.snapshot(id, false) }
@@ -630,56 +635,76 @@ func (d *Disk[K, V]) verify(b []byte) (string, error) {
 	if err := msgpacksafe.Decode(b, &h, msgpacksafe.Limits{Source: "disk state handle", Factor: 4}); err != nil {
 		return "", err
 	}
-	if h.V != 1 {
-		return "", fmt.Errorf("disk state handle version %d: this build reads version 1", h.V)
+	dir, err := h.location(d.opDir)
+	if err != nil {
+		return "", err
 	}
-	c := listChkOne(h.Dir)
-	if c == nil {
+	return dir, verifyDir(dir, h.CRC)
+}
+
+// location is the directory of the checkpoint a handle names: under the
+// operator's chk directory, or (version 2) a savepoint's copy.
+func (h *handle) location(opDir string) (string, error) {
+	if h.V != 1 && h.V != 2 {
+		return "", fmt.Errorf("disk state handle version %d: this build reads versions 1 and 2", h.V)
+	}
+	if listChkOne(h.Dir) == nil {
 		return "", fmt.Errorf("disk state handle: bad checkpoint directory %q", h.Dir)
 	}
-	dir := filepath.Join(d.opDir, "chk", h.Dir)
+	if h.V == 1 {
+		return filepath.Join(opDir, "chk", h.Dir), nil
+	}
+	if !filepath.IsLocal(h.Rel) || !filepath.IsAbs(h.Abs) {
+		return "", fmt.Errorf("disk state handle of a savepoint (directory %q): not resolved against its savepoint (%q)", h.Rel, h.Abs)
+	}
+	return h.Abs, nil
+}
+
+// verifyDir checks a checkpoint's directory against its manifest, and
+// the manifest against crc (the checkpoint's record of it).
+func verifyDir(dir string, crc uint32) error {
 	mp := filepath.Join(dir, manifestName)
 	raw, err := os.ReadFile(mp)
 	if err != nil {
-		return "", &Error{Path: mp, Err: err}
+		return &Error{Path: mp, Err: err}
 	}
 	body, ok := bytes.CutPrefix(raw, []byte(manifestMagic))
 	if !ok || len(body) < 4 {
-		return "", &Error{Path: mp, Err: fmt.Errorf("%w: not a sluice state manifest, or truncated (%d bytes)", ErrCorrupt, len(raw))}
+		return &Error{Path: mp, Err: fmt.Errorf("%w: not a sluice state manifest, or truncated (%d bytes)", ErrCorrupt, len(raw))}
 	}
 	body, sum := body[:len(body)-4], body[len(body)-4:]
-	crc := crc32.Checksum(body, castagnoli)
-	if want := uint32(sum[0])<<24 | uint32(sum[1])<<16 | uint32(sum[2])<<8 | uint32(sum[3]); crc != want {
-		return "", &Error{Path: mp, Err: fmt.Errorf("%w: checksum %08x, the manifest says %08x", ErrCorrupt, crc, want)}
+	sumOf := crc32.Checksum(body, castagnoli)
+	if want := uint32(sum[0])<<24 | uint32(sum[1])<<16 | uint32(sum[2])<<8 | uint32(sum[3]); sumOf != want {
+		return &Error{Path: mp, Err: fmt.Errorf("%w: checksum %08x, the manifest says %08x", ErrCorrupt, sumOf, want)}
 	}
-	if crc != h.CRC {
-		return "", &Error{Path: mp, Err: fmt.Errorf("%w: manifest checksum %08x, the checkpoint recorded %08x (another checkpoint's files)", ErrCorrupt, crc, h.CRC)}
+	if sumOf != crc {
+		return &Error{Path: mp, Err: fmt.Errorf("%w: manifest checksum %08x, the checkpoint recorded %08x (another checkpoint's files)", ErrCorrupt, sumOf, crc)}
 	}
 	var m manifest
 	if err := msgpacksafe.Decode(body, &m, msgpacksafe.Limits{Source: mp, Factor: 8}); err != nil {
-		return "", &Error{Path: mp, Err: err}
+		return &Error{Path: mp, Err: err}
 	}
 	for _, f := range m.Files {
 		if f.Name == manifestName || f.Name != filepath.Base(f.Name) || f.Name == "." || f.Name == ".." {
-			return "", &Error{Path: mp, Err: fmt.Errorf("%w: bad file name %q", ErrCorrupt, f.Name)}
+			return &Error{Path: mp, Err: fmt.Errorf("%w: bad file name %q", ErrCorrupt, f.Name)}
 		}
 		p := filepath.Join(dir, f.Name)
 		st, err := os.Stat(p)
 		if err != nil {
-			return "", &Error{Path: p, Err: fmt.Errorf("%w: %v", ErrCorrupt, err)}
+			return &Error{Path: p, Err: fmt.Errorf("%w: %v", ErrCorrupt, err)}
 		}
 		if st.Size() != f.Size {
-			return "", &Error{Path: p, Err: fmt.Errorf("%w: %d bytes, the manifest says %d (truncated?)", ErrCorrupt, st.Size(), f.Size)}
+			return &Error{Path: p, Err: fmt.Errorf("%w: %d bytes, the manifest says %d (truncated?)", ErrCorrupt, st.Size(), f.Size)}
 		}
 		got, err := fileCRC(p)
 		if err != nil {
-			return "", &Error{Path: p, Err: err}
+			return &Error{Path: p, Err: err}
 		}
 		if got != f.CRC {
-			return "", &Error{Path: p, Err: fmt.Errorf("%w: checksum %08x, the manifest says %08x", ErrCorrupt, got, f.CRC)}
+			return &Error{Path: p, Err: fmt.Errorf("%w: checksum %08x, the manifest says %08x", ErrCorrupt, got, f.CRC)}
 		}
 	}
-	return dir, nil
+	return nil
 }
 
 func listChkOne(name string) *chkName {

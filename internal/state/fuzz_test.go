@@ -1,6 +1,7 @@
 package state_test
 
 import (
+	"bytes"
 	"os"
 	"path/filepath"
 	"testing"
@@ -38,6 +39,40 @@ func FuzzDiskRestore(f *testing.F) {
 		d.Put("k", 1, false)
 		if v, ok := d.Get("k"); !ok || v != 1 {
 			t.Fatalf("the table does not work after a refused restore: %d %v", v, ok)
+		}
+	})
+}
+
+// FuzzResolveDisk: a savepoint's state bytes, resolved against its
+// directory, never panic, are returned unchanged unless they are a disk
+// handle of version 2, and never resolve to a place outside the savepoint.
+func FuzzResolveDisk(f *testing.F) {
+	v2, _ := msgpack.Marshal(map[string]any{"v": 2, "dir": "7-1", "crc": uint32(9), "rel": "disk/count%2F1"})
+	out, _ := msgpack.Marshal(map[string]any{"v": 2, "dir": "7-1", "crc": uint32(9), "rel": "../../etc"})
+	f.Add(v2)
+	f.Add(out)
+	f.Add([]byte{0x80})
+	f.Add([]byte("plain state"))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		sp := t.TempDir()
+		got, disk, err := state.ResolveDisk(b, sp)
+		if err != nil {
+			return
+		}
+		if !disk {
+			if !bytes.Equal(got, b) {
+				t.Fatalf("non-disk state changed: %q -> %q", b, got)
+			}
+			return
+		}
+		var h struct {
+			Abs string `msgpack:"abs"`
+		}
+		if err := msgpack.Unmarshal(got, &h); err != nil {
+			t.Fatal(err)
+		}
+		if rel, err := filepath.Rel(sp, h.Abs); err != nil || !filepath.IsLocal(rel) {
+			t.Fatalf("resolved to %q, outside the savepoint %q", h.Abs, sp)
 		}
 	})
 }
