@@ -3,6 +3,7 @@ package latency_test
 import (
 	"context"
 	"fmt"
+	"math"
 	"strings"
 	"testing"
 	"testing/synctest"
@@ -42,22 +43,42 @@ func TestLatencyTargetSelective(t *testing.T) {
 }
 
 // The approximate counts of the sample's own run hold the truth within
-// their reported 95 % interval in at least 93 % of at least 200
-// key-windows: 20 keys in windows of a second through 20 s of overload,
-// under a rate the controller moves as it goes (each record scaled by the
-// rate it was kept with). Windows claiming to be exact but wrong, and
-// key-windows never emitted (sampling kept none of their records), count
-// as misses. In the bubble the run is deterministic (the shedding's random
-// numbers are seeded): 95.5 % of 421 when written.
-func TestEstimatesCoverSampleRun(t *testing.T) {
-	cfg := latency.DefaultConfig()
-	cfg.Overload, cfg.Calm = 20*time.Second, 3*time.Second
-	outs := runBubbleQuiet(t, cfg)
-	target := outcome(t, outs, "target")
-	if target.Windows < 200 || target.Covered < 0.93 {
-		t.Errorf("%d key-windows, the truth within the 95 %% interval in %.1f %%: want >= 200 windows, >= 93 %%", target.Windows, 100*target.Covered)
+// their reported 95 % interval in at least 93 % of its key-windows, for
+// each of 20 seeds (10 with the work exact, 10 with it jittered as on a
+// loaded machine), each run 420 key-windows: 20 keys in windows of a
+// second through 20 s of overload, under a rate the controller moves as it
+// goes (each record scaled by the rate it was kept with). Windows claiming
+// to be exact but wrong, and key-windows never emitted (sampling kept none
+// of their records), count as misses. A run of 420 key-windows at the
+// intervals' 95 % has a standard deviation of about 1 % in its coverage;
+// when written the 20 runs covered 94.0–98.3 % (95.8 % pooled), every miss
+// a window marked approximate with the truth just outside its interval.
+func TestEstimatesCoverAcrossSeeds(t *testing.T) {
+	if testing.Short() {
+		t.Skip("20 runs of the sample")
+	}
+	var windows, covered int
+	for _, jitter := range []float64{0, 0.4} {
+		for seed := uint64(1); seed <= 10; seed++ {
+			cfg := latency.DefaultConfig()
+			cfg.Overload, cfg.Calm, cfg.Jitter, cfg.Seed = 20*time.Second, time.Second, jitter, seed
+			cfg.Policies = []string{"target"}
+			o := outcome(t, runBubbleQuiet(t, cfg), "target")
+			windows += o.Windows
+			covered += int(math.Round(o.Covered * float64(o.Windows)))
+			msg := fmt.Sprintf("jitter %.1f seed %2d: %d key-windows, the truth within the 95 %% interval in %.1f %% (misses: %d outside, %d unmarked, %d never emitted; mean error %.1f %%)",
+				jitter, seed, o.Windows, 100*o.Covered, o.Outside, o.Unmarked, o.Missing, 100*o.MeanError)
+			if o.Windows < 400 || o.Covered < 0.93 {
+				t.Errorf("%s: want >= 400 key-windows, >= 93 %%", msg)
+			} else {
+				t.Log(msg)
+			}
+		}
+	}
+	if p := float64(covered) / float64(windows); p < 0.94 {
+		t.Errorf("pooled: %.1f %% of %d key-windows, want >= 94 %%", 100*p, windows)
 	} else {
-		t.Logf("%d key-windows, the truth within the 95 %% interval in %.1f %% (mean error %.1f %%)", target.Windows, 100*target.Covered, 100*target.MeanError)
+		t.Logf("pooled: %.1f %% of %d key-windows", 100*p, windows)
 	}
 }
 

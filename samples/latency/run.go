@@ -109,14 +109,9 @@ type Outcome struct {
 	Processed int64 // records the slow operator handled
 	Shed      int64 // records the target shed, or the mailbox dropped
 	ShedBy    map[string]int64
-	// The approximate counts (target): key-windows marked approximate (and
-	// those wrong or missing without the mark: see accuracy), the mean of
-	// |estimate − truth| / truth, and the share whose truth was within the
-	// reported 95 % interval.
-	Windows   int
-	MeanError float64
-	Covered   float64
-	Elapsed   time.Duration
+	// The approximate counts (target; see Accuracy).
+	Accuracy
+	Elapsed time.Duration
 }
 
 // Throughput is the records processed a second.
@@ -254,7 +249,7 @@ func runOne(ctx context.Context, sys *actors.System, cfg Config, policy string, 
 		}
 	}
 	if policy == "target" {
-		o.Windows, o.MeanError, o.Covered = accuracy(got.Items(), s, cfg.Selective)
+		o.Accuracy = accuracy(got.Items(), s, cfg.Selective)
 	}
 	return o, nil
 }
@@ -289,8 +284,8 @@ func (o Outcome) OverloadThroughput(overload time.Duration) float64 {
 	return float64(n) / at.Seconds()
 }
 
-// accuracy compares the approximate counts of whole windows with the
-// truth from the schedule. A key-window counts when it is marked
+// Accuracy is how the approximate counts of whole windows compare with
+// the truth from the schedule. A key-window counts when it is marked
 // approximate, and also when it is not but is wrong (sampling shed some of
 // its records in batches of which none was kept, so the window never saw a
 // sampled record and claims to be exact) or was never emitted (sampling
@@ -298,7 +293,16 @@ func (o Outcome) OverloadThroughput(overload time.Duration) float64 {
 // user who trusted the mark. Not with dropped (whole batches, Selective):
 // dropped records are counted as shed, not estimated, so only the windows
 // marked approximate count (there should be none).
-func accuracy(items []operators.Windowed[int, operators.Estimate], s *schedule, dropped bool) (n int, meanErr, covered float64) {
+type Accuracy struct {
+	Windows   int     // key-windows counted
+	MeanError float64 // the mean of |estimate − truth| / truth over them
+	Covered   float64 // the share marked approximate with the truth within the 95 % interval
+	// The misses by kind: marked approximate with the truth outside the
+	// interval, wrong without the mark, never emitted.
+	Outside, Unmarked, Missing int
+}
+
+func accuracy(items []operators.Windowed[int, operators.Estimate], s *schedule, dropped bool) Accuracy {
 	truth := map[[2]int64]int64{} // (key, window start in s) -> records
 	for seq := int64(0); ; seq++ {
 		at, ok := s.at(seq)
@@ -307,6 +311,7 @@ func accuracy(items []operators.Windowed[int, operators.Estimate], s *schedule, 
 		}
 		truth[[2]int64{seq % int64(s.keys), at.Unix()}]++
 	}
+	var a Accuracy
 	in := 0
 	var sum float64
 	emitted := map[[2]int64]bool{}
@@ -317,20 +322,26 @@ func accuracy(items []operators.Windowed[int, operators.Estimate], s *schedule, 
 		if want == 0 || (!w.Value.Approximate && (dropped || w.Value.Value == float64(want))) {
 			continue
 		}
-		n++
+		a.Windows++
 		sum += math.Abs(w.Value.Value-float64(want)) / float64(want)
-		if w.Value.Approximate && w.Value.Contains(float64(want)) {
+		switch {
+		case !w.Value.Approximate:
+			a.Unmarked++
+		case w.Value.Contains(float64(want)):
 			in++
+		default:
+			a.Outside++
 		}
 	}
 	for kw := range truth {
 		if !emitted[kw] && !dropped {
-			n++
+			a.Windows++
+			a.Missing++
 			sum++ // an error of 100 %
 		}
 	}
-	if n == 0 {
-		return 0, 0, 0
+	if a.Windows > 0 {
+		a.MeanError, a.Covered = sum/float64(a.Windows), float64(in)/float64(a.Windows)
 	}
-	return n, sum / float64(n), float64(in) / float64(n)
+	return a
 }

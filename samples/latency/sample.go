@@ -139,8 +139,8 @@ func Print(w io.Writer, cfg Config, outs []Outcome) {
 		fmt.Fprintf(w, "%-12s offered %d, processed %d (%.0f/s, %.2fx the capacity; %.0f/s, %.2fx during the overload), shed or dropped %d %v\n",
 			o.Policy, o.Offered, o.Processed, o.Throughput(), o.Throughput()/capacity, ot, ot/capacity, o.Shed, o.ShedBy)
 		if o.Windows > 0 {
-			fmt.Fprintf(w, "%-12s approximate counts: %d key-windows, mean error %.1f %%, truth within the 95 %% interval in %.1f %% (misses include windows wrong without the mark or never emitted)\n",
-				"", o.Windows, 100*o.MeanError, 100*o.Covered)
+			fmt.Fprintf(w, "%-12s approximate counts: %d key-windows, mean error %.1f %%, truth within the 95 %% interval in %.1f %% (misses: %d outside the interval, %d wrong without the approximate mark, %d never emitted)\n",
+				"", o.Windows, 100*o.MeanError, 100*o.Covered, o.Outside, o.Unmarked, o.Missing)
 		}
 	}
 }
