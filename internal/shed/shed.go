@@ -49,8 +49,10 @@
 //     same prediction to the lower of the steady and the drain rate with
 //     the look's capacity and the latest window's arrivals (the look's
 //     when they are more: before the first window, or a load that stepped
-//     up), but no lower than half the rate in force (a look's capacity,
-//     measured over a fraction of a window, is noisy). After a look's cut,
+//     up), but no lower than half the rate in force, nor than a quarter of
+//     the rate the latest window left (a look's capacity, measured over a
+//     fraction of a window, is noisy: a stall of the process in it reads
+//     as a capacity dip). After a look's cut,
 //     a later look before the next window cuts again only while what
 //     waits still grows: the rate in force admits more than the
 //     bottleneck handles (a wait the records admitted before the cut make
@@ -144,9 +146,10 @@ type Controller struct {
 	// Probed: a look cut the rate since the latest window (a later look
 	// cuts again only while the rate in force admits more than the
 	// bottleneck handles).
-	Probed   bool
-	Arrivals float64 // the latest window's (for probes)
-	Gains    []float64
+	Probed     bool
+	ProbedFrom float64 // the rate in force before the first look's cut since the latest window
+	Arrivals   float64 // the latest window's (for probes)
+	Gains      []float64
 }
 
 // New returns a controller that sheds nothing.
@@ -402,7 +405,8 @@ func (c Controller) Step(w Window) (Controller, []Action) {
 // capacity it showed since the last look, plus the sources' lag, predicts
 // a wait past the target: to the lower of the steady and the drain rate,
 // from the latest window's arrivals (the look's when more) and gains, as a
-// window would, but no lower than half the rate in force. After a look's
+// window would, but no lower than half the rate in force, nor than a
+// quarter of the rate the latest window left. After a look's
 // cut, again before the next window only while the rate in force admits
 // more than the bottleneck's capacity (the records admitted before a cut
 // are still on their way at the next look, and make what waits look
@@ -438,12 +442,17 @@ func (c Controller) Probe(p Probe) (Controller, []Action) {
 	// The next window's rate: as if the probe's capacity held a whole
 	// window (the drain rate's window is the controller's, not the look's).
 	w.Length = max(p.Window, p.Length)
-	// At most halving the rate: a look's capacity is measured over a
+	// At most halving the rate, and to no less than a quarter of the rate
+	// the latest window left: a look's capacity is measured over a
 	// fraction of a window, and on a machine shared with others a stall
-	// of the process in it would otherwise cut deep; the window after
-	// cuts deeper if what waits still asks for it.
+	// of the process in it would otherwise cut deep, look after look; the
+	// window after cuts deeper if what waits still asks for it.
+	from := c.Keep
+	if c.Probed {
+		from = c.ProbedFrom
+	}
 	k := min(c.Headroom*w.Loads[b].Capacity/in, c.drain(w, b, in))
-	k = round(clamp(max(k, c.Keep/2), c.MinKeep, 1))
+	k = round(clamp(max(k, c.Keep/2, from/4), c.MinKeep, 1))
 	var acts []Action
 	if t.Point != c.Point && c.Point != "" {
 		acts = append(acts, SetRate{Point: c.Point, Keep: 1})
@@ -454,7 +463,7 @@ func (c Controller) Probe(p Probe) (Controller, []Action) {
 	}
 	// The steady rate stays the latest window's: a look's capacity,
 	// measured over a fraction of a window, is too noisy to keep.
-	c.Probed, c.Bottleneck = true, t.Name
+	c.Probed, c.ProbedFrom, c.Bottleneck = true, from, t.Name
 	c.Point, c.Keep, c.Drop = t.Point, k, !t.Sample
 	return c, append(acts, SetRate{Point: c.Point, Keep: c.Keep, Drop: c.Drop})
 }
