@@ -76,8 +76,9 @@
 // sources or the edge into the bottleneck, by sampling, or by dropping whole
 // batches before an operator declared Selective(); it sheds nothing while
 // the target holds and stops when the load falls (ShedStatsOf, and
-// OperatorStats.Shed by reason). WindowCountEstimate and WindowSumEstimate
-// scale by the sampling and report a 95 % bound (Estimate).
+// OperatorStats.Shed by reason); ShedSeed seeds the choice of what is shed.
+// WindowCountEstimate and WindowSumEstimate scale by the sampling and report
+// a 95 % bound (Estimate).
 //
 // # Checkpoints and failures
 //

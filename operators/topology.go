@@ -150,6 +150,12 @@ func BatchSize(n int) TopologyOption { return TopologyOption{graph.BatchSize(n)}
 // another process.
 func LatencyTarget(d time.Duration) TopologyOption { return TopologyOption{graph.LatencyTarget(d)} }
 
+// ShedSeed seeds the random numbers with which shedding (LatencyTarget's
+// sampling, or its dropping of whole batches) chooses what to shed: two
+// runs with the same seed that shed at the same rates at the same points
+// shed the same records. The default seed is 0.
+func ShedSeed(seed uint64) TopologyOption { return TopologyOption{graph.ShedSeed(seed)} }
+
 // LatencyWindow sets the window of the latency statistics
 // (OperatorStats.LatencyWindow) and of LatencyTarget's controller: one
 // second by default.

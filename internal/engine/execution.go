@@ -595,7 +595,7 @@ func (x *execution) build() error {
 				in.lat = x.lats[id][in.idx]
 			}
 			in.sinkTail = chain[len(chain)-1].Role() == graph.RoleSink
-			in.shedRand = uint64(in.num+1) * 0x2545f4914f6cdd1d
+			in.shedRand = uint64(in.num+1)*0x2545f4914f6cdd1d ^ x.topo.Config().ShedSeed*0xd1342543de82ef95
 			in.finishedIn = make([]bool, len(in.ins))
 			in.nextIn = make([]uint64, len(in.ins))
 			if chain[0].Role() != graph.RoleSource {

@@ -19,7 +19,7 @@ type latencyTick struct{}
 // ProbesPerWindow is how many times a window a LatencyTarget's controller
 // is looked at: once at the window's end (shed.Controller.Step), the others
 // between (shed.Controller.Probe).
-const ProbesPerWindow = 4
+const ProbesPerWindow = 8
 
 // DefaultLatencyWindow is the window of LatencyWindow stats and of a
 // LatencyTarget's controller unless operators.LatencyWindow says otherwise.
@@ -41,7 +41,8 @@ type shedder struct {
 	probePrev    []latencySnap
 	probeAt      int64
 	probeOffered map[[2]int]int64
-	report       shed.Report // the latest report, under latMu
+	probeBorn    map[[2]int]int64 // each source instance's latest ingestion time read, at the last look
+	report       shed.Report      // the latest report, under latMu
 }
 
 // setupLatency reads the topology's latency options: measurement (on
@@ -80,7 +81,7 @@ func (x *execution) setupLatency() error {
 	}
 	x.sheds = make(map[[2]int]*shedPoint)
 	sh := &shedder{points: make(map[string][]*shedPoint), born: make(map[[2]int]int64), offered: make(map[[2]int]int64), started: x.now(),
-		probeOffered: make(map[[2]int]int64)}
+		probeOffered: make(map[[2]int]int64), probeBorn: make(map[[2]int]int64)}
 	// Looks start with the job: the first window's are measured from its
 	// start (with the sources' reads as its arrivals, see shed.Probe).
 	sh.probePrev, sh.probeAt = make([]latencySnap, len(p.Chains)), sh.started
@@ -304,11 +305,19 @@ func (x *execution) probeLatency() {
 			born, offered := l.lastBorn.Load(), l.offered.Load()
 			if born != 0 && offered > sh.probeOffered[k] { // read since the last look
 				p.Lag = max(p.Lag, time.Duration(now-born))
-				if p.Length > 0 {
-					p.Arrivals += float64(offered-sh.probeOffered[k]) / p.Length.Seconds()
+				// The records read over the ingestion time they cover, as
+				// a window's arrivals: under back-pressure a source reads
+				// fewer than arrive, and its reads alone would say the
+				// load is lighter than it is.
+				prev := sh.probeBorn[k]
+				if prev == 0 {
+					prev = sh.started
+				}
+				if span := max(time.Duration(born-prev), p.Window/100); p.Length > 0 {
+					p.Arrivals += float64(offered-sh.probeOffered[k]) / span.Seconds()
 				}
 			}
-			sh.probeOffered[k] = offered
+			sh.probeOffered[k], sh.probeBorn[k] = offered, born
 		}
 	}
 	queued := make([]int64, n)

@@ -4,6 +4,10 @@ import (
 	"math"
 	"math/rand/v2"
 	"testing"
+
+	"github.com/vmihailenco/msgpack/v5"
+
+	"github.com/sluicehq/sluice/internal/msgpacksafe"
 )
 
 // The interval of an estimate holds the true count in about 95 % of
@@ -97,5 +101,50 @@ func TestEstimateIntervalEdges(t *testing.T) {
 	w := a.add(2, 0.25).add(1, 1)
 	if m != w {
 		t.Errorf("merge %+v, want %+v", m, w)
+	}
+}
+
+// A window's estimate checkpointed before the interval's fields (Sampled,
+// Kept, Raw, Neg) existed restores through the state's decode path with
+// those fields zero, and its interval is then Wald's, Sum ± z·sqrt(Var):
+// no error, no panic, and no interval narrower than the state supports.
+func TestEstimateRestoresOldState(t *testing.T) {
+	type oldEstimate struct { // Estimate before the score interval (454e22b)
+		Seen   int64
+		Sum    float64
+		Var    float64
+		Approx bool
+	}
+	type pane struct { // as a window stage's checkpoint holds its accumulators
+		Accs []oldEstimate `msgpack:"a"`
+	}
+	old := oldEstimate{Seen: 30, Sum: 300, Var: 2700, Approx: true}
+	b, err := msgpack.Marshal(&pane{Accs: []oldEstimate{old}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got struct {
+		Accs []Estimate `msgpack:"a"`
+	}
+	if err := msgpacksafe.Decode(b, &got, msgpacksafe.Limits{Source: "window state", Factor: 32}); err != nil {
+		t.Fatalf("decoding an old estimate: %v", err)
+	}
+	if len(got.Accs) != 1 {
+		t.Fatalf("%d estimates restored, want 1", len(got.Accs))
+	}
+	e := got.Accs[0]
+	if e.Seen != old.Seen || e.Sum != old.Sum || e.Var != old.Var || !e.Approx || e.Sampled != 0 || e.Kept != 0 || e.Raw != 0 || e.Neg {
+		t.Fatalf("restored %+v from %+v", e, old)
+	}
+	lo, hi := e.Interval(1.96)
+	h := 1.96 * math.Sqrt(old.Var)
+	if math.Abs(lo-(old.Sum-h)) > 1e-9 || math.Abs(hi-(old.Sum+h)) > 1e-9 {
+		t.Errorf("interval [%v, %v], want Wald's %v ± %v", lo, hi, old.Sum, h)
+	}
+	// Records added after the restore make it a score interval again,
+	// over the records it knows were sampled.
+	e = e.add(1, 0.1)
+	if lo2, hi2 := e.Interval(1.96); !(lo2 < e.Sum && e.Sum < hi2) {
+		t.Errorf("after a record: sum %v outside [%v, %v]", e.Sum, lo2, hi2)
 	}
 }

@@ -203,6 +203,10 @@ type Config struct {
 	// FixedDrop dropping whole batches): a seam for tests.
 	FixedShed float64
 	FixedDrop bool
+	// ShedSeed seeds the random numbers that choose which records are
+	// shed (each instance's sequence is derived from it and the
+	// instance's number).
+	ShedSeed uint64
 	// State is the state backend of the keyed aggregations (memory unless
 	// its Dir is set; see operators.StateBackend).
 	State state.Spec
@@ -304,6 +308,9 @@ func LatencyWindow(d time.Duration) TopologyOption { return func(c *Config) { c.
 func FixedShed(keep float64, drop bool) TopologyOption {
 	return func(c *Config) { c.FixedShed, c.FixedDrop = keep, drop }
 }
+
+// ShedSeed seeds the random numbers that choose which records are shed.
+func ShedSeed(seed uint64) TopologyOption { return func(c *Config) { c.ShedSeed = seed } }
 
 // LatencyTarget makes the job shed load to hold its end-to-end p99 latency
 // under d.

@@ -45,12 +45,22 @@
 //     window's p99 (a capacity that dipped late in the window has not
 //     shown in it yet). Between windows the driver takes a few looks
 //     (Controller.Probe: busy time and capacity since the last look, the
-//     queue and lag now); a look cuts on the same prediction, once
-//     between two windows, to the lower of the steady and the drain rate
-//     with the look's capacity and the latest window's arrivals, but no
-//     lower than half the rate in force (a look's capacity, measured over
-//     a fraction of a window, is noisy). So a capacity dip costs a look's
-//     time (a quarter window), not the two windows over the p99 asks for.
+//     queue, the lag and the sources' arrivals now); a look cuts on the
+//     same prediction to the lower of the steady and the drain rate with
+//     the look's capacity and the latest window's arrivals (the look's
+//     when they are more: before the first window, or a load that stepped
+//     up), but no lower than half the rate in force, nor than a quarter of
+//     the rate the latest window left (a look's capacity, measured over a
+//     fraction of a window, is noisy: a stall of the process in it reads
+//     as a capacity dip). After a look's cut,
+//     a later look before the next window cuts again only while what
+//     waits still grows: the rate in force admits more than the
+//     bottleneck handles (a wait the records admitted before the cut make
+//     longer, on their way, does not count). So a capacity dip costs a
+//     look's time (an eighth of a window), not the two windows over the
+//     p99 asks for, and a job overloaded from its start reaches a rate
+//     the bottleneck can carry in a few looks, halving at each at most
+//     (the start transcript).
 //   - p99 < Low × T (well under) for a second window in a row, and
 //     something is shed, and what waits predicts under Low × T too: the
 //     rate admits Fill of the bottleneck's
@@ -133,7 +143,11 @@ type Controller struct {
 	Steady     float64 // the rate the latest cut found without the backlog's share
 	LastCap    float64 // the bottleneck's capacity in the window before (0: unknown)
 	Infeasible bool    // the target was reported unreachable, and still is
-	Probed     bool    // a probe cut the rate since the latest window
+	// Probed: a look cut the rate since the latest window (a later look
+	// cuts again only while the rate in force admits more than the
+	// bottleneck handles).
+	Probed     bool
+	ProbedFrom float64 // the rate in force before the first look's cut since the latest window
 	Arrivals   float64 // the latest window's (for probes)
 	Gains      []float64
 }
@@ -181,10 +195,12 @@ type Probe struct {
 	Window time.Duration // the windows' length (the drain rate's horizon)
 	Loads  []Load        // by task; Gain is ignored (the latest window's is used)
 	Lag    time.Duration
-	// Arrivals is the records a second the sources read since the last
-	// look: used before the first window, when the controller has no
-	// window's arrivals yet (a job overloaded from its start would
-	// otherwise queue a whole window's excess before its first cut).
+	// Arrivals is the rate records arrived at the sources, as a window's
+	// but measured since the last look (0: unknown). Used when more than
+	// the latest window's: before the first window, when the controller
+	// has no window's arrivals yet (a job overloaded from its start would
+	// otherwise queue a whole window's excess before its first cut), and
+	// when the load stepped up since it.
 	Arrivals float64
 }
 
@@ -388,22 +404,25 @@ func (c Controller) Step(w Window) (Controller, []Action) {
 // the last look) has a shed point and what is queued there, at the
 // capacity it showed since the last look, plus the sources' lag, predicts
 // a wait past the target: to the lower of the steady and the drain rate,
-// from the latest window's arrivals and gains, as a window would, but no
-// lower than half the rate in force. At most once between two windows (the records admitted before a cut are still
-// on their way at the next look), and never raising the rate. A capacity
-// that dips in mid-window so costs a look's time, not a window or two. It
-// does not change c.
+// from the latest window's arrivals (the look's when more) and gains, as a
+// window would, but no lower than half the rate in force, nor than a
+// quarter of the rate the latest window left. After a look's
+// cut, again before the next window only while the rate in force admits
+// more than the bottleneck's capacity (the records admitted before a cut
+// are still on their way at the next look, and make what waits look
+// longer for a while), and never raising the rate. A capacity that dips
+// in mid-window so costs a look's time, not a window or two. It does not
+// change c.
 func (c Controller) Probe(p Probe) (Controller, []Action) {
-	arrivals := c.Arrivals
+	// The latest window's arrivals, or the look's when they are more: before
+	// the first window (none yet), or a load that stepped up since.
+	arrivals := max(c.Arrivals, p.Arrivals)
 	if arrivals <= 0 {
-		arrivals = p.Arrivals // before the first window
-	}
-	if c.Probed || arrivals <= 0 {
 		return c, nil
 	}
 	w := Window{Length: p.Length, Loads: p.Loads, Arrivals: arrivals, Lag: p.Lag}
 	b, _ := c.bottleneck(w)
-	if b < 0 || c.Tasks[b].Point == "" || w.Loads[b].Capacity <= 0 || c.wait(w, b) <= c.Target {
+	if b < 0 || c.Tasks[b].Point == "" || w.Loads[b].Capacity <= 0 {
 		return c, nil
 	}
 	if b < len(c.Gains) {
@@ -411,15 +430,29 @@ func (c Controller) Probe(p Probe) (Controller, []Action) {
 	}
 	t := c.Tasks[b]
 	in, _ := c.model(w, b)
+	// Past the target, and, when a look cut since the latest window, what
+	// waits still grows: the rate in force admits more than the
+	// bottleneck's capacity. Not a wait that the records admitted before
+	// the cut, still on their way, make longer for a while: the rate in
+	// force is then below the capacity.
+	wait := c.wait(w, b)
+	if wait <= c.Target || (c.Probed && c.Keep*in <= w.Loads[b].Capacity) {
+		return c, nil
+	}
 	// The next window's rate: as if the probe's capacity held a whole
 	// window (the drain rate's window is the controller's, not the look's).
 	w.Length = max(p.Window, p.Length)
-	// At most halving the rate: a look's capacity is measured over a
+	// At most halving the rate, and to no less than a quarter of the rate
+	// the latest window left: a look's capacity is measured over a
 	// fraction of a window, and on a machine shared with others a stall
-	// of the process in it would otherwise cut deep; the window after
-	// cuts deeper if what waits still asks for it.
+	// of the process in it would otherwise cut deep, look after look; the
+	// window after cuts deeper if what waits still asks for it.
+	from := c.Keep
+	if c.Probed {
+		from = c.ProbedFrom
+	}
 	k := min(c.Headroom*w.Loads[b].Capacity/in, c.drain(w, b, in))
-	k = round(clamp(max(k, c.Keep/2), c.MinKeep, 1))
+	k = round(clamp(max(k, c.Keep/2, from/4), c.MinKeep, 1))
 	var acts []Action
 	if t.Point != c.Point && c.Point != "" {
 		acts = append(acts, SetRate{Point: c.Point, Keep: 1})
@@ -430,7 +463,7 @@ func (c Controller) Probe(p Probe) (Controller, []Action) {
 	}
 	// The steady rate stays the latest window's: a look's capacity,
 	// measured over a fraction of a window, is too noisy to keep.
-	c.Probed, c.Bottleneck = true, t.Name
+	c.Probed, c.ProbedFrom, c.Bottleneck = true, from, t.Name
 	c.Point, c.Keep, c.Drop = t.Point, k, !t.Sample
 	return c, append(acts, SetRate{Point: c.Point, Keep: c.Keep, Drop: c.Drop})
 }

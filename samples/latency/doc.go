@@ -39,12 +39,20 @@
 // machine speed. On the real clock (`sluice run latency`) the slow
 // operator's millisecond is a timer, whose real length varies with the
 // machine's load from window to window; the controller measures the
-// capacity each window and at three looks between, cuts when what the
-// mailbox holds at that capacity predicts a wait past the target, and
-// works it off.
+// capacity each window and at seven looks between, cuts when what the
+// mailbox holds at that capacity predicts a wait past the target (again at
+// the next look while the rate still admits more than the capacity), and
+// works it off. Config.Jitter varies the work per record on the simulated
+// clock as such timers do (-jitter), and Config.Seed seeds that and the
+// shedding's random numbers (-seed): the tests run ten seeds for the p99
+// and twenty for the counts' coverage, not one.
+//
+// Each second's reading is taken 50 ms after the second, so that it reads
+// the latency window the job closed at that second.
 //
 // The approximate counts are over 20 keys in windows of a second (220
 // key-windows in the default run); a key-window counts as a miss when its
 // truth is outside the reported interval, and also when it claims to be
-// exact but is wrong, or was never emitted.
+// exact but is wrong, or was never emitted (the report gives the misses by
+// kind).
 package latency

@@ -2,6 +2,8 @@ package latency_test
 
 import (
 	"context"
+	"fmt"
+	"math"
 	"strings"
 	"testing"
 	"testing/synctest"
@@ -41,22 +43,42 @@ func TestLatencyTargetSelective(t *testing.T) {
 }
 
 // The approximate counts of the sample's own run hold the truth within
-// their reported 95 % interval in at least 93 % of at least 200
-// key-windows: 20 keys in windows of a second through 20 s of overload,
-// under a rate the controller moves as it goes (each record scaled by the
-// rate it was kept with). Windows claiming to be exact but wrong, and
-// key-windows never emitted (sampling kept none of their records), count
-// as misses. In the bubble the run is deterministic (the shedding's random
-// numbers are seeded): 95.5 % of 421 when written.
-func TestEstimatesCoverSampleRun(t *testing.T) {
-	cfg := latency.DefaultConfig()
-	cfg.Overload, cfg.Calm = 20*time.Second, 3*time.Second
-	outs := runBubbleQuiet(t, cfg)
-	target := outcome(t, outs, "target")
-	if target.Windows < 200 || target.Covered < 0.93 {
-		t.Errorf("%d key-windows, the truth within the 95 %% interval in %.1f %%: want >= 200 windows, >= 93 %%", target.Windows, 100*target.Covered)
+// their reported 95 % interval in at least 93 % of its key-windows, for
+// each of 20 seeds (10 with the work exact, 10 with it jittered as on a
+// loaded machine), each run 420 key-windows: 20 keys in windows of a
+// second through 20 s of overload, under a rate the controller moves as it
+// goes (each record scaled by the rate it was kept with). Windows claiming
+// to be exact but wrong, and key-windows never emitted (sampling kept none
+// of their records), count as misses. A run of 420 key-windows at the
+// intervals' 95 % has a standard deviation of about 1 % in its coverage;
+// when written the 20 runs covered 94.0–98.3 % (95.8 % pooled), every miss
+// a window marked approximate with the truth just outside its interval.
+func TestEstimatesCoverAcrossSeeds(t *testing.T) {
+	if testing.Short() {
+		t.Skip("20 runs of the sample")
+	}
+	var windows, covered int
+	for _, jitter := range []float64{0, 0.4} {
+		for seed := uint64(1); seed <= 10; seed++ {
+			cfg := latency.DefaultConfig()
+			cfg.Overload, cfg.Calm, cfg.Jitter, cfg.Seed = 20*time.Second, time.Second, jitter, seed
+			cfg.Policies = []string{"target"}
+			o := outcome(t, runBubbleQuiet(t, cfg), "target")
+			windows += o.Windows
+			covered += int(math.Round(o.Covered * float64(o.Windows)))
+			msg := fmt.Sprintf("jitter %.1f seed %2d: %d key-windows, the truth within the 95 %% interval in %.1f %% (misses: %d outside, %d unmarked, %d never emitted; mean error %.1f %%)",
+				jitter, seed, o.Windows, 100*o.Covered, o.Outside, o.Unmarked, o.Missing, 100*o.MeanError)
+			if o.Windows < 400 || o.Covered < 0.93 {
+				t.Errorf("%s: want >= 400 key-windows, >= 93 %%", msg)
+			} else {
+				t.Log(msg)
+			}
+		}
+	}
+	if p := float64(covered) / float64(windows); p < 0.94 {
+		t.Errorf("pooled: %.1f %% of %d key-windows, want >= 94 %%", 100*p, windows)
 	} else {
-		t.Logf("%d key-windows, the truth within the 95 %% interval in %.1f %% (mean error %.1f %%)", target.Windows, 100*target.Covered, 100*target.MeanError)
+		t.Logf("pooled: %.1f %% of %d key-windows", 100*p, windows)
 	}
 }
 
@@ -118,7 +140,7 @@ func checkOutcomes(t *testing.T, cfg latency.Config, outs []latency.Outcome) {
 		by[o.Policy] = o
 	}
 	block, target := by["block"], by["target"]
-	capacity := float64(time.Second) / float64(cfg.Cost)
+	capacity := cfg.Rate()
 	p99At := func(o latency.Outcome, at time.Duration) time.Duration {
 		for _, s := range o.Seconds {
 			if s.At >= at {
@@ -167,3 +189,34 @@ func checkOutcomes(t *testing.T, cfg latency.Config, outs []latency.Outcome) {
 }
 
 func TestMain(m *testing.M) { sampletest.VerifyTestMain(m) }
+
+// seedConfig is the overload on a simulated clock that varies the slow
+// operator's work as a loaded machine's timers do (Jitter 0.4: a mean
+// capacity of 833 records/s, as the real-clock runs measured).
+func seedConfig(seed uint64) latency.Config {
+	cfg := latency.DefaultConfig()
+	cfg.Overload, cfg.Calm, cfg.Jitter, cfg.Seed = 10*time.Second, time.Second, 0.4, seed
+	cfg.Policies = []string{"target"}
+	return cfg
+}
+
+// Under LatencyTarget(200ms) at 3x the capacity, every second's p99 from
+// the 5th on is within 1.2x the target, for each of ten seeds (the jitter
+// of the work and the shedding's random numbers).
+func TestLatencyTargetReachedBy5s(t *testing.T) {
+	for seed := uint64(1); seed <= 10; seed++ {
+		cfg := seedConfig(seed)
+		target := outcome(t, runBubbleQuiet(t, cfg), "target")
+		var row strings.Builder
+		for _, s := range target.Seconds {
+			if s.At > cfg.Overload+cfg.Overload/100 {
+				break
+			}
+			fmt.Fprintf(&row, " %v:%v/%.2f", s.At.Round(time.Second), s.P99.Round(time.Millisecond), s.Keep)
+			if s.At >= 5*time.Second && s.P99 > cfg.Target*6/5 {
+				t.Errorf("seed %d: p99 %v at %v, over 1.2x the target %v", seed, s.P99, s.At, cfg.Target)
+			}
+		}
+		t.Logf("seed %2d: p99/keep%s", seed, row.String())
+	}
+}

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"math/rand/v2"
+	"slices"
 	"sync"
 	"time"
 
@@ -28,6 +30,18 @@ type Config struct {
 	// drops whole batches at the source instead of sampling.
 	Selective bool
 	Capacity  int // the slow operator's mailbox, records
+	// Jitter makes the slow operator's work per record vary as a real
+	// clock's timers do on a loaded machine: Cost × (1 + Jitter × u), u
+	// uniform in [0, 1) (0: exactly Cost). The load is then three times
+	// the mean capacity, 1 / (Cost × (1 + Jitter/2)).
+	Jitter float64
+	// Policies are the pipelines to run, of the package's Policies (nil:
+	// all three).
+	Policies []string
+	// Seed seeds the jitter and the shedding's random numbers
+	// (operators.ShedSeed): on the simulated clock a run is a function of
+	// it.
+	Seed uint64
 	// Clock drives the load, the work and the job (nil: the real clock).
 	// Under testing/synctest the real clock is the bubble's fake one, and
 	// the experiment's outcome does not depend on the machine's speed.
@@ -52,6 +66,14 @@ func (c Config) Validate() error {
 	if c.Target <= 0 {
 		errs = append(errs, fmt.Errorf("target %v: must be positive", c.Target))
 	}
+	if c.Jitter < 0 || c.Jitter > 10 {
+		errs = append(errs, fmt.Errorf("jitter %v: must be in [0, 10]", c.Jitter))
+	}
+	for _, p := range c.Policies {
+		if !slices.Contains(Policies, p) {
+			errs = append(errs, fmt.Errorf("policy %q: not one of %v", p, Policies))
+		}
+	}
 	if c.Keys < 1 || c.Capacity < 1 {
 		errs = append(errs, fmt.Errorf("keys %d, capacity %d: must be at least 1", c.Keys, c.Capacity))
 	}
@@ -59,6 +81,11 @@ func (c Config) Validate() error {
 		return fmt.Errorf("latency: %w", err)
 	}
 	return nil
+}
+
+// Rate is the slow operator's mean capacity, records a second.
+func (c Config) Rate() float64 {
+	return float64(time.Second) / (float64(c.Cost) * (1 + c.Jitter/2))
 }
 
 // Policies are the three ways compared, in the order they are reported.
@@ -82,18 +109,17 @@ type Outcome struct {
 	Processed int64 // records the slow operator handled
 	Shed      int64 // records the target shed, or the mailbox dropped
 	ShedBy    map[string]int64
-	// The approximate counts (target): key-windows marked approximate (and
-	// those wrong or missing without the mark: see accuracy), the mean of
-	// |estimate − truth| / truth, and the share whose truth was within the
-	// reported 95 % interval.
-	Windows   int
-	MeanError float64
-	Covered   float64
-	Elapsed   time.Duration
+	// The approximate counts (target; see Accuracy).
+	Accuracy
+	Elapsed time.Duration
 }
 
 // Throughput is the records processed a second.
 func (o Outcome) Throughput() float64 { return float64(o.Processed) / o.Elapsed.Seconds() }
+
+// readLag is how long after each second the sample reads the pipelines'
+// statistics.
+const readLag = 50 * time.Millisecond
 
 type estimates = operators.Collector[operators.Windowed[int, operators.Estimate]]
 
@@ -102,7 +128,7 @@ type estimates = operators.Collector[operators.Windowed[int, operators.Estimate]
 func pipeline(cfg Config, policy string, s *schedule, c clock.Clock) (*operators.Topology, *estimates) {
 	// Batches of 32: at a millisecond a record, a batch is 32 ms of work,
 	// fine enough for the latency windows of a second.
-	opts := []operators.TopologyOption{operators.WithClock(c), operators.BatchSize(32)}
+	opts := []operators.TopologyOption{operators.WithClock(c), operators.BatchSize(32), operators.ShedSeed(cfg.Seed)}
 	in := operators.Input(mailbox.Block(cfg.Capacity))
 	switch policy {
 	case "drop-oldest":
@@ -117,7 +143,17 @@ func pipeline(cfg Config, policy string, s *schedule, c clock.Clock) (*operators
 	if cfg.Selective {
 		mapOpts = append(mapOpts, operators.Selective())
 	}
-	slow := operators.Map(ts, "slow", func(e Event) Event { work(c, cfg.Cost); return e }, mapOpts...)
+	var mu sync.Mutex
+	rng := rand.New(rand.NewPCG(cfg.Seed, 0x5eed))
+	cost := func() time.Duration {
+		if cfg.Jitter == 0 {
+			return cfg.Cost
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		return time.Duration(float64(cfg.Cost) * (1 + cfg.Jitter*rng.Float64()))
+	}
+	slow := operators.Map(ts, "slow", func(e Event) Event { work(c, cost()); return e }, mapOpts...)
 	operators.Sink(slow, "out", operators.SinkFunc(func(Event) error { return nil }))
 	by := operators.KeyBy(slow, "by-key", func(e Event) int { return e.Key })
 	counts := operators.WindowCountEstimate(by, "count", operators.Tumbling(time.Second))
@@ -136,15 +172,19 @@ func Run(ctx context.Context, sys *actors.System, cfg Config) ([]Outcome, error)
 	if c == nil {
 		c = clock.Real()
 	}
-	rate := float64(time.Second) / float64(cfg.Cost)
+	rate := cfg.Rate()
 	phases := []Phase{{Rate: 3 * rate, Duration: cfg.Overload}, {Rate: rate / 2, Duration: cfg.Calm}}
+	policies := cfg.Policies
+	if policies == nil {
+		policies = Policies
+	}
 	var (
 		wg  sync.WaitGroup
 		mu  sync.Mutex
-		out = make([]Outcome, len(Policies))
+		out = make([]Outcome, len(policies))
 		err error
 	)
-	for i, policy := range Policies {
+	for i, policy := range policies {
 		wg.Add(1)
 		go func() { // owned by Run, which waits for it
 			defer wg.Done()
@@ -169,8 +209,15 @@ func runOne(ctx context.Context, sys *actors.System, cfg Config, policy string, 
 	o := Outcome{Policy: policy}
 	tick := make(chan struct{}, 1)
 	var stop func() bool
-	var arm func()
-	arm = func() { stop = c.AfterFunc(time.Second, func() { tick <- struct{}{} }) }
+	// Each second's reading is taken a little after the second (readLag),
+	// so that it reads the latency window the job closed at that second,
+	// not the one before it.
+	next := 0
+	arm := func() {
+		next++
+		d := start.Add(time.Duration(next)*time.Second + readLag).Sub(c.Now())
+		stop = c.AfterFunc(max(d, 0), func() { tick <- struct{}{} })
+	}
 	arm()
 	defer func() { stop() }()
 	for done := false; !done; {
@@ -202,7 +249,7 @@ func runOne(ctx context.Context, sys *actors.System, cfg Config, policy string, 
 		}
 	}
 	if policy == "target" {
-		o.Windows, o.MeanError, o.Covered = accuracy(got.Items(), s, cfg.Selective)
+		o.Accuracy = accuracy(got.Items(), s, cfg.Selective)
 	}
 	return o, nil
 }
@@ -237,8 +284,8 @@ func (o Outcome) OverloadThroughput(overload time.Duration) float64 {
 	return float64(n) / at.Seconds()
 }
 
-// accuracy compares the approximate counts of whole windows with the
-// truth from the schedule. A key-window counts when it is marked
+// Accuracy is how the approximate counts of whole windows compare with
+// the truth from the schedule. A key-window counts when it is marked
 // approximate, and also when it is not but is wrong (sampling shed some of
 // its records in batches of which none was kept, so the window never saw a
 // sampled record and claims to be exact) or was never emitted (sampling
@@ -246,7 +293,16 @@ func (o Outcome) OverloadThroughput(overload time.Duration) float64 {
 // user who trusted the mark. Not with dropped (whole batches, Selective):
 // dropped records are counted as shed, not estimated, so only the windows
 // marked approximate count (there should be none).
-func accuracy(items []operators.Windowed[int, operators.Estimate], s *schedule, dropped bool) (n int, meanErr, covered float64) {
+type Accuracy struct {
+	Windows   int     // key-windows counted
+	MeanError float64 // the mean of |estimate − truth| / truth over them
+	Covered   float64 // the share marked approximate with the truth within the 95 % interval
+	// The misses by kind: marked approximate with the truth outside the
+	// interval, wrong without the mark, never emitted.
+	Outside, Unmarked, Missing int
+}
+
+func accuracy(items []operators.Windowed[int, operators.Estimate], s *schedule, dropped bool) Accuracy {
 	truth := map[[2]int64]int64{} // (key, window start in s) -> records
 	for seq := int64(0); ; seq++ {
 		at, ok := s.at(seq)
@@ -255,6 +311,7 @@ func accuracy(items []operators.Windowed[int, operators.Estimate], s *schedule, 
 		}
 		truth[[2]int64{seq % int64(s.keys), at.Unix()}]++
 	}
+	var a Accuracy
 	in := 0
 	var sum float64
 	emitted := map[[2]int64]bool{}
@@ -265,20 +322,26 @@ func accuracy(items []operators.Windowed[int, operators.Estimate], s *schedule, 
 		if want == 0 || (!w.Value.Approximate && (dropped || w.Value.Value == float64(want))) {
 			continue
 		}
-		n++
+		a.Windows++
 		sum += math.Abs(w.Value.Value-float64(want)) / float64(want)
-		if w.Value.Approximate && w.Value.Contains(float64(want)) {
+		switch {
+		case !w.Value.Approximate:
+			a.Unmarked++
+		case w.Value.Contains(float64(want)):
 			in++
+		default:
+			a.Outside++
 		}
 	}
 	for kw := range truth {
 		if !emitted[kw] && !dropped {
-			n++
+			a.Windows++
+			a.Missing++
 			sum++ // an error of 100 %
 		}
 	}
-	if n == 0 {
-		return 0, 0, 0
+	if a.Windows > 0 {
+		a.MeanError, a.Covered = sum/float64(a.Windows), float64(in)/float64(a.Windows)
 	}
-	return n, sum / float64(n), float64(in) / float64(n)
+	return a
 }

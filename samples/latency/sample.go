@@ -38,6 +38,8 @@ func (s *Sample) Flags(fs *flag.FlagSet) {
 	fs.DurationVar(&s.cfg.Overload, "overload", s.cfg.Overload, "how long the load runs at 3x the capacity")
 	fs.DurationVar(&s.cfg.Calm, "calm", s.cfg.Calm, "how long it then runs at 0.5x")
 	fs.DurationVar(&s.cfg.Target, "target", s.cfg.Target, "the latency target")
+	fs.Float64Var(&s.cfg.Jitter, "jitter", s.cfg.Jitter, "vary the slow operator's work per record by up to this fraction of cost (the load stays 3x the mean capacity)")
+	fs.Uint64Var(&s.cfg.Seed, "seed", s.cfg.Seed, "seed of the jitter and of the shedding's random numbers")
 	fs.BoolVar(&s.cfg.Selective, "selective", s.cfg.Selective, "declare the slow operator Selective: the target drops whole batches instead of sampling")
 }
 
@@ -95,7 +97,7 @@ func (s *Sample) Report(w io.Writer) error {
 
 // Print writes the outcomes side by side.
 func Print(w io.Writer, cfg Config, outs []Outcome) {
-	capacity := float64(time.Second) / float64(cfg.Cost)
+	capacity := cfg.Rate()
 	fmt.Fprintf(w, "capacity %.0f records/s; %v at 3x, then %v at 0.5x; target p99 %v\n", capacity, cfg.Overload, cfg.Calm, cfg.Target)
 	fmt.Fprintf(w, "%6s", "t")
 	for _, o := range outs {
@@ -137,8 +139,8 @@ func Print(w io.Writer, cfg Config, outs []Outcome) {
 		fmt.Fprintf(w, "%-12s offered %d, processed %d (%.0f/s, %.2fx the capacity; %.0f/s, %.2fx during the overload), shed or dropped %d %v\n",
 			o.Policy, o.Offered, o.Processed, o.Throughput(), o.Throughput()/capacity, ot, ot/capacity, o.Shed, o.ShedBy)
 		if o.Windows > 0 {
-			fmt.Fprintf(w, "%-12s approximate counts: %d key-windows, mean error %.1f %%, truth within the 95 %% interval in %.1f %% (misses include windows wrong without the mark or never emitted)\n",
-				"", o.Windows, 100*o.MeanError, 100*o.Covered)
+			fmt.Fprintf(w, "%-12s approximate counts: %d key-windows, mean error %.1f %%, truth within the 95 %% interval in %.1f %% (misses: %d outside the interval, %d wrong without the approximate mark, %d never emitted)\n",
+				"", o.Windows, 100*o.MeanError, 100*o.Covered, o.Outside, o.Unmarked, o.Missing)
 		}
 	}
 }
