@@ -71,28 +71,11 @@ func benchRemote(ctx context.Context, e *env) ([]Result, error) {
 	}
 
 	// Raw protoactor remote: two actor systems, no cluster, no codec.
-	startRaw := func() (*actor.ActorSystem, *remote.Remote, error) {
-		sys := quietSystem()
-		r := remote.NewRemote(sys, remote.Configure("127.0.0.1", 0,
-			remote.WithDialOptions(grpc.WithTransportCredentials(insecure.NewCredentials()))))
-		if err := func() (err error) {
-			defer func() {
-				if p := recover(); p != nil {
-					err = fmt.Errorf("remote: %v", p)
-				}
-			}()
-			r.Start()
-			return nil
-		}(); err != nil {
-			return nil, nil, err
-		}
-		return sys, r, nil
-	}
-	sysA, remA, err := startRaw()
+	sysA, remA, err := startRawRemote()
 	if err != nil {
 		return nil, err
 	}
-	sysB, remB, err := startRaw()
+	sysB, remB, err := startRawRemote()
 	if err != nil {
 		return nil, err
 	}
@@ -181,6 +164,26 @@ func benchRemote(ctx context.Context, e *env) ([]Result, error) {
 	}, nil
 }
 
+// startRawRemote starts an actor system serving protoactor's remote on a
+// free loopback port, without TLS (the raw baselines).
+func startRawRemote() (*actor.ActorSystem, *remote.Remote, error) {
+	sys := quietSystem()
+	r := remote.NewRemote(sys, remote.Configure("127.0.0.1", 0,
+		remote.WithDialOptions(grpc.WithTransportCredentials(insecure.NewCredentials()))))
+	if err := func() (err error) {
+		defer func() {
+			if p := recover(); p != nil {
+				err = fmt.Errorf("remote: %v", p)
+			}
+		}()
+		r.Start()
+		return nil
+	}(); err != nil {
+		return nil, nil, err
+	}
+	return sys, r, nil
+}
+
 // benchRemoteTopology measures records crossing nodes inside a topology:
 // a job source -> map -> sink whose map runs on a second node (two cluster
 // nodes in this process on loopback, OffCoordinator: the source and the
@@ -200,29 +203,12 @@ func benchRemoteTopology(ctx context.Context, e *env) ([]Result, error) {
 	}
 
 	// The baseline.
-	startRaw := func() (*actor.ActorSystem, *remote.Remote, error) {
-		sys := quietSystem()
-		r := remote.NewRemote(sys, remote.Configure("127.0.0.1", 0,
-			remote.WithDialOptions(grpc.WithTransportCredentials(insecure.NewCredentials()))))
-		if err := func() (err error) {
-			defer func() {
-				if p := recover(); p != nil {
-					err = fmt.Errorf("remote: %v", p)
-				}
-			}()
-			r.Start()
-			return nil
-		}(); err != nil {
-			return nil, nil, err
-		}
-		return sys, r, nil
-	}
-	sysA, remA, err := startRaw()
+	sysA, remA, err := startRawRemote()
 	if err != nil {
 		return nil, err
 	}
 	defer func() { remA.Shutdown(false); sysA.Shutdown() }()
-	sysB, remB, err := startRaw()
+	sysB, remB, err := startRawRemote()
 	if err != nil {
 		return nil, err
 	}
