@@ -37,7 +37,9 @@
 //     the rate is also cut to at most 0.9 × keep, and that becomes the
 //     steady rate. Once the sources have read their backlog (lag under a
 //     tenth of the window) and the p99 is no longer over, the rate goes
-//     back to the steady one, as far as the bottleneck's queue allows.
+//     back to the steady one, as far as the bottleneck's queue allows
+//     (when only looks have cut, the steady rate is the first window's
+//     after them: the start transcript).
 //   - what waits predicts a wait past T: the records queued at the
 //     bottleneck at the capacity it measured in the window, plus the
 //     sources' lag, is the wait of a record that joins the queue now.
@@ -304,6 +306,27 @@ func (c Controller) Step(w Window) (Controller, []Action) {
 		}
 	}
 	act := predicted || (over && (c.Over >= 2 || (w.P99 > 2*c.Target && explained)))
+	// back is the rate to go back to once the sources have read the
+	// backlog a cut was for: the steady rate, nor more than this window's
+	// capacity and what waits at the bottleneck allow (0: none). When it
+	// is no higher than the rate in force, the raise for a p99 well under
+	// the band may still apply.
+	back := 0.0
+	// Looks cut, but no window has yet: the steady rate is the one this
+	// window measures, so the rate comes back to it once the backlog the
+	// looks cut for is worked off (else it stays as low as they left it
+	// until two windows well under the band).
+	if c.Point != "" && c.Steady == 0 {
+		if in, ok := c.model(w, b); ok {
+			c.Steady = round(clamp(c.Headroom*w.Loads[b].Capacity/in, c.MinKeep, 1))
+		}
+	}
+	if c.Point != "" && c.Keep < c.Steady && w.Lag < w.Length/10 {
+		back = c.Steady
+		if in, ok := c.model(w, b); ok {
+			back = round(clamp(min(back, c.Headroom*w.Loads[b].Capacity/in, c.drain(w, b, in)), c.MinKeep, 1))
+		}
+	}
 	switch {
 	case over && !act:
 		return c, nil
@@ -352,18 +375,11 @@ func (c Controller) Step(w Window) (Controller, []Action) {
 			return c.report(acts, true, fmt.Sprintf("p99 %v over the target %v with %s keeping %.2f, the least allowed", w.P99, c.Target, c.Point, c.MinKeep))
 		}
 		return c, acts
-	case c.Point != "" && c.Keep < c.Steady && w.Lag < w.Length/10:
+	case back > c.Keep:
 		// The backlog the rate was lowered for is read: back to the
 		// steady rate, or as near as what waits at the bottleneck allows.
-		k := c.Steady
-		if in, ok := c.model(w, b); ok { // nor more than this window's capacity allows
-			k = min(k, c.Headroom*w.Loads[b].Capacity/in, c.drain(w, b, in))
-			k = max(c.Keep, round(clamp(k, c.MinKeep, 1)))
-		}
-		if k != c.Keep {
-			c.Keep = k
-			acts = append(acts, SetRate{Point: c.Point, Keep: c.Keep, Drop: c.Drop})
-		}
+		c.Keep = back
+		acts = append(acts, SetRate{Point: c.Point, Keep: c.Keep, Drop: c.Drop})
 	case (under || slack) && c.Point != "" && c.Under >= 2 && queueLow:
 		// Well under the band two windows in a row: admit Fill of the
 		// bottleneck's capacity (at most doubling the rate), or, with
