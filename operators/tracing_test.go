@@ -178,6 +178,53 @@ func TestTracesFollowRecordsThroughOperators(t *testing.T) {
 	checkParents(t, ix, "out", "count emit")
 }
 
+// TestTracesSessionWindows: a session window's result is an emit span in
+// the trace of its first sampled record, linked to the others, also when
+// sessions merge (a's 0, 3000 and 1500 make one session of three records).
+func TestTracesSessionWindows(t *testing.T) {
+	sys, ctx, rec := tracedSystem(t)
+	evs := []tev{{"a", 0}, {"b", 500}, {"a", 3000}, {"a", 1500}, {"a", 20000}, {"b", 30000}}
+	top := operators.NewTopology(t.Name(), operators.BatchSize(1), operators.TraceRatio(1))
+	src := operators.Source(top, "events", operators.FromSlice(evs))
+	ts := operators.Timestamps(src, "ts", tevTime, operators.OutOfOrderness(2*time.Second))
+	sess := operators.WindowCount(operators.KeyBy(ts, "by-key", tevKey, operators.Parallelism(2)), "sessions", operators.Sessions(4*time.Second))
+	operators.Sink(sess, "out", discard[operators.Windowed[string, int64]]())
+	runToEnd(t, sys, ctx, top)
+	ix := indexSpans(rec)
+	if n := len(ix.byName["sessions"]); n != len(evs) {
+		t.Fatalf("%d sessions pass spans, want one per record (%d)", n, len(evs))
+	}
+	emits := ix.byName["sessions emit"]
+	if len(emits) != 4 {
+		t.Fatalf("%d session emit spans, want one per session (4); spans %v", len(emits), names(ix))
+	}
+	linked := map[trace.SpanID]bool{}
+	for _, e := range emits {
+		if ix.parentName(e) != "sessions" {
+			t.Fatalf("emit span's parent is %q, want a sessions pass span", ix.parentName(e))
+		}
+		linked[e.Parent().SpanID()] = true
+		for _, l := range e.Links() {
+			linked[l.SpanContext.SpanID()] = true
+		}
+		// contributors by the session's start (ns): a's merged session has 3
+		want := map[string]int{"0": 3, "500000000": 1, "20000000000": 1, "30000000000": 1}
+		start := attr(e, "sluice.window.start")
+		if n := 1 + len(e.Links()); n != want[start] || attr(e, "sluice.links") != strconv.Itoa(n) {
+			t.Fatalf("session at %s: %d contributors (sluice.links %s), want %d", start, n, attr(e, "sluice.links"), want[start])
+		}
+		if start == "0" && attr(e, "sluice.key") != "a" {
+			t.Fatalf("the merged session [0, 7s) has key %q, want a", attr(e, "sluice.key"))
+		}
+	}
+	for _, s := range ix.byName["sessions"] {
+		if !linked[s.SpanContext().SpanID()] {
+			t.Fatalf("the sessions span of record %s is linked from no session", attr(s, "sluice.record.id"))
+		}
+	}
+	checkParents(t, ix, "out", "sessions emit")
+}
+
 // TestTraceSamplingRatio samples 1 % of a 1 M-record job: 10 000 ± 10 %
 // records get a trace (the sampler is seeded per source instance, so the
 // figure is the same on every run).
