@@ -308,11 +308,24 @@ func TestTracesAcrossARestart(t *testing.T) {
 	top := failingTopology(t.TempDir(), 20_000, 10_000, func() bool { return failed.CompareAndSwap(false, true) },
 		operators.RestartOnFailure(supervision.Backoff{Initial: time.Millisecond, Jitter: supervision.NoJitter}, 2, time.Minute),
 		operators.TraceRatio(0.05))
-	run := runToEnd(t, sys, ctx, top)
+	// The job runs under a caller's span: its restart is a child of it;
+	// the records' traces stay their own.
+	caller := trace.NewSpanContext(trace.SpanContextConfig{TraceID: trace.TraceID{1}, SpanID: trace.SpanID{2}, TraceFlags: trace.FlagsSampled, Remote: true})
+	run := runToEnd(t, sys, trace.ContextWithRemoteSpanContext(ctx, caller), top)
 	if operators.CheckpointStatsOf(run).Restarts != 1 {
 		t.Fatal("the job did not restart")
 	}
 	ix := indexSpans(rec)
+	for _, s := range ix.byName["sluice.job"] {
+		if s.Parent().SpanID() != caller.SpanID() || s.SpanContext().TraceID() != caller.TraceID() {
+			t.Fatalf("restart span with parent %v, want the caller's span %v", s.Parent(), caller)
+		}
+	}
+	for _, s := range ix.byName["numbers"] {
+		if s.Parent().IsValid() {
+			t.Fatalf("a record's source span has parent %v: want a root", s.Parent())
+		}
+	}
 	checkParents(t, ix, "check", "numbers")
 	checkParents(t, ix, "key", "check")
 	checkParents(t, ix, "count", "key")

@@ -42,7 +42,9 @@ func (x *execution) traceEvent(name, event string, attrs ...attribute.KeyValue) 
 		return
 	}
 	attrs = append(attrs, attribute.String("sluice.topology", x.topo.Name()))
-	_, span := tp.Tracer("github.com/sluicehq/sluice/operators").Start(x.ctx, name, trace.WithNewRoot(), trace.WithAttributes(attrs...))
+	// A child of the span the job was started under (sluice run
+	// --trace-parent), else a root.
+	_, span := tp.Tracer("github.com/sluicehq/sluice/operators").Start(x.ctx, name, trace.WithAttributes(attrs...))
 	span.AddEvent(event, trace.WithAttributes(attrs...))
 	span.End()
 }
