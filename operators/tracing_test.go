@@ -245,30 +245,58 @@ func TestTraceSamplingRatio(t *testing.T) {
 	}
 }
 
-// TestTraceKey traces the records of one key, and only those, from the
-// keyed operator on.
+// TestTraceKey traces the records of one key, and only those. The key-by
+// reads the source's output, so the source tests the key: each trace
+// starts at the source (sampler key). After a map the key is not
+// computable at the source: the trace starts at the keyed operator.
 func TestTraceKey(t *testing.T) {
-	sys, ctx, rec := tracedSystem(t)
-	top := operators.NewTopology("by-key", operators.TraceRatio(0), operators.TraceKey("user-7"))
-	src := operators.Source(top, "src", operators.Generate(1000, func(i int64) string { return "user-" + strconv.FormatInt(i%10, 10) }))
-	by := operators.KeyBy(src, "by", func(v string) string { return v }, operators.Parallelism(2))
-	counts := operators.Count(by, "count")
-	operators.Sink(counts, "out", discard[operators.KV[string, int64]]())
-	runToEnd(t, sys, ctx, top)
-	ix := indexSpans(rec)
-	if len(ix.byName["src"]) != 0 {
-		t.Fatalf("%d source spans with ratio 0", len(ix.byName["src"]))
+	for _, tc := range []struct {
+		name       string
+		mapped     bool
+		countUnder string
+	}{{"at-the-source", false, "src"}, {"after-a-map", true, "count key"}} {
+		t.Run(tc.name, func(t *testing.T) {
+			sys, ctx, rec := tracedSystem(t)
+			top := operators.NewTopology("by-key", operators.TraceRatio(0), operators.TraceKey("user-7"))
+			src := operators.Source(top, "src", operators.Generate(1000, func(i int64) string { return "user-" + strconv.FormatInt(i%10, 10) }))
+			if tc.mapped {
+				src = operators.Map(src, "upper", func(v string) string { return v }, operators.NoFusion())
+			}
+			by := operators.KeyBy(src, "by", func(v string) string { return v }, operators.Parallelism(2))
+			counts := operators.Count(by, "count")
+			operators.Sink(counts, "out", discard[operators.KV[string, int64]]())
+			runToEnd(t, sys, ctx, top)
+			ix := indexSpans(rec)
+			roots := ix.byName["src"]
+			if tc.mapped {
+				if len(roots) != 0 || len(ix.byName["upper"]) != 0 {
+					t.Fatalf("%d source and %d map spans with ratio 0 and the key computed after them", len(roots), len(ix.byName["upper"]))
+				}
+			} else {
+				if len(roots) != 100 {
+					t.Fatalf("%d source spans, want the 100 records of user-7", len(roots))
+				}
+				for _, s := range roots {
+					if s.Parent().IsValid() || attr(s, "sluice.sampler") != "key" || attr(s, "sluice.key") != "user-7" {
+						t.Fatalf("source span: parent %v, sampler %q, key %q", s.Parent(), attr(s, "sluice.sampler"), attr(s, "sluice.key"))
+					}
+				}
+				if n := len(ix.byName["count key"]); n != 0 {
+					t.Fatalf("%d key roots at the keyed operator, want none (the source sampled them)", n)
+				}
+			}
+			spans := ix.byName["count"]
+			if len(spans) != 100 {
+				t.Fatalf("%d count spans, want the 100 records of user-7", len(spans))
+			}
+			for _, s := range spans {
+				if attr(s, "sluice.key") != "user-7" || ix.parentName(s) != tc.countUnder {
+					t.Fatalf("count span of key %q under %q, want under %q", attr(s, "sluice.key"), ix.parentName(s), tc.countUnder)
+				}
+			}
+			checkParents(t, ix, "out", "count")
+		})
 	}
-	spans := ix.byName["count"]
-	if len(spans) != 100 {
-		t.Fatalf("%d count spans, want the 100 records of user-7", len(spans))
-	}
-	for _, s := range spans {
-		if attr(s, "sluice.key") != "user-7" || ix.parentName(s) != "count key" {
-			t.Fatalf("count span of key %q under %q", attr(s, "sluice.key"), ix.parentName(s))
-		}
-	}
-	checkParents(t, ix, "out", "count")
 }
 
 func TestTracesFanOutAndFanIn(t *testing.T) {

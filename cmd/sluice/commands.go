@@ -103,7 +103,7 @@ func runCmd(g *globals) *cobra.Command {
 	c.PersistentFlags().DurationVar(&progress, "progress", 500*time.Millisecond, "progress line interval (0: none)")
 	c.PersistentFlags().BoolVar(&trace, "trace", false, "export traces of sampled records over OTLP (docs/tracing.md; find one in Jaeger by the tag sluice.key=KEY)")
 	c.PersistentFlags().Float64Var(&traceRatio, "trace-ratio", operators.DefaultTraceRatio, "with --trace: the share of records traced (0 to 1; each source samples each record with this probability)")
-	c.PersistentFlags().StringVar(&traceKey, "trace-key", "", "with --trace: also trace every record with this key (as fmt.Sprint writes it), from the first keyed operator on")
+	c.PersistentFlags().StringVar(&traceKey, "trace-key", "", "with --trace: also trace every record with this key (as fmt.Sprint writes it): from the source when a key-by reads the source directly, else from the first keyed operator on")
 	c.PersistentFlags().StringVar(&traceParent, "trace-parent", "", "with --trace: a W3C traceparent (00-TRACEID-SPANID-FLAGS) of the caller's span: the job's span, sluice.run, "+
 		"and its restarts go into that trace as its children (each sampled record keeps a trace of its own)")
 	c.PersistentFlags().StringVar(&traceEndpoint, "trace-endpoint", "127.0.0.1:4317", "OTLP gRPC endpoint for --trace (a local Jaeger)")

@@ -14,7 +14,7 @@ func benchTracer(tp trace.TracerProvider, s Sampling) *Tracer {
 	return NewTracer(tp.Tracer("b"), context.Background(), func() int { return 3 }, "bench", "block", s, nil, nil)
 }
 
-func benchSource(tr *Tracer, sc *Ctx, n int) ([]Mark, func()) { return tr.Source(sc, n, nil, nil) }
+func benchSource(tr *Tracer, sc *Ctx, n int) ([]Mark, func()) { return tr.Source(sc, n, nil, nil, nil) }
 
 // BenchmarkTracePass: the pass spans of a batch of 256 records with 3
 // sampled at a chain head and at a fused stage after it, and a source's

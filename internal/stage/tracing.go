@@ -103,6 +103,7 @@ type Tracer struct {
 	opts  []trace.SpanStartOption
 	edges map[string]attribute.KeyValue // a chain head's sluice.edge by upstream operator
 	tcs   []parentMark                  // the decoded trace contexts of a source's batch
+	keyed []int                         // the records of a source's batch with the sampled key
 }
 
 // NewTracer traces with t under the job's context base; depth reports the
@@ -251,15 +252,25 @@ func (tr *Tracer) parents(sc *Ctx, n int, tcs []connector.TraceContext) []parent
 // starting a trace for each, and returns them with the function that ends
 // their spans (nil, nil when none is sampled). tcs are the trace contexts
 // the records arrived with (connector.TraceCarrier), read when the tracer
-// samples by parent.
-func (tr *Tracer) Source(sc *Ctx, n int, ts []int64, tcs []connector.TraceContext) ([]Mark, func()) {
+// samples by parent; keyOf, when set, gives the key of record i (the
+// source's output is a key-by's input), read when the tracer samples by key.
+func (tr *Tracer) Source(sc *Ctx, n int, ts []int64, tcs []connector.TraceContext, keyOf func(int) string) ([]Mark, func()) {
 	start := tr.seq
 	tr.seq += int64(n)
 	var ps []parentMark
 	if tr.samp.Parent && len(tcs) > 0 {
 		ps = tr.parents(sc, n, tcs)
 	}
-	if tr.next >= tr.seq && len(ps) == 0 {
+	kx := tr.keyed[:0]
+	if keyOf != nil && tr.samp.Key != "" {
+		for i := range n {
+			if keyOf(i) == tr.samp.Key {
+				kx = append(kx, i)
+			}
+		}
+		tr.keyed = kx
+	}
+	if tr.next >= tr.seq && len(ps) == 0 && len(kx) == 0 {
 		return nil, nil
 	}
 	st := tr.stage(sc)
@@ -268,8 +279,10 @@ func (tr *Tracer) Source(sc *Ctx, n int, ts []int64, tcs []connector.TraceContex
 	}
 	var marks []Mark
 	var at trace.SpanEventOption
-	for pi := 0; ; {
-		i, ratio, parent := n, false, false
+	for pi, ki := 0, 0; ; {
+		// the next record sampled by the ratio, by its trace context or by
+		// its key, whichever comes first (several may pick the same)
+		i, ratio, parent, bykey := n, false, false, false
 		if tr.next < tr.seq {
 			i, ratio = int(tr.next-start), true
 		}
@@ -279,26 +292,41 @@ func (tr *Tracer) Source(sc *Ctx, n int, ts []int64, tcs []connector.TraceContex
 			}
 			parent = true
 		}
+		if ki < len(kx) && kx[ki] <= i {
+			if kx[ki] < i {
+				i, ratio, parent = kx[ki], false, false
+			}
+			bykey = true
+		}
 		if i >= n {
 			break
 		}
 		if ratio {
 			tr.next += 1 + tr.gap()
 		}
+		if bykey {
+			ki++
+		}
 		var psc trace.SpanContext
 		if parent {
 			psc = ps[pi].sc
 			pi++
-			if !ratio && !psc.IsSampled() {
-				continue // the caller did not sample it, nor does the ratio
+			if !ratio && !bykey && !psc.IsSampled() {
+				continue // the caller did not sample it, nor do the ratio and the key
 			}
 		}
 		sampler := "ratio"
-		if psc.IsSampled() {
+		switch {
+		case psc.IsSampled():
 			sampler = "parent"
+		case bykey && !ratio:
+			sampler = "key"
 		}
 		id := recordID(sc, start+int64(i))
 		a := append(append(tr.attrs[:0], st.source...), attribute.String("sluice.record.id", id), attribute.String("sluice.sampler", sampler))
+		if bykey {
+			a = append(a, attribute.String("sluice.key", tr.samp.Key))
+		}
 		if ts != nil {
 			a = append(a, attribute.Int64("sluice.event_time", ts[i]))
 		}
