@@ -53,6 +53,12 @@ func BenchmarkSpanFloor(b *testing.B) {
 	b.Run("batcher/11-attrs-at-start", func(b *testing.B) {
 		run(b, sdktrace.NewTracerProvider(sdktrace.WithSampler(sdktrace.AlwaysSample()), sdktrace.WithBatcher(tracetest.NewNoopExporter())), attrs, false)
 	})
+	b.Run("batcher/8-attrs", func(b *testing.B) {
+		run(b, sdktrace.NewTracerProvider(sdktrace.WithSampler(sdktrace.AlwaysSample()), sdktrace.WithBatcher(tracetest.NewNoopExporter())), attrs[:8], true)
+	})
+	b.Run("batcher/4-attrs", func(b *testing.B) {
+		run(b, sdktrace.NewTracerProvider(sdktrace.WithSampler(sdktrace.AlwaysSample()), sdktrace.WithBatcher(tracetest.NewNoopExporter())), attrs[:4], true)
+	})
 	b.Run("batcher/0-attrs", func(b *testing.B) {
 		run(b, sdktrace.NewTracerProvider(sdktrace.WithSampler(sdktrace.AlwaysSample()), sdktrace.WithBatcher(tracetest.NewNoopExporter())), nil, true)
 	})
