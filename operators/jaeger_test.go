@@ -206,3 +206,82 @@ func TestRecordTraceInMemory(t *testing.T) {
 		t.Fatalf("the record's spans from the root: %v, want %v", got, recordPath)
 	}
 }
+
+// TestSessionTraceInJaeger: a record alone in its session window (key z)
+// has, in the real Jaeger, one trace from the source through the session
+// window to its result's emit span (child of the record's window span)
+// and the sink.
+func TestSessionTraceInJaeger(t *testing.T) {
+	j := jaegertest.Start(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	const service = "sluice-sessions"
+	tp, err := telemetry.NewOTLPTracerProvider(ctx, service, j.OTLPGRPC)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sys, err := actors.NewSystem(actors.Config{Name: "sessions", TracerProvider: tp})
+	if err != nil {
+		t.Fatal(err)
+	}
+	evs := []tev{{"a", 0}, {"z", 10000}, {"a", 3000}, {"a", 1500}, {"a", 20000}}
+	top := operators.NewTopology("sessions", operators.BatchSize(1), operators.TraceRatio(1))
+	src := operators.Source(top, "events", operators.FromSlice(evs))
+	ts := operators.Timestamps(src, "ts", tevTime, operators.OutOfOrderness(2*time.Second))
+	sess := operators.WindowCount(operators.KeyBy(ts, "by-key", tevKey), "sessions", operators.Sessions(4*time.Second))
+	operators.Sink(sess, "out", discard[operators.Windowed[string, int64]]())
+	run, err := sys.Run(ctx, top)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := run.Wait(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := sys.Stop(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := tp.Shutdown(ctx); err != nil {
+		t.Fatal(err)
+	}
+	want := []string{"events", "ts", "sessions", "sessions emit", "out"}
+	var got []string
+	traces, err := j.WaitTracesTagged(ctx, service, map[string]string{"sluice.key": "z"}, func(trs []jaegertest.Trace) bool {
+		got = nil
+		if len(trs) == 1 {
+			got = childPath(trs[0], "out")
+		}
+		return slices.Equal(got, want)
+	})
+	if err != nil {
+		t.Fatalf("Jaeger never held one trace of key z from the source to the sink (%d traces, last path %v, want %v): %v", len(traces), got, want, err)
+	}
+	emit, _ := traces[0].Span("sessions emit")
+	for k, w := range map[string]string{"sluice.key": "z", "sluice.links": "1", "sluice.role": "emit",
+		"sluice.window.start": strconv.FormatInt(10*int64(time.Second), 10), "sluice.window.end": strconv.FormatInt(14*int64(time.Second), 10)} {
+		if v, _ := emit.Tag(k); fmt.Sprint(v) != w {
+			t.Errorf("session emit span: %s = %v, want %s", k, v, w)
+		}
+	}
+}
+
+// childPath is the path of tr from its root to the span named last, by
+// CHILD_OF references.
+func childPath(tr jaegertest.Trace, last string) []string {
+	byID := map[string]jaegertest.Span{}
+	for _, s := range tr.Spans {
+		byID[s.SpanID] = s
+	}
+	s, ok := tr.Span(last)
+	var got []string
+	for ok {
+		got = append([]string{s.OperationName}, got...)
+		next, found := jaegertest.Span{}, false
+		for _, r := range s.References {
+			if r.RefType == jaegertest.ChildOf {
+				next, found = byID[r.SpanID]
+			}
+		}
+		s, ok = next, found
+	}
+	return got
+}

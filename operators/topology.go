@@ -293,8 +293,11 @@ func Declare[T any](t *Topology, name string, opts ...PartitionOption) Stream[T]
 func TraceRatio(r float64) TopologyOption { return TopologyOption{graph.TraceRatio(r)} }
 
 // TraceKey traces every record whose key (as fmt.Sprint writes it) is k,
-// from the first keyed operator it reaches, besides those TraceRatio
-// samples. Find their traces in Jaeger by the tag sluice.key=k.
+// besides those TraceRatio samples: from the source when a KeyBy reads the
+// source's output directly (the source tests the key), else from the first
+// keyed operator it reaches (the key does not exist before the operators
+// that make what it is computed from). Find their traces in Jaeger by the
+// tag sluice.key=k.
 func TraceKey(k string) TopologyOption { return TopologyOption{graph.TraceKey(k)} }
 
 // TraceParent traces the records that arrive with a W3C trace context

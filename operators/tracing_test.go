@@ -178,6 +178,53 @@ func TestTracesFollowRecordsThroughOperators(t *testing.T) {
 	checkParents(t, ix, "out", "count emit")
 }
 
+// TestTracesSessionWindows: a session window's result is an emit span in
+// the trace of its first sampled record, linked to the others, also when
+// sessions merge (a's 0, 3000 and 1500 make one session of three records).
+func TestTracesSessionWindows(t *testing.T) {
+	sys, ctx, rec := tracedSystem(t)
+	evs := []tev{{"a", 0}, {"b", 500}, {"a", 3000}, {"a", 1500}, {"a", 20000}, {"b", 30000}}
+	top := operators.NewTopology(t.Name(), operators.BatchSize(1), operators.TraceRatio(1))
+	src := operators.Source(top, "events", operators.FromSlice(evs))
+	ts := operators.Timestamps(src, "ts", tevTime, operators.OutOfOrderness(2*time.Second))
+	sess := operators.WindowCount(operators.KeyBy(ts, "by-key", tevKey, operators.Parallelism(2)), "sessions", operators.Sessions(4*time.Second))
+	operators.Sink(sess, "out", discard[operators.Windowed[string, int64]]())
+	runToEnd(t, sys, ctx, top)
+	ix := indexSpans(rec)
+	if n := len(ix.byName["sessions"]); n != len(evs) {
+		t.Fatalf("%d sessions pass spans, want one per record (%d)", n, len(evs))
+	}
+	emits := ix.byName["sessions emit"]
+	if len(emits) != 4 {
+		t.Fatalf("%d session emit spans, want one per session (4); spans %v", len(emits), names(ix))
+	}
+	linked := map[trace.SpanID]bool{}
+	for _, e := range emits {
+		if ix.parentName(e) != "sessions" {
+			t.Fatalf("emit span's parent is %q, want a sessions pass span", ix.parentName(e))
+		}
+		linked[e.Parent().SpanID()] = true
+		for _, l := range e.Links() {
+			linked[l.SpanContext.SpanID()] = true
+		}
+		// contributors by the session's start (ns): a's merged session has 3
+		want := map[string]int{"0": 3, "500000000": 1, "20000000000": 1, "30000000000": 1}
+		start := attr(e, "sluice.window.start")
+		if n := 1 + len(e.Links()); n != want[start] || attr(e, "sluice.links") != strconv.Itoa(n) {
+			t.Fatalf("session at %s: %d contributors (sluice.links %s), want %d", start, n, attr(e, "sluice.links"), want[start])
+		}
+		if start == "0" && attr(e, "sluice.key") != "a" {
+			t.Fatalf("the merged session [0, 7s) has key %q, want a", attr(e, "sluice.key"))
+		}
+	}
+	for _, s := range ix.byName["sessions"] {
+		if !linked[s.SpanContext().SpanID()] {
+			t.Fatalf("the sessions span of record %s is linked from no session", attr(s, "sluice.record.id"))
+		}
+	}
+	checkParents(t, ix, "out", "sessions emit")
+}
+
 // TestTraceSamplingRatio samples 1 % of a 1 M-record job: 10 000 ± 10 %
 // records get a trace (the sampler is seeded per source instance, so the
 // figure is the same on every run).
@@ -198,30 +245,58 @@ func TestTraceSamplingRatio(t *testing.T) {
 	}
 }
 
-// TestTraceKey traces the records of one key, and only those, from the
-// keyed operator on.
+// TestTraceKey traces the records of one key, and only those. The key-by
+// reads the source's output, so the source tests the key: each trace
+// starts at the source (sampler key). After a map the key is not
+// computable at the source: the trace starts at the keyed operator.
 func TestTraceKey(t *testing.T) {
-	sys, ctx, rec := tracedSystem(t)
-	top := operators.NewTopology("by-key", operators.TraceRatio(0), operators.TraceKey("user-7"))
-	src := operators.Source(top, "src", operators.Generate(1000, func(i int64) string { return "user-" + strconv.FormatInt(i%10, 10) }))
-	by := operators.KeyBy(src, "by", func(v string) string { return v }, operators.Parallelism(2))
-	counts := operators.Count(by, "count")
-	operators.Sink(counts, "out", discard[operators.KV[string, int64]]())
-	runToEnd(t, sys, ctx, top)
-	ix := indexSpans(rec)
-	if len(ix.byName["src"]) != 0 {
-		t.Fatalf("%d source spans with ratio 0", len(ix.byName["src"]))
+	for _, tc := range []struct {
+		name       string
+		mapped     bool
+		countUnder string
+	}{{"at-the-source", false, "src"}, {"after-a-map", true, "count key"}} {
+		t.Run(tc.name, func(t *testing.T) {
+			sys, ctx, rec := tracedSystem(t)
+			top := operators.NewTopology("by-key", operators.TraceRatio(0), operators.TraceKey("user-7"))
+			src := operators.Source(top, "src", operators.Generate(1000, func(i int64) string { return "user-" + strconv.FormatInt(i%10, 10) }))
+			if tc.mapped {
+				src = operators.Map(src, "upper", func(v string) string { return v }, operators.NoFusion())
+			}
+			by := operators.KeyBy(src, "by", func(v string) string { return v }, operators.Parallelism(2))
+			counts := operators.Count(by, "count")
+			operators.Sink(counts, "out", discard[operators.KV[string, int64]]())
+			runToEnd(t, sys, ctx, top)
+			ix := indexSpans(rec)
+			roots := ix.byName["src"]
+			if tc.mapped {
+				if len(roots) != 0 || len(ix.byName["upper"]) != 0 {
+					t.Fatalf("%d source and %d map spans with ratio 0 and the key computed after them", len(roots), len(ix.byName["upper"]))
+				}
+			} else {
+				if len(roots) != 100 {
+					t.Fatalf("%d source spans, want the 100 records of user-7", len(roots))
+				}
+				for _, s := range roots {
+					if s.Parent().IsValid() || attr(s, "sluice.sampler") != "key" || attr(s, "sluice.key") != "user-7" {
+						t.Fatalf("source span: parent %v, sampler %q, key %q", s.Parent(), attr(s, "sluice.sampler"), attr(s, "sluice.key"))
+					}
+				}
+				if n := len(ix.byName["count key"]); n != 0 {
+					t.Fatalf("%d key roots at the keyed operator, want none (the source sampled them)", n)
+				}
+			}
+			spans := ix.byName["count"]
+			if len(spans) != 100 {
+				t.Fatalf("%d count spans, want the 100 records of user-7", len(spans))
+			}
+			for _, s := range spans {
+				if attr(s, "sluice.key") != "user-7" || ix.parentName(s) != tc.countUnder {
+					t.Fatalf("count span of key %q under %q, want under %q", attr(s, "sluice.key"), ix.parentName(s), tc.countUnder)
+				}
+			}
+			checkParents(t, ix, "out", "count")
+		})
 	}
-	spans := ix.byName["count"]
-	if len(spans) != 100 {
-		t.Fatalf("%d count spans, want the 100 records of user-7", len(spans))
-	}
-	for _, s := range spans {
-		if attr(s, "sluice.key") != "user-7" || ix.parentName(s) != "count key" {
-			t.Fatalf("count span of key %q under %q", attr(s, "sluice.key"), ix.parentName(s))
-		}
-	}
-	checkParents(t, ix, "out", "count")
 }
 
 func TestTracesFanOutAndFanIn(t *testing.T) {
@@ -261,11 +336,24 @@ func TestTracesAcrossARestart(t *testing.T) {
 	top := failingTopology(t.TempDir(), 20_000, 10_000, func() bool { return failed.CompareAndSwap(false, true) },
 		operators.RestartOnFailure(supervision.Backoff{Initial: time.Millisecond, Jitter: supervision.NoJitter}, 2, time.Minute),
 		operators.TraceRatio(0.05))
-	run := runToEnd(t, sys, ctx, top)
+	// The job runs under a caller's span: its restart is a child of it;
+	// the records' traces stay their own.
+	caller := trace.NewSpanContext(trace.SpanContextConfig{TraceID: trace.TraceID{1}, SpanID: trace.SpanID{2}, TraceFlags: trace.FlagsSampled, Remote: true})
+	run := runToEnd(t, sys, trace.ContextWithRemoteSpanContext(ctx, caller), top)
 	if operators.CheckpointStatsOf(run).Restarts != 1 {
 		t.Fatal("the job did not restart")
 	}
 	ix := indexSpans(rec)
+	for _, s := range ix.byName["sluice.job"] {
+		if s.Parent().SpanID() != caller.SpanID() || s.SpanContext().TraceID() != caller.TraceID() {
+			t.Fatalf("restart span with parent %v, want the caller's span %v", s.Parent(), caller)
+		}
+	}
+	for _, s := range ix.byName["numbers"] {
+		if s.Parent().IsValid() {
+			t.Fatalf("a record's source span has parent %v: want a root", s.Parent())
+		}
+	}
 	checkParents(t, ix, "check", "numbers")
 	checkParents(t, ix, "key", "check")
 	checkParents(t, ix, "count", "key")

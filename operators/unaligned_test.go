@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/sluicehq/sluice/internal/engine"
 	"github.com/sluicehq/sluice/mailbox"
 	"github.com/sluicehq/sluice/operators"
@@ -368,4 +370,53 @@ func TestSpillHeldBehindBackpressuredOutput(t *testing.T) {
 		t.Fatalf("the count took up to %d envelopes from its mailbox into memory while its output was back-pressured", maxStashed)
 	}
 	t.Logf("%d samples: the spill held up to %d records, the count up to %d envelopes taken and not processed", samples, maxSpill, maxStashed)
+}
+
+// TestUnalignedCheckpointKeepsTraces: the in-flight records an unaligned
+// checkpoint holds keep their marks (the checkpoint encodes them as the
+// wire does), so a sampled record restored from it goes on in its trace:
+// after the restart some count spans are children of key spans of the
+// first run.
+func TestUnalignedCheckpointKeepsTraces(t *testing.T) {
+	const n, work = 6_000, 20_000
+	sys, ctx, rec := tracedSystem(t)
+	dir := t.TempDir()
+	store := &uaCheckpoints{}
+	// Stop the job right after an unaligned checkpoint with in-flight
+	// records, until the last one before the stop holds some.
+	for attempt := 0; !store.latestHasChannels("counting-slow"); attempt++ {
+		if attempt == 20 {
+			t.Fatal("20 stops, none right after a checkpoint with in-flight records")
+		}
+		run, err := sys.Run(ctx, slowCounting(store, dir, n, work, false, 5*time.Millisecond, operators.UnalignedCheckpoints(), operators.TraceRatio(1)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		target := store.channelCheckpoints() + 1
+		waitFor(t, "an unaligned checkpoint with in-flight records", func() bool { return store.channelCheckpoints() >= target })
+		if err := run.Stop(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if err := run.Wait(ctx); !errors.Is(err, operators.ErrAborted) {
+			t.Fatalf("the stopped run: %v, want ErrAborted", err)
+		}
+	}
+	before := rec.Ended()
+	first := map[trace.SpanID]bool{}
+	for _, s := range before {
+		if s.Name() == "key" {
+			first[s.SpanContext().SpanID()] = true
+		}
+	}
+	runToEnd(t, sys, ctx, slowCounting(store, dir, n, work, false, time.Hour, operators.UnalignedCheckpoints(), operators.TraceRatio(1)))
+	continued := 0
+	for _, s := range rec.Ended()[len(before):] { // the last run's spans
+		if s.Name() == "count" && first[s.Parent().SpanID()] {
+			continued++
+		}
+	}
+	if continued == 0 {
+		t.Fatal("no count span after the restart is a child of a key span of the first run: the restored in-flight records lost their traces")
+	}
+	t.Logf("%d restored in-flight records went on in their traces", continued)
 }

@@ -11,10 +11,13 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+	"go.opentelemetry.io/otel/attribute"
+	oteltrace "go.opentelemetry.io/otel/trace"
 
 	"github.com/sluicehq/sluice/actors"
 	"github.com/sluicehq/sluice/admin"
 	"github.com/sluicehq/sluice/dashboard"
+	"github.com/sluicehq/sluice/internal/stage"
 	"github.com/sluicehq/sluice/operators"
 	"github.com/sluicehq/sluice/persistence"
 	"github.com/sluicehq/sluice/samples"
@@ -87,7 +90,7 @@ func planCmd(g *globals) *cobra.Command {
 func runCmd(g *globals) *cobra.Command {
 	var progress time.Duration
 	var trace bool
-	var traceEndpoint, traceKey, metricsAddr, uiAddr string
+	var traceEndpoint, traceKey, traceParent, metricsAddr, uiAddr string
 	var traceRatio float64
 	var uiWait bool
 	var dur durability
@@ -100,7 +103,9 @@ func runCmd(g *globals) *cobra.Command {
 	c.PersistentFlags().DurationVar(&progress, "progress", 500*time.Millisecond, "progress line interval (0: none)")
 	c.PersistentFlags().BoolVar(&trace, "trace", false, "export traces of sampled records over OTLP (docs/tracing.md; find one in Jaeger by the tag sluice.key=KEY)")
 	c.PersistentFlags().Float64Var(&traceRatio, "trace-ratio", operators.DefaultTraceRatio, "with --trace: the share of records traced (0 to 1; each source samples each record with this probability)")
-	c.PersistentFlags().StringVar(&traceKey, "trace-key", "", "with --trace: also trace every record with this key (as fmt.Sprint writes it), from the first keyed operator on")
+	c.PersistentFlags().StringVar(&traceKey, "trace-key", "", "with --trace: also trace every record with this key (as fmt.Sprint writes it): from the source when a key-by reads the source directly, else from the first keyed operator on")
+	c.PersistentFlags().StringVar(&traceParent, "trace-parent", "", "with --trace: a W3C traceparent (00-TRACEID-SPANID-FLAGS) of the caller's span: the job's span, sluice.run, "+
+		"and its restarts go into that trace as its children (each sampled record keeps a trace of its own)")
 	c.PersistentFlags().StringVar(&traceEndpoint, "trace-endpoint", "127.0.0.1:4317", "OTLP gRPC endpoint for --trace (a local Jaeger)")
 	c.PersistentFlags().StringVar(&metricsAddr, "metrics", "", "serve Prometheus metrics at http://ADDR/metrics (e.g. "+telemetry.DefaultMetricsAddr+"; a port alone binds 127.0.0.1, a host written out is used as written)")
 	c.PersistentFlags().StringVar(&uiAddr, "ui", "", "serve the live dashboard at http://ADDR/ while the sample runs (e.g. 127.0.0.1:8080; a port alone binds 127.0.0.1, a host written out is used as written)")
@@ -115,8 +120,15 @@ func runCmd(g *globals) *cobra.Command {
 		if err := dur.check(cmd, s); err != nil {
 			return err
 		}
-		if !trace && (cmd.Flags().Changed("trace-ratio") || traceKey != "") {
-			return fmt.Errorf("--trace-ratio and --trace-key need --trace")
+		if !trace && (cmd.Flags().Changed("trace-ratio") || traceKey != "" || traceParent != "") {
+			return fmt.Errorf("--trace-ratio, --trace-key and --trace-parent need --trace")
+		}
+		var caller oteltrace.SpanContext
+		if traceParent != "" {
+			var err error
+			if caller, err = stage.DecodeTraceParent(traceParent, ""); err != nil {
+				return fmt.Errorf("--trace-parent %q: %w (want 00-<32 hex trace id>-<16 hex span id>-<2 hex flags>)", traceParent, err)
+			}
 		}
 		if traceRatio < 0 || traceRatio > 1 {
 			return fmt.Errorf("--trace-ratio %v: want a share between 0 and 1", traceRatio)
@@ -180,7 +192,14 @@ func runCmd(g *globals) *cobra.Command {
 		if traceKey != "" {
 			topts = append(topts, operators.TraceKey(traceKey))
 		}
-		err = runSample(cmd.Context(), g, s, progress, tp, ui, dur, topts, srv, func(run *actors.Run, start admin.Starter) (func(), error) {
+		runCtx := cmd.Context()
+		var runSpan oteltrace.Span
+		if caller.IsValid() {
+			runCtx, runSpan = tp.Tracer.Tracer("github.com/sluicehq/sluice/cmd/sluice").Start(
+				oteltrace.ContextWithRemoteSpanContext(runCtx, caller), "sluice.run",
+				oteltrace.WithAttributes(attribute.String("sluice.role", "run"), attribute.String("sluice.sample", s.Name())))
+		}
+		err = runSample(runCtx, g, s, progress, tp, ui, dur, topts, srv, func(run *actors.Run, start admin.Starter) (func(), error) {
 			if srv != nil {
 				if err := srv.AddRestartable(run, start); err != nil {
 					return nil, err
@@ -188,6 +207,12 @@ func runCmd(g *globals) *cobra.Command {
 			}
 			return af.watch(srv), nil
 		})
+		if runSpan != nil {
+			if err != nil {
+				runSpan.RecordError(err)
+			}
+			runSpan.End()
+		}
 		flush, cancel := context.WithTimeout(context.WithoutCancel(cmd.Context()), 5*time.Second)
 		defer cancel()
 		if ferr := tp.Shutdown(flush); ferr != nil && err == nil {

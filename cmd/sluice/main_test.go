@@ -6,6 +6,9 @@ import (
 	"net"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/sluicehq/sluice/telemetry/jaegertest"
 )
 
 func execute(t *testing.T, args ...string) (string, string, error) {
@@ -58,7 +61,8 @@ func TestSamplesAndUnknown(t *testing.T) {
 
 // The sampling flags are checked before anything starts.
 func TestTraceFlags(t *testing.T) {
-	for _, args := range [][]string{{"--trace-key", "the"}, {"--trace-ratio", "0.5"}, {"--trace", "--trace-ratio", "2"}} {
+	for _, args := range [][]string{{"--trace-key", "the"}, {"--trace-ratio", "0.5"}, {"--trace", "--trace-ratio", "2"},
+		{"--trace-parent", "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"}, {"--trace", "--trace-parent", "00-nothex-01"}} {
 		out, _, err := execute(t, append([]string{"run", "wordcount", "--lines", "10"}, args...)...)
 		if err == nil || !strings.Contains(err.Error(), "--trace") || out != "" {
 			t.Errorf("run %v: %v (output %q), want an error naming the flag", args, err, out)
@@ -81,5 +85,42 @@ func TestTraceWithoutJaeger(t *testing.T) {
 	}
 	if out != "" {
 		t.Errorf("the job ran anyway: %q", out)
+	}
+}
+
+// --trace-parent puts the job's span, sluice.run, into the caller's trace
+// in the real Jaeger, as a child of the caller's span; the records keep
+// traces of their own.
+func TestTraceParentFlagInJaeger(t *testing.T) {
+	j := jaegertest.Start(t)
+	const tid, sid = "4bf92f3577b34da6a3ce929d0e0e4736", "00f067aa0ba902b7"
+	_, errOut, err := execute(t, "run", "wordcount", "--lines", "20", "--progress", "0", "--trace", "--trace-ratio", "1",
+		"--trace-endpoint", j.OTLPGRPC, "--trace-parent", "00-"+tid+"-"+sid+"-01")
+	if err != nil {
+		t.Fatalf("run --trace-parent: %v\n%s", err, errOut)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	var caller, records int
+	_, err = j.WaitTraces(ctx, "sluice-wordcount", func(trs []jaegertest.Trace) bool {
+		caller, records = 0, 0
+		for _, tr := range trs {
+			if tr.TraceID != tid {
+				if _, ok := tr.Span("sluice.run"); !ok {
+					records++
+				}
+				continue
+			}
+			run, ok := tr.Span("sluice.run")
+			if ok && len(tr.Spans) == 1 && len(run.References) == 1 && run.References[0].RefType == jaegertest.ChildOf &&
+				run.References[0].SpanID == sid {
+				caller++
+			}
+		}
+		return caller == 1 && records > 0
+	})
+	if err != nil {
+		t.Fatalf("want the caller's trace %s holding one sluice.run span, child of %s, and the records' traces apart: "+
+			"%d such traces, %d record traces: %v", tid, sid, caller, records, err)
 	}
 }

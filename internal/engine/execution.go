@@ -654,6 +654,9 @@ func (x *execution) build() error {
 				if n.Role() == graph.RoleSource && in.lat != nil {
 					sc.Ingested = func(at int64) { in.curBorn = at }
 				}
+				if n.Role() == graph.RoleSource && n == tail && x.topo.Config().Tracing.Key != "" {
+					sc.SourceKey = sourceKey(p.Outs[in.task])
+				}
 				old, rescaled := x.rescaled(n)
 				switch sts, ok := x.rest.states[n.Name()]; {
 				case x.restored != nil && !rescaled:

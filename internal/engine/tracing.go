@@ -42,7 +42,9 @@ func (x *execution) traceEvent(name, event string, attrs ...attribute.KeyValue) 
 		return
 	}
 	attrs = append(attrs, attribute.String("sluice.topology", x.topo.Name()))
-	_, span := tp.Tracer("github.com/sluicehq/sluice/operators").Start(x.ctx, name, trace.WithNewRoot(), trace.WithAttributes(attrs...))
+	// A child of the span the job was started under (sluice run
+	// --trace-parent), else a root.
+	_, span := tp.Tracer("github.com/sluicehq/sluice/operators").Start(x.ctx, name, trace.WithAttributes(attrs...))
 	span.AddEvent(event, trace.WithAttributes(attrs...))
 	span.End()
 }
@@ -131,4 +133,26 @@ func (in *instance) shedTraced(oc *outChan, env *actors.Envelope) bool {
 		recv.traceShed(shed, "shed", "latency target")
 	}
 	return kept
+}
+
+// sourceKey is the key function (graph.Node.KeyString) of the one key-by
+// that reads a source's output directly (outs are the source chain's
+// output edges, the source being the chain's only operator), for TraceKey
+// at the source; nil when none or several do (a key exists only where a
+// key-by computes it: after a map it is not computable at the source).
+func sourceKey(outs []graph.PhysEdge) any {
+	var via *graph.Node
+	for _, e := range outs {
+		if e.Part != stage.Hash || e.Via == nil || e.Via.KeyString() == nil || e.Via == via {
+			continue
+		}
+		if via != nil {
+			return nil
+		}
+		via = e.Via
+	}
+	if via == nil {
+		return nil
+	}
+	return via.KeyString()
 }

@@ -89,6 +89,7 @@ func KeyBy[T any, K comparable](s Stream[T], name string, key func(T) K, opts ..
 	} else {
 		h := stage.HasherFor[K]()
 		nd.hasher = func(v T) uint64 { return h(key(v)) }
+		nd.keyString = func(v T) string { return stage.KeyString(key(v)) }
 	}
 	setTypedPlumbing[T](nd)
 	return KeyedStream[K, T]{n: t.add(nd, []*Node{s.n}, opts), key: key}

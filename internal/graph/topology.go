@@ -72,6 +72,7 @@ type Node struct {
 	declared       bool
 	partition      stage.Partition // for rolePartition nodes
 	hasher         any             // func(T) uint64, for KeyBy
+	keyString      any             // func(T) string, for KeyBy: the key as spans carry it (stage.KeyString)
 	emit           EmitMode
 	input          *mailbox.Config // the operator's input mailbox, when set with Input
 	stateTypes     []reflect.Type  // types in the operator's checkpointed state
@@ -529,6 +530,10 @@ func (n *Node) Selective() bool { return n.selective }
 
 // Hasher is a KeyBy's func(T) uint64.
 func (n *Node) Hasher() any { return n.hasher }
+
+// KeyString is a KeyBy's func(T) string: a record's key as spans carry it
+// (stage.KeyString).
+func (n *Node) KeyString() any { return n.keyString }
 
 // TTL is the operator's StateTTL (0: none).
 func (n *Node) TTL() time.Duration { return n.ttl }

@@ -297,7 +297,7 @@ func (s *JoinStage[K, L, R, O]) Push(b *Batch[Either[L, R]]) {
 				s.out.add(s.join(l, e.R), t)
 			}
 			if m != nil {
-				jm.rs[len(buf.Rs)] = *m
+				jm.rs[len(buf.Rs)] = m.held()
 			}
 			buf.Rs = append(buf.Rs, e.R)
 		} else {
@@ -306,7 +306,7 @@ func (s *JoinStage[K, L, R, O]) Push(b *Batch[Either[L, R]]) {
 				s.out.add(s.join(e.L, r), t)
 			}
 			if m != nil {
-				jm.ls[len(buf.Ls)] = *m
+				jm.ls[len(buf.Ls)] = m.held()
 			}
 			buf.Ls = append(buf.Ls, e.L)
 		}

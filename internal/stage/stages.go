@@ -113,6 +113,10 @@ type Ctx struct {
 	Restored  bool            // restore is set (a stage's state may be empty)
 	Failures  *FailureHandler // the record-failure policy, nil: a panic fails the operator
 	Tracer    *Tracer         // the instance's Tracer, nil when tracing is off
+	// SourceKey, on a source whose output a KeyBy reads directly, is that
+	// key-by's func(T) string (graph.Node.KeyString): a tracer sampling by
+	// key tests it at the source, so that the record's trace starts there.
+	SourceKey any
 	// after runs f in the instance's actor once d has passed (processing-time
 	// timers); now is the job's clock.
 	After func(d time.Duration, f func())
@@ -758,7 +762,11 @@ func (s *SourceStage[T]) Step() (int, error) {
 			if s.tcs != nil {
 				tcs = s.tcs.TraceContexts()
 			}
-			s.buf.Tr, end = tr.Source(s.sc, n, nil, tcs)
+			var keyOf func(int) string
+			if k, ok := s.sc.SourceKey.(func(T) string); ok && tr.Keys() {
+				keyOf = func(i int) string { return k(s.buf.Vs[i]) }
+			}
+			s.buf.Tr, end = tr.Source(s.sc, n, nil, tcs, keyOf)
 			if end != nil {
 				defer end()
 			}

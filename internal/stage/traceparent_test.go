@@ -109,7 +109,7 @@ func TestSourceParentSampling(t *testing.T) {
 		{Index: 5, TraceParent: sampledParent},
 		{Index: 9, TraceParent: sampledParent}, // beyond the batch: refused
 	}
-	marks, end := tr.Source(sc, 6, nil, tcs)
+	marks, end := tr.Source(sc, 6, nil, tcs, nil)
 	if end == nil || len(marks) != 2 || marks[0].I != 1 || marks[1].I != 5 || marks[0].ID != "in/0/1" || marks[1].ID != "in/0/5" {
 		t.Fatalf("marks %+v", marks)
 	}
@@ -143,7 +143,7 @@ func TestSourceParentSampling(t *testing.T) {
 		t.Errorf("%d log lines, want 2:\n%s", n, logs.String())
 	}
 	// The ordinals go on across batches: no trace context, no record sampled.
-	if marks, end := tr.Source(sc, 4, nil, nil); marks != nil || end != nil {
+	if marks, end := tr.Source(sc, 4, nil, nil, nil); marks != nil || end != nil {
 		t.Fatalf("a batch without trace contexts sampled %+v", marks)
 	}
 }
@@ -153,7 +153,7 @@ func TestSourceParentSampling(t *testing.T) {
 // none (new roots); without the parent rule trace contexts are ignored.
 func TestSourceParentWithRatio(t *testing.T) {
 	tr, sc, rec := parentTracer(t, Sampling{Ratio: 1, Parent: true}, nil)
-	_, end := tr.Source(sc, 3, nil, []connector.TraceContext{{Index: 0, TraceParent: unsampledParent}, {Index: 2, TraceParent: sampledParent}})
+	_, end := tr.Source(sc, 3, nil, []connector.TraceContext{{Index: 0, TraceParent: unsampledParent}, {Index: 2, TraceParent: sampledParent}}, nil)
 	end()
 	spans := rec.Ended()
 	if len(spans) != 3 {
@@ -170,7 +170,7 @@ func TestSourceParentWithRatio(t *testing.T) {
 	}
 
 	tr, sc, rec = parentTracer(t, Sampling{Ratio: 0}, nil)
-	if marks, _ := tr.Source(sc, 3, nil, []connector.TraceContext{{Index: 0, TraceParent: sampledParent}}); marks != nil || len(rec.Ended()) != 0 {
+	if marks, _ := tr.Source(sc, 3, nil, []connector.TraceContext{{Index: 0, TraceParent: sampledParent}}, nil); marks != nil || len(rec.Ended()) != 0 {
 		t.Fatalf("without TraceParent a trace context sampled %+v", marks)
 	}
 }
@@ -180,7 +180,7 @@ func TestSourceParentWithRatio(t *testing.T) {
 // previous span.
 func TestPassSpansShareTimestamps(t *testing.T) {
 	tr, src, rec := parentTracer(t, Sampling{Ratio: 1}, nil)
-	marks, end := tr.Source(src, 3, nil, nil)
+	marks, end := tr.Source(src, 3, nil, nil, nil)
 	end()
 	sc := &Ctx{Name: "map", Kind: "map", Prev: "in", C: &Counters{}, Tracer: tr}
 	for round := range 2 {

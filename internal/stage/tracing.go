@@ -24,6 +24,36 @@ type Mark struct {
 	I  int32
 	ID string
 	SC trace.SpanContext
+	// ctx is the context the SDK returned with the span SC names, while
+	// the mark stays in the process that started it: the parent of the
+	// next span without building a context for it (two allocations a
+	// span). Nil after a decode and in the marks an operator holds
+	// (held), which then build one from SC.
+	ctx context.Context
+	// hops counts the spans ctx wraps (each wraps its parent's): past
+	// maxHops the next span's parent is built from SC, so that a record
+	// going round a long path holds a few spans at most.
+	hops uint8
+}
+
+// maxHops bounds the spans a mark's context holds.
+const maxHops = 8
+
+// held is m as an operator keeps it beyond the batch (a window's or a
+// join's contributors): without the context, which holds the record's
+// earlier spans.
+func (m Mark) held() Mark {
+	m.ctx, m.hops = nil, 0
+	return m
+}
+
+// parent is the context to start m's next span in.
+func (tr *Tracer) parent(m *Mark) context.Context {
+	if m.ctx != nil && m.hops < maxHops {
+		return m.ctx
+	}
+	m.hops = 0
+	return trace.ContextWithSpanContext(tr.base, m.SC)
 }
 
 // Sampling says which records a job traces (docs/tracing.md, Sampling).
@@ -73,6 +103,7 @@ type Tracer struct {
 	opts  []trace.SpanStartOption
 	edges map[string]attribute.KeyValue // a chain head's sluice.edge by upstream operator
 	tcs   []parentMark                  // the decoded trace contexts of a source's batch
+	keyed []int                         // the records of a source's batch with the sampled key
 }
 
 // NewTracer traces with t under the job's context base; depth reports the
@@ -221,15 +252,25 @@ func (tr *Tracer) parents(sc *Ctx, n int, tcs []connector.TraceContext) []parent
 // starting a trace for each, and returns them with the function that ends
 // their spans (nil, nil when none is sampled). tcs are the trace contexts
 // the records arrived with (connector.TraceCarrier), read when the tracer
-// samples by parent.
-func (tr *Tracer) Source(sc *Ctx, n int, ts []int64, tcs []connector.TraceContext) ([]Mark, func()) {
+// samples by parent; keyOf, when set, gives the key of record i (the
+// source's output is a key-by's input), read when the tracer samples by key.
+func (tr *Tracer) Source(sc *Ctx, n int, ts []int64, tcs []connector.TraceContext, keyOf func(int) string) ([]Mark, func()) {
 	start := tr.seq
 	tr.seq += int64(n)
 	var ps []parentMark
 	if tr.samp.Parent && len(tcs) > 0 {
 		ps = tr.parents(sc, n, tcs)
 	}
-	if tr.next >= tr.seq && len(ps) == 0 {
+	kx := tr.keyed[:0]
+	if keyOf != nil && tr.samp.Key != "" {
+		for i := range n {
+			if keyOf(i) == tr.samp.Key {
+				kx = append(kx, i)
+			}
+		}
+		tr.keyed = kx
+	}
+	if tr.next >= tr.seq && len(ps) == 0 && len(kx) == 0 {
 		return nil, nil
 	}
 	st := tr.stage(sc)
@@ -238,8 +279,10 @@ func (tr *Tracer) Source(sc *Ctx, n int, ts []int64, tcs []connector.TraceContex
 	}
 	var marks []Mark
 	var at trace.SpanEventOption
-	for pi := 0; ; {
-		i, ratio, parent := n, false, false
+	for pi, ki := 0, 0; ; {
+		// the next record sampled by the ratio, by its trace context or by
+		// its key, whichever comes first (several may pick the same)
+		i, ratio, parent, bykey := n, false, false, false
 		if tr.next < tr.seq {
 			i, ratio = int(tr.next-start), true
 		}
@@ -249,26 +292,41 @@ func (tr *Tracer) Source(sc *Ctx, n int, ts []int64, tcs []connector.TraceContex
 			}
 			parent = true
 		}
+		if ki < len(kx) && kx[ki] <= i {
+			if kx[ki] < i {
+				i, ratio, parent = kx[ki], false, false
+			}
+			bykey = true
+		}
 		if i >= n {
 			break
 		}
 		if ratio {
 			tr.next += 1 + tr.gap()
 		}
+		if bykey {
+			ki++
+		}
 		var psc trace.SpanContext
 		if parent {
 			psc = ps[pi].sc
 			pi++
-			if !ratio && !psc.IsSampled() {
-				continue // the caller did not sample it, nor does the ratio
+			if !ratio && !bykey && !psc.IsSampled() {
+				continue // the caller did not sample it, nor do the ratio and the key
 			}
 		}
 		sampler := "ratio"
-		if psc.IsSampled() {
+		switch {
+		case psc.IsSampled():
 			sampler = "parent"
+		case bykey && !ratio:
+			sampler = "key"
 		}
 		id := recordID(sc, start+int64(i))
 		a := append(append(tr.attrs[:0], st.source...), attribute.String("sluice.record.id", id), attribute.String("sluice.sampler", sampler))
+		if bykey {
+			a = append(a, attribute.String("sluice.key", tr.samp.Key))
+		}
 		if ts != nil {
 			a = append(a, attribute.Int64("sluice.event_time", ts[i]))
 		}
@@ -277,19 +335,20 @@ func (tr *Tracer) Source(sc *Ctx, n int, ts []int64, tcs []connector.TraceContex
 			at = trace.WithTimestamp(tr.now())
 		}
 		ctx := tr.base
-		opts := append(tr.opts[:0], at, producer, trace.WithAttributes(a...))
+		opts := append(tr.opts[:0], at, producer)
 		if psc.IsValid() {
 			ctx = trace.ContextWithRemoteSpanContext(ctx, psc)
 		} else {
 			opts = append(opts, newRoot)
 		}
 		tr.opts = opts
-		_, span := tr.t.Start(ctx, sc.Name, opts...)
+		sctx, span := tr.t.Start(ctx, sc.Name, opts...)
 		if !span.SpanContext().IsSampled() { // the provider's sampler keeps nothing
 			span.End(at)
 			continue
 		}
-		marks = append(marks, Mark{I: int32(i), ID: id, SC: span.SpanContext()})
+		span.SetAttributes(a...) // see pass
+		marks = append(marks, Mark{I: int32(i), ID: id, SC: span.SpanContext(), ctx: sctx})
 		st.spans = append(st.spans, span)
 	}
 	if len(marks) == 0 {
@@ -368,16 +427,21 @@ func (tr *Tracer) pass(sc *Ctx, marks []Mark, ts []int64, keyOf func(i int) stri
 			a = append(a, attribute.String("sluice.key", keyOf(int(m.I))))
 		}
 		tr.attrs = a
-		opts := append(tr.opts[:0], at, trace.WithAttributes(a...))
+		opts := append(tr.opts[:0], at)
 		if links != nil {
 			if ls := links(int(m.I)); len(ls) > 0 {
 				opts = append(opts, trace.WithLinks(ls...))
 			}
 		}
 		tr.opts = opts
-		_, span := tr.t.Start(trace.ContextWithSpanContext(tr.base, m.SC), sc.Name, opts...)
+		ctx, span := tr.t.Start(tr.parent(m), sc.Name, opts...)
+		// Set after the start rather than given to it (WithAttributes):
+		// the SDK copies them once instead of three times. The provider's
+		// sampler does not see them (docs/tracing.md).
+		span.SetAttributes(a...)
 		st.spans = append(st.spans, span)
-		m.SC = span.SpanContext()
+		m.SC, m.ctx = span.SpanContext(), ctx
+		m.hops++
 	}
 	sc.marks = marks
 	if nested { // these spans end by a closure of their own
@@ -509,7 +573,7 @@ func (sc *Ctx) Event(m *Mark, name string, attrs ...attribute.KeyValue) {
 		return
 	}
 	all := append(tr.common(sc, name), attribute.String("sluice.record.id", m.ID))
-	_, span := tr.t.Start(trace.ContextWithSpanContext(tr.base, m.SC), sc.Name+" "+name, trace.WithAttributes(all...))
+	_, span := tr.t.Start(tr.parent(m), sc.Name+" "+name, trace.WithAttributes(all...))
 	span.AddEvent(name, trace.WithAttributes(attrs...))
 	span.End()
 }
@@ -529,7 +593,7 @@ type contributors struct {
 
 func (c *contributors) add(m Mark) {
 	if len(c.marks) < maxContributors {
-		c.marks = append(c.marks, m)
+		c.marks = append(c.marks, m.held())
 	} else {
 		c.dropped++
 	}
@@ -560,7 +624,7 @@ func (tr *Tracer) emit(sc *Ctx, c *contributors, key string, attrs ...attribute.
 	// parent into the parent reference): the others are links.
 	others := c.marks[1:]
 	head := others[:min(linkChunk, len(others))]
-	ctx, span := tr.t.Start(trace.ContextWithSpanContext(tr.base, first.SC), sc.Name+" emit",
+	ctx, span := tr.t.Start(tr.parent(&first), sc.Name+" emit",
 		trace.WithAttributes(all...), trace.WithLinks(links(head)...))
 	for rest := others[len(head):]; len(rest) > 0; {
 		chunk := rest[:min(linkChunk, len(rest))]
@@ -569,7 +633,7 @@ func (tr *Tracer) emit(sc *Ctx, c *contributors, key string, attrs ...attribute.
 			trace.WithAttributes(append(tr.common(sc, "links"), attribute.Int("sluice.links", len(chunk)))...))
 		s.End()
 	}
-	return Mark{ID: first.ID, SC: span.SpanContext()}, func() { span.End() }
+	return Mark{ID: first.ID, SC: span.SpanContext(), ctx: ctx}, func() { span.End() }
 }
 
 // joinMarks are the sampled records a join holds for one key, by their
@@ -606,7 +670,7 @@ func (tr *Tracer) Shed(sc *Ctx, ms []Mark, role, why string) []trace.SpanContext
 	out := make([]trace.SpanContext, 0, len(ms))
 	for _, m := range ms {
 		attrs := append(tr.common(sc, role), attribute.String("sluice.record.id", m.ID), attribute.String("sluice.reason", why))
-		_, span := tr.t.Start(trace.ContextWithSpanContext(tr.base, m.SC), sc.Name+" "+role, trace.WithAttributes(attrs...))
+		_, span := tr.t.Start(tr.parent(&m), sc.Name+" "+role, trace.WithAttributes(attrs...))
 		span.AddEvent(role, trace.WithAttributes(attribute.String("sluice.reason", why)))
 		out = append(out, span.SpanContext())
 		span.End()

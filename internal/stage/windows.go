@@ -84,6 +84,9 @@ type session[A any] struct {
 	End   int64 `msgpack:"e"` // last record + gap
 	Acc   A     `msgpack:"a"`
 	Fired bool  `msgpack:"f"`
+	// tr are the sampled records merged into the session (not
+	// checkpointed: a restored session links to none), nil when none.
+	tr *contributors `msgpack:"-"`
 }
 
 type winStage[K comparable, T, A, O any] struct {
@@ -147,7 +150,7 @@ func (s *winStage[K, T, A, O]) Push(b *Batch[T]) {
 		}
 		var placed bool
 		if s.kind == sessions {
-			placed = s.addSession(k, v, t)
+			placed = s.addSession(k, v, t, m)
 		} else {
 			placed = s.addPanes(k, v, t, now, m)
 		}
@@ -212,8 +215,9 @@ func (s *winStage[K, T, A, O]) addPanes(k K, v T, t, now int64, m *Mark) bool {
 	return placed
 }
 
-// addSession merges a record into its key's sessions.
-func (s *winStage[K, T, A, O]) addSession(k K, v T, t int64) bool {
+// addSession merges a record (m when it is sampled) into its key's
+// sessions.
+func (s *winStage[K, T, A, O]) addSession(k K, v T, t int64, m *Mark) bool {
 	merged := session[A]{Start: t, End: t + s.gap}
 	list := s.sess[k]
 	var rest []session[A]
@@ -232,13 +236,19 @@ func (s *winStage[K, T, A, O]) addSession(k K, v T, t int64) bool {
 	acc := s.fns.Add(s.fns.Zero(), v)
 	for _, x := range parts {
 		acc = s.fns.Merge(x.Acc, acc)
+		merged.tr = mergeContributors(merged.tr, x.tr)
 	}
 	merged.Acc = acc
+	if m != nil {
+		if merged.tr == nil {
+			merged.tr = &contributors{}
+		}
+		merged.tr.add(*m)
+	}
 	if merged.End-1 <= s.wm { // within the allowed lateness: fire now
 		merged.Fired = true
 		s.sessCleanup.add(merged.End-1+s.lateness, k)
-		s.at = merged.End - 1
-		s.fns.Emit(k, merged.Start, merged.End, merged.Acc, s.emitOne)
+		s.emitSession(k, &merged)
 	} else {
 		s.sessTimers.add(merged.End, k)
 	}
@@ -276,6 +286,34 @@ func (s *winStage[K, T, A, O]) emitKey(p *pane[K, A], i int, k K, start, end int
 		defer func() { s.out.cur = nil; done() }()
 	}
 	s.fns.Emit(k, start, end, p.accs[i], s.emitOne)
+}
+
+// emitSession emits the results of key k's session x: in the trace of its
+// first sampled record, linked to all, when it has some (as emitKey).
+func (s *winStage[K, T, A, O]) emitSession(k K, x *session[A]) {
+	s.at = x.End - 1
+	if x.tr != nil && s.sc.Tracer != nil {
+		m, done := s.sc.Tracer.emit(s.sc, x.tr, KeyString(k), attribute.Int64("sluice.window.start", x.Start),
+			attribute.Int64("sluice.window.end", x.End), attribute.Int64("sluice.event_time", x.End-1))
+		s.out.cur = &m
+		defer func() { s.out.cur = nil; done() }()
+	}
+	s.fns.Emit(k, x.Start, x.End, x.Acc, s.emitOne)
+}
+
+// mergeContributors is the sampled records of two merged sessions, a's
+// first.
+func mergeContributors(a, b *contributors) *contributors {
+	if a == nil {
+		return b
+	}
+	if b != nil {
+		for _, m := range b.marks {
+			a.add(m)
+		}
+		a.dropped += b.dropped
+	}
+	return a
 }
 
 // fireProc fires a processing-time window when the clock passed its end.
@@ -331,8 +369,7 @@ func (s *winStage[K, T, A, O]) fireSessions(k K, end int64) {
 		if x.End != end || x.Fired {
 			continue
 		}
-		s.at = x.End - 1
-		s.fns.Emit(k, x.Start, x.End, x.Acc, s.emitOne)
+		s.emitSession(k, x)
 		if s.lateness > 0 {
 			x.Fired = true
 			s.sessCleanup.add(x.End-1+s.lateness, k)
@@ -383,8 +420,7 @@ func (s *winStage[K, T, A, O]) Finish() {
 	}
 	slices.SortStableFunc(all, func(a, b open) int { return cmpInt64(a.x.End, b.x.End) })
 	for _, o := range all {
-		s.at = o.x.End - 1
-		s.fns.Emit(o.k, o.x.Start, o.x.End, o.x.Acc, s.emitOne)
+		s.emitSession(o.k, &o.x)
 	}
 	s.panes, s.sess = nil, nil
 	s.out.flush()
