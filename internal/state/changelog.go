@@ -274,23 +274,26 @@ func (m *Mem[K, V]) writeFile(id uint64, kind byte, prev uint64) (fileRef, error
 	binary.BigEndian.PutUint64(hdr[14:], prev)
 	binary.BigEndian.PutUint64(hdr[22:], uint64(len(dels)+len(updates)+len(appended)))
 	_, _ = w.Write(hdr)
-	var buf []byte
+	var buf, kb, vb []byte
 	rec := func(op byte, k K, v *V) error {
-		buf = append(buf[:0], op)
-		kb := len(buf)
 		var err error
-		if buf, err = m.kc.append(buf, k); err != nil {
+		if kb, err = m.kc.append(kb[:0], k); err != nil {
 			return err
 		}
-		buf = putLen(buf, kb)
+		buf = append(buf, op)
+		buf = binary.AppendUvarint(buf, uint64(len(kb)))
+		buf = append(buf, kb...)
 		if v != nil {
-			vb := len(buf)
-			if buf, err = m.vc.append(buf, *v); err != nil {
+			if vb, err = m.vc.append(vb[:0], *v); err != nil {
 				return err
 			}
-			buf = putLen(buf, vb)
+			buf = binary.AppendUvarint(buf, uint64(len(vb)))
+			buf = append(buf, vb...)
 		}
-		_, err = w.Write(buf)
+		if len(buf) >= 64<<10 {
+			_, err = w.Write(buf)
+			buf = buf[:0]
+		}
 		return err
 	}
 	for _, k := range dels {
@@ -309,6 +312,9 @@ func (m *Mem[K, V]) writeFile(id uint64, kind byte, prev uint64) (fileRef, error
 		if err := rec(opAppend, k, &v); err != nil {
 			return fail(err)
 		}
+	}
+	if _, err := w.Write(buf); err != nil {
+		return fail(err)
 	}
 	if err := w.Flush(); err != nil {
 		return fail(err)
@@ -342,18 +348,6 @@ func (c *countWriter) Write(p []byte) (int, error) {
 	n, err := c.w.Write(p)
 	c.n += int64(n)
 	return n, err
-}
-
-// putLen puts a uvarint of the length of the bytes after at (an
-// encoding) before them.
-func putLen(buf []byte, at int) []byte {
-	n := len(buf) - at
-	var lb [binary.MaxVarintLen64]byte
-	ln := binary.PutUvarint(lb[:], uint64(n))
-	buf = append(buf, lb[:ln]...)
-	copy(buf[at+ln:], buf[at:at+n])
-	copy(buf[at:], lb[:ln])
-	return buf
 }
 
 // committed keeps the files of the newest Retain committed snapshots and
@@ -714,6 +708,16 @@ func (m *Mem[K, V]) applyChain(files [][]byte, M map[K]V, order []K, lo, hi int,
 			}
 			if !all && !m.owns(k, lo, hi) {
 				continue
+			}
+			if op == opAppend && all { // one map operation: a new key grows the map
+				n := len(M)
+				M[k] = v
+				if len(M) > n {
+					order = append(order, k)
+					continue
+				}
+				r.fail("op %d of a key that is present", op)
+				break
 			}
 			_, present := M[k]
 			switch {
