@@ -196,7 +196,7 @@ func benchStateIncremental(ctx context.Context, e *env) ([]Result, error) {
 // base and 10 deltas) into a fresh table.
 func benchMemChangelog(keys int, dir string) ([]Result, error) {
 	owns := func(int64, int, int) bool { return true }
-	m, err := state.OpenChangelog[int64, int64](state.Spec{Changelog: dir}, "count", 0, owns)
+	m, err := state.OpenChangelog[int64, int64](state.Spec{Changelog: dir}, "count", 0, 1, owns)
 	if err != nil {
 		return nil, err
 	}
@@ -244,7 +244,7 @@ func benchMemChangelog(keys int, dir string) ([]Result, error) {
 	}
 	m = nil
 	runtime.GC()
-	r, err := state.OpenChangelog[int64, int64](state.Spec{Changelog: dir}, "count", 1, owns)
+	r, err := state.OpenChangelog[int64, int64](state.Spec{Changelog: dir}, "count", 1, 2, owns)
 	if err != nil {
 		return nil, err
 	}

@@ -430,7 +430,7 @@ func (s *KeyedStage[K, T, A, O]) open() {
 			s.tab = s.mem
 			return
 		}
-		m, err := state.OpenChangelog[K, A](s.sc.State, s.sc.Name, s.sc.Instance, owns)
+		m, err := state.OpenChangelog[K, A](s.sc.State, s.sc.Name, s.sc.Instance, s.sc.Parts, owns)
 		if err != nil {
 			s.openErr = err
 			return

@@ -13,6 +13,7 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 )
@@ -97,6 +98,9 @@ type changelog struct {
 	base     int64     // its base's size
 	deltas   int64     // the size of its deltas
 	snaps    []snapRec // snapshots retained or in flight
+	inst     int
+	parts    int
+	swept    bool // instance 0 removed the directories of instances >= parts
 }
 
 type fileRef struct {
@@ -110,12 +114,16 @@ type snapRec struct {
 	id        uint64
 	files     []fileRef
 	committed bool
+	restored  bool // the checkpoint a restore read (perhaps another run's, at another parallelism)
 }
 
-// OpenChangelog is a memory table whose checkpoints are incremental: files
-// under spec.Changelog/<op>/<inst> (see the changelog's format above).
-// owns tells Restore which keys belong to a range of key groups.
-func OpenChangelog[K comparable, V any](spec Spec, op string, inst int, owns func(k K, lo, hi int) bool) (*Mem[K, V], error) {
+// OpenChangelog is instance inst's (of parts) memory table whose
+// checkpoints are incremental: files under spec.Changelog/<op>/<inst> (see
+// the changelog's format above). owns tells Restore which keys belong to a
+// range of key groups. Instance 0 also removes the directories of
+// instances parts and above (a run at a higher parallelism left them) once
+// its retained checkpoints are all its own.
+func OpenChangelog[K comparable, V any](spec Spec, op string, inst, parts int, owns func(k K, lo, hi int) bool) (*Mem[K, V], error) {
 	if spec.MaxChain <= 0 {
 		spec.MaxChain = DefaultMaxChain
 	}
@@ -123,7 +131,8 @@ func OpenChangelog[K comparable, V any](spec Spec, op string, inst int, owns fun
 		spec.Retain = DefaultRetain
 	}
 	rel := filepath.Join(url.PathEscape(op), strconv.Itoa(inst))
-	l := &changelog{root: spec.Changelog, rel: rel, dir: filepath.Join(spec.Changelog, rel), maxChain: spec.MaxChain, retain: spec.Retain}
+	l := &changelog{root: spec.Changelog, rel: rel, dir: filepath.Join(spec.Changelog, rel), maxChain: spec.MaxChain, retain: spec.Retain,
+		inst: inst, parts: parts}
 	if err := os.MkdirAll(l.dir, 0o755); err != nil {
 		return nil, &Error{Path: l.dir, Err: err}
 	}
@@ -388,6 +397,16 @@ func (l *changelog) committed(id uint64) {
 	for _, e := range ents {
 		if !refs[filepath.ToSlash(filepath.Join(l.rel, e.Name()))] {
 			_ = os.Remove(filepath.Join(l.dir, e.Name()))
+		}
+	}
+	if l.inst == 0 && !l.swept && !slices.ContainsFunc(keep, func(s snapRec) bool { return s.restored }) {
+		l.swept = true
+		opDir := filepath.Dir(l.dir)
+		ents, _ := os.ReadDir(opDir)
+		for _, e := range ents {
+			if n, err := strconv.Atoi(e.Name()); err == nil && n >= l.parts && e.IsDir() && e.Name() == strconv.Itoa(n) {
+				_ = os.RemoveAll(filepath.Join(opDir, e.Name()))
+			}
 		}
 	}
 }

@@ -23,7 +23,7 @@ func owns(k int64, lo, hi int) bool { g := groupOf(k); return g >= lo && g < hi 
 
 func openLog(t *testing.T, dir string, inst, maxChain int) *state.Mem[int64, int64] {
 	t.Helper()
-	m, err := state.OpenChangelog[int64, int64](state.Spec{Changelog: dir, MaxChain: maxChain}, "count", inst, owns)
+	m, err := state.OpenChangelog[int64, int64](state.Spec{Changelog: dir, MaxChain: maxChain}, "count", inst, 8, owns)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -465,5 +465,64 @@ func TestChangelogCorrupt(t *testing.T) {
 	}
 	if _, ok := r.Get(4); ok {
 		t.Fatal("key 4 deleted, restored")
+	}
+}
+
+// TestChangelogScaleDownRemovesOldInstances: after a restore at a lower
+// parallelism, instance 0 removes the directories of the instances that no
+// longer exist once its retained checkpoints are all its own, not before.
+func TestChangelogScaleDownRemovesOldInstances(t *testing.T) {
+	dir := t.TempDir()
+	var handles [][]byte
+	for inst := range 4 {
+		m, err := state.OpenChangelog[int64, int64](state.Spec{Changelog: dir}, "count", inst, 4, owns)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for k := range int64(100) {
+			if groupOf(k)/2 == inst {
+				m.Put(k, k, false)
+			}
+		}
+		h, err := m.Snapshot(1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		m.Committed(1)
+		handles = append(handles, h)
+	}
+	news := make([]*state.Mem[int64, int64], 2)
+	for inst := range 2 {
+		m, err := state.OpenChangelog[int64, int64](state.Spec{Changelog: dir}, "count", inst, 2, owns)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := m.Restore(handles, inst*4, inst*4+4); err != nil {
+			t.Fatal(err)
+		}
+		news[inst] = m
+	}
+	exists := func(inst string) bool {
+		_, err := os.Stat(filepath.Join(dir, "count", inst))
+		return err == nil
+	}
+	for id := uint64(2); id <= 3; id++ {
+		for _, m := range news {
+			if _, err := m.Snapshot(id); err != nil {
+				t.Fatal(err)
+			}
+		}
+		for _, m := range news {
+			m.Committed(id)
+		}
+		if id == 2 && (!exists("2") || !exists("3")) {
+			t.Fatal("the old instances' directories removed while a retained checkpoint (the restored one) needs them")
+		}
+	}
+	if exists("2") || exists("3") {
+		t.Fatal("the directories of instances 2 and 3 are still there at parallelism 2")
+	}
+	if !exists("0") || !exists("1") {
+		t.Fatal("a live instance's directory removed")
 	}
 }

@@ -50,7 +50,7 @@ func ExampleOpenChangelog() {
 	dir, _ := os.MkdirTemp("", "changelog-example-")
 	defer os.RemoveAll(dir)
 	all := func(string, int, int) bool { return true }
-	m, err := state.OpenChangelog[string, int64](state.Spec{Changelog: dir}, "count", 0, all)
+	m, err := state.OpenChangelog[string, int64](state.Spec{Changelog: dir}, "count", 0, 1, all)
 	if err != nil {
 		panic(err)
 	}
@@ -68,7 +68,7 @@ func ExampleOpenChangelog() {
 	}
 	files, _, base := m.LastChain()
 	fmt.Println("files:", files, "last a base:", base)
-	r, _ := state.OpenChangelog[string, int64](state.Spec{Changelog: dir}, "count", 1, all)
+	r, _ := state.OpenChangelog[string, int64](state.Spec{Changelog: dir}, "count", 1, 2, all)
 	if err := r.Restore([][]byte{handle}, 0, state.AllGroups); err != nil {
 		panic(err)
 	}

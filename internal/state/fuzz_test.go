@@ -52,7 +52,7 @@ func FuzzDiskRestore(f *testing.F) {
 // refuse them with an error, never panic, and leave the table as it was.
 func FuzzChangelogRestore(f *testing.F) {
 	dir := f.TempDir()
-	m, err := state.OpenChangelog[string, int64](state.Spec{Changelog: dir}, "count", 0, func(string, int, int) bool { return true })
+	m, err := state.OpenChangelog[string, int64](state.Spec{Changelog: dir}, "count", 0, 8, func(string, int, int) bool { return true })
 	if err != nil {
 		f.Fatal(err)
 	}
@@ -69,7 +69,7 @@ func FuzzChangelogRestore(f *testing.F) {
 	chain, _ := state.Inline(h2, dir)
 	baseFile := base[7:] // magic, version, one file, its length (one byte here)
 	deltaFile := chain[len(base)+1:]
-	r, _ := state.OpenChangelog[string, int64](state.Spec{Changelog: f.TempDir()}, "count", 0, func(string, int, int) bool { return true })
+	r, _ := state.OpenChangelog[string, int64](state.Spec{Changelog: f.TempDir()}, "count", 0, 8, func(string, int, int) bool { return true })
 	if err := r.Restore([][]byte{chain}, 0, state.AllGroups); err != nil || len(r.M) != 5 {
 		f.Fatalf("the seed chain: %v, %d keys", err, len(r.M))
 	}
@@ -88,7 +88,7 @@ func FuzzChangelogRestore(f *testing.F) {
 			}
 			return out
 		}
-		r, err := state.OpenChangelog[string, int64](state.Spec{Changelog: t.TempDir()}, "count", 0, func(string, int, int) bool { return true })
+		r, err := state.OpenChangelog[string, int64](state.Spec{Changelog: t.TempDir()}, "count", 0, 8, func(string, int, int) bool { return true })
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -226,7 +226,7 @@ func (m *Mem[K, V]) restore(snaps [][]byte, lo, hi int) ([]K, map[K]V, error) {
 			files, err = readChain(b, root)
 			if err == nil && m.log != nil {
 				id, refs, _ := decodeHandle(b)
-				m.log.snaps = append(m.log.snaps, snapRec{id: id, files: refs, committed: true})
+				m.log.snaps = append(m.log.snaps, snapRec{id: id, files: refs, committed: true, restored: true})
 			}
 		case bytes.HasPrefix(b, inlineMagic):
 			files, err = decodeInline(b)
