@@ -19,7 +19,7 @@ func MemoryState() StateSpec { return StateSpec{} }
 // dir/<job>/<operator>/<instance> only the keys put or deleted since the
 // previous one (a delta naming it), and the checkpoint records the chain
 // of files it needs. A full base is written again after 10 deltas, when
-// the deltas pass half of the base's size, or when more than half of the
+// the deltas pass half of the base's size, or when more than a quarter of the
 // keys changed (a small, busy state checkpoints as without a changelog),
 // so a recovery reads one base and a bounded chain. The files of the
 // newest two checkpoints (RetainCheckpoints) are kept, the rest removed.

@@ -31,7 +31,7 @@ import (
 // the deltas after it, each with its size and CRC) that together are the
 // table as of the checkpoint. A base is written instead of a delta after
 // MaxChain deltas, when the deltas since the base pass half of its size,
-// when more than half of the keys changed, and after a restore; so a
+// when more than a quarter of the keys changed, and after a restore; so a
 // recovery reads one base and a bounded chain. Committed keeps the files
 // of the newest Retain checkpoints (and of those in flight) and removes
 // every other file of the instance's directory.
@@ -194,7 +194,7 @@ func (m *Mem[K, V]) overflow() {
 // resetTracking starts tracking the changes after a snapshot.
 func (m *Mem[K, V]) resetTracking() {
 	m.track, m.full, m.fresh = true, false, 0
-	m.limit = max(len(m.M)/2, 256)
+	m.limit = max(len(m.M)/4, 256)
 	if m.dirty == nil {
 		m.dirty = make(map[K]uint8)
 	} else {
@@ -588,24 +588,24 @@ func readChain(b []byte, root string) ([][]byte, error) {
 	return out, nil
 }
 
-// readBounded reads a file of at most size bytes (one more is read to
-// tell a longer file).
+// readBounded reads a file that should be of size bytes: one of another
+// size is refused before anything is read or allocated.
 func readBounded(p string, size int64) ([]byte, error) {
 	f, err := os.Open(p)
 	if err != nil {
 		return nil, err
 	}
 	defer f.Close()
-	data := make([]byte, 0, size+1)
-	for int64(len(data)) <= size {
-		n, err := f.Read(data[len(data):cap(data)])
-		data = data[:len(data)+n]
-		if err == io.EOF {
-			break
-		}
-		if err != nil {
-			return nil, err
-		}
+	st, err := f.Stat()
+	if err != nil {
+		return nil, err
+	}
+	if st.Size() != size {
+		return nil, fmt.Errorf("%w: %d bytes, the checkpoint says %d", ErrChangelog, st.Size(), size)
+	}
+	data := make([]byte, size)
+	if _, err := io.ReadFull(f, data); err != nil {
+		return nil, fmt.Errorf("%w: read: %v", ErrChangelog, err)
 	}
 	return data, nil
 }

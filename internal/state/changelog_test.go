@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"hash/crc32"
 	"io/fs"
 	"math/rand/v2"
 	"os"
@@ -126,7 +127,7 @@ func TestChangelogRestoreEqualsModel(t *testing.T) {
 	for id := uint64(1); id <= 40; id++ {
 		n := 20 + rng.IntN(200)
 		if id%13 == 0 {
-			n = 3000 // more than half of the keys: a base
+			n = 3000 // more than a quarter of the keys: a base
 		}
 		change(rng, m, o, n, 1000)
 		h, err := m.Snapshot(id)
@@ -449,6 +450,18 @@ func TestChangelogCorrupt(t *testing.T) {
 	hb = slices.Clone(h)
 	hb[4] = 2
 	check("newer handle", r.Restore([][]byte{hb}, 0, state.AllGroups), "")
+	// A handle claiming a file of 32 GiB (its CRC right): refused from the
+	// file's size, nothing allocated.
+	huge := []byte("SLCH\x01")
+	huge = binary.BigEndian.AppendUint64(huge, 2)
+	huge = binary.AppendUvarint(huge, 1)
+	rel := "count/0/" + names[1]
+	huge = binary.AppendUvarint(huge, uint64(len(rel)))
+	huge = append(huge, rel...)
+	huge = binary.AppendUvarint(huge, 1<<35)
+	huge = binary.BigEndian.AppendUint32(huge, 0)
+	huge = binary.BigEndian.AppendUint32(huge, crc32.Checksum(huge, crc32.MakeTable(crc32.Castagnoli)))
+	check("a handle of a 32 GiB file", r.Restore([][]byte{huge}, 0, state.AllGroups), deltaPath)
 	check("truncated handle", r.Restore([][]byte{h[:len(h)-3]}, 0, state.AllGroups), "")
 	check("truncated inline", r.Restore([][]byte{inline[:len(inline)-3]}, 0, state.AllGroups), "")
 	// A plain memory table cannot read a handle's files: a clear error.

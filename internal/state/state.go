@@ -192,9 +192,12 @@ func (m *Mem[K, V]) Snapshot(id uint64) ([]byte, error) {
 // directory) or inline chains (a savepoint's). A table with a changelog
 // writes a base at its next snapshot. On an error the table is as it was.
 func (m *Mem[K, V]) Restore(snaps [][]byte, lo, hi int) error {
-	order, M, err := m.restore(snaps, lo, hi)
+	order, M, recs, err := m.restore(snaps, lo, hi)
 	if err != nil {
 		return err
+	}
+	if m.log != nil {
+		m.log.snaps = append(m.log.snaps, recs...)
 	}
 	m.Order, m.M = order, M
 	if m.M == nil {
@@ -207,7 +210,8 @@ func (m *Mem[K, V]) Restore(snaps [][]byte, lo, hi int) error {
 	return nil
 }
 
-func (m *Mem[K, V]) restore(snaps [][]byte, lo, hi int) ([]K, map[K]V, error) {
+func (m *Mem[K, V]) restore(snaps [][]byte, lo, hi int) ([]K, map[K]V, []snapRec, error) {
+	var recs []snapRec // the restored checkpoints' files: kept while they are retained
 	var order []K
 	var M map[K]V
 	all := len(snaps) == 1 && lo <= 0 && hi == AllGroups
@@ -224,28 +228,28 @@ func (m *Mem[K, V]) restore(snaps [][]byte, lo, hi int) ([]K, map[K]V, error) {
 				root = m.log.root
 			}
 			files, err = readChain(b, root)
-			if err == nil && m.log != nil {
+			if err == nil {
 				id, refs, _ := decodeHandle(b)
-				m.log.snaps = append(m.log.snaps, snapRec{id: id, files: refs, committed: true, restored: true})
+				recs = append(recs, snapRec{id: id, files: refs, committed: true, restored: true})
 			}
 		case bytes.HasPrefix(b, inlineMagic):
 			files, err = decodeInline(b)
 		}
 		if err != nil {
-			return nil, nil, wrapN(i, len(snaps), err)
+			return nil, nil, nil, wrapN(i, len(snaps), err)
 		}
 		if files != nil {
 			if M, order, err = m.applyChain(files, M, order, lo, hi, all); err != nil {
-				return nil, nil, wrapN(i, len(snaps), &Error{Path: "changelog", Err: err})
+				return nil, nil, nil, wrapN(i, len(snaps), &Error{Path: "changelog", Err: err})
 			}
 			continue
 		}
 		var st memState[K, V]
 		if err := msgpacksafe.Decode(b, &st, msgpacksafe.Limits{Source: "per-key state", Factor: 32}); err != nil {
-			return nil, nil, wrapN(i, len(snaps), err)
+			return nil, nil, nil, wrapN(i, len(snaps), err)
 		}
 		if len(st.Keys) != len(st.Accs) {
-			return nil, nil, wrapN(i, len(snaps), fmt.Errorf("%d keys but %d values", len(st.Keys), len(st.Accs)))
+			return nil, nil, nil, wrapN(i, len(snaps), fmt.Errorf("%d keys but %d values", len(st.Keys), len(st.Accs)))
 		}
 		if all {
 			order = st.Keys
@@ -262,7 +266,7 @@ func (m *Mem[K, V]) restore(snaps [][]byte, lo, hi int) ([]K, map[K]V, error) {
 			}
 		}
 	}
-	return order, M, nil
+	return order, M, recs, nil
 }
 
 // AllGroups is the hi of Restore for "every key" (a restore at the same
