@@ -16,6 +16,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"unsafe"
 )
 
 // The memory backend's changelog (Spec.Changelog): incremental checkpoints
@@ -687,6 +688,13 @@ func (m *Mem[K, V]) applyChain(files [][]byte, M map[K]V, order []K, lo, hi int,
 		prev = c.id
 		if i == 0 && all && M == nil {
 			M, order = make(map[K]V, c.count), make([]K, 0, c.count)
+			if m.kc.fixed() && m.vc.fixed() { // 8-byte keys and values: records of 19 bytes
+				var err error
+				if order, err = baseFixed(c, M, order); err != nil {
+					return M, order, fmt.Errorf("file 1 of %d: %w", len(files), err)
+				}
+				continue
+			}
 		}
 		var gone map[K]bool
 		r := c.r
@@ -771,6 +779,33 @@ func (m *Mem[K, V]) applyChain(files [][]byte, M map[K]V, order []K, lo, hi int,
 		}
 	}
 	return M, order, nil
+}
+
+// baseFixed reads a base of 8-byte keys and values (op 1, length 8, key,
+// length 8, value) into an empty M and order.
+func baseFixed[K comparable, V any](c chainFile, M map[K]V, order []K) ([]K, error) {
+	const size = 1 + 1 + 8 + 1 + 8
+	b := c.r.b[c.r.i:]
+	if uint64(len(b)) != c.count*size {
+		return order, fmt.Errorf("%w: %d records in %d bytes: not all of 19 bytes", ErrChangelog, c.count, len(b))
+	}
+	for off := 0; off < len(b); off += size {
+		rec := b[off : off+size : off+size]
+		if rec[0] != opAppend || rec[1] != 8 || rec[10] != 8 {
+			return order, fmt.Errorf("%w: byte %d: not an append of an 8-byte key and value", ErrChangelog, fileHeader+off)
+		}
+		var k K
+		var v V
+		*(*uint64)(unsafe.Pointer(&k)) = binary.BigEndian.Uint64(rec[2:10])
+		*(*uint64)(unsafe.Pointer(&v)) = binary.BigEndian.Uint64(rec[11:19])
+		n := len(M)
+		M[k] = v
+		if len(M) == n {
+			return order, fmt.Errorf("%w: byte %d: a key twice in a base", ErrChangelog, fileHeader+off)
+		}
+		order = append(order, k)
+	}
+	return order, nil
 }
 
 // without is order without the keys of gone.

@@ -75,6 +75,13 @@ func FuzzChangelogRestore(f *testing.F) {
 	}
 	f.Add(baseFile[:len(baseFile)-4])
 	f.Add(deltaFile[:len(deltaFile)-4])
+	// a base of 8-byte keys and values (read by its own loop)
+	ints, _ := state.OpenChangelog[int64, int64](state.Spec{Changelog: dir}, "ints", 0, 8, func(int64, int, int) bool { return true })
+	ints.Put(1, 10, false)
+	ints.Put(2, 20, false)
+	hi, _ := ints.Snapshot(1)
+	intsInline, _ := state.Inline(hi, dir)
+	f.Add(intsInline[7 : len(intsInline)-4])
 	f.Add(h2)
 	f.Add([]byte("SLCI\x01\x01\x00"))
 	f.Fuzz(func(t *testing.T, b []byte) {
@@ -91,6 +98,16 @@ func FuzzChangelogRestore(f *testing.F) {
 		r, err := state.OpenChangelog[string, int64](state.Spec{Changelog: t.TempDir()}, "count", 0, 8, func(string, int, int) bool { return true })
 		if err != nil {
 			t.Fatal(err)
+		}
+		ri, err := state.OpenChangelog[int64, int64](state.Spec{Changelog: t.TempDir()}, "ints", 0, 8, func(int64, int, int) bool { return true })
+		if err != nil {
+			t.Fatal(err)
+		}
+		ri.Put(7, 7, false)
+		if err := ri.Restore([][]byte{inline(file)}, 0, state.AllGroups); err != nil {
+			if v, ok := ri.Get(7); !ok || v != 7 || len(ri.M) != 1 || len(ri.Order) != 1 {
+				t.Fatalf("the table of ints changed after a refused restore")
+			}
 		}
 		r.Put("keep", 7, false)
 		for _, snap := range [][]byte{inline(baseFile, file), inline(file), b} {
