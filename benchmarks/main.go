@@ -117,7 +117,7 @@ func suite() []benchmark {
 			"sluice >= 0.8x raw protoactor with the same batches; >= 2.7 M records/s (10x the 272 k/s of one record per message)", benchRemoteTopology},
 		{"state-backends", "source -> map -> KeyBy -> Count (1000 keys) -> sink over 10 M records, checkpoints every second: the memory and the disk (pebble) state backend, alternated rounds",
 			"disk >= 0.5x memory", benchStateBackends},
-		{"state-incremental", "a disk state table of 10 M keys, 1 % of them changed between checkpoints: incremental checkpoints' new bytes and time against a full copy, and recovery",
+		{"state-incremental", "a disk state table and a memory table with a changelog of 10 M keys each, 1 % of them changed between checkpoints: incremental checkpoints' new bytes and time against a full one, and recovery",
 			"incremental <= 3 % of the full bytes and <= 10 % of its time; recovery <= 5 s", benchStateIncremental},
 		{"state-large", "a keyed count over 50 M distinct keys (60 M records) with the disk backend; run it alone under GOMEMLIMIT=256MiB",
 			"peak RSS <= 512 MiB, counts equal to the reference", benchStateLarge},

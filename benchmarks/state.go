@@ -6,6 +6,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strconv"
 	"strings"
 	"time"
@@ -79,7 +80,8 @@ func benchStateBackends(ctx context.Context, e *env) ([]Result, error) {
 // benchStateIncremental fills a disk table with 10 M keys, then changes 1 %
 // of them between checkpoints: each incremental checkpoint's new bytes and
 // time against a full one (every file copied) of the same state, and the
-// time to restore the state from the last checkpoint.
+// time to restore the state from the last checkpoint. Then the same with
+// the memory backend's changelog (benchMemChangelog).
 func benchStateIncremental(ctx context.Context, e *env) ([]Result, error) {
 	keys := e.n(10_000_000)
 	dir, err := os.MkdirTemp("", "sluice-state-inc-")
@@ -146,8 +148,8 @@ func benchStateIncremental(ctx context.Context, e *env) ([]Result, error) {
 		}
 	}
 	r.Close()
-	// The memory backend's checkpoint of the same number of keys (context:
-	// it writes the whole state every time).
+	// The memory backend's whole-map checkpoint of the same number of keys
+	// (context: what it writes without a changelog).
 	m := state.NewMem[int64, int64](nil)
 	for k := range int64(keys) {
 		m.Put(k, k, false)
@@ -158,12 +160,14 @@ func benchStateIncremental(ctx context.Context, e *env) ([]Result, error) {
 		return nil, err
 	}
 	memTime := time.Since(start)
+	memBytes := len(mb)
+	m, mb = nil, nil
 	meanNew := float64(incNew) / rounds
 	meanTime := incTime / rounds
 	full := Result{Name: "state-incremental/full-bytes", Value: float64(fullBytes), Unit: "bytes",
 		Note: fmt.Sprintf("%d keys: a full checkpoint copies every file (%.1f MiB; the first checkpoint's files: %.1f MiB)", keys, float64(fullBytes)/(1<<20), float64(firstBytes)/(1<<20))}
 	fullT := Result{Name: "state-incremental/full-time", Value: float64(fullTime.Microseconds()) / 1000, Unit: "ms", Note: "the full checkpoint's time (copy and checksum)"}
-	return []Result{full,
+	out := []Result{full,
 		Result{Name: "state-incremental/incremental-bytes-vs-full", Value: meanNew, Unit: "bytes",
 			Note: fmt.Sprintf("mean new bytes of %d incremental checkpoints, each after 1 %% of the keys changed (max %d)", rounds, incMax)}.against(full),
 		fullT,
@@ -172,7 +176,102 @@ func benchStateIncremental(ctx context.Context, e *env) ([]Result, error) {
 		{Name: "state-incremental/recovery", Value: float64(recovery.Microseconds()) / 1000, Unit: "ms",
 			Note: fmt.Sprintf("restore the %d-key state from the last incremental checkpoint into a fresh table (verify every file's checksum, link, open)", keys)},
 		{Name: "state-incremental/context-memory-full", Value: float64(memTime.Microseconds()) / 1000, Unit: "ms",
-			Note: fmt.Sprintf("context: the memory backend's checkpoint of %d keys (%.1f MiB of msgpack)", keys, float64(len(mb))/(1<<20))},
+			Note: fmt.Sprintf("context: the memory backend's whole-map checkpoint of %d keys, without a changelog (%.1f MiB of msgpack)", keys, float64(memBytes)/(1<<20))},
+	}
+	runtime.GC()
+	mem, err := benchMemChangelog(keys, filepath.Join(dir, "changelog"))
+	if err != nil {
+		return nil, err
+	}
+	return append(out, mem...), nil
+}
+
+// benchMemChangelog fills a memory table with a changelog (the memory
+// backend's incremental checkpoints) with keys keys, then changes 1 % of
+// them before each of 16 checkpoints: with the default chain of 10 deltas,
+// checkpoints 2-11 are deltas, 12 a base again (a full checkpoint of the
+// same state, in the same run), 13-17 deltas. It reports the deltas' mean
+// bytes and time against that base's, the mean over all 16 (the bases'
+// share included), and the recovery of the longest chain (checkpoint 11: a
+// base and 10 deltas) into a fresh table.
+func benchMemChangelog(keys int, dir string) ([]Result, error) {
+	owns := func(int64, int, int) bool { return true }
+	m, err := state.OpenChangelog[int64, int64](state.Spec{Changelog: dir}, "count", 0, 1, owns)
+	if err != nil {
+		return nil, err
+	}
+	for k := range int64(keys) {
+		m.Put(k, k, false)
+	}
+	start := time.Now()
+	if _, err := m.Snapshot(1); err != nil {
+		return nil, err
+	}
+	firstTime := time.Since(start)
+	_, firstBytes, _ := m.LastChain()
+	rng := rand.New(rand.NewPCG(1, 2))
+	const rounds = 16
+	var deltaTime, allTime, baseTime time.Duration
+	var deltaBytes, allBytes, baseBytes, deltaMax int64
+	var deltas int
+	var longest []byte
+	for id := uint64(2); id < 2+rounds; id++ {
+		for range keys / 100 {
+			k := rng.Int64N(int64(keys))
+			v, _ := m.Get(k)
+			m.Put(k, v+1, true)
+		}
+		start := time.Now()
+		h, err := m.Snapshot(id)
+		if err != nil {
+			return nil, err
+		}
+		took := time.Since(start)
+		files, n, base := m.LastChain()
+		allTime, allBytes = allTime+took, allBytes+n
+		if base {
+			baseTime, baseBytes = took, n
+			continue
+		}
+		deltas++
+		deltaTime, deltaBytes, deltaMax = deltaTime+took, deltaBytes+n, max(deltaMax, n)
+		if files == state.DefaultMaxChain+1 {
+			longest = h
+		}
+	}
+	if baseBytes == 0 || deltas == 0 || longest == nil {
+		return nil, fmt.Errorf("memory changelog bench: %d deltas, a base of %d bytes, longest chain found %v", deltas, baseBytes, longest != nil)
+	}
+	m = nil
+	runtime.GC()
+	r, err := state.OpenChangelog[int64, int64](state.Spec{Changelog: dir}, "count", 1, 2, owns)
+	if err != nil {
+		return nil, err
+	}
+	start = time.Now()
+	if err := r.Restore([][]byte{longest}, 0, state.AllGroups); err != nil {
+		return nil, err
+	}
+	recovery := time.Since(start)
+	if len(r.M) != keys {
+		return nil, fmt.Errorf("memory changelog bench: restored %d keys of %d", len(r.M), keys)
+	}
+	ms := func(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
+	full := Result{Name: "state-incremental/memory-full-bytes", Value: float64(baseBytes), Unit: "bytes",
+		Note: fmt.Sprintf("memory backend with a changelog, %d keys: a base (every key; %.1f MiB; the first checkpoint's base %d bytes in %.0f ms)", keys, float64(baseBytes)/(1<<20), firstBytes, ms(firstTime))}
+	fullT := Result{Name: "state-incremental/memory-full-time", Value: ms(baseTime), Unit: "ms", Note: "that base's time (encode every key, write, fsync): checkpoint 12 of the run, after 10 deltas"}
+	return []Result{full,
+		Result{Name: "state-incremental/memory-delta-bytes-vs-full", Value: float64(deltaBytes) / float64(deltas), Unit: "bytes",
+			Note: fmt.Sprintf("mean bytes of the %d deltas, each after 1 %% of the keys changed (max %d)", deltas, deltaMax)}.against(full),
+		fullT,
+		Result{Name: "state-incremental/memory-delta-time-vs-full", Value: ms(deltaTime / time.Duration(deltas)), Unit: "ms",
+			Note: "mean time of those deltas (encode the changed keys, write, fsync)"}.against(fullT),
+		Result{Name: "state-incremental/memory-amortised-bytes-vs-full", Value: float64(allBytes) / rounds, Unit: "bytes",
+			Note: fmt.Sprintf("mean bytes of all %d checkpoints after the first, the periodic base included", rounds)}.against(full),
+		Result{Name: "state-incremental/memory-amortised-time-vs-full", Value: ms(allTime / rounds), Unit: "ms",
+			Note: "mean time of all of them"}.against(fullT),
+		{Name: "state-incremental/memory-recovery", Value: ms(recovery), Unit: "ms",
+			Note: fmt.Sprintf("restore the %d-key state from the longest chain (a base and %d deltas; read, check every file's CRC, apply) into a fresh table", keys, state.DefaultMaxChain)},
 	}, nil
 }
 

@@ -27,6 +27,9 @@ const (
 	// crashChildDiskEnv: run the counting topology with the disk state
 	// backend (a cache of 512 bytes: most keys live in pebble).
 	crashChildDiskEnv = "SLUICE_CRASH_CHILD_DISK"
+	// crashChildChangelogEnv: run the counting topology with the memory
+	// backend's incremental checkpoints (a changelog of changed keys).
+	crashChildChangelogEnv = "SLUICE_CRASH_CHILD_CHANGELOG"
 )
 
 // TestCheckpointCrashChild is the child process of TestCheckpointCrash: it
@@ -47,6 +50,10 @@ func TestCheckpointCrashChild(t *testing.T) {
 	if os.Getenv(crashChildDiskEnv) != "" {
 		top = countingTopologyWith(nil, filepath.Join(dir, "out"), crashRecords, 100*time.Millisecond,
 			[]operators.TopologyOption{operators.StateBackend(operators.DiskState(filepath.Join(dir, "state"), 512))}, operators.FileOverwrite())
+	}
+	if os.Getenv(crashChildChangelogEnv) != "" {
+		top = countingTopologyWith(nil, filepath.Join(dir, "out"), crashRecords, 100*time.Millisecond,
+			[]operators.TopologyOption{operators.StateBackend(operators.MemoryState().Changelog(filepath.Join(dir, "changelog")))}, operators.FileOverwrite())
 	}
 	if os.Getenv(crashChildSmallEnv) != "" {
 		top = countingTwoSources(filepath.Join(dir, "out"), crashRecords, crashSmall, 100*time.Millisecond)
@@ -152,6 +159,56 @@ func TestCheckpointCrashDisk(t *testing.T) {
 		t.Fatal("no run restored a checkpoint")
 	}
 	t.Logf("%d kills, output identical, newest restored checkpoint %d", kills, newest)
+}
+
+// TestCheckpointCrashChangelog is TestCheckpointCrash with the memory
+// backend's incremental checkpoints in the killed runs (restores from a
+// base and its deltas): their output must equal that of a run without a
+// changelog that was never killed, and each instance's directory keeps only
+// the files of its retained checkpoints.
+func TestCheckpointCrashChangelog(t *testing.T) {
+	if testing.Short() {
+		t.Skip("crash test: child processes")
+	}
+	rng := crashtest.Seed(t, "SLUICE_CRASH_SEED")
+	reference := t.TempDir()
+	ref := runChild(t, reference, -1)
+	if !ref.Done {
+		t.Fatal("the reference run did not finish")
+	}
+	want := readParts(t, filepath.Join(reference, "out"))
+	deltas := 0
+	kills, newest := crashRounds(t, rng, ref.Took, func(dir string) {
+		if got := readParts(t, filepath.Join(dir, "out")); got != want {
+			t.Fatalf("after kills the output in %s (changelog) differs from the run that was never killed (%d vs %d bytes)", dir, len(got), len(want))
+		}
+		for inst := range 3 {
+			d := filepath.Join(dir, "changelog", "counting", "count", strconv.Itoa(inst))
+			ents, err := os.ReadDir(d)
+			if err != nil {
+				t.Fatal(err)
+			}
+			// two retained checkpoints: a base and up to 10 deltas each
+			if len(ents) == 0 || len(ents) > 2*11 {
+				t.Errorf("%s: %d files kept", d, len(ents))
+			}
+			for _, e := range ents {
+				if strings.HasSuffix(e.Name(), ".tmp") {
+					t.Errorf("%s: %s left", d, e.Name())
+				}
+				if strings.HasSuffix(e.Name(), ".delta") {
+					deltas++
+				}
+			}
+		}
+	}, crashChildChangelogEnv+"=1")
+	if newest == 0 {
+		t.Fatal("no run restored a checkpoint")
+	}
+	if deltas == 0 {
+		t.Fatal("no delta kept at the end of any round: the chains were not exercised")
+	}
+	t.Logf("%d kills, output identical, newest restored checkpoint %d, %d deltas kept at the ends", kills, newest, deltas)
 }
 
 // crashKills is how many SIGKILLs a crash test lands; crashMaxRounds bounds

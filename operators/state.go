@@ -10,8 +10,26 @@ import (
 type StateSpec struct{ s state.Spec }
 
 // MemoryState keeps each key's state in a Go map (the default): the
-// fastest, and bounded by memory. A checkpoint writes the whole state.
+// fastest, and bounded by memory. A checkpoint writes the whole state,
+// unless Changelog makes its checkpoints incremental.
 func MemoryState() StateSpec { return StateSpec{} }
+
+// Changelog makes the memory backend's checkpoints incremental, as Flink's
+// changelog state backend: each checkpoint writes to a file under
+// dir/<job>/<operator>/<instance> only the keys put or deleted since the
+// previous one (a delta naming it), and the checkpoint records the chain
+// of files it needs. A full base is written again after 10 deltas, when
+// the deltas pass half of the base's size, or when more than a quarter of the
+// keys changed (a small, busy state checkpoints as without a changelog),
+// so a recovery reads one base and a bounded chain. The files of the
+// newest two checkpoints (RetainCheckpoints) are kept, the rest removed.
+// A savepoint copies the chain it needs into its own directory. The
+// directory must be on a disk the job restarts with (as the checkpoint
+// store). DiskState ignores it.
+func (s StateSpec) Changelog(dir string) StateSpec {
+	s.s.Changelog = dir
+	return s
+}
 
 // DiskState keeps the per-key aggregations' state in a pebble database
 // (an LSM tree) per operator instance under dir/<job>/<operator>, with a
@@ -28,8 +46,8 @@ func DiskState(dir string, budget int64) StateSpec {
 }
 
 // RetainCheckpoints keeps the files of the newest n checkpoints (default
-// 2) with the disk backend; older ones are removed once a newer one is
-// complete.
+// 2) with the disk backend and the memory backend's changelog; older ones
+// are removed once a newer one is complete.
 func (s StateSpec) RetainCheckpoints(n int) StateSpec {
 	s.s.Retain = n
 	return s

@@ -647,8 +647,11 @@ func (x *execution) build() error {
 					sc.Late = late
 				}
 				sc.Keep = in.keepRate
-				if st := x.topo.Config().State; st.Disk() {
-					st.Dir = filepath.Join(st.Dir, url.PathEscape(x.topo.Name()))
+				if st := x.topo.Config().State; st.Disk() || st.Changelog != "" {
+					if st.Disk() {
+						st.Dir = filepath.Join(st.Dir, url.PathEscape(x.topo.Name()))
+					}
+					st.Changelog = x.changelogDir()
 					sc.State = st
 				}
 				if n.Role() == graph.RoleSource && in.lat != nil {

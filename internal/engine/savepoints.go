@@ -40,7 +40,11 @@ func Savepoint(ctx context.Context, run *actors.Run, dir string) (*savepoint.Sav
 		}
 		cp = &latest
 	}
-	sp, err := savepoint.WriteWith(dir, x.topo.Name(), *cp, x.exportDisk)
+	full, err := x.selfContained(*cp)
+	if err != nil {
+		return nil, fmt.Errorf("operators: savepoint %s: %w", dir, err)
+	}
+	sp, err := savepoint.WriteWith(dir, x.topo.Name(), full, x.exportDisk)
 	if err != nil {
 		return nil, fmt.Errorf("operators: %w", err)
 	}
@@ -129,12 +133,50 @@ func StopWithSavepoint(ctx context.Context, run *actors.Run, dir string) (*savep
 	case !ok || cp.ID != final || final == 0:
 		return nil, fmt.Errorf("operators: stop with savepoint %s: job %q stopped, but its store holds no final checkpoint %d (found %d)", dir, x.topo.Name(), final, cp.ID)
 	}
-	sp, err := savepoint.WriteWith(dir, x.topo.Name(), cp, x.exportDisk)
+	full, err := x.selfContained(cp)
+	if err != nil {
+		return nil, fmt.Errorf("operators: stop with savepoint %s: %w", dir, err)
+	}
+	sp, err := savepoint.WriteWith(dir, x.topo.Name(), full, x.exportDisk)
 	if err != nil {
 		return nil, fmt.Errorf("operators: stop with savepoint: %w", err)
 	}
 	x.sys.Logger().Info("stopped with a savepoint", "job", x.topo.Name(), "dir", dir, "checkpoint", cp.ID, "id", sp.Manifest.ID)
 	return sp, nil
+}
+
+// changelogDir is the job's directory of the memory backend's changelog
+// ("" without one).
+func (x *execution) changelogDir() string {
+	st := x.topo.Config().State
+	if st.Changelog == "" || st.Disk() {
+		return ""
+	}
+	return filepath.Join(st.Changelog, url.PathEscape(x.topo.Name()))
+}
+
+// selfContained is cp with every memory-backend changelog handle replaced
+// by its chain's files (state.Inline), so that a savepoint of it needs
+// nothing outside its directory; cp itself is not changed.
+func (x *execution) selfContained(cp persistence.Checkpoint) (persistence.Checkpoint, error) {
+	var states map[string][]byte
+	for k, b := range cp.States {
+		if !state.IsChangelog(b) {
+			continue
+		}
+		in, err := state.Inline(b, x.changelogDir())
+		if err != nil {
+			return cp, fmt.Errorf("state of %s: %w", k, err)
+		}
+		if states == nil {
+			states = maps.Clone(cp.States)
+		}
+		states[k] = in
+	}
+	if states != nil {
+		cp.States = states
+	}
+	return cp, nil
 }
 
 // fromSavepoint is the checkpoint a job started FromSavepoint(dir)

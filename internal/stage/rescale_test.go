@@ -79,8 +79,9 @@ func rescaleAll[S any](t *testing.T, oldP int, build func(i, p int) S, feed func
 }
 
 func TestRescaleKeyedStage(t *testing.T) {
-	for _, disk := range []bool{false, true} {
-		t.Run(map[bool]string{false: "memory", true: "disk"}[disk], func(t *testing.T) {
+	for _, backend := range []string{"memory", "disk", "changelog"} {
+		disk, changelog := backend == "disk", backend == "changelog"
+		t.Run(backend, func(t *testing.T) {
 			type st = *KeyedStage[string, string, int64, int64]
 			dir := t.TempDir()
 			var open []st
@@ -96,16 +97,31 @@ func TestRescaleKeyedStage(t *testing.T) {
 				if disk {
 					sc.State = state.Spec{Dir: dir, Budget: 4 << 10} // a few dozen keys: the rest on disk
 				}
+				if changelog {
+					sc.State, sc.FinalCheckpoint = state.Spec{Changelog: dir}, true
+				}
 				s := NewKeyed(func(v string) string { return v }, func(a int64, _ bool, _ string) int64 { return a + 1 },
 					func(_ string, a int64) int64 { return a }, EmitAtEnd, &sinkPusher[int64]{}, sc).(st)
 				open = append(open, s)
 				return s
 			}, func(s st, keys []string) {
 				for j, k := range keys {
+					if changelog && j == len(keys)/2 {
+						// a base of the first half: the snapshot below is a
+						// delta of the rest, and a restore reads the chain
+						if _, err := s.SnapshotState(1); err != nil {
+							t.Fatal(err)
+						}
+					}
 					s.Push(&Batch[string]{Vs: slices.Repeat([]string{k}, j%5+1)})
 				}
 			}, func(s st) []byte {
-				b, err := s.SnapshotState(1)
+				if changelog {
+					if files, _, _ := s.mem.LastChain(); files != 1 {
+						t.Fatalf("before the snapshot: a chain of %d files, want the base", files)
+					}
+				}
+				b, err := s.SnapshotState(2)
 				if err != nil {
 					t.Fatal(err)
 				}

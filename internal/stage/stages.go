@@ -428,8 +428,18 @@ type KeyedStage[K comparable, T, A, O any] struct {
 func (s *KeyedStage[K, T, A, O]) open() {
 	h := HasherFor[K]()
 	if !s.sc.State.Disk() {
-		s.mem = state.NewMem[K, A](func(k K, lo, hi int) bool { kg := KeyGroupOf(h(k)); return kg >= lo && kg < hi })
-		s.tab = s.mem
+		owns := func(k K, lo, hi int) bool { kg := KeyGroupOf(h(k)); return kg >= lo && kg < hi }
+		if s.sc.State.Changelog == "" || !s.sc.FinalCheckpoint { // no changelog, or no checkpoints to take
+			s.mem = state.NewMem[K, A](owns)
+			s.tab = s.mem
+			return
+		}
+		m, err := state.OpenChangelog[K, A](s.sc.State, s.sc.Name, s.sc.Instance, s.sc.Parts, owns)
+		if err != nil {
+			s.openErr = err
+			return
+		}
+		s.mem, s.tab = m, m
 		return
 	}
 	d, err := state.OpenDisk[K, A](s.sc.State, s.sc.Name, s.sc.Instance, s.sc.Parts, h, func(err error) { s.sc.fail(err) })
@@ -498,6 +508,7 @@ func (s *KeyedStage[K, T, A, O]) fold(v T) {
 			m.Order = append(m.Order, k)
 		}
 		m.M[k] = acc
+		m.Changed(k, seen)
 	} else {
 		acc, seen = s.tab.Get(k)
 		acc = s.foldFn(acc, seen, v)

@@ -34,6 +34,15 @@ func newCodec[T any](what string) codec[T] {
 	return codec[T]{kind: k, what: what}
 }
 
+// fixed says whether values are written as 8 bytes.
+func (c codec[T]) fixed() bool {
+	switch c.kind {
+	case reflect.Int, reflect.Int64, reflect.Uint, reflect.Uint64, reflect.Float64:
+		return true
+	}
+	return false
+}
+
 func (c codec[T]) append(b []byte, v T) ([]byte, error) {
 	switch c.kind {
 	case reflect.Int, reflect.Int64, reflect.Uint, reflect.Uint64, reflect.Float64:

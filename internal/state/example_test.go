@@ -43,3 +43,41 @@ func ExampleDisk() {
 	// to 2
 	// not 1
 }
+
+// A memory table with a changelog: the first checkpoint writes a base, the
+// next only the keys changed since (a delta), and a restore reads both.
+func ExampleOpenChangelog() {
+	dir, _ := os.MkdirTemp("", "changelog-example-")
+	defer os.RemoveAll(dir)
+	all := func(string, int, int) bool { return true }
+	m, err := state.OpenChangelog[string, int64](state.Spec{Changelog: dir}, "count", 0, 1, all)
+	if err != nil {
+		panic(err)
+	}
+	for _, w := range []string{"to", "be", "or", "not"} {
+		m.Put(w, 1, false)
+	}
+	if _, err := m.Snapshot(1); err != nil {
+		panic(err)
+	}
+	m.Put("to", 2, true)
+	m.Delete("or")
+	handle, err := m.Snapshot(2)
+	if err != nil {
+		panic(err)
+	}
+	files, _, base := m.LastChain()
+	fmt.Println("files:", files, "last a base:", base)
+	r, _ := state.OpenChangelog[string, int64](state.Spec{Changelog: dir}, "count", 1, 2, all)
+	if err := r.Restore([][]byte{handle}, 0, state.AllGroups); err != nil {
+		panic(err)
+	}
+	for k, v := range r.All {
+		fmt.Println(k, v)
+	}
+	// Output:
+	// files: 2 last a base: false
+	// to 2
+	// be 1
+	// not 1
+}

@@ -1,6 +1,7 @@
 package state
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"math"
@@ -13,11 +14,17 @@ import (
 
 // Spec chooses a topology's state backend: memory (Dir empty, the
 // default) or disk (pebble under Dir, with a write-back cache of Budget
-// bytes, keeping the newest Retain checkpoints).
+// bytes, keeping the newest Retain checkpoints). The memory backend
+// checkpoints its whole map, or, with Changelog set, incrementally to
+// files under Changelog (a base, then deltas of the changed keys, a base
+// again after MaxChain deltas; see OpenChangelog), keeping the newest
+// Retain checkpoints' files.
 type Spec struct {
-	Dir    string
-	Budget int64
-	Retain int
+	Dir       string
+	Budget    int64
+	Retain    int
+	Changelog string
+	MaxChain  int
 }
 
 // Disk says whether the spec is the disk backend.
@@ -75,17 +82,31 @@ var ErrCorrupt = errors.New("corrupt checkpoint")
 // Mem is the memory backend: a Go map, and the keys in first-put order so
 // that results emitted at the end are deterministic. Its Snapshot is the
 // format keyed aggregations always wrote ({k: keys, a: values}).
+//
+// With a changelog (OpenChangelog) its checkpoints are incremental: a
+// caller that writes M and Order itself must call Changed after each put
+// (Put, Delete and DeleteAll do their part).
 type Mem[K comparable, V any] struct {
 	M     map[K]V
 	Order []K
 	// owns says whether a key's group lies in [lo, hi) (KeyBy's hash).
 	owns func(k K, lo, hi int) bool
+
+	// The changelog's (nil: every snapshot is the whole map).
+	log   *changelog
+	kc    codec[K]
+	vc    codec[V]
+	track bool        // changes are tracked (a delta may follow)
+	full  bool        // the next snapshot is a base
+	dirty map[K]uint8 // the keys changed since the last snapshot: wasPresent, removed
+	fresh int         // the keys at the end of Order appended since
+	limit int         // more dirty keys than this: the next snapshot is a base
 }
 
 // NewMem is an empty memory table; owns tells Restore which keys belong
 // to a range of key groups.
 func NewMem[K comparable, V any](owns func(k K, lo, hi int) bool) *Mem[K, V] {
-	return &Mem[K, V]{M: make(map[K]V), owns: owns}
+	return &Mem[K, V]{M: make(map[K]V), owns: owns, kc: newCodec[K]("key"), vc: newCodec[V]("state")}
 }
 
 func (m *Mem[K, V]) Get(k K) (V, bool) { v, ok := m.M[k]; return v, ok }
@@ -95,11 +116,17 @@ func (m *Mem[K, V]) Put(k K, v V, existed bool) {
 		m.Order = append(m.Order, k)
 	}
 	m.M[k] = v
+	if m.track {
+		m.touch(k, existed)
+	}
 }
 
 // Delete forgets k (a scan of Order: use DeleteAll for many keys).
 func (m *Mem[K, V]) Delete(k K) {
 	if _, ok := m.M[k]; ok {
+		if m.track {
+			m.deleted(k)
+		}
 		delete(m.M, k)
 		for i, o := range m.Order {
 			if o == k {
@@ -113,6 +140,9 @@ func (m *Mem[K, V]) Delete(k K) {
 // DeleteAll forgets the keys gone says, in one pass over Order.
 func (m *Mem[K, V]) DeleteAll(gone map[K]bool) {
 	for k := range gone {
+		if _, ok := m.M[k]; ok && m.track {
+			m.deleted(k)
+		}
 		delete(m.M, k)
 	}
 	j := 0
@@ -139,7 +169,13 @@ type memState[K comparable, V any] struct {
 	Accs []V `msgpack:"a"`
 }
 
-func (m *Mem[K, V]) Snapshot(uint64) ([]byte, error) {
+// Snapshot returns the whole map ({k: keys, a: values} in msgpack) or,
+// with a changelog, writes the checkpoint's base or delta and returns the
+// handle of its chain.
+func (m *Mem[K, V]) Snapshot(id uint64) ([]byte, error) {
+	if m.log != nil {
+		return m.snapshotChangelog(id)
+	}
 	st := memState[K, V]{Keys: m.Order, Accs: make([]V, len(m.Order))}
 	for i, k := range m.Order {
 		st.Accs[i] = m.M[k]
@@ -151,35 +187,86 @@ func (m *Mem[K, V]) Snapshot(uint64) ([]byte, error) {
 	return b, nil
 }
 
-func (m *Mem[K, V]) Committed(uint64) {}
-
+// Restore replaces the table with the keys of groups [lo, hi) of snaps:
+// whole maps, changelog handles (their files read from the changelog
+// directory) or inline chains (a savepoint's). A table with a changelog
+// writes a base at its next snapshot. On an error the table is as it was.
 func (m *Mem[K, V]) Restore(snaps [][]byte, lo, hi int) error {
-	m.Order, m.M = nil, map[K]V{}
+	order, M, recs, err := m.restore(snaps, lo, hi)
+	if err != nil {
+		return err
+	}
+	if m.log != nil {
+		m.log.snaps = append(m.log.snaps, recs...)
+	}
+	m.Order, m.M = order, M
+	if m.M == nil {
+		m.M = map[K]V{}
+	}
+	m.track, m.full, m.dirty, m.fresh = false, true, nil, 0
+	if m.log != nil {
+		m.log.chain = nil
+	}
+	return nil
+}
+
+func (m *Mem[K, V]) restore(snaps [][]byte, lo, hi int) ([]K, map[K]V, []snapRec, error) {
+	var recs []snapRec // the restored checkpoints' files: kept while they are retained
+	var order []K
+	var M map[K]V
 	all := len(snaps) == 1 && lo <= 0 && hi == AllGroups
+	if !all {
+		M = map[K]V{}
+	}
 	for i, b := range snaps {
+		var files [][]byte
+		var err error
+		switch {
+		case IsChangelog(b):
+			root := ""
+			if m.log != nil {
+				root = m.log.root
+			}
+			files, err = readChain(b, root)
+			if err == nil {
+				id, refs, _ := decodeHandle(b)
+				recs = append(recs, snapRec{id: id, files: refs, committed: true, restored: true})
+			}
+		case bytes.HasPrefix(b, inlineMagic):
+			files, err = decodeInline(b)
+		}
+		if err != nil {
+			return nil, nil, nil, wrapN(i, len(snaps), err)
+		}
+		if files != nil {
+			if M, order, err = m.applyChain(files, M, order, lo, hi, all); err != nil {
+				return nil, nil, nil, wrapN(i, len(snaps), &Error{Path: "changelog", Err: err})
+			}
+			continue
+		}
 		var st memState[K, V]
 		if err := msgpacksafe.Decode(b, &st, msgpacksafe.Limits{Source: "per-key state", Factor: 32}); err != nil {
-			return wrapN(i, len(snaps), err)
+			return nil, nil, nil, wrapN(i, len(snaps), err)
 		}
 		if len(st.Keys) != len(st.Accs) {
-			return wrapN(i, len(snaps), fmt.Errorf("%d keys but %d values", len(st.Keys), len(st.Accs)))
+			return nil, nil, nil, wrapN(i, len(snaps), fmt.Errorf("%d keys but %d values", len(st.Keys), len(st.Accs)))
 		}
 		if all {
-			m.Order = st.Keys
-			m.M = make(map[K]V, len(st.Keys))
+			order = st.Keys
+			M = make(map[K]V, len(st.Keys))
 		}
 		for j, k := range st.Keys {
 			if all {
-				m.M[k] = st.Accs[j]
+				M[k] = st.Accs[j]
 				continue
 			}
-			if _, dup := m.M[k]; !dup && m.owns(k, lo, hi) {
-				m.Order = append(m.Order, k)
-				m.M[k] = st.Accs[j]
+			if _, dup := M[k]; !dup && m.owns(k, lo, hi) {
+				order = append(order, k)
+				M[k] = st.Accs[j]
 			}
 		}
 	}
-	return nil
+	return order, M, recs, nil
 }
 
 // AllGroups is the hi of Restore for "every key" (a restore at the same

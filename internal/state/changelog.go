@@ -1,0 +1,822 @@
+package state
+
+import (
+	"bufio"
+	"bytes"
+	"crypto/rand"
+	"encoding/binary"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"hash/crc32"
+	"io"
+	"net/url"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"unsafe"
+)
+
+// The memory backend's changelog (Spec.Changelog): incremental checkpoints
+// of a Mem, as Flink's changelog state backend takes them. A checkpoint
+// writes one file under
+//
+//	Changelog/<operator>/<instance>/<checkpoint>-<random>.base   every key and value
+//	Changelog/<operator>/<instance>/<checkpoint>-<random>.delta  the keys changed since the
+//	                                                            previous checkpoint (puts and
+//	                                                            tombstones), naming it
+//
+// and the checkpoint records a handle: the chain of files (a base, then
+// the deltas after it, each with its size and CRC) that together are the
+// table as of the checkpoint. A base is written instead of a delta after
+// MaxChain deltas, when the deltas since the base pass half of its size,
+// when more than a quarter of the keys changed, and after a restore; so a
+// recovery reads one base and a bounded chain. Committed keeps the files
+// of the newest Retain checkpoints (and of those in flight) and removes
+// every other file of the instance's directory.
+//
+// A file:
+//
+//	"SLCL" | version (1 byte) | kind (1 base, 2 delta) | checkpoint id (8) | previous file's id (8, 0 for a base)
+//	| records (8) | records... | CRC-32C of everything before (4)
+//	record: op (1 append, 2 update, 3 delete) | uvarint key length | key | (not for delete) uvarint value length | value
+//
+// A handle: "SLCH" | version | checkpoint id (8) | uvarint files | per file: uvarint path length | path
+// (relative to the job's changelog directory) | uvarint size | CRC (4) | then a CRC-32C of the handle (4).
+// An inline chain (what a savepoint keeps, see Inline): "SLCI" | version | uvarint files | per file:
+// uvarint length | the file's bytes.
+//
+// Every byte read back is checked: lengths against what is left, the
+// chain's kinds and links, each file's size and CRC; a failure is an
+// *Error whose cause is ErrChangelog.
+
+// ErrChangelog is the cause of an Error for a memory-backend checkpoint
+// (handle, inline chain, base or delta file) that does not decode:
+// truncated, damaged, foreign, out of chain, or of a newer version.
+var ErrChangelog = errors.New("bad changelog checkpoint")
+
+// DefaultMaxChain is how many deltas may follow a base before the next
+// checkpoint writes a base again.
+const DefaultMaxChain = 10
+
+const (
+	changelogVersion = 1
+	kindBase         = 1
+	kindDelta        = 2
+	opAppend         = 1
+	opUpdate         = 2
+	opDelete         = 3
+	fileHeader       = 4 + 1 + 1 + 8 + 8 + 8
+	maxChainFiles    = 1024
+	maxPath          = 1024
+	// maxFile bounds a changelog file read back (64 GiB).
+	maxFile = 1 << 36
+)
+
+var (
+	fileMagic   = []byte("SLCL")
+	handleMagic = []byte("SLCH")
+	inlineMagic = []byte("SLCI")
+	clTable     = crc32.MakeTable(crc32.Castagnoli)
+)
+
+// dirty flags of a changed key (Mem.dirty)
+const (
+	wasPresent = 1 << iota // the key had a value at the last checkpoint
+	removed                // ... and was deleted since (from its place in Order)
+)
+
+// changelog is a Mem's incremental checkpointing.
+type changelog struct {
+	root     string // the job's changelog directory (handle paths are relative to it)
+	rel      string // the instance's directory, relative to root
+	dir      string // root/rel
+	maxChain int
+	retain   int
+	chain    []fileRef // the last snapshot's chain: a base, then deltas
+	base     int64     // its base's size
+	deltas   int64     // the size of its deltas
+	snaps    []snapRec // snapshots retained or in flight
+	inst     int
+	parts    int
+	swept    bool // instance 0 removed the directories of instances >= parts
+}
+
+type fileRef struct {
+	Path string // relative to the job's changelog directory
+	Size int64
+	CRC  uint32
+	id   uint64 // the checkpoint that wrote it (read from the file)
+}
+
+type snapRec struct {
+	id        uint64
+	files     []fileRef
+	committed bool
+	restored  bool // the checkpoint a restore read (perhaps another run's, at another parallelism)
+}
+
+// OpenChangelog is instance inst's (of parts) memory table whose
+// checkpoints are incremental: files under spec.Changelog/<op>/<inst> (see
+// the changelog's format above). owns tells Restore which keys belong to a
+// range of key groups. Instance 0 also removes the directories of
+// instances parts and above (a run at a higher parallelism left them) once
+// its retained checkpoints are all its own.
+func OpenChangelog[K comparable, V any](spec Spec, op string, inst, parts int, owns func(k K, lo, hi int) bool) (*Mem[K, V], error) {
+	if spec.MaxChain <= 0 {
+		spec.MaxChain = DefaultMaxChain
+	}
+	if spec.Retain <= 0 {
+		spec.Retain = DefaultRetain
+	}
+	rel := filepath.Join(url.PathEscape(op), strconv.Itoa(inst))
+	l := &changelog{root: spec.Changelog, rel: rel, dir: filepath.Join(spec.Changelog, rel), maxChain: spec.MaxChain, retain: spec.Retain,
+		inst: inst, parts: parts}
+	if err := os.MkdirAll(l.dir, 0o755); err != nil {
+		return nil, &Error{Path: l.dir, Err: err}
+	}
+	m := NewMem[K, V](owns)
+	m.log, m.kc, m.vc = l, newCodec[K]("key of "+op), newCodec[V]("state of "+op)
+	m.full = true
+	return m, nil
+}
+
+// Changed records that k was just put (existed: it had a value before)
+// into M and, when it had none, appended to Order, by a caller that writes
+// M and Order itself (the keyed stage's loop). A table without a changelog
+// ignores it.
+func (m *Mem[K, V]) Changed(k K, existed bool) {
+	if m.track {
+		m.touch(k, existed)
+	}
+}
+
+func (m *Mem[K, V]) touch(k K, existed bool) {
+	if !existed {
+		m.fresh++ // appended to Order
+	}
+	if _, ok := m.dirty[k]; ok {
+		return
+	}
+	if existed {
+		m.dirty[k] = wasPresent
+	} else {
+		m.dirty[k] = 0
+	}
+	if len(m.dirty) > m.limit {
+		m.overflow()
+	}
+}
+
+// deleted records that k, which has a value, is about to be deleted.
+func (m *Mem[K, V]) deleted(k K) {
+	f, ok := m.dirty[k]
+	switch {
+	case !ok:
+		m.dirty[k] = wasPresent | removed
+		if len(m.dirty) > m.limit {
+			m.overflow()
+		}
+	case f == wasPresent:
+		m.dirty[k] = wasPresent | removed
+	default: // its place in Order is in the appended tail
+		m.fresh--
+	}
+}
+
+// overflow stops tracking changes: so many keys changed that the next
+// checkpoint writes a base.
+func (m *Mem[K, V]) overflow() {
+	m.track, m.full, m.dirty, m.fresh = false, true, nil, 0
+}
+
+// resetTracking starts tracking the changes after a snapshot.
+func (m *Mem[K, V]) resetTracking() {
+	m.track, m.full, m.fresh = true, false, 0
+	m.limit = max(len(m.M)/4, 256)
+	if m.dirty == nil {
+		m.dirty = make(map[K]uint8)
+	} else {
+		clear(m.dirty)
+	}
+}
+
+// snapshotChangelog writes the checkpoint's base or delta and returns its
+// handle.
+func (m *Mem[K, V]) snapshotChangelog(id uint64) ([]byte, error) {
+	l := m.log
+	base := m.full || len(l.chain) == 0 || len(l.chain) > l.maxChain || l.deltas > l.base/2
+	var ref fileRef
+	var err error
+	if base {
+		ref, err = m.writeFile(id, kindBase, 0)
+	} else {
+		ref, err = m.writeFile(id, kindDelta, l.chain[len(l.chain)-1].id)
+	}
+	if err != nil {
+		return nil, err
+	}
+	if base {
+		l.chain, l.base, l.deltas = []fileRef{ref}, ref.Size, 0
+	} else {
+		l.chain = append(l.chain[:len(l.chain):len(l.chain)], ref)
+		l.deltas += ref.Size
+	}
+	l.snaps = append(l.snaps, snapRec{id: id, files: l.chain})
+	m.resetTracking()
+	return encodeHandle(id, l.chain), nil
+}
+
+// LastChain reports the last snapshot's chain: its files and whether the
+// last file is a base (for tests and benchmarks).
+func (m *Mem[K, V]) LastChain() (files int, lastBytes int64, base bool) {
+	if m.log == nil || len(m.log.chain) == 0 {
+		return 0, 0, false
+	}
+	c := m.log.chain
+	return len(c), c[len(c)-1].Size, len(c) == 1
+}
+
+// writeFile writes the checkpoint's file: every key (kind base) or the
+// changes since the last snapshot (delta), fsync'd and renamed in place.
+func (m *Mem[K, V]) writeFile(id uint64, kind byte, prev uint64) (fileRef, error) {
+	l := m.log
+	var rnd [4]byte
+	_, _ = rand.Read(rnd[:])
+	ext := ".base"
+	if kind == kindDelta {
+		ext = ".delta"
+	}
+	name := fmt.Sprintf("%020d-%s%s", id, hex.EncodeToString(rnd[:]), ext)
+	path := filepath.Join(l.dir, name)
+	fail := func(err error) (fileRef, error) {
+		_ = os.Remove(path + ".tmp")
+		return fileRef{}, &Error{Path: path, Err: err}
+	}
+	// A delta: its tombstones, then the updates of keys in place, then
+	// the keys appended to Order since (the tail of Order, in order).
+	var dels, updates []K
+	appended := m.Order
+	if kind == kindDelta {
+		for k, fl := range m.dirty {
+			if fl&removed != 0 {
+				dels = append(dels, k)
+			} else if fl&wasPresent != 0 {
+				updates = append(updates, k)
+			}
+		}
+		appended = m.Order[len(m.Order)-m.fresh:]
+	}
+	f, err := os.Create(path + ".tmp")
+	if err != nil {
+		return fail(err)
+	}
+	defer f.Close()
+	crc := crc32.New(clTable)
+	cw := &countWriter{w: io.MultiWriter(f, crc)}
+	w := bufio.NewWriterSize(cw, 1<<20)
+	hdr := make([]byte, fileHeader)
+	copy(hdr, fileMagic)
+	hdr[4], hdr[5] = changelogVersion, kind
+	binary.BigEndian.PutUint64(hdr[6:], id)
+	binary.BigEndian.PutUint64(hdr[14:], prev)
+	binary.BigEndian.PutUint64(hdr[22:], uint64(len(dels)+len(updates)+len(appended)))
+	_, _ = w.Write(hdr)
+	var buf, kb, vb []byte
+	rec := func(op byte, k K, v *V) error {
+		var err error
+		if kb, err = m.kc.append(kb[:0], k); err != nil {
+			return err
+		}
+		buf = append(buf, op)
+		buf = binary.AppendUvarint(buf, uint64(len(kb)))
+		buf = append(buf, kb...)
+		if v != nil {
+			if vb, err = m.vc.append(vb[:0], *v); err != nil {
+				return err
+			}
+			buf = binary.AppendUvarint(buf, uint64(len(vb)))
+			buf = append(buf, vb...)
+		}
+		if len(buf) >= 64<<10 {
+			_, err = w.Write(buf)
+			buf = buf[:0]
+		}
+		return err
+	}
+	for _, k := range dels {
+		if err := rec(opDelete, k, nil); err != nil {
+			return fail(err)
+		}
+	}
+	for _, k := range updates {
+		v := m.M[k]
+		if err := rec(opUpdate, k, &v); err != nil {
+			return fail(err)
+		}
+	}
+	for _, k := range appended {
+		v := m.M[k]
+		if err := rec(opAppend, k, &v); err != nil {
+			return fail(err)
+		}
+	}
+	if _, err := w.Write(buf); err != nil {
+		return fail(err)
+	}
+	if err := w.Flush(); err != nil {
+		return fail(err)
+	}
+	sum := crc.Sum32()
+	if _, err := f.Write(binary.BigEndian.AppendUint32(nil, sum)); err != nil {
+		return fail(err)
+	}
+	if err := f.Sync(); err != nil {
+		return fail(err)
+	}
+	if err := f.Close(); err != nil {
+		return fail(err)
+	}
+	if err := os.Rename(path+".tmp", path); err != nil {
+		return fail(err)
+	}
+	if d, err := os.Open(l.dir); err == nil {
+		_ = d.Sync()
+		d.Close()
+	}
+	return fileRef{Path: filepath.ToSlash(filepath.Join(l.rel, name)), Size: cw.n + 4, CRC: sum, id: id}, nil
+}
+
+type countWriter struct {
+	w io.Writer
+	n int64
+}
+
+func (c *countWriter) Write(p []byte) (int, error) {
+	n, err := c.w.Write(p)
+	c.n += int64(n)
+	return n, err
+}
+
+// committed keeps the files of the newest Retain committed snapshots and
+// of those after id, and removes every other file of the directory.
+func (l *changelog) committed(id uint64) {
+	kept := 0
+	var keep []snapRec
+	for i := len(l.snaps) - 1; i >= 0; i-- {
+		s := l.snaps[i]
+		if s.id == id {
+			s.committed = true
+		}
+		switch {
+		case s.id > id:
+			keep = append(keep, s)
+		case s.committed && kept < l.retain:
+			keep = append(keep, s)
+			kept++
+		}
+	}
+	for i, j := 0, len(keep)-1; i < j; i, j = i+1, j-1 {
+		keep[i], keep[j] = keep[j], keep[i]
+	}
+	l.snaps = keep
+	if kept == 0 {
+		return // nothing known to be committed: nothing removed
+	}
+	refs := map[string]bool{}
+	for _, s := range keep {
+		for _, f := range s.files {
+			refs[f.Path] = true
+		}
+	}
+	ents, err := os.ReadDir(l.dir)
+	if err != nil {
+		return
+	}
+	for _, e := range ents {
+		if !refs[filepath.ToSlash(filepath.Join(l.rel, e.Name()))] {
+			_ = os.Remove(filepath.Join(l.dir, e.Name()))
+		}
+	}
+	if l.inst == 0 && !l.swept && !slices.ContainsFunc(keep, func(s snapRec) bool { return s.restored }) {
+		l.swept = true
+		opDir := filepath.Dir(l.dir)
+		ents, _ := os.ReadDir(opDir)
+		for _, e := range ents {
+			if n, err := strconv.Atoi(e.Name()); err == nil && n >= l.parts && e.IsDir() && e.Name() == strconv.Itoa(n) {
+				_ = os.RemoveAll(filepath.Join(opDir, e.Name()))
+			}
+		}
+	}
+}
+
+// Committed says that checkpoint id is complete: with a changelog, the
+// files no retained checkpoint needs are removed.
+func (m *Mem[K, V]) Committed(id uint64) {
+	if m.log != nil {
+		m.log.committed(id)
+	}
+}
+
+func encodeHandle(id uint64, files []fileRef) []byte {
+	b := append([]byte(nil), handleMagic...)
+	b = append(b, changelogVersion)
+	b = binary.BigEndian.AppendUint64(b, id)
+	b = binary.AppendUvarint(b, uint64(len(files)))
+	for _, f := range files {
+		b = binary.AppendUvarint(b, uint64(len(f.Path)))
+		b = append(b, f.Path...)
+		b = binary.AppendUvarint(b, uint64(f.Size))
+		b = binary.BigEndian.AppendUint32(b, f.CRC)
+	}
+	return binary.BigEndian.AppendUint32(b, crc32.Checksum(b, clTable))
+}
+
+// reader reads a changelog encoding, bounded by its bytes.
+type reader struct {
+	b   []byte
+	i   int
+	err error
+}
+
+func (r *reader) fail(format string, a ...any) {
+	if r.err == nil {
+		r.err = fmt.Errorf("%w: byte %d: %s", ErrChangelog, r.i, fmt.Sprintf(format, a...))
+	}
+}
+
+func (r *reader) uvarint(what string, limit uint64) uint64 {
+	if r.err != nil {
+		return 0
+	}
+	v, n := binary.Uvarint(r.b[r.i:])
+	if n <= 0 {
+		r.fail("%s: truncated or overlong length", what)
+		return 0
+	}
+	if v > limit {
+		r.fail("%s: %d, at most %d", what, v, limit)
+		return 0
+	}
+	r.i += n
+	return v
+}
+
+func (r *reader) bytes(what string, n uint64) []byte {
+	if r.err != nil {
+		return nil
+	}
+	if n > uint64(len(r.b)-r.i) {
+		r.fail("%s: %d bytes, %d left", what, n, len(r.b)-r.i)
+		return nil
+	}
+	s := r.b[r.i : r.i+int(n)]
+	r.i += int(n)
+	return s
+}
+
+func (r *reader) u64(what string) uint64 {
+	b := r.bytes(what, 8)
+	if b == nil {
+		return 0
+	}
+	return binary.BigEndian.Uint64(b)
+}
+
+func (r *reader) u32(what string) uint32 {
+	b := r.bytes(what, 4)
+	if b == nil {
+		return 0
+	}
+	return binary.BigEndian.Uint32(b)
+}
+
+// magic checks the encoding's magic and version.
+func (r *reader) magic(magic []byte, what string) {
+	if len(r.b) < len(magic)+1 || !bytes.Equal(r.b[:len(magic)], magic) {
+		r.fail("not a %s", what)
+		return
+	}
+	if v := r.b[len(magic)]; v != changelogVersion {
+		r.fail("%s of format version %d: this sluice reads version %d", what, v, changelogVersion)
+		return
+	}
+	r.i = len(magic) + 1
+}
+
+func decodeHandle(b []byte) (uint64, []fileRef, error) {
+	r := &reader{b: b}
+	r.magic(handleMagic, "changelog handle")
+	if r.err == nil && len(b) >= 4 && crc32.Checksum(b[:len(b)-4], clTable) != binary.BigEndian.Uint32(b[len(b)-4:]) {
+		r.fail("changelog handle: CRC mismatch")
+	}
+	id := r.u64("checkpoint id")
+	n := r.uvarint("files", maxChainFiles)
+	var files []fileRef
+	for range n {
+		if r.err != nil {
+			break
+		}
+		p := string(r.bytes("path", r.uvarint("path length", maxPath)))
+		size := r.uvarint("size", maxFile)
+		crc := r.u32("crc")
+		if r.err == nil && (!filepath.IsLocal(filepath.FromSlash(p)) || strings.Contains(p, "\\")) {
+			r.fail("path %q is not inside the changelog directory", p)
+		}
+		files = append(files, fileRef{Path: p, Size: int64(size), CRC: crc})
+	}
+	if r.err == nil && n == 0 {
+		r.fail("no files")
+	}
+	if r.err == nil && r.i != len(b)-4 {
+		r.fail("%d bytes after the files", len(b)-4-r.i)
+	}
+	return id, files, r.err
+}
+
+// IsChangelog says whether a checkpoint's state is a memory table's
+// changelog handle (whose files Inline copies into a savepoint).
+func IsChangelog(b []byte) bool { return bytes.HasPrefix(b, handleMagic) }
+
+// Inline returns the state of a checkpoint with its changelog's files in
+// it: a handle's chain read from root (the job's changelog directory),
+// checked, and copied, so that a savepoint holds all it needs. A state
+// that is not a handle is returned as it is.
+func Inline(b []byte, root string) ([]byte, error) {
+	if !IsChangelog(b) {
+		return b, nil
+	}
+	files, err := readChain(b, root)
+	if err != nil {
+		return nil, err
+	}
+	out := append([]byte(nil), inlineMagic...)
+	out = append(out, changelogVersion)
+	out = binary.AppendUvarint(out, uint64(len(files)))
+	for _, f := range files {
+		out = binary.AppendUvarint(out, uint64(len(f)))
+		out = append(out, f...)
+	}
+	return out, nil
+}
+
+// readChain reads and checks the files of a handle from root.
+func readChain(b []byte, root string) ([][]byte, error) {
+	_, refs, err := decodeHandle(b)
+	if err != nil {
+		return nil, &Error{Path: "changelog handle", Err: err}
+	}
+	if root == "" {
+		return nil, &Error{Path: refs[0].Path, Err: fmt.Errorf("%w: a changelog checkpoint, but the memory backend has no changelog directory (operators.MemoryState().Changelog)", ErrChangelog)}
+	}
+	out := make([][]byte, len(refs))
+	for i, f := range refs {
+		p := filepath.Join(root, filepath.FromSlash(f.Path))
+		data, err := readBounded(p, f.Size)
+		if err != nil {
+			return nil, &Error{Path: p, Err: err}
+		}
+		if int64(len(data)) != f.Size {
+			return nil, &Error{Path: p, Err: fmt.Errorf("%w: %d bytes, the checkpoint says %d", ErrChangelog, len(data), f.Size)}
+		}
+		if len(data) < 4 || crc32.Checksum(data[:len(data)-4], clTable) != f.CRC {
+			return nil, &Error{Path: p, Err: fmt.Errorf("%w: CRC mismatch", ErrChangelog)}
+		}
+		out[i] = data
+	}
+	return out, nil
+}
+
+// readBounded reads a file that should be of size bytes: one of another
+// size is refused before anything is read or allocated.
+func readBounded(p string, size int64) ([]byte, error) {
+	f, err := os.Open(p)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	st, err := f.Stat()
+	if err != nil {
+		return nil, err
+	}
+	if st.Size() != size {
+		return nil, fmt.Errorf("%w: %d bytes, the checkpoint says %d", ErrChangelog, st.Size(), size)
+	}
+	data := make([]byte, size)
+	if _, err := io.ReadFull(f, data); err != nil {
+		return nil, fmt.Errorf("%w: read: %v", ErrChangelog, err)
+	}
+	return data, nil
+}
+
+func decodeInline(b []byte) ([][]byte, error) {
+	r := &reader{b: b}
+	r.magic(inlineMagic, "inline changelog")
+	n := r.uvarint("files", maxChainFiles)
+	var files [][]byte
+	for range n {
+		f := r.bytes("file", r.uvarint("file length", uint64(len(b))))
+		if r.err != nil {
+			break
+		}
+		files = append(files, f)
+	}
+	if r.err == nil && n == 0 {
+		r.fail("no files")
+	}
+	if r.err == nil && r.i != len(b) {
+		r.fail("%d bytes after the files", len(b)-r.i)
+	}
+	if r.err != nil {
+		return nil, &Error{Path: "inline changelog", Err: r.err}
+	}
+	return files, nil
+}
+
+// chainFile is a decoded file's header; its records follow from rec.
+type chainFile struct {
+	kind     byte
+	id, prev uint64
+	count    uint64
+	r        *reader
+}
+
+func openFile(data []byte) (chainFile, error) {
+	r := &reader{b: data}
+	r.magic(fileMagic, "changelog file")
+	if r.err == nil && (len(data) < fileHeader+4 || crc32.Checksum(data[:len(data)-4], clTable) != binary.BigEndian.Uint32(data[len(data)-4:])) {
+		r.fail("CRC mismatch or truncated")
+	}
+	var c chainFile
+	if kb := r.bytes("kind", 1); kb != nil {
+		c.kind = kb[0]
+	}
+	c.id, c.prev = r.u64("checkpoint id"), r.u64("previous id")
+	c.count = r.u64("records")
+	if r.err == nil && c.kind != kindBase && c.kind != kindDelta {
+		r.fail("kind %d", c.kind)
+	}
+	if r.err == nil && c.count > uint64(len(data)-fileHeader)/3 {
+		r.fail("%d records in %d bytes", c.count, len(data))
+	}
+	r.b = data[:max(len(data)-4, 0)]
+	c.r = r
+	return c, r.err
+}
+
+// applyChain applies one instance's chain (a base, then deltas) to M and
+// Order, keeping only the keys in groups [lo, hi) unless all.
+func (m *Mem[K, V]) applyChain(files [][]byte, M map[K]V, order []K, lo, hi int, all bool) (map[K]V, []K, error) {
+	var prev uint64
+	for i, data := range files {
+		c, err := openFile(data)
+		if err == nil {
+			switch {
+			case i == 0 && c.kind != kindBase:
+				err = fmt.Errorf("%w: the chain starts with a delta", ErrChangelog)
+			case i > 0 && c.kind != kindDelta:
+				err = fmt.Errorf("%w: file %d of the chain is a base", ErrChangelog, i+1)
+			case i > 0 && c.prev != prev:
+				err = fmt.Errorf("%w: file %d of the chain follows checkpoint %d, not %d", ErrChangelog, i+1, c.prev, prev)
+			}
+		}
+		if err != nil {
+			return M, order, fmt.Errorf("file %d of %d: %w", i+1, len(files), err)
+		}
+		prev = c.id
+		if i == 0 && all && M == nil {
+			M, order = make(map[K]V, c.count), make([]K, 0, c.count)
+			if m.kc.fixed() && m.vc.fixed() { // 8-byte keys and values: records of 19 bytes
+				var err error
+				if order, err = baseFixed(c, M, order); err != nil {
+					return M, order, fmt.Errorf("file 1 of %d: %w", len(files), err)
+				}
+				continue
+			}
+		}
+		var gone map[K]bool
+		r := c.r
+		last := byte(opDelete) // a file's ops: tombstones, updates, appends (a base: appends)
+		if c.kind == kindBase {
+			last = opAppend
+		}
+		for range c.count {
+			ob := r.bytes("op", 1)
+			kb := r.bytes("key", r.uvarint("key length", maxFile))
+			if r.err != nil {
+				break
+			}
+			op := ob[0]
+			if op < opAppend || op > last {
+				r.fail("op %d after op %d", op, last)
+				break
+			}
+			if op != opDelete && gone != nil {
+				order, gone = without(order, gone), nil
+			}
+			last = op
+			k, err := m.kc.decode(kb)
+			if err != nil {
+				r.fail("key: %v", err)
+				break
+			}
+			var v V
+			if op != opDelete {
+				vb := r.bytes("value", r.uvarint("value length", maxFile))
+				if r.err != nil {
+					break
+				}
+				if v, err = m.vc.decode(vb); err != nil {
+					r.fail("value: %v", err)
+					break
+				}
+			}
+			if !all && !m.owns(k, lo, hi) {
+				continue
+			}
+			if op == opAppend && all { // one map operation: a new key grows the map
+				n := len(M)
+				M[k] = v
+				if len(M) > n {
+					order = append(order, k)
+					continue
+				}
+				r.fail("op %d of a key that is present", op)
+				break
+			}
+			_, present := M[k]
+			switch {
+			case op == opAppend && !present:
+				M[k] = v
+				order = append(order, k)
+			case op == opUpdate && present:
+				M[k] = v
+			case op == opDelete && present:
+				delete(M, k)
+				if gone == nil {
+					gone = map[K]bool{}
+				}
+				gone[k] = true
+			case op == opAppend && !all && i == 0:
+				// a key of another instance's state too: the first kept
+			default:
+				r.fail("op %d of a key that is %s", op, map[bool]string{true: "present", false: "absent"}[present])
+			}
+			if r.err != nil {
+				break
+			}
+		}
+		if r.err == nil && r.i != len(r.b) {
+			r.fail("%d bytes after the records", len(r.b)-r.i)
+		}
+		if r.err != nil {
+			return M, order, fmt.Errorf("file %d of %d: %w", i+1, len(files), r.err)
+		}
+		if gone != nil {
+			order = without(order, gone)
+		}
+	}
+	return M, order, nil
+}
+
+// baseFixed reads a base of 8-byte keys and values (op 1, length 8, key,
+// length 8, value) into an empty M and order.
+func baseFixed[K comparable, V any](c chainFile, M map[K]V, order []K) ([]K, error) {
+	const size = 1 + 1 + 8 + 1 + 8
+	b := c.r.b[c.r.i:]
+	if uint64(len(b)) != c.count*size {
+		return order, fmt.Errorf("%w: %d records in %d bytes: not all of 19 bytes", ErrChangelog, c.count, len(b))
+	}
+	for off := 0; off < len(b); off += size {
+		rec := b[off : off+size : off+size]
+		if rec[0] != opAppend || rec[1] != 8 || rec[10] != 8 {
+			return order, fmt.Errorf("%w: byte %d: not an append of an 8-byte key and value", ErrChangelog, fileHeader+off)
+		}
+		var k K
+		var v V
+		*(*uint64)(unsafe.Pointer(&k)) = binary.BigEndian.Uint64(rec[2:10])
+		*(*uint64)(unsafe.Pointer(&v)) = binary.BigEndian.Uint64(rec[11:19])
+		n := len(M)
+		M[k] = v
+		if len(M) == n {
+			return order, fmt.Errorf("%w: byte %d: a key twice in a base", ErrChangelog, fileHeader+off)
+		}
+		order = append(order, k)
+	}
+	return order, nil
+}
+
+// without is order without the keys of gone.
+func without[K comparable](order []K, gone map[K]bool) []K {
+	j := 0
+	for _, k := range order {
+		if !gone[k] {
+			order[j] = k
+			j++
+		}
+	}
+	clear(order[j:])
+	return order[:j]
+}
