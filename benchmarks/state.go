@@ -294,7 +294,7 @@ func benchStateLarge(ctx context.Context, e *env) ([]Result, error) {
 	defer sys.Stop(ctx)
 	keyOf := func(i int64) int64 { return int64(uint64(i%int64(keys)) * 0x9E3779B97F4A7C15) }
 	var results, sum, twos, check int64
-	t := operators.NewTopology("state-large", operators.StateBackend(operators.DiskState(dir, 48<<20)))
+	t := operators.NewTopology("state-large", operators.StateBackend(operators.DiskState(dir, 96<<20)))
 	src := operators.Source(t, "numbers", operators.Generate(int64(n), func(i int64) int64 { return i }))
 	by := operators.KeyBy(src, "by-key", keyOf, operators.Parallelism(2))
 	counts := operators.Count(by, "count", operators.Emit(operators.EmitAtEnd))
@@ -326,7 +326,7 @@ func benchStateLarge(ctx context.Context, e *env) ([]Result, error) {
 	}
 	return []Result{
 		{Name: "state-large/disk-count", Value: float64(n) / took.Seconds(), Unit: "records/s",
-			Note: fmt.Sprintf("%d records over %d distinct keys, KeyBy -> Count (2 instances, DiskState 48 MiB each, EmitAtEnd) -> sink; counts equal the reference; GOMEMLIMIT=%s", n, keys, os.Getenv("GOMEMLIMIT"))},
+			Note: fmt.Sprintf("%d records over %d distinct keys, KeyBy -> Count (2 instances, DiskState 96 MiB each, EmitAtEnd) -> sink; counts equal the reference; GOMEMLIMIT=%s", n, keys, os.Getenv("GOMEMLIMIT"))},
 		{Name: "state-large/peak-rss", Value: peakRSS(), Unit: "MiB", Note: "VmHWM of the process at the end"},
 	}, nil
 }

@@ -69,10 +69,13 @@ func IntervalJoin[K comparable, L, R, O any](left Stream[L], right Stream[R], na
 //   - Process forgets the key's state (State() returns a zero S again);
 //     its timers stay and fire.
 //
-// The state of a key expires between d and 2d after its last record (a
-// sweep runs every d, on the job's clock). The times are not
-// checkpointed: after a restore, the TTL of the restored keys counts from
-// the first record. Windows and interval joins need no TTL: event time
+// With the memory backend the state of a key expires between d and 2d
+// after its last record (a sweep runs every d, on the job's clock), and the
+// times are not checkpointed: after a restore, the TTL of the restored keys
+// counts from the first record. With the disk backend (Count, Reduce,
+// Aggregate) a value expires exactly d after its last record, the times
+// are stored and checkpointed with the values, and a sweep every d
+// removes the expired ones from disk. Windows and interval joins need no TTL: event time
 // frees their state.
 func StateTTL(d time.Duration) TTLOption { return TTLOption{graph.StateTTL(d)} }
 

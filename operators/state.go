@@ -32,10 +32,13 @@ func (s StateSpec) Changelog(dir string) StateSpec {
 }
 
 // DiskState keeps the per-key aggregations' state in a pebble database
-// (an LSM tree) per operator instance under dir/<job>/<operator>, with a
-// write-back cache of hot keys of about budget bytes per instance in front
-// of it (0: 64 MiB): the state may grow far beyond memory, and memory
-// stays within the budget however many keys there are. A checkpoint is
+// (an LSM tree) per operator instance under dir/<job>/<operator>, with
+// about budget bytes of memory per instance (0: 64 MiB): half a
+// write-back cache of hot keys, half pebble's block cache (its bloom
+// filters and indexes, about 1.5 bytes a key, should fit for misses to
+// stay cheap), and pebble's memtables (a sixteenth of the budget each, up
+// to three) on top. The state may grow far beyond memory, and memory
+// stays within that however many keys there are. A checkpoint is
 // incremental: it links the database's immutable files, and writes only
 // those made since the previous one. The newest two checkpoints' files are
 // kept (RetainCheckpoints). Results emitted at the end (EmitAtEnd) come in

@@ -125,9 +125,6 @@ func (t *Topology) Plan() (*Plan, error) {
 				errs = append(errs, opErr(t, n.name, KindInvalid, fmt.Sprintf("OnRecordFailure(%d): at least one attempt", n.recordAttempts)))
 			}
 		}
-		if t.cfg.State.Disk() && n.ttl > 0 && (n.kind == "count" || n.kind == "reduce" || n.kind == "aggregate") {
-			errs = append(errs, opErr(t, n.name, KindInvalid, "StateTTL with the disk state backend: not supported yet (the memory backend enforces it)"))
-		}
 		if n.input != nil {
 			if err := checkInput(n); err != nil {
 				errs = append(errs, opErr(t, n.name, KindInvalid, err.Error()))

@@ -421,7 +421,13 @@ type KeyedStage[K comparable, T, A, O any] struct {
 	tab     state.Table[K, A]
 	openErr error // the backend failed to open (tab nil)
 	out     Batch[O]
-	ttl     keyTTL[K]
+	ttl     keyTTL[K] // StateTTL with the memory backend
+	// StateTTL with the disk backend: the table keeps each value's time
+	// and forgets it; a sweep (Expire) every TTL while it holds entries.
+	disk     *state.Disk[K, A]
+	expOut   Batch[O] // results of expired keys (EmitAtEnd) not yet pushed
+	sweeping bool     // a sweep is scheduled
+	ended    bool     // Finish: no more sweeps
 }
 
 // open opens the stage's state backend.
@@ -448,6 +454,55 @@ func (s *KeyedStage[K, T, A, O]) open() {
 		return
 	}
 	s.tab = d
+	if s.sc.StateTTL > 0 {
+		s.disk = d
+		d.SetTTL(time.Duration(s.sc.StateTTL), func() int64 { return s.sc.Now().UnixNano() }, s.expiredOne)
+	}
+}
+
+// expiredOne is the disk table's word that k's state (its result a)
+// expired: under EmitAtEnd its result is emitted (pushExpired).
+func (s *KeyedStage[K, T, A, O]) expiredOne(k K, a A) {
+	delete(s.contrib, k)
+	if s.emit != EmitAtEnd {
+		return
+	}
+	s.expOut.Vs = append(s.expOut.Vs, s.kv(k, a))
+	if len(s.expOut.Vs) == s.sc.BatchSize {
+		s.pushExpired()
+	}
+}
+
+func (s *KeyedStage[K, T, A, O]) pushExpired() {
+	if len(s.expOut.Vs) == 0 {
+		return
+	}
+	s.expOut.Ts, s.expOut.Tr = nil, nil
+	s.sc.C.Out.Add(int64(len(s.expOut.Vs)))
+	s.next.Push(&s.expOut)
+	s.expOut.Vs = s.expOut.Vs[:0]
+}
+
+// sweepDisk removes the disk table's expired entries, and sweeps again a
+// TTL later while entries are left.
+func (s *KeyedStage[K, T, A, O]) sweepDisk() {
+	defer s.sc.attribute()
+	s.sweeping = false
+	if s.ended {
+		return
+	}
+	left := s.disk.Expire()
+	s.pushExpired()
+	if left > 0 {
+		s.armSweep()
+	}
+}
+
+func (s *KeyedStage[K, T, A, O]) armSweep() {
+	if !s.sweeping && !s.ended {
+		s.sweeping = true
+		s.sc.After(time.Duration(s.sc.StateTTL), s.sweepDisk)
+	}
 }
 
 func (s *KeyedStage[K, T, A, O]) Push(b *Batch[T]) {
@@ -483,6 +538,7 @@ func (s *KeyedStage[K, T, A, O]) Push(b *Batch[T]) {
 			s.fold(v)
 		}
 	}
+	s.pushExpired()
 	if len(s.out.Vs) > 0 {
 		s.out.Ts = nil
 		if len(s.out.Vs) == len(b.Vs) { // one update per record: same event times, same traces
@@ -496,7 +552,9 @@ func (s *KeyedStage[K, T, A, O]) Push(b *Batch[T]) {
 // fold adds one record to its key's accumulator.
 func (s *KeyedStage[K, T, A, O]) fold(v T) {
 	k := s.key(v)
-	if s.sc.StateTTL > 0 {
+	if s.disk != nil {
+		s.armSweep()
+	} else if s.sc.StateTTL > 0 {
 		s.ttl.touch(s.sc, k, s.expire)
 	}
 	var acc A
@@ -552,6 +610,16 @@ func (s *KeyedStage[K, T, A, O]) Watermark(wm int64) { s.next.Watermark(wm) }
 func (s *KeyedStage[K, T, A, O]) Finish() {
 	defer s.sc.attribute()
 	s.ttl.stop()
+	if s.disk != nil {
+		s.ended = true
+		if s.emit == EmitAtEnd {
+			// As the memory backend emits every key it holds at the end,
+			// the expired ones not yet swept included, so here: the sweep
+			// emits those, All the others.
+			s.disk.Expire()
+			s.pushExpired()
+		}
+	}
 	if s.emit == EmitAtEnd && s.tab != nil {
 		s.out.Ts = nil
 		s.out.Vs, s.out.Tr = s.out.Vs[:0], nil

@@ -2,6 +2,7 @@ package state
 
 import (
 	"bytes"
+	"encoding/binary"
 	"fmt"
 	"hash/crc32"
 	"io"
@@ -11,8 +12,10 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/cockroachdb/pebble/v2"
+	"github.com/cockroachdb/pebble/v2/bloom"
 	"github.com/cockroachdb/pebble/v2/vfs"
 	"github.com/vmihailenco/msgpack/v5"
 
@@ -39,13 +42,19 @@ type Disk[K comparable, V any] struct {
 	kc          codec[K]
 	vc          codec[V]
 	db          *pebble.DB
+	it          *pebble.Iterator // the reader of misses (nil: none open)
+	misses      int              // since the last write to the database
 	bcache      *pebble.Cache
 	m           map[K]entry[V]
 	bytes       int64
+	wb          int64 // the write-back cache's budget
 	kbuf, vbuf  []byte
 	onErr       func(error)
 	last        *manifest // the previous snapshot's (checksums reused)
 	snapped     bool      // a snapshot was taken since the table opened
+	ttl         int64     // StateTTL in nanoseconds (0: none); see SetTTL
+	now         func() int64
+	expired     func(K, V)
 	Stats       DiskStats
 }
 
@@ -55,12 +64,44 @@ type DiskStats struct {
 	Loaded    int64 // entries read from the database into the cache
 	LastBytes int64 // the last checkpoint's files
 	LastNew   int64 // of which new since the checkpoint before (written)
+	Expired   int64 // entries forgotten by their TTL
 }
 
 type entry[V any] struct {
 	v     V
+	at    int64 // when v was put (with a TTL), on the table's clock
 	dirty bool
 	gone  bool
+}
+
+// SetTTL makes the table forget a key's value ttl after it was last put
+// (Flink's state TTL on its write time): Get and All no longer return it,
+// and Expire removes it from the database. now is the job's clock (Unix
+// nanoseconds); expired, if not nil, is given every entry the table
+// forgets by its TTL, once (an aggregation emitting at the end emits it).
+// Each value is stored with the time it was put, so the times are
+// checkpointed with it: a table with a TTL restores only a checkpoint
+// taken with one. Call it before Restore and before the first Put.
+func (d *Disk[K, V]) SetTTL(ttl time.Duration, now func() int64, expired func(K, V)) {
+	d.ttl, d.now, d.expired = int64(ttl), now, expired
+}
+
+// dead says whether a value put at at has outlived the TTL by now.
+func (d *Disk[K, V]) dead(at, now int64) bool { return d.ttl > 0 && now-at >= d.ttl }
+
+// forget drops k's expired value v: k is deleted (from the database at
+// the next write-back) and the hook told.
+func (d *Disk[K, V]) forget(k K, v V, cached bool) {
+	if cached {
+		d.bytes -= sizeOf(k, v)
+	}
+	var zero V
+	d.m[k] = entry[V]{gone: true, dirty: true}
+	d.bytes += sizeOf(k, zero)
+	d.Stats.Expired++
+	if d.expired != nil {
+		d.expired(k, v)
+	}
 }
 
 // OpenDisk opens instance inst's table of operator op under spec.Dir.
@@ -86,6 +127,7 @@ func OpenDisk[K comparable, V any](spec Spec, op string, inst, parts int, hash f
 		return nil, &Error{Path: d.opDir, Err: err}
 	}
 	d.live = live
+	d.wb = spec.Budget / 2
 	if err := d.open(); err != nil {
 		return nil, err
 	}
@@ -128,21 +170,44 @@ func (d *Disk[K, V]) open() error {
 
 // openAt opens the working database in dir.
 func (d *Disk[K, V]) openAt(dir string) (*pebble.DB, error) {
+	mt := memTableSize(d.spec.Budget)
 	if d.bcache == nil {
-		d.bcache = pebble.NewCache(8 << 20)
+		// pebble counts its memtables (up to three: the one written, one
+		// being flushed, one kept for reuse) against the block cache: they
+		// are added to it, or the blocks would get nothing.
+		d.bcache = pebble.NewCache(blockCacheSize(d.spec.Budget) + 3*int64(mt))
 	}
-	mt := uint64(min(max(d.spec.Budget/4, 4<<20), 32<<20))
 	// L0 keeps up to 8 flushed files before compacting them into the
 	// levels below: each checkpoint's flush is one L0 file, so most
 	// checkpoints add only it, and one in about eight pays for the
 	// compaction (the bound on what a restore and a read go through).
-	db, err := pebble.Open(dir, &pebble.Options{Cache: d.bcache, MemTableSize: mt, DisableWAL: true, Logger: quiet{},
-		L0CompactionThreshold: 8, L0StopWritesThreshold: 32})
+	// Every level has bloom filters (10 bits a key, about 1 % false
+	// positives): the Get of a key never written, most misses of a keyed
+	// aggregation over many keys, reads no data block.
+	o := &pebble.Options{Cache: d.bcache, MemTableSize: mt, DisableWAL: true, Logger: quiet{},
+		L0CompactionThreshold: 8, L0StopWritesThreshold: 32}
+	for i := range o.Levels {
+		o.Levels[i].FilterPolicy = bloom.FilterPolicy(10)
+	}
+	db, err := pebble.Open(dir, o)
 	if err != nil {
 		return nil, &Error{Path: dir, Err: err}
 	}
 	return db, nil
 }
+
+// The budget's shares: half for the write-back cache of decoded entries,
+// half for pebble's block cache (which must hold the bloom filters and
+// indexes of the sstables, about 1.5 bytes a key, for a miss to stay
+// cheap), and pebble's memtables beside them (up to three of a sixteenth
+// each). The memtable is kept small beside the cache: an eviction writes
+// a quarter of the cache in one batch, and pebble takes a batch over half
+// a memtable as a sorted run of its own (flushed to one file) instead of
+// inserting its entries one by one into the memtable's skiplist, the
+// dearer way.
+func blockCacheSize(budget int64) int64 { return max(budget/2, 8<<20) }
+
+func memTableSize(budget int64) uint64 { return uint64(min(max(budget/16, 4<<20), 32<<20)) }
 
 type quiet struct{}
 
@@ -169,35 +234,118 @@ func (d *Disk[K, V]) key(b []byte, k K) []byte {
 }
 
 func (d *Disk[K, V]) Get(k K) (V, bool) {
+	var zero V
 	if e, ok := d.m[k]; ok {
+		if !e.gone && d.ttl > 0 && d.dead(e.at, d.now()) {
+			d.forget(k, e.v, true)
+			d.maybeEvict()
+			return zero, false
+		}
 		return e.v, !e.gone
 	}
-	var zero V
 	d.kbuf = d.key(d.kbuf[:0], k)
-	val, closer, err := d.db.Get(d.kbuf)
-	if err == pebble.ErrNotFound {
-		return zero, false
+	var val []byte
+	var closer io.Closer
+	if d.misses++; d.it == nil && d.misses <= oneShotMisses {
+		var err error
+		val, closer, err = d.db.Get(d.kbuf)
+		if err == pebble.ErrNotFound {
+			return zero, false
+		}
+		if err != nil {
+			d.fail(&Error{Path: d.live, Err: err})
+		}
+	} else {
+		it := d.reader()
+		if !it.SeekPrefixGE(d.kbuf) || !bytes.Equal(it.Key(), d.kbuf) {
+			if err := it.Error(); err != nil {
+				d.fail(&Error{Path: d.live, Err: err})
+			}
+			return zero, false
+		}
+		var err error
+		if val, err = it.ValueAndErr(); err != nil {
+			d.fail(&Error{Path: d.live, Err: err})
+		}
 	}
-	if err != nil {
-		d.fail(&Error{Path: d.live, Err: err})
-	}
-	v, err := d.vc.decode(val)
-	closer.Close()
-	if err != nil {
-		d.fail(&Error{Path: d.live, Err: fmt.Errorf("value of key %v: %w", k, err)})
+	v, at := d.value(k, val)
+	if closer != nil {
+		closer.Close()
 	}
 	d.Stats.Loaded++
-	d.m[k] = entry[V]{v: v}
+	if d.ttl > 0 && d.dead(at, d.now()) {
+		d.forget(k, v, false)
+		d.maybeEvict()
+		return zero, false
+	}
+	d.m[k] = entry[V]{v: v, at: at}
 	d.bytes += sizeOf(k, v)
 	d.maybeEvict()
 	return v, true
+}
+
+// value decodes a stored value of k: with a TTL, the time it was put (8
+// bytes, big-endian) and the value.
+func (d *Disk[K, V]) value(k K, b []byte) (V, int64) {
+	var at int64
+	if d.ttl > 0 {
+		if len(b) < 8 {
+			d.fail(&Error{Path: d.live, Err: fmt.Errorf("%w: value of key %v: %d bytes, too short for its time", ErrCorrupt, k, len(b))})
+		}
+		at, b = int64(binary.BigEndian.Uint64(b)), b[8:]
+	}
+	v, err := d.vc.decode(b)
+	if err != nil {
+		d.fail(&Error{Path: d.live, Err: fmt.Errorf("value of key %v: %w", k, err)})
+	}
+	return v, at
+}
+
+// reader is the iterator the cache's misses read through: one iterator
+// for every Get until the next write to the database (an iterator sees
+// the database as of its creation), seeking by prefix so that every
+// level's bloom filter is consulted. pebble's own Get skips the filters
+// of the last level (most of the keys): for the Get of a key never
+// written, the common miss of a keyed aggregation over many keys, it
+// reads a data block of the last level.
+func (d *Disk[K, V]) reader() *pebble.Iterator {
+	if d.it == nil {
+		it, err := d.db.NewIter(&pebble.IterOptions{UseL6Filters: true})
+		if err != nil {
+			d.fail(&Error{Path: d.live, Err: err})
+		}
+		d.it = it
+	}
+	return d.it
+}
+
+// oneShotMisses is how many misses after a write to the database read
+// with pebble's Get before the reader is opened: opening an iterator
+// costs more than a Get, and a small cache writes back every few records.
+const oneShotMisses = 32
+
+// dropReader closes the reader: the database is about to change (a
+// write, a flush, a restore) or close.
+func (d *Disk[K, V]) dropReader() {
+	d.misses = 0
+	if d.it != nil {
+		err := d.it.Close()
+		d.it = nil
+		if err != nil {
+			d.fail(&Error{Path: d.live, Err: err})
+		}
+	}
 }
 
 func (d *Disk[K, V]) Put(k K, v V, _ bool) {
 	if e, ok := d.m[k]; ok {
 		d.bytes -= sizeOf(k, e.v)
 	}
-	d.m[k] = entry[V]{v: v, dirty: true}
+	e := entry[V]{v: v, dirty: true}
+	if d.ttl > 0 {
+		e.at = d.now()
+	}
+	d.m[k] = e
 	d.bytes += sizeOf(k, v)
 	d.maybeEvict()
 }
@@ -216,10 +364,10 @@ func (d *Disk[K, V]) Delete(k K) {
 // budget, down to three quarters of it. The victims are the map's
 // iteration order: random, not least recently used.
 func (d *Disk[K, V]) maybeEvict() {
-	if d.bytes <= d.spec.Budget {
+	if d.bytes <= d.wb {
 		return
 	}
-	target := d.spec.Budget * 3 / 4
+	target := d.wb * 3 / 4
 	b := d.db.NewBatch()
 	for k, e := range d.m {
 		if e.dirty {
@@ -241,7 +389,11 @@ func (d *Disk[K, V]) write(b *pebble.Batch, k K, e entry[V]) {
 	if e.gone {
 		err = b.Delete(d.kbuf, nil)
 	} else {
-		if d.vbuf, err = d.vc.append(d.vbuf[:0], e.v); err != nil {
+		d.vbuf = d.vbuf[:0]
+		if d.ttl > 0 {
+			d.vbuf = binary.BigEndian.AppendUint64(d.vbuf, uint64(e.at))
+		}
+		if d.vbuf, err = d.vc.append(d.vbuf, e.v); err != nil {
 			d.fail(err)
 		}
 		err = b.Set(d.kbuf, d.vbuf, nil)
@@ -252,6 +404,7 @@ func (d *Disk[K, V]) write(b *pebble.Batch, k K, e entry[V]) {
 }
 
 func (d *Disk[K, V]) commit(b *pebble.Batch) {
+	d.dropReader()
 	if err := b.Commit(pebble.NoSync); err != nil {
 		d.fail(&Error{Path: d.live, Err: err})
 	}
@@ -272,7 +425,7 @@ func (d *Disk[K, V]) flush() {
 			var zero V
 			d.bytes -= sizeOf(k, zero)
 		} else {
-			d.m[k] = entry[V]{v: e.v}
+			d.m[k] = entry[V]{v: e.v, at: e.at}
 		}
 		if b.Len() > 4<<20 {
 			d.commit(b)
@@ -283,8 +436,12 @@ func (d *Disk[K, V]) flush() {
 }
 
 // All yields every entry, by key group and encoded key, after writing
-// the cache back.
+// the cache back; with a TTL, not those that outlived it (see Expire).
 func (d *Disk[K, V]) All(yield func(K, V) bool) {
+	var now int64
+	if d.ttl > 0 {
+		now = d.now()
+	}
 	d.flush()
 	it, err := d.db.NewIter(nil)
 	if err != nil {
@@ -304,9 +461,9 @@ func (d *Disk[K, V]) All(yield func(K, V) bool) {
 		if err != nil {
 			d.fail(&Error{Path: d.live, Err: err})
 		}
-		v, err := d.vc.decode(vb)
-		if err != nil {
-			d.fail(&Error{Path: d.live, Err: fmt.Errorf("value of key %v: %w", k, err)})
+		v, at := d.value(k, vb)
+		if d.dead(at, now) {
+			continue
 		}
 		if !yield(k, v) {
 			return
@@ -317,13 +474,80 @@ func (d *Disk[K, V]) All(yield func(K, V) bool) {
 	}
 }
 
+// Expire forgets every entry that outlived the TTL, in the cache and in
+// the database (a scan of the whole table after writing the cache back:
+// an aggregation with a TTL calls it once a TTL), telling SetTTL's hook
+// of each, by key group and encoded key; the deletions are tombstones
+// that pebble's compactions then drop with the values. It returns how
+// many entries are left.
+func (d *Disk[K, V]) Expire() (left int64) {
+	if d.ttl <= 0 {
+		return 0
+	}
+	now := d.now()
+	d.flush() // the database holds every entry now (the cache a copy of some)
+	it, err := d.db.NewIter(nil)
+	if err != nil {
+		d.fail(&Error{Path: d.live, Err: err})
+	}
+	b := d.db.NewBatch()
+	for it.First(); it.Valid(); it.Next() {
+		kb := it.Key()
+		if len(kb) < 1 {
+			d.fail(&Error{Path: d.live, Err: fmt.Errorf("%w: empty key", ErrCorrupt)})
+		}
+		vb, err := it.ValueAndErr()
+		if err != nil {
+			d.fail(&Error{Path: d.live, Err: err})
+		}
+		if len(vb) >= 8 && !d.dead(int64(binary.BigEndian.Uint64(vb)), now) {
+			left++
+			continue // the common case, decoded no further
+		}
+		k, err := d.kc.decode(kb[1:])
+		if err != nil {
+			d.fail(&Error{Path: d.live, Err: err})
+		}
+		v, _ := d.value(k, vb)
+		if err := b.Delete(kb, nil); err != nil {
+			d.fail(&Error{Path: d.live, Err: err})
+		}
+		if e, ok := d.m[k]; ok {
+			delete(d.m, k)
+			d.bytes -= sizeOf(k, e.v)
+		}
+		d.Stats.Expired++
+		if d.expired != nil {
+			d.expired(k, v)
+		}
+		if b.Len() > 4<<20 {
+			d.commit(b)
+			b = d.db.NewBatch()
+		}
+	}
+	if err := it.Error(); err != nil {
+		d.fail(&Error{Path: d.live, Err: err})
+	}
+	if err := it.Close(); err != nil {
+		d.fail(&Error{Path: d.live, Err: err})
+	}
+	d.commit(b)
+	return left
+}
+
 // CacheBytes is the cache's estimated size.
 func (d *Disk[K, V]) CacheBytes() int64 { return d.bytes }
 
 func (d *Disk[K, V]) Close() error {
 	var err error
+	if d.it != nil {
+		err = d.it.Close()
+		d.it = nil
+	}
 	if d.db != nil {
-		err = d.db.Close()
+		if cerr := d.db.Close(); err == nil {
+			err = cerr
+		}
 		d.db = nil
 	}
 	if d.bcache != nil {
@@ -362,8 +586,9 @@ type fileInfo struct {
 // handle is what a checkpoint keeps of a disk table.
 type handle struct {
 	V   int    `msgpack:"v"`
-	Dir string `msgpack:"dir"` // "<checkpoint>-<instance>" under chk
-	CRC uint32 `msgpack:"crc"` // of the manifest's body
+	Dir string `msgpack:"dir"`           // "<checkpoint>-<instance>" under chk
+	CRC uint32 `msgpack:"crc"`           // of the manifest's body
+	TTL bool   `msgpack:"ttl,omitempty"` // each value carries the time it was put (SetTTL)
 	// Version 2 (a savepoint's copy, see ExportDisk): Rel is the copy's
 	// directory inside the savepoint; Abs, set by ResolveDisk when the
 	// savepoint is opened, is where it is now.
@@ -448,7 +673,7 @@ func (d *Disk[K, V]) snapshot(id uint64, full bool) ([]byte, error) {
 	syncDir(chk)
 	d.last = m
 	d.Stats.LastBytes, d.Stats.LastNew = total, fresh
-	return msgpack.Marshal(&handle{V: 1, Dir: name, CRC: crc})
+	return msgpack.Marshal(&handle{V: 1, Dir: name, CRC: crc, TTL: d.ttl > 0})
 }
 
 // removeStale removes, before this table's first checkpoint, the
@@ -553,6 +778,7 @@ func (d *Disk[K, V]) Restore(snaps [][]byte, lo, hi int) error {
 		_ = os.RemoveAll(live)
 		return err
 	}
+	d.dropReader()
 	old, oldLive := d.db, d.live
 	d.db, d.live = db, live
 	clear(d.m)
@@ -638,6 +864,11 @@ func (d *Disk[K, V]) verify(b []byte) (string, error) {
 	dir, err := h.location(d.opDir)
 	if err != nil {
 		return "", err
+	}
+	if h.TTL != (d.ttl > 0) {
+		with := map[bool]string{false: "without", true: "with"}
+		return "", fmt.Errorf("disk state checkpoint %s was taken %s a StateTTL, and this operator runs %s one: its values cannot be read (restore it with the TTL setting it was taken with)",
+			dir, with[h.TTL], with[d.ttl > 0])
 	}
 	return dir, verifyDir(dir, h.CRC)
 }

@@ -77,7 +77,7 @@ func ExportDisk(b []byte, opDir, spDir, rel string) ([]byte, error) {
 	if err := verifyDir(dst, h.CRC); err != nil {
 		return nil, err
 	}
-	return msgpack.Marshal(&handle{V: 2, Dir: h.Dir, CRC: h.CRC, Rel: rel})
+	return msgpack.Marshal(&handle{V: 2, Dir: h.Dir, CRC: h.CRC, TTL: h.TTL, Rel: rel})
 }
 
 // ResolveDisk returns a savepoint's disk-state handle (from ExportDisk)
