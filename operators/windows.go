@@ -121,7 +121,11 @@ func LateRecords[K comparable, T, R any](ks KeyedStream[K, T], w Stream[R], name
 // graph.Estimate.Interval), so it is not centred on Value. Bound is the
 // larger of Value − Low and High − Value: Value ± Bound contains the
 // interval. Approximate tells that some of the window's records were
-// sampled away. Without sampling Value is exact, Bound 0. Whole batches
+// sampled away, or may have been: a window that saw records of other keys
+// sampled (at rates down to p) while none of this key's kept records was
+// is approximate too, its High raised by ln(0.05)/ln(1−p) records (the
+// most that all go unkept with 5 % probability; each of the largest value
+// seen, for a sum). Without sampling Value is exact, Bound 0. Whole batches
 // dropped (upstream of a Selective operator) are not estimated: they are
 // counted as shed, not scaled for; nor is a window of which sampling kept
 // no record at all (it is not emitted).

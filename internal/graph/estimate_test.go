@@ -148,3 +148,35 @@ func TestEstimateRestoresOldState(t *testing.T) {
 		t.Errorf("after a record: sum %v outside [%v, %v]", e.Sum, lo2, hi2)
 	}
 }
+
+// A key whose kept records all came at keep 1 in a window that saw others
+// sampled at 0.25 may have lost records to the shedding: unseen marks it
+// approximate and raises its upper bound by the records that all go
+// unkept with 5 % probability, ln(0.05)/ln(0.75) ≈ 10.4 (of the largest
+// value seen for a sum); a key with sampled records is left as it is.
+func TestEstimateUnseen(t *testing.T) {
+	var e Estimate
+	for range 3 {
+		e = e.add(1, 1)
+	}
+	if lo, hi := e.Interval(1.96); e.Approx || lo != 3 || hi != 3 {
+		t.Fatalf("exact count: approx %v [%v, %v]", e.Approx, lo, hi)
+	}
+	u := e.unseen(0.25)
+	lo, hi := u.Interval(1.96)
+	if want := 3 + math.Log(0.05)/math.Log(0.75); !u.Approx || lo != 3 || math.Abs(hi-want) > 1e-9 {
+		t.Fatalf("unseen(0.25): approx %v [%v, %v], want approximate [3, %v]", u.Approx, lo, hi, want)
+	}
+	var s Estimate
+	s = s.add(5, 1).add(2, 1)
+	if _, hi := s.unseen(0.5).Interval(1.96); math.Abs(hi-(7+5*math.Log(0.05)/math.Log(0.5))) > 1e-9 {
+		t.Fatalf("a sum's unseen bound %v, want 7 + 5 × %v", hi, math.Log(0.05)/math.Log(0.5))
+	}
+	sampled := e.add(1, 0.25)
+	if got := sampled.unseen(0.25); got.Unseen != 0 || got != sampled {
+		t.Fatalf("a key with a sampled record changed: %+v", got)
+	}
+	if got := e.unseen(1); got.Approx {
+		t.Fatal("keep 1 marked approximate")
+	}
+}

@@ -163,6 +163,26 @@ type Estimate struct {
 	Kept    int64   // records seen with keep < 1
 	Raw     float64 // Σ value over the records seen
 	Neg     bool    // a record's value was negative
+	Max     float64 // the largest |value| seen
+	// Unseen (set at emission by unseen, not kept in state) bounds at 95 %
+	// how many of the key's records the window's shedding may have taken
+	// when it kept none of the key's sampled ones: the interval's upper end
+	// is raised by Unseen records of value Max (1 for a count).
+	Unseen float64 `msgpack:"-"`
+}
+
+// unseen marks an estimate of a window that saw records sampled at rates
+// down to keep (of any key): when none of this key's kept records was
+// sampled, its records in the sampled part may all have been shed, so it
+// is approximate and its upper bound grows by the number n of records
+// that all go unkept with probability 5 % at least: (1 − keep)^n ≥ 0.05.
+func (e Estimate) unseen(keep float64) Estimate {
+	if e.Approx || keep <= 0 || keep >= 1 {
+		return e
+	}
+	e.Approx = true
+	e.Unseen = math.Log(0.05) / math.Log(1-keep)
+	return e
 }
 
 // add is e with one record of value x kept with probability k.
@@ -171,6 +191,7 @@ func (e Estimate) add(x, k float64) Estimate {
 	e.Sum += x / k
 	e.Raw += x
 	e.Neg = e.Neg || x < 0
+	e.Max = max(e.Max, math.Abs(x))
 	if k < 1 {
 		e.Var += x * x * (1 - k) / (k * k)
 		e.Sampled += math.Abs(x) / k
@@ -182,7 +203,7 @@ func (e Estimate) add(x, k float64) Estimate {
 
 func (e Estimate) merge(b Estimate) Estimate {
 	return Estimate{Seen: e.Seen + b.Seen, Sum: e.Sum + b.Sum, Var: e.Var + b.Var, Approx: e.Approx || b.Approx,
-		Sampled: e.Sampled + b.Sampled, Kept: e.Kept + b.Kept, Raw: e.Raw + b.Raw, Neg: e.Neg || b.Neg}
+		Sampled: e.Sampled + b.Sampled, Kept: e.Kept + b.Kept, Raw: e.Raw + b.Raw, Neg: e.Neg || b.Neg, Max: max(e.Max, b.Max)}
 }
 
 // Interval is the interval [lo, hi] that holds the true sum with about the
@@ -207,6 +228,18 @@ func (e Estimate) merge(b Estimate) Estimate {
 // 95–97 %). It is no lower than the sum of the values seen (unseen records
 // add nothing negative). For values of both signs it is Wald's.
 func (e Estimate) Interval(z float64) (lo, hi float64) {
+	lo, hi = e.interval(z)
+	if e.Unseen > 0 {
+		per := e.Max
+		if per == 0 {
+			per = 1
+		}
+		hi += e.Unseen * per
+	}
+	return lo, hi
+}
+
+func (e Estimate) interval(z float64) (lo, hi float64) {
 	if e.Var <= 0 {
 		return e.Sum, e.Sum
 	}
@@ -231,6 +264,7 @@ func WindowEstimate[K comparable, T, O any](ks KeyedStream[K, T], name string, w
 				return e.add(value(v), min(max(sc.KeepRate(), 1e-9), 1))
 			},
 			Merge: Estimate.merge,
+			Shed:  Estimate.unseen,
 			Emit: func(k K, start, end int64, e Estimate, out func(O)) {
 				out(win(k, time.Unix(0, start).UTC(), time.Unix(0, end).UTC(), e))
 			},

@@ -25,6 +25,12 @@ type WinFns[K comparable, T, A, O any] struct {
 	Merge func(A, A) A // sessions
 	// Emit turns a key's accumulator of a closing window into outputs.
 	Emit func(k K, start, end int64, acc A, out func(O))
+	// Shed, when set, is applied to each key's accumulator of a window
+	// that saw a record sampled by load shedding (of any key) before it is
+	// emitted, with the lowest keep rate among them: a key none of whose
+	// sampled records was kept still had records shed in that window
+	// (approximate aggregations mark it so). Not for sessions.
+	Shed func(acc A, keep float64) A
 }
 
 // lateOutput is the side output of a windowed stage: late records are
@@ -77,6 +83,7 @@ type pane[K comparable, A any] struct {
 	accs  []A
 	fired bool                  // fired, kept for the allowed lateness
 	tr    map[int]*contributors // the sampled records of a key (by its index), nil when none
+	keep  float64               // the lowest keep rate below 1 of a record added (0: none)
 }
 
 type session[A any] struct {
@@ -95,6 +102,7 @@ type winStage[K comparable, T, A, O any] struct {
 	size, slide, gap, lateness int64
 	proc                       bool
 	wm                         int64
+	keep                       float64 // the keep rate of the batch being added (1 without Shed)
 
 	panes   map[int64]*pane[K, A] // by window end
 	ends    timeHeap[struct{}]    // ends of windows to fire
@@ -128,6 +136,10 @@ func (s *winStage[K, T, A, O]) Push(b *Batch[T]) {
 		defer end()
 	}
 	mi := 0
+	s.keep = 1
+	if s.fns.Shed != nil {
+		s.keep = s.sc.KeepRate() // the batch's (see Ctx.Keep)
+	}
 	s.sc.C.In.Add(int64(len(b.Vs)))
 	var now int64
 	if s.proc {
@@ -189,6 +201,9 @@ func (s *winStage[K, T, A, O]) addPanes(k K, v T, t, now int64, m *Mark) bool {
 			p.accs = append(p.accs, s.fns.Zero())
 		}
 		p.accs[i] = s.fns.Add(p.accs[i], v)
+		if k := s.keep; k < 1 && (p.keep == 0 || k < p.keep) {
+			p.keep = k
+		}
 		placed = true
 		if m != nil {
 			if p.tr == nil {
@@ -285,7 +300,11 @@ func (s *winStage[K, T, A, O]) emitKey(p *pane[K, A], i int, k K, start, end int
 		s.out.cur = &m
 		defer func() { s.out.cur = nil; done() }()
 	}
-	s.fns.Emit(k, start, end, p.accs[i], s.emitOne)
+	acc := p.accs[i]
+	if s.fns.Shed != nil && p.keep > 0 {
+		acc = s.fns.Shed(acc, p.keep)
+	}
+	s.fns.Emit(k, start, end, acc, s.emitOne)
 }
 
 // emitSession emits the results of key k's session x: in the trace of its
@@ -449,10 +468,11 @@ type winState[K comparable, A any] struct {
 }
 
 type paneState[K comparable, A any] struct {
-	End   int64 `msgpack:"e"`
-	Fired bool  `msgpack:"f"`
-	Keys  []K   `msgpack:"k"`
-	Accs  []A   `msgpack:"a"`
+	End   int64   `msgpack:"e"`
+	Fired bool    `msgpack:"f"`
+	Keys  []K     `msgpack:"k"`
+	Accs  []A     `msgpack:"a"`
+	Keep  float64 `msgpack:"kp,omitempty"` // pane.keep
 }
 
 type sessState[K comparable, A any] struct {
@@ -463,7 +483,7 @@ type sessState[K comparable, A any] struct {
 func (s *winStage[K, T, A, O]) SnapshotState(uint64) ([]byte, error) {
 	st := winState[K, A]{Wm: s.wm}
 	for e, p := range s.panes {
-		st.Panes = append(st.Panes, paneState[K, A]{End: e, Fired: p.fired, Keys: p.keys, Accs: p.accs})
+		st.Panes = append(st.Panes, paneState[K, A]{End: e, Fired: p.fired, Keys: p.keys, Accs: p.accs, Keep: p.keep})
 	}
 	slices.SortFunc(st.Panes, func(a, b paneState[K, A]) int { return cmpInt64(a.End, b.End) })
 	for k, list := range s.sess {
@@ -508,6 +528,9 @@ func (s *winStage[K, T, A, O]) RestoreKeyGroups(states [][]byte, lo, hi int) err
 				panes[ps.End] = j
 				merged.Panes = append(merged.Panes, paneState[K, A]{End: ps.End, Fired: ps.Fired})
 			}
+			if k := ps.Keep; k > 0 && (merged.Panes[j].Keep == 0 || k < merged.Panes[j].Keep) {
+				merged.Panes[j].Keep = k
+			}
 			for x, k := range ps.Keys {
 				if owns(k) {
 					merged.Panes[j].Keys = append(merged.Panes[j].Keys, k)
@@ -531,7 +554,10 @@ func (s *winStage[K, T, A, O]) restoreFrom(st winState[K, A]) error {
 		if len(ps.Keys) != len(ps.Accs) {
 			return fmt.Errorf("window ending %d: %d keys but %d values", ps.End, len(ps.Keys), len(ps.Accs))
 		}
-		p := &pane[K, A]{idx: make(map[K]int, len(ps.Keys)), keys: ps.Keys, accs: ps.Accs, fired: ps.Fired}
+		if ps.Keep < 0 || ps.Keep >= 1 || math.IsNaN(ps.Keep) {
+			return fmt.Errorf("window ending %d: keep rate %v out of (0, 1)", ps.End, ps.Keep)
+		}
+		p := &pane[K, A]{idx: make(map[K]int, len(ps.Keys)), keys: ps.Keys, accs: ps.Accs, fired: ps.Fired, keep: ps.Keep}
 		for i, k := range ps.Keys {
 			p.idx[k] = i
 		}
