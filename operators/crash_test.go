@@ -379,7 +379,7 @@ var crashInFlight int
 var crashSpillRefs int
 
 // The unaligned crash job: slowCounting, long enough for the kills.
-const crashUnalignedRecords, crashUnalignedWork = 60_000, 20_000
+const crashUnalignedRecords, crashUnalignedWork = 120_000, 20_000
 
 // TestUnalignedCheckpointCrash is TestCheckpointCrash with unaligned
 // checkpoints, under Block back-pressure (the slow counting job, its

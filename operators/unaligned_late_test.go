@@ -21,7 +21,7 @@ const crashChildLateEnv = "SLUICE_CRASH_CHILD_LATE"
 
 // The late-windows crash job: records, and spin rounds per record in the
 // window (slower than the source, so its input stays full).
-const lateRecords, lateWork = 40_000, 20_000
+const lateRecords, lateWork = 80_000, 20_000
 
 // lateEventTime is record i's event time in milliseconds. Most records are
 // in order (i ms); from record 1000 on, every tenth is delayed, one in
