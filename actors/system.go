@@ -19,6 +19,7 @@ import (
 
 	"github.com/sluicehq/sluice/clock"
 	"github.com/sluicehq/sluice/internal/store"
+	"github.com/sluicehq/sluice/internal/workers"
 	"github.com/sluicehq/sluice/mailbox"
 )
 
@@ -61,6 +62,8 @@ type System struct {
 	tempDir string // of a temporary store, removed by Stop
 	spill   *mailbox.SpillStore
 
+	pool    *workers.Pool   // the dispatcher every actor of sluice's runs on
+
 	life    context.Context // ended by Stop: the lifetime of actors' I/O
 	endLife context.CancelCauseFunc
 
@@ -96,6 +99,7 @@ func NewSystem(cfg Config) (*System, error) {
 		log:  log,
 		sys:  sys,
 		root: actor.NewRootContext(sys, nil),
+		pool: workers.New(300, 0), // protoactor's default throughput
 		runs: make(map[*Run]struct{}),
 		refs: make(map[*Ref]struct{}),
 	}
@@ -132,6 +136,13 @@ func (s *System) ActorSystem() *actor.ActorSystem { return s.sys }
 
 // Root returns sluice's own root context (not the shared sys.Root).
 func (s *System) Root() *actor.RootContext { return s.root }
+
+// Dispatcher is the dispatcher the system's actors run on: it reuses
+// goroutines (whose stacks are already grown) where protoactor's default
+// starts one for every scheduling of a mailbox. Give it to actors spawned
+// with protoactor directly (actor.WithDispatcher) for the same; Stop ends
+// its idle goroutines.
+func (s *System) Dispatcher() actor.Dispatcher { return s.pool }
 
 // Context is the system's lifetime: it ends when Stop is called, with
 // ErrStopped as its cause. Actors' I/O (journals, snapshots) runs under it,
@@ -204,6 +215,7 @@ func (s *System) Stop(ctx context.Context) error {
 		_ = r.Stop(ctx)
 	}
 	s.sys.Shutdown()
+	s.pool.Stop()
 	var errs []error
 	if err := ctx.Err(); err != nil {
 		errs = append(errs, fmt.Errorf("actors: stop: %w", err))

@@ -565,7 +565,7 @@ func (x *execution) spawn(c actor.Context, in *instance, parent string) error {
 		local := mbp
 		mbp = func() actor.Mailbox { return newRemoteInbox(local().(*mailbox.Mailbox), in) }
 	}
-	props := actor.PropsFromProducer(func() actor.Actor { return in }, actor.WithMailbox(mbp))
+	props := actor.PropsFromProducer(func() actor.Actor { return in }, actor.WithMailbox(mbp), actor.WithDispatcher(x.sys.Dispatcher()))
 	if x.dist != nil {
 		props = x.dist.Props(props)
 	}
