@@ -62,7 +62,7 @@ type System struct {
 	tempDir string // of a temporary store, removed by Stop
 	spill   *mailbox.SpillStore
 
-	pool    *workers.Pool   // the dispatcher every actor of sluice's runs on
+	pool *workers.Pool // the dispatcher every actor of sluice's runs on
 
 	life    context.Context // ended by Stop: the lifetime of actors' I/O
 	endLife context.CancelCauseFunc
