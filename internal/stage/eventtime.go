@@ -1,7 +1,6 @@
 package stage
 
 import (
-	"container/heap"
 	"fmt"
 	"math"
 	"time"
@@ -154,27 +153,51 @@ type timeHeap[V any] []timed[V]
 
 func (h timeHeap[V]) Len() int { return len(h) }
 
-func (h timeHeap[V]) Less(i, j int) bool { return h[i].at < h[j].at }
-
-func (h timeHeap[V]) Swap(i, j int) { h[i], h[j] = h[j], h[i] }
-
-func (h *timeHeap[V]) Push(x any) { *h = append(*h, x.(timed[V])) }
-
-func (h *timeHeap[V]) Pop() any {
-	old := *h
-	x := old[len(old)-1]
-	*h = old[:len(old)-1]
-	return x
+// add schedules v at at. The heap is typed (container/heap would box every
+// entry into an interface: an allocation per timer, and a session window
+// sets two per record).
+func (h *timeHeap[V]) add(at int64, v V) {
+	*h = append(*h, timed[V]{at, v})
+	a := *h
+	i := len(a) - 1
+	for i > 0 {
+		p := (i - 1) / 2
+		if a[p].at <= a[i].at {
+			break
+		}
+		a[p], a[i] = a[i], a[p]
+		i = p
+	}
 }
-
-func (h *timeHeap[V]) add(at int64, v V) { heap.Push(h, timed[V]{at, v}) }
 
 // due pops the entry with the earliest time if it is at or before t.
 func (h *timeHeap[V]) due(t int64) (timed[V], bool) {
-	if len(*h) == 0 || (*h)[0].at > t {
+	a := *h
+	if len(a) == 0 || a[0].at > t {
 		return timed[V]{}, false
 	}
-	return heap.Pop(h).(timed[V]), true
+	top := a[0]
+	n := len(a) - 1
+	a[0] = a[n]
+	a[n] = timed[V]{} // let go of what V holds
+	a = a[:n]
+	for i := 0; ; {
+		l := 2*i + 1
+		if l >= n {
+			break
+		}
+		m := l
+		if r := l + 1; r < n && a[r].at < a[l].at {
+			m = r
+		}
+		if a[i].at <= a[m].at {
+			break
+		}
+		a[i], a[m] = a[m], a[i]
+		i = m
+	}
+	*h = a
+	return top, true
 }
 
 // OutBuf collects the outputs of a stage that emits at its own pace
