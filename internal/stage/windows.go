@@ -123,6 +123,7 @@ type winStage[K comparable, T, A, O any] struct {
 	mem     *state.Mem[K, []session[A]]
 	tab     state.Table[K, []session[A]]
 	openErr error                        // the backend failed to open (tab nil)
+	plain   bool                         // mem has no changelog (nothing tracks its changes)
 	free    [][]session[A]               // memory backend: slot lists of deleted keys, reused
 	gone    map[K]bool                   // memory backend: keys left without slots, deleted in one pass
 	lateEnd []int64                      // windows a record found due but not fired (fired once it is stored)
@@ -138,7 +139,8 @@ type winStage[K comparable, T, A, O any] struct {
 	next Pusher[O]
 	sc   *Ctx
 	out  OutBuf[O]
-	at   int64 // the event time of the outputs being emitted
+	at   int64   // the event time of the outputs being emitted
+	emit func(O) // emitOne, made once (a method value allocates)
 
 	restoredProc []int64 // restored processing-time windows, armed at open
 }
@@ -147,6 +149,7 @@ func NewWinStage[K comparable, T, A, O any](fns WinFns[K, T, A, O], w Windows, l
 	s := &winStage[K, T, A, O]{fns: fns, kind: w.kind, size: int64(w.size), slide: int64(w.slide), gap: int64(w.gap),
 		lateness: int64(lateness), proc: w.proc, wm: math.MinInt64, wins: make(map[int64]*winInfo[K]),
 		late: newLateOutput[T](sc), out: NewOutBuf(next, sc), next: next, sc: sc}
+	s.emit = s.emitOne
 	s.open()
 	return s
 }
@@ -158,7 +161,7 @@ func (s *winStage[K, T, A, O]) open() {
 		owns := func(k K, lo, hi int) bool { kg := KeyGroupOf(h(k)); return kg >= lo && kg < hi }
 		if s.sc.State.Changelog == "" || !s.sc.FinalCheckpoint {
 			s.mem = state.NewMem[K, []session[A]](owns)
-			s.tab = s.mem
+			s.tab, s.plain = s.mem, true
 			return
 		}
 		m, err := state.OpenChangelog[K, []session[A]](s.sc.State, s.sc.Name, s.sc.Instance, s.sc.Parts, owns)
@@ -463,6 +466,34 @@ func (s *winStage[K, T, A, O]) scanWindow(end int64, emit, drop bool) {
 		w = &winInfo[K]{}
 	}
 	s.at = end - 1
+	if m := s.mem; m != nil && s.plain {
+		// The memory backend's: one pass over its map and order, which
+		// drops the keys left without slots as it goes.
+		j := 0
+		for _, k := range m.Order {
+			l := m.M[k]
+			if i := slotOf(l, end); i >= 0 {
+				if emit {
+					s.emitKey(w, k, end-s.size, end, l[i].Acc)
+				}
+				if drop {
+					if l = slices.Delete(l, i, i+1); len(l) == 0 {
+						delete(m.M, k)
+						if len(s.free) < maxFreeLists && cap(l) > 0 {
+							s.free = append(s.free, l)
+						}
+						continue
+					}
+					m.M[k] = l
+				}
+			}
+			m.Order[j] = k
+			j++
+		}
+		clear(m.Order[j:])
+		m.Order = m.Order[:j]
+		return
+	}
 	for k, l := range s.tab.All {
 		i := slotOf(l, end)
 		if i < 0 {
@@ -490,7 +521,7 @@ func (s *winStage[K, T, A, O]) emitKey(w *winInfo[K], k K, start, end int64, acc
 	if s.fns.Shed != nil && w.keep > 0 {
 		acc = s.fns.Shed(acc, w.keep)
 	}
-	s.fns.Emit(k, start, end, acc, s.emitOne)
+	s.fns.Emit(k, start, end, acc, s.emit)
 }
 
 // emitSession emits the results of key k's session x: in the trace of its
@@ -503,7 +534,7 @@ func (s *winStage[K, T, A, O]) emitSession(k K, x *session[A]) {
 		s.out.cur = &m
 		defer func() { s.out.cur = nil; done() }()
 	}
-	s.fns.Emit(k, x.Start, x.End, x.Acc, s.emitOne)
+	s.fns.Emit(k, x.Start, x.End, x.Acc, s.emit)
 }
 
 // mergeContributors is the sampled records of two merged sessions, a's
