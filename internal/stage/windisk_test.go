@@ -3,10 +3,13 @@ package stage
 import (
 	"cmp"
 	"fmt"
+	"math"
 	"math/rand/v2"
 	"slices"
 	"testing"
 	"time"
+
+	"github.com/vmihailenco/msgpack/v5"
 
 	"github.com/sluicehq/sluice/internal/state"
 )
@@ -225,4 +228,31 @@ func firstDiff(got, want []winRes) string {
 		}
 	}
 	return "at the end"
+}
+
+// FuzzWindowRestore: a window stage's restore refuses hostile state (a
+// bundle whose record or table is damaged, the format before the table)
+// with an error, never a panic.
+func FuzzWindowRestore(f *testing.F) {
+	r := &winRun{t: &testing.T{}, c: winCases[1], sink: &sinkPusher[winRes]{}}
+	s := NewWinStage(winTestFns(), r.c.w, r.c.lateness, r.sink, testCtx(0, 1))
+	feed(s, winInput(5, 3), 0, 0)
+	good, err := s.SnapshotState(1)
+	if err != nil {
+		f.Fatal(err)
+	}
+	f.Add(good)
+	legacy, _ := msgpack.Marshal(winState[string, [2]int64]{Wm: 5, Panes: []paneState[string, [2]int64]{{End: 10, Keys: []string{"a"}, Accs: [][2]int64{{1, 1}}}}})
+	f.Add(legacy)
+	meta, _ := msgpack.Marshal(winMeta{V: winMetaVersion, Wm: 3, Wins: []winMark{{End: 9, Keep: 2}}})
+	bad, _ := state.Bundle(meta, []byte{0x80})
+	f.Add(bad)
+	f.Fuzz(func(t *testing.T, data []byte) {
+		for _, w := range []Windows{Tumbling(10), Sessions(5)} {
+			s := NewWinStage(winTestFns(), w, 3, &sinkPusher[winRes]{}, testCtx(0, 1))
+			if s.RestoreState(data) == nil {
+				s.Watermark(math.MaxInt64 - 1) // a restored stage fires what it holds
+			}
+		}
+	})
 }
