@@ -256,3 +256,52 @@ func FuzzWindowRestore(f *testing.F) {
 		}
 	})
 }
+
+// TestWindowRestoresOldFormat: a window checkpoint of the format before
+// the state table (whole maps of panes and sessions) restores into the
+// table, on either backend, whole and by key-group range.
+func TestWindowRestoresOldFormat(t *testing.T) {
+	panes, _ := msgpack.Marshal(winState[string, [2]int64]{Wm: 15, Panes: []paneState[string, [2]int64]{
+		{End: 10, Fired: true, Keys: []string{"a", "b"}, Accs: [][2]int64{{1, 1}, {2, 1}}},
+		{End: 20, Keys: []string{"a", "c"}, Accs: [][2]int64{{3, 1}, {4, 2}}, Keep: 0.5},
+	}})
+	sess, _ := msgpack.Marshal(winState[string, [2]int64]{Wm: 15, Sess: []sessState[string, [2]int64]{
+		{Key: "a", List: []session[[2]int64]{{Start: 1, End: 6, Acc: [2]int64{1, 1}, Fired: true}, {Start: 12, End: 17, Acc: [2]int64{5, 2}}}},
+		{Key: "b", List: []session[[2]int64]{{Start: 14, End: 19, Acc: [2]int64{7, 1}}}},
+	}})
+	for _, disk := range []bool{false, true} {
+		for _, c := range []struct {
+			w    Windows
+			b    []byte
+			want []winRes
+		}{
+			{Tumbling(10), panes, []winRes{{"a", 10, 20, 3, 1}, {"c", 10, 20, 4, 2}}},
+			{Sessions(5), sess, []winRes{{"a", 12, 17, 5, 2}, {"b", 14, 19, 7, 1}}},
+		} {
+			for _, p := range []int{1, 2} {
+				var got []winRes
+				for i := range p {
+					sc := testCtx(i, p)
+					if disk {
+						sc.State = state.Spec{Dir: t.TempDir(), Budget: 4 << 10}
+					}
+					sink := &sinkPusher[winRes]{}
+					s := NewWinStage(winTestFns(), c.w, 10, sink, sc)
+					lo, hi := KeyGroupRange(i, p)
+					if err := s.RestoreKeyGroups([][]byte{c.b}, lo, hi); err != nil {
+						t.Fatal(err)
+					}
+					if s.wm != 15 {
+						t.Fatalf("restored event time %d, want 15", s.wm)
+					}
+					s.Watermark(100)
+					got = append(got, sink.got...)
+					s.CloseState()
+				}
+				if got = sortedRes(got); !slices.Equal(got, c.want) {
+					t.Errorf("disk %v, %v, parallelism %d: %+v, want %+v", disk, c.w, p, got, c.want)
+				}
+			}
+		}
+	}
+}
