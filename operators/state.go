@@ -6,7 +6,7 @@ import (
 )
 
 // StateSpec is a state backend for the per-key aggregations (Count,
-// Reduce, Aggregate): MemoryState or DiskState.
+// Reduce, Aggregate) and the windowed ones: MemoryState or DiskState.
 type StateSpec struct{ s state.Spec }
 
 // MemoryState keeps each key's state in a Go map (the default): the
@@ -42,8 +42,10 @@ func (s StateSpec) Changelog(dir string) StateSpec {
 // incremental: it links the database's immutable files, and writes only
 // those made since the previous one. The newest two checkpoints' files are
 // kept (RetainCheckpoints). Results emitted at the end (EmitAtEnd) come in
-// key-group order, not first-seen order. Windows, joins and Process keep
-// their state in memory with either backend (see docs/checkpoints.md).
+// key-group order, not first-seen order. Windows keep their
+// accumulators in the backend too (their timers stay in memory); joins and
+// Process keep their state in memory with either backend (see
+// docs/checkpoints.md).
 func DiskState(dir string, budget int64) StateSpec {
 	return StateSpec{state.Spec{Dir: dir, Budget: budget}}
 }

@@ -25,7 +25,16 @@ import (
 // plain drain would fire them, partial), and a job started from the
 // savepoint, at another parallelism, completes them: the output of both
 // runs together is exactly that of one run without the stop.
-func TestStopWithSavepointKeepsWindows(t *testing.T) {
+func TestStopWithSavepointKeepsWindows(t *testing.T) { stopWithSavepointKeepsWindows(t, false) }
+
+// TestStopWithSavepointKeepsWindowsDiskState: as
+// TestStopWithSavepointKeepsWindows, the windows on the disk state backend
+// (their state a bundle of the stage's record and its table's disk
+// checkpoint, copied into the savepoint), the job's state directory
+// removed and the savepoint moved before the restart.
+func TestStopWithSavepointKeepsWindowsDiskState(t *testing.T) { stopWithSavepointKeepsWindows(t, true) }
+
+func stopWithSavepointKeepsWindows(t *testing.T, disk bool) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	sys, err := actors.NewSystem(actors.Config{Name: t.Name()})
@@ -37,7 +46,12 @@ func TestStopWithSavepointKeepsWindows(t *testing.T) {
 	var mu sync.Mutex
 	out := map[operators.Windowed[int64, int64]]int{}
 	var seen int
-	top := operators.NewTopology("windows", operators.BatchSize(64))
+	topts := []operators.TopologyOption{operators.BatchSize(64)}
+	stateDir := t.TempDir()
+	if disk {
+		topts = append(topts, operators.StateBackend(operators.DiskState(stateDir, 16<<10)))
+	}
+	top := operators.NewTopology("windows", topts...)
 	src := operators.Source(top, "src", operators.Generate(n, func(i int64) int64 { return i }))
 	timed := operators.Timestamps(src, "time", func(v int64) time.Time { return time.UnixMilli(v) })
 	keyed := operators.KeyBy(timed, "by", func(v int64) int64 { return v % 8 }, operators.Parallelism(2))
@@ -78,6 +92,19 @@ func TestStopWithSavepointKeepsWindows(t *testing.T) {
 	for w := range out {
 		if w.End.Sub(w.Start) != time.Second || w.Value != 125 { // 1000 records a second over 8 keys
 			t.Fatalf("before the restart, at checkpoint %d: a window emitted early or partial: %+v", info.Checkpoint, w)
+		}
+	}
+	if disk {
+		if err := os.RemoveAll(stateDir); err != nil {
+			t.Fatal(err)
+		}
+		moved := t.TempDir() + "/moved"
+		if err := os.Rename(info.Dir, moved); err != nil {
+			t.Fatal(err)
+		}
+		info.Dir = moved
+		if !slices.ContainsFunc(slices.Collect(stdmaps.Keys(treeSums(t, moved))), func(p string) bool { return strings.HasPrefix(p, "disk/count") }) {
+			t.Fatalf("the savepoint holds no copy of the windows' disk state: %v", slices.Sorted(stdmaps.Keys(treeSums(t, moved))))
 		}
 	}
 	job2, err := operators.Start(ctx, sys, top, append(opts[:1:1], operators.CheckpointStore(persistence.NewMemoryCheckpointStore()),

@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 
 	"github.com/sluicehq/sluice/actors"
@@ -65,12 +66,22 @@ func (x *execution) exportDisk(dir string, states map[string][]byte) error {
 	}
 	base := filepath.Join(st.Dir, url.PathEscape(x.topo.Name()))
 	for _, k := range slices.Sorted(maps.Keys(states)) {
-		b := states[k]
 		i := strings.LastIndexByte(k, '/')
-		if i <= 0 || !state.IsDiskHandle(b) {
+		if i <= 0 {
 			continue
 		}
-		out, err := state.ExportDisk(b, filepath.Join(base, url.PathEscape(k[:i])), dir, filepath.Join("disk", url.PathEscape(k)))
+		// A bundle's (a window stage's) tables each: the first at the
+		// place a lone table takes, the others beside it.
+		out, err := state.MapTables(states[k], func(j int, b []byte) ([]byte, error) {
+			if !state.IsDiskHandle(b) {
+				return b, nil
+			}
+			rel := filepath.Join("disk", url.PathEscape(k))
+			if j > 0 {
+				rel += "." + strconv.Itoa(j)
+			}
+			return state.ExportDisk(b, filepath.Join(base, url.PathEscape(k[:i])), dir, rel)
+		})
 		if err != nil {
 			if x.dist != nil {
 				return fmt.Errorf("copy the disk state of %s: %w (a savepoint of a distributed job copies only the disk state held in this process)", k, err)
@@ -161,10 +172,15 @@ func (x *execution) changelogDir() string {
 func (x *execution) selfContained(cp persistence.Checkpoint) (persistence.Checkpoint, error) {
 	var states map[string][]byte
 	for k, b := range cp.States {
-		if !state.IsChangelog(b) {
+		if !state.IsChangelog(b) && !state.IsBundle(b) {
 			continue
 		}
-		in, err := state.Inline(b, x.changelogDir())
+		in, err := state.MapTables(b, func(_ int, t []byte) ([]byte, error) {
+			if !state.IsChangelog(t) {
+				return t, nil
+			}
+			return state.Inline(t, x.changelogDir())
+		})
 		if err != nil {
 			return cp, fmt.Errorf("state of %s: %w", k, err)
 		}

@@ -326,7 +326,7 @@ func WriteWith(dir, job string, cp persistence.Checkpoint, prepare func(dir stri
 		}
 	}
 	for k, v := range sp.States {
-		st, _, err := state.ResolveDisk(v, dir)
+		st, err := resolveDisk(v, dir, false)
 		if err != nil {
 			return nil, fmt.Errorf("%s: state %q: %w", where, k, err)
 		}
@@ -427,10 +427,7 @@ func Open(dir string) (*Savepoint, error) {
 				return nil, fmt.Errorf("savepoint %s: instance %d of %d holds key groups [%d, %d), not [%d, %d): %w",
 					path, is.Instance, o.Parallelism, is.KeyGroups[0], is.KeyGroups[1], lo, hi, ErrCorrupt)
 			}
-			st, disk, err := state.ResolveDisk(is.State, dir)
-			if err == nil && disk {
-				err = state.VerifyDisk(st)
-			}
+			st, err := resolveDisk(is.State, dir, true)
 			if err != nil {
 				return nil, fmt.Errorf("savepoint %s: instance %d of %q: %w: %w", path, is.Instance, f.Operator, ErrCorrupt, err)
 			}
@@ -561,4 +558,18 @@ func DecodeStateFile(b []byte, source string) (StateFile, error) {
 		seen[is.Instance] = true
 	}
 	return sf, nil
+}
+
+// resolveDisk is an instance's state with its disk-state handles (the
+// state itself, or the tables of a bundle: state.MapTables) resolved
+// against the savepoint's directory (state.ResolveDisk), each checked
+// against its manifest when verify is set.
+func resolveDisk(b []byte, dir string, verify bool) ([]byte, error) {
+	return state.MapTables(b, func(_ int, t []byte) ([]byte, error) {
+		st, disk, err := state.ResolveDisk(t, dir)
+		if err == nil && disk && verify {
+			err = state.VerifyDisk(st)
+		}
+		return st, err
+	})
 }

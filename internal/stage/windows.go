@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/vmihailenco/msgpack/v5"
+
+	"github.com/sluicehq/sluice/internal/state"
 	"go.opentelemetry.io/otel/attribute"
 )
 
@@ -76,24 +78,36 @@ func (l *lateOutput[T]) Finish() {
 	}
 }
 
-// pane holds the accumulators of the keys of one window, in first-seen order.
-type pane[K comparable, A any] struct {
-	idx   map[K]int
-	keys  []K
-	accs  []A
-	fired bool                  // fired, kept for the allowed lateness
-	tr    map[int]*contributors // the sampled records of a key (by its index), nil when none
-	keep  float64               // the lowest keep rate below 1 of a record added (0: none)
+// A window stage keeps its accumulators in a state table (the topology's
+// backend, as a keyed aggregation's) by the user's key: a key's value is
+// its slots, one per window it has records in, so that the key's group is
+// the key's own and a rescale restores key-group ranges as for any keyed
+// operator. A slot of a time window names the window by its end (Start
+// unused); a session slot is the session. Beside the table the stage keeps
+// in memory what is bounded by the number of open windows, not keys: each
+// time window's end, whether it fired and its keep rate (wins), and the
+// timers. Firing a time window reads the table once (every key, taking
+// the window's slot); a key's sessions fire by its timer (a heap entry per
+// open session, in memory).
+type session[A any] struct {
+	Start int64 `msgpack:"b,omitempty"`
+	End   int64 `msgpack:"e"` // a time window's end; a session's last record + gap
+	Acc   A     `msgpack:"a"`
+	Fired bool  `msgpack:"f,omitempty"` // a session's (a time window's is in winInfo)
 }
 
-type session[A any] struct {
-	Start int64 `msgpack:"b"`
-	End   int64 `msgpack:"e"` // last record + gap
-	Acc   A     `msgpack:"a"`
-	Fired bool  `msgpack:"f"`
-	// tr are the sampled records merged into the session (not
-	// checkpointed: a restored session links to none), nil when none.
-	tr *contributors `msgpack:"-"`
+// winInfo is what the stage keeps in memory of one open time window.
+type winInfo[K comparable] struct {
+	fired bool                // fired, kept for the allowed lateness
+	keep  float64             // the lowest keep rate below 1 of a record added (0: none)
+	tr    map[K]*contributors // the sampled records of a key, nil when none (not checkpointed)
+}
+
+// sessKey names a key's session by its start (the sampled records of
+// sessions, sessTr).
+type sessKey[K comparable] struct {
+	k     K
+	start int64
 }
 
 type winStage[K comparable, T, A, O any] struct {
@@ -104,28 +118,148 @@ type winStage[K comparable, T, A, O any] struct {
 	wm                         int64
 	keep                       float64 // the keep rate of the batch being added (1 without Shed)
 
-	panes   map[int64]*pane[K, A] // by window end
-	ends    timeHeap[struct{}]    // ends of windows to fire
-	cleanup timeHeap[int64]       // fired windows to drop, at end-1+lateness
+	// The state backend: mem (the memory backend, whose map the record
+	// loop uses directly) or tab.
+	mem     *state.Mem[K, []session[A]]
+	tab     state.Table[K, []session[A]]
+	openErr error                        // the backend failed to open (tab nil)
+	plain   bool                         // mem has no changelog (nothing tracks its changes)
+	free    [][]session[A]               // memory backend: slot lists of deleted keys, reused
+	gone    map[K]bool                   // memory backend: keys left without slots, deleted in one pass
+	lateEnd []int64                      // windows a record found due but not fired (fired once it is stored)
+	wins    map[int64]*winInfo[K]        // the open time windows, by end
+	ends    timeHeap[struct{}]           // ends of windows to fire
+	cleanup timeHeap[int64]              // fired windows to drop, at end-1+lateness
+	sessTr  map[sessKey[K]]*contributors // the sampled records of sessions (not checkpointed)
 
-	sess        map[K][]session[A] // a key's sessions, by start
-	sessTimers  timeHeap[K]        // session ends to fire (stale entries are skipped)
+	sessTimers  timeHeap[K] // session ends to fire (stale entries are skipped)
 	sessCleanup timeHeap[K]
 
 	late *lateOutput[T]
 	next Pusher[O]
 	sc   *Ctx
 	out  OutBuf[O]
-	at   int64 // the event time of the outputs being emitted
+	at   int64   // the event time of the outputs being emitted
+	emit func(O) // emitOne, made once (a method value allocates)
 
 	restoredProc []int64 // restored processing-time windows, armed at open
 }
 
 func NewWinStage[K comparable, T, A, O any](fns WinFns[K, T, A, O], w Windows, lateness time.Duration, next Pusher[O], sc *Ctx) *winStage[K, T, A, O] {
-	return &winStage[K, T, A, O]{fns: fns, kind: w.kind, size: int64(w.size), slide: int64(w.slide), gap: int64(w.gap),
-		lateness: int64(lateness), proc: w.proc, wm: math.MinInt64,
-		panes: make(map[int64]*pane[K, A]), sess: make(map[K][]session[A]),
+	s := &winStage[K, T, A, O]{fns: fns, kind: w.kind, size: int64(w.size), slide: int64(w.slide), gap: int64(w.gap),
+		lateness: int64(lateness), proc: w.proc, wm: math.MinInt64, wins: make(map[int64]*winInfo[K]),
 		late: newLateOutput[T](sc), out: NewOutBuf(next, sc), next: next, sc: sc}
+	s.emit = s.emitOne
+	s.open()
+	return s
+}
+
+// open opens the stage's state backend, as a keyed aggregation's.
+func (s *winStage[K, T, A, O]) open() {
+	h := HasherFor[K]()
+	if !s.sc.State.Disk() {
+		owns := func(k K, lo, hi int) bool { kg := KeyGroupOf(h(k)); return kg >= lo && kg < hi }
+		if s.sc.State.Changelog == "" || !s.sc.FinalCheckpoint {
+			s.mem = state.NewMem[K, []session[A]](owns)
+			s.tab, s.plain = s.mem, true
+			return
+		}
+		m, err := state.OpenChangelog[K, []session[A]](s.sc.State, s.sc.Name, s.sc.Instance, s.sc.Parts, owns)
+		if err != nil {
+			s.openErr = err
+			return
+		}
+		s.mem, s.tab = m, m
+		return
+	}
+	d, err := state.OpenDisk[K, []session[A]](s.sc.State, s.sc.Name, s.sc.Instance, s.sc.Parts, h, func(err error) { s.sc.fail(err) })
+	if err != nil {
+		s.openErr = err
+		return
+	}
+	s.tab = d
+}
+
+// get is k's slots.
+func (s *winStage[K, T, A, O]) get(k K) ([]session[A], bool) {
+	if m := s.mem; m != nil {
+		l, ok := m.M[k]
+		return l, ok
+	}
+	return s.tab.Get(k)
+}
+
+// put stores k's slots (seen: get found k); a list left empty deletes k.
+func (s *winStage[K, T, A, O]) put(k K, l []session[A], seen bool) {
+	m := s.mem
+	if len(l) == 0 {
+		if !seen {
+			return
+		}
+		if m == nil {
+			s.tab.Delete(k)
+			return
+		}
+		if s.gone == nil {
+			s.gone = map[K]bool{}
+		}
+		m.M[k] = l
+		m.Changed(k, true)
+		s.gone[k] = true // Mem.Delete scans its order: deleted in one pass (flushGone)
+		return
+	}
+	if m == nil {
+		s.tab.Put(k, l, seen)
+		return
+	}
+	if !seen {
+		m.Order = append(m.Order, k)
+	}
+	m.M[k] = l
+	m.Changed(k, seen)
+}
+
+// flushGone deletes the keys put left without slots (memory backend), and
+// keeps their lists for new keys.
+func (s *winStage[K, T, A, O]) flushGone() {
+	if len(s.gone) == 0 {
+		return
+	}
+	for k := range s.gone {
+		l, ok := s.mem.M[k]
+		if !ok || len(l) > 0 {
+			delete(s.gone, k) // a slot again since
+			continue
+		}
+		if len(s.free) < maxFreeLists && cap(l) > 0 {
+			s.free = append(s.free, l[:0])
+		}
+	}
+	s.mem.DeleteAll(s.gone)
+	clear(s.gone)
+}
+
+// maxFreeLists bounds the slot lists a memory-backed window keeps for
+// reuse.
+const maxFreeLists = 4096
+
+// newList is an empty list for a key that has none.
+func (s *winStage[K, T, A, O]) newList() []session[A] {
+	if n := len(s.free); n > 0 {
+		l := s.free[n-1]
+		s.free = s.free[:n-1]
+		return l
+	}
+	return nil
+}
+
+func slotOf[A any](l []session[A], end int64) int {
+	for i := range l {
+		if l[i].End == end {
+			return i
+		}
+	}
+	return -1
 }
 
 var errNoEventTime = errors.New("records carry no event time: add operators.Timestamps upstream, or use ProcessingTime windows")
@@ -134,6 +268,9 @@ func (s *winStage[K, T, A, O]) Push(b *Batch[T]) {
 	defer s.sc.attribute()
 	if end := passKeyed(s.sc, b, s.fns.Key); end != nil {
 		defer end()
+	}
+	if s.tab == nil {
+		s.sc.fail(s.openErr)
 	}
 	mi := 0
 	s.keep = 1
@@ -170,6 +307,7 @@ func (s *winStage[K, T, A, O]) Push(b *Batch[T]) {
 			s.late.add(v, t)
 		}
 	}
+	s.flushGone()
 	s.late.flush()
 	s.out.flush()
 }
@@ -177,88 +315,121 @@ func (s *winStage[K, T, A, O]) Push(b *Batch[T]) {
 // addPanes adds a record to every window it belongs to that is still open
 // (or within the allowed lateness) and reports whether there was one.
 func (s *winStage[K, T, A, O]) addPanes(k K, v T, t, now int64, m *Mark) bool {
-	placed := false
+	l, seen := s.get(k)
+	grown, placed := false, false
 	for start := floorDiv(t, s.slide) * s.slide; start > t-s.size; start -= s.slide {
 		end := start + s.size
 		if !s.proc && end-1+s.lateness <= s.wm {
 			break // this window and every earlier one are past
 		}
-		p := s.panes[end]
-		if p == nil {
-			p = &pane[K, A]{idx: make(map[K]int)}
-			s.panes[end] = p
+		w := s.wins[end]
+		fresh := w == nil
+		if fresh {
+			w = &winInfo[K]{}
+			s.wins[end] = w
 			if s.proc {
 				s.sc.After(time.Duration(end-now), func() { s.fireProc(end) })
 			} else {
 				s.ends.add(end, struct{}{})
 			}
 		}
-		i, ok := p.idx[k]
-		if !ok {
-			i = len(p.keys)
-			p.idx[k] = i
-			p.keys = append(p.keys, k)
-			p.accs = append(p.accs, s.fns.Zero())
+		i := slotOf(l, end)
+		if i < 0 {
+			if l == nil {
+				l = s.newList()
+			}
+			l = append(l, session[A]{End: end, Acc: s.fns.Zero()})
+			i, grown = len(l)-1, true
 		}
-		p.accs[i] = s.fns.Add(p.accs[i], v)
-		if k := s.keep; k < 1 && (p.keep == 0 || k < p.keep) {
-			p.keep = k
+		l[i].Acc = s.fns.Add(l[i].Acc, v)
+		if k := s.keep; k < 1 && (w.keep == 0 || k < w.keep) {
+			w.keep = k
 		}
 		placed = true
 		if m != nil {
-			if p.tr == nil {
-				p.tr = map[int]*contributors{}
+			if w.tr == nil {
+				w.tr = map[K]*contributors{}
 			}
-			c := p.tr[i]
+			c := w.tr[k]
 			if c == nil {
 				c = &contributors{}
-				p.tr[i] = c
+				w.tr[k] = c
 			}
 			c.add(*m)
 		}
 		if !s.proc && end-1 <= s.wm { // a late record within the allowed lateness
-			if !p.fired {
-				p.fired = true
+			if !w.fired {
+				w.fired = true
 				s.cleanup.add(end-1+s.lateness, end)
-				s.firePane(p, end)
-				continue
+				if !fresh { // other keys' results are due too: once l is stored
+					s.lateEnd = append(s.lateEnd, end)
+					continue
+				}
 			}
 			s.at = end - 1
-			s.emitKey(p, i, k, start, end)
+			s.emitKey(w, k, start, end, l[i].Acc)
 		}
 	}
+	switch {
+	case !placed:
+	case s.mem != nil && seen && !grown:
+		s.mem.Changed(k, true) // l is the map's: changed in place
+	default:
+		s.put(k, l, seen)
+	}
+	for _, end := range s.lateEnd {
+		s.scanWindow(end, true, false)
+	}
+	s.lateEnd = s.lateEnd[:0]
 	return placed
 }
 
 // addSession merges a record (m when it is sampled) into its key's
 // sessions.
 func (s *winStage[K, T, A, O]) addSession(k K, v T, t int64, m *Mark) bool {
+	l, seen := s.get(k)
 	merged := session[A]{Start: t, End: t + s.gap}
-	list := s.sess[k]
-	var rest []session[A]
-	var parts []session[A]
-	for _, x := range list {
+	// The sessions the record joins: a run of the list (sorted by start,
+	// disjoint).
+	i0, i1 := -1, -1
+	for i, x := range l {
 		if x.Start < merged.End && merged.Start < x.End {
 			merged.Start, merged.End = min(merged.Start, x.Start), max(merged.End, x.End)
-			parts = append(parts, x)
-		} else {
-			rest = append(rest, x)
+			if i0 < 0 {
+				i0 = i
+			}
+			i1 = i + 1
 		}
 	}
 	if merged.End-1+s.lateness <= s.wm {
 		return false
 	}
+	if i0 < 0 {
+		i0, _ = slices.BinarySearchFunc(l, merged.Start, func(x session[A], start int64) int { return cmpInt64(x.Start, start) })
+		i1 = i0
+	}
 	acc := s.fns.Add(s.fns.Zero(), v)
-	for _, x := range parts {
+	var tr *contributors
+	for _, x := range l[i0:i1] {
 		acc = s.fns.Merge(x.Acc, acc)
-		merged.tr = mergeContributors(merged.tr, x.tr)
+		if len(s.sessTr) > 0 {
+			sk := sessKey[K]{k, x.Start}
+			tr = mergeContributors(tr, s.sessTr[sk])
+			delete(s.sessTr, sk)
+		}
 	}
 	merged.Acc = acc
 	if m != nil {
-		if merged.tr == nil {
-			merged.tr = &contributors{}
+		if tr == nil {
+			tr = &contributors{}
 		}
-		merged.tr.add(*m)
+		tr.add(*m)
+	}
+	if tr != nil {
+		if s.sessTr == nil {
+			s.sessTr = map[sessKey[K]]*contributors{}
+		}
+		s.sessTr[sessKey[K]{k, merged.Start}] = tr
 	}
 	if merged.End-1 <= s.wm { // within the allowed lateness: fire now
 		merged.Fired = true
@@ -267,8 +438,11 @@ func (s *winStage[K, T, A, O]) addSession(k K, v T, t int64, m *Mark) bool {
 	} else {
 		s.sessTimers.add(merged.End, k)
 	}
-	i, _ := slices.BinarySearchFunc(rest, merged.Start, func(x session[A], start int64) int { return cmpInt64(x.Start, start) })
-	s.sess[k] = slices.Insert(rest, i, merged)
+	if l == nil {
+		l = s.newList()
+	}
+	l = slices.Replace(l, i0, i1, merged)
+	s.put(k, l, seen)
 	return true
 }
 
@@ -284,40 +458,83 @@ func cmpInt64(a, b int64) int {
 
 func (s *winStage[K, T, A, O]) emitOne(o O) { s.out.add(o, s.at) }
 
-func (s *winStage[K, T, A, O]) firePane(p *pane[K, A], end int64) {
-	s.at = end - 1
-	for i, k := range p.keys {
-		s.emitKey(p, i, k, end-s.size, end)
+// scanWindow reads the table once for the window ending at end: emit
+// emits every key's result, drop removes the window's slots.
+func (s *winStage[K, T, A, O]) scanWindow(end int64, emit, drop bool) {
+	w := s.wins[end]
+	if w == nil {
+		w = &winInfo[K]{}
 	}
+	s.at = end - 1
+	if m := s.mem; m != nil && s.plain {
+		// The memory backend's: one pass over its map and order, which
+		// drops the keys left without slots as it goes.
+		j := 0
+		for _, k := range m.Order {
+			l := m.M[k]
+			if i := slotOf(l, end); i >= 0 {
+				if emit {
+					s.emitKey(w, k, end-s.size, end, l[i].Acc)
+				}
+				if drop {
+					if l = slices.Delete(l, i, i+1); len(l) == 0 {
+						delete(m.M, k)
+						if len(s.free) < maxFreeLists && cap(l) > 0 {
+							s.free = append(s.free, l)
+						}
+						continue
+					}
+					m.M[k] = l
+				}
+			}
+			m.Order[j] = k
+			j++
+		}
+		clear(m.Order[j:])
+		m.Order = m.Order[:j]
+		return
+	}
+	for k, l := range s.tab.All {
+		i := slotOf(l, end)
+		if i < 0 {
+			continue
+		}
+		if emit {
+			s.emitKey(w, k, end-s.size, end, l[i].Acc)
+		}
+		if drop {
+			s.put(k, slices.Delete(l, i, i+1), true)
+		}
+	}
+	s.flushGone()
 }
 
-// emitKey emits the results of key k (at i) of pane p: in the trace of its
+// emitKey emits the result acc of key k in window w: in the trace of its
 // first sampled record, linked to all, when it has some.
-func (s *winStage[K, T, A, O]) emitKey(p *pane[K, A], i int, k K, start, end int64) {
-	if c := p.tr[i]; c != nil && s.sc.Tracer != nil {
+func (s *winStage[K, T, A, O]) emitKey(w *winInfo[K], k K, start, end int64, acc A) {
+	if c := w.tr[k]; c != nil && s.sc.Tracer != nil {
 		m, done := s.sc.Tracer.emit(s.sc, c, KeyString(k), attribute.Int64("sluice.window.start", start),
 			attribute.Int64("sluice.window.end", end), attribute.Int64("sluice.event_time", end-1))
 		s.out.cur = &m
 		defer func() { s.out.cur = nil; done() }()
 	}
-	acc := p.accs[i]
-	if s.fns.Shed != nil && p.keep > 0 {
-		acc = s.fns.Shed(acc, p.keep)
+	if s.fns.Shed != nil && w.keep > 0 {
+		acc = s.fns.Shed(acc, w.keep)
 	}
-	s.fns.Emit(k, start, end, acc, s.emitOne)
+	s.fns.Emit(k, start, end, acc, s.emit)
 }
 
 // emitSession emits the results of key k's session x: in the trace of its
 // first sampled record, linked to all, when it has some (as emitKey).
 func (s *winStage[K, T, A, O]) emitSession(k K, x *session[A]) {
 	s.at = x.End - 1
-	if x.tr != nil && s.sc.Tracer != nil {
-		m, done := s.sc.Tracer.emit(s.sc, x.tr, KeyString(k), attribute.Int64("sluice.window.start", x.Start),
+	if c := s.sessTr[sessKey[K]{k, x.Start}]; c != nil && s.sc.Tracer != nil {
+		m, done := s.sc.Tracer.emit(s.sc, c, KeyString(k), attribute.Int64("sluice.window.start", x.Start),
 			attribute.Int64("sluice.window.end", x.End), attribute.Int64("sluice.event_time", x.End-1))
 		s.out.cur = &m
 		defer func() { s.out.cur = nil; done() }()
 	}
-	s.fns.Emit(k, x.Start, x.End, x.Acc, s.emitOne)
+	s.fns.Emit(k, x.Start, x.End, x.Acc, s.emit)
 }
 
 // mergeContributors is the sampled records of two merged sessions, a's
@@ -338,9 +555,9 @@ func mergeContributors(a, b *contributors) *contributors {
 // fireProc fires a processing-time window when the clock passed its end.
 func (s *winStage[K, T, A, O]) fireProc(end int64) {
 	defer s.sc.attribute()
-	if p := s.panes[end]; p != nil {
-		s.firePane(p, end)
-		delete(s.panes, end)
+	if s.wins[end] != nil && s.tab != nil {
+		s.scanWindow(end, true, true)
+		delete(s.wins, end)
 	}
 	s.out.flush()
 }
@@ -352,96 +569,101 @@ func (s *winStage[K, T, A, O]) Watermark(wm int64) {
 		return
 	}
 	s.wm = wm
-	if !s.proc {
+	if !s.proc && s.tab != nil {
 		for e, ok := s.ends.due(wm + 1); ok; e, ok = s.ends.due(wm + 1) {
-			p := s.panes[e.at]
-			if p == nil || p.fired {
+			w := s.wins[e.at]
+			if w == nil || w.fired {
 				continue
 			}
-			s.firePane(p, e.at)
 			if s.lateness > 0 {
-				p.fired = true
+				s.scanWindow(e.at, true, false)
+				w.fired = true
 				s.cleanup.add(e.at-1+s.lateness, e.at)
 			} else {
-				delete(s.panes, e.at)
+				s.scanWindow(e.at, true, true)
+				delete(s.wins, e.at)
 			}
 		}
 		for c, ok := s.cleanup.due(wm); ok; c, ok = s.cleanup.due(wm) {
-			delete(s.panes, c.v)
+			if s.wins[c.v] != nil {
+				s.scanWindow(c.v, false, true)
+				delete(s.wins, c.v)
+			}
 		}
 		for e, ok := s.sessTimers.due(wm + 1); ok; e, ok = s.sessTimers.due(wm + 1) {
-			s.fireSessions(e.v, e.at)
+			s.fireSessions(e.v, e.at, s.lateness > 0)
 		}
 		for c, ok := s.sessCleanup.due(wm); ok; c, ok = s.sessCleanup.due(wm) {
 			s.dropSessions(c.v)
 		}
+		s.flushGone()
 	}
 	s.out.flush()
 	s.next.Watermark(wm)
 }
 
-// fireSessions fires the key's session that ends at end, if it still does.
-func (s *winStage[K, T, A, O]) fireSessions(k K, end int64) {
-	list := s.sess[k]
-	for i := range list {
-		x := &list[i]
+// fireSessions fires the key's session that ends at end, if it still does:
+// keep marks it fired (the allowed lateness), else it goes.
+func (s *winStage[K, T, A, O]) fireSessions(k K, end int64, keep bool) {
+	l, seen := s.get(k)
+	for i := range l {
+		x := &l[i]
 		if x.End != end || x.Fired {
 			continue
 		}
 		s.emitSession(k, x)
-		if s.lateness > 0 {
+		if keep {
 			x.Fired = true
 			s.sessCleanup.add(x.End-1+s.lateness, k)
 		} else {
-			s.sess[k] = slices.Delete(list, i, i+1)
-			if len(s.sess[k]) == 0 {
-				delete(s.sess, k)
+			if len(s.sessTr) > 0 {
+				delete(s.sessTr, sessKey[K]{k, x.Start})
 			}
+			l = slices.Delete(l, i, i+1)
 		}
+		s.put(k, l, seen)
 		return
 	}
 }
 
 // dropSessions forgets the key's fired sessions past the allowed lateness.
 func (s *winStage[K, T, A, O]) dropSessions(k K) {
-	list := slices.DeleteFunc(s.sess[k], func(x session[A]) bool { return x.Fired && x.End-1+s.lateness <= s.wm })
-	if len(list) == 0 {
-		delete(s.sess, k)
-		return
+	l, seen := s.get(k)
+	n := len(l)
+	l = slices.DeleteFunc(l, func(x session[A]) bool {
+		if x.Fired && x.End-1+s.lateness <= s.wm {
+			if len(s.sessTr) > 0 {
+				delete(s.sessTr, sessKey[K]{k, x.Start})
+			}
+			return true
+		}
+		return false
+	})
+	if len(l) != n {
+		s.put(k, l, seen)
 	}
-	s.sess[k] = list
 }
 
 // finish fires every window still open, in the order of their ends.
 func (s *winStage[K, T, A, O]) Finish() {
 	defer s.sc.attribute()
-	ends := make([]int64, 0, len(s.panes))
-	for e, p := range s.panes {
-		if !p.fired {
-			ends = append(ends, e)
-		}
-	}
-	slices.Sort(ends)
-	for _, e := range ends {
-		s.firePane(s.panes[e], e)
-	}
-	type open struct {
-		k K
-		x session[A]
-	}
-	var all []open
-	for k, list := range s.sess {
-		for _, x := range list {
-			if !x.Fired {
-				all = append(all, open{k, x})
+	if s.tab != nil {
+		ends := make([]int64, 0, len(s.wins))
+		for e, w := range s.wins {
+			if !w.fired {
+				ends = append(ends, e)
 			}
 		}
+		slices.Sort(ends)
+		for _, e := range ends {
+			s.scanWindow(e, true, false)
+		}
+		for e, ok := s.sessTimers.due(math.MaxInt64); ok; e, ok = s.sessTimers.due(math.MaxInt64) {
+			s.fireSessions(e.v, e.at, false)
+		}
+		s.flushGone()
 	}
-	slices.SortStableFunc(all, func(a, b open) int { return cmpInt64(a.x.End, b.x.End) })
-	for _, o := range all {
-		s.emitSession(o.k, &o.x)
-	}
-	s.panes, s.sess = nil, nil
+	s.wins, s.sessTr = nil, nil
 	s.out.flush()
 	s.late.Finish()
 	s.next.Finish()
@@ -460,7 +682,175 @@ func (s *winStage[K, T, A, O]) Open() error {
 
 func (s *winStage[K, T, A, O]) Abort() {}
 
-// winState is the checkpointed form of a window stage.
+// CommittedState tells the state backend that checkpoint id is complete.
+func (s *winStage[K, T, A, O]) CommittedState(id uint64) {
+	if s.tab != nil {
+		s.tab.Committed(id)
+	}
+}
+
+// CloseState releases the state backend's files (the instance stops).
+func (s *winStage[K, T, A, O]) CloseState() error {
+	if s.tab == nil {
+		return nil
+	}
+	return s.tab.Close()
+}
+
+// winMeta is what a window stage's checkpoint keeps beside its table (a
+// state.Bundle of the two): the event time and the open time windows.
+type winMeta struct {
+	V    int       `msgpack:"v"` // winMetaVersion
+	Wm   int64     `msgpack:"wm"`
+	Wins []winMark `msgpack:"w,omitempty"`
+}
+
+type winMark struct {
+	End   int64   `msgpack:"e"`
+	Fired bool    `msgpack:"f,omitempty"`
+	Keep  float64 `msgpack:"kp,omitempty"` // winInfo.keep
+}
+
+const winMetaVersion = 2
+
+func (s *winStage[K, T, A, O]) SnapshotState(id uint64) ([]byte, error) {
+	if s.tab == nil {
+		return nil, s.openErr
+	}
+	meta := winMeta{V: winMetaVersion, Wm: s.wm}
+	for e, w := range s.wins {
+		meta.Wins = append(meta.Wins, winMark{End: e, Fired: w.fired, Keep: w.keep})
+	}
+	slices.SortFunc(meta.Wins, func(a, b winMark) int { return cmpInt64(a.End, b.End) })
+	mb, err := msgpack.Marshal(&meta)
+	if err != nil {
+		return nil, fmt.Errorf("encode %d windows: %w", len(meta.Wins), err)
+	}
+	tb, err := s.tab.Snapshot(id)
+	if err != nil {
+		return nil, err
+	}
+	return state.Bundle(mb, tb)
+}
+
+func (s *winStage[K, T, A, O]) RestoreState(b []byte) error {
+	return s.RestoreKeyGroups([][]byte{b}, 0, state.AllGroups)
+}
+
+// RestoreKeyGroups implements KeyGroupRestorer: the windows and sessions
+// of the keys in [lo, hi) from every state (the table's Restore), the
+// lowest event time, every open window (its keep rate the lowest).
+// A state of the format before the table (whole maps of windows) is
+// restored too, into the table.
+func (s *winStage[K, T, A, O]) RestoreKeyGroups(states [][]byte, lo, hi int) error {
+	if s.tab == nil {
+		return s.openErr
+	}
+	var legacy []winState[K, A]
+	var tables [][]byte
+	var merged winMeta
+	wins := map[int64]int{}
+	for i, b := range states {
+		if !state.IsBundle(b) {
+			var st winState[K, A]
+			if err := decodeState(b, &st, "window state"); err != nil {
+				return wrapState(i, len(states), err)
+			}
+			legacy = append(legacy, st)
+			continue
+		}
+		mb, tabs, err := state.Unbundle(b)
+		if err == nil && len(tabs) != 1 {
+			err = fmt.Errorf("window state: %d tables, want 1", len(tabs))
+		}
+		var meta winMeta
+		if err == nil {
+			err = decodeState(mb, &meta, "window state")
+		}
+		if err == nil && meta.V != winMetaVersion {
+			err = fmt.Errorf("window state: version %d, this sluice reads %d", meta.V, winMetaVersion)
+		}
+		if err != nil {
+			return wrapState(i, len(states), err)
+		}
+		tables = append(tables, tabs[0])
+		if len(tables) == 1 || meta.Wm < merged.Wm {
+			merged.Wm = meta.Wm
+		}
+		for _, w := range meta.Wins {
+			if w.Keep < 0 || w.Keep >= 1 || math.IsNaN(w.Keep) {
+				return wrapState(i, len(states), fmt.Errorf("window ending %d: keep rate %v out of (0, 1)", w.End, w.Keep))
+			}
+			j, ok := wins[w.End]
+			if !ok {
+				wins[w.End] = len(merged.Wins)
+				merged.Wins = append(merged.Wins, w)
+				continue
+			}
+			if k := w.Keep; k > 0 && (merged.Wins[j].Keep == 0 || k < merged.Wins[j].Keep) {
+				merged.Wins[j].Keep = k
+			}
+		}
+	}
+	if len(legacy) > 0 {
+		if len(tables) > 0 {
+			return fmt.Errorf("window state: %d states of the format before the state table beside %d of it", len(legacy), len(tables))
+		}
+		if hi == state.AllGroups {
+			hi = maxKeyGroups
+		}
+		return s.restoreLegacy(legacy, lo, hi)
+	}
+	if err := s.tab.Restore(tables, lo, hi); err != nil {
+		return err
+	}
+	s.wm = merged.Wm
+	for _, w := range merged.Wins {
+		s.wins[w.End] = &winInfo[K]{fired: w.Fired, keep: w.Keep}
+		s.armRestored(w.End, w.Fired)
+	}
+	s.armSessions()
+	return nil
+}
+
+func wrapState(i, n int, err error) error {
+	if n == 1 {
+		return err
+	}
+	return fmt.Errorf("state %d of %d: %w", i+1, n, err)
+}
+
+// armRestored arms the timer of a restored time window.
+func (s *winStage[K, T, A, O]) armRestored(end int64, fired bool) {
+	switch {
+	case s.proc:
+		s.restoredProc = append(s.restoredProc, end)
+	case fired:
+		s.cleanup.add(end-1+s.lateness, end)
+	default:
+		s.ends.add(end, struct{}{})
+	}
+}
+
+// armSessions arms the timers of the restored sessions (a read of the
+// whole table).
+func (s *winStage[K, T, A, O]) armSessions() {
+	if s.kind != sessions {
+		return
+	}
+	for k, l := range s.tab.All {
+		for _, x := range l {
+			if x.Fired {
+				s.sessCleanup.add(x.End-1+s.lateness, k)
+			} else {
+				s.sessTimers.add(x.End, k)
+			}
+		}
+	}
+}
+
+// winState is the checkpointed form of a window stage before its state
+// went into a table (whole maps of windows and sessions): still restored.
 type winState[K comparable, A any] struct {
 	Wm    int64             `msgpack:"wm"`
 	Panes []paneState[K, A] `msgpack:"p,omitempty"`
@@ -480,107 +870,51 @@ type sessState[K comparable, A any] struct {
 	List []session[A] `msgpack:"l"`
 }
 
-func (s *winStage[K, T, A, O]) SnapshotState(uint64) ([]byte, error) {
-	st := winState[K, A]{Wm: s.wm}
-	for e, p := range s.panes {
-		st.Panes = append(st.Panes, paneState[K, A]{End: e, Fired: p.fired, Keys: p.keys, Accs: p.accs, Keep: p.keep})
-	}
-	slices.SortFunc(st.Panes, func(a, b paneState[K, A]) int { return cmpInt64(a.End, b.End) })
-	for k, list := range s.sess {
-		st.Sess = append(st.Sess, sessState[K, A]{Key: k, List: list})
-	}
-	b, err := msgpack.Marshal(&st)
-	if err != nil {
-		return nil, fmt.Errorf("encode %d windows and %d keys' sessions: %w", len(st.Panes), len(st.Sess), err)
-	}
-	return b, nil
-}
-
-func (s *winStage[K, T, A, O]) RestoreState(b []byte) error {
-	var st winState[K, A]
-	if err := decodeState(b, &st, "window state"); err != nil {
-		return err
-	}
-	return s.restoreFrom(st)
-}
-
-// RestoreKeyGroups implements KeyGroupRestorer: the panes and sessions of
-// the keys in [lo, hi) from every state, the lowest event time.
-func (s *winStage[K, T, A, O]) RestoreKeyGroups(states [][]byte, lo, hi int) error {
+// restoreLegacy restores states of the format before the table: the keys
+// of groups [lo, hi) put into the table.
+func (s *winStage[K, T, A, O]) restoreLegacy(states []winState[K, A], lo, hi int) error {
 	owns := ownsKeys[K](lo, hi)
-	merged := winState[K, A]{Wm: s.wm}
-	panes := map[int64]int{}
-	for i, b := range states {
-		var st winState[K, A]
-		if err := decodeState(b, &st, "window state"); err != nil {
-			return fmt.Errorf("state %d of %d: %w", i+1, len(states), err)
-		}
-		if i == 0 || st.Wm < merged.Wm {
-			merged.Wm = st.Wm
+	for i, st := range states {
+		if i == 0 || st.Wm < s.wm {
+			s.wm = st.Wm
 		}
 		for _, ps := range st.Panes {
 			if len(ps.Keys) != len(ps.Accs) {
 				return fmt.Errorf("window ending %d: %d keys but %d values", ps.End, len(ps.Keys), len(ps.Accs))
 			}
-			j, ok := panes[ps.End]
-			if !ok {
-				j = len(merged.Panes)
-				panes[ps.End] = j
-				merged.Panes = append(merged.Panes, paneState[K, A]{End: ps.End, Fired: ps.Fired})
+			if ps.Keep < 0 || ps.Keep >= 1 || math.IsNaN(ps.Keep) {
+				return fmt.Errorf("window ending %d: keep rate %v out of (0, 1)", ps.End, ps.Keep)
 			}
-			if k := ps.Keep; k > 0 && (merged.Panes[j].Keep == 0 || k < merged.Panes[j].Keep) {
-				merged.Panes[j].Keep = k
-			}
-			for x, k := range ps.Keys {
-				if owns(k) {
-					merged.Panes[j].Keys = append(merged.Panes[j].Keys, k)
-					merged.Panes[j].Accs = append(merged.Panes[j].Accs, ps.Accs[x])
+			w := s.wins[ps.End]
+			for j, k := range ps.Keys {
+				if !owns(k) {
+					continue
 				}
+				if w == nil {
+					w = &winInfo[K]{fired: ps.Fired}
+					s.wins[ps.End] = w
+					s.armRestored(ps.End, ps.Fired)
+				}
+				l, seen := s.get(k)
+				if slotOf(l, ps.End) >= 0 {
+					continue // the first state's
+				}
+				s.put(k, append(l, session[A]{End: ps.End, Acc: ps.Accs[j]}), seen)
+			}
+			if k := ps.Keep; w != nil && k > 0 && (w.keep == 0 || k < w.keep) {
+				w.keep = k
 			}
 		}
 		for _, ss := range st.Sess {
-			if owns(ss.Key) {
-				merged.Sess = append(merged.Sess, ss)
+			if !owns(ss.Key) || len(ss.List) == 0 {
+				continue
+			}
+			if _, seen := s.get(ss.Key); !seen {
+				s.put(ss.Key, slices.Clone(ss.List), false)
 			}
 		}
 	}
-	merged.Panes = slices.DeleteFunc(merged.Panes, func(p paneState[K, A]) bool { return len(p.Keys) == 0 })
-	return s.restoreFrom(merged)
-}
-
-func (s *winStage[K, T, A, O]) restoreFrom(st winState[K, A]) error {
-	s.wm = st.Wm
-	for _, ps := range st.Panes {
-		if len(ps.Keys) != len(ps.Accs) {
-			return fmt.Errorf("window ending %d: %d keys but %d values", ps.End, len(ps.Keys), len(ps.Accs))
-		}
-		if ps.Keep < 0 || ps.Keep >= 1 || math.IsNaN(ps.Keep) {
-			return fmt.Errorf("window ending %d: keep rate %v out of (0, 1)", ps.End, ps.Keep)
-		}
-		p := &pane[K, A]{idx: make(map[K]int, len(ps.Keys)), keys: ps.Keys, accs: ps.Accs, fired: ps.Fired, keep: ps.Keep}
-		for i, k := range ps.Keys {
-			p.idx[k] = i
-		}
-		s.panes[ps.End] = p
-		end := ps.End
-		switch {
-		case s.proc:
-			s.restoredProc = append(s.restoredProc, end)
-		case ps.Fired:
-			s.cleanup.add(end-1+s.lateness, end)
-		default:
-			s.ends.add(end, struct{}{})
-		}
-	}
-	for _, ss := range st.Sess {
-		s.sess[ss.Key] = ss.List
-		for _, x := range ss.List {
-			if x.Fired {
-				s.sessCleanup.add(x.End-1+s.lateness, ss.Key)
-			} else {
-				s.sessTimers.add(x.End, ss.Key)
-			}
-		}
-	}
+	s.flushGone()
+	s.armSessions()
 	return nil
 }
