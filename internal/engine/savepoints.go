@@ -67,10 +67,12 @@ func (x *execution) exportDisk(dir string, states map[string][]byte) error {
 	for _, k := range slices.Sorted(maps.Keys(states)) {
 		b := states[k]
 		i := strings.LastIndexByte(k, '/')
-		if i <= 0 || !state.IsDiskHandle(b) {
+		if i <= 0 || !state.IsDiskHandle(state.TableOf(b)) { // a join's or Process's bundle holds its table's handle
 			continue
 		}
-		out, err := state.ExportDisk(b, filepath.Join(base, url.PathEscape(k[:i])), dir, filepath.Join("disk", url.PathEscape(k)))
+		out, err := state.MapTable(b, func(t []byte) ([]byte, error) {
+			return state.ExportDisk(t, filepath.Join(base, url.PathEscape(k[:i])), dir, filepath.Join("disk", url.PathEscape(k)))
+		})
 		if err != nil {
 			if x.dist != nil {
 				return fmt.Errorf("copy the disk state of %s: %w (a savepoint of a distributed job copies only the disk state held in this process)", k, err)
@@ -161,10 +163,10 @@ func (x *execution) changelogDir() string {
 func (x *execution) selfContained(cp persistence.Checkpoint) (persistence.Checkpoint, error) {
 	var states map[string][]byte
 	for k, b := range cp.States {
-		if !state.IsChangelog(b) {
+		if !state.IsChangelog(state.TableOf(b)) {
 			continue
 		}
-		in, err := state.Inline(b, x.changelogDir())
+		in, err := state.MapTable(b, func(t []byte) ([]byte, error) { return state.Inline(t, x.changelogDir()) })
 		if err != nil {
 			return cp, fmt.Errorf("state of %s: %w", k, err)
 		}

@@ -326,7 +326,7 @@ func WriteWith(dir, job string, cp persistence.Checkpoint, prepare func(dir stri
 		}
 	}
 	for k, v := range sp.States {
-		st, _, err := state.ResolveDisk(v, dir)
+		st, _, err := state.ResolveAny(v, dir)
 		if err != nil {
 			return nil, fmt.Errorf("%s: state %q: %w", where, k, err)
 		}
@@ -427,9 +427,9 @@ func Open(dir string) (*Savepoint, error) {
 				return nil, fmt.Errorf("savepoint %s: instance %d of %d holds key groups [%d, %d), not [%d, %d): %w",
 					path, is.Instance, o.Parallelism, is.KeyGroups[0], is.KeyGroups[1], lo, hi, ErrCorrupt)
 			}
-			st, disk, err := state.ResolveDisk(is.State, dir)
+			st, disk, err := state.ResolveAny(is.State, dir)
 			if err == nil && disk {
-				err = state.VerifyDisk(st)
+				err = state.VerifyDisk(state.TableOf(st))
 			}
 			if err != nil {
 				return nil, fmt.Errorf("savepoint %s: instance %d of %q: %w: %w", path, is.Instance, f.Operator, ErrCorrupt, err)
