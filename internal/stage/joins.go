@@ -91,15 +91,18 @@ func (s *IntervalStage[K, L, R, O]) Push(b *Batch[Either[L, R]]) {
 		}
 		k := s.key(e)
 		var buf *IntervalBuf[L, R]
-		var existed bool
+		var existed bool // the table has k (its buffer may be nil: a restored state's)
 		if m := s.t.mem; m != nil {
-			buf = m.M[k]
-			existed = buf != nil
+			buf, existed = m.M[k]
+			if buf == nil && existed {
+				buf = &IntervalBuf[L, R]{}
+				m.M[k] = buf
+			}
 		} else {
 			buf, existed = s.t.tab.Get(k)
 		}
 		if buf == nil {
-			buf, existed = &IntervalBuf[L, R]{}, false
+			buf = &IntervalBuf[L, R]{}
 		}
 		var due int64
 		if e.Right {
@@ -200,7 +203,7 @@ func (s *IntervalStage[K, L, R, O]) Watermark(wm int64) {
 		}
 	}
 	if s.empty > 64 && s.empty > len(s.t.mem.M)/2 {
-		s.t.compact(func(b *IntervalBuf[L, R]) bool { return len(b.Ls) == 0 && len(b.Rs) == 0 })
+		s.t.compact(func(b *IntervalBuf[L, R]) bool { return b == nil || len(b.Ls) == 0 && len(b.Rs) == 0 })
 		s.empty = 0
 	}
 	s.next.Watermark(wm)
@@ -269,6 +272,9 @@ func (s *IntervalStage[K, L, R, O]) RestoreKeyGroups(states [][]byte, lo, hi int
 	}
 	s.expiry = nil
 	for k, buf := range s.t.tab.All {
+		if buf == nil {
+			continue
+		}
 		if s.t.mem == nil {
 			if first, ok := s.firstDue(buf); ok {
 				s.expiry.add(first, k)
@@ -389,15 +395,18 @@ func (s *JoinStage[K, L, R, O]) Push(b *Batch[Either[L, R]]) {
 		}
 		k := s.key(e)
 		var buf *JoinBuf[L, R]
-		var existed bool
+		var existed bool // the table has k (its buffer may be nil: a restored state's)
 		if m := s.t.mem; m != nil {
-			buf = m.M[k]
-			existed = buf != nil
+			buf, existed = m.M[k]
+			if buf == nil && existed {
+				buf = &JoinBuf[L, R]{}
+				m.M[k] = buf
+			}
 		} else {
 			buf, existed = s.t.tab.Get(k)
 		}
 		if buf == nil {
-			buf, existed = &JoinBuf[L, R]{}, false
+			buf = &JoinBuf[L, R]{}
 		}
 		buf.Touched = now
 		var m *Mark
@@ -480,7 +489,7 @@ func (s *JoinStage[K, L, R, O]) sweep() {
 		cutoff := s.sc.Now().UnixNano() - s.ttl
 		var gone map[K]bool
 		for k, buf := range s.t.mem.M {
-			if buf.Touched <= cutoff {
+			if buf == nil || buf.Touched <= cutoff {
 				if gone == nil {
 					gone = map[K]bool{}
 				}
@@ -529,6 +538,9 @@ func (s *JoinStage[K, L, R, O]) RestoreKeyGroups(states [][]byte, lo, hi int) er
 	if m := s.t.mem; m != nil {
 		now := s.sc.Now().UnixNano()
 		for _, buf := range m.M {
+			if buf == nil {
+				continue
+			}
 			buf.Touched = now // the TTL counts from the restart (on disk: from the time stored)
 		}
 	}
