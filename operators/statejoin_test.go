@@ -1,14 +1,20 @@
 package operators_test
 
 import (
+	"context"
 	"fmt"
+	"os"
 	"slices"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/sluicehq/sluice/actors"
 	"github.com/sluicehq/sluice/clock/clocktest"
 	"github.com/sluicehq/sluice/operators"
 	"github.com/sluicehq/sluice/operators/optest"
+	"github.com/sluicehq/sluice/persistence"
 )
 
 // smallBackends are the state backends the join and Process tests run under:
@@ -150,5 +156,96 @@ func TestProcessOnDisk(t *testing.T) {
 	}
 	if !slices.Equal(results[0], results[1]) {
 		t.Fatalf("disk: %d results, memory %d: %s", len(results[1]), len(results[0]), firstDiff(results[1], results[0]))
+	}
+}
+
+// TestStopWithSavepointProcessDisk: a Process counting per key in its
+// state on the disk backend (a cache of a few hundred keys), with an
+// event-time timer per key that emits the count at the end, stopped with
+// a savepoint mid-stream; the savepoint copies the Process's table (inside
+// its state bundle) so the state directory can go, and a job started from
+// it at parallelism 3 emits every key's full count once.
+func TestStopWithSavepointProcessDisk(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	sys, err := actors.NewSystem(actors.Config{Name: t.Name()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sys.Stop(ctx)
+	const n, keys = 100_000, 2_000
+	var passed atomic.Int64
+	tick := time.NewTicker(time.Millisecond)
+	defer tick.Stop()
+	var mu sync.Mutex
+	out := map[int64]int64{}
+	emits := map[int64]int{}
+	stateDir := t.TempDir()
+	build := func(paced bool) *operators.Topology {
+		top := operators.NewTopology("disk-process", operators.BatchSize(64), operators.StateBackend(operators.DiskState(stateDir, 16<<10)))
+		src := operators.Source(top, "src", operators.Generate(n, func(i int64) int64 { return i % keys }))
+		slow := operators.Map(src, "pace", func(v int64) int64 {
+			if paced && passed.Add(1)%100 == 0 {
+				<-tick.C
+			}
+			return v
+		})
+		by := operators.KeyBy(slow, "by", func(v int64) int64 { return v }, operators.Parallelism(2))
+		type st struct{ N int64 }
+		counts := operators.Process(by, "count", func(c *operators.ProcessContext[int64, st, operators.KV[int64, int64]], _ int64) {
+			s := c.State()
+			if s.N == 0 {
+				c.Timer(time.Unix(0, 0)) // fires at the end (no event times)
+			}
+			s.N++
+		}, func(c *operators.ProcessContext[int64, st, operators.KV[int64, int64]]) {
+			c.Emit(operators.KV[int64, int64]{Key: c.Key(), Value: c.State().N})
+		})
+		operators.Sink(counts, "sink", operators.SinkFunc(func(kv operators.KV[int64, int64]) error {
+			mu.Lock()
+			out[kv.Key] += kv.Value
+			emits[kv.Key]++
+			mu.Unlock()
+			return nil
+		}))
+		return top
+	}
+	job, err := operators.Start(ctx, sys, build(true), operators.Checkpoints(time.Hour), operators.CheckpointStore(persistence.NewMemoryCheckpointStore()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.After(time.Minute)
+	for passed.Load() < 20_000 {
+		select {
+		case <-deadline:
+			t.Fatal("the job did not reach 20 000 records")
+		case <-tick.C:
+		}
+	}
+	info, err := job.StopWithSavepoint(ctx, t.TempDir()+"/sp")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if at := passed.Load(); at >= n {
+		t.Fatalf("the job read all %d records before the stop; make it slower", n)
+	}
+	if err := os.RemoveAll(stateDir); err != nil {
+		t.Fatal(err)
+	}
+	job2, err := operators.Start(ctx, sys, build(false), operators.Checkpoints(time.Hour), operators.CheckpointStore(persistence.NewMemoryCheckpointStore()),
+		operators.FromSavepoint(info.Dir), operators.RunParallelism("count", 3))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := job2.Wait(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if len(out) != keys {
+		t.Fatalf("%d keys counted, want %d", len(out), keys)
+	}
+	for k, c := range out {
+		if c != n/keys || emits[k] != 1 {
+			t.Fatalf("key %d: count %d in %d results, want %d in one", k, c, emits[k], n/keys)
+		}
 	}
 }
