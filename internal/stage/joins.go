@@ -350,7 +350,7 @@ type JoinStage[K comparable, L, R, O any] struct {
 	out     OutBuf[O]
 }
 
-// openJoin opens the join's table; on disk with a TTL the table forgets a
+// open opens the join's table; on disk with a TTL the table forgets a
 // key's buffer a TTL after it was last put (each record puts it).
 func (s *JoinStage[K, L, R, O]) open() {
 	s.t = openTable[K, *JoinBuf[L, R]](s.sc)
