@@ -105,10 +105,16 @@ func TestUnboundedJoinEachPairOnce(t *testing.T) {
 // With a state TTL a key that saw nothing for the TTL is forgotten: a later
 // record of it finds no partner.
 func TestJoinStateTTL(t *testing.T) {
+	for name, opts := range backends(t) {
+		t.Run(name, func(t *testing.T) { testJoinStateTTL(t, opts) })
+	}
+}
+
+func testJoinStateTTL(t *testing.T, opts []operators.TopologyOption) {
 	sys, ctx := newSystem(t)
 	clock := clocktest.NewManual(time.UnixMilli(0))
 	lc, rc := make(chan tev), make(chan tev)
-	top := operators.NewTopology(t.Name(), operators.BatchSize(1), operators.WithClock(clock))
+	top := operators.NewTopology(t.Name(), append([]operators.TopologyOption{operators.BatchSize(1), operators.WithClock(clock)}, opts...)...)
 	l := operators.Source(top, "left", operators.FromChannel(lc))
 	r := operators.Source(top, "right", operators.FromChannel(rc))
 	j := operators.Join(l, r, "join", tevKey, tevKey, mkPair, operators.StateTTL(time.Minute))

@@ -5,8 +5,9 @@ import (
 	"github.com/sluicehq/sluice/internal/state"
 )
 
-// StateSpec is a state backend for the per-key aggregations (Count,
-// Reduce, Aggregate) and the windowed ones: MemoryState or DiskState.
+// StateSpec is a state backend for the keyed operators' per-key state
+// (Count, Reduce, Aggregate, the windowed aggregations, Join,
+// IntervalJoin, Process): MemoryState or DiskState.
 type StateSpec struct{ s state.Spec }
 
 // MemoryState keeps each key's state in a Go map (the default): the
@@ -31,7 +32,7 @@ func (s StateSpec) Changelog(dir string) StateSpec {
 	return s
 }
 
-// DiskState keeps the per-key aggregations' state in a pebble database
+// DiskState keeps the keyed operators' per-key state in a pebble database
 // (an LSM tree) per operator instance under dir/<job>/<operator>, with
 // about budget bytes of memory per instance (0: 64 MiB): half a
 // write-back cache of hot keys, half pebble's block cache (its bloom
@@ -42,10 +43,9 @@ func (s StateSpec) Changelog(dir string) StateSpec {
 // incremental: it links the database's immutable files, and writes only
 // those made since the previous one. The newest two checkpoints' files are
 // kept (RetainCheckpoints). Results emitted at the end (EmitAtEnd) come in
-// key-group order, not first-seen order. Windows keep their
-// accumulators in the backend too (their timers stay in memory); joins and
-// Process keep their state in memory with either backend (see
-// docs/checkpoints.md).
+// key-group order, not first-seen order. Windows, joins and Process keep
+// their per-key state in the table too; their timers stay in memory with
+// either backend (see docs/checkpoints.md).
 func DiskState(dir string, budget int64) StateSpec {
 	return StateSpec{state.Spec{Dir: dir, Budget: budget}}
 }
@@ -58,6 +58,6 @@ func (s StateSpec) RetainCheckpoints(n int) StateSpec {
 	return s
 }
 
-// StateBackend chooses where the per-key aggregations keep their state
+// StateBackend chooses where the keyed operators keep their per-key state
 // (default MemoryState).
 func StateBackend(s StateSpec) TopologyOption { return TopologyOption{graph.StateBackend(s.s)} }

@@ -135,13 +135,19 @@ func testCountAtEndStateTTL(t *testing.T, opts []operators.TopologyOption) {
 // Process with a state TTL sees a zero state for a key whose state
 // expired.
 func TestProcessStateTTL(t *testing.T) {
+	for name, opts := range backends(t) {
+		t.Run(name, func(t *testing.T) { testProcessStateTTL(t, opts) })
+	}
+}
+
+func testProcessStateTTL(t *testing.T, opts []operators.TopologyOption) {
 	in, out, clock, end, _ := ttlJob(t, func(s operators.Stream[string]) operators.Stream[int] {
 		return operators.Process(byWord(s), "seen", func(c *operators.ProcessContext[string, int, int], _ string) {
 			n := c.State()
 			*n++
 			c.Emit(*n)
 		}, nil, operators.StateTTL(time.Minute))
-	})
+	}, opts...)
 	in <- "a"
 	in <- "a"
 	in <- "b"

@@ -54,21 +54,24 @@ func NewTimestamps[T any](ts func(T) time.Time, bound int64, next any, sc *Ctx) 
 func NewIntervalJoin[K comparable, L, R, O any](key func(Either[L, R]) K, join func(L, R) O, lower, upper int64, next any, sc *Ctx) any {
 	p := next.(Pusher[O])
 	return &IntervalStage[K, L, R, O]{key: key, join: join, lower: lower, upper: upper, wm: math.MinInt64,
-		bufs: make(map[K]*IntervalBuf[L, R]), out: NewOutBuf(p, sc), next: p, sc: sc}
+		t: openTable[K, *IntervalBuf[L, R]](sc), out: NewOutBuf(p, sc), next: p, sc: sc}
 }
 
 // NewJoin is the unbounded join, forgetting a key's records after ttl of
 // processing time without one (0: never).
 func NewJoin[K comparable, L, R, O any](key func(Either[L, R]) K, join func(L, R) O, ttl int64, next any, sc *Ctx) any {
 	p := next.(Pusher[O])
-	return &JoinStage[K, L, R, O]{key: key, join: join, ttl: ttl, bufs: make(map[K]*JoinBuf[L, R]), out: NewOutBuf(p, sc), next: p, sc: sc}
+	s := &JoinStage[K, L, R, O]{key: key, join: join, ttl: ttl, out: NewOutBuf(p, sc), next: p, sc: sc}
+	s.open()
+	return s
 }
 
 // NewProcess runs onRecord and onTimer with per-key state and timers.
 func NewProcess[K comparable, T, S, O any](key func(T) K, onRecord func(*ProcessContext[K, S, O], T), onTimer func(*ProcessContext[K, S, O]), next any, sc *Ctx) any {
 	p := next.(Pusher[O])
-	core := &ProcCore[K, S, O]{onTimer: onTimer, wm: math.MinInt64, state: make(map[K]*S),
+	core := &ProcCore[K, S, O]{onTimer: onTimer, wm: math.MinInt64,
 		timerSet: make(map[TimerID[K]]struct{}), ptimers: make(map[TimerID[K]]struct{}), out: NewOutBuf(p, sc), next: p, sc: sc}
+	core.open()
 	return &ProcessStage[K, T, S, O]{ProcCore: core, key: key, onRecord: onRecord}
 }
 

@@ -1,6 +1,7 @@
 package stage
 
 import (
+	"errors"
 	"fmt"
 	"math"
 	"slices"
@@ -8,6 +9,8 @@ import (
 
 	"github.com/vmihailenco/msgpack/v5"
 	"go.opentelemetry.io/otel/trace"
+
+	"github.com/sluicehq/sluice/internal/state"
 )
 
 // Joins of two streams by key. Each is built from parts the planner already
@@ -41,16 +44,24 @@ type IntervalBuf[L, R any] struct {
 	Rs []stamped[R] `msgpack:"r"`
 }
 
+// IntervalStage is the interval join: a key's records of both sides, kept
+// in its state table until the watermark passes the last time a record of
+// the other side could match them.
 type IntervalStage[K comparable, L, R, O any] struct {
 	key          func(Either[L, R]) K
 	join         func(L, R) O
 	lower, upper int64
 	wm           int64
-	bufs         map[K]*IntervalBuf[L, R]
-	expiry       timeHeap[K] // when a key's records may be pruned
-	next         Pusher[O]
-	sc           *Ctx
-	out          OutBuf[O]
+	t            keyedTable[K, *IntervalBuf[L, R]]
+	// expiry: when a key's records may be pruned. In memory, an entry per
+	// record (as it always was); on disk one per key with records, at the
+	// earliest of their times (and one more each time a record moves it
+	// earlier), so that it grows with the keys, not their records.
+	expiry timeHeap[K]
+	empty  int // memory: keys emptied since the last compaction
+	next   Pusher[O]
+	sc     *Ctx
+	out    OutBuf[O]
 }
 
 func (s *IntervalStage[K, L, R, O]) Push(b *Batch[Either[L, R]]) {
@@ -58,6 +69,7 @@ func (s *IntervalStage[K, L, R, O]) Push(b *Batch[Either[L, R]]) {
 	if end := passKeyed(s.sc, b, s.key); end != nil {
 		defer end()
 	}
+	s.t.check(s.sc)
 	s.sc.C.In.Add(int64(len(b.Vs)))
 	if b.Ts == nil && len(b.Vs) > 0 {
 		s.sc.fail(errNoEventTime)
@@ -78,30 +90,70 @@ func (s *IntervalStage[K, L, R, O]) Push(b *Batch[Either[L, R]]) {
 			continue
 		}
 		k := s.key(e)
-		buf := s.bufs[k]
+		var buf *IntervalBuf[L, R]
+		var existed bool // the table has k (its buffer may be nil: a restored state's)
+		if m := s.t.mem; m != nil {
+			buf, existed = m.M[k]
+			if buf == nil && existed {
+				buf = &IntervalBuf[L, R]{}
+				m.M[k] = buf
+			}
+		} else {
+			buf, existed = s.t.tab.Get(k)
+		}
 		if buf == nil {
 			buf = &IntervalBuf[L, R]{}
-			s.bufs[k] = buf
 		}
+		var due int64
 		if e.Right {
 			for _, l := range buf.Ls {
 				if t >= l.T+s.lower && t <= l.T+s.upper {
 					s.out.add(s.join(l.V, e.R), max(t, l.T))
 				}
 			}
-			buf.Rs = append(buf.Rs, stamped[R]{t, e.R})
-			s.expiry.add(t-s.lower, k)
+			due = t - s.lower
 		} else {
 			for _, r := range buf.Rs {
 				if r.T >= t+s.lower && r.T <= t+s.upper {
 					s.out.add(s.join(e.L, r.V), max(t, r.T))
 				}
 			}
+			due = t + s.upper
+		}
+		if s.t.mem != nil {
+			s.expiry.add(due, k)
+		} else if first, ok := s.firstDue(buf); !ok || due < first {
+			s.expiry.add(due, k)
+		}
+		if e.Right {
+			buf.Rs = append(buf.Rs, stamped[R]{t, e.R})
+		} else {
 			buf.Ls = append(buf.Ls, stamped[L]{t, e.L})
-			s.expiry.add(t+s.upper, k)
+		}
+		if m := s.t.mem; m != nil {
+			if !existed {
+				m.Order = append(m.Order, k)
+				m.M[k] = buf
+			}
+			m.Changed(k, existed)
+		} else {
+			s.t.tab.Put(k, buf, existed)
 		}
 	}
 	s.out.flush()
+}
+
+// firstDue is the earliest time at which some record of buf may be
+// pruned (false: buf is empty).
+func (s *IntervalStage[K, L, R, O]) firstDue(buf *IntervalBuf[L, R]) (int64, bool) {
+	first, ok := int64(math.MaxInt64), false
+	for _, l := range buf.Ls {
+		first, ok = min(first, l.T+s.upper), true
+	}
+	for _, r := range buf.Rs {
+		first, ok = min(first, r.T-s.lower), true
+	}
+	return first, ok
 }
 
 func (s *IntervalStage[K, L, R, O]) Watermark(wm int64) {
@@ -110,23 +162,58 @@ func (s *IntervalStage[K, L, R, O]) Watermark(wm int64) {
 		return
 	}
 	s.wm = wm
+	if s.t.tab == nil {
+		s.next.Watermark(wm)
+		return
+	}
 	for e, ok := s.expiry.due(wm); ok; e, ok = s.expiry.due(wm) {
-		buf := s.bufs[e.v]
+		var buf *IntervalBuf[L, R]
+		if m := s.t.mem; m != nil {
+			buf = m.M[e.v]
+		} else {
+			buf, _ = s.t.tab.Get(e.v)
+		}
 		if buf == nil {
 			continue
 		}
 		// No right record later than wm can match l once l+upper <= wm, nor
 		// a left one r once r-lower <= wm.
+		nl, nr := len(buf.Ls), len(buf.Rs)
 		buf.Ls = slices.DeleteFunc(buf.Ls, func(l stamped[L]) bool { return l.T+s.upper <= wm })
 		buf.Rs = slices.DeleteFunc(buf.Rs, func(r stamped[R]) bool { return r.T-s.lower <= wm })
-		if len(buf.Ls) == 0 && len(buf.Rs) == 0 {
-			delete(s.bufs, e.v)
+		switch {
+		case len(buf.Ls) == 0 && len(buf.Rs) == 0:
+			if s.t.mem != nil {
+				s.t.mem.Changed(e.v, true)
+				s.empty++ // left in place: compacted below
+			} else {
+				s.t.tab.Delete(e.v)
+			}
+		case s.t.mem != nil:
+			if len(buf.Ls) != nl || len(buf.Rs) != nr {
+				s.t.mem.Changed(e.v, true)
+			}
+		default:
+			if next, ok := s.firstDue(buf); ok { // one entry per key on disk: the next
+				s.expiry.add(next, e.v)
+			}
+			if len(buf.Ls) != nl || len(buf.Rs) != nr {
+				s.t.tab.Put(e.v, buf, true)
+			}
 		}
+	}
+	if s.empty > 64 && s.empty > len(s.t.mem.M)/2 {
+		s.t.compact(func(b *IntervalBuf[L, R]) bool { return b == nil || len(b.Ls) == 0 && len(b.Rs) == 0 })
+		s.empty = 0
 	}
 	s.next.Watermark(wm)
 }
 
-func (s *IntervalStage[K, L, R, O]) Finish() { s.bufs = nil; s.next.Finish() }
+func (s *IntervalStage[K, L, R, O]) Finish() { s.t.clear(); s.expiry = nil; s.next.Finish() }
+
+// CommittedState and CloseState: the state backend's (see KeyedStage).
+func (s *IntervalStage[K, L, R, O]) CommittedState(id uint64) { s.t.committed(id) }
+func (s *IntervalStage[K, L, R, O]) CloseState() error        { return s.t.close() }
 
 type keyedBufs[K comparable, B any] struct {
 	Wm   int64 `msgpack:"wm"`
@@ -134,30 +221,66 @@ type keyedBufs[K comparable, B any] struct {
 	Bufs []B   `msgpack:"b"`
 }
 
-func (s *IntervalStage[K, L, R, O]) SnapshotState(uint64) ([]byte, error) {
-	return encodeKeyed(s.wm, s.bufs)
+// joinOwn is a join's own part of its checkpoint (beside its table).
+type joinOwn struct {
+	Wm int64 `msgpack:"wm"`
+}
+
+func encodeOwn(v any) ([]byte, error) {
+	b, err := msgpack.Marshal(v)
+	if err != nil {
+		return nil, fmt.Errorf("encode the operator's state: %w", err)
+	}
+	return b, nil
+}
+
+func (s *IntervalStage[K, L, R, O]) SnapshotState(id uint64) ([]byte, error) {
+	own, err := encodeOwn(&joinOwn{Wm: s.wm})
+	if err != nil {
+		return nil, err
+	}
+	return s.t.snapshot(id, own)
 }
 
 func (s *IntervalStage[K, L, R, O]) RestoreState(b []byte) error {
-	wm, bufs, err := decodeKeyed[K, IntervalBuf[L, R]](b)
-	if err != nil {
-		return err
-	}
-	return s.restoreFrom(wm, bufs)
+	return s.RestoreKeyGroups([][]byte{b}, 0, state.AllGroups)
 }
 
-// RestoreKeyGroups implements KeyGroupRestorer.
+// RestoreKeyGroups implements KeyGroupRestorer: the keys of groups
+// [lo, hi), the lowest event time.
 func (s *IntervalStage[K, L, R, O]) RestoreKeyGroups(states [][]byte, lo, hi int) error {
-	wm, bufs, err := mergeKeyed[K, IntervalBuf[L, R]](states, lo, hi, s.wm)
-	if err != nil {
+	own, err := s.t.restore(states, lo, hi)
+	if errors.Is(err, errOldState) {
+		wm, bufs, err := mergeKeyed[K, IntervalBuf[L, R]](states, lo, hi, s.wm)
+		if err != nil {
+			return err
+		}
+		s.t.load(bufs)
+		s.wm = wm
+	} else if err != nil {
 		return err
+	} else {
+		for i, b := range own {
+			var o joinOwn
+			if err := decodeState(b, &o, "interval join state"); err != nil {
+				return wrapState(i, len(own), err)
+			}
+			if i == 0 || o.Wm < s.wm {
+				s.wm = o.Wm
+			}
+		}
 	}
-	return s.restoreFrom(wm, bufs)
-}
-
-func (s *IntervalStage[K, L, R, O]) restoreFrom(wm int64, bufs map[K]*IntervalBuf[L, R]) error {
-	s.wm, s.bufs = wm, bufs
-	for k, buf := range bufs {
+	s.expiry = nil
+	for k, buf := range s.t.tab.All {
+		if buf == nil {
+			continue
+		}
+		if s.t.mem == nil {
+			if first, ok := s.firstDue(buf); ok {
+				s.expiry.add(first, k)
+			}
+			continue
+		}
 		for _, l := range buf.Ls {
 			s.expiry.add(l.T+s.upper, k)
 		}
@@ -166,19 +289,6 @@ func (s *IntervalStage[K, L, R, O]) restoreFrom(wm int64, bufs map[K]*IntervalBu
 		}
 	}
 	return nil
-}
-
-func encodeKeyed[K comparable, B any](wm int64, bufs map[K]*B) ([]byte, error) {
-	st := keyedBufs[K, B]{Wm: wm, Keys: make([]K, 0, len(bufs)), Bufs: make([]B, 0, len(bufs))}
-	for k, b := range bufs {
-		st.Keys = append(st.Keys, k)
-		st.Bufs = append(st.Bufs, *b)
-	}
-	b, err := msgpack.Marshal(&st)
-	if err != nil {
-		return nil, fmt.Errorf("encode state of %d keys: %w", len(st.Keys), err)
-	}
-	return b, nil
 }
 
 func decodeKeyed[K comparable, B any](b []byte) (int64, map[K]*B, error) {
@@ -196,8 +306,9 @@ func decodeKeyed[K comparable, B any](b []byte) (int64, map[K]*B, error) {
 	return st.Wm, m, nil
 }
 
-// mergeKeyed decodes several keyed states and keeps the keys of groups
-// [lo, hi), with the lowest event time (wm when there are none).
+// mergeKeyed decodes several keyed states of the format written before
+// the state tables and keeps the keys of groups [lo, hi), with the lowest
+// event time (wm when there are none).
 func mergeKeyed[K comparable, B any](states [][]byte, lo, hi int, wm int64) (int64, map[K]*B, error) {
 	owns := ownsKeys[K](lo, hi)
 	out := map[K]*B{}
@@ -221,19 +332,31 @@ func mergeKeyed[K comparable, B any](states [][]byte, lo, hi int, wm int64) (int
 type JoinBuf[L, R any] struct {
 	Ls      []L   `msgpack:"l"`
 	Rs      []R   `msgpack:"r"`
-	Touched int64 `msgpack:"t"` // processing time of the key's last record (StateTTL)
+	Touched int64 `msgpack:"t"` // processing time of the key's last record (StateTTL, memory backend)
 }
 
+// JoinStage is the unbounded join: every record of a key is kept (in its
+// state table) until the key has seen none for the TTL.
 type JoinStage[K comparable, L, R, O any] struct {
 	key     func(Either[L, R]) K
 	join    func(L, R) O
 	ttl     int64
-	bufs    map[K]*JoinBuf[L, R]
+	t       keyedTable[K, *JoinBuf[L, R]]
 	sweeper bool             // a TTL sweep is scheduled
+	ended   bool             // Finish: no more sweeps
 	marks   map[K]*joinMarks // the sampled records buffered, nil when none
 	next    Pusher[O]
 	sc      *Ctx
 	out     OutBuf[O]
+}
+
+// open opens the join's table; on disk with a TTL the table forgets a
+// key's buffer a TTL after it was last put (each record puts it).
+func (s *JoinStage[K, L, R, O]) open() {
+	s.t = openTable[K, *JoinBuf[L, R]](s.sc)
+	if s.t.disk != nil && s.ttl > 0 {
+		s.t.disk.SetTTL(time.Duration(s.ttl), func() int64 { return s.sc.Now().UnixNano() }, func(k K, _ *JoinBuf[L, R]) { delete(s.marks, k) })
+	}
 }
 
 func (s *JoinStage[K, L, R, O]) Push(b *Batch[Either[L, R]]) {
@@ -254,12 +377,13 @@ func (s *JoinStage[K, L, R, O]) Push(b *Batch[Either[L, R]]) {
 			defer end()
 		}
 	}
+	s.t.check(s.sc)
 	s.sc.C.In.Add(int64(len(b.Vs)))
 	mi := 0
 	var now int64
 	if s.ttl > 0 {
 		now = s.sc.Now().UnixNano()
-		if !s.sweeper {
+		if !s.sweeper && !s.ended {
 			s.sweeper = true
 			s.sc.After(time.Duration(s.ttl), s.sweep)
 		}
@@ -270,10 +394,19 @@ func (s *JoinStage[K, L, R, O]) Push(b *Batch[Either[L, R]]) {
 			t = b.Ts[i]
 		}
 		k := s.key(e)
-		buf := s.bufs[k]
+		var buf *JoinBuf[L, R]
+		var existed bool // the table has k (its buffer may be nil: a restored state's)
+		if m := s.t.mem; m != nil {
+			buf, existed = m.M[k]
+			if buf == nil && existed {
+				buf = &JoinBuf[L, R]{}
+				m.M[k] = buf
+			}
+		} else {
+			buf, existed = s.t.tab.Get(k)
+		}
 		if buf == nil {
 			buf = &JoinBuf[L, R]{}
-			s.bufs[k] = buf
 		}
 		buf.Touched = now
 		var m *Mark
@@ -311,6 +444,15 @@ func (s *JoinStage[K, L, R, O]) Push(b *Batch[Either[L, R]]) {
 			buf.Ls = append(buf.Ls, e.L)
 		}
 		s.out.cur = nil
+		if mt := s.t.mem; mt != nil {
+			if !existed {
+				mt.Order = append(mt.Order, k)
+				mt.M[k] = buf
+			}
+			mt.Changed(k, existed)
+		} else {
+			s.t.tab.Put(k, buf, existed)
+		}
 	}
 	s.out.flush()
 }
@@ -333,16 +475,33 @@ func outMark(m *Mark, jm *joinMarks, right bool, p int) *Mark {
 }
 
 // sweep forgets the keys idle for longer than the TTL and runs again while
-// state is left.
+// state is left: in memory by each buffer's time, on disk by the table's
+// (Disk.Expire: the times it stores with the values).
 func (s *JoinStage[K, L, R, O]) sweep() {
-	cutoff := s.sc.Now().UnixNano() - s.ttl
-	for k, buf := range s.bufs {
-		if buf.Touched <= cutoff {
-			delete(s.bufs, k)
-			delete(s.marks, k)
-		}
+	defer s.sc.attribute()
+	s.sweeper = false
+	if s.ended || s.t.tab == nil {
+		return
 	}
-	s.sweeper = len(s.bufs) > 0
+	if s.t.disk != nil {
+		s.sweeper = s.t.disk.Expire() > 0
+	} else {
+		cutoff := s.sc.Now().UnixNano() - s.ttl
+		var gone map[K]bool
+		for k, buf := range s.t.mem.M {
+			if buf == nil || buf.Touched <= cutoff {
+				if gone == nil {
+					gone = map[K]bool{}
+				}
+				gone[k] = true
+				delete(s.marks, k)
+			}
+		}
+		if gone != nil {
+			s.t.mem.DeleteAll(gone)
+		}
+		s.sweeper = len(s.t.mem.M) > 0
+	}
 	if s.sweeper {
 		s.sc.After(time.Duration(s.ttl), s.sweep)
 	}
@@ -350,32 +509,40 @@ func (s *JoinStage[K, L, R, O]) sweep() {
 
 func (s *JoinStage[K, L, R, O]) Watermark(wm int64) { s.next.Watermark(wm) }
 
-func (s *JoinStage[K, L, R, O]) Finish() { s.bufs = nil; s.next.Finish() }
+func (s *JoinStage[K, L, R, O]) Finish() { s.ended = true; s.t.clear(); s.next.Finish() }
 
-func (s *JoinStage[K, L, R, O]) SnapshotState(uint64) ([]byte, error) { return encodeKeyed(0, s.bufs) }
+// CommittedState and CloseState: the state backend's (see KeyedStage).
+func (s *JoinStage[K, L, R, O]) CommittedState(id uint64) { s.t.committed(id) }
+func (s *JoinStage[K, L, R, O]) CloseState() error        { return s.t.close() }
+
+func (s *JoinStage[K, L, R, O]) SnapshotState(id uint64) ([]byte, error) {
+	return s.t.snapshot(id, nil)
+}
 
 func (s *JoinStage[K, L, R, O]) RestoreState(b []byte) error {
-	_, bufs, err := decodeKeyed[K, JoinBuf[L, R]](b)
-	if err != nil {
-		return err
-	}
-	return s.restoreFrom(bufs)
+	return s.RestoreKeyGroups([][]byte{b}, 0, state.AllGroups)
 }
 
 // RestoreKeyGroups implements KeyGroupRestorer.
 func (s *JoinStage[K, L, R, O]) RestoreKeyGroups(states [][]byte, lo, hi int) error {
-	_, bufs, err := mergeKeyed[K, JoinBuf[L, R]](states, lo, hi, 0)
-	if err != nil {
+	_, err := s.t.restore(states, lo, hi)
+	if errors.Is(err, errOldState) {
+		_, bufs, err := mergeKeyed[K, JoinBuf[L, R]](states, lo, hi, 0)
+		if err != nil {
+			return err
+		}
+		s.t.load(bufs)
+	} else if err != nil {
 		return err
 	}
-	return s.restoreFrom(bufs)
-}
-
-func (s *JoinStage[K, L, R, O]) restoreFrom(bufs map[K]*JoinBuf[L, R]) error {
-	now := s.sc.Now().UnixNano()
-	for _, buf := range bufs {
-		buf.Touched = now // the TTL counts from the restart
+	if m := s.t.mem; m != nil {
+		now := s.sc.Now().UnixNano()
+		for _, buf := range m.M {
+			if buf == nil {
+				continue
+			}
+			buf.Touched = now // the TTL counts from the restart (on disk: from the time stored)
+		}
 	}
-	s.bufs = bufs
 	return nil
 }

@@ -30,3 +30,20 @@ func TestKeyedMemoryNoAllocs(t *testing.T) {
 		}
 	}
 }
+
+// TestProcessMemoryNoAllocs: with the memory backend, a Process whose
+// function reads and changes the state of keys already seen allocates
+// nothing per batch (the table's map is used directly).
+func TestProcessMemoryNoAllocs(t *testing.T) {
+	s := NewProcess(func(v int64) int64 { return v % 100 }, func(c *ProcessContext[int64, int64, int64], v int64) {
+		*c.State() += v
+	}, nil, &sinkPusher[int64]{}, testCtx(0, 1)).(*ProcessStage[int64, int64, int64, int64])
+	b := &Batch[int64]{Vs: make([]int64, 256)}
+	for i := range b.Vs {
+		b.Vs[i] = int64(i)
+	}
+	s.Push(b) // every key seen once
+	if n := testing.AllocsPerRun(100, func() { s.Push(b) }); n != 0 {
+		t.Errorf("%v allocations per batch", n)
+	}
+}

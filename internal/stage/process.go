@@ -1,12 +1,15 @@
 package stage
 
 import (
+	"errors"
 	"fmt"
 	"math"
 	"slices"
 	"time"
 
 	"github.com/vmihailenco/msgpack/v5"
+
+	"github.com/sluicehq/sluice/internal/state"
 )
 
 // ProcessContext is what a Process function sees: the current key, its
@@ -17,6 +20,10 @@ type ProcessContext[K comparable, S, O any] struct {
 	key  K
 	at   int64 // event time of the record or timer
 	proc bool  // a processing-time timer fired
+	// On disk: the key's state State returned during this call, put back
+	// into the table when the call returns (existed: the table had it).
+	cur     *S
+	existed bool
 }
 
 // ProcessingTimer sets a processing-time timer for the key: onTimer runs
@@ -46,16 +53,74 @@ func (c *ProcessContext[K, S, O]) Key() K { return c.key }
 // the pointer are kept, and are part of checkpoints (S must then be
 // msgpack-encodable).
 func (c *ProcessContext[K, S, O]) State() *S {
-	st := c.s.state[c.key]
-	if st == nil {
-		st = new(S)
-		c.s.state[c.key] = st
+	t := &c.s.t
+	if m := t.mem; m != nil {
+		st, present := m.M[c.key]
+		if st == nil {
+			st = new(S)
+			if present { // cleared, still in the key order
+				m.M[c.key] = st
+				m.Changed(c.key, true)
+			} else {
+				t.memPut(c.key, st, false)
+			}
+		} else {
+			m.Changed(c.key, true) // it may change through the pointer
+		}
+		return st
 	}
-	return st
+	if c.cur == nil {
+		t.check(c.s.sc)
+		st, ok := t.tab.Get(c.key)
+		if !ok || st == nil {
+			st = new(S)
+		}
+		c.cur, c.existed = st, ok
+	}
+	return c.cur
 }
 
 // Clear forgets the key's state. Its timers stay set.
-func (c *ProcessContext[K, S, O]) Clear() { delete(c.s.state, c.key) }
+func (c *ProcessContext[K, S, O]) Clear() {
+	t := &c.s.t
+	if m := t.mem; m != nil {
+		// Left in place as nil (Mem.Delete scans the key order), compacted
+		// once they are many.
+		if st, ok := m.M[c.key]; ok && st != nil {
+			m.M[c.key] = nil
+			m.Changed(c.key, true)
+			if c.s.cleared++; c.s.cleared > 64 && c.s.cleared > len(m.M)/2 {
+				t.compact(func(st *S) bool { return st == nil })
+				c.s.cleared = 0
+			}
+		}
+		return
+	}
+	t.check(c.s.sc)
+	t.tab.Delete(c.key)
+	c.cur = nil
+}
+
+// done ends a call of the user's functions: on disk, the state State
+// returned goes back into the table (a value in the table's cache must not
+// change behind it), and with a TTL a record that did not touch its key's
+// state puts it again, its time renewed.
+func (c *ProcessContext[K, S, O]) done(record bool) {
+	t := &c.s.t
+	if t.disk == nil {
+		return
+	}
+	if c.cur != nil {
+		t.tab.Put(c.key, c.cur, c.existed)
+		c.cur = nil
+		return
+	}
+	if record && c.s.sc.StateTTL > 0 {
+		if st, ok := t.tab.Get(c.key); ok {
+			t.tab.Put(c.key, st, true)
+		}
+	}
+}
 
 // Time returns the event time of the record being handled, or the time of
 // the timer that fired (zero when the input carries no event times).
@@ -142,26 +207,45 @@ func (s *ProcessStage[K, T, S, O]) Push(b *Batch[T]) {
 		}
 		c.key = s.key(v)
 		if s.sc.StateTTL > 0 {
-			s.ttl.touch(s.sc, c.key, s.expire)
+			if s.t.disk != nil {
+				s.armSweep()
+			} else {
+				s.ttl.touch(s.sc, c.key, s.expire)
+			}
 		}
+		c.cur = nil
 		s.onRecord(c, v)
+		c.done(true)
 	}
 	s.out.flush()
 }
 
-func (s *ProcessStage[K, T, S, O]) SnapshotState(uint64) ([]byte, error) { return s.snapshot() }
+func (s *ProcessStage[K, T, S, O]) SnapshotState(id uint64) ([]byte, error) { return s.snapshot(id) }
 
-func (s *ProcessStage[K, T, S, O]) RestoreState(b []byte) error { return s.restore(b) }
+func (s *ProcessStage[K, T, S, O]) RestoreState(b []byte) error {
+	return s.RestoreKeyGroups([][]byte{b}, 0, state.AllGroups)
+}
 
 // RestoreKeyGroups implements KeyGroupRestorer: the states and timers of
 // the keys in [lo, hi), the lowest event time.
 func (s *ProcessStage[K, T, S, O]) RestoreKeyGroups(states [][]byte, lo, hi int) error {
 	owns := ownsKeys[K](lo, hi)
 	merged := processState[K, S]{Wm: s.wm}
+	own, err := s.t.restore(states, lo, hi)
+	old := errors.Is(err, errOldState)
+	if err != nil && !old {
+		return err
+	}
+	if !old {
+		states = own
+	}
 	for i, b := range states {
 		st, err := decodeProcess[K, S](b)
 		if err != nil {
 			return fmt.Errorf("state %d of %d: %w", i+1, len(states), err)
+		}
+		if !old && len(st.Keys) > 0 {
+			return fmt.Errorf("state %d of %d: %d keys' states beside the state table", i+1, len(states), len(st.Keys))
 		}
 		if i == 0 || st.Wm < merged.Wm {
 			merged.Wm = st.Wm
@@ -182,6 +266,14 @@ func (s *ProcessStage[K, T, S, O]) RestoreKeyGroups(states [][]byte, lo, hi int)
 			}
 		}
 	}
+	if old {
+		vs := make(map[K]*S, len(merged.Keys))
+		for i, k := range merged.Keys {
+			vs[k] = &merged.States[i]
+		}
+		s.t.load(vs)
+	}
+	merged.Keys, merged.States = nil, nil
 	s.restoreFrom(merged)
 	return nil
 }
@@ -190,7 +282,10 @@ func (s *ProcessStage[K, T, S, O]) RestoreKeyGroups(states [][]byte, lo, hi int)
 type ProcCore[K comparable, S, O any] struct {
 	onTimer  func(c *ProcessContext[K, S, O])
 	wm       int64
-	state    map[K]*S
+	t        keyedTable[K, *S] // the keys' states
+	cleared  int               // memory: states cleared (left nil) since the last compaction
+	sweeping bool              // disk with a TTL: a sweep is scheduled
+	ended    bool              // Finish: no more sweeps
 	timers   timeHeap[K]
 	timerSet map[TimerID[K]]struct{}
 	ptimers  map[TimerID[K]]struct{} // processing-time timers set
@@ -204,10 +299,40 @@ type ProcCore[K comparable, S, O any] struct {
 
 // expire forgets the state of keys idle for longer than the TTL.
 func (s *ProcCore[K, S, O]) expire(gone map[K]bool) {
-	for k := range gone {
-		delete(s.state, k)
+	if s.t.mem != nil {
+		s.t.mem.DeleteAll(gone)
 	}
 }
+
+// open opens the state table; on disk with a TTL the table forgets a
+// key's state a TTL after it was last put (each record puts it).
+func (s *ProcCore[K, S, O]) open() {
+	s.t = openTable[K, *S](s.sc)
+	if s.t.disk != nil && s.sc.StateTTL > 0 {
+		s.t.disk.SetTTL(time.Duration(s.sc.StateTTL), func() int64 { return s.sc.Now().UnixNano() }, nil)
+	}
+}
+
+// sweepDisk removes the disk table's expired states, and sweeps again a
+// TTL later while states are left.
+func (s *ProcCore[K, S, O]) sweepDisk() {
+	defer s.sc.attribute()
+	s.sweeping = false
+	if !s.ended && s.t.disk.Expire() > 0 {
+		s.armSweep()
+	}
+}
+
+func (s *ProcCore[K, S, O]) armSweep() {
+	if !s.sweeping && !s.ended {
+		s.sweeping = true
+		s.sc.After(time.Duration(s.sc.StateTTL), s.sweepDisk)
+	}
+}
+
+// CommittedState and CloseState: the state backend's (see KeyedStage).
+func (s *ProcCore[K, S, O]) CommittedState(id uint64) { s.t.committed(id) }
+func (s *ProcCore[K, S, O]) CloseState() error        { return s.t.close() }
 
 // armProcessing asks the instance to run a processing-time timer.
 func (s *ProcCore[K, S, O]) armProcessing(id TimerID[K]) {
@@ -223,8 +348,9 @@ func (s *ProcCore[K, S, O]) fireProcessing(id TimerID[K]) {
 	delete(s.ptimers, id)
 	if s.onTimer != nil {
 		c := &s.ctx
-		c.s, c.key, c.at, c.proc = s, id.key, id.at, true
+		c.s, c.key, c.at, c.proc, c.cur = s, id.key, id.at, true, nil
 		s.onTimer(c)
+		c.done(false)
 		c.proc = false
 	}
 	s.out.flush()
@@ -250,8 +376,9 @@ func (s *ProcCore[K, S, O]) fire(wm int64) {
 		if s.onTimer == nil {
 			continue
 		}
-		c.key, c.at = e.v, e.at
+		c.key, c.at, c.cur = e.v, e.at, nil
 		s.onTimer(c)
+		c.done(false)
 	}
 }
 
@@ -269,12 +396,16 @@ func (s *ProcCore[K, S, O]) Watermark(wm int64) {
 func (s *ProcCore[K, S, O]) Finish() {
 	defer s.sc.attribute()
 	s.ttl.stop()
+	s.ended = true
 	s.fire(math.MaxInt64)
 	s.out.flush()
-	s.state = nil
+	s.t.clear()
 	s.next.Finish()
 }
 
+// processState is Process's checkpoint before the state tables (every
+// key's state, its timers and event time); now its own part beside the
+// table (the timers and event time, Keys and States empty).
 type processState[K comparable, S any] struct {
 	Wm     int64   `msgpack:"wm"`
 	Keys   []K     `msgpack:"k"`
@@ -285,12 +416,8 @@ type processState[K comparable, S any] struct {
 	PAt    []int64 `msgpack:"pa,omitempty"`
 }
 
-func (s *ProcCore[K, S, O]) snapshot() ([]byte, error) {
+func (s *ProcCore[K, S, O]) snapshot(id uint64) ([]byte, error) {
 	st := processState[K, S]{Wm: s.wm}
-	for k, v := range s.state {
-		st.Keys = append(st.Keys, k)
-		st.States = append(st.States, *v)
-	}
 	timers := slices.Clone(s.timers)
 	slices.SortFunc(timers, func(a, b timed[K]) int { return cmpInt64(a.at, b.at) })
 	for _, tm := range timers {
@@ -303,9 +430,9 @@ func (s *ProcCore[K, S, O]) snapshot() ([]byte, error) {
 	}
 	b, err := msgpack.Marshal(&st)
 	if err != nil {
-		return nil, fmt.Errorf("encode state of %d keys: %w", len(st.Keys), err)
+		return nil, fmt.Errorf("encode the timers of %d keys: %w", len(st.TKeys), err)
 	}
-	return b, nil
+	return s.t.snapshot(id, b)
 }
 
 func decodeProcess[K comparable, S any](b []byte) (processState[K, S], error) {
@@ -319,21 +446,11 @@ func decodeProcess[K comparable, S any](b []byte) (processState[K, S], error) {
 	return st, nil
 }
 
-func (s *ProcCore[K, S, O]) restore(b []byte) error {
-	st, err := decodeProcess[K, S](b)
-	if err != nil {
-		return err
-	}
-	s.restoreFrom(st)
-	return nil
-}
-
 func (s *ProcCore[K, S, O]) restoreFrom(st processState[K, S]) {
-	s.ttl.restored(s.sc, slices.Values(st.Keys))
-	s.wm = st.Wm
-	for i, k := range st.Keys {
-		s.state[k] = &st.States[i]
+	if s.t.mem != nil {
+		s.ttl.restored(s.sc, slices.Values(s.t.mem.Order))
 	}
+	s.wm = st.Wm
 	for i, k := range st.TKeys {
 		s.timerSet[TimerID[K]{st.TAt[i], k}] = struct{}{}
 		s.timers.add(st.TAt[i], k)

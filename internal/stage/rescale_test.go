@@ -142,77 +142,128 @@ func TestRescaleKeyedStage(t *testing.T) {
 	}
 }
 
+// backendCtxs runs f for each state backend, with a context builder
+// whose disk backend has a cache of a few dozen entries (the rest on
+// disk) and whose tables are closed when the test ends.
+func backendCtxs(t *testing.T, f func(t *testing.T, ctx func(i, p int) *Ctx, opened func(interface{ CloseState() error }))) {
+	for _, backend := range []string{"memory", "disk", "changelog"} {
+		t.Run(backend, func(t *testing.T) {
+			dir := t.TempDir()
+			var open []interface{ CloseState() error }
+			t.Cleanup(func() {
+				for _, s := range open {
+					if err := s.CloseState(); err != nil {
+						t.Error(err)
+					}
+				}
+			})
+			f(t, func(i, p int) *Ctx {
+				sc := testCtx(i, p)
+				switch backend {
+				case "disk":
+					sc.State = state.Spec{Dir: dir, Budget: 4 << 10}
+				case "changelog":
+					sc.State, sc.FinalCheckpoint = state.Spec{Changelog: dir}, true
+				}
+				return sc
+			}, func(s interface{ CloseState() error }) { open = append(open, s) })
+		})
+	}
+}
+
 func TestRescaleJoinStage(t *testing.T) {
 	type st = *JoinStage[string, string, int, string]
-	rescaleAll(t, 2, func(i, p int) st {
-		return NewJoin(func(e Either[string, int]) string {
-			if e.Right {
-				return keyOf(e.R)
+	backendCtxs(t, func(t *testing.T, ctx func(i, p int) *Ctx, opened func(interface{ CloseState() error })) {
+		rescaleAll(t, 2, func(i, p int) st {
+			s := NewJoin(func(e Either[string, int]) string {
+				if e.Right {
+					return keyOf(e.R)
+				}
+				return e.L
+			}, func(l string, r int) string { return l }, 0, &sinkPusher[string]{}, ctx(i, p)).(st)
+			opened(s)
+			return s
+		}, func(s st, keys []string) {
+			for _, k := range keys {
+				var n int
+				fmt.Sscanf(k, "key-%d", &n)
+				s.Push(&Batch[Either[string, int]]{Vs: []Either[string, int]{{L: k}, {R: n, Right: true}}})
 			}
-			return e.L
-		}, func(l string, r int) string { return l }, 0, &sinkPusher[string]{}, testCtx(i, p)).(st)
-	}, func(s st, keys []string) {
-		for _, k := range keys {
-			var n int
-			fmt.Sscanf(k, "key-%d", &n)
-			s.Push(&Batch[Either[string, int]]{Vs: []Either[string, int]{{L: k}, {R: n, Right: true}}})
-		}
-	}, func(s st) []byte { b, _ := s.SnapshotState(1); return b }, st.RestoreKeyGroups, func(s st) map[string]string {
-		out := map[string]string{}
-		for k, b := range s.bufs {
-			out[k] = fmt.Sprint(b.Ls, b.Rs)
-		}
-		return out
+		}, func(s st) []byte { b, err := s.SnapshotState(1); check(t, err); return b }, st.RestoreKeyGroups, func(s st) map[string]string {
+			out := map[string]string{}
+			for k, b := range s.t.tab.All {
+				out[k] = fmt.Sprint(b.Ls, b.Rs)
+			}
+			return out
+		})
 	})
+}
+
+func check(t *testing.T, err error) {
+	t.Helper()
+	if err != nil {
+		t.Fatal(err)
+	}
 }
 
 func TestRescaleIntervalStage(t *testing.T) {
 	type st = *IntervalStage[string, string, string, string]
-	rescaleAll(t, 4, func(i, p int) st {
-		return NewIntervalJoin(func(e Either[string, string]) string {
-			if e.Right {
-				return e.R
+	backendCtxs(t, func(t *testing.T, ctx func(i, p int) *Ctx, opened func(interface{ CloseState() error })) {
+		rescaleAll(t, 4, func(i, p int) st {
+			s := NewIntervalJoin(func(e Either[string, string]) string {
+				if e.Right {
+					return e.R
+				}
+				return e.L
+			}, func(l, r string) string { return l + r }, -10, 10, &sinkPusher[string]{}, ctx(i, p)).(st)
+			opened(s)
+			return s
+		}, func(s st, keys []string) {
+			for j, k := range keys {
+				s.Push(&Batch[Either[string, string]]{Vs: []Either[string, string]{{L: k}}, Ts: []int64{int64(j)}})
 			}
-			return e.L
-		}, func(l, r string) string { return l + r }, -10, 10, &sinkPusher[string]{}, testCtx(i, p)).(st)
-	}, func(s st, keys []string) {
-		for j, k := range keys {
-			s.Push(&Batch[Either[string, string]]{Vs: []Either[string, string]{{L: k}}, Ts: []int64{int64(j)}})
-		}
-		s.Watermark(-100)
-	}, func(s st) []byte { b, _ := s.SnapshotState(1); return b }, st.RestoreKeyGroups, func(s st) map[string]string {
-		out := map[string]string{}
-		for k, b := range s.bufs {
-			out[k] = fmt.Sprint(b.Ls, b.Rs)
-		}
-		return out
+			s.Watermark(-100)
+		}, func(s st) []byte { b, err := s.SnapshotState(1); check(t, err); return b }, st.RestoreKeyGroups, func(s st) map[string]string {
+			out := map[string]string{}
+			for k, b := range s.t.tab.All {
+				out[k] = fmt.Sprint(b.Ls, b.Rs)
+			}
+			if s.wm != -100 {
+				panic(fmt.Sprintf("event time %d, want -100", s.wm))
+			}
+			return out
+		})
 	})
 }
 
 func TestRescaleProcessStage(t *testing.T) {
 	type st = *ProcessStage[string, string, int, int]
-	rescaleAll(t, 3, func(i, p int) st {
-		return NewProcess(func(v string) string { return v }, func(c *ProcessContext[string, int, int], v string) {
-			*c.State() += len(v)
-			c.Timer(time.UnixMilli(int64(len(v))))
-		}, nil, &sinkPusher[int]{}, testCtx(i, p)).(st)
-	}, func(s st, keys []string) {
-		s.Push(&Batch[string]{Vs: keys, Ts: make([]int64, len(keys))})
-	}, func(s st) []byte { b, _ := s.SnapshotState(1); return b }, st.RestoreKeyGroups, func(s st) map[string]string {
-		out := map[string]string{}
-		for k, v := range s.state {
-			out[k] = fmt.Sprint(*v)
-		}
-		timers := 0
-		for id := range s.timerSet {
-			if _, ok := s.state[id.key]; !ok {
-				panic("a timer of a key without state")
+	backendCtxs(t, func(t *testing.T, ctx func(i, p int) *Ctx, opened func(interface{ CloseState() error })) {
+		rescaleAll(t, 3, func(i, p int) st {
+			s := NewProcess(func(v string) string { return v }, func(c *ProcessContext[string, int, int], v string) {
+				*c.State() += len(v)
+				c.Timer(time.UnixMilli(int64(len(v))))
+			}, nil, &sinkPusher[int]{}, ctx(i, p)).(st)
+			opened(s)
+			return s
+		}, func(s st, keys []string) {
+			s.Push(&Batch[string]{Vs: keys, Ts: make([]int64, len(keys))})
+		}, func(s st) []byte { b, err := s.SnapshotState(1); check(t, err); return b }, st.RestoreKeyGroups, func(s st) map[string]string {
+			out := map[string]string{}
+			for k, v := range s.t.tab.All {
+				out[k] = fmt.Sprint(*v)
 			}
-			timers++
-		}
-		if timers != len(s.state) || len(s.timers) != timers {
-			panic(fmt.Sprintf("%d timers for %d keys", timers, len(s.state)))
-		}
-		return out
+			timers := 0
+			for id := range s.timerSet {
+				if _, ok := out[id.key]; !ok {
+					panic("a timer of a key without state")
+				}
+				timers++
+			}
+			if timers != len(out) || len(s.timers) != timers {
+				panic(fmt.Sprintf("%d timers for %d keys", timers, len(out)))
+			}
+			return out
+		})
 	})
 }

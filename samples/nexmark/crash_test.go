@@ -61,9 +61,8 @@ func crashTopology(dir string) (*operators.Topology, error) {
 	cfg := crashConfig()
 	opts := []operators.TopologyOption{operators.Checkpoints(crashInterval)}
 	if os.Getenv(crashDiskEnv) != "" {
-		// q4's Aggregate and the windowed queries' windows on pebble,
-		// with a cache of 4 KiB (joins keep their state in memory with
-		// either backend).
+		// q3's join, q4's Aggregate and the windowed queries' windows on
+		// pebble, with a cache of 4 KiB.
 		opts = append(opts, operators.StateBackend(operators.DiskState(filepath.Join(dir, "state"), 4<<10)))
 	}
 	t := operators.NewTopology("nexmark-crash", opts...)
