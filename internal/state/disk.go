@@ -54,7 +54,7 @@ type Disk[K comparable, V any] struct {
 	ttl         int64     // StateTTL in nanoseconds (0: none); see SetTTL
 	now         func() int64
 	expired     func(K, V)
-	inc         diskInc[K] // the changes since the last checkpoint, its chain (disk_delta.go)
+	inc         diskInc[K, V] // the changes since the last checkpoint, its chain (disk_delta.go)
 	Stats       DiskStats
 }
 
@@ -388,6 +388,7 @@ func (d *Disk[K, V]) maybeEvict() {
 }
 
 func (d *Disk[K, V]) write(b *pebble.Batch, k K, e entry[V]) {
+	d.inc.wrote(k, e, false)
 	d.kbuf = d.key(d.kbuf[:0], k)
 	var err error
 	if e.gone {
@@ -520,7 +521,7 @@ func (d *Disk[K, V]) Expire() (left int64) {
 			delete(d.m, k)
 			d.bytes -= sizeOf(k, e.v)
 		}
-		d.inc.changed(k)
+		d.inc.wrote(k, entry[V]{gone: true}, true)
 		d.Stats.Expired++
 		if d.expired != nil {
 			d.expired(k, v)

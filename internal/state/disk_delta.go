@@ -1,13 +1,11 @@
 package state
 
 import (
-	"bytes"
 	"encoding/binary"
 	"fmt"
 	"hash/crc32"
 	"os"
 	"path/filepath"
-	"slices"
 	"unsafe"
 
 	"github.com/cockroachdb/pebble/v2"
@@ -32,12 +30,13 @@ import (
 //	chk/<checkpoint>-<instance>/   a delta: SLUICE-DELTA, the changed keys' values and
 //	                               tombstones, and SLUICE-STATE listing it
 //
-// A delta reads each changed key from the cache or the database; it writes
-// nothing back, flushes nothing. SLUICE-DELTA is a changelog file (the
-// memory backend's format, kind 3) whose records are the database's own
-// bytes (key group and encoded key; the stored value, with its time under a
-// TTL): op 3 (delete) records first, then op 2 (set), each part in key
-// order. A base is taken at a table's first checkpoint (after a restore
+// A delta takes each changed key's value from the cache, else the value
+// it had when the cache wrote it back (kept in the changed-key set); it
+// writes nothing back, flushes nothing. SLUICE-DELTA is a changelog file
+// (the memory backend's format, kind 3) whose records are the database's
+// own bytes (key group and encoded key; the stored value, with its time
+// under a TTL): op 3 (delete) records first, then op 2 (set), in no
+// particular order within each. A base is taken at a table's first checkpoint (after a restore
 // too), after MaxChain deltas, when the deltas since the base pass half of
 // its bytes, and when the keys changed since the last checkpoint outgrow
 // the tracking's budget (an eighth of the table's): tracking then stops
@@ -64,9 +63,9 @@ type link struct {
 }
 
 // diskInc is a disk table's change tracking and its last chain.
-type diskInc[K comparable] struct {
+type diskInc[K comparable, V any] struct {
 	track      bool
-	chg        map[K]struct{}
+	chg        map[K]change[V]
 	chgBytes   int64
 	limit      int64
 	base       link // the last base (Dir empty: none in this run)
@@ -77,25 +76,68 @@ type diskInc[K comparable] struct {
 	lastID     uint64 // the last snapshot's checkpoint
 }
 
+// change is a changed key's value as last written back to the database
+// (have), for a delta to read when the key is no longer in the cache.
+type change[V any] struct {
+	v    V
+	at   int64
+	gone bool
+	have bool
+}
+
 // changed records that k was put or deleted.
-func (c *diskInc[K]) changed(k K) {
+func (c *diskInc[K, V]) changed(k K) {
 	if !c.track {
 		return
 	}
 	if _, ok := c.chg[k]; ok {
 		return
 	}
-	c.chg[k] = struct{}{}
-	c.chgBytes += keyCost(k)
+	c.chg[k] = change[V]{}
+	c.cost(k, nil)
+}
+
+// wrote records the value of k written back to the database, for a key
+// changed since the last checkpoint (or any, with insert: a deletion made
+// in the database alone).
+func (c *diskInc[K, V]) wrote(k K, e entry[V], insert bool) {
+	if !c.track {
+		return
+	}
+	old, ok := c.chg[k]
+	if !ok && !insert {
+		return // not changed since the checkpoint (dirty from before it)
+	}
+	c.chg[k] = change[V]{v: e.v, at: e.at, gone: e.gone, have: true}
+	if !ok {
+		c.cost(k, nil)
+	} else if s, isStr := any(old.v).(string); isStr {
+		c.chgBytes -= int64(len(s))
+	}
+	if s, isStr := any(e.v).(string); isStr {
+		c.chgBytes += int64(len(s))
+	}
 	if c.chgBytes > c.limit {
-		c.track, c.chg, c.chgBytes = false, nil, 0 // the next checkpoint is a base
+		c.overflow()
 	}
 }
 
-// keyCost estimates a tracked key's memory: the key, its bytes if a
-// string, and its share of the map.
-func keyCost[K comparable](k K) int64 {
-	n := int64(unsafe.Sizeof(k)) + 16
+func (c *diskInc[K, V]) cost(k K, _ *V) {
+	c.chgBytes += keyCost[K, V](k)
+	if c.chgBytes > c.limit {
+		c.overflow()
+	}
+}
+
+// overflow stops tracking: the next checkpoint is a base.
+func (c *diskInc[K, V]) overflow() {
+	c.track, c.chg, c.chgBytes = false, nil, 0
+}
+
+// keyCost estimates a tracked key's memory: the key and its change, a
+// string key's bytes, and its share of the map.
+func keyCost[K comparable, V any](k K) int64 {
+	n := int64(unsafe.Sizeof(k)) + int64(unsafe.Sizeof(change[V]{})) + 16
 	if s, ok := any(k).(string); ok {
 		n += int64(len(s))
 	}
@@ -103,27 +145,27 @@ func keyCost[K comparable](k K) int64 {
 }
 
 // restart starts tracking the changes after a snapshot.
-func (c *diskInc[K]) restart(budget int64) {
+func (c *diskInc[K, V]) restart(budget int64) {
 	c.track, c.chgBytes, c.limit = true, 0, max(budget/8, 64<<10)
 	if c.chg == nil {
-		c.chg = map[K]struct{}{}
+		c.chg = map[K]change[V]{}
 	} else {
 		clear(c.chg)
 	}
 }
 
 // reset forgets the chain (after a restore: the next snapshot is a base).
-func (c *diskInc[K]) reset() {
-	*c = diskInc[K]{}
+func (c *diskInc[K, V]) reset() {
+	*c = diskInc[K, V]{}
 }
 
 // canDelta says whether the next snapshot may be a delta.
-func (c *diskInc[K]) canDelta(maxChain int) bool {
+func (c *diskInc[K, V]) canDelta(maxChain int) bool {
 	return c.track && c.base.Dir != "" && len(c.deltas) < maxChain && c.deltaBytes <= c.baseBytes/2
 }
 
 // handle is the handle of the last snapshot's chain.
-func (c *diskInc[K]) handle(ttl bool) ([]byte, error) {
+func (c *diskInc[K, V]) handle(ttl bool) ([]byte, error) {
 	if len(c.deltas) == 0 {
 		return msgpack.Marshal(&handle{V: 1, Dir: c.base.Dir, CRC: c.base.CRC, TTL: ttl})
 	}
@@ -131,7 +173,7 @@ func (c *diskInc[K]) handle(ttl bool) ([]byte, error) {
 }
 
 // based records a base snapshot.
-func (c *diskInc[K]) based(id uint64, name string, crc uint32, bytes int64, budget int64) {
+func (c *diskInc[K, V]) based(id uint64, name string, crc uint32, bytes int64, budget int64) {
 	c.base, c.baseID, c.baseBytes = link{Dir: name, CRC: crc}, id, bytes
 	c.deltas, c.deltaBytes, c.lastID = nil, 0, id
 	c.restart(budget)
@@ -146,68 +188,74 @@ func (d *Disk[K, V]) snapshotDelta(id uint64) ([]byte, error) {
 	final, tmp := filepath.Join(chk, name), filepath.Join(chk, name+".tmp")
 	_ = os.RemoveAll(tmp)
 	_ = os.RemoveAll(final)
-	type kv struct{ k, v []byte }
-	var dels [][]byte
-	var sets []kv
-	var misses [][]byte
-	for k := range c.chg {
-		kb := d.key(nil, k)
-		e, ok := d.m[k]
-		switch {
-		case !ok:
-			misses = append(misses, kb)
-		case e.gone:
-			dels = append(dels, kb)
-		default:
-			sets = append(sets, kv{kb, d.stored(e)})
-		}
-	}
-	// The keys written back since: read in key order through one iterator.
-	slices.SortFunc(misses, bytes.Compare)
-	if len(misses) > 0 {
-		it := d.reader()
-		for _, kb := range misses {
-			if !it.SeekPrefixGE(kb) || !bytes.Equal(it.Key(), kb) {
-				if err := it.Error(); err != nil {
-					return nil, &Error{Path: d.live, Err: err}
-				}
-				dels = append(dels, kb)
-				continue
-			}
-			v, err := it.ValueAndErr()
-			if err != nil {
-				return nil, &Error{Path: d.live, Err: err}
-			}
-			sets = append(sets, kv{kb, bytes.Clone(v)})
-		}
-	}
-	slices.SortFunc(dels, bytes.Compare)
-	slices.SortFunc(sets, func(a, b kv) int { return bytes.Compare(a.k, b.k) })
-	size := fileHeader + 4
-	for _, k := range dels {
-		size += 1 + binary.MaxVarintLen32 + len(k)
-	}
-	for _, s := range sets {
-		size += 1 + 2*binary.MaxVarintLen32 + len(s.k) + len(s.v)
-	}
-	out := make([]byte, fileHeader, size)
+	// Tombstones first, then sets (the order the decoder requires), each
+	// key's value from the cache, else as last written back; a key
+	// neither (not expected) is read from the database.
+	out := make([]byte, fileHeader, fileHeader+len(c.chg)*32)
 	copy(out, fileMagic)
 	out[4], out[5] = changelogVersion, kindDiskDelta
 	binary.BigEndian.PutUint64(out[6:], id)
 	binary.BigEndian.PutUint64(out[14:], c.lastID)
-	binary.BigEndian.PutUint64(out[22:], uint64(len(dels)+len(sets)))
-	for _, k := range dels {
-		out = append(out, opDelete)
-		out = binary.AppendUvarint(out, uint64(len(k)))
-		out = append(out, k...)
+	var n uint64
+	rec := func(k K, gone bool, v []byte) {
+		d.kbuf = d.key(d.kbuf[:0], k)
+		if gone {
+			out = append(out, opDelete)
+		} else {
+			out = append(out, opUpdate)
+		}
+		out = binary.AppendUvarint(out, uint64(len(d.kbuf)))
+		out = append(out, d.kbuf...)
+		if !gone {
+			out = binary.AppendUvarint(out, uint64(len(v)))
+			out = append(out, v...)
+		}
+		n++
 	}
-	for _, s := range sets {
-		out = append(out, opUpdate)
-		out = binary.AppendUvarint(out, uint64(len(s.k)))
-		out = append(out, s.k...)
-		out = binary.AppendUvarint(out, uint64(len(s.v)))
-		out = append(out, s.v...)
+	current := func(k K, ch change[V]) (e entry[V], ok bool) {
+		if e, ok := d.m[k]; ok {
+			return e, true
+		}
+		return entry[V]{v: ch.v, at: ch.at, gone: ch.gone}, ch.have
 	}
+	var read []K
+	for _, dels := range []bool{true, false} {
+		for k, ch := range c.chg {
+			e, ok := current(k, ch)
+			if !ok {
+				if dels {
+					read = append(read, k)
+				}
+				continue
+			}
+			if e.gone == dels {
+				if dels {
+					rec(k, true, nil)
+				} else {
+					d.vbuf = d.appendStored(d.vbuf[:0], e)
+					rec(k, false, d.vbuf)
+				}
+			}
+		}
+		for _, k := range read {
+			d.kbuf = d.key(d.kbuf[:0], k)
+			v, closer, err := d.db.Get(d.kbuf)
+			switch {
+			case err == pebble.ErrNotFound:
+				if dels {
+					rec(k, true, nil)
+				}
+			case err != nil:
+				return nil, &Error{Path: d.live, Err: err}
+			default:
+				if !dels {
+					rec(k, false, v)
+				}
+				closer.Close()
+			}
+		}
+	}
+	binary.BigEndian.PutUint64(out[22:], n)
 	sum := crc32.Checksum(out, clTable)
 	out = binary.BigEndian.AppendUint32(out, sum)
 	if err := os.MkdirAll(tmp, 0o755); err != nil {
@@ -240,9 +288,8 @@ func (d *Disk[K, V]) snapshotDelta(id uint64) ([]byte, error) {
 	return c.handle(d.ttl > 0)
 }
 
-// stored is an entry's value as the database stores it.
-func (d *Disk[K, V]) stored(e entry[V]) []byte {
-	var b []byte
+// appendStored appends an entry's value as the database stores it.
+func (d *Disk[K, V]) appendStored(b []byte, e entry[V]) []byte {
 	if d.ttl > 0 {
 		b = binary.BigEndian.AppendUint64(b, uint64(e.at))
 	}
