@@ -435,7 +435,7 @@ func applyDelta(db *pebble.DB, path string, data []byte, lo, hi int) error {
 		} else {
 			err = b.Set(k, v, nil)
 		}
-		if err == nil && b.Len() > 4<<20 {
+		if err == nil && b.Len() > 1<<20 { // under half a memtable: inserted, not a flushable batch of its own
 			if err = b.Commit(pebble.NoSync); err == nil {
 				b.Close()
 				b = db.NewBatch()
