@@ -14,6 +14,7 @@ import (
 
 	"github.com/sluicehq/sluice/actors"
 	"github.com/sluicehq/sluice/internal/crashtest"
+	"github.com/sluicehq/sluice/internal/state"
 	"github.com/sluicehq/sluice/operators"
 )
 
@@ -149,9 +150,11 @@ func TestCheckpointCrashDisk(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		// 3 instances, 2 retained checkpoints each, and at most one in
+		// 3 instances, 2 retained checkpoints each with the base and
+		// deltas they chain on (at most a base and DefaultMaxChain deltas
+		// for the older, and a base for the newer), and at most one in
 		// flight or left by a kill each.
-		if len(chk) > 3*3 {
+		if len(chk) > 3*(state.DefaultMaxChain+3) {
 			t.Errorf("%d checkpoint directories kept: %v", len(chk), chk)
 		}
 	}, crashChildDiskEnv+"=1")

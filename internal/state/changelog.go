@@ -39,7 +39,7 @@ import (
 //
 // A file:
 //
-//	"SLCL" | version (1 byte) | kind (1 base, 2 delta) | checkpoint id (8) | previous file's id (8, 0 for a base)
+//	"SLCL" | version (1 byte) | kind (1 base, 2 delta; 3 the disk backend's delta, disk_delta.go) | checkpoint id (8) | previous file's id (8, 0 for a base)
 //	| records (8) | records... | CRC-32C of everything before (4)
 //	record: op (1 append, 2 update, 3 delete) | uvarint key length | key | (not for delete) uvarint value length | value
 //
@@ -655,7 +655,7 @@ func openFile(data []byte) (chainFile, error) {
 	}
 	c.id, c.prev = r.u64("checkpoint id"), r.u64("previous id")
 	c.count = r.u64("records")
-	if r.err == nil && c.kind != kindBase && c.kind != kindDelta {
+	if r.err == nil && c.kind != kindBase && c.kind != kindDelta && c.kind != kindDiskDelta {
 		r.fail("kind %d", c.kind)
 	}
 	if r.err == nil && c.count > uint64(len(data)-fileHeader)/3 {
@@ -674,6 +674,8 @@ func (m *Mem[K, V]) applyChain(files [][]byte, M map[K]V, order []K, lo, hi int,
 		c, err := openFile(data)
 		if err == nil {
 			switch {
+			case c.kind == kindDiskDelta:
+				err = fmt.Errorf("%w: a disk state delta, not the memory backend's", ErrChangelog)
 			case i == 0 && c.kind != kindBase:
 				err = fmt.Errorf("%w: the chain starts with a delta", ErrChangelog)
 			case i > 0 && c.kind != kindDelta:

@@ -17,7 +17,6 @@ import (
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/cockroachdb/pebble/v2/bloom"
 	"github.com/cockroachdb/pebble/v2/vfs"
-	"github.com/vmihailenco/msgpack/v5"
 
 	"github.com/sluicehq/sluice/internal/msgpacksafe"
 )
@@ -55,6 +54,7 @@ type Disk[K comparable, V any] struct {
 	ttl         int64     // StateTTL in nanoseconds (0: none); see SetTTL
 	now         func() int64
 	expired     func(K, V)
+	inc         diskInc[K, V] // the changes since the last checkpoint, its chain (disk_delta.go)
 	Stats       DiskStats
 }
 
@@ -64,6 +64,7 @@ type DiskStats struct {
 	Loaded    int64 // entries read from the database into the cache
 	LastBytes int64 // the last checkpoint's files
 	LastNew   int64 // of which new since the checkpoint before (written)
+	LastDelta bool  // the last checkpoint was a delta (of the keys changed), not a base
 	Expired   int64 // entries forgotten by their TTL
 }
 
@@ -98,6 +99,7 @@ func (d *Disk[K, V]) forget(k K, v V, cached bool) {
 	var zero V
 	d.m[k] = entry[V]{gone: true, dirty: true}
 	d.bytes += sizeOf(k, zero)
+	d.inc.changed(k)
 	d.Stats.Expired++
 	if d.expired != nil {
 		d.expired(k, v)
@@ -347,6 +349,7 @@ func (d *Disk[K, V]) Put(k K, v V, _ bool) {
 	}
 	d.m[k] = e
 	d.bytes += sizeOf(k, v)
+	d.inc.changed(k)
 	d.maybeEvict()
 }
 
@@ -357,6 +360,7 @@ func (d *Disk[K, V]) Delete(k K) {
 	}
 	d.m[k] = entry[V]{gone: true, dirty: true}
 	d.bytes += sizeOf(k, zero)
+	d.inc.changed(k)
 	d.maybeEvict()
 }
 
@@ -384,6 +388,7 @@ func (d *Disk[K, V]) maybeEvict() {
 }
 
 func (d *Disk[K, V]) write(b *pebble.Batch, k K, e entry[V]) {
+	d.inc.wrote(k, e, false)
 	d.kbuf = d.key(d.kbuf[:0], k)
 	var err error
 	if e.gone {
@@ -516,6 +521,7 @@ func (d *Disk[K, V]) Expire() (left int64) {
 			delete(d.m, k)
 			d.bytes -= sizeOf(k, e.v)
 		}
+		d.inc.wrote(k, entry[V]{gone: true}, true)
 		d.Stats.Expired++
 		if d.expired != nil {
 			d.expired(k, v)
@@ -594,6 +600,9 @@ type handle struct {
 	// savepoint is opened, is where it is now.
 	Rel string `msgpack:"rel,omitempty"`
 	Abs string `msgpack:"abs,omitempty"`
+	// Versions 3 and 4 (a savepoint's copy): the deltas after the base,
+	// in order (see disk_delta.go).
+	Deltas []link `msgpack:"deltas,omitempty"`
 }
 
 func (d *Disk[K, V]) Snapshot(id uint64) ([]byte, error) { return d.snapshot(id, false) }
@@ -607,6 +616,13 @@ func (d *Disk[K, V]) snapshot(id uint64, full bool) ([]byte, error) {
 	if !d.snapped {
 		d.snapped = true
 		d.removeStale(chk, id)
+	}
+	maxChain := d.spec.MaxChain
+	if maxChain <= 0 {
+		maxChain = DefaultMaxChain
+	}
+	if !full && d.inc.canDelta(maxChain) {
+		return d.snapshotDelta(id)
 	}
 	d.flush()
 	if err := d.db.Flush(); err != nil {
@@ -657,14 +673,8 @@ func (d *Disk[K, V]) snapshot(id uint64, full bool) ([]byte, error) {
 		}
 		m.Files = append(m.Files, fi)
 	}
-	body, err := msgpack.Marshal(m)
+	crc, err := writeManifest(tmp, m)
 	if err != nil {
-		return nil, err
-	}
-	crc := crc32.Checksum(body, castagnoli)
-	out := append([]byte(manifestMagic), body...)
-	out = append(out, byte(crc>>24), byte(crc>>16), byte(crc>>8), byte(crc))
-	if err := writeSync(filepath.Join(tmp, manifestName), out); err != nil {
 		return nil, &Error{Path: filepath.Join(tmp, manifestName), Err: err}
 	}
 	if err := os.Rename(tmp, final); err != nil {
@@ -672,8 +682,9 @@ func (d *Disk[K, V]) snapshot(id uint64, full bool) ([]byte, error) {
 	}
 	syncDir(chk)
 	d.last = m
-	d.Stats.LastBytes, d.Stats.LastNew = total, fresh
-	return msgpack.Marshal(&handle{V: 1, Dir: name, CRC: crc, TTL: d.ttl > 0})
+	d.Stats.LastBytes, d.Stats.LastNew, d.Stats.LastDelta = total, fresh, false
+	d.inc.based(id, name, crc, total, d.spec.Budget)
+	return d.inc.handle(d.ttl > 0)
 }
 
 // removeStale removes, before this table's first checkpoint, the
@@ -719,8 +730,9 @@ func listChk(dir string) []chkName {
 	return out
 }
 
-// Committed keeps the newest Retain checkpoints up to id and removes the
-// older ones (instance 0 removes every instance's).
+// Committed keeps the newest Retain checkpoints up to id, the base and
+// deltas each chains on, and removes the older directories (instance 0
+// removes every instance's).
 func (d *Disk[K, V]) Committed(id uint64) {
 	chk := filepath.Join(d.opDir, "chk")
 	all := listChk(chk)
@@ -735,12 +747,7 @@ func (d *Disk[K, V]) Committed(id uint64) {
 	if len(ids) <= d.spec.Retain {
 		return
 	}
-	keepFrom := ids[len(ids)-d.spec.Retain]
-	for _, c := range all {
-		if c.id < keepFrom && (c.inst == d.inst || d.inst == 0) {
-			_ = os.RemoveAll(filepath.Join(chk, c.name))
-		}
-	}
+	retainChains(chk, all, ids[len(ids)-d.spec.Retain:], func(inst int) bool { return inst == d.inst || d.inst == 0 })
 }
 
 // Restore rebuilds the working database from snapshots: at the same
@@ -748,12 +755,13 @@ func (d *Disk[K, V]) Committed(id uint64) {
 // the key groups [lo, hi) of each.
 func (d *Disk[K, V]) Restore(snaps [][]byte, lo, hi int) error {
 	dirs := make([]string, len(snaps))
+	deltas := make([][][]byte, len(snaps))
 	for i, b := range snaps {
-		dir, err := d.verify(b)
+		dir, ds, err := d.verify(b)
 		if err != nil {
 			return wrapN(i, len(snaps), err)
 		}
-		dirs[i] = dir
+		dirs[i], deltas[i] = dir, ds
 	}
 	// The restored database is built in a new directory and opened before
 	// the old one is closed and removed: every instance's OpenDisk removes
@@ -778,11 +786,21 @@ func (d *Disk[K, V]) Restore(snaps [][]byte, lo, hi int) error {
 		_ = os.RemoveAll(live)
 		return err
 	}
+	if whole {
+		for _, f := range deltas[0] {
+			if err := applyDelta(db, live, f, 0, 128); err != nil {
+				db.Close()
+				_ = os.RemoveAll(live)
+				return err
+			}
+		}
+	}
 	d.dropReader()
 	old, oldLive := d.db, d.live
 	d.db, d.live = db, live
 	clear(d.m)
 	d.bytes, d.last = 0, nil
+	d.inc.reset()
 	if old != nil {
 		if err := old.Close(); err != nil {
 			return &Error{Path: oldLive, Err: err}
@@ -795,9 +813,16 @@ func (d *Disk[K, V]) Restore(snaps [][]byte, lo, hi int) error {
 		return nil
 	}
 	lo, hi = max(lo, 0), min(hi, 128)
-	for _, dir := range dirs {
+	for i, dir := range dirs {
 		if err := d.copyGroups(dir, lo, hi); err != nil {
 			return err
+		}
+		for _, f := range deltas[i] {
+			if lo < hi {
+				if err := applyDelta(d.db, d.live, f, lo, hi); err != nil {
+					return err
+				}
+			}
 		}
 	}
 	return nil
@@ -855,34 +880,38 @@ func (d *Disk[K, V]) copyGroups(dir string, lo, hi int) error {
 }
 
 // verify checks a snapshot's handle and the checkpoint's files against
-// its manifest (names, sizes, CRC-32C) and returns its directory.
-func (d *Disk[K, V]) verify(b []byte) (string, error) {
+// its manifest (names, sizes, CRC-32C) and returns its base's directory
+// and its deltas' files, checked (disk_delta.go).
+func (d *Disk[K, V]) verify(b []byte) (string, [][]byte, error) {
 	var h handle
 	if err := msgpacksafe.Decode(b, &h, msgpacksafe.Limits{Source: "disk state handle", Factor: 4}); err != nil {
-		return "", err
+		return "", nil, err
 	}
 	dir, err := h.location(d.opDir)
 	if err != nil {
-		return "", err
+		return "", nil, err
 	}
 	if h.TTL != (d.ttl > 0) {
 		with := map[bool]string{false: "without", true: "with"}
-		return "", fmt.Errorf("disk state checkpoint %s was taken %s a StateTTL, and this operator runs %s one: its values cannot be read (restore it with the TTL setting it was taken with)",
+		return "", nil, fmt.Errorf("disk state checkpoint %s was taken %s a StateTTL, and this operator runs %s one: its values cannot be read (restore it with the TTL setting it was taken with)",
 			dir, with[h.TTL], with[d.ttl > 0])
 	}
-	return dir, verifyDir(dir, h.CRC)
+	return chainOf(&h, d.opDir)
 }
 
 // location is the directory of the checkpoint a handle names: under the
 // operator's chk directory, or (version 2) a savepoint's copy.
 func (h *handle) location(opDir string) (string, error) {
-	if h.V != 1 && h.V != 2 {
-		return "", fmt.Errorf("disk state handle version %d: this build reads versions 1 and 2", h.V)
+	if h.V < 1 || h.V > 4 {
+		return "", fmt.Errorf("disk state handle version %d: this build reads versions 1 to 4", h.V)
 	}
 	if listChkOne(h.Dir) == nil {
 		return "", fmt.Errorf("disk state handle: bad checkpoint directory %q", h.Dir)
 	}
-	if h.V == 1 {
+	if (h.V <= 2) != (len(h.Deltas) == 0) || len(h.Deltas) > maxChainFiles {
+		return "", fmt.Errorf("disk state handle version %d with %d deltas", h.V, len(h.Deltas))
+	}
+	if h.V == 1 || h.V == 3 {
 		return filepath.Join(opDir, "chk", h.Dir), nil
 	}
 	if !filepath.IsLocal(h.Rel) || !filepath.IsAbs(h.Abs) {
