@@ -193,6 +193,7 @@ func (d *Disk[K, V]) openAt(dir string) (*pebble.DB, error) {
 	if err != nil {
 		return nil, &Error{Path: dir, Err: err}
 	}
+	register(db)
 	return db, nil
 }
 
@@ -545,6 +546,7 @@ func (d *Disk[K, V]) Close() error {
 		d.it = nil
 	}
 	if d.db != nil {
+		unregister(d.db)
 		if cerr := d.db.Close(); err == nil {
 			err = cerr
 		}
@@ -784,6 +786,7 @@ func (d *Disk[K, V]) Restore(snaps [][]byte, lo, hi int) error {
 	clear(d.m)
 	d.bytes, d.last = 0, nil
 	if old != nil {
+		unregister(old)
 		if err := old.Close(); err != nil {
 			return &Error{Path: oldLive, Err: err}
 		}
