@@ -386,6 +386,7 @@ func (d *Disk[K, V]) maybeEvict() {
 	clear(d.m)
 	d.bytes = 0
 	d.commit(b)
+	trimMalloc()
 }
 
 func (d *Disk[K, V]) write(b *pebble.Batch, k K, e entry[V]) {
