@@ -15,7 +15,7 @@ func heapAlloc() int64 {
 }
 
 // TestDiskMemoryFlat: a disk table's memory does not grow with the number
-// of keys it holds. Over 40 k, 160 k and 480 k distinct keys (each read
+// of keys it holds. Over 20 k, 80 k and 240 k distinct keys (each read
 // and written, as a count does) with a budget of 4 MiB: the Go heap the
 // table holds (its cache of decoded entries, at most half the budget,
 // and pebble's Go allocations, about 2.5 MiB) stays under twice the
@@ -26,14 +26,14 @@ func heapAlloc() int64 {
 // fails the first bound.
 func TestDiskMemoryFlat(t *testing.T) {
 	if testing.Short() {
-		t.Skip("writes 480 k keys")
+		t.Skip("writes 240 k keys")
 	}
 	const budget = 4 << 20
 	h0 := heapAlloc()
 	d := open(t, t.TempDir(), 0, budget)
 	var k int64
 	var heaps []int64
-	for _, n := range []int64{40_000, 160_000, 480_000} {
+	for _, n := range []int64{20_000, 80_000, 240_000} {
 		for ; k < n; k++ {
 			key := int64(uint64(k) * 0x9E3779B97F4A7C15)
 			v, ok := d.Get(key)
@@ -57,6 +57,6 @@ func TestDiskMemoryFlat(t *testing.T) {
 	// anywhere between empty and the budget, so the steps compare within
 	// the cache's half of the budget.
 	if grow := heaps[2] - heaps[0]; grow > budget/2 {
-		t.Errorf("the Go heap grew by %d bytes from 40 k to 480 k keys: %v", grow, heaps)
+		t.Errorf("the Go heap grew by %d bytes from 20 k to 240 k keys: %v", grow, heaps)
 	}
 }
