@@ -22,10 +22,10 @@ func TestEmitAtEndBoundedByCredits(t *testing.T) {
 	for _, disk := range []bool{false, true} {
 		t.Run(fmt.Sprintf("disk=%v", disk), func(t *testing.T) {
 			sys, ctx := newSystem(t)
-			const keys, batch, capacity = 60_000, 64, 256
+			const keys, batch, capacity = 20_000, 64, 256
 			opts := []operators.TopologyOption{operators.BatchSize(batch), operators.Capacity(capacity), operators.Checkpoints(time.Hour)}
 			if disk {
-				opts = append(opts, operators.StateBackend(operators.DiskState(filepath.Join(t.TempDir(), "state"), 1<<20)))
+				opts = append(opts, operators.StateBackend(operators.DiskState(filepath.Join(t.TempDir(), "state"), 8<<20)))
 			}
 			top := operators.NewTopology("emit-end", opts...)
 			src := operators.Source(top, "numbers", operators.Generate(2*keys, func(i int64) int64 { return i % keys }))
@@ -59,7 +59,10 @@ func TestEmitAtEndBoundedByCredits(t *testing.T) {
 			}
 			run.Store(r)
 			if err := r.Wait(ctx); err != nil {
-				t.Fatal(err)
+				for _, s := range r.Stats() {
+					t.Logf("%s: in %d out %d", s.Name, s.In, s.Out)
+				}
+				t.Fatalf("%v (%d results)", err, got.Load())
 			}
 			checkAccounts(t, r)
 			if got.Load() != keys || wrong.Load() != 0 {
@@ -67,7 +70,7 @@ func TestEmitAtEndBoundedByCredits(t *testing.T) {
 			}
 			// Each channel holds at most its window (the capacity) beside
 			// a batch the sink is writing; a count that queued its results
-			// instead had tens of thousands emitted ahead of the sink.
+			// instead had nearly all of them emitted ahead of the sink.
 			if bound := int64(2 * (capacity + 2*batch)); gap.Load() > bound {
 				t.Fatalf("the count emitted up to %d results ahead of the sink, bound %d", gap.Load(), bound)
 			}
