@@ -7,8 +7,11 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"runtime/metrics"
+	"runtime/pprof"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/sluicehq/sluice/actors"
@@ -317,13 +320,20 @@ func benchStateLarge(ctx context.Context, e *env) ([]Result, error) {
 	}
 	defer sys.Stop(ctx)
 	keyOf := func(i int64) int64 { return int64(uint64(i%int64(keys)) * 0x9E3779B97F4A7C15) }
-	var results, sum, twos, check int64
+	var sum, twos, check int64
+	var results atomic.Int64
+	if os.Getenv("SLUICE_MEMTRACE") != "" {
+		stop := make(chan struct{})
+		done := make(chan struct{})
+		go memTrace(stop, done, &results)
+		defer func() { close(stop); <-done }()
+	}
 	t := operators.NewTopology("state-large", operators.StateBackend(operators.DiskState(dir, 96<<20)))
 	src := operators.Source(t, "numbers", operators.Generate(int64(n), func(i int64) int64 { return i }))
 	by := operators.KeyBy(src, "by-key", keyOf, operators.Parallelism(2))
 	counts := operators.Count(by, "count", operators.Emit(operators.EmitAtEnd))
 	operators.Sink(counts, "check", operators.SinkFunc(func(kv operators.KV[int64, int64]) error {
-		results++
+		results.Add(1)
 		sum += kv.Value
 		if kv.Value == 2 {
 			twos++
@@ -344,9 +354,9 @@ func benchStateLarge(ctx context.Context, e *env) ([]Result, error) {
 	for i := range int64(n) {
 		ref += keyOf(i)
 	}
-	if results != int64(keys) || sum != int64(n) || twos != int64(extra) || check != ref {
+	if results.Load() != int64(keys) || sum != int64(n) || twos != int64(extra) || check != ref {
 		return nil, fmt.Errorf("state-large: %d results (want %d), sum %d (want %d), %d counted twice (want %d), checksum %d (want %d)",
-			results, keys, sum, n, twos, extra, check, ref)
+			results.Load(), keys, sum, n, twos, extra, check, ref)
 	}
 	return []Result{
 		{Name: "state-large/disk-count", Value: float64(n) / took.Seconds(), Unit: "records/s",
@@ -363,6 +373,61 @@ func peakRSS() float64 {
 	}
 	for _, l := range strings.Split(string(b), "\n") {
 		if v, ok := strings.CutPrefix(l, "VmHWM:"); ok {
+			kb, _ := strconv.ParseFloat(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(v), "kB")), 64)
+			return kb / 1024
+		}
+	}
+	return 0
+}
+
+// memTrace prints, every 5 s until stop, the process's memory: its RSS,
+// the Go heap (runtime/metrics), and the disk tables' pebble memory.
+func memTrace(stop <-chan struct{}, done chan<- struct{}, results *atomic.Int64) {
+	defer close(done)
+	names := []string{"/gc/heap/live:bytes", "/gc/heap/goal:bytes", "/gc/cycles/total:gc-cycles",
+		"/memory/classes/total:bytes", "/memory/classes/heap/objects:bytes", "/memory/classes/heap/released:bytes",
+		"/memory/classes/heap/free:bytes"}
+	samples := make([]metrics.Sample, len(names))
+	for i, n := range names {
+		samples[i].Name = n
+	}
+	start := time.Now()
+	tick := time.NewTicker(5 * time.Second)
+	defer tick.Stop()
+	mib := func(v uint64) float64 { return float64(v) / (1 << 20) }
+	var hwm float64
+	for {
+		select {
+		case <-stop:
+			return
+		case <-tick.C:
+		}
+		metrics.Read(samples)
+		u := func(i int) uint64 { return samples[i].Value.Uint64() }
+		p := state.DiskMemory()
+		rss := procStatus("VmRSS:")
+		fmt.Fprintf(os.Stderr, "memtrace t=%.0fs rss=%.0f live=%.0f goal=%.0f gcs=%d gomapped=%.0f(objs %.0f free %.0f released %.0f) | pebble dbs=%d bcache=%.0f memt=%.0f(%d, zombie %.0f) tables=%d open=%d iters=%d L0=%d compacting=%d(%.0f) cgo: %s | results=%d\n",
+			time.Since(start).Seconds(), rss, mib(u(0)), mib(u(1)), u(2), mib(u(3)), mib(u(4)), mib(u(6)), mib(u(5)),
+			p.DBs, mib(uint64(p.BlockCache)), mib(uint64(p.MemTables)), p.MemTableCount, mib(uint64(p.ZombieMemTables)),
+			p.Files, p.TableCache, p.TableIters, p.L0Files, p.Compacting, mib(uint64(p.CompactingBytes)), p.Cgo, results.Load())
+		if f := os.Getenv("SLUICE_HEAPPROF"); f != "" && rss > hwm {
+			hwm = rss
+			if out, err := os.Create(f); err == nil {
+				_ = pprof.WriteHeapProfile(out)
+				out.Close()
+			}
+		}
+	}
+}
+
+// procStatus is a line of /proc/self/status in MiB (0 where unknown).
+func procStatus(field string) float64 {
+	b, err := os.ReadFile("/proc/self/status")
+	if err != nil {
+		return 0
+	}
+	for _, l := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(l, field); ok {
 			kb, _ := strconv.ParseFloat(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(v), "kB")), 64)
 			return kb / 1024
 		}

@@ -642,7 +642,8 @@ func (x *execution) build() error {
 				sc := &stage.Ctx{Name: n.Name(), Kind: n.Kind(), Head: pos == 0 && n.Role() != graph.RoleSource, PanicErr: x.topo.Kit().Panic,
 					Prev:     prevName(chain, pos),
 					Instance: in.idx, Parts: p.Par[n], Context: x.ctx, C: x.counters[n][in.idx], BatchSize: cfg.BatchSize, Tracer: in.tr,
-					After: in.afterFunc, Now: cfg.Now, FinalCheckpoint: x.topo.Config().CheckpointInterval > 0, StateTTL: int64(n.TTL())}
+					After: in.afterFunc, Now: cfg.Now, FinalCheckpoint: x.topo.Config().CheckpointInterval > 0, StateTTL: int64(n.TTL()),
+					Blocked: in.outputsBlocked, Resume: in.resumeLater}
 				if n == tail {
 					sc.Late = late
 				}

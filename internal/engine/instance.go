@@ -116,9 +116,14 @@ type instance struct {
 	holding  bool         // its mailbox is held (holdInput)
 	stashed  atomic.Int64 // len(stash) after the last drain, for InstanceStats
 	blockedN int
-	since    time.Time
-	done     bool
-	reported bool
+	// cont goes on with the chain's Finish once no output waits for
+	// credits (stage.Ctx.Resume); finishing: the end of input is under
+	// way, the stream ends (endOfStream) after the last cont.
+	cont      func()
+	finishing bool
+	since     time.Time
+	done      bool
+	reported  bool
 	// The final checkpoint (jobs with checkpoints): finalAt is the last
 	// checkpoint the instance answered after it finished, closed says its
 	// sinks closed once a commit covered finalAt, and closeReported that the
@@ -467,6 +472,8 @@ func (in *instance) jobBarrier(m *wire.Barrier) {
 		in.finalBarrier(m.ID)
 	case in.src != nil:
 		in.sourceBarrier(m.ID, m.Unaligned)
+	case in.finishing: // answered once the chain has finished (endOfStream)
+		in.want = max(in.want, m.ID)
 	default: // the barrier follows on the inputs, or they end first
 		in.want = max(in.want, m.ID)
 		if m.Unaligned {
@@ -694,7 +701,7 @@ const (
 // ended. A checkpoint announced to the instance that did not reach it
 // through its inputs is answered now.
 func (in *instance) endOfInput() {
-	if in.done {
+	if in.done || in.finishing {
 		return
 	}
 	switch {
@@ -715,6 +722,38 @@ func (in *instance) endOfInput() {
 	default:
 		in.head.Finish()
 	}
+	if in.cont != nil { // a stage goes on emitting once the outputs have room
+		in.finishing = true
+		return
+	}
+	in.endOfStream()
+}
+
+// outputsBlocked says whether an output waits for credits (stage.Ctx.Blocked).
+func (in *instance) outputsBlocked() bool { return in.blockedN > 0 }
+
+// resumeLater has f called once no output waits for credits
+// (stage.Ctx.Resume): a stage's Finish emitting more than the receivers
+// have room for goes on there.
+func (in *instance) resumeLater(f func()) { in.cont = f }
+
+// resumeFinish goes on with the chain's Finish while the outputs have
+// room, and ends the stream once it is done.
+func (in *instance) resumeFinish() {
+	for in.cont != nil && in.blockedN == 0 {
+		f := in.cont
+		in.cont = nil
+		f()
+	}
+	if in.cont == nil && in.finishing {
+		in.finishing = false
+		in.endOfStream()
+	}
+}
+
+// endOfStream sends end-of-stream on every output once the chain has
+// finished, and answers a checkpoint announced meanwhile.
+func (in *instance) endOfStream() {
 	in.em.Flush()
 	var mark int64
 	switch {
@@ -859,6 +898,12 @@ func (in *instance) flushQueue(oc *outChan) {
 		in.lat.blockedSince.Store(0)
 	}
 	in.blockedSince.Store(0)
+	if in.finishing {
+		in.resumeFinish()
+		if in.blockedN > 0 {
+			return
+		}
+	}
 	in.drain()
 	if in.blockedN == 0 && in.waiting {
 		in.waiting = false

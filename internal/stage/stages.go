@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"iter"
 	"slices"
 	"strconv"
 	"sync/atomic"
@@ -144,6 +145,16 @@ type Ctx struct {
 	// handled survived the load shedding upstream (1: nothing was shed):
 	// approximate aggregations scale by its inverse.
 	Keep func() float64
+	// Blocked says whether an output of the instance waits for credits
+	// (nil: never); Resume has the instance call f once none waits. A
+	// stage whose Finish emits more than its receivers have room for
+	// (EmitAtEnd over a large state) emits until blocked, hands the rest
+	// to Resume and returns: its instance ends its stream only after the
+	// last f (which finishes the rest of the chain) returns without
+	// calling Resume again. Without them the outputs would queue every
+	// result in memory until Finish returned.
+	Blocked func() bool
+	Resume  func(f func())
 }
 
 // KeepRate is sc.Keep() or 1 without it.
@@ -401,6 +412,7 @@ func (s *KeyedStage[K, T, A, O]) CommittedState(id uint64) {
 
 // CloseState releases the state backend's files (the instance stops).
 func (s *KeyedStage[K, T, A, O]) CloseState() error {
+	s.stopEnd() // stopped while it emitted at the end
 	if s.tab == nil {
 		return nil
 	}
@@ -428,6 +440,9 @@ type KeyedStage[K comparable, T, A, O any] struct {
 	expOut   Batch[O] // results of expired keys (EmitAtEnd) not yet pushed
 	sweeping bool     // a sweep is scheduled
 	ended    bool     // Finish: no more sweeps
+	// endStop stops the pull of the table's entries that Finish emits
+	// under EmitAtEnd while it runs (resumed across messages).
+	endStop func()
 }
 
 // open opens the stage's state backend.
@@ -623,36 +638,67 @@ func (s *KeyedStage[K, T, A, O]) Finish() {
 	if s.emit == EmitAtEnd && s.tab != nil {
 		s.out.Ts = nil
 		s.out.Vs, s.out.Tr = s.out.Vs[:0], nil
-		var ends []func() // the results' spans end once the batches went on
-		defer func() {
-			for _, e := range ends {
-				e()
-			}
-		}()
-		push := func() {
-			s.sc.C.Out.Add(int64(len(s.out.Vs)))
-			s.next.Push(&s.out)
-			s.out.Vs, s.out.Tr = s.out.Vs[:0], nil
-		}
-		for k, a := range s.tab.All {
-			if c := s.contrib[k]; c != nil && s.sc.Tracer != nil {
-				// A result of sampled records: its span continues the
-				// first one's trace and links to them all.
-				m, end := s.sc.Tracer.emit(s.sc, c, KeyString(k))
-				m.I = int32(len(s.out.Vs))
-				s.out.Tr = append(s.out.Tr, m)
-				ends = append(ends, end)
-			}
-			s.out.Vs = append(s.out.Vs, s.kv(k, a))
-			if len(s.out.Vs) == s.sc.BatchSize {
-				push()
-			}
-		}
-		if len(s.out.Vs) > 0 {
-			push()
-		}
+		next, stop := iter.Pull2(s.tab.All)
+		s.endStop = stop
+		s.emitEnd(next)
+		return
 	}
 	s.next.Finish()
+}
+
+// emitEnd emits the results of EmitAtEnd that next yields, a batch at a
+// time, until the outputs wait for credits (sc.Blocked): then it has the
+// instance resume it once they have room (sc.Resume), so that what waits
+// for the receivers is at most a batch a channel, however many keys the
+// state holds. After the last result it finishes the rest of the chain.
+func (s *KeyedStage[K, T, A, O]) emitEnd(next func() (K, A, bool)) {
+	defer s.sc.attribute()
+	var ends []func() // the results' spans end once the batches went on
+	defer func() {
+		for _, e := range ends {
+			e()
+		}
+	}()
+	push := func() {
+		s.sc.C.Out.Add(int64(len(s.out.Vs)))
+		s.next.Push(&s.out)
+		s.out.Vs, s.out.Tr = s.out.Vs[:0], nil
+	}
+	for {
+		k, a, ok := next()
+		if !ok {
+			break
+		}
+		if c := s.contrib[k]; c != nil && s.sc.Tracer != nil {
+			// A result of sampled records: its span continues the
+			// first one's trace and links to them all.
+			m, end := s.sc.Tracer.emit(s.sc, c, KeyString(k))
+			m.I = int32(len(s.out.Vs))
+			s.out.Tr = append(s.out.Tr, m)
+			ends = append(ends, end)
+		}
+		s.out.Vs = append(s.out.Vs, s.kv(k, a))
+		if len(s.out.Vs) == s.sc.BatchSize {
+			push()
+			if s.sc.Blocked != nil && s.sc.Blocked() {
+				s.sc.Resume(func() { s.emitEnd(next) })
+				return
+			}
+		}
+	}
+	if len(s.out.Vs) > 0 {
+		push()
+	}
+	s.stopEnd()
+	s.next.Finish()
+}
+
+// stopEnd ends the pull of EmitAtEnd's entries (its iterator closed).
+func (s *KeyedStage[K, T, A, O]) stopEnd() {
+	if s.endStop != nil {
+		s.endStop()
+		s.endStop = nil
+	}
 }
 
 type SinkStage[T any] struct {

@@ -195,6 +195,7 @@ func (d *Disk[K, V]) openAt(dir string) (*pebble.DB, error) {
 	if err != nil {
 		return nil, &Error{Path: dir, Err: err}
 	}
+	register(db)
 	return db, nil
 }
 
@@ -364,27 +365,32 @@ func (d *Disk[K, V]) Delete(k K) {
 	d.maybeEvict()
 }
 
-// maybeEvict writes back and drops entries once the cache is over its
-// budget, down to three quarters of it. The victims are the map's
-// iteration order: random, not least recently used.
+// maybeEvict writes every dirty entry back and clears the cache once it
+// is over its budget. The whole cache goes, not a share of it: a Go map
+// emptied by clear keeps its slots empty, and one whose entries are
+// deleted a few at a time fills with tombstones and grows (see sizeOf).
+// A key still hot is read again from the database (most likely from the
+// block cache).
 func (d *Disk[K, V]) maybeEvict() {
 	if d.bytes <= d.wb {
 		return
 	}
-	target := d.wb * 3 / 4
 	b := d.db.NewBatch()
 	for k, e := range d.m {
-		if e.dirty {
-			d.write(b, k, e)
+		if !e.dirty {
+			continue
 		}
-		delete(d.m, k)
-		d.bytes -= sizeOf(k, e.v)
-		d.Stats.Evicted++
-		if d.bytes <= target {
-			break
+		d.write(b, k, e)
+		if b.Len() > 4<<20 {
+			d.commit(b)
+			b = d.db.NewBatch()
 		}
 	}
+	d.Stats.Evicted += int64(len(d.m))
+	clear(d.m)
+	d.bytes = 0
 	d.commit(b)
+	trimMalloc()
 }
 
 func (d *Disk[K, V]) write(b *pebble.Batch, k K, e entry[V]) {
@@ -551,6 +557,7 @@ func (d *Disk[K, V]) Close() error {
 		d.it = nil
 	}
 	if d.db != nil {
+		unregister(d.db)
 		if cerr := d.db.Close(); err == nil {
 			err = cerr
 		}
@@ -802,6 +809,7 @@ func (d *Disk[K, V]) Restore(snaps [][]byte, lo, hi int) error {
 	d.bytes, d.last = 0, nil
 	d.inc.reset()
 	if old != nil {
+		unregister(old)
 		if err := old.Close(); err != nil {
 			return &Error{Path: oldLive, Err: err}
 		}
