@@ -81,7 +81,7 @@ func (s *System) Spawn(name string, producer func() actor.Actor, opts ...SpawnOp
 	if cfg.self != nil {
 		own = supervision.ForActors(*cfg.self, s.cfg.Clock)
 	}
-	props := actor.PropsFromProducer(producer, actor.WithMailbox(mbProducer), actor.WithDispatcher(s.pool),
+	props := actor.PropsFromProducer(producer, actor.WithMailbox(mbProducer),
 		actor.WithGuardian(observed{inner: own, ref: ref}))
 	if cfg.children != nil {
 		props.Configure(actor.WithSupervisor(supervision.ForActors(*cfg.children, s.cfg.Clock)))

@@ -62,7 +62,7 @@ type System struct {
 	tempDir string // of a temporary store, removed by Stop
 	spill   *mailbox.SpillStore
 
-	pool *workers.Pool // the dispatcher every actor of sluice's runs on
+	pool *workers.Pool // the dispatcher of topologies' operator instances
 
 	life    context.Context // ended by Stop: the lifetime of actors' I/O
 	endLife context.CancelCauseFunc
@@ -137,11 +137,12 @@ func (s *System) ActorSystem() *actor.ActorSystem { return s.sys }
 // Root returns sluice's own root context (not the shared sys.Root).
 func (s *System) Root() *actor.RootContext { return s.root }
 
-// Dispatcher is the dispatcher the system's actors run on: it reuses
-// goroutines (whose stacks are already grown) where protoactor's default
-// starts one for every scheduling of a mailbox. Give it to actors spawned
-// with protoactor directly (actor.WithDispatcher) for the same; Stop ends
-// its idle goroutines.
+// Dispatcher is the dispatcher a topology's operator instances run on: it
+// reuses goroutines (whose stacks are already grown) where protoactor's
+// default starts one for every scheduling of a mailbox. Embedded actors
+// (Spawn) keep protoactor's default: one actor fed by Ref.Send measured
+// slower on the pool (benchmarks/RESULTS.md, session 9). Stop ends its idle
+// goroutines.
 func (s *System) Dispatcher() actor.Dispatcher { return s.pool }
 
 // Context is the system's lifetime: it ends when Stop is called, with
