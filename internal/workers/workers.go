@@ -1,4 +1,4 @@
-// Package workers is the dispatcher sluice's actors run on: a protoactor
+// Package workers is the dispatcher sluice's operator instances run on: a protoactor
 // actor.Dispatcher whose scheduled mailboxes run on long-lived goroutines.
 //
 // protoactor's default dispatcher starts a goroutine for every Schedule: a
