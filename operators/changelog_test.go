@@ -31,26 +31,15 @@ func TestStopWithSavepointChangelog(t *testing.T) {
 	}
 	defer sys.Stop(ctx)
 	const n, keys = 200_000, 5_000
-	var passed atomic.Int64
-	tick := time.NewTicker(time.Millisecond)
-	defer tick.Stop()
+	p := newPace(t)
 	var mu sync.Mutex
 	out := map[int64]int64{}
 	logDir := t.TempDir()
 	var deltas atomic.Int64
+	p.every = func() { deltas.Add(int64(countDeltas(logDir))) }
 	build := func(name string, paced bool) *operators.Topology {
 		top := operators.NewTopology(name, operators.BatchSize(64), operators.StateBackend(operators.MemoryState().Changelog(logDir)))
-		src := operators.Source(top, "src", operators.Generate(n, func(i int64) int64 { return i % keys }))
-		slow := operators.Map(src, "pace", func(v int64) int64 {
-			if paced && passed.Add(1)%100 == 0 {
-				<-tick.C // about 100 000 records a second: the stop lands mid-stream
-				if passed.Load()%10_000 == 0 {
-					deltas.Add(int64(countDeltas(logDir)))
-				}
-			}
-			return v
-		})
-		by := operators.KeyBy(slow, "by", func(v int64) int64 { return v }, operators.Parallelism(2))
+		by := operators.KeyBy(p.stream(top, n, keys, paced), "by", func(v int64) int64 { return v }, operators.Parallelism(2))
 		counts := operators.Count(by, "count", operators.Emit(operators.EmitAtEnd))
 		operators.Sink(counts, "sink", operators.SinkFunc(func(kv operators.KV[int64, int64]) error {
 			mu.Lock()
@@ -65,19 +54,12 @@ func TestStopWithSavepointChangelog(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	deadline := time.After(time.Minute)
-	for passed.Load() < 60_000 {
-		select {
-		case <-deadline:
-			t.Fatal("the job did not reach 60 000 records")
-		case <-tick.C:
-		}
-	}
+	p.await(t, 60_000)
 	info, err := job.StopWithSavepoint(ctx, t.TempDir()+"/sp")
 	if err != nil {
 		t.Fatal(err)
 	}
-	at := passed.Load()
+	at := p.passed.Load()
 	if at >= n {
 		t.Fatalf("the job read all %d records before the stop; make it slower", n)
 	}

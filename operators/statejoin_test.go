@@ -6,7 +6,6 @@ import (
 	"os"
 	"slices"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -174,23 +173,14 @@ func TestStopWithSavepointProcessDisk(t *testing.T) {
 	}
 	defer sys.Stop(ctx)
 	const n, keys = 100_000, 2_000
-	var passed atomic.Int64
-	tick := time.NewTicker(time.Millisecond)
-	defer tick.Stop()
+	p := newPace(t)
 	var mu sync.Mutex
 	out := map[int64]int64{}
 	emits := map[int64]int{}
 	stateDir := t.TempDir()
 	build := func(paced bool) *operators.Topology {
 		top := operators.NewTopology("disk-process", operators.BatchSize(64), operators.StateBackend(operators.DiskState(stateDir, 16<<10)))
-		src := operators.Source(top, "src", operators.Generate(n, func(i int64) int64 { return i % keys }))
-		slow := operators.Map(src, "pace", func(v int64) int64 {
-			if paced && passed.Add(1)%100 == 0 {
-				<-tick.C
-			}
-			return v
-		})
-		by := operators.KeyBy(slow, "by", func(v int64) int64 { return v }, operators.Parallelism(2))
+		by := operators.KeyBy(p.stream(top, n, keys, paced), "by", func(v int64) int64 { return v }, operators.Parallelism(2))
 		type st struct{ N int64 }
 		counts := operators.Process(by, "count", func(c *operators.ProcessContext[int64, st, operators.KV[int64, int64]], _ int64) {
 			s := c.State()
@@ -214,19 +204,12 @@ func TestStopWithSavepointProcessDisk(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	deadline := time.After(time.Minute)
-	for passed.Load() < 20_000 {
-		select {
-		case <-deadline:
-			t.Fatal("the job did not reach 20 000 records")
-		case <-tick.C:
-		}
-	}
+	p.await(t, 20_000)
 	info, err := job.StopWithSavepoint(ctx, t.TempDir()+"/sp")
 	if err != nil {
 		t.Fatal(err)
 	}
-	if at := passed.Load(); at >= n {
+	if at := p.passed.Load(); at >= n {
 		t.Fatalf("the job read all %d records before the stop; make it slower", n)
 	}
 	if err := os.RemoveAll(stateDir); err != nil {

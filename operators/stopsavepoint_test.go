@@ -144,23 +144,14 @@ func TestStopWithSavepointDiskState(t *testing.T) {
 	}
 	defer sys.Stop(ctx)
 	const n, keys = 200_000, 5_000
-	var passed atomic.Int64
-	tick := time.NewTicker(time.Millisecond)
-	defer tick.Stop()
+	p := newPace(t)
 	var mu sync.Mutex
 	out := map[int64]int64{}
 	var emitted int
 	stateDir := t.TempDir()
 	build := func(name string, paced bool) *operators.Topology {
 		top := operators.NewTopology(name, operators.BatchSize(64), operators.StateBackend(operators.DiskState(stateDir, 16<<10)))
-		src := operators.Source(top, "src", operators.Generate(n, func(i int64) int64 { return i % keys }))
-		slow := operators.Map(src, "pace", func(v int64) int64 {
-			if paced && passed.Add(1)%100 == 0 {
-				<-tick.C // about 100 000 records a second: the stop lands mid-stream
-			}
-			return v
-		})
-		by := operators.KeyBy(slow, "by", func(v int64) int64 { return v }, operators.Parallelism(2))
+		by := operators.KeyBy(p.stream(top, n, keys, paced), "by", func(v int64) int64 { return v }, operators.Parallelism(2))
 		counts := operators.Count(by, "count", operators.Emit(operators.EmitAtEnd))
 		operators.Sink(counts, "sink", operators.SinkFunc(func(kv operators.KV[int64, int64]) error {
 			mu.Lock()
@@ -177,19 +168,12 @@ func TestStopWithSavepointDiskState(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	deadline := time.After(time.Minute)
-	for passed.Load() < 30_000 {
-		select {
-		case <-deadline:
-			t.Fatal("the job did not reach 30 000 records")
-		case <-tick.C:
-		}
-	}
+	p.await(t, 30_000)
 	info, err := job.StopWithSavepoint(ctx, t.TempDir()+"/sp")
 	if err != nil {
 		t.Fatal(err)
 	}
-	at := passed.Load()
+	at := p.passed.Load()
 	mu.Lock()
 	early := emitted
 	mu.Unlock()
@@ -256,4 +240,47 @@ func treeSums(t *testing.T, dir string) map[string]string {
 		t.Fatal(err)
 	}
 	return out
+}
+
+// pace is the paced stream of the stop-with-savepoint tests: n records
+// over keys keys, slowed (while paced) to about 100 000 a second by a
+// millisecond ticker, counting in passed what went through, so that a stop
+// lands mid-stream. every, if not nil, is called every 10 000 records.
+type pace struct {
+	passed atomic.Int64
+	tick   *time.Ticker
+	every  func()
+}
+
+func newPace(t *testing.T) *pace {
+	p := &pace{tick: time.NewTicker(time.Millisecond)}
+	t.Cleanup(p.tick.Stop)
+	return p
+}
+
+// stream is the source and its pacing map.
+func (p *pace) stream(top *operators.Topology, n, keys int64, paced bool) operators.Stream[int64] {
+	src := operators.Source(top, "src", operators.Generate(n, func(i int64) int64 { return i % keys }))
+	return operators.Map(src, "pace", func(v int64) int64 {
+		if paced && p.passed.Add(1)%100 == 0 {
+			<-p.tick.C
+			if p.every != nil && p.passed.Load()%10_000 == 0 {
+				p.every()
+			}
+		}
+		return v
+	})
+}
+
+// await waits (up to a minute) until at least k records went through.
+func (p *pace) await(t *testing.T, k int64) {
+	t.Helper()
+	deadline := time.After(time.Minute)
+	for p.passed.Load() < k {
+		select {
+		case <-deadline:
+			t.Fatalf("the job did not reach %d records", k)
+		case <-p.tick.C:
+		}
+	}
 }
