@@ -135,7 +135,15 @@ func TestQueryCrash(t *testing.T) { queryCrash(t) }
 const crashDiskEnv = "SLUICE_NEXMARK_CRASH_DISK"
 
 // TestQueryCrashDisk is TestQueryCrash with the disk state backend.
-func TestQueryCrashDisk(t *testing.T) { queryCrash(t, crashDiskEnv+"=1") }
+// Under the race detector its last run (windows, q3's join and q4's
+// aggregate on pebble with a 4 KiB cache) took over the child's 2 minutes
+// in CI; it runs without -race, in .ci/test's second pass.
+func TestQueryCrashDisk(t *testing.T) {
+	if raceEnabled {
+		t.Skip("the disk variant is too slow under the race detector: it runs in the pass without -race")
+	}
+	queryCrash(t, crashDiskEnv+"=1")
+}
 
 func queryCrash(t *testing.T, env ...string) {
 	if testing.Short() {
