@@ -135,6 +135,12 @@ func TestCheckpointCrashDisk(t *testing.T) {
 	if testing.Short() {
 		t.Skip("crash test: child processes")
 	}
+	if raceEnabled {
+		// In a CI run under -race all 20 kills landed before a run's
+		// first checkpoint (a base: flush and link) completed, so nothing
+		// was restored; it runs in .ci/test's pass without -race.
+		t.Skip("the disk backend's checkpoints are too slow under the race detector for kills to land after them: it runs in the pass without -race")
+	}
 	rng := crashtest.Seed(t, "SLUICE_CRASH_SEED")
 	reference := t.TempDir()
 	ref := runChild(t, reference, -1)

@@ -5,3 +5,6 @@ package operators_test
 const crashRecords = 10_000_000
 
 const crashKillMin = 100 // ms
+
+// raceEnabled says the tests run under the race detector.
+const raceEnabled = false

@@ -7,3 +7,6 @@ package operators_test
 const crashRecords = 3_000_000
 
 const crashKillMin = 150 // ms
+
+// raceEnabled says the tests run under the race detector.
+const raceEnabled = true
