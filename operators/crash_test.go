@@ -74,7 +74,7 @@ func TestCheckpointCrashChild(t *testing.T) {
 	fmt.Printf("RESTORED %d\n", st.RestoredFrom)
 	fmt.Printf("IN-FLIGHT %d\n", st.RestoredInFlight)
 	fmt.Printf("SPILL-REFS %d\n", st.RestoredSpillRefs)
-	if os.Getenv(crashChildUnalignedEnv) != "" || os.Getenv(crashChildLateEnv) != "" {
+	if os.Getenv(crashChildUnalignedEnv) != "" || os.Getenv(crashChildLateEnv) != "" || os.Getenv(crashChildDiskEnv) != "" {
 		// The parent arms its kill on this line: every run it kills has
 		// stored a checkpoint, so the restores go on to later ones.
 		go reportFirstCheckpoint(run, st.RestoredFrom)
@@ -284,13 +284,14 @@ func runChildRestored(t *testing.T, dir string, delay time.Duration, env ...stri
 	var restored uint64
 	var inFlight, refs int
 	defer func() { crashInFlight += inFlight; crashSpillRefs += refs }()
-	// An unaligned child arms the kill once it has stored a checkpoint:
-	// its first one takes longer than the shortest kill delay on a loaded
-	// machine, and kills before it would restore the same checkpoint
+	// An unaligned child, and one on the disk backend (its first
+	// checkpoint flushes and links every sstable), arms the kill once it
+	// has stored a checkpoint: its first one takes longer than the
+	// shortest kill delay on a loaded machine, and kills before it would restore the same checkpoint
 	// again and again.
 	arm := "STARTED"
 	for _, e := range env {
-		if strings.HasPrefix(e, crashChildUnalignedEnv+"=") || strings.HasPrefix(e, crashChildLateEnv+"=") {
+		if strings.HasPrefix(e, crashChildUnalignedEnv+"=") || strings.HasPrefix(e, crashChildLateEnv+"=") || strings.HasPrefix(e, crashChildDiskEnv+"=") {
 			arm = "CHECKPOINTED"
 		}
 	}
