@@ -343,6 +343,7 @@ type JoinStage[K comparable, L, R, O any] struct {
 	ttl     int64
 	t       keyedTable[K, *JoinBuf[L, R]]
 	sweeper bool             // a TTL sweep is scheduled
+	clk     msgClock         // the disk table's time (StateTTL)
 	ended   bool             // Finish: no more sweeps
 	marks   map[K]*joinMarks // the sampled records buffered, nil when none
 	next    Pusher[O]
@@ -355,7 +356,7 @@ type JoinStage[K comparable, L, R, O any] struct {
 func (s *JoinStage[K, L, R, O]) open() {
 	s.t = openTable[K, *JoinBuf[L, R]](s.sc)
 	if s.t.disk != nil && s.ttl > 0 {
-		s.t.disk.SetTTL(time.Duration(s.ttl), func() int64 { return s.sc.Now().UnixNano() }, func(k K, _ *JoinBuf[L, R]) { delete(s.marks, k) })
+		s.t.disk.SetTTL(time.Duration(s.ttl), s.clk.now, func(k K, _ *JoinBuf[L, R]) { delete(s.marks, k) })
 	}
 }
 
@@ -382,7 +383,8 @@ func (s *JoinStage[K, L, R, O]) Push(b *Batch[Either[L, R]]) {
 	mi := 0
 	var now int64
 	if s.ttl > 0 {
-		now = s.sc.Now().UnixNano()
+		s.clk.tick(s.sc)
+		now = s.clk.now()
 		if !s.sweeper && !s.ended {
 			s.sweeper = true
 			s.sc.After(time.Duration(s.ttl), s.sweep)
@@ -484,6 +486,7 @@ func (s *JoinStage[K, L, R, O]) sweep() {
 		return
 	}
 	if s.t.disk != nil {
+		s.clk.tick(s.sc)
 		s.sweeper = s.t.disk.Expire() > 0
 	} else {
 		cutoff := s.sc.Now().UnixNano() - s.ttl

@@ -188,6 +188,9 @@ func (s *ProcessStage[K, T, S, O]) Push(b *Batch[T]) {
 		defer end()
 	}
 	s.sc.C.In.Add(int64(len(b.Vs)))
+	if s.sc.StateTTL > 0 {
+		s.clk.tick(s.sc)
+	}
 	c := &s.ctx
 	c.s = s.ProcCore
 	c.proc = false
@@ -285,6 +288,7 @@ type ProcCore[K comparable, S, O any] struct {
 	t        keyedTable[K, *S] // the keys' states
 	cleared  int               // memory: states cleared (left nil) since the last compaction
 	sweeping bool              // disk with a TTL: a sweep is scheduled
+	clk      msgClock          // disk with a TTL: the table's time
 	ended    bool              // Finish: no more sweeps
 	timers   timeHeap[K]
 	timerSet map[TimerID[K]]struct{}
@@ -309,7 +313,7 @@ func (s *ProcCore[K, S, O]) expire(gone map[K]bool) {
 func (s *ProcCore[K, S, O]) open() {
 	s.t = openTable[K, *S](s.sc)
 	if s.t.disk != nil && s.sc.StateTTL > 0 {
-		s.t.disk.SetTTL(time.Duration(s.sc.StateTTL), func() int64 { return s.sc.Now().UnixNano() }, nil)
+		s.t.disk.SetTTL(time.Duration(s.sc.StateTTL), s.clk.now, nil)
 	}
 }
 
@@ -318,6 +322,7 @@ func (s *ProcCore[K, S, O]) open() {
 func (s *ProcCore[K, S, O]) sweepDisk() {
 	defer s.sc.attribute()
 	s.sweeping = false
+	s.clk.tick(s.sc)
 	if !s.ended && s.t.disk.Expire() > 0 {
 		s.armSweep()
 	}
@@ -346,6 +351,7 @@ func (s *ProcCore[K, S, O]) fireProcessing(id TimerID[K]) {
 		return
 	}
 	delete(s.ptimers, id)
+	s.clk.tick(s.sc)
 	if s.onTimer != nil {
 		c := &s.ctx
 		c.s, c.key, c.at, c.proc, c.cur = s, id.key, id.at, true, nil
@@ -388,6 +394,7 @@ func (s *ProcCore[K, S, O]) Watermark(wm int64) {
 		return
 	}
 	s.wm = wm
+	s.clk.tick(s.sc)
 	s.fire(wm)
 	s.out.flush()
 	s.next.Watermark(wm)
@@ -397,6 +404,7 @@ func (s *ProcCore[K, S, O]) Finish() {
 	defer s.sc.attribute()
 	s.ttl.stop()
 	s.ended = true
+	s.clk.tick(s.sc)
 	s.fire(math.MaxInt64)
 	s.out.flush()
 	s.t.clear()

@@ -440,6 +440,7 @@ type KeyedStage[K comparable, T, A, O any] struct {
 	expOut   Batch[O] // results of expired keys (EmitAtEnd) not yet pushed
 	sweeping bool     // a sweep is scheduled
 	ended    bool     // Finish: no more sweeps
+	clk      msgClock // the disk table's time
 	// endStop stops the pull of the table's entries that Finish emits
 	// under EmitAtEnd while it runs (resumed across messages).
 	endStop func()
@@ -471,7 +472,7 @@ func (s *KeyedStage[K, T, A, O]) open() {
 	s.tab = d
 	if s.sc.StateTTL > 0 {
 		s.disk = d
-		d.SetTTL(time.Duration(s.sc.StateTTL), func() int64 { return s.sc.Now().UnixNano() }, s.expiredOne)
+		d.SetTTL(time.Duration(s.sc.StateTTL), s.clk.now, s.expiredOne)
 	}
 }
 
@@ -506,6 +507,7 @@ func (s *KeyedStage[K, T, A, O]) sweepDisk() {
 	if s.ended {
 		return
 	}
+	s.clk.tick(s.sc)
 	left := s.disk.Expire()
 	s.pushExpired()
 	if left > 0 {
@@ -529,6 +531,9 @@ func (s *KeyedStage[K, T, A, O]) Push(b *Batch[T]) {
 		s.sc.fail(s.openErr)
 	}
 	s.sc.C.In.Add(int64(len(b.Vs)))
+	if s.disk != nil {
+		s.clk.tick(s.sc)
+	}
 	s.out.Vs, s.out.Tr = s.out.Vs[:0], nil
 	if len(b.Tr) > 0 && s.emit == EmitAtEnd {
 		if s.contrib == nil {
@@ -627,6 +632,7 @@ func (s *KeyedStage[K, T, A, O]) Finish() {
 	s.ttl.stop()
 	if s.disk != nil {
 		s.ended = true
+		s.clk.tick(s.sc)
 		if s.emit == EmitAtEnd {
 			// As the memory backend emits every key it holds at the end,
 			// the expired ones not yet swept included, so here: the sweep

@@ -189,3 +189,16 @@ func (t *keyedTable[K, V]) compact(empty func(V) bool) {
 		t.mem.DeleteAll(gone)
 	}
 }
+
+// msgClock is the time a disk table with a TTL puts and checks entries
+// at: the stage's clock read once as each message (a batch, a watermark,
+// a timer) begins, so that every record of a batch is put at the time the
+// batch arrived, as the memory backend's touch does, and not at whatever
+// moment each Put runs (the clock may move while a batch is processed).
+type msgClock struct{ ns int64 }
+
+// tick reads the stage's clock.
+func (c *msgClock) tick(sc *Ctx) { c.ns = sc.Now().UnixNano() }
+
+// now is the time of the message being processed.
+func (c *msgClock) now() int64 { return c.ns }
