@@ -101,6 +101,9 @@ func suite() []benchmark {
 		{"tracing", "unfused 4-stage pipeline over 10 M records, per-record tracing: no telemetry (no provider) against an SDK tracer (spans to a " +
 			"discarding exporter) with TraceRatio 0 (off) and 1 % of records (a span per operator for each); rotated rounds, medians of their ratios",
 			"off >= 0.99x no telemetry; 1 % >= 0.95x no telemetry", benchTracing},
+		{"tracing-json", "the tracing benchmark over 1 M records with a service's work per record: the map decodes a 150-byte JSON bid " +
+			"(encoding/json) in every case; what a sampled record's spans cost against work of that size",
+			"context: the same 1 % sampling beside work of about a microsecond a record", benchTracingJSON},
 		{"journal", "bbolt journal with real fsyncs: group commit (64 and 1024 concurrent appenders, one event per Append) against bbolt's own " +
 			"db.Batch with the same writers (and one db.Update per event as context); recovery of a 1 M-event journal with a snapshot every 10 k",
 			"group commit >= 1.0x db.Batch with the same writers; recovery <= 200 ms", benchJournal},

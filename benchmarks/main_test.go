@@ -159,3 +159,24 @@ func BenchmarkRefSend(b *testing.B) {
 	b.ReportMetric(float64(n)*float64(b.N)/b.Elapsed().Seconds(), "records/s")
 	b.ReportMetric(float64(cpuTime()-cpu0)/(float64(n)*float64(b.N)), "cpu-ns/record")
 }
+
+// The JSON variant of the tracing benchmark decodes every record and
+// exports the spans of the sampled ones.
+func TestTracingJSONSmall(t *testing.T) {
+	res, err := benchTracingJSON(context.Background(), &env{scale: 0.02, rounds: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]Result{}
+	for _, r := range res {
+		got[r.Name] = r
+	}
+	for _, n := range []string{"tracing-json/no-telemetry", "tracing-json/sdk-off", "tracing-json/sdk-1pct"} {
+		if got[n].Value <= 0 {
+			t.Errorf("%s: value %v (results %v)", n, got[n].Value, res)
+		}
+	}
+	if note := got["tracing-json/sdk-1pct"].Note; !strings.Contains(note, "JSON") || strings.Contains(note, " 0 spans exported") {
+		t.Errorf("1 %% note %q: want the JSON work and some spans exported", note)
+	}
+}
