@@ -180,3 +180,23 @@ func TestTracingJSONSmall(t *testing.T) {
 		t.Errorf("1 %% note %q: want the JSON work and some spans exported", note)
 	}
 }
+
+// The checkpoint benchmark runs both key counts and reports every case.
+func TestCheckpointSmall(t *testing.T) {
+	res, err := benchCheckpoint(context.Background(), &env{scale: 0.01, rounds: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]Result{}
+	for _, r := range res {
+		got[r.Name] = r
+	}
+	for _, n := range []string{"checkpoint/none", "checkpoint/every-1s", "checkpoint-1m-keys/none", "checkpoint-1m-keys/every-1s"} {
+		if got[n].Value <= 0 {
+			t.Errorf("%s: value %v (results %v)", n, got[n].Value, res)
+		}
+	}
+	if r := got["checkpoint-1m-keys/every-1s"]; r.Baseline != "checkpoint-1m-keys/none" || r.Ratio <= 0 {
+		t.Errorf("1 M keys: baseline %q ratio %v", r.Baseline, r.Ratio)
+	}
+}
