@@ -81,6 +81,7 @@ type diskInc[K comparable, V any] struct {
 type change[V any] struct {
 	v    V
 	at   int64
+	heap int64 // what v points to (counted in chgBytes)
 	gone bool
 	have bool
 }
@@ -99,8 +100,9 @@ func (c *diskInc[K, V]) changed(k K) {
 
 // wrote records the value of k written back to the database, for a key
 // changed since the last checkpoint (or any, with insert: a deletion made
-// in the database alone).
-func (c *diskInc[K, V]) wrote(k K, e entry[V], insert bool) {
+// in the database alone); heap is what e.v points to (Disk.sizeOf's
+// share of it beside the slot).
+func (c *diskInc[K, V]) wrote(k K, e entry[V], heap int64, insert bool) {
 	if !c.track {
 		return
 	}
@@ -108,15 +110,11 @@ func (c *diskInc[K, V]) wrote(k K, e entry[V], insert bool) {
 	if !ok && !insert {
 		return // not changed since the checkpoint (dirty from before it)
 	}
-	c.chg[k] = change[V]{v: e.v, at: e.at, gone: e.gone, have: true}
+	c.chg[k] = change[V]{v: e.v, at: e.at, heap: heap, gone: e.gone, have: true}
 	if !ok {
 		c.cost(k, nil)
-	} else if s, isStr := any(old.v).(string); isStr {
-		c.chgBytes -= int64(len(s))
 	}
-	if s, isStr := any(e.v).(string); isStr {
-		c.chgBytes += int64(len(s))
-	}
+	c.chgBytes += heap - old.heap
 	if c.chgBytes > c.limit {
 		c.overflow()
 	}
