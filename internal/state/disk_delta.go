@@ -327,12 +327,10 @@ func deltaRecords(data []byte, fn func(op byte, k, v []byte) error) (chainFile, 
 	r := c.r
 	last := byte(opDelete)
 	for range c.count {
-		ob := r.bytes("op", 1)
-		kb := r.bytes("key", r.uvarint("key length", maxFile))
-		if r.err != nil {
+		op, kb, ok := r.opKey()
+		if !ok {
 			break
 		}
-		op := ob[0]
 		if op != opDelete && op != opUpdate || op > last {
 			r.fail("op %d after op %d (a disk delta holds deletes, then sets)", op, last)
 			break
@@ -344,8 +342,7 @@ func deltaRecords(data []byte, fn func(op byte, k, v []byte) error) (chainFile, 
 		}
 		var vb []byte
 		if op == opUpdate {
-			vb = r.bytes("value", r.uvarint("value length", maxFile))
-			if r.err != nil {
+			if vb, ok = r.value(); !ok {
 				break
 			}
 		}
