@@ -30,8 +30,8 @@ import (
 //	                                          database's sstables, copies of its
 //	                                          small files, and SLUICE-STATE
 //
-// with a write-back cache of hot keys in front of it (Spec.Budget bytes,
-// estimated). A key is stored as its key group (one byte) and its encoded
+// with a write-back cache of hot keys in front of it (half of
+// Spec.Budget, each entry counted at the Go heap it takes: sizer.go). A key is stored as its key group (one byte) and its encoded
 // bytes, so a key group is a range of the database. The database has no
 // write-ahead log: what survives a crash is the last completed checkpoint,
 // which a restore copies into a fresh working database.
