@@ -477,6 +477,23 @@ func (r *reader) bytes(what string, n uint64) []byte {
 	return s
 }
 
+// opKey reads a record's op and key (ok false: they are not all there,
+// r.err says where).
+func (r *reader) opKey() (op byte, key []byte, ok bool) {
+	ob := r.bytes("op", 1)
+	key = r.bytes("key", r.uvarint("key length", maxFile))
+	if r.err != nil {
+		return 0, nil, false
+	}
+	return ob[0], key, true
+}
+
+// value reads a record's value (ok false: it is not all there).
+func (r *reader) value() (v []byte, ok bool) {
+	v = r.bytes("value", r.uvarint("value length", maxFile))
+	return v, r.err == nil
+}
+
 func (r *reader) u64(what string) uint64 {
 	b := r.bytes(what, 8)
 	if b == nil {
@@ -705,12 +722,10 @@ func (m *Mem[K, V]) applyChain(files [][]byte, M map[K]V, order []K, lo, hi int,
 			last = opAppend
 		}
 		for range c.count {
-			ob := r.bytes("op", 1)
-			kb := r.bytes("key", r.uvarint("key length", maxFile))
-			if r.err != nil {
+			op, kb, ok := r.opKey()
+			if !ok {
 				break
 			}
-			op := ob[0]
 			if op < opAppend || op > last {
 				r.fail("op %d after op %d", op, last)
 				break
@@ -726,8 +741,8 @@ func (m *Mem[K, V]) applyChain(files [][]byte, M map[K]V, order []K, lo, hi int,
 			}
 			var v V
 			if op != opDelete {
-				vb := r.bytes("value", r.uvarint("value length", maxFile))
-				if r.err != nil {
+				vb, ok := r.value()
+				if !ok {
 					break
 				}
 				if v, err = m.vc.decode(vb); err != nil {

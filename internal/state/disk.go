@@ -6,9 +6,11 @@ import (
 	"fmt"
 	"hash/crc32"
 	"io"
+	"math"
 	"net/url"
 	"os"
 	"path/filepath"
+	"reflect"
 	"slices"
 	"strconv"
 	"strings"
@@ -28,8 +30,8 @@ import (
 //	                                          database's sstables, copies of its
 //	                                          small files, and SLUICE-STATE
 //
-// with a write-back cache of hot keys in front of it (Spec.Budget bytes,
-// estimated). A key is stored as its key group (one byte) and its encoded
+// with a write-back cache of hot keys in front of it (half of
+// Spec.Budget, each entry counted at the Go heap it takes: sizer.go). A key is stored as its key group (one byte) and its encoded
 // bytes, so a key group is a range of the database. The database has no
 // write-ahead log: what survives a crash is the last completed checkpoint,
 // which a restore copies into a fresh working database.
@@ -45,8 +47,12 @@ type Disk[K comparable, V any] struct {
 	misses      int              // since the last write to the database
 	bcache      *pebble.Cache
 	m           map[K]entry[V]
-	bytes       int64
+	bytes       int64 // the cache's entries' sizes, summed (entry.size)
 	wb          int64 // the write-back cache's budget
+	slot        int64 // an entry's slot in m (slotBytes)
+	flat        bool  // K and V point to nothing: every entry costs slot
+	ksz         top[K]
+	vsz         top[V]
 	kbuf, vbuf  []byte
 	onErr       func(error)
 	last        *manifest // the previous snapshot's (checksums reused)
@@ -71,8 +77,34 @@ type DiskStats struct {
 type entry[V any] struct {
 	v     V
 	at    int64 // when v was put (with a TTL), on the table's clock
+	size  int32 // the bytes counted for it in Disk.bytes (Disk.sizeOf when it was put or loaded)
 	dirty bool
 	gone  bool
+}
+
+// sizeOf is the bytes a cached entry of k and *v (nil: a deletion)
+// takes: its slot in the map and what k and *v point to (sizer.go).
+func (d *Disk[K, V]) sizeOf(k *K, v *V) int32 {
+	if d.flat {
+		return int32(d.slot)
+	}
+	n := d.slot + d.ksz.heap(k)
+	if v != nil {
+		n += d.vsz.heap(v)
+	}
+	return int32(min(n, math.MaxInt32))
+}
+
+// set caches e as k's entry in place of old (the zero entry: none), and
+// counts it.
+func (d *Disk[K, V]) set(k K, e entry[V], old entry[V]) {
+	if e.gone {
+		e.size = d.sizeOf(&k, nil)
+	} else {
+		e.size = d.sizeOf(&k, &e.v)
+	}
+	d.m[k] = e
+	d.bytes += int64(e.size) - int64(old.size)
 }
 
 // SetTTL makes the table forget a key's value ttl after it was last put
@@ -90,15 +122,11 @@ func (d *Disk[K, V]) SetTTL(ttl time.Duration, now func() int64, expired func(K,
 // dead says whether a value put at at has outlived the TTL by now.
 func (d *Disk[K, V]) dead(at, now int64) bool { return d.ttl > 0 && now-at >= d.ttl }
 
-// forget drops k's expired value v: k is deleted (from the database at
-// the next write-back) and the hook told.
-func (d *Disk[K, V]) forget(k K, v V, cached bool) {
-	if cached {
-		d.bytes -= sizeOf(k, v)
-	}
-	var zero V
-	d.m[k] = entry[V]{gone: true, dirty: true}
-	d.bytes += sizeOf(k, zero)
+// forget drops k's expired value v (old: its cache entry, the zero entry
+// if it was not cached): k is deleted (from the database at the next
+// write-back) and the hook told.
+func (d *Disk[K, V]) forget(k K, v V, old entry[V]) {
+	d.set(k, entry[V]{gone: true, dirty: true}, old)
 	d.inc.changed(k)
 	d.Stats.Expired++
 	if d.expired != nil {
@@ -117,7 +145,11 @@ func OpenDisk[K comparable, V any](spec Spec, op string, inst, parts int, hash f
 		spec.Retain = DefaultRetain
 	}
 	d := &Disk[K, V]{spec: spec, opDir: filepath.Join(spec.Dir, url.PathEscape(op)), inst: inst, parts: parts, hash: hash,
-		kc: newCodec[K]("key of " + op), vc: newCodec[V]("state of " + op), m: map[K]entry[V]{}, onErr: onErr}
+		kc: newCodec[K]("key of " + op), vc: newCodec[V]("state of " + op), m: map[K]entry[V]{}, onErr: onErr,
+		slot: slotBytes[K, V]()}
+	ss := sizers{}
+	d.ksz, d.vsz = newTop[K](ss), newTop[V](ss)
+	d.flat = d.ksz.kind == reflect.Invalid && d.vsz.kind == reflect.Invalid
 	for _, sub := range []string{"live", "chk"} {
 		if err := os.MkdirAll(filepath.Join(d.opDir, sub), 0o755); err != nil {
 			return nil, &Error{Path: d.opDir, Err: err}
@@ -240,7 +272,7 @@ func (d *Disk[K, V]) Get(k K) (V, bool) {
 	var zero V
 	if e, ok := d.m[k]; ok {
 		if !e.gone && d.ttl > 0 && d.dead(e.at, d.now()) {
-			d.forget(k, e.v, true)
+			d.forget(k, e.v, e)
 			d.maybeEvict()
 			return zero, false
 		}
@@ -277,12 +309,11 @@ func (d *Disk[K, V]) Get(k K) (V, bool) {
 	}
 	d.Stats.Loaded++
 	if d.ttl > 0 && d.dead(at, d.now()) {
-		d.forget(k, v, false)
+		d.forget(k, v, entry[V]{})
 		d.maybeEvict()
 		return zero, false
 	}
-	d.m[k] = entry[V]{v: v, at: at}
-	d.bytes += sizeOf(k, v)
+	d.set(k, entry[V]{v: v, at: at}, entry[V]{})
 	d.maybeEvict()
 	return v, true
 }
@@ -340,27 +371,25 @@ func (d *Disk[K, V]) dropReader() {
 	}
 }
 
+// Put caches v as k's value. A pointer value may be the one Get
+// returned, changed in place since: it is measured again.
 func (d *Disk[K, V]) Put(k K, v V, _ bool) {
-	if e, ok := d.m[k]; ok {
-		d.bytes -= sizeOf(k, e.v)
+	old := d.m[k]
+	e := entry[V]{v: v, dirty: true, size: int32(d.slot)}
+	if !d.flat {
+		e.size = d.sizeOf(&k, &v)
 	}
-	e := entry[V]{v: v, dirty: true}
 	if d.ttl > 0 {
 		e.at = d.now()
 	}
 	d.m[k] = e
-	d.bytes += sizeOf(k, v)
+	d.bytes += int64(e.size) - int64(old.size)
 	d.inc.changed(k)
 	d.maybeEvict()
 }
 
 func (d *Disk[K, V]) Delete(k K) {
-	var zero V
-	if e, ok := d.m[k]; ok {
-		d.bytes -= sizeOf(k, e.v)
-	}
-	d.m[k] = entry[V]{gone: true, dirty: true}
-	d.bytes += sizeOf(k, zero)
+	d.set(k, entry[V]{gone: true, dirty: true}, d.m[k])
 	d.inc.changed(k)
 	d.maybeEvict()
 }
@@ -368,7 +397,7 @@ func (d *Disk[K, V]) Delete(k K) {
 // maybeEvict writes every dirty entry back and clears the cache once it
 // is over its budget. The whole cache goes, not a share of it: a Go map
 // emptied by clear keeps its slots empty, and one whose entries are
-// deleted a few at a time fills with tombstones and grows (see sizeOf).
+// deleted a few at a time fills with tombstones and grows (see slotBytes).
 // A key still hot is read again from the database (most likely from the
 // block cache).
 func (d *Disk[K, V]) maybeEvict() {
@@ -394,7 +423,7 @@ func (d *Disk[K, V]) maybeEvict() {
 }
 
 func (d *Disk[K, V]) write(b *pebble.Batch, k K, e entry[V]) {
-	d.inc.wrote(k, e, false)
+	d.inc.wrote(k, e, max(int64(e.size)-d.slot, 0), false)
 	d.kbuf = d.key(d.kbuf[:0], k)
 	var err error
 	if e.gone {
@@ -433,10 +462,9 @@ func (d *Disk[K, V]) flush() {
 		d.write(b, k, e)
 		if e.gone {
 			delete(d.m, k)
-			var zero V
-			d.bytes -= sizeOf(k, zero)
+			d.bytes -= int64(e.size)
 		} else {
-			d.m[k] = entry[V]{v: e.v, at: e.at}
+			d.m[k] = entry[V]{v: e.v, at: e.at, size: e.size}
 		}
 		if b.Len() > 4<<20 {
 			d.commit(b)
@@ -525,9 +553,9 @@ func (d *Disk[K, V]) Expire() (left int64) {
 		}
 		if e, ok := d.m[k]; ok {
 			delete(d.m, k)
-			d.bytes -= sizeOf(k, e.v)
+			d.bytes -= int64(e.size)
 		}
-		d.inc.wrote(k, entry[V]{gone: true}, true)
+		d.inc.wrote(k, entry[V]{gone: true}, 0, true)
 		d.Stats.Expired++
 		if d.expired != nil {
 			d.expired(k, v)
@@ -547,7 +575,8 @@ func (d *Disk[K, V]) Expire() (left int64) {
 	return left
 }
 
-// CacheBytes is the cache's estimated size.
+// CacheBytes is the cache's size: its entries' slots and what their
+// keys and values point to, each measured when it was put or loaded.
 func (d *Disk[K, V]) CacheBytes() int64 { return d.bytes }
 
 func (d *Disk[K, V]) Close() error {

@@ -81,6 +81,7 @@ type diskInc[K comparable, V any] struct {
 type change[V any] struct {
 	v    V
 	at   int64
+	heap int64 // what v points to (counted in chgBytes)
 	gone bool
 	have bool
 }
@@ -99,8 +100,9 @@ func (c *diskInc[K, V]) changed(k K) {
 
 // wrote records the value of k written back to the database, for a key
 // changed since the last checkpoint (or any, with insert: a deletion made
-// in the database alone).
-func (c *diskInc[K, V]) wrote(k K, e entry[V], insert bool) {
+// in the database alone); heap is what e.v points to (Disk.sizeOf's
+// share of it beside the slot).
+func (c *diskInc[K, V]) wrote(k K, e entry[V], heap int64, insert bool) {
 	if !c.track {
 		return
 	}
@@ -108,15 +110,11 @@ func (c *diskInc[K, V]) wrote(k K, e entry[V], insert bool) {
 	if !ok && !insert {
 		return // not changed since the checkpoint (dirty from before it)
 	}
-	c.chg[k] = change[V]{v: e.v, at: e.at, gone: e.gone, have: true}
+	c.chg[k] = change[V]{v: e.v, at: e.at, heap: heap, gone: e.gone, have: true}
 	if !ok {
 		c.cost(k, nil)
-	} else if s, isStr := any(old.v).(string); isStr {
-		c.chgBytes -= int64(len(s))
 	}
-	if s, isStr := any(e.v).(string); isStr {
-		c.chgBytes += int64(len(s))
-	}
+	c.chgBytes += heap - old.heap
 	if c.chgBytes > c.limit {
 		c.overflow()
 	}
@@ -329,12 +327,10 @@ func deltaRecords(data []byte, fn func(op byte, k, v []byte) error) (chainFile, 
 	r := c.r
 	last := byte(opDelete)
 	for range c.count {
-		ob := r.bytes("op", 1)
-		kb := r.bytes("key", r.uvarint("key length", maxFile))
-		if r.err != nil {
+		op, kb, ok := r.opKey()
+		if !ok {
 			break
 		}
-		op := ob[0]
 		if op != opDelete && op != opUpdate || op > last {
 			r.fail("op %d after op %d (a disk delta holds deletes, then sets)", op, last)
 			break
@@ -346,8 +342,7 @@ func deltaRecords(data []byte, fn func(op byte, k, v []byte) error) (chainFile, 
 		}
 		var vb []byte
 		if op == opUpdate {
-			vb = r.bytes("value", r.uvarint("value length", maxFile))
-			if r.err != nil {
+			if vb, ok = r.value(); !ok {
 				break
 			}
 		}

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"math"
-	"unsafe"
 
 	"github.com/vmihailenco/msgpack/v5"
 
@@ -281,23 +280,3 @@ func wrapN(i, n int, err error) error {
 }
 
 func (m *Mem[K, V]) Close() error { return nil }
-
-// sizeOf is the bytes a cached entry of k and v takes at most: its slot
-// in the map (the key, the entry and a control byte) at the map's worst
-// (a Go map fills its groups to 7/8 and doubles: up to 16/7 slots an
-// entry), and the bytes strings point to. The cache is cleared whole when
-// it is over its budget (Disk.maybeEvict), so the map holds no deleted
-// slots: deleting entries one by one from a full Go map leaves tombstones
-// that take the place of empty slots, and a cache kept at its size that
-// way grew to about 180 bytes an int64 entry of 32, against the 80 of a
-// map cleared whole (measured, Go 1.26).
-func sizeOf[K comparable, V any](k K, v V) int64 {
-	n := (int64(unsafe.Sizeof(k)) + int64(unsafe.Sizeof(entry[V]{})) + 1) * 16 / 7
-	if s, ok := any(k).(string); ok {
-		n += int64(len(s))
-	}
-	if s, ok := any(v).(string); ok {
-		n += int64(len(s))
-	}
-	return n
-}
