@@ -70,8 +70,9 @@ func (x *execution) exportDisk(dir string, states map[string][]byte) error {
 		if i <= 0 {
 			continue
 		}
-		// A bundle's (a window stage's) tables each: the first at the
-		// place a lone table takes, the others beside it.
+		// A bundle's (a window stage's, Process's) tables each: the
+		// first at the place a lone table takes, the others beside it
+		// (their files under state.TableOp's directories).
 		out, err := state.MapTables(states[k], func(j int, b []byte) ([]byte, error) {
 			if !state.IsDiskHandle(b) {
 				return b, nil
@@ -80,7 +81,7 @@ func (x *execution) exportDisk(dir string, states map[string][]byte) error {
 			if j > 0 {
 				rel += "." + strconv.Itoa(j)
 			}
-			return state.ExportDisk(b, filepath.Join(base, url.PathEscape(k[:i])), dir, rel)
+			return state.ExportDisk(b, filepath.Join(base, url.PathEscape(state.TableOp(k[:i], j))), dir, rel)
 		})
 		if err != nil {
 			if x.dist != nil {

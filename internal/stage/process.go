@@ -162,6 +162,11 @@ func (c *ProcessContext[K, S, O]) EmitAt(o O, t time.Time) { c.s.out.add(o, t.Un
 // same time twice for a key sets one timer.
 func (c *ProcessContext[K, S, O]) Timer(t time.Time) {
 	at := t.UnixNano()
+	if c.s.t.disk != nil { // disk: timers.go
+		c.s.checkTimers()
+		c.s.dt.set(at, c.key)
+		return
+	}
 	id := TimerID[K]{at, c.key}
 	if _, dup := c.s.timerSet[id]; dup {
 		return
@@ -234,7 +239,7 @@ func (s *ProcessStage[K, T, S, O]) RestoreState(b []byte) error {
 func (s *ProcessStage[K, T, S, O]) RestoreKeyGroups(states [][]byte, lo, hi int) error {
 	owns := ownsKeys[K](lo, hi)
 	merged := processState[K, S]{Wm: s.wm}
-	own, err := s.t.restore(states, lo, hi)
+	own, tstates, err := s.t.restoreExtra(states, lo, hi, s.t.disk != nil)
 	old := errors.Is(err, errOldState)
 	if err != nil && !old {
 		return err
@@ -277,6 +282,12 @@ func (s *ProcessStage[K, T, S, O]) RestoreKeyGroups(states [][]byte, lo, hi int)
 		s.t.load(vs)
 	}
 	merged.Keys, merged.States = nil, nil
+	if s.t.disk != nil { // the timer tables, then the timers of a checkpoint that kept them as slices
+		if err := s.restoreTimers(tstates, lo, hi, merged.TKeys, merged.TAt); err != nil {
+			return err
+		}
+		merged.TKeys, merged.TAt = nil, nil
+	}
 	s.restoreFrom(merged)
 	return nil
 }
@@ -290,8 +301,10 @@ type ProcCore[K comparable, S, O any] struct {
 	sweeping bool              // disk with a TTL: a sweep is scheduled
 	clk      msgClock          // disk with a TTL: the table's time
 	ended    bool              // Finish: no more sweeps
-	timers   timeHeap[K]
+	timers   timeHeap[K]       // memory: the event-time timers
 	timerSet map[TimerID[K]]struct{}
+	dt       *diskTimers[K]          // disk: the event-time timers (timers.go)
+	dtErr    error                   // disk: the timer table did not open
 	ptimers  map[TimerID[K]]struct{} // processing-time timers set
 	restored []TimerID[K]            // processing-time timers to arm at open
 	ttl      keyTTL[K]               // StateTTL: the keys' state expires, their timers stay
@@ -312,6 +325,7 @@ func (s *ProcCore[K, S, O]) expire(gone map[K]bool) {
 // key's state a TTL after it was last put (each record puts it).
 func (s *ProcCore[K, S, O]) open() {
 	s.t = openTable[K, *S](s.sc)
+	s.openTimers()
 	if s.t.disk != nil && s.sc.StateTTL > 0 {
 		s.t.disk.SetTTL(time.Duration(s.sc.StateTTL), s.clk.now, nil)
 	}
@@ -336,8 +350,8 @@ func (s *ProcCore[K, S, O]) armSweep() {
 }
 
 // CommittedState and CloseState: the state backend's (see KeyedStage).
-func (s *ProcCore[K, S, O]) CommittedState(id uint64) { s.t.committed(id) }
-func (s *ProcCore[K, S, O]) CloseState() error        { return s.t.close() }
+func (s *ProcCore[K, S, O]) CommittedState(id uint64) { s.t.committed(id); s.committedTimers(id) }
+func (s *ProcCore[K, S, O]) CloseState() error        { return errors.Join(s.t.close(), s.closeTimers()) }
 
 // armProcessing asks the instance to run a processing-time timer.
 func (s *ProcCore[K, S, O]) armProcessing(id TimerID[K]) {
@@ -375,6 +389,10 @@ func (s *ProcCore[K, S, O]) Abort() {}
 
 // fire runs the timers due at or before wm.
 func (s *ProcCore[K, S, O]) fire(wm int64) {
+	if s.t.disk != nil {
+		s.fireDisk(wm)
+		return
+	}
 	c := &s.ctx
 	c.s, c.proc = s, false
 	for e, ok := s.timers.due(wm); ok; e, ok = s.timers.due(wm) {
@@ -439,6 +457,13 @@ func (s *ProcCore[K, S, O]) snapshot(id uint64) ([]byte, error) {
 	b, err := msgpack.Marshal(&st)
 	if err != nil {
 		return nil, fmt.Errorf("encode the timers of %d keys: %w", len(st.TKeys), err)
+	}
+	if s.t.disk != nil { // disk: the timer table's part beside the state table's
+		tb, err := s.snapshotTimers(id)
+		if err != nil {
+			return nil, err
+		}
+		return s.t.snapshot(id, b, tb)
 	}
 	return s.t.snapshot(id, b)
 }

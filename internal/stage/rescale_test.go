@@ -254,13 +254,13 @@ func TestRescaleProcessStage(t *testing.T) {
 				out[k] = fmt.Sprint(*v)
 			}
 			timers := 0
-			for id := range s.timerSet {
-				if _, ok := out[id.key]; !ok {
+			for k, ats := range s.allTimers(t) {
+				if _, ok := out[k]; !ok {
 					panic("a timer of a key without state")
 				}
-				timers++
+				timers += len(ats)
 			}
-			if timers != len(out) || len(s.timers) != timers {
+			if timers != len(out) || s.dt == nil && len(s.timers) != timers {
 				panic(fmt.Sprintf("%d timers for %d keys", timers, len(out)))
 			}
 			return out

@@ -68,8 +68,9 @@ func (t *keyedTable[K, V]) memPut(k K, v V, existed bool) {
 	m.Changed(k, existed)
 }
 
-// snapshot is the bundle of the stage's own bytes and the table's.
-func (t *keyedTable[K, V]) snapshot(id uint64, own []byte) ([]byte, error) {
+// snapshot is the bundle of the stage's own bytes, the table's and those
+// of the stage's other tables (extra: Process's timers on disk).
+func (t *keyedTable[K, V]) snapshot(id uint64, own []byte, extra ...[]byte) ([]byte, error) {
 	if t.tab == nil {
 		return nil, t.openErr
 	}
@@ -77,7 +78,7 @@ func (t *keyedTable[K, V]) snapshot(id uint64, own []byte) ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
-	return state.Bundle(own, tb)
+	return state.Bundle(own, append([][]byte{tb}, extra...)...)
 }
 
 // errOldState is the cause of a checkpoint's state written before the
@@ -89,10 +90,19 @@ var errOldState = errors.New("state written before the state tables")
 // a bundle (written by an older sluice) is errOldState: the caller decodes
 // every state the old way.
 func (t *keyedTable[K, V]) restore(states [][]byte, lo, hi int) ([][]byte, error) {
+	own, _, err := t.restoreExtra(states, lo, hi, false)
+	return own, err
+}
+
+// restoreExtra is restore for a stage that may keep a second table
+// (extra): the bundles' second tables (nil where a bundle has one) are
+// returned beside their own parts, for the caller to restore.
+func (t *keyedTable[K, V]) restoreExtra(states [][]byte, lo, hi int, extra bool) (own, second [][]byte, err error) {
 	if t.tab == nil {
-		return nil, t.openErr
+		return nil, nil, t.openErr
 	}
-	own := make([][]byte, len(states))
+	own = make([][]byte, len(states))
+	second = make([][]byte, len(states))
 	tabs := make([][]byte, len(states))
 	old := 0
 	for i, b := range states {
@@ -101,24 +111,31 @@ func (t *keyedTable[K, V]) restore(states [][]byte, lo, hi int) ([][]byte, error
 			continue
 		}
 		e, tbs, err := state.Unbundle(b)
-		if err == nil && len(tbs) != 1 {
-			err = fmt.Errorf("%w: a bundle of %d tables, this stage keeps one", state.ErrCorrupt, len(tbs))
+		if err == nil && (len(tbs) < 1 || len(tbs) > 2 || len(tbs) == 2 && !extra) {
+			keeps := "one"
+			if extra {
+				keeps = "one or two"
+			}
+			err = fmt.Errorf("%w: a bundle of %d tables, this stage keeps %s", state.ErrCorrupt, len(tbs), keeps)
 		}
 		if err != nil {
-			return nil, wrapState(i, len(states), err)
+			return nil, nil, wrapState(i, len(states), err)
 		}
 		own[i], tabs[i] = e, tbs[0]
+		if len(tbs) == 2 {
+			second[i] = tbs[1]
+		}
 	}
 	switch {
 	case old == len(states):
-		return nil, errOldState
+		return nil, nil, errOldState
 	case old > 0:
-		return nil, fmt.Errorf("%d of %d states written before the state tables, the others after: not one checkpoint", old, len(states))
+		return nil, nil, fmt.Errorf("%d of %d states written before the state tables, the others after: not one checkpoint", old, len(states))
 	}
 	if err := t.tab.Restore(tabs, lo, hi); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	return own, nil
+	return own, second, nil
 }
 
 // committed and close: the stages' CommittedState and CloseState.
