@@ -48,6 +48,7 @@ type Mailbox struct {
 	errN      atomic.Int32 // len(errs), read without the lock
 	local     []entry      // messages handed to the actor, being processed
 	localNext int          // the next of local to process (Queued reads it)
+	runs      uint64       // runs started (Run); written and read by the run's goroutine only
 
 	invoker    actor.MessageInvoker
 	dispatcher actor.Dispatcher
@@ -906,9 +907,20 @@ func (m *Mailbox) ack(seq uint64) {
 	}
 }
 
+// Run is the number of the mailbox's current run: one turn of the actor on
+// its queue, from being scheduled until the queue is empty, held, or the
+// throughput budget is spent. Between two messages of one run the actor
+// did not wait for work (it went from one straight to the next), so an
+// actor may carry a clock reading from one message to the next within a
+// run (sluice's instances time back-to-back batches with one reading
+// each). It is meant for the actor itself, from its Receive: it is not
+// safe for concurrent use.
+func (m *Mailbox) Run() uint64 { return m.runs }
+
 // run processes messages until the queues are empty (false) or the
 // throughput budget is spent (true).
 func (m *Mailbox) run() (yield bool) {
+	m.runs++
 	var msg any
 	local := m.local[:0]
 	next := 0

@@ -133,18 +133,25 @@ type instance struct {
 	closeReported bool
 
 	tickPending, waiting, draining, waiterActive bool
+	// tick is the tick the instance sends itself (scheduleTick): one value,
+	// never changed, so that ticking allocates nothing.
+	tick tickMsg
 
 	// Latency (DESIGN.md, Latency and shedding): lat is nil when the
 	// topology measures none. curBorn and curKeep are the ingestion time and
 	// the keep probability of the envelope being handled, which the
 	// envelopes it sends inherit; sentAt is the time they are stamped with
-	// as sent (read once per batch handled); sinkTail: the chain ends in a
-	// sink, whose end-to-end latency the instance records.
+	// as sent (the start of the batch's handling); sinkTail: the chain ends
+	// in a sink, whose end-to-end latency the instance records. lastEnd is
+	// when the handling of the previous batch ended, in run lastRun of the
+	// mailbox (0: nothing to carry over; see batchStart).
 	lat      *instLatency
 	curBorn  int64
 	curKeep  float64
 	sentAt   int64
 	sinkTail bool
+	lastEnd  int64
+	lastRun  uint64
 	shedRand uint64 // the state of the shedding's random numbers (splitmix64)
 	// the attributes of its OpenTelemetry measurements, made once
 	mAttrs, mSinkAttrs metric.MeasurementOption
@@ -175,14 +182,22 @@ type alignment struct {
 
 func (in *instance) Receive(c actor.Context) {
 	in.c = c
-	switch m := c.Message().(type) {
+	msg := c.Message()
+	switch msg.(type) {
+	case *actors.Envelope, *wire.Credit: // cheap but for the batches they lead to
+	default: // work that is no batch's: the next batch reads the clock
+		in.lastEnd = 0
+	}
+	switch m := msg.(type) {
 	case *actors.Envelope:
 		if m.Kind == actors.UnalignedBarrier && in.started { // it overtook the queue
+			in.lastEnd = 0
 			in.onUnalignedBarrier(m)
 			in.drain()
 			return
 		}
 		if in.ua != nil {
+			in.lastEnd = 0 // recording what arrives is no batch's work
 			in.uaArrived(m)
 			in.uaMaybeDone()
 		}
@@ -530,9 +545,9 @@ func (in *instance) handle(env *actors.Envelope) {
 		}
 		var start int64
 		if in.lat != nil || in.exec.metrics != nil {
-			start = in.exec.now()
+			start = in.batchStart(env)
 		}
-		in.curBorn, in.curKeep, in.sentAt = env.Born, env.Keep, 0
+		in.curBorn, in.curKeep, in.sentAt = env.Born, env.Keep, start
 		count := int64(env.Count)
 		if in.tr != nil && env.Channel < len(in.ins) {
 			// The chain head's spans of sampled records say the edge and
@@ -562,8 +577,10 @@ func (in *instance) handle(env *actors.Envelope) {
 			in.grant(env)
 		}
 	case actors.Gate:
+		in.lastEnd = 0
 		in.onGateMark(env.Channel, env.Mark)
 	case actors.EndOfStream:
+		in.lastEnd = 0
 		in.eosLeft--
 		in.finishedIn[env.Channel] = true
 		in.gateEnded(env.Channel)
@@ -581,10 +598,13 @@ func (in *instance) handle(env *actors.Envelope) {
 			in.advance()
 		}
 	case actors.Barrier:
+		in.lastEnd = 0
 		in.onBarrier(env.Channel, uint64(env.Mark), env.Seq)
 	case actors.UnalignedBarrier:
+		in.lastEnd = 0
 		in.onUnalignedBarrier(env)
 	case actors.Watermark:
+		in.lastEnd = 0
 		in.curBorn, in.curKeep, in.sentAt = env.Born, env.Keep, 0
 		ch := env.Channel
 		if in.idleIn[ch] {
@@ -596,6 +616,7 @@ func (in *instance) handle(env *actors.Envelope) {
 			in.advance()
 		}
 	case actors.Idle:
+		in.lastEnd = 0
 		if !in.idleIn[env.Channel] {
 			in.idleIn[env.Channel] = true
 			in.idleN++
@@ -915,7 +936,7 @@ func (in *instance) flushQueue(oc *outChan) {
 func (in *instance) scheduleTick() {
 	if !in.tickPending {
 		in.tickPending = true
-		in.c.Send(in.self, &tickMsg{})
+		in.c.Send(in.self, &in.tick)
 	}
 }
 
@@ -927,8 +948,9 @@ const sourceBatchesPerTick = 16
 // starting a span for every small batch would cost more than tracing is
 // worth). The span ends even when an operator of the chain panics.
 func (in *instance) readTick() (n int, err error) {
+	var at int64 // the end of the previous step: the start of the next
 	for range sourceBatchesPerTick {
-		n, err = in.sourceStep()
+		n, at, err = in.sourceStep(at)
 		if n == 0 || err != nil || in.blockedN > 0 {
 			break
 		}
@@ -938,16 +960,21 @@ func (in *instance) readTick() (n int, err error) {
 
 // sourceStep reads one batch and pushes it through the chain. With latency
 // measured, the records' ingestion time is the reader's
-// (connector.IngestionTimer) or the clock's now, and a chain that ends in a
-// sink records their end-to-end latency.
-func (in *instance) sourceStep() (int, error) {
+// (connector.IngestionTimer) or the clock's now (at: the end of the step
+// just before, which started this one; 0: read the clock), and a chain that
+// ends in a sink records their end-to-end latency. It returns when the step
+// ended (0 when it read nothing or measures nothing).
+func (in *instance) sourceStep(at int64) (int, int64, error) {
 	if in.lat == nil {
 		n, err := in.src.Step()
 		in.em.Flush()
-		return n, err
+		return n, 0, err
 	}
-	start := in.exec.now()
-	in.curBorn, in.curKeep, in.sentAt = start, 0, 0
+	start := at
+	if start == 0 {
+		start = in.exec.now()
+	}
+	in.curBorn, in.curKeep, in.sentAt = start, 0, start
 	n, err := in.src.Step()
 	if n > 0 {
 		in.lat.offered.Add(int64(n))
@@ -962,14 +989,35 @@ func (in *instance) sourceStep() (int, error) {
 		if in.sinkTail {
 			in.lat.e2e.observe(time.Duration(end-in.curBorn), int64(n))
 		}
+		return n, end, err
 	}
-	return n, err
+	return n, 0, err
+}
+
+// batchStart is when the handling of data envelope env starts: the end of
+// the previous batch's handling when the instance went from it straight to
+// env (in the same run of its mailbox, with nothing between but envelopes
+// stashed and credits, and env sent before it ended), else the clock. One
+// reading of the clock per batch then times both the end of one batch and
+// the start of the next; what the mailbox does between them counts as the
+// next batch's processing, not as its queue wait.
+func (in *instance) batchStart(env *actors.Envelope) int64 {
+	if in.lastEnd != 0 && env.Sent <= in.lastEnd {
+		if mb := in.mb.Load(); mb != nil && mb.Run() == in.lastRun {
+			return in.lastEnd
+		}
+	}
+	return in.exec.now()
 }
 
 // batchDone records what handling env took: its queue wait, its
 // processing, and at a sink its end-to-end latency.
 func (in *instance) batchDone(env *actors.Envelope, start, count int64) {
 	end := in.exec.now()
+	in.lastEnd = end
+	if mb := in.mb.Load(); mb != nil {
+		in.lastRun = mb.Run()
+	}
 	if m := in.exec.metrics; m != nil {
 		m.batchDone(in, time.Duration(end-start))
 		queue, e2e := time.Duration(-1), time.Duration(-1)

@@ -1,0 +1,117 @@
+package engine
+
+import (
+	"context"
+	"runtime"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/sluicehq/sluice/actors"
+	"github.com/sluicehq/sluice/clock"
+	"github.com/sluicehq/sluice/internal/graph"
+)
+
+// countingClock is the system clock counting its readings.
+type countingClock struct {
+	clock.Clock
+	reads atomic.Int64
+}
+
+func (c *countingClock) Now() time.Time {
+	c.reads.Add(1)
+	return c.Clock.Now()
+}
+
+// hop runs numbers(n) -> out on its own actor and returns the run.
+func hop(t *testing.T, sys *actors.System, n int64, opts ...graph.TopologyOption) *actors.Run {
+	t.Helper()
+	top := graph.NewTopology("hop", opts...)
+	src := graph.Source[int64](top, "numbers", numbers(n))
+	graph.Sink[int64](src, "out", discard{}, graph.NoFusion())
+	ctx, cancel := context.WithTimeout(context.Background(), timeoutStop)
+	defer cancel()
+	run, err := sys.Run(ctx, Job{top})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := run.Wait(ctx); err != nil {
+		t.Fatal(err)
+	}
+	return run
+}
+
+func newTestSystem(t *testing.T) *actors.System {
+	t.Helper()
+	sys, err := actors.NewSystem(actors.Config{Name: t.Name()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), timeoutStop)
+		defer cancel()
+		if err := sys.Stop(ctx); err != nil {
+			t.Errorf("stop: %v", err)
+		}
+	})
+	return sys
+}
+
+// Latency is measured with few readings of the clock: the source reads it
+// once per batch (the end of one step starts the next), and a receiver
+// stamps what it sends with the start of its batch and carries the end of
+// one batch over as the start of the next it takes straight after. A hop
+// (source -> sink) read the clock five times per batch before (source:
+// start, sent, end; sink: start, end); now at most about three (the sink,
+// when idle between batches, reads start and end). Every record is still
+// measured.
+func TestClockReadsPerBatch(t *testing.T) {
+	sys := newTestSystem(t)
+	reads := func(n int64) int64 {
+		c := &countingClock{Clock: clock.Real()}
+		run := hop(t, sys, n, graph.WithClock(c))
+		got := c.reads.Load()
+		var out actors.OperatorStats
+		for _, s := range run.Stats() {
+			if s.Name == "out" {
+				out = s
+			}
+		}
+		if out.Latency.QueueWait.Count != n || out.Latency.EndToEnd.Count != n || out.Latency.Processing.Count != n {
+			t.Errorf("n %d: queue wait, end to end and processing measured %d, %d, %d records; want all",
+				n, out.Latency.QueueWait.Count, out.Latency.EndToEnd.Count, out.Latency.Processing.Count)
+		}
+		return got
+	}
+	const small, large = 50, 1050 // batches of 256
+	d := reads(large*256) - reads(small*256)
+	perBatch := float64(d) / (large - small)
+	t.Logf("%.2f clock readings per batch hop", perBatch)
+	if perBatch > 3.3 {
+		t.Errorf("%.2f clock readings per batch over one hop, want at most 3.3", perBatch)
+	}
+}
+
+// The engine allocates almost nothing per batch over a hop: what a batch
+// costs is its records' array and its envelope (the stage's emitter makes
+// both), plus a share of a credit message (one per half window) and of a
+// tick (one per 16 batches read).
+func TestAllocsPerBatchHop(t *testing.T) {
+	sys := newTestSystem(t)
+	mallocs := func(n int64) uint64 {
+		var before, after runtime.MemStats
+		runtime.GC()
+		runtime.ReadMemStats(&before)
+		hop(t, sys, n)
+		runtime.ReadMemStats(&after)
+		return after.Mallocs - before.Mallocs
+	}
+	mallocs(256) // warm up: the system's pools and workers
+	const small, large = 50, 2050
+	d := float64(mallocs(large*256)) - float64(mallocs(small*256))
+	perBatch := d / (large - small)
+	t.Logf("%.2f allocations per batch hop", perBatch)
+	if perBatch > 2.5 {
+		t.Errorf("%.2f allocations per batch over one hop, want at most 2.5 (records, envelope, shares of credits and ticks)", perBatch)
+	}
+}
