@@ -400,7 +400,7 @@ type winCtx = operators.ProcessContext[int64, auctionState, winningBid]
 // pendingGrain is the step of the times at which an auction id's pending
 // bids are dropped: one timer serves the id's bids of one second (a
 // third of the bids pend, most of them bids after their auction closed:
-// a timer each was half of the operator's timers). Keeping a bid longer
+// a timer each made 5 of 6 of the operator's timers). Keeping a bid longer
 // changes no result: an auction that is not late comes after the
 // watermark, so it starts after every bid the watermark has passed.
 const pendingGrain = 1000 // ms
