@@ -24,6 +24,9 @@ type ProcessContext[K comparable, S, O any] struct {
 	// into the table when the call returns (existed: the table had it).
 	cur     *S
 	existed bool
+	// In memory: the state Clear took out of the table during this call,
+	// kept for reuse once the call has returned (done).
+	freed *S
 }
 
 // ProcessingTimer sets a processing-time timer for the key: onTimer runs
@@ -51,13 +54,14 @@ func (c *ProcessContext[K, S, O]) Key() K { return c.key }
 
 // State returns the key's state, a zero S the first time. Changes through
 // the pointer are kept, and are part of checkpoints (S must then be
-// msgpack-encodable).
+// msgpack-encodable). The pointer is valid during the call: once the call
+// has returned, a state Clear forgot may be reused for another key.
 func (c *ProcessContext[K, S, O]) State() *S {
 	t := &c.s.t
 	if m := t.mem; m != nil {
 		st, present := m.M[c.key]
 		if st == nil {
-			st = new(S)
+			st = c.s.newState()
 			if present { // cleared, still in the key order
 				m.M[c.key] = st
 				m.Changed(c.key, true)
@@ -89,6 +93,7 @@ func (c *ProcessContext[K, S, O]) Clear() {
 		if st, ok := m.M[c.key]; ok && st != nil {
 			m.M[c.key] = nil
 			m.Changed(c.key, true)
+			c.freed = st
 			if c.s.cleared++; c.s.cleared > 64 && c.s.cleared > len(m.M)/2 {
 				t.compact(func(st *S) bool { return st == nil })
 				c.s.cleared = 0
@@ -108,6 +113,14 @@ func (c *ProcessContext[K, S, O]) Clear() {
 func (c *ProcessContext[K, S, O]) done(record bool) {
 	t := &c.s.t
 	if t.disk == nil {
+		if st := c.freed; st != nil {
+			c.freed = nil
+			if len(c.s.spare) < maxSpareStates {
+				var zero S
+				*st = zero
+				c.s.spare = append(c.s.spare, st)
+			}
+		}
 		return
 	}
 	if c.cur != nil {
@@ -309,9 +322,27 @@ type ProcCore[K comparable, S, O any] struct {
 	restored []TimerID[K]            // processing-time timers to arm at open
 	ttl      keyTTL[K]               // StateTTL: the keys' state expires, their timers stay
 	ctx      ProcessContext[K, S, O]
+	spare    []*S // memory: cleared states, zeroed, for keys that get one next (newState)
 	next     Pusher[O]
 	sc       *Ctx
 	out      OutBuf[O]
+}
+
+// maxSpareStates bounds ProcCore.spare: the states kept for reuse after a
+// burst of Clears.
+const maxSpareStates = 1024
+
+// newState is a zero state for a key of the memory table: one Clear
+// forgot, or a new one. Operators whose keys come and go (an auction, a
+// window) then allocate a state per live key, not one per key ever seen.
+func (s *ProcCore[K, S, O]) newState() *S {
+	if n := len(s.spare); n > 0 {
+		st := s.spare[n-1]
+		s.spare[n-1] = nil
+		s.spare = s.spare[:n-1]
+		return st
+	}
+	return new(S)
 }
 
 // expire forgets the state of keys idle for longer than the TTL.

@@ -18,7 +18,8 @@ type keyedTable[K comparable, V any] struct {
 	mem     *state.Mem[K, V] // nil with the disk backend
 	disk    *state.Disk[K, V]
 	tab     state.Table[K, V]
-	openErr error // the backend failed to open (tab nil)
+	openErr error      // the backend failed to open (tab nil)
+	gone    map[K]bool // compact's, empty between compactions
 }
 
 // openTable opens the stage's table as the topology's state backend says
@@ -192,18 +193,19 @@ func (t *keyedTable[K, V]) clear() {
 // compact deletes from the memory table the keys empty says have no state
 // (a stage that leaves them in place, to spare Mem.Delete's scan of the
 // key order, calls it once they are many: amortized, a key costs one).
+// Its set of keys to delete is kept for the next compaction.
 func (t *keyedTable[K, V]) compact(empty func(V) bool) {
-	var gone map[K]bool
+	if t.gone == nil {
+		t.gone = map[K]bool{}
+	}
 	for k, v := range t.mem.M {
 		if empty(v) {
-			if gone == nil {
-				gone = map[K]bool{}
-			}
-			gone[k] = true
+			t.gone[k] = true
 		}
 	}
-	if gone != nil {
-		t.mem.DeleteAll(gone)
+	if len(t.gone) > 0 {
+		t.mem.DeleteAll(t.gone)
+		clear(t.gone)
 	}
 }
 

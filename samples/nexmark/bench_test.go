@@ -1,8 +1,15 @@
 package nexmark
 
 import (
+	"context"
 	"io"
+	"log/slog"
+	"slices"
 	"testing"
+	"time"
+
+	"github.com/sluicehq/sluice/actors"
+	"github.com/sluicehq/sluice/operators"
 )
 
 // BenchmarkGenerator measures one generator (the unit a source actor runs)
@@ -64,4 +71,95 @@ func BenchmarkEventFileWrite(b *testing.B) {
 		}
 	}
 	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "events/s")
+}
+
+// benchQueryEvents is the stream of BenchmarkQuery: Beam's default
+// configuration (10 000 events/s over 100 generators), 500 000 events.
+func benchQueryEvents(b *testing.B) ([]Event, Config) {
+	cfg := DefaultConfig()
+	cfg.NumEvents = 500_000
+	return queryEvents(b, cfg), cfg
+}
+
+// BenchmarkQuery runs each query's topology, as the nexmark benchmark does
+// (2 source instances over the events in memory, keyed parallelism 2, a
+// collecting sink), once per iteration, for its CPU and allocation profile;
+// BenchmarkModel runs the models on the same events. The first run's output
+// is checked against the model.
+func BenchmarkQuery(b *testing.B) {
+	evs, cfg := benchQueryEvents(b)
+	p := ParamsOf(cfg, 2)
+	bench := func(name string, run func(b *testing.B, first bool)) {
+		b.Run(name, func(b *testing.B) {
+			b.ReportAllocs()
+			first := true
+			for b.Loop() {
+				run(b, first)
+				first = false
+			}
+			b.ReportMetric(float64(len(evs))*float64(b.N)/b.Elapsed().Seconds(), "events/s")
+		})
+	}
+	bench("q3", benchBuild(evs, p, BuildQ3, func(got []Q3) bool { return slices.Equal(Sorted(got), ModelQ3(evs)) }))
+	bench("q4", benchBuild(evs, p, BuildQ4, func(got []Q4) bool { return slices.Equal(LastPerKeyQ4(got), ModelQ4(evs)) }))
+	bench("q6", benchBuild(evs, p, BuildQ6, func(got []Q6) bool { return slices.Equal(LastPerKeyQ6(got), ModelQ6(evs)) }))
+	bench("q8", benchBuild(evs, p, BuildQ8, func(got []Q8) bool { return slices.Equal(Sorted(got), ModelQ8(evs)) }))
+	bench("q9", benchBuild(evs, p, BuildQ9, func(got []Q9) bool { return slices.Equal(Sorted(got), ModelQ9(evs)) }))
+	bench("q11", benchBuild(evs, p, BuildQ11, func(got []Q11) bool { return slices.Equal(Sorted(got), ModelQ11(evs)) }))
+}
+
+// benchBuild returns a run of build's topology over evs; the first run's
+// output must pass ok.
+func benchBuild[T any](evs []Event, p Params, build func(operators.Stream[Event], Params) operators.Stream[T], ok func([]T) bool) func(b *testing.B, first bool) {
+	return func(b *testing.B, first bool) {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+		defer cancel()
+		sys, err := actors.NewSystem(actors.Config{Name: b.Name(), Logger: slog.New(slog.DiscardHandler)})
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer sys.Stop(ctx)
+		top := operators.NewTopology(b.Name())
+		col := collectInto(build(operators.Source(top, "events", operators.FromSlice(evs), operators.Parallelism(p.Parallelism)), p), "out")
+		run, err := sys.Run(ctx, top)
+		if err != nil {
+			b.Fatal(err)
+		}
+		if err := run.Wait(ctx); err != nil {
+			b.Fatal(err)
+		}
+		if first {
+			b.StopTimer()
+			if !ok(col.Items()) {
+				b.Fatal("output differs from the model")
+			}
+			b.StartTimer()
+		}
+	}
+}
+
+// BenchmarkModel runs the models of BenchmarkQuery's queries on its events.
+func BenchmarkModel(b *testing.B) {
+	evs, _ := benchQueryEvents(b)
+	for _, m := range []struct {
+		name string
+		run  func([]Event) int
+	}{
+		{"q3", func(e []Event) int { return len(ModelQ3(e)) }},
+		{"q4", func(e []Event) int { return len(ModelQ4(e)) }},
+		{"q6", func(e []Event) int { return len(ModelQ6(e)) }},
+		{"q8", func(e []Event) int { return len(ModelQ8(e)) }},
+		{"q9", func(e []Event) int { return len(ModelQ9(e)) }},
+		{"q11", func(e []Event) int { return len(ModelQ11(e)) }},
+	} {
+		b.Run(m.name, func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				if m.run(evs) == 0 {
+					b.Fatal("no results")
+				}
+			}
+			b.ReportMetric(float64(len(evs))*float64(b.N)/b.Elapsed().Seconds(), "events/s")
+		})
+	}
 }

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"os"
 	"path/filepath"
 	"slices"
@@ -445,5 +446,19 @@ func TestQueryParams(t *testing.T) {
 	}
 	if p := ParamsOf(cfg, 3); p.WindowSize != 20*time.Second || p.WindowPeriod != 10*time.Second || p.AuctionSkip != 123 || p.Parallelism != 3 {
 		t.Fatalf("ParamsOf = %+v", p)
+	}
+}
+
+// TestPendingUntil: a pending bid is dropped at the next whole second
+// after its time, never before it (negative times and the largest too).
+func TestPendingUntil(t *testing.T) {
+	for _, c := range []struct{ ms, want int64 }{
+		{0, 1000}, {1, 1000}, {999, 1000}, {1000, 2000}, {1_700_000_000_123, 1_700_000_001_000},
+		{-1, 0}, {-999, 0}, {-1000, 0}, {-1001, -1000},
+		{math.MaxInt64 - 1000, math.MaxInt64 - 1000 - (math.MaxInt64-1000)%1000 + 1000}, {math.MaxInt64, math.MaxInt64},
+	} {
+		if got := pendingUntil(c.ms); got != c.want || got < c.ms {
+			t.Errorf("pendingUntil(%d) = %d, want %d", c.ms, got, c.want)
+		}
 	}
 }
