@@ -476,13 +476,18 @@ func (d *Disk[K, V]) flush() {
 
 // All yields every entry, by key group and encoded key, after writing
 // the cache back; with a TTL, not those that outlived it (see Expire).
-func (d *Disk[K, V]) All(yield func(K, V) bool) {
+func (d *Disk[K, V]) All(yield func(K, V) bool) { d.scan(nil, yield) }
+
+// scan yields the entries of the database that opts bounds (nil: every
+// one), after writing the cache back; with a TTL, not those that
+// outlived it.
+func (d *Disk[K, V]) scan(opts *pebble.IterOptions, yield func(K, V) bool) {
 	var now int64
 	if d.ttl > 0 {
 		now = d.now()
 	}
 	d.flush()
-	it, err := d.db.NewIter(nil)
+	it, err := d.db.NewIter(opts)
 	if err != nil {
 		d.fail(&Error{Path: d.live, Err: err})
 	}

@@ -20,11 +20,6 @@ func (d *Disk[K, V]) Range(g int, from, to []byte, yield func(K, V) bool) {
 	if g < 0 || g >= 128 {
 		return
 	}
-	var now int64
-	if d.ttl > 0 {
-		now = d.now()
-	}
-	d.flush()
 	lower := append([]byte{byte(g)}, from...)
 	var upper []byte
 	if to != nil {
@@ -32,31 +27,7 @@ func (d *Disk[K, V]) Range(g int, from, to []byte, yield func(K, V) bool) {
 	} else {
 		upper = []byte{byte(g + 1)}
 	}
-	it, err := d.db.NewIter(&pebble.IterOptions{LowerBound: lower, UpperBound: upper})
-	if err != nil {
-		d.fail(&Error{Path: d.live, Err: err})
-	}
-	defer it.Close()
-	for it.First(); it.Valid(); it.Next() {
-		k, err := d.kc.decode(it.Key()[1:])
-		if err != nil {
-			d.fail(&Error{Path: d.live, Err: err})
-		}
-		vb, err := it.ValueAndErr()
-		if err != nil {
-			d.fail(&Error{Path: d.live, Err: err})
-		}
-		v, at := d.value(k, vb)
-		if d.dead(at, now) {
-			continue
-		}
-		if !yield(k, v) {
-			return
-		}
-	}
-	if err := it.Error(); err != nil {
-		d.fail(&Error{Path: d.live, Err: err})
-	}
+	d.scan(&pebble.IterOptions{LowerBound: lower, UpperBound: upper}, yield)
 }
 
 // CacheLen is how many entries the write-back cache holds (dirty, clean
