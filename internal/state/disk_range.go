@@ -39,9 +39,10 @@ func (d *Disk[K, V]) CacheLen() int { return len(d.m) }
 // beside it ("op~j") for the others, each its own database and checkpoint
 // directories (two tables in one directory would take the same checkpoint
 // names). The engine copies a bundle's disk tables into a savepoint from
-// these places.
+// these places; j < 0 is a lone table (MapTables' index of a state that
+// is not a bundle), at the operator's own place.
 func TableOp(op string, j int) string {
-	if j == 0 {
+	if j <= 0 {
 		return op
 	}
 	return op + "~" + strconv.Itoa(j)

@@ -58,3 +58,16 @@ func TestDiskRange(t *testing.T) {
 		t.Fatalf("cache of %d entries under a 4 KiB budget", n)
 	}
 }
+
+// TableOp places a lone table (MapTables' -1) and a bundle's first table
+// at the operator's own directory, the others beside it.
+func TestTableOp(t *testing.T) {
+	for _, c := range []struct {
+		j    int
+		want string
+	}{{-1, "count"}, {0, "count"}, {1, "count~1"}, {2, "count~2"}} {
+		if got := state.TableOp("count", c.j); got != c.want {
+			t.Errorf("TableOp(count, %d) = %q, want %q", c.j, got, c.want)
+		}
+	}
+}
