@@ -531,6 +531,9 @@ func (in *instance) start() {
 }
 
 func (in *instance) handle(env *actors.Envelope) {
+	if env.Kind != actors.Data {
+		in.lastEnd = 0 // a mark is no batch's work: the next batch reads the clock
+	}
 	switch env.Kind {
 	case actors.Data:
 		if in.idleN > 0 && in.idleIn[env.Channel] {
@@ -577,10 +580,8 @@ func (in *instance) handle(env *actors.Envelope) {
 			in.grant(env)
 		}
 	case actors.Gate:
-		in.lastEnd = 0
 		in.onGateMark(env.Channel, env.Mark)
 	case actors.EndOfStream:
-		in.lastEnd = 0
 		in.eosLeft--
 		in.finishedIn[env.Channel] = true
 		in.gateEnded(env.Channel)
@@ -598,13 +599,10 @@ func (in *instance) handle(env *actors.Envelope) {
 			in.advance()
 		}
 	case actors.Barrier:
-		in.lastEnd = 0
 		in.onBarrier(env.Channel, uint64(env.Mark), env.Seq)
 	case actors.UnalignedBarrier:
-		in.lastEnd = 0
 		in.onUnalignedBarrier(env)
 	case actors.Watermark:
-		in.lastEnd = 0
 		in.curBorn, in.curKeep, in.sentAt = env.Born, env.Keep, 0
 		ch := env.Channel
 		if in.idleIn[ch] {
@@ -616,7 +614,6 @@ func (in *instance) handle(env *actors.Envelope) {
 			in.advance()
 		}
 	case actors.Idle:
-		in.lastEnd = 0
 		if !in.idleIn[env.Channel] {
 			in.idleIn[env.Channel] = true
 			in.idleN++
