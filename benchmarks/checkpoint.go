@@ -7,6 +7,8 @@ import (
 	"path/filepath"
 	"runtime"
 	"slices"
+	"strconv"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -16,106 +18,200 @@ import (
 )
 
 // benchCheckpoint measures a keyed counting job with checkpoints every
-// second against the same job without checkpoints: over 1 000 keys, and
-// over 1 M keys (the memory backend's changelog: each checkpoint writes
-// the keys changed since the one before), with the checkpoints' p99
-// duration.
+// second against the same job without checkpoints: over 1 000 keys, over
+// 1 M keys (the memory backend's changelog: each checkpoint writes the
+// keys changed since the one before), and over 1 M keys with the count
+// back-pressured by a slow consumer. Each checkpointed run lasts at least
+// 20 s (at -scale 1), so that it takes about 20 checkpoints; the results
+// give the checkpoints' p50, p99 and slowest durations and the bytes the
+// process wrote per checkpoint.
 func benchCheckpoint(ctx context.Context, e *env) ([]Result, error) {
-	small, err := checkpointCase(ctx, e, "checkpoint", 1000, false)
-	if err != nil {
-		return nil, err
-	}
-	large, err := checkpointCase(ctx, e, "checkpoint-1m-keys", 1_000_000, true)
-	return append(small, large...), err
-}
-
-// checkpointCase runs the keyed count over keys keys with and without
-// checkpoints every second, alternating the two in each of the rounds,
-// and reports the medians and the p99 of every completed checkpoint's
-// duration; changelog: the checkpointed runs keep a changelog (the
-// memory backend's incremental checkpoints).
-func checkpointCase(ctx context.Context, e *env, name string, keys int64, changelog bool) ([]Result, error) {
-	n := e.n(30_000_000)
-	var durations []time.Duration
-	measure := func(interval time.Duration) (float64, int64, error) {
-		var completed int64
-		v, err := best(1, n, func() (time.Duration, error) {
-			dir, err := os.MkdirTemp("", "sluice-cp-bench-")
-			if err != nil {
-				return 0, err
-			}
-			defer os.RemoveAll(dir)
-			sys, err := actors.NewSystem(actors.Config{Name: "cp-bench", Store: filepath.Join(dir, "store.db")})
-			if err != nil {
-				return 0, err
-			}
-			defer sys.Stop(ctx)
-			var opts []operators.TopologyOption
-			if interval > 0 {
-				opts = append(opts, operators.Checkpoints(interval))
-				if changelog {
-					opts = append(opts, operators.StateBackend(operators.MemoryState().Changelog(filepath.Join(dir, "changelog"))))
-				}
-			}
-			var sum int64
-			t := operators.NewTopology("cp-bench", opts...)
-			src := operators.Source(t, "numbers", operators.Generate(int64(n), func(i int64) int64 { return i }))
-			by := operators.KeyBy(src, "by-key", func(v int64) int64 { return v % keys }, operators.Parallelism(2))
-			counts := operators.Count(by, "count", operators.Emit(operators.EmitAtEnd))
-			operators.Sink(counts, "sum", operators.SinkFunc(func(kv operators.KV[int64, int64]) error { sum += kv.Value; return nil }), operators.Parallelism(1))
-			start := time.Now()
-			run, err := sys.Run(ctx, t)
-			if err != nil {
-				return 0, err
-			}
-			if err := run.Wait(ctx); err != nil {
-				return 0, err
-			}
-			d := time.Since(start)
-			if sum != int64(n) {
-				return 0, fmt.Errorf("checkpoint bench: counted %d of %d", sum, n)
-			}
-			st := operators.CheckpointStatsOf(run)
-			completed = st.Completed
-			for _, h := range st.History {
-				durations = append(durations, h.Duration)
-			}
-			return d, nil
-		})
-		return v, completed, err
-	}
-	var nones, withs, ratios []float64
-	var completed int64
-	for r := range max(e.rounds, 1) {
-		var none, with float64
-		var c int64
-		var err error
-		if r%2 == 0 {
-			if none, _, err = measure(0); err == nil {
-				with, c, err = measure(time.Second)
-			}
-		} else if with, c, err = measure(time.Second); err == nil {
-			none, _, err = measure(0)
-		}
+	var out []Result
+	for _, c := range []struct {
+		name      string
+		keys      int64
+		changelog bool
+		slow      bool
+	}{
+		{"checkpoint", 1000, false, false},
+		{"checkpoint-1m-keys", 1_000_000, true, false},
+		{"checkpoint-1m-keys-backpressure", 1_000_000, true, true},
+	} {
+		rs, err := checkpointCase(ctx, e, c.name, c.keys, c.changelog, c.slow)
 		if err != nil {
 			return nil, err
 		}
+		out = append(out, rs...)
+	}
+	return out, nil
+}
+
+// checkpointMinRun is how long a checkpointed run lasts at least at -scale
+// 1: the records a run counts are sized from a calibration run to take this
+// long without checkpoints.
+const checkpointMinRun = 20 * time.Second
+
+// slowCountRounds is the work per update of the back-pressured case's
+// consumer (rounds of xorshift): several times the source's cost per
+// record, so that the count's input stays full.
+const slowCountRounds = 60
+
+// checkpointCase runs the keyed count over keys keys with and without
+// checkpoints every second, alternating the two in each of the rounds,
+// and reports the medians, the p50, p99 and slowest of every completed
+// checkpoint's duration, and the bytes the process wrote per checkpoint
+// (write(2) bytes from /proc/self/io during the checkpointed runs, less
+// those of the runs without, over the checkpoints completed). changelog:
+// the checkpointed runs keep a changelog (the memory backend's incremental
+// checkpoints). slow: the count emits every update into a consumer slower
+// than the source, fused with it, so the count's input is full
+// (back-pressure up to the source) while checkpoints are taken.
+func checkpointCase(ctx context.Context, e *env, name string, keys int64, changelog, slow bool) ([]Result, error) {
+	var durations []time.Duration
+	run := func(n int, interval time.Duration) (time.Duration, int64, int64, error) {
+		dir, err := os.MkdirTemp("", "sluice-cp-bench-")
+		if err != nil {
+			return 0, 0, 0, err
+		}
+		defer os.RemoveAll(dir)
+		sys, err := actors.NewSystem(actors.Config{Name: "cp-bench", Store: filepath.Join(dir, "store.db")})
+		if err != nil {
+			return 0, 0, 0, err
+		}
+		defer sys.Stop(ctx)
+		var opts []operators.TopologyOption
+		if interval > 0 {
+			opts = append(opts, operators.Checkpoints(interval))
+			if changelog {
+				opts = append(opts, operators.StateBackend(operators.MemoryState().Changelog(filepath.Join(dir, "changelog"))))
+			}
+		}
+		var sum int64
+		var updates atomic.Int64
+		t := operators.NewTopology("cp-bench", opts...)
+		src := operators.Source(t, "numbers", operators.Generate(int64(n), func(i int64) int64 { return i }))
+		by := operators.KeyBy(src, "by-key", func(v int64) int64 { return v % keys }, operators.Parallelism(2))
+		if slow {
+			// Every update goes through the slow map, fused with the count:
+			// the count's input is where records wait.
+			counts := operators.Count(by, "count")
+			slowed := operators.Map(counts, "slow", func(kv operators.KV[int64, int64]) operators.KV[int64, int64] {
+				kv.Value = work(kv.Value, slowCountRounds)
+				return kv
+			})
+			operators.Sink(slowed, "updates", operators.SinkFunc(func(operators.KV[int64, int64]) error { updates.Add(1); return nil }))
+		} else {
+			counts := operators.Count(by, "count", operators.Emit(operators.EmitAtEnd))
+			operators.Sink(counts, "sum", operators.SinkFunc(func(kv operators.KV[int64, int64]) error { sum += kv.Value; return nil }), operators.Parallelism(1))
+		}
+		runtime.GC()
+		w0 := writtenBytes()
+		start := time.Now()
+		job, err := sys.Run(ctx, t)
+		if err != nil {
+			return 0, 0, 0, err
+		}
+		if err := job.Wait(ctx); err != nil {
+			return 0, 0, 0, err
+		}
+		d := time.Since(start)
+		written := writtenBytes() - w0
+		if !slow && sum != int64(n) {
+			return 0, 0, 0, fmt.Errorf("checkpoint bench %s: counted %d of %d", name, sum, n)
+		}
+		if slow && updates.Load() != int64(n) {
+			return 0, 0, 0, fmt.Errorf("checkpoint bench %s: %d updates of %d records", name, updates.Load(), n)
+		}
+		st := operators.CheckpointStatsOf(job)
+		if interval > 0 {
+			for _, h := range st.History {
+				durations = append(durations, h.Duration)
+			}
+		}
+		return d, st.Completed, written, nil
+	}
+	// Calibrate: size the runs to last checkpointMinRun (scaled) without
+	// checkpoints, and at least the old fixed 30 M records at -scale 1.
+	probe := e.n(2_000_000)
+	if slow {
+		probe = e.n(200_000)
+	}
+	d, _, _, err := run(probe, 0)
+	if err != nil {
+		return nil, err
+	}
+	rate := float64(probe) / d.Seconds()
+	n := max(int(rate*checkpointMinRun.Seconds()*e.scale), probe)
+	if !slow {
+		n = max(n, e.n(30_000_000))
+	}
+	var nones, withs, ratios []float64
+	var completed, writtenWith, writtenNone int64
+	var withTime time.Duration
+	for r := range max(e.rounds, 1) {
+		var none, with float64
+		for k := range 2 {
+			interval := time.Duration(0)
+			if (r+k)%2 == 1 {
+				interval = time.Second
+			}
+			d, c, w, err := run(n, interval)
+			if err != nil {
+				return nil, err
+			}
+			if interval == 0 {
+				none, writtenNone = float64(n)/d.Seconds(), writtenNone+w
+			} else {
+				with, completed, writtenWith, withTime = float64(n)/d.Seconds(), completed+c, writtenWith+w, withTime+d
+			}
+		}
 		nones, withs, ratios = append(nones, none), append(withs, with), append(ratios, with/none)
-		completed += c
 	}
 	slices.Sort(durations)
-	var p99, slowest time.Duration
-	if len(durations) > 0 {
-		p99, slowest = durations[min(len(durations)-1, len(durations)*99/100)], durations[len(durations)-1]
+	at := func(q int) time.Duration {
+		if len(durations) == 0 {
+			return 0
+		}
+		return durations[min(len(durations)-1, len(durations)*q/100)]
 	}
-	sr := slices.Sorted(slices.Values(ratios))
+	var perCheckpoint float64
+	if completed > 0 {
+		perCheckpoint = float64(max(writtenWith-writtenNone, 0)) / float64(completed)
+	}
+	rounds := len(nones)
+	what := fmt.Sprintf("keyed count over %d keys, 2 instances, %d records a run", keys, n)
+	if slow {
+		what = fmt.Sprintf("keyed count over %d keys, 2 instances, every update into a consumer slower than the source (fused with the count: its input full, back-pressure to the source), %d records a run", keys, n)
+	}
 	base := Result{Name: name + "/none", Value: median(nones), Unit: "records/s",
-		Note: fmt.Sprintf("keyed count over %d keys, 2 instances, no checkpoints; median of %d rounds", keys, len(nones))}
+		Note: fmt.Sprintf("%s, no checkpoints; median of %d rounds", what, rounds)}
+	sr := slices.Sorted(slices.Values(ratios))
 	with := Result{Name: name + "/every-1s", Value: median(withs), Unit: "records/s",
-		Note: fmt.Sprintf("same job, checkpoints every second into a bbolt store%s: %d completed in %d rounds, p99 duration %v, slowest %v; ratio: median of %d alternated rounds, spread %.3f-%.3f",
-			map[bool]string{true: " (memory backend with a changelog)"}[changelog], completed, len(withs), p99.Round(time.Millisecond), slowest.Round(time.Millisecond), len(sr), sr[0], sr[len(sr)-1])}.against(base)
+		Note: fmt.Sprintf("same job, aligned checkpoints every second into a bbolt store%s: %d completed in %d rounds of %.1f s on average; duration p50 %v, p99 %v, slowest %v; ratio: median of %d alternated rounds, spread %.3f-%.3f",
+			map[bool]string{true: " (memory backend with a changelog)"}[changelog], completed, rounds, withTime.Seconds()/float64(rounds),
+			at(50).Round(time.Millisecond), at(99).Round(time.Millisecond), at(100).Round(time.Millisecond), len(sr), sr[0], sr[len(sr)-1])}.against(base)
 	with.Ratio = median(ratios)
-	return []Result{base, with}, nil
+	p99 := Result{Name: name + "/every-1s-p99", Value: float64(at(99).Microseconds()) / 1000, Unit: "ms",
+		Note: fmt.Sprintf("p99 of the %d checkpoints' durations, barriers injected to stored (p50 %v, slowest %v; aim <= 500 ms)", len(durations), at(50).Round(time.Millisecond), at(100).Round(time.Millisecond))}
+	bytes := Result{Name: name + "/every-1s-bytes-per-checkpoint", Value: perCheckpoint, Unit: "bytes",
+		Note: fmt.Sprintf("bytes the process wrote (write(2), /proc/self/io wchar) in the checkpointed runs less those of the runs without, over %d checkpoints: %.1f MiB with, %.1f MiB without", completed, float64(writtenWith)/(1<<20), float64(writtenNone)/(1<<20))}
+	return []Result{base, with, p99, bytes}, nil
+}
+
+// writtenBytes is what this process has passed to write(2) and its kin
+// (wchar of /proc/self/io; 0 where that file is missing).
+func writtenBytes() int64 {
+	b, err := os.ReadFile("/proc/self/io")
+	if err != nil {
+		return 0
+	}
+	for line := range strings.SplitSeq(string(b), "\n") {
+		if v, ok := strings.CutPrefix(line, "wchar: "); ok {
+			n, _ := strconv.ParseInt(strings.TrimSpace(v), 10, 64)
+			return n
+		}
+	}
+	return 0
 }
 
 // benchUnaligned measures a job under Block back-pressure (a consumer
