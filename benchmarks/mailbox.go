@@ -26,11 +26,16 @@ func quietSystem() *actor.ActorSystem {
 }
 
 // counterActor counts int64 messages and closes done at want.
+// overloadStall is how long a protoactor baseline of the overload
+// benchmark may consume nothing before it is reported as hung.
+const overloadStall = 10 * time.Second
+
 type counterActor struct {
 	n, want int64
 	burn    int
 	done    chan struct{}
 	sink    int64
+	seen    atomic.Int64 // n, for a watchdog in another goroutine
 }
 
 func (c *counterActor) Receive(ctx actor.Context) {
@@ -42,6 +47,7 @@ func (c *counterActor) Receive(ctx actor.Context) {
 		if c.burn > 0 {
 			c.sink += spin(c.burn, v)
 		}
+		c.seen.Add(1)
 		if c.n++; c.n == c.want {
 			close(c.done)
 		}
@@ -303,7 +309,7 @@ func benchOverload(ctx context.Context, e *env) ([]Result, error) {
 		r := Result{Name: name, Value: rss, Unit: "MiB",
 			Note: fmt.Sprintf("%d msgs, %s: delivered %d, dropped %d, %.1fs", n, slow, rep.Delivered, rep.Dropped, rep.Seconds)}
 		if rep.Hung {
-			r.Note = fmt.Sprintf("%d msgs, %s: HUNG after %.0fs (its sender blocked in the mailbox's make-room race), peak RSS until then", n, slow, rep.Seconds)
+			r.Note = fmt.Sprintf("%d msgs, %s: HUNG: nothing consumed for %v, after %.0fs (its sender blocked in the mailbox's make-room race), peak RSS until then", n, slow, overloadStall, rep.Seconds)
 		}
 		switch c {
 		case "protoactor-bounded":
@@ -394,12 +400,23 @@ func overloadChild(c string, n int64, burn int) error {
 		// protoactor's BoundedDropping checks the queue's length and then
 		// takes its oldest message to make room: when the consumer empties
 		// the queue in between, the sender blocks for ever. A case that
-		// stops moving is reported as hung, with its peak RSS so far.
-		select {
-		case <-done:
-			rep.Delivered, rep.Dropped = cons.n, n-cons.n
-		case <-time.After(max(time.Minute, time.Duration(n)*time.Microsecond*20)):
-			rep.Hung = true
+		// stops moving (no message consumed for overloadStall) is reported
+		// as hung, with its peak RSS so far.
+		tick := time.NewTicker(overloadStall / 20)
+		defer tick.Stop()
+		last, moved := int64(-1), time.Now()
+		for waiting := true; waiting; {
+			select {
+			case <-done:
+				rep.Delivered, rep.Dropped = cons.n, n-cons.n
+				waiting = false
+			case now := <-tick.C:
+				if s := cons.seen.Load(); s != last {
+					last, moved = s, now
+				} else if now.Sub(moved) >= overloadStall {
+					rep.Hung, waiting = true, false
+				}
+			}
 		}
 	default:
 		cfg := mailbox.Block(1024)
