@@ -190,8 +190,9 @@ func run(pat string, asJSON bool, scale float64, rounds int, list, skipSlow bool
 	}
 	e := &env{scale: scale, rounds: rounds, skipSlow: skipSlow, log: slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))}
 	ctx := context.Background()
+	machine := fmt.Sprintf("%s/%s, %d CPUs, %s", runtime.GOOS, runtime.GOARCH, runtime.NumCPU(), runtime.Version())
 	if !asJSON {
-		fmt.Printf("# %s/%s, %d CPUs, %s, load average %s\n", runtime.GOOS, runtime.GOARCH, runtime.NumCPU(), runtime.Version(), loadAvg())
+		fmt.Printf("# %s, load average %s\n", machine, loadAvg())
 		defer func() { fmt.Printf("# load average at the end %s\n", loadAvg()) }()
 	}
 	matched := 0
@@ -207,10 +208,14 @@ func run(pat string, asJSON bool, scale float64, rounds int, list, skipSlow bool
 		if !asJSON {
 			fmt.Printf("## %s\n# measures: %s\n# aim: %s\n", b.name, b.desc, b.aim)
 		}
-		start := time.Now()
+		start, startLoad := time.Now(), loadAvg()
 		res, err := b.run(ctx, e)
 		if err != nil {
 			return fmt.Errorf("%s: %w", b.name, err)
+		}
+		if asJSON { // the JSON lines carry what the text's comment lines say
+			res = append(res, Result{Name: b.name + "/run", Value: time.Since(start).Seconds(), Unit: "s",
+				Note: fmt.Sprintf("%s; load average at the start %s, at the end %s; -scale %g -rounds %d", machine, startLoad, loadAvg(), scale, rounds)})
 		}
 		for _, r := range res {
 			if asJSON {
