@@ -2,7 +2,9 @@ package main
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
+	"os"
 	"strings"
 	"syscall"
 	"testing"
@@ -209,5 +211,37 @@ func TestCheckpointSmall(t *testing.T) {
 	}
 	if w := writtenBytes(); w <= 0 {
 		t.Errorf("writtenBytes() = %d after runs that wrote stores", w)
+	}
+}
+
+// TestMain lets the tests run the benchmarks' child processes: the test
+// binary is their executable (os.Executable), as the command's is.
+func TestMain(m *testing.M) {
+	if len(os.Args) > 1 && os.Args[1] == childFlag {
+		if err := childMain(os.Args[2:]); err != nil {
+			fmt.Fprintln(os.Stderr, "benchmarks child:", err)
+			os.Exit(1)
+		}
+		os.Exit(0)
+	}
+	os.Exit(m.Run())
+}
+
+// state-large runs in a child process under GOMEMLIMIT and reports the
+// child's own rate and peak RSS (its counts checked there).
+func TestStateLargeChild(t *testing.T) {
+	res, err := benchStateLarge(context.Background(), &env{scale: 0.0004, rounds: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]Result{}
+	for _, r := range res {
+		got[r.Name] = r
+	}
+	if r := got["state-large/disk-count"]; r.Value <= 0 || !strings.Contains(r.Note, "GOMEMLIMIT=256MiB") || !strings.Contains(r.Note, "20000 distinct keys") {
+		t.Errorf("disk-count: %+v", r)
+	}
+	if r := got["state-large/peak-rss"]; r.Value <= 0 {
+		t.Errorf("peak-rss: %+v", r)
 	}
 }
