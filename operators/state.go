@@ -38,8 +38,11 @@ func (s StateSpec) Changelog(dir string) StateSpec {
 // write-back cache of hot keys, half pebble's block cache (its bloom
 // filters and indexes, about 1.5 bytes a key, should fit for misses to
 // stay cheap), and pebble's memtables (a sixteenth of the budget each, up
-// to three) on top. The state may grow far beyond memory, and memory
-// stays within that however many keys there are. A checkpoint is
+// to three) on top. The write-back cache is in the Go heap (under
+// GOMEMLIMIT); pebble allocates its block cache and memtables outside it
+// when cgo is on, so a process's RSS is about its Go memory plus half the
+// budget and the memtables per instance. The state may grow far beyond
+// memory, and memory stays within that however many keys there are. A checkpoint is
 // incremental: it links the database's immutable files, and writes only
 // those made since the previous one. The newest two checkpoints' files are
 // kept (RetainCheckpoints). Results emitted at the end (EmitAtEnd) come in
