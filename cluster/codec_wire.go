@@ -1,6 +1,9 @@
 package cluster
 
 import (
+	"google.golang.org/protobuf/types/known/anypb"
+
+	"github.com/sluicehq/sluice/internal/dist"
 	"github.com/sluicehq/sluice/internal/msgpacksafe"
 	"github.com/sluicehq/sluice/internal/wire"
 )
@@ -32,8 +35,32 @@ func appendRecords(b []byte, r *wire.Records) []byte {
 	return msgpacksafe.AppendBin(b, r.Data)
 }
 
+// recordsHead bounds what appendRecords writes before the data: the map
+// header, "Seq", the sequence number, "Data" and the binary header.
+const recordsHead = 1 + 4 + 9 + 5 + 5
+
 // recordsSize bounds the size of appendRecords' output for r.
-func recordsSize(r *wire.Records) int { return 1 + 4 + 9 + 5 + 5 + len(r.Data) }
+func recordsSize(r *wire.Records) int { return recordsHead + len(r.Data) }
+
+// packRecords is appendRecords of the records env encoded by enc, with the
+// envelope encoded in place after room for the head, which is written
+// right before it: one buffer, one encoding, no copy (dist.RecordsPacker).
+func (c *codec) packRecords(seq uint64, size int, enc dist.AppendEncoder, env any) (*anypb.Any, error) {
+	buf, err := enc.AppendEncode(make([]byte, recordsHead, recordsHead+size), env)
+	if err != nil {
+		return nil, err
+	}
+	var scratch [recordsHead]byte
+	head := msgpacksafe.AppendMapLen(scratch[:0], 2)
+	head = msgpacksafe.AppendStr(head, "Seq")
+	head = msgpacksafe.AppendUint(head, seq)
+	head = msgpacksafe.AppendStr(head, "Data")
+	head = msgpacksafe.AppendBinHeader(head, len(buf)-recordsHead)
+	start := recordsHead - len(head)
+	copy(buf[start:], head)
+	c.packed.Add(1)
+	return &anypb.Any{TypeUrl: recordsURL, Value: buf[start:]}, nil
+}
 
 // scanRecords reads what appendRecords writes (the fields in either
 // order, each once, the data as binary). Data aliases data. ok is false

@@ -183,3 +183,35 @@ func FuzzWireCredit(f *testing.F) {
 	f.Add([]byte{0x82, 0xa5, 'T', 'o', 't', 'a', 'l', 0xcb, 0, 0, 0, 0, 0, 0, 0, 0, 0xa3, 'O', 'u', 't', 0x01}) // a float
 	f.Fuzz(func(t *testing.T, data []byte) { fuzzWire(t, c, creditURL, data, scanCredit) })
 }
+
+// packRecords writes what appendRecords writes for the same envelope, in
+// one buffer, for data of every binary header size.
+func TestPackRecordsInPlace(t *testing.T) {
+	c := hostileCodec(t, nil)
+	for _, n := range []int{0, 1, 255, 256, 65535, 65536, 70000} {
+		data := bytes.Repeat([]byte{9}, n)
+		enc := appendFunc(func(b []byte, _ any) ([]byte, error) { return append(b, data...), nil })
+		for _, seq := range []uint64{0, 1, 1 << 20, math.MaxUint64} {
+			a, err := c.packRecords(seq, n, enc, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if want := appendRecords(nil, &wire.Records{Seq: seq, Data: data}); !bytes.Equal(a.Value, want) || a.TypeUrl != recordsURL {
+				t.Fatalf("%d bytes, seq %d: packed %q % x, want % x", n, seq, a.TypeUrl, a.Value[:min(len(a.Value), 32)], want[:min(len(want), 32)])
+			}
+		}
+	}
+	r := make([]byte, 2100)
+	enc := appendFunc(func(b []byte, _ any) ([]byte, error) { return append(b, r...), nil })
+	if n := testing.AllocsPerRun(100, func() {
+		if _, err := c.packRecords(7, len(r), enc, nil); err != nil {
+			t.Fatal(err)
+		}
+	}); n > 2 {
+		t.Errorf("packRecords: %v allocations, want at most 2 (the Any and its value)", n)
+	}
+}
+
+type appendFunc func([]byte, any) ([]byte, error)
+
+func (f appendFunc) AppendEncode(b []byte, env any) ([]byte, error) { return f(b, env) }

@@ -252,17 +252,22 @@ func AppendStr(b []byte, s string) []byte {
 
 // AppendBin appends p as msgpack binary data (nil as a msgpack nil).
 func AppendBin(b, p []byte) []byte {
-	switch n := len(p); {
-	case p == nil:
+	if p == nil {
 		return append(b, 0xc0)
-	case n <= math.MaxUint8:
-		b = append(b, 0xc4, byte(n))
-	case n <= math.MaxUint16:
-		b = binary.BigEndian.AppendUint16(append(b, 0xc5), uint16(n))
-	default:
-		b = binary.BigEndian.AppendUint32(append(b, 0xc6), uint32(n))
 	}
-	return append(b, p...)
+	return append(AppendBinHeader(b, len(p)), p...)
+}
+
+// AppendBinHeader appends the header of n bytes of binary data (at most
+// 5 bytes), which the caller appends after it.
+func AppendBinHeader(b []byte, n int) []byte {
+	switch {
+	case n <= math.MaxUint8:
+		return append(b, 0xc4, byte(n))
+	case n <= math.MaxUint16:
+		return binary.BigEndian.AppendUint16(append(b, 0xc5), uint16(n))
+	}
+	return binary.BigEndian.AppendUint32(append(b, 0xc6), uint32(n))
 }
 
 // AppendUint appends v in its shortest msgpack encoding.
