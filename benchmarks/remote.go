@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
@@ -352,6 +353,7 @@ func benchRemoteTopology(ctx context.Context, e *env) ([]Result, error) {
 	}
 	placedOn := ""
 	var startup time.Duration
+	var blocked []string // the time the source and the map waited for credit, of the measured time
 	topo, err := best(e.rounds, n, func() (time.Duration, error) {
 		sum, seen = 0, 0
 		start := time.Now()
@@ -365,6 +367,12 @@ func benchRemoteTopology(ctx context.Context, e *env) ([]Result, error) {
 		}
 		d := time.Duration(last - first)
 		startup = time.Duration(first - start.UnixNano())
+		blocked = blocked[:0]
+		for _, st := range run.Stats() {
+			if st.Name == "source" || st.Name == "map" {
+				blocked = append(blocked, fmt.Sprintf("%s %.0f%%", st.Name, 100*st.Blocked.Seconds()/d.Seconds()))
+			}
+		}
 		if where[nodeB.Address()] == 0 {
 			return 0, fmt.Errorf("remote topology: nothing ran on the second node: %v", where)
 		}
@@ -383,5 +391,8 @@ func benchRemoteTopology(ctx context.Context, e *env) ([]Result, error) {
 		Note: fmt.Sprintf("job source -> map -> sink, the map on the second node (%s instances per address), batches of %d with credits (%d records per edge); from the sink's first record to its last", placedOn, batch, 4096)}
 	return []Result{rawR, topoR.against(rawR),
 		{Name: "remote-topology/context-startup", Value: float64(startup.Microseconds()) / 1000, Unit: "ms",
-			Note: "the last round's time from cluster.Run to the sink's first record (deploying on both nodes, the checkpoint log), not in the rates"}}, nil
+			Note: "the last round's time from cluster.Run to the sink's first record (deploying on both nodes, the checkpoint log), not in the rates"},
+		{Name: "remote-topology/context-blocked", Value: float64(len(blocked)), Unit: "operators",
+			Note: "the last round's time without credit to send, of the time measured: " + strings.Join(blocked, ", ") +
+				" (a source faster than what follows it waits for credit most of the time; a map that waits little is not held back by the sink's credits)"}}, nil
 }
