@@ -116,7 +116,7 @@ func suite() []benchmark {
 			"context", benchRemote},
 		{"remote-topology", "5 M int64 records through a job source -> map -> sink whose map runs on a second node (two nodes on loopback, in this process): " +
 			"every record crosses twice in batches of 256 with credits, against raw protoactor remote carrying the same batches (256 varints per message, " +
-			"the same map, 32 batches in flight)",
+			"the same map, 32 batches in flight end to end; sluice 16 per edge, 32 on the two)",
 			"sluice >= 0.8x raw protoactor with the same batches; >= 2.7 M records/s (10x the 272 k/s of one record per message)", benchRemoteTopology},
 		{"state-backends", "source -> map -> KeyBy -> Count (1000 keys) -> sink over 10 M records, checkpoints every second: the memory and the disk (pebble) state backend, alternated rounds",
 			"disk >= 0.5x memory", benchStateBackends},

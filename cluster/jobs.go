@@ -214,6 +214,12 @@ func (d *distributor) Unpack(msg any) (any, error) {
 	return v, err
 }
 
+// PackRecords frames the records of a channel to another node, the
+// envelope encoded once in place (dist.RecordsPacker).
+func (d *distributor) PackRecords(seq uint64, size int, enc dist.AppendEncoder, env any) (any, error) {
+	return d.n.codec.packRecords(seq, size, enc, env)
+}
+
 // Undecodable counts a batch of records from another node that did not
 // decode (dist.UndecodableCounter) in CodecStats.Undecodable; the
 // receiving instance fails and the job restarts from its checkpoint.

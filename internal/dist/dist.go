@@ -96,6 +96,23 @@ type UndecodableCounter interface {
 	Undecodable(err error)
 }
 
+// RecordsPacker is implemented by a Distributor that can frame the
+// records of a channel to another process itself: PackRecords returns the
+// message to send for the wire.Records of sequence number seq whose data
+// is env encoded by enc (the receiving task's envelope codec, writing in place
+// after the framing, so a batch is encoded once and never copied before
+// the network). The runtime sends what it returns instead of a
+// *wire.Records; the receiving process reads it as one.
+type RecordsPacker interface {
+	PackRecords(seq uint64, size int, enc AppendEncoder, env any) (any, error)
+}
+
+// AppendEncoder appends the encoding of an envelope to a buffer (the
+// envelope codec of package stage): size is about what it writes.
+type AppendEncoder interface {
+	AppendEncode(dst []byte, env any) ([]byte, error)
+}
+
 // FromHeader is the message header in which the receiving process's
 // network guard (package cluster) names the process every envelope from
 // the network came from: its peer's address, authenticated with TLS, set

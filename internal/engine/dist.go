@@ -36,11 +36,21 @@ func (in *instance) send(oc *outChan, env *actors.Envelope) {
 		in.c.Send(oc.target, env)
 		return
 	}
+	oc.wseq++
+	if p, ok := in.exec.dist.(dist.RecordsPacker); ok {
+		if enc, ok := oc.codec.(dist.AppendEncoder); ok { // framed by the distributor, encoded once in place
+			msg, err := p.PackRecords(oc.wseq, stage.EncodedSize(env.Count), enc, env)
+			if err != nil {
+				panic(fmt.Errorf("encode for %v: %w", oc.target, err))
+			}
+			in.c.Send(oc.target, msg)
+			return
+		}
+	}
 	data, err := oc.codec.Encode(env)
 	if err != nil {
 		panic(fmt.Errorf("encode for %v: %w", oc.target, err))
 	}
-	oc.wseq++
 	in.c.Send(oc.target, &wire.Records{Seq: oc.wseq, Data: data})
 }
 

@@ -20,6 +20,10 @@
 // elements meant for a slice of 300-byte structs is refused instead of
 // allocating 600 MB. Bytes after the value are refused too.
 //
+// Scanner reads a message of a fixed shape field by field without
+// reflection or allocation, for the hand-written decoders of the
+// runtime's hot messages; they leave any form it does not read to Decode.
+//
 // Check is the older, type-blind structural check (lengths and nesting
 // only); new code calls Decode.
 package msgpacksafe

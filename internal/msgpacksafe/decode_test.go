@@ -295,3 +295,37 @@ func TestBudget(t *testing.T) {
 		t.Fatalf("Budget = %d, want 210", got)
 	}
 }
+
+// A Scanner's failures are *Errors wrapping ErrMalformed that name the
+// source and the offset of the value at fault; the first one sticks.
+func TestScannerErrors(t *testing.T) {
+	for _, c := range []struct {
+		name string
+		data []byte
+		read func(s *msgpacksafe.Scanner)
+		at   int
+	}{
+		{"truncated string", []byte{0x81, 0xa5, 'a'}, func(s *msgpacksafe.Scanner) { s.MapLen(); s.Str() }, 2},
+		{"map larger than the data", []byte{0xdf, 0, 1, 0, 0, 1, 2}, func(s *msgpacksafe.Scanner) { s.MapLen() }, 5},
+		{"a string where an integer is", []byte{0xa1, 'x'}, func(s *msgpacksafe.Scanner) { s.Int() }, 0},
+		{"uint64 past int64", []byte{0xcf, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff}, func(s *msgpacksafe.Scanner) { s.Int() }, 0},
+		{"negative for an unsigned", []byte{0xff}, func(s *msgpacksafe.Scanner) { s.Uint() }, 0},
+		{"bytes after the value", []byte{0x01, 0x02}, func(s *msgpacksafe.Scanner) { s.Uint() }, 1},
+		{"binary longer than the data", []byte{0xc6, 0xff, 0xff, 0xff, 0xff, 1}, func(s *msgpacksafe.Scanner) { s.Bin(); s.Bin() }, 5},
+	} {
+		s := msgpacksafe.NewScanner(c.data, "peer n2")
+		c.read(&s)
+		err := s.End()
+		var e *msgpacksafe.Error
+		if !errors.As(err, &e) || !errors.Is(err, msgpacksafe.ErrMalformed) || e.Source != "peer n2" || e.Offset != c.at {
+			t.Errorf("%s: %v (offset %d), want an *Error from peer n2 wrapping ErrMalformed at byte %d", c.name, err, offsetOf(e), c.at)
+		}
+	}
+}
+
+func offsetOf(e *msgpacksafe.Error) int {
+	if e == nil {
+		return -1
+	}
+	return e.Offset
+}

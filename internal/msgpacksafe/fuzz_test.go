@@ -56,3 +56,53 @@ func FuzzDecodeNode(f *testing.F) {
 		}
 	})
 }
+
+// FuzzScanner: the Scanner never panics, fails only with an *Error
+// wrapping ErrMalformed, and reads a map of strings to integers and
+// binary data as msgpack does; the appenders write what msgpack reads.
+func FuzzScanner(f *testing.F) {
+	f.Add(msgpacksafe.AppendInt(msgpacksafe.AppendStr(msgpacksafe.AppendMapLen(nil, 1), "n"), -70000))
+	f.Add(msgpacksafe.AppendBin(msgpacksafe.AppendStr(msgpacksafe.AppendMapLen(nil, 1), "b"), []byte("data")))
+	f.Add([]byte{0x82, 0xa1, 'a', 0xcf, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xa1, 'b', 0xc4, 0x02, 1})
+	f.Add([]byte{0xdf, 0xff, 0xff, 0xff, 0xff})
+	f.Fuzz(func(t *testing.T, data []byte) {
+		s := msgpacksafe.NewScanner(data, "fuzz")
+		got := map[string]any{}
+		for n := s.MapLen(); n > 0 && s.Err() == nil; n-- {
+			k := string(s.Str())
+			if len(k) > 0 && k[0] == 'b' {
+				got[k] = s.Bin()
+			} else {
+				got[k] = s.Int()
+			}
+		}
+		if err := s.End(); err != nil {
+			var e *msgpacksafe.Error
+			if !errors.As(err, &e) || !errors.Is(err, msgpacksafe.ErrMalformed) || e.Offset < 0 || e.Offset > len(data) {
+				t.Fatalf("error %T %v: want an *Error wrapping ErrMalformed at an offset in the input", err, err)
+			}
+			return
+		}
+		// Read: the appenders write it again, and msgpack reads both alike.
+		out := msgpacksafe.AppendMapLen(nil, len(got))
+		for k, v := range got {
+			out = msgpacksafe.AppendStr(out, k)
+			switch v := v.(type) {
+			case int64:
+				out = msgpacksafe.AppendInt(out, v)
+			case []byte:
+				out = msgpacksafe.AppendBin(out, v)
+			}
+		}
+		var a, b map[string]any
+		if err := msgpack.Unmarshal(out, &a); err != nil {
+			t.Fatalf("msgpack does not read what the appenders wrote (% x): %v", out, err)
+		}
+		if err := msgpack.Unmarshal(data, &b); err != nil {
+			t.Fatalf("msgpack does not read what the Scanner read: %v", err)
+		}
+		if len(a) != len(b) {
+			t.Fatalf("msgpack reads %v from the input, %v from the appenders'", b, a)
+		}
+	})
+}

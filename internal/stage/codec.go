@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math"
 	"reflect"
+	"slices"
 	"strconv"
 
 	"github.com/vmihailenco/msgpack/v5"
@@ -38,7 +39,18 @@ const (
 // maxMarkID bounds a sampled record's id on the wire.
 const maxMarkID = 512
 
-func (Codec[T]) Encode(msg any) ([]byte, error) {
+func (c Codec[T]) Encode(msg any) ([]byte, error) {
+	return c.AppendEncode(nil, msg)
+}
+
+// EncodedSize is about what Encode writes for an envelope of count
+// records of a fixed-size type (a capacity to allocate for it).
+func EncodedSize(count int) int { return 48 + count*9 }
+
+// AppendEncode appends the encoding of msg (an *actors.Envelope) to out,
+// growing it as needed: a caller that frames the envelope (a message to
+// another process) encodes it in place, once.
+func (Codec[T]) AppendEncode(out []byte, msg any) ([]byte, error) {
 	env, ok := msg.(*actors.Envelope)
 	if !ok {
 		return nil, fmt.Errorf("not an envelope: %T", msg)
@@ -62,7 +74,9 @@ func (Codec[T]) Encode(msg any) ([]byte, error) {
 	if env.Born != 0 || env.Sent != 0 || env.Keep != 0 {
 		flags |= flagLatency
 	}
-	out := make([]byte, 0, 48+env.Count*9)
+	if out == nil {
+		out = make([]byte, 0, EncodedSize(env.Count))
+	}
 	out = append(out, byte(env.Kind), flags)
 	out = binary.AppendUvarint(out, uint64(env.Channel))
 	out = binary.AppendUvarint(out, env.Seq)
@@ -113,16 +127,22 @@ func (Codec[T]) Encode(msg any) ([]byte, error) {
 	}
 	switch vs := any(b.Vs).(type) {
 	case []int64:
-		for _, v := range vs {
-			out = binary.LittleEndian.AppendUint64(out, uint64(v))
+		at := len(out)
+		out = slices.Grow(out, 8*len(vs))[:at+8*len(vs)]
+		for i, v := range vs {
+			binary.LittleEndian.PutUint64(out[at+8*i:], uint64(v))
 		}
 	case []int:
-		for _, v := range vs {
-			out = binary.LittleEndian.AppendUint64(out, uint64(v))
+		at := len(out)
+		out = slices.Grow(out, 8*len(vs))[:at+8*len(vs)]
+		for i, v := range vs {
+			binary.LittleEndian.PutUint64(out[at+8*i:], uint64(v))
 		}
 	case []float64:
-		for _, v := range vs {
-			out = binary.LittleEndian.AppendUint64(out, math.Float64bits(v))
+		at := len(out)
+		out = slices.Grow(out, 8*len(vs))[:at+8*len(vs)]
+		for i, v := range vs {
+			binary.LittleEndian.PutUint64(out[at+8*i:], math.Float64bits(v))
 		}
 	case []string:
 		for _, v := range vs {
@@ -178,6 +198,18 @@ func (r *reader) u64() uint64 {
 	v := binary.LittleEndian.Uint64(r.b)
 	r.b = r.b[8:]
 	return v
+}
+
+// fixed takes n eight-byte values at once (nil, failing, when fewer are
+// left).
+func (r *reader) fixed(n int) []byte {
+	if r.err != nil || uint64(len(r.b))/8 < uint64(n) {
+		r.fail()
+		return nil
+	}
+	b := r.b[:8*n]
+	r.b = r.b[8*n:]
+	return b
 }
 
 func (r *reader) str() string {
@@ -340,16 +372,22 @@ func (Codec[T]) Decode(data []byte) (any, error) {
 	}
 	switch vs := any(b.Vs).(type) {
 	case []int64:
-		for i := range vs {
-			vs[i] = int64(r.u64())
+		if fixed := r.fixed(len(vs)); fixed != nil {
+			for i := range vs {
+				vs[i] = int64(binary.LittleEndian.Uint64(fixed[8*i:]))
+			}
 		}
 	case []int:
-		for i := range vs {
-			vs[i] = int(r.u64())
+		if fixed := r.fixed(len(vs)); fixed != nil {
+			for i := range vs {
+				vs[i] = int(binary.LittleEndian.Uint64(fixed[8*i:]))
+			}
 		}
 	case []float64:
-		for i := range vs {
-			vs[i] = math.Float64frombits(r.u64())
+		if fixed := r.fixed(len(vs)); fixed != nil {
+			for i := range vs {
+				vs[i] = math.Float64frombits(binary.LittleEndian.Uint64(fixed[8*i:]))
+			}
 		}
 	case []string:
 		for i := range vs {
