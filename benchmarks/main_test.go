@@ -48,14 +48,15 @@ func TestPipelineSmall(t *testing.T) {
 }
 
 // TestNexmarkChecksOutput runs the Nexmark benchmark on 100 k events: every
-// query's topology output must equal its model's (the benchmark fails
-// otherwise), and each result names the model as its baseline.
+// query's topology output must equal its model's, with and without
+// checkpoints (the benchmark fails otherwise), each result names the model
+// as its baseline, and each checkpointed result the run without.
 func TestNexmarkChecksOutput(t *testing.T) {
 	res, err := benchNexmark(context.Background(), &env{scale: 0.05, rounds: 1, log: slog.New(slog.DiscardHandler)})
 	if err != nil {
 		t.Fatal(err)
 	}
-	compared := 0
+	compared, checkpointed := 0, 0
 	for _, r := range res {
 		if q, ok := strings.CutSuffix(r.Name, "/sluice-vs-model"); ok {
 			compared++
@@ -63,9 +64,15 @@ func TestNexmarkChecksOutput(t *testing.T) {
 				t.Errorf("%s: baseline %q ratio %v", r.Name, r.Baseline, r.Ratio)
 			}
 		}
+		if q, ok := strings.CutSuffix(r.Name, "/checkpoints-1s-vs-none"); ok {
+			checkpointed++
+			if r.Baseline != q+"/sluice-vs-model" || r.Ratio <= 0 || strings.Contains(r.Note, "[0]") {
+				t.Errorf("%s: baseline %q ratio %v, %s", r.Name, r.Baseline, r.Ratio, r.Note)
+			}
+		}
 	}
-	if compared != 11 {
-		t.Errorf("%d queries compared with their models, want 11", compared)
+	if compared != 11 || checkpointed != 11 {
+		t.Errorf("%d queries compared with their models, %d with checkpoints against without, want 11 and 11", compared, checkpointed)
 	}
 }
 

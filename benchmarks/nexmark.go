@@ -3,6 +3,8 @@ package main
 import (
 	"context"
 	"fmt"
+	"os"
+	"path/filepath"
 	"runtime"
 	"slices"
 	"time"
@@ -27,8 +29,15 @@ var flinkPerCore = map[string]float64{
 // model runs the single-goroutine reference model on the events.
 type nexmarkQuery struct {
 	name  string
-	run   func(ctx context.Context, e *env, evs []nexmark.Event, p nexmark.Params, par int) (time.Duration, int, error)
+	run   func(ctx context.Context, e *env, evs []nexmark.Event, p nexmark.Params, par int, cp bool) (nexmarkRun, error)
 	model func(evs []nexmark.Event) (time.Duration, int)
+}
+
+// nexmarkRun is what one run of a query's topology measured.
+type nexmarkRun struct {
+	d           time.Duration // from Run to the end of Wait
+	results     int
+	checkpoints int64 // completed, the final one included
 }
 
 // nexmarkCase builds a nexmarkQuery from the query's typed builder, its
@@ -44,42 +53,60 @@ func nexmarkCase[T any](name string, build func(operators.Stream[nexmark.Event],
 			want = model(evs)
 			return time.Since(start), len(want)
 		},
-		run: func(ctx context.Context, e *env, evs []nexmark.Event, p nexmark.Params, par int) (time.Duration, int, error) {
-			sys, err := actors.NewSystem(actors.Config{Name: "nexmark-bench", Logger: e.log})
+		run: func(ctx context.Context, e *env, evs []nexmark.Event, p nexmark.Params, par int, cp bool) (nexmarkRun, error) {
+			cfg := actors.Config{Name: "nexmark-bench", Logger: e.log}
+			var opts []operators.TopologyOption
+			if cp { // checkpoints every second into a bbolt store
+				dir, err := os.MkdirTemp("", "sluice-nexmark-cp-")
+				if err != nil {
+					return nexmarkRun{}, err
+				}
+				defer os.RemoveAll(dir)
+				cfg.Store = filepath.Join(dir, "store.db")
+				opts = append(opts, operators.Checkpoints(time.Second))
+			}
+			sys, err := actors.NewSystem(cfg)
 			if err != nil {
-				return 0, 0, err
+				return nexmarkRun{}, err
 			}
 			defer sys.Stop(ctx)
-			t := operators.NewTopology("nexmark-" + name)
+			t := operators.NewTopology("nexmark-"+name, opts...)
 			events := operators.Source(t, "events", operators.FromSlice(evs), operators.Parallelism(par))
 			col := operators.NewCollector[T]()
 			operators.Sink(build(events, p), "out", col)
 			start := time.Now()
 			run, err := sys.Run(ctx, t)
 			if err != nil {
-				return 0, 0, err
+				return nexmarkRun{}, err
 			}
 			if err := run.Wait(ctx); err != nil {
-				return 0, 0, err
+				return nexmarkRun{}, err
 			}
-			d := time.Since(start)
+			r := nexmarkRun{d: time.Since(start), results: col.Len()}
+			if cp {
+				st := operators.CheckpointStatsOf(run)
+				if st.Failed > 0 {
+					return nexmarkRun{}, fmt.Errorf("%d checkpoints failed: %s", st.Failed, st.LastFailure)
+				}
+				r.checkpoints = st.Completed
+			}
 			for _, st := range run.Stats() {
 				if st.Late > 0 {
-					return 0, 0, fmt.Errorf("%d late records in %s", st.Late, st.Name)
+					return nexmarkRun{}, fmt.Errorf("%d late records in %s", st.Late, st.Name)
 				}
 			}
 			got, w := canon(col.Items()), canon(want)
 			if len(w) == 0 {
-				return 0, 0, fmt.Errorf("the model has no results: too few events to compare")
+				return nexmarkRun{}, fmt.Errorf("the model has no results: too few events to compare")
 			}
 			if !slices.EqualFunc(got, w, eq) {
 				i := 0
 				for i < len(got) && i < len(w) && eq(got[i], w[i]) {
 					i++
 				}
-				return 0, 0, fmt.Errorf("output differs from the model: %d results, model %d, first difference at %d", len(got), len(w), i)
+				return nexmarkRun{}, fmt.Errorf("output differs from the model: %d results, model %d, first difference at %d", len(got), len(w), i)
 			}
-			return d, col.Len(), nil
+			return r, nil
 		},
 	}
 }
@@ -105,12 +132,16 @@ func nexmarkQueries() []nexmarkQuery {
 
 // benchNexmark generates the events once (Beam's default configuration:
 // 10 000 events/s of event time over 100 generators), holds them in memory,
-// and runs every query on them twice: as a topology read by parallel
-// source instances with parallel keyed operators, and as the query's
+// and runs every query on them three ways: as a topology read by parallel
+// source instances with parallel keyed operators, the same topology with
+// checkpoints every second into a bbolt store, and as the query's
 // single-goroutine reference model (the one the tests compare with). Each
 // topology's output is checked against its model's; a difference fails the
 // benchmark. The ratio is sluice's events/s over the model's, on the same
-// events: what running on every core buys over one goroutine.
+// events: what running on every core buys over one goroutine; and the
+// checkpointed runs' over the runs without. A run shorter than a second
+// takes only the final checkpoint at the end of its input (the job's
+// whole state then), so the note gives the checkpoints of every run.
 func benchNexmark(ctx context.Context, e *env) ([]Result, error) {
 	n := e.n(2_000_000)
 	cores := runtime.GOMAXPROCS(0)
@@ -138,19 +169,37 @@ func benchNexmark(ctx context.Context, e *env) ([]Result, error) {
 		if err != nil {
 			return nil, err
 		}
-		rate, err := best(e.rounds, n, func() (time.Duration, error) {
-			d, k, err := q.run(ctx, e, evs, p, par)
-			results = k
-			return d, err
-		})
-		if err != nil {
-			return nil, fmt.Errorf("nexmark %s: %w", q.name, err)
+		// The runs with and without checkpoints alternate, the first
+		// without in even rounds; the best of each counts.
+		var rate, cpRate float64
+		var checkpoints []int64
+		for r := range max(e.rounds, 1) {
+			for i := range 2 {
+				cp := (r+i)%2 == 1
+				runtime.GC()
+				res, err := q.run(ctx, e, evs, p, par, cp)
+				if err != nil {
+					return nil, fmt.Errorf("nexmark %s (checkpoints %v): %w", q.name, cp, err)
+				}
+				v := float64(n) / res.d.Seconds()
+				if cp {
+					cpRate = max(cpRate, v)
+					checkpoints = append(checkpoints, res.checkpoints)
+				} else {
+					rate = max(rate, v)
+					results = res.results
+				}
+			}
 		}
 		base := Result{Name: "nexmark/" + q.name + "/base-model", Value: model, Unit: "events/s",
 			Note: fmt.Sprintf("the query's single-goroutine reference model on the same %d in-memory events, %d results", n, modelResults)}
 		out = append(out, base, Result{Name: "nexmark/" + q.name + "/sluice-vs-model", Value: rate, Unit: "events/s",
 			Note: fmt.Sprintf("%d in-memory events, %d source instances, keyed parallelism %d, %d cores, %d results equal to the model's (aim >= 0.5x)",
 				n, par, par, cores, results)}.against(base))
+		plain := out[len(out)-1]
+		out = append(out, Result{Name: "nexmark/" + q.name + "/checkpoints-1s-vs-none", Value: cpRate, Unit: "events/s",
+			Note: fmt.Sprintf("the same runs with checkpoints every second into a bbolt store (memory state), output checked; checkpoints completed per run, the final one included: %v; best of %d against the best of %d without (aim >= 0.9x)",
+				checkpoints, len(checkpoints), len(checkpoints))}.against(plain))
 		if f, ok := flinkPerCore[q.name]; ok {
 			out = append(out, Result{Name: "nexmark/" + q.name + "/context-flink-1.11-per-core", Value: f, Unit: "events/s/core",
 				Note: fmt.Sprintf("published, not measured here (3 machines, RocksDB, exactly-once checkpoints every 3 min, steady state); sluice here: %.0f events/s/core", rate/float64(cores))})

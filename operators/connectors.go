@@ -54,7 +54,7 @@ type sliceSource[T any] struct{ xs []T }
 func FromSlice[T any](xs []T) SourceConnector[T] { return sliceSource[T]{xs} }
 
 func (s sliceSource[T]) Open(_ context.Context, part, parts int, offset int64) (Reader[T], error) {
-	return &genReader[T]{fn: func(i int64) T { return s.xs[i] }, n: int64(len(s.xs)), part: part, parts: parts, next: offset}, nil
+	return &genReader[T]{xs: s.xs, n: int64(len(s.xs)), part: part, parts: parts, next: offset}, nil
 }
 
 // Unbounded makes Generate produce records until the job is drained.
@@ -82,6 +82,7 @@ func (g genSource[T]) Open(_ context.Context, part, parts int, offset int64) (Re
 // records this partition has read, which is its offset.
 type genReader[T any] struct {
 	fn          func(int64) T
+	xs          []T // FromSlice's: copied without a call per element (fn nil)
 	n           int64
 	part, parts int
 	next        int64
@@ -97,6 +98,15 @@ func (r *genReader[T]) Read(buf []T) (int, error) {
 		k = int(min(int64(k), (r.n-first+int64(r.parts)-1)/int64(r.parts)))
 	}
 	fn, i, step := r.fn, first, int64(r.parts)
+	if fn == nil {
+		xs := r.xs
+		for j := range buf[:k] {
+			buf[j] = xs[i]
+			i += step
+		}
+		r.next += int64(k)
+		return k, nil
+	}
 	for j := range buf[:k] {
 		buf[j] = fn(i)
 		i += step
@@ -347,9 +357,18 @@ func (s linesSink[T]) Close() error { return nil }
 // Collector keeps every record it receives in memory, for tests and small
 // jobs. It is safe for concurrent use; use it as a SinkConnector.
 type Collector[T any] struct {
-	mu    sync.Mutex
-	items []T
+	mu sync.Mutex
+	// chunks hold the records in arrival order: each is filled to its
+	// capacity, then a larger one follows. A record is copied once as it
+	// arrives and once by Items, where one growing slice copied the whole
+	// output again at every growth (a third of a pass-through query's CPU
+	// at 500 000 records, with the GC's scanning of the copies).
+	chunks [][]T
+	n      int
 }
+
+// maxCollectorChunk bounds the records of one of a Collector's chunks.
+const maxCollectorChunk = 1 << 16
 
 // NewCollector returns an empty collector.
 func NewCollector[T any]() *Collector[T] { return &Collector[T]{} }
@@ -364,21 +383,48 @@ func (c *Collector[T]) Open(context.Context, int, int) (Writer[T], error) {
 func (c *Collector[T]) Items() []T {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return append([]T(nil), c.items...)
+	if c.n == 0 {
+		return nil
+	}
+	out := make([]T, 0, c.n)
+	for _, ch := range c.chunks {
+		out = append(out, ch...)
+	}
+	return out
 }
 
 // Len returns the number of records received so far.
 func (c *Collector[T]) Len() int {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return len(c.items)
+	return c.n
+}
+
+// add appends rs, filling the last chunk before starting another.
+func (c *Collector[T]) add(rs []T) {
+	c.n += len(rs)
+	for len(rs) > 0 {
+		if k := len(c.chunks); k > 0 {
+			last := &c.chunks[k-1]
+			m := min(len(rs), cap(*last)-len(*last))
+			*last = append(*last, rs[:m]...)
+			if rs = rs[m:]; len(rs) == 0 {
+				return
+			}
+		}
+		size := 256
+		if k := len(c.chunks); k > 0 {
+			size = min(2*cap(c.chunks[k-1]), maxCollectorChunk)
+		}
+		c.chunks = append(c.chunks, make([]T, 0, max(size, min(len(rs), maxCollectorChunk))))
+	}
 }
 
 type collectorWriter[T any] struct{ c *Collector[T] }
 
 func (w collectorWriter[T]) Write(rs []T) error {
 	w.c.mu.Lock()
-	w.c.items = append(w.c.items, rs...)
+	w.c.add(rs)
 	w.c.mu.Unlock()
 	return nil
 }

@@ -217,10 +217,38 @@ func timestamped(events operators.Stream[Event], q string, p Params) operators.S
 
 // bids returns the bids of events, projected to bidInfo.
 func bids(events operators.Stream[Event], q string) operators.Stream[bidInfo] {
-	return operators.Map(operators.Filter(events, q+".bids", isBid), q+".bid", func(e Event) bidInfo {
-		b := e.Bid
-		return bidInfo{Auction: b.Auction, Bidder: b.Bidder, Price: b.Price, DateTime: b.DateTime}
+	return operators.Map(operators.Filter(events, q+".bids", isBid), q+".bid", bidOf)
+}
+
+// bidOf is the bid of a bid event, projected to bidInfo.
+func bidOf(e Event) bidInfo {
+	b := e.Bid
+	return bidInfo{Auction: b.Auction, Bidder: b.Bidder, Price: b.Price, DateTime: b.DateTime}
+}
+
+// keyedPair brings the events of two kinds together by key, as
+// operators.KeyedUnion of two filtered and projected streams does, in one
+// pass: a filter of both kinds and a projection into Either, fused with the
+// events' source, then the KeyBy. The records and keys are KeyedUnion's;
+// only the plan differs: two streams taken from the events would each read
+// every event in a chain of its own, one hop more per event and per side
+// (the planner fuses an operator with its input only when it is that
+// input's one consumer). isL and isR must not both hold for an event.
+func keyedPair[L, R any](events operators.Stream[Event], name string, p Params, isL, isR func(Event) bool,
+	l func(Event) L, r func(Event) R, lkey func(L) int64, rkey func(R) int64) operators.KeyedStream[int64, operators.Either[L, R]] {
+	kept := operators.Filter(events, name+".select", func(e Event) bool { return isL(e) || isR(e) })
+	tagged := operators.Map(kept, name+".tag", func(e Event) operators.Either[L, R] {
+		if isL(e) {
+			return operators.Either[L, R]{L: l(e)}
+		}
+		return operators.Either[L, R]{R: r(e), Right: true}
 	})
+	return operators.KeyBy(tagged, name+".key", func(e operators.Either[L, R]) int64 {
+		if e.Right {
+			return rkey(e.R)
+		}
+		return lkey(e.L)
+	}, p.par())
 }
 
 // bidInfo is a bid without its padding.
@@ -293,7 +321,7 @@ type q3Ctx = operators.ProcessContext[int64, q3State, Q3]
 
 // BuildQ3 is q3, local item suggestion: the regular (unbounded) inner join
 // of the auctions in category 10 with the persons in OR, ID or CA on seller
-// = person id: both brought together by person id (KeyedUnion) into a
+// = person id: both brought together by person id (keyedPair) into a
 // Process that keeps, per seller, the first person of its id and the ids of
 // its auctions. Each auction id of a seller is joined once, whichever side
 // comes first, with the first person to arrive; later copies of an auction
@@ -301,19 +329,19 @@ type q3Ctx = operators.ProcessContext[int64, q3State, Q3]
 // state is kept for ever, as in Flink's regular join without state TTL.
 func BuildQ3(events operators.Stream[Event], p Params) operators.Stream[Q3] {
 	p = p.withDefaults()
-	auctions := operators.Map(operators.Filter(events, "q3.auctions", func(e Event) bool {
-		return isAuction(e) && e.Auction.Category == 10
-	}), "q3.auction", func(e Event) q3Auction { return q3Auction{ID: e.Auction.ID, Seller: e.Auction.Seller} })
-	persons := operators.Map(operators.Filter(events, "q3.persons", func(e Event) bool {
-		if !isPerson(e) {
-			return false
-		}
-		s := e.Person.State
-		return s == "OR" || s == "ID" || s == "CA"
-	}), "q3.person", func(e Event) q3Person {
-		return q3Person{ID: e.Person.ID, Name: e.Person.Name, City: e.Person.City, State: e.Person.State}
-	})
-	bySeller := operators.KeyedUnion(auctions, persons, "q3.by-seller",
+	bySeller := keyedPair(events, "q3.by-seller", p,
+		func(e Event) bool { return isAuction(e) && e.Auction.Category == 10 },
+		func(e Event) bool {
+			if !isPerson(e) {
+				return false
+			}
+			s := e.Person.State
+			return s == "OR" || s == "ID" || s == "CA"
+		},
+		func(e Event) q3Auction { return q3Auction{ID: e.Auction.ID, Seller: e.Auction.Seller} },
+		func(e Event) q3Person {
+			return q3Person{ID: e.Person.ID, Name: e.Person.Name, City: e.Person.City, State: e.Person.State}
+		},
 		func(a q3Auction) int64 { return a.Seller }, func(x q3Person) int64 { return x.ID })
 	return operators.Process(bySeller, "q3.join",
 		func(c *q3Ctx, e operators.Either[q3Auction, q3Person]) {
@@ -426,7 +454,7 @@ func (st *auctionState) open(c *winCtx) {
 }
 
 // winningBids adds the winning-bid operator of query q: auctions and bids
-// brought together by auction id (KeyedUnion) into a Process that keeps the
+// brought together by auction id (keyedPair) into a Process that keeps the
 // auction, its best valid bid so far and the bids that came before it, and
 // emits the winning bid when the watermark passes the auction's expiry (an
 // event-time timer), with the expiry as its event time. The first auction of
@@ -434,10 +462,8 @@ func (st *auctionState) open(c *winCtx) {
 func winningBids(events operators.Stream[Event], q string, p Params) operators.Stream[winningBid] {
 	events = timestamped(events, q, p)
 	unique := p.UniqueIDs
-	auctions := operators.Map(operators.Filter(events, q+".auctions", isAuction), q+".auction", func(e Event) auctionInfo {
-		return auctionInfoOf(e.Auction)
-	})
-	byAuction := operators.KeyedUnion(auctions, bids(events, q), q+".by-auction",
+	byAuction := keyedPair(events, q+".by-auction", p, isAuction, isBid,
+		func(e Event) auctionInfo { return auctionInfoOf(e.Auction) }, bidOf,
 		func(a auctionInfo) int64 { return a.ID }, func(b bidInfo) int64 { return b.Auction })
 	return operators.Process(byAuction, q+".winning",
 		func(c *winCtx, e operators.Either[auctionInfo, bidInfo]) {
@@ -716,18 +742,17 @@ type q8Window struct {
 }
 
 // BuildQ8 is q8, monitor new users: persons and auctions brought together
-// by person id = seller (KeyedUnion) into tumbling windows of p.WindowSize
+// by person id = seller (keyedPair) into tumbling windows of p.WindowSize
 // (WindowAggregate) that note the names the id joined with and whether it
 // created an auction; a window with both gives each distinct (id, name)
 // once.
 func BuildQ8(events operators.Stream[Event], p Params) operators.Stream[Q8] {
 	p = p.withDefaults()
 	events = timestamped(events, "q8", p)
-	persons := operators.Map(operators.Filter(events, "q8.persons", isPerson), "q8.person", func(e Event) q8Person {
-		return q8Person{ID: e.Person.ID, Name: e.Person.Name}
-	})
-	sellers := operators.Map(operators.Filter(events, "q8.auctions", isAuction), "q8.seller", func(e Event) int64 { return e.Auction.Seller })
-	byID := operators.KeyedUnion(persons, sellers, "q8.by-person", func(x q8Person) int64 { return x.ID }, func(s int64) int64 { return s })
+	byID := keyedPair(events, "q8.by-person", p, isPerson, isAuction,
+		func(e Event) q8Person { return q8Person{ID: e.Person.ID, Name: e.Person.Name} },
+		func(e Event) int64 { return e.Auction.Seller },
+		func(x q8Person) int64 { return x.ID }, func(s int64) int64 { return s })
 	windows := operators.WindowAggregate(byID, "q8.window", operators.Tumbling(p.WindowSize),
 		func() q8Window { return q8Window{} },
 		func(w q8Window, e operators.Either[q8Person, int64]) q8Window {
