@@ -92,6 +92,33 @@ func BenchmarkPipelineUnfused(b *testing.B) {
 	b.ReportMetric(float64(cpuTime()-cpu0)/(float64(n)*float64(b.N)), "cpu-ns/record")
 }
 
+// BenchmarkPipelineFused is the same pipeline fused into one actor, for
+// profiling: go test -run '^$' -bench PipelineFused -cpuprofile cpu.out ./benchmarks
+func BenchmarkPipelineFused(b *testing.B) {
+	const n = 4_000_000
+	want := expectedSum(n)
+	cpu0 := cpuTime()
+	for b.Loop() {
+		sum, err := sluicePipeline(context.Background(), n, true)
+		if err != nil || sum != want {
+			b.Fatalf("sum %d, %v; want %d", sum, err, want)
+		}
+	}
+	b.ReportMetric(float64(n)*float64(b.N)/b.Elapsed().Seconds(), "records/s")
+	b.ReportMetric(float64(cpuTime()-cpu0)/(float64(n)*float64(b.N)), "cpu-ns/record")
+}
+
+// BenchmarkPipelineLoop is its hand-written loop baseline.
+func BenchmarkPipelineLoop(b *testing.B) {
+	const n = 4_000_000
+	cpu0 := cpuTime()
+	for b.Loop() {
+		handLoop(n, pipeGen, pipeMap, pipeFilter)
+	}
+	b.ReportMetric(float64(n)*float64(b.N)/b.Elapsed().Seconds(), "records/s")
+	b.ReportMetric(float64(cpuTime()-cpu0)/(float64(n)*float64(b.N)), "cpu-ns/record")
+}
+
 // BenchmarkPipelineChannelsBatched is its batched channel baseline.
 func BenchmarkPipelineChannelsBatched(b *testing.B) {
 	const n = 2_000_000

@@ -168,9 +168,11 @@ func channelPipeline(n, capacity int) int64 {
 	return <-done
 }
 
-// batchedChannelPipeline is channelPipeline carrying batches: each stage
+// batchedChannelPipeline is channelPipeline carrying batches: the source
 // fills a fresh []int64 of up to batch records and sends it on a channel of
-// slots batches, as an idiomatic Go pipeline would.
+// slots batches; map and filter own the slice they receive and work in
+// place, as an idiomatic Go pipeline would (and as sluice's stages do with a
+// batch they own, stage.Batch.Own).
 func batchedChannelPipeline(n, batch, slots int) int64 {
 	a := make(chan []int64, slots)
 	b := make(chan []int64, slots)
@@ -190,18 +192,17 @@ func batchedChannelPipeline(n, batch, slots int) int64 {
 		close(a)
 	}()
 	go func() {
-		for in := range a {
-			out := make([]int64, len(in))
+		for in := range a { // the slice is this stage's: mapped in place
 			for i, v := range in {
-				out[i] = pipeMap(v)
+				in[i] = pipeMap(v)
 			}
-			b <- out
+			b <- in
 		}
 		close(b)
 	}()
 	go func() {
-		for in := range b {
-			out := make([]int64, 0, len(in))
+		for in := range b { // filtered in place
+			out := in[:0]
 			for _, v := range in {
 				if pipeFilter(v) {
 					out = append(out, v)
@@ -226,8 +227,9 @@ func batchedChannelPipeline(n, batch, slots int) int64 {
 }
 
 // protoactorBatchChain is protoactorChain carrying one []int64 of up to
-// batch records per message (a fresh slice per message and stage, as the
-// channel baseline does), default unbounded mailboxes, no flow control.
+// batch records per message (a fresh slice per message from the source,
+// mapped and filtered in place, as the channel baseline does), default
+// unbounded mailboxes, no flow control.
 func protoactorBatchChain(n, batch int) (int64, error) {
 	sys := actor.NewActorSystem(actor.WithLoggerFactory(func(*actor.ActorSystem) *slog.Logger { return slog.New(slog.DiscardHandler) }))
 	defer sys.Shutdown()
@@ -246,8 +248,8 @@ func protoactorBatchChain(n, batch int) (int64, error) {
 	}))
 	filter := root.Spawn(actor.PropsFromFunc(func(c actor.Context) {
 		switch m := c.Message().(type) {
-		case []int64:
-			out := make([]int64, 0, len(m))
+		case []int64: // the slice is this actor's: filtered in place
+			out := m[:0]
 			for _, v := range m {
 				if pipeFilter(v) {
 					out = append(out, v)
@@ -262,12 +264,11 @@ func protoactorBatchChain(n, batch int) (int64, error) {
 	}))
 	mapper := root.Spawn(actor.PropsFromFunc(func(c actor.Context) {
 		switch m := c.Message().(type) {
-		case []int64:
-			out := make([]int64, len(m))
+		case []int64: // mapped in place
 			for i, v := range m {
-				out[i] = pipeMap(v)
+				m[i] = pipeMap(v)
 			}
-			c.Send(filter, out)
+			c.Send(filter, m)
 		case rawEnd:
 			c.Send(filter, m)
 		}

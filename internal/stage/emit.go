@@ -63,16 +63,19 @@ func (e *Emitter[T]) Push(b *Batch[T]) {
 		e.pushMarked(b)
 		return
 	}
-	for _, o := range e.outs {
+	for i, o := range e.outs {
+		// The batch's arrays may be kept (Own) by the last target it goes
+		// to whole; the others copy it.
+		last := i == len(e.outs)-1
 		switch o.spec.Part {
 		case Forward:
-			e.add(o, 0, b)
+			e.add(o, 0, b, last)
 		case Rebalance:
-			e.add(o, o.rr, b)
+			e.add(o, o.rr, b, last)
 			o.rr = (o.rr + 1) % len(o.bufs)
 		case Broadcast:
 			for t := range o.bufs {
-				e.add(o, t, b)
+				e.add(o, t, b, last && t == len(o.bufs)-1)
 			}
 		case Hash:
 			n := len(o.bufs)
@@ -98,8 +101,19 @@ func (e *Emitter[T]) Push(b *Batch[T]) {
 	}
 }
 
-func (e *Emitter[T]) add(o *output[T], t int, b *Batch[T]) {
+// add appends b's records to target t's buffer. With keep, a batch whose
+// arrays the emitter may keep (Own) and an empty buffer, the arrays become
+// the buffer without a copy, and b says so (its Vs and Ts are nil after).
+func (e *Emitter[T]) add(o *output[T], t int, b *Batch[T], keep bool) {
 	buf := &o.bufs[t]
+	if keep && b.Own && buf.Vs == nil && len(b.Vs) > 0 && len(b.Tr) == 0 {
+		buf.Vs, buf.Ts = b.Vs, b.Ts
+		b.Vs, b.Ts = nil, nil
+		if len(buf.Vs) >= e.size {
+			e.ship(o, t)
+		}
+		return
+	}
 	for _, m := range b.Tr { // the sampled records follow theirs
 		m.I += int32(len(buf.Vs))
 		buf.Tr = append(buf.Tr, m)
@@ -185,13 +199,13 @@ func (e *Emitter[T]) pushMarked(b *Batch[T]) {
 	for _, o := range e.outs {
 		switch o.spec.Part {
 		case Forward:
-			e.add(o, 0, b)
+			e.add(o, 0, b, false)
 		case Rebalance:
-			e.add(o, o.rr, b)
+			e.add(o, o.rr, b, false)
 			o.rr = (o.rr + 1) % len(o.bufs)
 		case Broadcast:
 			for t := range o.bufs {
-				e.add(o, t, b)
+				e.add(o, t, b, false)
 			}
 		case Hash:
 			n, mi := len(o.bufs), 0

@@ -25,7 +25,9 @@ func (s *TimestampStage[T]) Push(b *Batch[T]) {
 	}
 	ts := s.ts[:n]
 	s.max = stampInto(s.f, b.Vs, ts, s.max)
-	b.Ts = ts
+	// The times' array is the stage's, used again for the next batch: the
+	// batch is not the next stage's to keep.
+	b.Ts, b.Own = ts, false
 	if end := s.sc.Pass(b.Tr, b.Ts); end != nil { // with the times it gave
 		defer end()
 	}

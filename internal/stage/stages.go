@@ -26,6 +26,14 @@ type Batch[T any] struct {
 	// Gone are the sampled records an overflow policy or load shedding
 	// took out of the batch (Retain), for the receiver to trace.
 	Gone []Mark
+	// Own says that the arrays of Vs and Ts are the callee's to keep: the
+	// caller of Push will neither read nor write them again. A callee that
+	// keeps them (an emitter shipping them without a copy) sets Vs and Ts
+	// to nil before it returns, so that the caller knows to make new ones.
+	// False (the zero value) is the safe default: the callee copies what it
+	// keeps. A stage that passes a Batch on with a slice of its own in Vs
+	// or Ts (one it reuses) clears Own first.
+	Own bool
 }
 
 // Marks are the batch's sampled records and those shed from it (the
@@ -82,7 +90,14 @@ type Inlet interface {
 
 type TypedInlet[T any] struct{ head Pusher[T] }
 
-func (i *TypedInlet[T]) Deliver(p any)      { i.head.Push(p.(*Batch[T])) }
+// Deliver pushes the records of a data envelope, which are the receiving
+// instance's alone (the sender gave them up when it sent them, a decoder
+// made them): the chain may keep their arrays (Batch.Own).
+func (i *TypedInlet[T]) Deliver(p any) {
+	b := p.(*Batch[T])
+	b.Own = true
+	i.head.Push(b)
+}
 func (i *TypedInlet[T]) Watermark(wm int64) { i.head.Watermark(wm) }
 func (i *TypedInlet[T]) Finish()            { i.head.Finish() }
 
@@ -216,13 +231,25 @@ func (s *MapStage[In, Out]) Push(b *Batch[In]) {
 		s.guarded(b)
 		return
 	}
+	if same, ok := any(b).(*Batch[Out]); ok && b.Own {
+		// The input is the stage's to change and of the output's type: its
+		// records are mapped where they are, and it goes on as it came
+		// (owned: the next stage may keep its arrays).
+		mapInto(s.f, b.Vs, same.Vs)
+		s.sc.C.Out.Add(int64(n))
+		s.next.Push(same)
+		return
+	}
 	out := s.out.Vs
-	if cap(out) < n {
+	if cap(out) < n { // first, or the previous output was kept downstream
 		out = make([]Out, n, max(n, s.sc.BatchSize))
 	}
 	out = out[:n]
 	mapInto(s.f, b.Vs, out)
-	s.out.Vs, s.out.Ts, s.out.Tr = out, b.Ts, b.Tr
+	// The output's array is the stage's own: the next stage may keep it
+	// (then it is nil after Push, and the next batch gets a new one), but
+	// the times are the input's, so only when those were given away too.
+	s.out.Vs, s.out.Ts, s.out.Tr, s.out.Own = out, b.Ts, b.Tr, b.Ts == nil || b.Own
 	s.sc.C.Out.Add(int64(n))
 	s.next.Push(&s.out)
 }
@@ -877,6 +904,9 @@ func (s *SourceStage[T]) Open(offset int64) error {
 
 func (s *SourceStage[T]) Step() (int, error) {
 	defer s.sc.attribute()
+	if cap(s.buf.Vs) < s.sc.BatchSize { // the previous batch's array was kept downstream
+		s.buf.Vs = make([]T, s.sc.BatchSize)
+	}
 	s.buf.Vs = s.buf.Vs[:s.sc.BatchSize]
 	n, err := s.r.Read(s.buf.Vs)
 	if n > 0 {
@@ -885,7 +915,9 @@ func (s *SourceStage[T]) Step() (int, error) {
 				s.sc.Ingested(at.UnixNano())
 			}
 		}
-		s.buf.Vs, s.buf.Ts, s.buf.Tr = s.buf.Vs[:n], nil, nil
+		// The next stage may keep the array (the next Step makes a new
+		// one), unless sampling reads the records after the push.
+		s.buf.Vs, s.buf.Ts, s.buf.Tr, s.buf.Own = s.buf.Vs[:n], nil, nil, s.sc.Tracer == nil
 		s.sc.C.Out.Add(int64(n))
 		if tr := s.sc.Tracer; tr != nil {
 			var end func()
