@@ -334,7 +334,8 @@ type timerKey struct {
 	P    *int
 }
 
-// FuzzTimerID feeds hostile bytes to the decoder of stored timers, for
+// FuzzTimerID feeds hostile bytes to the decoder of stored timers (either
+// queue), for
 // string, integer and struct keys (times, pointers): a named error or a
 // timer that encodes back to the same bytes, never a panic.
 func FuzzTimerID(f *testing.F) {
@@ -347,6 +348,7 @@ func FuzzTimerID(f *testing.F) {
 	}
 	add(appendTimerID(nil, newTimerKeyCodec[string](), 3, -5, "key-1"))
 	add(appendTimerID(nil, newTimerKeyCodec[int64](), 127, math.MaxInt64, int64(-9)))
+	add(appendTimerID(nil, newTimerKeyCodec[int64](), processingTime.lead(9), 1_700_000_000_000_000_000, int64(4))) // a processing-time timer
 	add(appendTimerID(nil, newTimerKeyCodec[timerKey](), 0, 1_700_000_000_000_000_000,
 		timerKey{Name: "ann", At: time.Unix(1_700_000_000, 5).UTC(), N: -3, P: &seven}))
 	f.Add([]byte{200, 0, 0, 0, 0, 0, 0, 0, 0})
