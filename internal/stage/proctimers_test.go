@@ -22,6 +22,14 @@ import (
 
 var procEpoch = time.Unix(1_000, 0)
 
+// raceScaled is n, or a fifth of it under the race detector.
+func raceScaled(n int) int {
+	if raceEnabled {
+		return n / 5
+	}
+	return n
+}
+
 // clockCtx is testCtx on the manual clock c.
 func clockCtx(i, p int, c *clocktest.Manual) *Ctx {
 	sc := testCtx(i, p)
@@ -89,13 +97,13 @@ func firedByKey(t *testing.T, got []firedTimer) map[string][]int64 {
 	return out
 }
 
-// 50,000 keys' processing-time timers under a 64 KiB budget, each firing
+// 50,000 keys' processing-time timers (10,000 under the race detector) under a 64 KiB budget, each firing
 // three more: one wake-up is pending at a time, the timers held in memory
 // stay under the bound the budget and the fire batch give, every timer
 // fires once, in the clock's order, and each key's timers are those the
 // memory backend (a callback a timer) fires.
 func TestProcessDiskProcessingTimers(t *testing.T) {
-	const keys = 50_000
+	keys := raceScaled(50_000)
 	run := func(disk bool) ([]firedTimer, procStage) {
 		clk := clocktest.NewManual(procEpoch)
 		sc := clockCtx(0, 1, clk)
@@ -111,8 +119,8 @@ func TestProcessDiskProcessingTimers(t *testing.T) {
 			}
 		})
 		check(t, s.Open())
-		for lo := int64(0); lo < keys; lo += 10_000 {
-			pushKeys(s, lo, lo+10_000)
+		for lo := int64(0); lo < int64(keys); lo += 10_000 {
+			pushKeys(s, lo, min(lo+10_000, int64(keys)))
 			if disk {
 				peak = max(peak, s.dt.held())
 				if n := clk.Pending(); n != 1 {
@@ -167,7 +175,7 @@ func TestProcessDiskProcessingTimers(t *testing.T) {
 // own part kept them as slices, restores into the timer table; the end
 // of the input fires none.
 func TestProcessDiskProcessingTimersRestart(t *testing.T) {
-	const keys = 5000
+	keys := int64(raceScaled(5000))
 	dir := t.TempDir()
 	spec := state.Spec{Dir: dir, Budget: 4 << 10, MaxChain: 4}
 	// The reference: one stage that never stops.
@@ -229,7 +237,7 @@ func TestProcessDiskProcessingTimersRestart(t *testing.T) {
 	for _, c := range []struct {
 		state []byte
 		want  int // timers fired
-	}{{b1, 4 * keys / 2}, {oldB, 5 + 4}} { // key 1 at 10 and 50 ms, key 2 at 20
+	}{{b1, int(4 * keys / 2)}, {oldB, 5 + 4}} { // key 1 at 10 and 50 ms, key 2 at 20
 		clk = clocktest.NewManual(procEpoch)
 		sc = clockCtx(0, 1, clk)
 		sc.State = spec

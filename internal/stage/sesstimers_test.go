@@ -82,14 +82,14 @@ func checkSessions(t *testing.T, got []sessOut, keys int64) {
 	}
 }
 
-// 100,000 open sessions under a 64 KiB budget: the session timers held in
+// 100,000 open sessions (20,000 under the race detector) under a 64 KiB budget: the session timers held in
 // memory (the timer table's cache entries and the due timers read to
 // fire) stay under the bound the budget and the fire batch give, with
 // allowed lateness (each session's end fired sets its cleanup timer,
 // which may join the timers due), and every session fires once, in the
 // order of the ends; the memory heaps stay empty.
 func TestSessionDiskTimersBounded(t *testing.T) {
-	const keys = 100_000
+	keys := int64(raceScaled(100_000))
 	sc := testCtx(0, 1)
 	sc.State = state.Spec{Dir: t.TempDir(), Budget: 64 << 10}
 	out := &sinkPusher[sessOut]{}
@@ -104,7 +104,7 @@ func TestSessionDiskTimersBounded(t *testing.T) {
 	cacheBound := int(timerBudget(sc.State.Budget)/2)/minEntry + 1
 	dueBound := 2 * maxKeyGroups * fireBatch
 	for lo := int64(0); lo < keys; lo += 10_000 {
-		sessPush(s, lo, lo+10_000)
+		sessPush(s, lo, min(lo+10_000, keys))
 		peak = max(peak, s.st.held())
 	}
 	for wm := int64(0); wm < 11_000; wm += 500 {
@@ -130,7 +130,7 @@ func TestSessionDiskTimersBounded(t *testing.T) {
 // equals a run without a restart, and that of the memory backend; a disk
 // checkpoint of before the timer table (one table) restores too.
 func TestSessionDiskTimersRestart(t *testing.T) {
-	const keys = 20_000
+	keys := int64(raceScaled(20_000))
 	for _, lateness := range []time.Duration{0, 30} {
 		dir := t.TempDir()
 		spec := state.Spec{Dir: dir, Budget: 16 << 10, MaxChain: 4}
@@ -207,7 +207,7 @@ func TestSessionDiskTimersRestart(t *testing.T) {
 // Session timers restored by key-group ranges (a rescale from 2 instances
 // to 3): every session fires once, in the instance that owns its key.
 func TestSessionDiskTimersRescale(t *testing.T) {
-	const keys = 6000
+	keys := int64(raceScaled(6000))
 	dir := t.TempDir()
 	h := HasherFor[int64]()
 	var states [][]byte

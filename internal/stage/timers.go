@@ -44,6 +44,7 @@ type diskTimers[K comparable] struct {
 	heads   [2][maxKeyGroups]int64 // each queue's earliest timer, or less (MaxInt64: none)
 	buf     []byte
 	due     []dueTimer[K] // while firing: a min-heap by (at, id)
+	read    []groupRead   // while firing: the groups a round read to their last due timer
 	firing  bool
 	q       timeQueue // while firing: the queue
 	cut     int64     // while firing: a timer set at or before it joins due
@@ -61,6 +62,14 @@ const (
 
 // lead is the first byte of a timer of queue q and key group kg.
 func (q timeQueue) lead(kg int) byte { return byte(int(q)<<7 | kg) }
+
+// groupRead is a key group whose due timers a round read to the last
+// (last, the time of the last; next, the time of the one after, MaxInt64
+// none).
+type groupRead struct {
+	g          int
+	last, next int64
+}
 
 // fireBatch is how many due timers a fire reads of a key group at a time.
 const fireBatch = 32
@@ -146,7 +155,7 @@ func (t *diskTimers[K]) set(q timeQueue, at int64, k K) bool {
 func (t *diskTimers[K]) fire(q timeQueue, wm int64, fail func(error), fn func(at int64, k K)) {
 	heads := &t.heads[q]
 	for {
-		t.due = t.due[:0]
+		t.due, t.read = t.due[:0], t.read[:0]
 		cut := int64(math.MaxInt64)
 		for g := range heads {
 			if heads[g] > wm {
@@ -188,10 +197,20 @@ func (t *diskTimers[K]) fire(q timeQueue, wm int64, fail func(error), fn func(at
 			heads[g] = t.due[len(t.due)-n].at // a lower bound: they are deleted as they fire
 			if more {
 				cut = min(cut, t.due[len(t.due)-1].at)
+			} else {
+				t.read = append(t.read, groupRead{g, t.due[len(t.due)-1].at, next})
 			}
 		}
 		if len(t.due) == 0 {
 			return
+		}
+		// A group read to its last due timer, all of them firing in this
+		// round, has its next timer's time as its earliest (timers set
+		// while they fire lower it): no second read to learn it.
+		for _, r := range t.read {
+			if r.last <= cut {
+				heads[r.g] = r.next
+			}
 		}
 		sortDue(t.due)
 		for i := range t.due { // those after the cut wait for the next round
