@@ -123,23 +123,41 @@ func (t *diskTimers[K]) earliest(q timeQueue) int64 {
 }
 
 // set sets the timer of k at at in queue q; false: it was set already.
-func (t *diskTimers[K]) set(q timeQueue, at int64, k K) bool {
+func (t *diskTimers[K]) set(q timeQueue, at int64, k K) bool { return t.add(q, at, k, true) }
+
+// add sets the timer of k at at in queue q; check: false if it was set
+// already, else (the caller knows it is not, or that a second call of its
+// function for the timer does nothing) without reading the table.
+func (t *diskTimers[K]) add(q timeQueue, at int64, k K, check bool) bool {
 	kg := KeyGroupOf(t.hash(k))
 	var err error
 	t.buf, err = appendTimerID(t.buf[:0], t.kc, q.lead(kg), at, k)
 	if err != nil {
 		panic(err) // the stage's codec failed on a key it hashed: not a stored byte
 	}
-	if _, ok := t.tab.Get(string(t.buf)); ok {
-		return false
-	}
 	id := string(t.buf)
+	if check {
+		if _, ok := t.tab.Get(id); ok {
+			return false
+		}
+	}
 	t.tab.Put(id, struct{}{}, false)
 	t.heads[q][kg] = min(t.heads[q][kg], at)
 	if t.firing && q == t.q && at <= t.wm && at <= t.cut {
 		t.push(dueTimer[K]{id, at, k})
 	}
 	return true
+}
+
+// delete deletes the timer of k at at in queue q, if set (not while
+// firing q: a timer read to fire would fire still).
+func (t *diskTimers[K]) delete(q timeQueue, at int64, k K) {
+	var err error
+	t.buf, err = appendTimerID(t.buf[:0], t.kc, q.lead(KeyGroupOf(t.hash(k))), at, k)
+	if err != nil {
+		panic(err) // as in set
+	}
+	t.tab.Delete(string(t.buf))
 }
 
 // fire runs fn for every timer of queue q at or before wm (a watermark,

@@ -197,7 +197,7 @@ func (s *winStage[K, T, A, O]) endTimer(end int64, k K) {
 		return
 	}
 	s.checkTimers()
-	s.st.set(eventTime, end-1, k)
+	s.st.add(eventTime, end-1, k, false) // a second fire of a key's time does nothing (sessionTimer)
 }
 
 // cleanupTimer sets the timer that drops k's session ending at end, fired,
@@ -208,7 +208,7 @@ func (s *winStage[K, T, A, O]) cleanupTimer(end int64, k K) {
 		return
 	}
 	s.checkTimers()
-	s.st.set(eventTime, end-1+s.lateness, k)
+	s.st.add(eventTime, end-1+s.lateness, k, false)
 }
 
 // checkTimers fails the stage if its timer table did not open.
@@ -515,8 +515,15 @@ func (s *winStage[K, T, A, O]) addSession(k K, v T, t int64, m *Mark) bool {
 		merged.Fired = true
 		s.cleanupTimer(merged.End, k)
 		s.emitSession(k, &merged)
-	} else {
-		s.endTimer(merged.End, k)
+	} else if i1-i0 != 1 || l[i0].End != merged.End || l[i0].Fired {
+		s.endTimer(merged.End, k) // not the end of an open session, whose timer is set
+	}
+	if s.st != nil { // disk: the ends of the open sessions merged go (memory: skipped as they fire)
+		for _, x := range l[i0:i1] {
+			if !x.Fired && (x.End != merged.End || merged.Fired) {
+				s.st.delete(eventTime, x.End-1, k)
+			}
+		}
 	}
 	if l == nil {
 		l = s.newList()
