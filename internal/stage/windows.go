@@ -520,7 +520,7 @@ func (s *winStage[K, T, A, O]) addSession(k K, v T, t int64, m *Mark) bool {
 	}
 	if s.st != nil { // disk: the ends of the open sessions merged go (memory: skipped as they fire)
 		for _, x := range l[i0:i1] {
-			if !x.Fired && (x.End != merged.End || merged.Fired) {
+			if !x.Fired && (x.End != merged.End || merged.Fired) && !s.cleanupAt(l, &merged, x.End-1) {
 				s.st.delete(eventTime, x.End-1, k)
 			}
 		}
@@ -531,6 +531,23 @@ func (s *winStage[K, T, A, O]) addSession(k K, v T, t int64, m *Mark) bool {
 	l = slices.Replace(l, i0, i1, merged)
 	s.put(k, l, seen)
 	return true
+}
+
+// cleanupAt says whether a fired session of l, or merged, has its
+// cleanup timer at at (a key's timer is one for both: sessionTimer).
+func (s *winStage[K, T, A, O]) cleanupAt(l []session[A], merged *session[A], at int64) bool {
+	if s.lateness == 0 {
+		return false
+	}
+	if merged.Fired && merged.End-1+s.lateness == at {
+		return true
+	}
+	for i := range l {
+		if l[i].Fired && l[i].End-1+s.lateness == at {
+			return true
+		}
+	}
+	return false
 }
 
 func cmpInt64(a, b int64) int {
