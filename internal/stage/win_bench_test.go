@@ -38,9 +38,11 @@ func BenchmarkWindowMemory(b *testing.B) {
 // times advancing 1 ms a batch, a watermark every 40 batches 2 s behind
 // (ns/op is per record): the record loop sets a session timer per record
 // that moves its session's end, and watermarks fire the sessions ended.
-// A/B against main (whose disk sessions keep their timers in heaps):
+// A/B against main (whose disk sessions keep their timers in heaps; copy
+// this file into a checkout of main), alternating the two test binaries:
 //
-//	go test -run XXX -bench SessionsDisk -benchmem ./internal/stage/
+//	go test -c -o /tmp/stage-X.test ./internal/stage/
+//	/tmp/stage-X.test -test.run XXX -test.bench SessionsDisk -test.benchmem -test.benchtime 400000x
 func BenchmarkSessionsDisk(b *testing.B) {
 	fns := WinFns[int64, int64, int64, int64]{
 		Key:   func(v int64) int64 { return v % 100_000 },
