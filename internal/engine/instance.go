@@ -694,8 +694,9 @@ func (in *instance) checkIdle() {
 }
 
 // afterFunc runs f in the instance's actor once d has passed, unless the
-// instance stops first. Stages use it for processing-time timers.
-func (in *instance) afterFunc(d time.Duration, f func()) {
+// instance stops first or stop is called (in the actor). Stages use it
+// for processing-time timers.
+func (in *instance) afterFunc(d time.Duration, f func()) (stop func()) {
 	if in.timers == nil {
 		in.timers = make(map[uint64]func() bool)
 	}
@@ -703,6 +704,12 @@ func (in *instance) afterFunc(d time.Duration, f func()) {
 	id := in.timerSeq
 	root, self := in.exec.root, in.self
 	in.timers[id] = in.exec.topo.Config().After(d, func() { root.Send(self, &timerMsg{id: id, f: f}) })
+	return func() {
+		if stop, ok := in.timers[id]; ok {
+			delete(in.timers, id)
+			stop()
+		}
+	}
 }
 
 // eosDrained is the Mark of an end-of-stream that a drain caused;

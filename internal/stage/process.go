@@ -37,6 +37,13 @@ type ProcessContext[K comparable, S, O any] struct {
 // the end of the input do not fire.
 func (c *ProcessContext[K, S, O]) ProcessingTimer(t time.Time) {
 	at := t.UnixNano()
+	if c.s.t.disk != nil { // disk: timers.go
+		c.s.checkTimers()
+		if c.s.dt.set(processingTime, at, c.key) {
+			c.s.armWake(at)
+		}
+		return
+	}
 	id := TimerID[K]{at, c.key}
 	if _, dup := c.s.ptimers[id]; dup {
 		return
@@ -177,7 +184,7 @@ func (c *ProcessContext[K, S, O]) Timer(t time.Time) {
 	at := t.UnixNano()
 	if c.s.t.disk != nil { // disk: timers.go
 		c.s.checkTimers()
-		c.s.dt.set(at, c.key)
+		c.s.dt.set(eventTime, at, c.key)
 		return
 	}
 	id := TimerID[K]{at, c.key}
@@ -296,10 +303,10 @@ func (s *ProcessStage[K, T, S, O]) RestoreKeyGroups(states [][]byte, lo, hi int)
 	}
 	merged.Keys, merged.States = nil, nil
 	if s.t.disk != nil { // the timer tables, then the timers of a checkpoint that kept them as slices
-		if err := s.restoreTimers(tstates, lo, hi, merged.TKeys, merged.TAt); err != nil {
+		if err := s.restoreTimers(tstates, lo, hi, merged); err != nil {
 			return err
 		}
-		merged.TKeys, merged.TAt = nil, nil
+		merged.TKeys, merged.TAt, merged.PKeys, merged.PAt = nil, nil, nil, nil
 	}
 	s.restoreFrom(merged)
 	return nil
@@ -316,10 +323,12 @@ type ProcCore[K comparable, S, O any] struct {
 	ended    bool              // Finish: no more sweeps
 	timers   timeHeap[K]       // memory: the event-time timers
 	timerSet map[TimerID[K]]struct{}
-	dt       *diskTimers[K]          // disk: the event-time timers (timers.go)
+	dt       *diskTimers[K]          // disk: the timers (timers.go)
 	dtErr    error                   // disk: the timer table did not open
-	ptimers  map[TimerID[K]]struct{} // processing-time timers set
-	restored []TimerID[K]            // processing-time timers to arm at open
+	wake     int64                   // disk: the time of the wake-up for processing-time timers, if wakeStop
+	wakeStop func()                  // disk: cancels the pending wake-up (nil: none)
+	ptimers  map[TimerID[K]]struct{} // memory: processing-time timers set
+	restored []TimerID[K]            // memory: processing-time timers to arm at open
 	ttl      keyTTL[K]               // StateTTL: the keys' state expires, their timers stay
 	ctx      ProcessContext[K, S, O]
 	spare    []*S // memory: cleared states, zeroed, for keys that get one next (newState)
@@ -407,8 +416,12 @@ func (s *ProcCore[K, S, O]) fireProcessing(id TimerID[K]) {
 	s.out.flush()
 }
 
-// open arms the processing-time timers of a restored state.
+// open arms the processing-time timers of a restored state (on disk: the
+// wake-up for the earliest).
 func (s *ProcCore[K, S, O]) Open() error {
+	if s.dt != nil {
+		s.armWake(s.dt.earliest(processingTime))
+	}
 	for _, id := range s.restored {
 		s.armProcessing(id)
 	}
@@ -453,6 +466,10 @@ func (s *ProcCore[K, S, O]) Finish() {
 	defer s.sc.attribute()
 	s.ttl.stop()
 	s.ended = true
+	if s.wakeStop != nil { // pending processing-time timers do not fire
+		s.wakeStop()
+		s.wakeStop = nil
+	}
 	s.clk.tick(s.sc)
 	s.fire(math.MaxInt64)
 	s.out.flush()

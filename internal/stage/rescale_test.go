@@ -18,7 +18,7 @@ func (p *sinkPusher[T]) Finish()          {}
 
 func testCtx(i, p int) *Ctx {
 	return &Ctx{Name: "op", Instance: i, Parts: p, C: new(Counters), BatchSize: 16,
-		Now: func() time.Time { return time.UnixMilli(0) }, After: func(time.Duration, func()) {}}
+		Now: func() time.Time { return time.UnixMilli(0) }, After: func(time.Duration, func()) func() { return func() {} }}
 }
 
 const rescaleKeys = 300

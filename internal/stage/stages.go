@@ -133,9 +133,10 @@ type Ctx struct {
 	// key-by's func(T) string (graph.Node.KeyString): a tracer sampling by
 	// key tests it at the source, so that the record's trace starts there.
 	SourceKey any
-	// after runs f in the instance's actor once d has passed (processing-time
-	// timers); now is the job's clock.
-	After func(d time.Duration, f func())
+	// After runs f in the instance's actor once d has passed (processing-time
+	// timers), unless stop is called first (in the actor); Now is the job's
+	// clock.
+	After func(d time.Duration, f func()) (stop func())
 	Now   func() time.Time
 	// finalCheckpoint: the job takes a final checkpoint after its input
 	// ends, so a sink whose writer is a TwoPhaseWriter or a connector.Checkpointer

@@ -87,8 +87,11 @@ func (l *lateOutput[T]) Finish() {
 // in memory what is bounded by the number of open windows, not keys: each
 // time window's end, whether it fired and its keep rate (wins), and the
 // timers. Firing a time window reads the table once (every key, taking
-// the window's slot); a key's sessions fire by its timer (a heap entry per
-// open session, in memory).
+// the window's slot); a key's sessions fire by its timers: on the memory
+// backend a heap entry per open session (its end) and per fired session
+// kept for the allowed lateness (its cleanup); on the disk backend the
+// same timers in the stage's timer table (timers.go), bounded in memory
+// by the budget however many sessions are open.
 type session[A any] struct {
 	Start int64 `msgpack:"b,omitempty"`
 	End   int64 `msgpack:"e"` // a time window's end; a session's last record + gap
@@ -132,8 +135,12 @@ type winStage[K comparable, T, A, O any] struct {
 	cleanup timeHeap[int64]              // fired windows to drop, at end-1+lateness
 	sessTr  map[sessKey[K]]*contributors // the sampled records of sessions (not checkpointed)
 
-	sessTimers  timeHeap[K] // session ends to fire (stale entries are skipped)
-	sessCleanup timeHeap[K]
+	sessTimers  timeHeap[K] // memory: session ends to fire (stale entries are skipped)
+	sessCleanup timeHeap[K] // memory: fired sessions to drop, at end-1+lateness
+	// Sessions on disk: both timers of a key in one queue (sessionTimer),
+	// a session's end at end-1.
+	st    *diskTimers[K]
+	stErr error // the timer table did not open
 
 	late *lateOutput[T]
 	next Pusher[O]
@@ -178,6 +185,79 @@ func (s *winStage[K, T, A, O]) open() {
 		return
 	}
 	s.tab = d
+	if s.kind == sessions {
+		s.st, s.stErr = openDiskTimers[K](s.sc)
+	}
+}
+
+// endTimer sets the timer that fires k's session ending at end.
+func (s *winStage[K, T, A, O]) endTimer(end int64, k K) {
+	if s.st == nil && s.stErr == nil {
+		s.sessTimers.add(end, k)
+		return
+	}
+	s.checkTimers()
+	s.st.add(eventTime, end-1, k, false) // a second fire of a key's time does nothing (sessionTimer)
+}
+
+// cleanupTimer sets the timer that drops k's session ending at end, fired,
+// once the allowed lateness has passed.
+func (s *winStage[K, T, A, O]) cleanupTimer(end int64, k K) {
+	if s.st == nil && s.stErr == nil {
+		s.sessCleanup.add(end-1+s.lateness, k)
+		return
+	}
+	s.checkTimers()
+	s.st.add(eventTime, end-1+s.lateness, k, false)
+}
+
+// checkTimers fails the stage if its timer table did not open.
+func (s *winStage[K, T, A, O]) checkTimers() {
+	if s.stErr != nil {
+		s.sc.fail(s.stErr)
+	}
+}
+
+// fireDisk runs the disk's session timers due at wm: each is a key and a
+// time, the end of a session (at its end-1) or the end of a fired one's
+// allowed lateness, or both (sessionTimer); finish: the end of the input
+// (every session fires, none kept).
+func (s *winStage[K, T, A, O]) fireDisk(wm int64, finish bool) {
+	s.checkTimers()
+	keep := s.lateness > 0 && !finish
+	s.st.fire(eventTime, wm, s.sc.fail, func(at int64, k K) { s.sessionTimer(k, at, wm, keep) })
+}
+
+// sessionTimer handles key k's disk timer at at: it fires the session
+// ending at at+1 if it has not fired (keep: marked fired, its cleanup
+// timer set; else it goes), and drops the fired sessions whose allowed
+// lateness ended by wm.
+func (s *winStage[K, T, A, O]) sessionTimer(k K, at, wm int64, keep bool) {
+	l, seen := s.get(k)
+	n, changed := 0, false
+	for i := range l {
+		x := &l[i]
+		if !x.Fired && x.End-1 == at {
+			s.emitSession(k, x)
+			x.Fired, changed = true, true
+			if keep && x.End-1+s.lateness > wm {
+				s.cleanupTimer(x.End, k)
+			}
+		}
+		if x.Fired && (!keep || x.End-1+s.lateness <= wm) {
+			if len(s.sessTr) > 0 {
+				delete(s.sessTr, sessKey[K]{k, x.Start})
+			}
+			changed = true
+			continue
+		}
+		l[n] = *x
+		n++
+	}
+	if changed {
+		clear(l[n:])
+		s.put(k, l[:n], seen)
+	}
 }
 
 // get is k's slots.
@@ -447,10 +527,17 @@ func (s *winStage[K, T, A, O]) addSession(k K, v T, t int64, m *Mark) bool {
 	}
 	if merged.End-1 <= s.wm { // within the allowed lateness: fire now
 		merged.Fired = true
-		s.sessCleanup.add(merged.End-1+s.lateness, k)
+		s.cleanupTimer(merged.End, k)
 		s.emitSession(k, &merged)
-	} else {
-		s.sessTimers.add(merged.End, k)
+	} else if i1-i0 != 1 || l[i0].End != merged.End || l[i0].Fired {
+		s.endTimer(merged.End, k) // not the end of an open session, whose timer is set
+	}
+	if s.st != nil { // disk: the ends of the open sessions merged go (memory: skipped as they fire)
+		for _, x := range l[i0:i1] {
+			if !x.Fired && (x.End != merged.End || merged.Fired) && !s.cleanupAt(l, &merged, x.End-1) {
+				s.st.delete(eventTime, x.End-1, k)
+			}
+		}
 	}
 	if l == nil {
 		l = s.newList()
@@ -458,6 +545,23 @@ func (s *winStage[K, T, A, O]) addSession(k K, v T, t int64, m *Mark) bool {
 	l = slices.Replace(l, i0, i1, merged)
 	s.put(k, l, seen)
 	return true
+}
+
+// cleanupAt says whether a fired session of l, or merged, has its
+// cleanup timer at at (a key's timer is one for both: sessionTimer).
+func (s *winStage[K, T, A, O]) cleanupAt(l []session[A], merged *session[A], at int64) bool {
+	if s.lateness == 0 {
+		return false
+	}
+	if merged.Fired && merged.End-1+s.lateness == at {
+		return true
+	}
+	for i := range l {
+		if l[i].Fired && l[i].End-1+s.lateness == at {
+			return true
+		}
+	}
+	return false
 }
 
 func cmpInt64(a, b int64) int {
@@ -604,6 +708,9 @@ func (s *winStage[K, T, A, O]) Watermark(wm int64) {
 				delete(s.wins, c.v)
 			}
 		}
+		if s.kind == sessions && s.mem == nil {
+			s.fireDisk(wm, false)
+		}
 		for e, ok := s.sessTimers.due(wm + 1); ok; e, ok = s.sessTimers.due(wm + 1) {
 			s.fireSessions(e.v, e.at, s.lateness > 0)
 		}
@@ -628,7 +735,7 @@ func (s *winStage[K, T, A, O]) fireSessions(k K, end int64, keep bool) {
 		s.emitSession(k, x)
 		if keep {
 			x.Fired = true
-			s.sessCleanup.add(x.End-1+s.lateness, k)
+			s.cleanupTimer(x.End, k)
 		} else {
 			if len(s.sessTr) > 0 {
 				delete(s.sessTr, sessKey[K]{k, x.Start})
@@ -672,6 +779,9 @@ func (s *winStage[K, T, A, O]) Finish() {
 		for _, e := range ends {
 			s.scanWindow(e, true, false)
 		}
+		if s.kind == sessions && s.mem == nil {
+			s.fireDisk(math.MaxInt64, true)
+		}
 		for e, ok := s.sessTimers.due(math.MaxInt64); ok; e, ok = s.sessTimers.due(math.MaxInt64) {
 			s.fireSessions(e.v, e.at, false)
 		}
@@ -701,14 +811,21 @@ func (s *winStage[K, T, A, O]) CommittedState(id uint64) {
 	if s.tab != nil {
 		s.tab.Committed(id)
 	}
+	if s.st != nil {
+		s.st.tab.Committed(id)
+	}
 }
 
 // CloseState releases the state backend's files (the instance stops).
 func (s *winStage[K, T, A, O]) CloseState() error {
-	if s.tab == nil {
-		return nil
+	var errs []error
+	if s.tab != nil {
+		errs = append(errs, s.tab.Close())
 	}
-	return s.tab.Close()
+	if s.st != nil {
+		errs = append(errs, s.st.tab.Close())
+	}
+	return errors.Join(errs...)
 }
 
 // winMeta is what a window stage's checkpoint keeps beside its table (a
@@ -745,6 +862,16 @@ func (s *winStage[K, T, A, O]) SnapshotState(id uint64) ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
+	if s.kind == sessions && s.mem == nil { // sessions on disk: the timer table beside
+		if s.stErr != nil {
+			return nil, s.stErr
+		}
+		sb, err := s.st.tab.Snapshot(id)
+		if err != nil {
+			return nil, err
+		}
+		return state.Bundle(mb, tb, sb)
+	}
 	return state.Bundle(mb, tb)
 }
 
@@ -762,7 +889,7 @@ func (s *winStage[K, T, A, O]) RestoreKeyGroups(states [][]byte, lo, hi int) err
 		return s.openErr
 	}
 	var legacy []winState[K, A]
-	var tables [][]byte
+	var tables, timers [][]byte // timers: the session timer tables (disk)
 	var merged winMeta
 	wins := map[int64]int{}
 	for i, b := range states {
@@ -775,8 +902,8 @@ func (s *winStage[K, T, A, O]) RestoreKeyGroups(states [][]byte, lo, hi int) err
 			continue
 		}
 		mb, tabs, err := state.Unbundle(b)
-		if err == nil && len(tabs) != 1 {
-			err = fmt.Errorf("window state: %d tables, want 1", len(tabs))
+		if err == nil && (len(tabs) < 1 || len(tabs) > 2) {
+			err = fmt.Errorf("window state: %d tables, want 1 or 2", len(tabs))
 		}
 		var meta winMeta
 		if err == nil {
@@ -789,6 +916,9 @@ func (s *winStage[K, T, A, O]) RestoreKeyGroups(states [][]byte, lo, hi int) err
 			return wrapState(i, len(states), err)
 		}
 		tables = append(tables, tabs[0])
+		if len(tabs) == 2 {
+			timers = append(timers, tabs[1])
+		}
 		if len(tables) == 1 || meta.Wm < merged.Wm {
 			merged.Wm = meta.Wm
 		}
@@ -824,8 +954,13 @@ func (s *winStage[K, T, A, O]) RestoreKeyGroups(states [][]byte, lo, hi int) err
 		s.wins[w.End] = &winInfo[K]{fired: w.Fired, keep: w.Keep}
 		s.armRestored(w.End, w.Fired)
 	}
-	s.armSessions()
-	return nil
+	if s.st != nil && len(timers) == len(tables) { // sessions on disk, their timers checkpointed
+		if err := s.st.restore(timers, lo, hi, nil, nil, nil, nil); err != nil {
+			return err
+		}
+		return nil
+	}
+	return s.armSessions()
 }
 
 func wrapState(i, n int, err error) error {
@@ -848,20 +983,30 @@ func (s *winStage[K, T, A, O]) armRestored(end int64, fired bool) {
 }
 
 // armSessions arms the timers of the restored sessions (a read of the
-// whole table).
-func (s *winStage[K, T, A, O]) armSessions() {
+// whole table): a checkpoint whose sessions' timers were not checkpointed
+// (the memory backend, or a disk one written before the timer table).
+func (s *winStage[K, T, A, O]) armSessions() error {
 	if s.kind != sessions {
-		return
+		return nil
+	}
+	if s.stErr != nil {
+		return s.stErr
+	}
+	if s.st != nil {
+		if err := s.st.restore(nil, 0, 0, nil, nil, nil, nil); err != nil { // empty
+			return err
+		}
 	}
 	for k, l := range s.tab.All {
 		for _, x := range l {
 			if x.Fired {
-				s.sessCleanup.add(x.End-1+s.lateness, k)
+				s.cleanupTimer(x.End, k)
 			} else {
-				s.sessTimers.add(x.End, k)
+				s.endTimer(x.End, k)
 			}
 		}
 	}
+	return nil
 }
 
 // winState is the checkpointed form of a window stage before its state
@@ -930,6 +1075,5 @@ func (s *winStage[K, T, A, O]) restoreLegacy(states []winState[K, A], lo, hi int
 		}
 	}
 	s.flushGone()
-	s.armSessions()
-	return nil
+	return s.armSessions()
 }
