@@ -132,9 +132,12 @@ func checkpointCase(ctx context.Context, e *env, name string, keys int64, change
 	}
 	// Calibrate: size the runs to last checkpointMinRun (scaled) without
 	// checkpoints, and at least the old fixed 30 M records at -scale 1.
-	probe := e.n(2_000_000)
+	// The probe reaches every key several times, so that its rate is not
+	// that of a map still growing (with 1 M keys a probe of 2 M records
+	// gave runs of 9 s instead of 20).
+	probe := max(e.n(2_000_000), e.n(int(10*keys)))
 	if slow {
-		probe = e.n(200_000)
+		probe = max(e.n(200_000), e.n(int(2*keys)))
 	}
 	d, _, _, err := run(probe, 0)
 	if err != nil {
