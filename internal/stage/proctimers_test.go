@@ -1,7 +1,6 @@
 package stage
 
 import (
-	"errors"
 	"fmt"
 	"math"
 	"slices"
@@ -323,13 +322,7 @@ func TestProcessDiskProcessingTimerDamaged(t *testing.T) {
 	s.dt.tab.Put(string([]byte{maxKeyGroups + 5, 0x80}), struct{}{}, false) // key group 5's processing-time queue: 2 bytes
 	s.dt.heads[processingTime][5] = math.MinInt64
 	s.armWake(math.MinInt64)
-	defer func() {
-		r := recover()
-		f, ok := r.(*Failure)
-		if !ok || !errors.Is(f.err, errTimerBytes) {
-			t.Fatalf("recovered %v, want a failure with errTimerBytes", r)
-		}
-	}()
+	defer wantTimerFailure(t)
 	clk.Advance(time.Second)
 	t.Fatal("fired a damaged timer")
 }

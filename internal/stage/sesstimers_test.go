@@ -1,7 +1,6 @@
 package stage
 
 import (
-	"errors"
 	"math"
 	"slices"
 	"testing"
@@ -267,13 +266,7 @@ func TestSessionDiskTimerDamaged(t *testing.T) {
 	sessPush(s, 0, 10)
 	s.st.tab.Put("\x05\x80\x00", struct{}{}, false) // key group 5: 3 bytes
 	s.st.heads[eventTime][5] = math.MinInt64
-	defer func() {
-		r := recover()
-		f, ok := r.(*Failure)
-		if !ok || !errors.Is(f.err, errTimerBytes) {
-			t.Fatalf("recovered %v, want a failure with errTimerBytes", r)
-		}
-	}()
+	defer wantTimerFailure(t)
 	s.Watermark(1000)
 	t.Fatal("fired a damaged timer")
 }

@@ -307,6 +307,17 @@ func TestProcessDiskTimersBounded(t *testing.T) {
 	t.Logf("%d timers; at most %d held in memory (%d due at once), bound %d", keys, peak, s.dt.maxHeld, bound)
 }
 
+// wantTimerFailure, deferred, fails the test unless the stage failed with
+// errTimerBytes (a stored timer that does not decode).
+func wantTimerFailure(t *testing.T) {
+	t.Helper()
+	r := recover()
+	f, ok := r.(*Failure)
+	if !ok || !errors.Is(f.err, errTimerBytes) {
+		t.Fatalf("recovered %v, want a failure with errTimerBytes", r)
+	}
+}
+
 // A stored timer that does not decode fails the stage with a named error.
 func TestProcessDiskTimerDamaged(t *testing.T) {
 	sc := testCtx(0, 1)
@@ -316,13 +327,7 @@ func TestProcessDiskTimerDamaged(t *testing.T) {
 	feedTimers(s, 0, 10)
 	s.dt.tab.Put("\x05\x80", struct{}{}, false) // key group 5: 2 bytes
 	s.dt.heads[eventTime][5] = math.MinInt64
-	defer func() {
-		r := recover()
-		f, ok := r.(*Failure)
-		if !ok || !errors.Is(f.err, errTimerBytes) {
-			t.Fatalf("recovered %v, want a failure with errTimerBytes", r)
-		}
-	}()
+	defer wantTimerFailure(t)
 	s.Watermark(1000)
 	t.Fatal("fired a damaged timer")
 }
