@@ -454,11 +454,13 @@ func memTrace(stop <-chan struct{}, done chan<- struct{}, results *atomic.Int64)
 		metrics.Read(samples)
 		u := func(i int) uint64 { return samples[i].Value.Uint64() }
 		p := state.DiskMemory()
+		c := state.CMallocStats()
 		rss := procStatus("VmRSS:")
-		fmt.Fprintf(os.Stderr, "memtrace t=%.0fs rss=%.0f live=%.0f goal=%.0f gcs=%d gomapped=%.0f(objs %.0f free %.0f released %.0f) | pebble dbs=%d bcache=%.0f memt=%.0f(%d, zombie %.0f) tables=%d open=%d iters=%d L0=%d compacting=%d(%.0f) cgo: %s | results=%d\n",
+		fmt.Fprintf(os.Stderr, "memtrace t=%.0fs rss=%.0f live=%.0f goal=%.0f gcs=%d gomapped=%.0f(objs %.0f free %.0f released %.0f) | pebble dbs=%d bcache=%.0f memt=%.0f(%d, zombie %.0f) tables=%d open=%d iters=%d L0=%d compacting=%d(%.0f) cgo: %s | malloc arena=%.0f(in use %.0f, free %.0f) mapped=%.0f | results=%d\n",
 			time.Since(start).Seconds(), rss, mib(u(0)), mib(u(1)), u(2), mib(u(3)), mib(u(4)), mib(u(6)), mib(u(5)),
 			p.DBs, mib(uint64(p.BlockCache)), mib(uint64(p.MemTables)), p.MemTableCount, mib(uint64(p.ZombieMemTables)),
-			p.Files, p.TableCache, p.TableIters, p.L0Files, p.Compacting, mib(uint64(p.CompactingBytes)), p.Cgo, results.Load())
+			p.Files, p.TableCache, p.TableIters, p.L0Files, p.Compacting, mib(uint64(p.CompactingBytes)), p.Cgo,
+			mib(uint64(c.Arena)), mib(uint64(c.InUse)), mib(uint64(c.Free)), mib(uint64(c.Mapped)), results.Load())
 		if f := os.Getenv("SLUICE_HEAPPROF"); f != "" && rss > hwm {
 			hwm = rss
 			if out, err := os.Create(f); err == nil {

@@ -218,10 +218,21 @@ func (d *Disk[K, V]) openAt(dir string) (*pebble.DB, error) {
 	// Every level has bloom filters (10 bits a key, about 1 % false
 	// positives): the Get of a key never written, most misses of a keyed
 	// aggregation over many keys, reads no data block.
+	//
+	// Every level below L0 writes files of at most 8 MiB (pebble doubles
+	// the target from level to level, to 128 MiB at the last): a file's
+	// bloom filter is one block of 10 bits a key, which for a 128 MiB file
+	// of small entries is about 6 MiB, read whole into the block cache for
+	// a miss, where it evicts everything else. An 8 MiB file's filter is
+	// a few hundred KiB.
+	tuneMalloc()
 	o := &pebble.Options{Cache: d.bcache, MemTableSize: mt, DisableWAL: true, Logger: quiet{},
 		L0CompactionThreshold: 8, L0StopWritesThreshold: 32}
 	for i := range o.Levels {
 		o.Levels[i].FilterPolicy = bloom.FilterPolicy(10)
+	}
+	for i := 1; i < len(o.TargetFileSizes); i++ {
+		o.TargetFileSizes[i] = maxFileSize
 	}
 	db, err := pebble.Open(dir, o)
 	if err != nil {
@@ -240,6 +251,9 @@ func (d *Disk[K, V]) openAt(dir string) (*pebble.DB, error) {
 // a memtable as a sorted run of its own (flushed to one file) instead of
 // inserting its entries one by one into the memtable's skiplist, the
 // dearer way.
+// maxFileSize is the largest sstable a disk table's compactions write.
+const maxFileSize = 8 << 20
+
 func blockCacheSize(budget int64) int64 { return max(budget/2, 8<<20) }
 
 func memTableSize(budget int64) uint64 { return uint64(min(max(budget/16, 4<<20), 32<<20)) }
