@@ -313,6 +313,10 @@ func (s funcSink[T]) Write(rs []T) error {
 
 func (s funcSink[T]) Close() error { return nil }
 
+// KeepsNoRecords says that Write keeps no records' slice: f gets copies
+// (stage.KeepsNoRecords).
+func (funcSink[T]) KeepsNoRecords() {}
+
 // Format renders a record as one line of text for the text sinks.
 type Format[T any] func(T) string
 

@@ -38,3 +38,17 @@ func (discard) Open(context.Context, int, int) (connector.Writer[int64], error) 
 }
 func (discard) Write([]int64) error { return nil }
 func (discard) Close() error        { return nil }
+
+// summer is a sink whose writer adds up its records and keeps none of
+// them (stage.KeepsNoRecords): its batches' arrays go back to the source.
+type summer struct{ sum *int64 }
+
+func (s summer) Open(context.Context, int, int) (connector.Writer[int64], error) { return s, nil }
+func (s summer) Write(rs []int64) error {
+	for _, r := range rs {
+		*s.sum += r
+	}
+	return nil
+}
+func (summer) Close() error    { return nil }
+func (summer) KeepsNoRecords() {}

@@ -72,7 +72,8 @@ type execution struct {
 	planBytes   []byte                  // the plan recorded in the job's checkpoints (savepoint.Plan)
 	cpStats     CheckpointStats
 	cpStatsMu   sync.Mutex
-	metrics     *jobMetrics // nil without a MeterProvider
+	metrics     *jobMetrics  // nil without a MeterProvider
+	arrays      stage.Arrays // batch arrays lent from the job's sinks back to its sources
 
 	// Latency (latency.go, shedding.go): what every instance measured, by
 	// task and instance (nil when the topology measures none); the shed
@@ -643,7 +644,7 @@ func (x *execution) build() error {
 					Prev:     prevName(chain, pos),
 					Instance: in.idx, Parts: p.Par[n], Context: x.ctx, C: x.counters[n][in.idx], BatchSize: cfg.BatchSize, Tracer: in.tr,
 					After: in.afterFunc, Now: cfg.Now, FinalCheckpoint: x.topo.Config().CheckpointInterval > 0, StateTTL: int64(n.TTL()),
-					Blocked: in.outputsBlocked, Resume: in.resumeLater}
+					Blocked: in.outputsBlocked, Resume: in.resumeLater, Arrays: &x.arrays}
 				if n == tail {
 					sc.Late = late
 				}

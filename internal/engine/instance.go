@@ -579,6 +579,9 @@ func (in *instance) handle(env *actors.Envelope) {
 		if in.credited && !in.replaying && in.gatedIn(env.Channel) {
 			in.grant(env)
 		}
+		// Handled: nothing refers to the envelope any more (it left the
+		// stash; an unaligned checkpoint encoded it on arrival).
+		stage.Release(env)
 	case actors.Gate:
 		in.onGateMark(env.Channel, env.Mark)
 	case actors.EndOfStream:

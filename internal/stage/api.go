@@ -14,7 +14,7 @@ import (
 
 // NewSource reads src.
 func NewSource[T any](src connector.Source[T], next any, sc *Ctx) SourceRunner {
-	return &SourceStage[T]{conn: src, next: next.(Pusher[T]), sc: sc}
+	return &SourceStage[T]{conn: src, next: next.(Pusher[T]), sc: sc, free: arraysFor[T](sc.Arrays, sc.BatchSize, true)}
 }
 
 // NewMap applies f to every record.

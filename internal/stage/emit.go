@@ -2,6 +2,7 @@ package stage
 
 import (
 	"math"
+	"sync"
 
 	"github.com/sluicehq/sluice/actors"
 )
@@ -34,8 +35,9 @@ type Emitter[T any] struct {
 	s    Sender
 	outs []*output[T]
 	size int
-	wm   int64 // the chain's event time: sent on every channel at the next flush when it advanced
-	sent int64 // the last watermark sent
+	free *freeShipped[T] // envelopes the receivers handled (Release)
+	wm   int64           // the chain's event time: sent on every channel at the next flush when it advanced
+	sent int64           // the last watermark sent
 }
 
 type output[T any] struct {
@@ -47,7 +49,7 @@ type output[T any] struct {
 }
 
 func NewEmitter[T any](specs []Output, size int, snd Sender) *Emitter[T] {
-	e := &Emitter[T]{s: snd, size: size, wm: math.MinInt64, sent: math.MinInt64}
+	e := &Emitter[T]{s: snd, size: size, wm: math.MinInt64, sent: math.MinInt64, free: &freeShipped[T]{}}
 	for i, s := range specs {
 		o := &output[T]{index: i, spec: s, bufs: make([]Batch[T], s.Targets)}
 		if s.Part == Hash {
@@ -127,10 +129,82 @@ func (e *Emitter[T]) add(o *output[T], t int, b *Batch[T], keep bool) {
 	}
 }
 
-// shipped is a data envelope with its batch.
+// shipped is a data envelope with its batch: they travel together, and
+// once the receiver has handled the envelope (Release) it goes back to the
+// free list of the emitter that made it, for its next batch.
 type shipped[T any] struct {
-	env actors.Envelope
-	b   Batch[T]
+	env  actors.Envelope
+	b    Batch[T]
+	home *freeShipped[T]
+}
+
+// newShipped is an envelope of e's, reused when a receiver gave one back,
+// with its batch as its payload.
+func (e *Emitter[T]) newShipped() *shipped[T] {
+	x := e.free.get()
+	if x == nil {
+		x = &shipped[T]{home: e.free}
+		x.b.sh = x
+	}
+	x.env.Payload = &x.b
+	return x
+}
+
+// keptShipped bounds the envelopes an emitter keeps for reuse: those in
+// flight on its channels are bounded by their credits (16 full batches
+// per channel by default).
+const keptShipped = 64
+
+// freeShipped are an emitter's envelopes that their receivers handled. A
+// receiver puts, the emitter's instance gets: safe for concurrent use.
+type freeShipped[T any] struct {
+	mu   sync.Mutex
+	free []*shipped[T]
+}
+
+func (l *freeShipped[T]) get() *shipped[T] {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	n := len(l.free)
+	if n == 0 {
+		return nil
+	}
+	x := l.free[n-1]
+	l.free[n-1] = nil
+	l.free = l.free[:n-1]
+	return x
+}
+
+func (l *freeShipped[T]) put(x *shipped[T]) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if len(l.free) < keptShipped {
+		l.free = append(l.free, x)
+	}
+}
+
+// releaser is the payload of an envelope an emitter made (*Batch[T]).
+type releaser interface{ release(env *actors.Envelope) }
+
+// Release gives data envelope env back to the emitter that made it, once
+// the receiving instance has handled it and holds no reference to it nor
+// to its payload any more (the arrays of its records are not the
+// envelope's: stages may have kept them, Batch.Own). An envelope that no
+// emitter of this process made (decoded, restored) is left alone.
+func Release(env *actors.Envelope) {
+	if r, ok := env.Payload.(releaser); ok {
+		r.release(env)
+	}
+}
+
+func (b *Batch[T]) release(env *actors.Envelope) {
+	x := b.sh
+	if x == nil || &x.b != b || &x.env != env {
+		return
+	}
+	x.env = actors.Envelope{}
+	x.b = Batch[T]{sh: x}
+	x.home.put(x)
 }
 
 // ship hands the target's buffer over in envelopes of at most one batch; the
@@ -138,11 +212,20 @@ type shipped[T any] struct {
 func (e *Emitter[T]) ship(o *output[T], t int) {
 	buf := o.bufs[t]
 	o.bufs[t] = Batch[T]{}
+	if len(buf.Vs) <= e.size && len(buf.Tr) == 0 { // one envelope: the arrays whole, capacity and all
+		x := e.newShipped()
+		x.env.Kind, x.env.Count = actors.Data, len(buf.Vs)
+		x.b.Vs, x.b.Ts = buf.Vs, buf.Ts
+		e.s.Enqueue(o.index, t, &x.env)
+		return
+	}
 	for start := 0; start < len(buf.Vs); start += e.size {
 		end := min(start+e.size, len(buf.Vs))
-		// The envelope and its batch in one allocation: they travel and die
-		// together.
-		x := &shipped[T]{env: actors.Envelope{Kind: actors.Data, Count: end - start}, b: Batch[T]{Vs: buf.Vs[start:end:end]}}
+		// The envelope and its batch in one allocation (reused once
+		// handled: Release).
+		x := e.newShipped()
+		x.env.Kind, x.env.Count = actors.Data, end-start
+		x.b.Vs = buf.Vs[start:end:end]
 		part, env := &x.b, &x.env
 		if buf.Ts != nil {
 			part.Ts = buf.Ts[start:end:end]

@@ -34,6 +34,10 @@ type Batch[T any] struct {
 	// keeps. A stage that passes a Batch on with a slice of its own in Vs
 	// or Ts (one it reuses) clears Own first.
 	Own bool
+	// sh is the envelope the batch travels in when an emitter shipped it
+	// (its b is this batch), to go back to the emitter once handled
+	// (Release); nil otherwise.
+	sh *shipped[T]
 }
 
 // Marks are the batch's sampled records and those shed from it (the
@@ -171,6 +175,9 @@ type Ctx struct {
 	// result in memory until Finish returned.
 	Blocked func() bool
 	Resume  func(f func())
+	// Arrays lends the arrays of batches that sinks have written back to
+	// the job's sources (nil: none are lent).
+	Arrays *Arrays
 }
 
 // KeepRate is sc.Keep() or 1 without it.
@@ -739,6 +746,11 @@ type SinkStage[T any] struct {
 	conn connector.Sink[T]
 	w    connector.Writer[T]
 	sc   *Ctx
+	// lend: the stage heads its chain and its writer keeps no records
+	// (KeepsNoRecords), so the arrays of the batches it wrote go back to
+	// free, the sources' (looked up at the first batch: looked).
+	lend, looked bool
+	free         *freeArrays[T]
 	// ended: end of stream reached a writer kept open for the final
 	// checkpoint (see closeFinal). last is the state recorded at the last
 	// checkpoint, answered again for a checkpoint after the writer closed.
@@ -758,6 +770,8 @@ func (s *SinkStage[T]) Open() error {
 		return &Failure{op: s.sc.Name, err: fmt.Errorf("open: %w", err)}
 	}
 	s.w = w
+	_, keepsNone := w.(KeepsNoRecords)
+	s.lend = keepsNone && s.sc.Head
 	return nil
 }
 
@@ -769,6 +783,18 @@ func (s *SinkStage[T]) Push(b *Batch[T]) {
 	s.sc.C.In.Add(int64(len(b.Vs)))
 	if err := s.w.Write(b.Vs); err != nil {
 		s.sc.fail(fmt.Errorf("write: %w", err))
+		return
+	}
+	// A batch delivered to the instance is its own (Batch.Own): written,
+	// its array serves a source again.
+	if s.lend && b.Own && cap(b.Vs) == s.sc.BatchSize {
+		if !s.looked {
+			s.free, s.looked = arraysFor[T](s.sc.Arrays, s.sc.BatchSize, false), true
+		}
+		if s.free != nil {
+			s.free.put(b.Vs)
+			b.Vs = nil
+		}
 	}
 }
 
@@ -879,6 +905,7 @@ type SourceStage[T any] struct {
 	next Pusher[T]
 	sc   *Ctx
 	buf  Batch[T]
+	free *freeArrays[T]         // the arrays the job's sinks wrote (Arrays), nil: none
 	tcs  connector.TraceCarrier // the reader's, when the tracer samples by parent
 }
 
@@ -906,7 +933,13 @@ func (s *SourceStage[T]) Open(offset int64) error {
 func (s *SourceStage[T]) Step() (int, error) {
 	defer s.sc.attribute()
 	if cap(s.buf.Vs) < s.sc.BatchSize { // the previous batch's array was kept downstream
-		s.buf.Vs = make([]T, s.sc.BatchSize)
+		s.buf.Vs = nil
+		if s.free != nil {
+			s.buf.Vs = s.free.get()
+		}
+		if cap(s.buf.Vs) < s.sc.BatchSize {
+			s.buf.Vs = make([]T, s.sc.BatchSize)
+		}
 	}
 	s.buf.Vs = s.buf.Vs[:s.sc.BatchSize]
 	n, err := s.r.Read(s.buf.Vs)
