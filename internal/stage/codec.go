@@ -170,18 +170,13 @@ func (Codec[T]) AppendEncode(out []byte, msg any) ([]byte, error) {
 	return out, nil
 }
 
-// zigzag maps signed integers to unsigned ones whose size follows their
-// magnitude: 0, -1, 1, -2, ... to 0, 1, 2, 3, ...
-func zigzag(v int64) uint64 { return uint64(v<<1) ^ uint64(v>>63) }
-
-func unzigzag(u uint64) int64 { return int64(u>>1) ^ -int64(u&1) }
-
 // narrowWidth is the fewest bytes (1 to 8) that hold every zigzagged value
-// of vs.
+// of vs (zigzag maps 0, -1, 1, -2, ... to 0, 1, 2, 3, ...: the size follows
+// the magnitude).
 func narrowWidth[I int64 | int](vs []I) int {
 	var or uint64
 	for _, v := range vs {
-		or |= zigzag(int64(v))
+		or |= uint64(int64(v)<<1) ^ uint64(int64(v)>>63) // zigzag, by hand: generic code does not inline it
 	}
 	return max(1, (bits.Len64(or)+7)/8)
 }
@@ -202,8 +197,10 @@ func appendInts[I int64 | int](out []byte, vs []I, width int) []byte {
 	// Each value is written as 8 bytes whose top ones are zero and are
 	// overwritten by the next value: room for 8 past the last one.
 	w := slices.Grow(out, n+8)[:at+n+8]
-	for i, v := range vs {
-		binary.LittleEndian.PutUint64(w[at+width*i:], zigzag(int64(v)))
+	dst := w[at:]
+	for _, v := range vs {
+		binary.LittleEndian.PutUint64(dst, uint64(int64(v)<<1)^uint64(int64(v)>>63))
+		dst = dst[width:]
 	}
 	return w[:at+n]
 }
@@ -269,19 +266,23 @@ func narrow[I int64 | int](r *reader, vs []I) {
 		r.fail()
 		return
 	}
+	rest := b[width*len(vs):]
 	mask := uint64(1)<<(8*width) - 1
 	i := 0
-	for ; i < len(vs) && width*i+8 <= len(b); i++ { // a whole word at a time while 8 bytes are left
-		vs[i] = I(unzigzag(binary.LittleEndian.Uint64(b[width*i:]) & mask))
+	for ; i < len(vs) && len(b) >= 8; i++ { // a whole word at a time while 8 bytes are left
+		u := binary.LittleEndian.Uint64(b) & mask
+		vs[i] = I(int64(u>>1) ^ -int64(u&1))
+		b = b[width:]
 	}
 	for ; i < len(vs); i++ {
 		var u uint64
 		for j := width - 1; j >= 0; j-- {
-			u = u<<8 | uint64(b[width*i+j])
+			u = u<<8 | uint64(b[j])
 		}
-		vs[i] = I(unzigzag(u))
+		vs[i] = I(int64(u>>1) ^ -int64(u&1))
+		b = b[width:]
 	}
-	r.b = b[width*len(vs):]
+	r.b = rest
 }
 
 // fixed takes n eight-byte values at once (nil, failing, when fewer are

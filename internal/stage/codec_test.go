@@ -238,3 +238,31 @@ func TestEnvelopeLatencyRoundTrip(t *testing.T) {
 		t.Errorf("a truncated latency block decoded: %v", err)
 	}
 }
+
+// BenchmarkEnvelopeCodecInt64 encodes and decodes a batch of 256 int64s
+// whose values need 3 bytes each (narrow) or 8 (fixed).
+func BenchmarkEnvelopeCodecInt64(b *testing.B) {
+	for _, c := range []struct {
+		name string
+		base int64
+	}{{"narrow", 5_000_000}, {"fixed", 1 << 60}} {
+		b.Run(c.name, func(b *testing.B) {
+			vs := make([]int64, 256)
+			for i := range vs {
+				vs[i] = c.base + int64(i)
+			}
+			env := &actors.Envelope{Kind: actors.Data, Count: len(vs), Payload: &Batch[int64]{Vs: vs}}
+			buf := make([]byte, 0, EncodedSize(len(vs)))
+			b.ReportAllocs()
+			for b.Loop() {
+				data, err := Codec[int64]{}.AppendEncode(buf, env)
+				if err != nil {
+					b.Fatal(err)
+				}
+				if _, err := (Codec[int64]{}).Decode(data); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
