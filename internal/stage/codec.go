@@ -55,6 +55,29 @@ func (c Codec[T]) Encode(msg any) ([]byte, error) {
 // records of a fixed-size type (a capacity to allocate for it).
 func EncodedSize(count int) int { return 48 + count*9 }
 
+// narrowSize is about what Encode writes for an envelope of count integer
+// records of width bytes each (with the room appendInts needs past them).
+func narrowSize(count, width int) int { return 48 + 1 + 8 + count*width }
+
+// EncodedSizeOf is about what AppendEncode writes for msg (a capacity to
+// allocate for it): integer records in the width they need (see Codec),
+// others as EncodedSize.
+func (Codec[T]) EncodedSizeOf(msg any) int {
+	env, ok := msg.(*actors.Envelope)
+	if !ok {
+		return EncodedSize(0)
+	}
+	if b, ok := env.Payload.(*Batch[T]); ok && b.Ts == nil {
+		switch vs := any(b.Vs).(type) {
+		case []int64:
+			return narrowSize(len(vs), narrowWidth(vs))
+		case []int:
+			return narrowSize(len(vs), narrowWidth(vs))
+		}
+	}
+	return EncodedSize(env.Count)
+}
+
 // AppendEncode appends the encoding of msg (an *actors.Envelope) to out,
 // growing it as needed: a caller that frames the envelope (a message to
 // another process) encodes it in place, once.
@@ -95,7 +118,11 @@ func (Codec[T]) AppendEncode(out []byte, msg any) ([]byte, error) {
 		}
 	}
 	if out == nil {
-		out = make([]byte, 0, EncodedSize(env.Count))
+		size := EncodedSize(env.Count)
+		if b != nil && b.Ts == nil && width < 8 {
+			size = narrowSize(env.Count, width)
+		}
+		out = make([]byte, 0, size)
 	}
 	out = append(out, byte(env.Kind), flags)
 	out = binary.AppendUvarint(out, uint64(env.Channel))

@@ -125,6 +125,22 @@ func TestEnvelopeCodecNarrowIntegers(t *testing.T) {
 	if len(data) > 7+4*256 {
 		t.Fatalf("256 values near 5 M took %d bytes", len(data))
 	}
+	// The size a framing caller allocates holds the encoding, with the
+	// room its word-at-a-time writes need, so that encoding in place does
+	// not grow the buffer.
+	env := &actors.Envelope{Kind: actors.Data, Channel: 300, Seq: 1 << 40, Count: len(vs), Mark: -1 << 50, Payload: &Batch[int64]{Vs: vs}}
+	size := Codec[int64]{}.EncodedSizeOf(env)
+	if size > 2*len(data) {
+		t.Fatalf("EncodedSizeOf %d for an encoding of %d bytes", size, len(data))
+	}
+	buf := make([]byte, 0, size)
+	out, err := Codec[int64]{}.AppendEncode(buf, env)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if &out[0] != &buf[:1][0] {
+		t.Fatalf("AppendEncode grew a buffer of EncodedSizeOf %d bytes (wrote %d)", size, len(out))
+	}
 }
 
 // A width outside 1 to 7, or narrow integers for records that are not
