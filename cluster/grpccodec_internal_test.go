@@ -99,3 +99,33 @@ func TestGRPCCodecRoundTrip(t *testing.T) {
 		t.Fatal("a truncated batch unmarshalled")
 	}
 }
+
+// FuzzGRPCCodecUnmarshal: whatever arrives, in one frame or two, the
+// codec decodes it as proto.Unmarshal does (it is gRPC's codec with
+// another pool), or refuses it, without a panic.
+func FuzzGRPCCodecUnmarshal(f *testing.F) {
+	msg := &remote.RemoteMessage{MessageType: &remote.RemoteMessage_MessageBatch{MessageBatch: &remote.MessageBatch{
+		TypeNames: []string{"google.protobuf.Any"},
+		Targets:   []*actor.PID{{Address: "127.0.0.1:1", Id: "x"}},
+		Envelopes: []*remote.MessageEnvelope{{MessageData: []byte("data"), MessageHeader: &remote.MessageHeader{HeaderData: map[string]string{"k": "v"}}}},
+	}}}
+	seed, _ := proto.Marshal(msg)
+	f.Add(seed, 3)
+	f.Add([]byte{}, 0)
+	c := newGRPCCodec()
+	f.Fuzz(func(t *testing.T, data []byte, cut int) {
+		frames := mem.BufferSlice{mem.SliceBuffer(data)}
+		if cut > 0 && cut < len(data) {
+			frames = mem.BufferSlice{mem.SliceBuffer(data[:cut]), mem.SliceBuffer(data[cut:])}
+		}
+		var got, want remote.RemoteMessage
+		err := c.Unmarshal(frames, &got)
+		wantErr := proto.Unmarshal(data, &want)
+		if (err == nil) != (wantErr == nil) {
+			t.Fatalf("codec: %v; proto.Unmarshal: %v", err, wantErr)
+		}
+		if err == nil && !proto.Equal(&got, &want) {
+			t.Fatal("the codec decoded otherwise than proto.Unmarshal")
+		}
+	})
+}
