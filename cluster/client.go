@@ -67,7 +67,8 @@ func Dial(o ClientOptions) (c *Client, err error) {
 	if err != nil {
 		return nil, fmt.Errorf("cluster: client: %w", err)
 	}
-	serverOpts := []grpc.ServerOption{grpc.StreamInterceptor(n.guard.interceptor), grpc.MaxRecvMsgSize(DefaultMaxMessageSize)}
+	wc := newGRPCCodec() // the streams' buffers, not cleared (grpccodec.go)
+	serverOpts := []grpc.ServerOption{grpc.StreamInterceptor(n.guard.interceptor), grpc.MaxRecvMsgSize(DefaultMaxMessageSize), wc.serverOption()}
 	dialOpts := []grpc.DialOption{grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(DefaultMaxMessageSize))}
 	if serverCreds != nil {
 		serverOpts = append(serverOpts, grpc.Creds(serverCreds))
@@ -75,7 +76,8 @@ func Dial(o ClientOptions) (c *Client, err error) {
 	} else {
 		dialOpts = append(dialOpts, grpc.WithTransportCredentials(insecureCreds()))
 	}
-	rc := remote.Configure(o.Host, 0, remote.WithServerOptions(serverOpts...), remote.WithDialOptions(dialOpts...))
+	rc := remote.Configure(o.Host, 0, remote.WithServerOptions(serverOpts...), remote.WithDialOptions(dialOpts...),
+		remote.WithCallOptions(wc.callOption()))
 	rc.MaxRetryCount = 1
 	r := remote.NewRemote(as, rc)
 	if err := func() (err error) {

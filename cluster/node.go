@@ -366,7 +366,8 @@ func Start(ctx context.Context, cfg Config) (n *Node, err error) {
 	if cfg.TLS == nil {
 		log.Warn("cluster: running without TLS: any process that reaches the port can act as any node (set Config.TLS)", "host", cfg.Host)
 	}
-	serverOpts := []grpc.ServerOption{grpc.StreamInterceptor(n.guard.interceptor), grpc.MaxRecvMsgSize(cfg.MaxMessageSize)}
+	wc := newGRPCCodec() // the streams' buffers, not cleared (grpccodec.go)
+	serverOpts := []grpc.ServerOption{grpc.StreamInterceptor(n.guard.interceptor), grpc.MaxRecvMsgSize(cfg.MaxMessageSize), wc.serverOption()}
 	dialOpts := []grpc.DialOption{grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(cfg.MaxMessageSize), grpc.MaxCallSendMsgSize(cfg.MaxMessageSize))}
 	if serverCreds != nil {
 		serverOpts = append(serverOpts, grpc.Creds(serverCreds))
@@ -374,7 +375,8 @@ func Start(ctx context.Context, cfg Config) (n *Node, err error) {
 	} else {
 		dialOpts = append(dialOpts, grpc.WithTransportCredentials(insecureCreds()))
 	}
-	rc := remote.Configure(cfg.Host, cfg.Port, remote.WithServerOptions(serverOpts...), remote.WithDialOptions(dialOpts...))
+	rc := remote.Configure(cfg.Host, cfg.Port, remote.WithServerOptions(serverOpts...), remote.WithDialOptions(dialOpts...),
+		remote.WithCallOptions(wc.callOption()))
 	// One connection attempt per endpoint (protoactor sleeps 2 s after a
 	// failed one, blocking the endpoint); membership retries on its own.
 	rc.MaxRetryCount = 1

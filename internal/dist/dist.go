@@ -108,9 +108,11 @@ type RecordsPacker interface {
 }
 
 // AppendEncoder appends the encoding of an envelope to a buffer (the
-// envelope codec of package stage): size is about what it writes.
+// envelope codec of package stage); EncodedSizeOf is about what it writes
+// for env (the size PackRecords is given).
 type AppendEncoder interface {
 	AppendEncode(dst []byte, env any) ([]byte, error)
+	EncodedSizeOf(env any) int
 }
 
 // FromHeader is the message header in which the receiving process's

@@ -39,7 +39,7 @@ func (in *instance) send(oc *outChan, env *actors.Envelope) {
 	oc.wseq++
 	if p, ok := in.exec.dist.(dist.RecordsPacker); ok {
 		if enc, ok := oc.codec.(dist.AppendEncoder); ok { // framed by the distributor, encoded once in place
-			msg, err := p.PackRecords(oc.wseq, stage.EncodedSize(env.Count), enc, env)
+			msg, err := p.PackRecords(oc.wseq, enc.EncodedSizeOf(env), enc, env)
 			if err != nil {
 				panic(fmt.Errorf("encode for %v: %w", oc.target, err))
 			}

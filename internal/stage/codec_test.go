@@ -2,6 +2,7 @@ package stage
 
 import (
 	"encoding/binary"
+	"errors"
 	"math"
 	"reflect"
 	"strings"
@@ -78,6 +79,91 @@ func TestEnvelopeCodecRefusesDamage(t *testing.T) {
 	}
 }
 
+// Integers go in the fewest bytes that hold every value of the batch
+// (zigzagged, all of one width), or 8 each when a value needs them; every
+// width round-trips, at the edges of its range too.
+func TestEnvelopeCodecNarrowIntegers(t *testing.T) {
+	for width := 1; width <= 8; width++ {
+		hi := int64(math.MaxInt64)
+		if width < 8 {
+			hi = int64(1)<<(8*width-1) - 1 // the largest zigzag value of width bytes is 2*hi+1
+		}
+		lo := -hi - 1
+		vs := []int64{0, hi, lo, 1, -1, hi - 1, lo + 1, 3}
+		roundTrip(t, vs, nil, nil)
+		ints := make([]int, len(vs))
+		for i, v := range vs {
+			ints[i] = int(v)
+		}
+		roundTrip(t, ints, []int64{1, 2, 3, 4, 5, 6, 7, 8}, nil)
+		data, err := Codec[int64]{}.Encode(&actors.Envelope{Kind: actors.Data, Count: len(vs), Payload: &Batch[int64]{Vs: vs}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		header := 6 // kind, flags, channel, seq, count, mark: one byte each here
+		if width < 8 {
+			header++ // the width
+		}
+		if want := header + width*len(vs); len(data) != want {
+			t.Fatalf("width %d: %d bytes, want %d", width, len(data), want)
+		}
+		if narrowed := data[1]&flagNarrow != 0; narrowed != (width < 8) {
+			t.Fatalf("width %d: flags %08b", width, data[1])
+		}
+		for i := range len(data) { // every truncation is refused
+			if _, err := (Codec[int64]{}).Decode(data[:i]); err == nil {
+				t.Fatalf("width %d: the first %d of %d bytes decoded", width, i, len(data))
+			}
+		}
+	}
+	// 256 records of the values of a counter take about what varints take.
+	vs := make([]int64, 256)
+	for i := range vs {
+		vs[i] = 5_000_000 + int64(i)
+	}
+	data, _ := Codec[int64]{}.Encode(&actors.Envelope{Kind: actors.Data, Count: len(vs), Payload: &Batch[int64]{Vs: vs}})
+	if len(data) > 7+4*256 {
+		t.Fatalf("256 values near 5 M took %d bytes", len(data))
+	}
+	// The size a framing caller allocates holds the encoding, with the
+	// room its word-at-a-time writes need, so that encoding in place does
+	// not grow the buffer.
+	env := &actors.Envelope{Kind: actors.Data, Channel: 300, Seq: 1 << 40, Count: len(vs), Mark: -1 << 50, Payload: &Batch[int64]{Vs: vs}}
+	size := Codec[int64]{}.EncodedSizeOf(env)
+	if size > 2*len(data) {
+		t.Fatalf("EncodedSizeOf %d for an encoding of %d bytes", size, len(data))
+	}
+	buf := make([]byte, 0, size)
+	out, err := Codec[int64]{}.AppendEncode(buf, env)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if &out[0] != &buf[:1][0] {
+		t.Fatalf("AppendEncode grew a buffer of EncodedSizeOf %d bytes (wrote %d)", size, len(out))
+	}
+}
+
+// A width outside 1 to 7, or narrow integers for records that are not
+// integers, is refused by name.
+func TestEnvelopeCodecRefusesBadWidth(t *testing.T) {
+	data, _ := Codec[int64]{}.Encode(&actors.Envelope{Kind: actors.Data, Count: 2, Payload: &Batch[int64]{Vs: []int64{1, 2}}})
+	at := len(data) - 3 // the width byte, then the two values
+	if data[at] != 1 {
+		t.Fatalf("width byte %d, want 1", data[at])
+	}
+	for _, w := range []byte{0, 8, 9, 255} {
+		bad := append([]byte(nil), data...)
+		bad[at] = w
+		bad = append(bad, make([]byte, 16)...)
+		if _, err := (Codec[int64]{}).Decode(bad); !errors.Is(err, errWidth) {
+			t.Fatalf("width %d: %v, want errWidth", w, err)
+		}
+	}
+	if _, err := (Codec[float64]{}).Decode(data); err == nil || !strings.Contains(err.Error(), "narrow integers") {
+		t.Fatalf("narrow integers decoded as float64: %v", err)
+	}
+}
+
 func FuzzEnvelopeDecode(f *testing.F) {
 	c := Codec[point]{}
 	seed, _ := c.Encode(&actors.Envelope{Kind: actors.Data, Count: 1, Payload: &Batch[point]{Vs: []point{{1, 2, "z"}}}, Headers: map[string]string{"a": "b"}})
@@ -91,6 +177,9 @@ func FuzzEnvelopeDecode(f *testing.F) {
 	f.Add(seed3)
 	seed4, _ := c.Encode(&actors.Envelope{Kind: actors.Watermark, Mark: 7, Born: 1_700_000_000_000_000_000})
 	f.Add(seed4)
+	// Narrow integers (3 bytes each).
+	seed5, _ := Codec[int64]{}.Encode(&actors.Envelope{Kind: actors.Data, Count: 3, Payload: &Batch[int64]{Vs: []int64{-70000, 5, 80000}}})
+	f.Add(seed5)
 	f.Fuzz(func(t *testing.T, data []byte) {
 		for _, dec := range []func([]byte) (any, error){c.Decode, s.Decode, Codec[int64]{}.Decode} {
 			got, err := dec(data)
@@ -103,6 +192,24 @@ func FuzzEnvelopeDecode(f *testing.F) {
 			}
 			if e.Born < 0 || e.Sent < 0 || !(e.Keep >= 0 && e.Keep <= 1) {
 				t.Fatalf("latency out of range decoded: born %d, sent %d, keep %v", e.Born, e.Sent, e.Keep)
+			}
+		}
+		// Integers that decode encode again to the same values (narrow or not).
+		if got, err := (Codec[int64]{}).Decode(data); err == nil {
+			e := got.(*actors.Envelope)
+			if e.Kind != actors.Data {
+				return
+			}
+			again, err := Codec[int64]{}.Encode(e)
+			if err != nil {
+				t.Fatalf("re-encode: %v", err)
+			}
+			back, err := Codec[int64]{}.Decode(again)
+			if err != nil {
+				t.Fatalf("decode of the re-encoding: %v", err)
+			}
+			if !reflect.DeepEqual(back.(*actors.Envelope).Payload.(*Batch[int64]).Vs, e.Payload.(*Batch[int64]).Vs) {
+				t.Fatalf("values changed through a re-encoding")
 			}
 		}
 	})
@@ -145,5 +252,33 @@ func TestEnvelopeLatencyRoundTrip(t *testing.T) {
 	}
 	if _, err := c.Decode(b[:len(b)-3]); err == nil || !strings.Contains(err.Error(), "seq 8") {
 		t.Errorf("a truncated latency block decoded: %v", err)
+	}
+}
+
+// BenchmarkEnvelopeCodecInt64 encodes and decodes a batch of 256 int64s
+// whose values need 3 bytes each (narrow) or 8 (fixed).
+func BenchmarkEnvelopeCodecInt64(b *testing.B) {
+	for _, c := range []struct {
+		name string
+		base int64
+	}{{"narrow", 5_000_000}, {"fixed", 1 << 60}} {
+		b.Run(c.name, func(b *testing.B) {
+			vs := make([]int64, 256)
+			for i := range vs {
+				vs[i] = c.base + int64(i)
+			}
+			env := &actors.Envelope{Kind: actors.Data, Count: len(vs), Payload: &Batch[int64]{Vs: vs}}
+			buf := make([]byte, 0, EncodedSize(len(vs)))
+			b.ReportAllocs()
+			for b.Loop() {
+				data, err := Codec[int64]{}.AppendEncode(buf, env)
+				if err != nil {
+					b.Fatal(err)
+				}
+				if _, err := (Codec[int64]{}).Decode(data); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
 	}
 }
