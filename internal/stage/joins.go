@@ -63,11 +63,11 @@ type IntervalStage[K comparable, L, R, O any] struct {
 	lower, upper int64
 	wm           int64
 	t            keyedTable[K, *IntervalBuf[L, R]]
-	expiry       timeHeap[K]    // memory: a pruning time per record
-	dt           *diskTimers[K] // disk: a pruning timer per key with records
-	dtErr        error          // disk: the timer table did not open
-	prune        func(at int64, k K)
-	empty        int // memory: keys emptied since the last compaction
+	expiry       timeHeap[K]         // memory: a pruning time per record
+	dt           *diskTimers[K]      // disk: a pruning timer per key with records
+	dtErr        error               // disk: the timer table did not open
+	prune        func(at int64, k K) // disk: pruneDisk, the timers' function
+	empty        int                 // memory: keys emptied since the last compaction
 	next         Pusher[O]
 	sc           *Ctx
 	out          OutBuf[O]
