@@ -49,10 +49,11 @@ func (s StateSpec) Changelog(dir string) StateSpec {
 // the previous one. The newest two checkpoints' files are kept
 // (RetainCheckpoints). Results emitted at the end (EmitAtEnd) come in
 // key-group order, not first-seen order. Windows, joins and Process keep
-// their per-key state in the table too, and Process's timers and session
-// windows' timers are in a second table on disk; a time window keeps an
-// entry per open window in memory, an interval join one per key (see
-// docs/checkpoints.md).
+// their per-key state in the table too, and Process's timers, session
+// windows' timers and an interval join's pruning timers (one per key with
+// records) are in a second table on disk; a time window keeps an entry
+// per open window in memory, bounded by the windows open, not the keys
+// (see docs/checkpoints.md).
 func DiskState(dir string, budget int64) StateSpec {
 	return StateSpec{state.Spec{Dir: dir, Budget: budget}}
 }

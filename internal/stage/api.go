@@ -53,8 +53,10 @@ func NewTimestamps[T any](ts func(T) time.Time, bound int64, next any, sc *Ctx) 
 // [lower, upper] of each other.
 func NewIntervalJoin[K comparable, L, R, O any](key func(Either[L, R]) K, join func(L, R) O, lower, upper int64, next any, sc *Ctx) any {
 	p := next.(Pusher[O])
-	return &IntervalStage[K, L, R, O]{key: key, join: join, lower: lower, upper: upper, wm: math.MinInt64,
-		t: openTable[K, *IntervalBuf[L, R]](sc), out: NewOutBuf(p, sc), next: p, sc: sc}
+	s := &IntervalStage[K, L, R, O]{key: key, join: join, lower: lower, upper: upper, wm: math.MinInt64,
+		out: NewOutBuf(p, sc), next: p, sc: sc}
+	s.open()
+	return s
 }
 
 // NewJoin is the unbounded join, forgetting a key's records after ttl of

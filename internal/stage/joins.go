@@ -47,21 +47,46 @@ type IntervalBuf[L, R any] struct {
 // IntervalStage is the interval join: a key's records of both sides, kept
 // in its state table until the watermark passes the last time a record of
 // the other side could match them.
+//
+// When a key's records may be pruned: on the memory backend a heap entry
+// per record (expiry, as it always was); on the disk backend an
+// event-time timer per key with records in the stage's timer table
+// (timers.go), at the earliest time one of its records may be pruned
+// (firstDue): a record that moves it earlier moves the timer, a watermark
+// fires the timers due in time order, and each prunes its key's records
+// and sets the key's timer at the next such time, if records are left.
+// So on disk what the join holds in memory is bounded by the budget, not
+// by the keys.
 type IntervalStage[K comparable, L, R, O any] struct {
 	key          func(Either[L, R]) K
 	join         func(L, R) O
 	lower, upper int64
 	wm           int64
 	t            keyedTable[K, *IntervalBuf[L, R]]
-	// expiry: when a key's records may be pruned. In memory, an entry per
-	// record (as it always was); on disk one per key with records, at the
-	// earliest of their times (and one more each time a record moves it
-	// earlier), so that it grows with the keys, not their records.
-	expiry timeHeap[K]
-	empty  int // memory: keys emptied since the last compaction
-	next   Pusher[O]
-	sc     *Ctx
-	out    OutBuf[O]
+	expiry       timeHeap[K]         // memory: a pruning time per record
+	dt           *diskTimers[K]      // disk: a pruning timer per key with records
+	dtErr        error               // disk: the timer table did not open
+	prune        func(at int64, k K) // disk: pruneDisk, the timers' function
+	empty        int                 // memory: keys emptied since the last compaction
+	next         Pusher[O]
+	sc           *Ctx
+	out          OutBuf[O]
+}
+
+// open opens the join's table and, on disk, its timer table.
+func (s *IntervalStage[K, L, R, O]) open() {
+	s.t = openTable[K, *IntervalBuf[L, R]](s.sc)
+	if s.t.disk != nil {
+		s.dt, s.dtErr = openDiskTimers[K](s.sc)
+		s.prune = s.pruneDisk // made once (a method value allocates)
+	}
+}
+
+// checkTimers fails the stage if its timer table did not open.
+func (s *IntervalStage[K, L, R, O]) checkTimers() {
+	if s.dtErr != nil {
+		s.sc.fail(s.dtErr)
+	}
 }
 
 func (s *IntervalStage[K, L, R, O]) Push(b *Batch[Either[L, R]]) {
@@ -70,6 +95,7 @@ func (s *IntervalStage[K, L, R, O]) Push(b *Batch[Either[L, R]]) {
 		defer end()
 	}
 	s.t.check(s.sc)
+	s.checkTimers()
 	s.sc.C.In.Add(int64(len(b.Vs)))
 	if b.Ts == nil && len(b.Vs) > 0 {
 		s.sc.fail(errNoEventTime)
@@ -122,8 +148,11 @@ func (s *IntervalStage[K, L, R, O]) Push(b *Batch[Either[L, R]]) {
 		}
 		if s.t.mem != nil {
 			s.expiry.add(due, k)
-		} else if first, ok := s.firstDue(buf); !ok || due < first {
-			s.expiry.add(due, k)
+		} else if first, ok := s.firstDue(buf); !ok {
+			s.dt.add(eventTime, due, k, false) // the key had no records: no timer
+		} else if due < first { // its one timer, earlier
+			s.dt.delete(eventTime, first, k)
+			s.dt.add(eventTime, due, k, false)
 		}
 		if e.Right {
 			buf.Rs = append(buf.Rs, stamped[R]{t, e.R})
@@ -166,40 +195,25 @@ func (s *IntervalStage[K, L, R, O]) Watermark(wm int64) {
 		s.next.Watermark(wm)
 		return
 	}
+	if s.t.mem == nil {
+		s.checkTimers()
+		s.dt.fire(eventTime, wm, s.sc.fail, s.prune)
+		s.next.Watermark(wm)
+		return
+	}
 	for e, ok := s.expiry.due(wm); ok; e, ok = s.expiry.due(wm) {
-		var buf *IntervalBuf[L, R]
-		if m := s.t.mem; m != nil {
-			buf = m.M[e.v]
-		} else {
-			buf, _ = s.t.tab.Get(e.v)
-		}
+		buf := s.t.mem.M[e.v]
 		if buf == nil {
 			continue
 		}
-		// No right record later than wm can match l once l+upper <= wm, nor
-		// a left one r once r-lower <= wm.
 		nl, nr := len(buf.Ls), len(buf.Rs)
-		buf.Ls = slices.DeleteFunc(buf.Ls, func(l stamped[L]) bool { return l.T+s.upper <= wm })
-		buf.Rs = slices.DeleteFunc(buf.Rs, func(r stamped[R]) bool { return r.T-s.lower <= wm })
+		s.pruneBuf(buf)
 		switch {
 		case len(buf.Ls) == 0 && len(buf.Rs) == 0:
-			if s.t.mem != nil {
-				s.t.mem.Changed(e.v, true)
-				s.empty++ // left in place: compacted below
-			} else {
-				s.t.tab.Delete(e.v)
-			}
-		case s.t.mem != nil:
-			if len(buf.Ls) != nl || len(buf.Rs) != nr {
-				s.t.mem.Changed(e.v, true)
-			}
-		default:
-			if next, ok := s.firstDue(buf); ok { // one entry per key on disk: the next
-				s.expiry.add(next, e.v)
-			}
-			if len(buf.Ls) != nl || len(buf.Rs) != nr {
-				s.t.tab.Put(e.v, buf, true)
-			}
+			s.t.mem.Changed(e.v, true)
+			s.empty++ // left in place: compacted below
+		case len(buf.Ls) != nl || len(buf.Rs) != nr:
+			s.t.mem.Changed(e.v, true)
 		}
 	}
 	if s.empty > 64 && s.empty > len(s.t.mem.M)/2 {
@@ -209,11 +223,55 @@ func (s *IntervalStage[K, L, R, O]) Watermark(wm int64) {
 	s.next.Watermark(wm)
 }
 
+// pruneBuf drops the records of buf no record later than the watermark
+// can match: no right record later than wm matches l once l+upper <= wm,
+// nor a left one r once r-lower <= wm.
+func (s *IntervalStage[K, L, R, O]) pruneBuf(buf *IntervalBuf[L, R]) {
+	wm := s.wm
+	buf.Ls = slices.DeleteFunc(buf.Ls, func(l stamped[L]) bool { return l.T+s.upper <= wm })
+	buf.Rs = slices.DeleteFunc(buf.Rs, func(r stamped[R]) bool { return r.T-s.lower <= wm })
+}
+
+// pruneDisk is key k's timer on disk, fired at the watermark (its time at
+// or before it): it prunes the key's records and sets its timer at the
+// next time one of them may be pruned (after the watermark: it fires at a
+// later one), or deletes the key if none is left.
+func (s *IntervalStage[K, L, R, O]) pruneDisk(_ int64, k K) {
+	buf, _ := s.t.tab.Get(k)
+	if buf == nil {
+		return
+	}
+	nl, nr := len(buf.Ls), len(buf.Rs)
+	s.pruneBuf(buf)
+	next, ok := s.firstDue(buf)
+	if !ok {
+		s.t.tab.Delete(k)
+		return
+	}
+	s.dt.add(eventTime, next, k, false) // its one timer: the one firing is deleted
+	if len(buf.Ls) != nl || len(buf.Rs) != nr {
+		s.t.tab.Put(k, buf, true)
+	}
+}
+
 func (s *IntervalStage[K, L, R, O]) Finish() { s.t.clear(); s.expiry = nil; s.next.Finish() }
 
-// CommittedState and CloseState: the state backend's (see KeyedStage).
-func (s *IntervalStage[K, L, R, O]) CommittedState(id uint64) { s.t.committed(id) }
-func (s *IntervalStage[K, L, R, O]) CloseState() error        { return s.t.close() }
+// CommittedState and CloseState: the state backend's (see KeyedStage),
+// the timer table's beside the state table's on disk.
+func (s *IntervalStage[K, L, R, O]) CommittedState(id uint64) {
+	s.t.committed(id)
+	if s.dt != nil {
+		s.dt.tab.Committed(id)
+	}
+}
+
+func (s *IntervalStage[K, L, R, O]) CloseState() error {
+	err := s.t.close()
+	if s.dt != nil {
+		err = errors.Join(err, s.dt.tab.Close())
+	}
+	return err
+}
 
 type keyedBufs[K comparable, B any] struct {
 	Wm   int64 `msgpack:"wm"`
@@ -239,6 +297,16 @@ func (s *IntervalStage[K, L, R, O]) SnapshotState(id uint64) ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
+	if s.t.disk != nil { // disk: the timer table's part beside the state table's
+		if s.dtErr != nil {
+			return nil, s.dtErr
+		}
+		tb, err := s.dt.tab.Snapshot(id)
+		if err != nil {
+			return nil, err
+		}
+		return s.t.snapshot(id, own, tb)
+	}
 	return s.t.snapshot(id, own)
 }
 
@@ -247,9 +315,10 @@ func (s *IntervalStage[K, L, R, O]) RestoreState(b []byte) error {
 }
 
 // RestoreKeyGroups implements KeyGroupRestorer: the keys of groups
-// [lo, hi), the lowest event time.
+// [lo, hi), the lowest event time; on disk the timers of those groups, or
+// (a checkpoint without the timer table) a timer for each key restored.
 func (s *IntervalStage[K, L, R, O]) RestoreKeyGroups(states [][]byte, lo, hi int) error {
-	own, err := s.t.restore(states, lo, hi)
+	own, timers, err := s.t.restoreExtra(states, lo, hi, s.t.disk != nil)
 	if errors.Is(err, errOldState) {
 		wm, bufs, err := mergeKeyed[K, IntervalBuf[L, R]](states, lo, hi, s.wm)
 		if err != nil {
@@ -271,14 +340,11 @@ func (s *IntervalStage[K, L, R, O]) RestoreKeyGroups(states [][]byte, lo, hi int
 		}
 	}
 	s.expiry = nil
-	for k, buf := range s.t.tab.All {
+	if s.t.disk != nil {
+		return s.restoreTimers(timers, lo, hi)
+	}
+	for k, buf := range s.t.mem.M {
 		if buf == nil {
-			continue
-		}
-		if s.t.mem == nil {
-			if first, ok := s.firstDue(buf); ok {
-				s.expiry.add(first, k)
-			}
 			continue
 		}
 		for _, l := range buf.Ls {
@@ -286,6 +352,40 @@ func (s *IntervalStage[K, L, R, O]) RestoreKeyGroups(states [][]byte, lo, hi int
 		}
 		for _, r := range buf.Rs {
 			s.expiry.add(r.T-s.lower, k)
+		}
+	}
+	return nil
+}
+
+// restoreTimers restores the timer tables of the bundles that have one
+// (tstates[i] nil: none, or the state is of before the bundles); with
+// none, it sets a timer for each key of the restored table (one read of
+// it).
+func (s *IntervalStage[K, L, R, O]) restoreTimers(tstates [][]byte, lo, hi int) error {
+	if s.dtErr != nil {
+		return s.dtErr
+	}
+	var snaps [][]byte
+	for _, b := range tstates {
+		if b != nil {
+			snaps = append(snaps, b)
+		}
+	}
+	if len(snaps) > 0 {
+		if len(snaps) < len(tstates) {
+			return fmt.Errorf("%d of %d states keep their timers in a table, the others not: not one checkpoint", len(snaps), len(tstates))
+		}
+		return s.dt.restore(snaps, lo, hi, nil, nil, nil, nil)
+	}
+	if err := s.dt.restore(nil, 0, 0, nil, nil, nil, nil); err != nil { // empty
+		return err
+	}
+	for k, buf := range s.t.tab.All {
+		if buf == nil {
+			continue
+		}
+		if first, ok := s.firstDue(buf); ok {
+			s.dt.add(eventTime, first, k, false)
 		}
 	}
 	return nil

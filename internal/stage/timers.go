@@ -19,10 +19,11 @@ import (
 )
 
 // diskTimers keeps a stage's timers on the disk backend (Process's
-// event-time and processing-time timers, session windows' ends): a second
-// disk table of the stage (state.TableOp(name, 1)), beside its state
-// table and checkpointed with it in the same bundle, whose keys are the
-// timers themselves, ordered by time:
+// event-time and processing-time timers, session windows' ends, an
+// interval join's pruning times): a second disk table of the stage
+// (state.TableOp(name, 1)), beside its state table and checkpointed with
+// it in the same bundle, whose keys are the timers themselves, ordered by
+// time:
 //
 //	queue and key group (1 byte) | time ^ 1<<63 (8 bytes, big-endian) | encoded key
 //
