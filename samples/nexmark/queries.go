@@ -259,6 +259,40 @@ type bidInfo struct {
 	DateTime int64 `msgpack:"t"` // ms
 }
 
+// auctionOrBid is an auction (auctionInfo) or a bid (bidInfo) on its way
+// to the winning-bid operator, in 56 bytes: their Either took 88, copied
+// at every step from the events' source to the operator.
+type auctionOrBid struct {
+	Auction  int64 `msgpack:"a"` // the auction's id, or the bid's auction
+	DateTime int64 `msgpack:"t"` // ms
+	// An auction's seller and category, a bid's bidder and price.
+	SellerOrBidder  int64 `msgpack:"s"`
+	CategoryOrPrice int64 `msgpack:"c"`
+	Expires         int64 `msgpack:"e"` // an auction's, ms
+	Reserve         int64 `msgpack:"r"` // an auction's
+	IsBid           bool  `msgpack:"b"`
+}
+
+// auctionOrBidOf is the auction or bid of an event that is one of them.
+func auctionOrBidOf(e Event) auctionOrBid {
+	if isAuction(e) {
+		a := e.Auction
+		return auctionOrBid{Auction: a.ID, DateTime: a.DateTime, SellerOrBidder: a.Seller, CategoryOrPrice: a.Category,
+			Expires: a.Expires, Reserve: a.Reserve}
+	}
+	b := e.Bid
+	return auctionOrBid{Auction: b.Auction, DateTime: b.DateTime, SellerOrBidder: b.Bidder, CategoryOrPrice: b.Price, IsBid: true}
+}
+
+func (x auctionOrBid) auction() auctionInfo {
+	return auctionInfo{ID: x.Auction, Seller: x.SellerOrBidder, Category: x.CategoryOrPrice, DateTime: x.DateTime,
+		Expires: x.Expires, Reserve: x.Reserve}
+}
+
+func (x auctionOrBid) bid() bidInfo {
+	return bidInfo{Auction: x.Auction, Bidder: x.SellerOrBidder, Price: x.CategoryOrPrice, DateTime: x.DateTime}
+}
+
 // auctionInfo is what the winning-bid operator keeps of an auction.
 type auctionInfo struct {
 	ID       int64 `msgpack:"id"`
@@ -462,34 +496,43 @@ func (st *auctionState) open(c *winCtx) {
 func winningBids(events operators.Stream[Event], q string, p Params) operators.Stream[winningBid] {
 	events = timestamped(events, q, p)
 	unique := p.UniqueIDs
-	byAuction := keyedPair(events, q+".by-auction", p, isAuction, isBid,
-		func(e Event) auctionInfo { return auctionInfoOf(e.Auction) }, bidOf,
-		func(a auctionInfo) int64 { return a.ID }, func(b bidInfo) int64 { return b.Auction })
+	// As keyedPair of the auctions and the bids, with auctionOrBid for
+	// their Either.
+	kept := operators.Filter(events, q+".by-auction.select", func(e Event) bool { return isAuction(e) || isBid(e) })
+	tagged := operators.Map(kept, q+".by-auction.tag", auctionOrBidOf)
+	byAuction := operators.KeyBy(tagged, q+".by-auction.key", func(x auctionOrBid) int64 { return x.Auction }, p.par())
 	return operators.Process(byAuction, q+".winning",
-		func(c *winCtx, e operators.Either[auctionInfo, bidInfo]) {
+		func(c *winCtx, e auctionOrBid) {
 			if c.IsLate() {
 				c.CountLate()
 			}
 			st := c.State()
 			switch {
 			case st.Closed: // a later copy of the auction, or a bid after it closed
-			case !e.Right: // an auction
+			case !e.IsBid: // an auction
 				// An open auction is the first: a copy at or before its time
 				// cannot come once the watermark has passed it.
-				if st.Open || st.Has && compareAuctionCopies(e.L, st.Auction) >= 0 {
+				a := e.auction()
+				if st.Open || st.Has && compareAuctionCopies(a, st.Auction) >= 0 {
 					return
 				}
-				st.Auction, st.Has = e.L, true
+				st.Auction, st.Has = a, true
 				if unique {
 					st.open(c)
 				} else {
-					c.Timer(time.UnixMilli(e.L.DateTime)) // no earlier copy can come then
+					c.Timer(time.UnixMilli(a.DateTime)) // no earlier copy can come then
 				}
 			case st.Open:
-				st.offer(e.R)
+				st.offer(e.bid())
 			default: // a bid before its auction is open, or after it closed
-				st.Pending = append(st.Pending, e.R)
-				c.Timer(time.UnixMilli(pendingUntil(e.R.DateTime)))
+				// One timer serves the bids of a second: that of the last
+				// bid pending, if of the same second, is still set (it
+				// would have dropped that bid).
+				until := pendingUntil(e.DateTime)
+				if n := len(st.Pending); n == 0 || pendingUntil(st.Pending[n-1].DateTime) != until {
+					c.Timer(time.UnixMilli(until))
+				}
+				st.Pending = append(st.Pending, e.bid())
 			}
 		},
 		func(c *winCtx) {
