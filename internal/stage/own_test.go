@@ -291,3 +291,56 @@ func TestSourceArrayKept(t *testing.T) {
 		})
 	}
 }
+
+// TestHashBuffersSized: a hash edge sizes each target's buffer for the
+// records a batch brings it (not for the whole batch), including after a
+// buffer shipped full in the middle of the batch; every record reaches the
+// target its key's group says, in order, with its time.
+func TestHashBuffersSized(t *testing.T) {
+	for _, size := range []int{64, 4} { // one batch per target; several
+		t.Run(fmt.Sprint(size), func(t *testing.T) {
+			const n, targets = 48, 3
+			c := newOutCapture()
+			hash := func(v int64) uint64 { return uint64(v) * 0x9e3779b97f4a7c15 }
+			em := NewEmitter[int64]([]Output{{Part: Hash, Targets: targets, Hasher: hash}}, size, c)
+			b := &Batch[int64]{}
+			for v := range int64(n) {
+				b.Vs, b.Ts = append(b.Vs, v), append(b.Ts, 1000+v)
+			}
+			em.Push(b)
+			em.Flush()
+			want := make([][]int64, targets)
+			for v := range int64(n) {
+				t := InstanceFor(hash(v), targets)
+				want[t] = append(want[t], v)
+			}
+			got := shippedBatches(c)
+			if len(got) != targets {
+				t.Fatalf("records on %d channels, want %d", len(got), targets)
+			}
+			var arrays [][]int64
+			for i, bs := range got {
+				if !slices.Equal(flat(bs), want[i]) {
+					t.Fatalf("target %d got %v, want %v", i, flat(bs), want[i])
+				}
+				for _, sb := range bs {
+					if len(sb.Vs) > size || len(sb.Ts) != len(sb.Vs) {
+						t.Fatalf("target %d: a batch of %d records with %d times (batch size %d)", i, len(sb.Vs), len(sb.Ts), size)
+					}
+					for j, v := range sb.Vs {
+						if sb.Ts[j] != 1000+v {
+							t.Fatalf("target %d: record %d at %d", i, v, sb.Ts[j])
+						}
+					}
+					// Allocations round up to a size class: at most 2
+					// int64s more below 128 bytes, 25 % above.
+					if slack := cap(sb.Vs) - len(sb.Vs); slack > max(2, len(sb.Vs)/4) {
+						t.Fatalf("target %d: a batch of %d records in an array of %d", i, len(sb.Vs), cap(sb.Vs))
+					}
+					arrays = append(arrays, sb.Vs)
+				}
+			}
+			disjoint(t, "hash batches", arrays)
+		})
+	}
+}
