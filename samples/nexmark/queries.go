@@ -501,11 +501,13 @@ func (st *auctionState) open(c *winCtx) {
 }
 
 // winningBids adds the winning-bid operator of query q: auctions and bids
-// brought together by auction id (keyedPair) into a Process that keeps the
-// auction, its best valid bid so far and the bids that came before it, and
-// emits the winning bid when the watermark passes the auction's expiry (an
-// event-time timer), with the expiry as its event time. The first auction of
-// an id counts, later copies are ignored (see Params.UniqueIDs).
+// brought together by auction id (as keyedPair does, in an auctionOrBid)
+// into a Process that keeps the auction, its best valid bid so far and the
+// bids that came before it, and emits the winning bid when the watermark
+// passes the auction's expiry (an event-time timer), with the expiry as its
+// event time. The first auction of an id counts, later copies are ignored
+// (see Params.UniqueIDs); with UniqueIDs a closed auction is remembered for
+// closedFor, then forgotten (a timer).
 func winningBids(events operators.Stream[Event], q string, p Params) operators.Stream[winningBid] {
 	events = timestamped(events, q, p)
 	unique := p.UniqueIDs
