@@ -28,8 +28,9 @@ var flinkPerCore = map[string]float64{
 // a collecting sink, runs it and checks its output against the model's;
 // model runs the single-goroutine reference model on the events.
 type nexmarkQuery struct {
-	name  string
-	run   func(ctx context.Context, e *env, evs []nexmark.Event, p nexmark.Params, par int, cp bool) (nexmarkRun, error)
+	name string
+	// run checkpoints every cp when cp > 0.
+	run   func(ctx context.Context, e *env, evs []nexmark.Event, p nexmark.Params, par int, cp time.Duration) (nexmarkRun, error)
 	model func(evs []nexmark.Event) (time.Duration, int)
 }
 
@@ -53,17 +54,17 @@ func nexmarkCase[T any](name string, build func(operators.Stream[nexmark.Event],
 			want = model(evs)
 			return time.Since(start), len(want)
 		},
-		run: func(ctx context.Context, e *env, evs []nexmark.Event, p nexmark.Params, par int, cp bool) (nexmarkRun, error) {
+		run: func(ctx context.Context, e *env, evs []nexmark.Event, p nexmark.Params, par int, cp time.Duration) (nexmarkRun, error) {
 			cfg := actors.Config{Name: "nexmark-bench", Logger: e.log}
 			var opts []operators.TopologyOption
-			if cp { // checkpoints every second into a bbolt store
+			if cp > 0 { // checkpoints every cp into a bbolt store
 				dir, err := os.MkdirTemp("", "sluice-nexmark-cp-")
 				if err != nil {
 					return nexmarkRun{}, err
 				}
 				defer os.RemoveAll(dir)
 				cfg.Store = filepath.Join(dir, "store.db")
-				opts = append(opts, operators.Checkpoints(time.Second))
+				opts = append(opts, operators.Checkpoints(cp))
 			}
 			sys, err := actors.NewSystem(cfg)
 			if err != nil {
@@ -83,7 +84,7 @@ func nexmarkCase[T any](name string, build func(operators.Stream[nexmark.Event],
 				return nexmarkRun{}, err
 			}
 			r := nexmarkRun{d: time.Since(start), results: col.Len()}
-			if cp {
+			if cp > 0 {
 				st := operators.CheckpointStatsOf(run)
 				if st.Failed > 0 {
 					return nexmarkRun{}, fmt.Errorf("%d checkpoints failed: %s", st.Failed, st.LastFailure)
@@ -113,6 +114,17 @@ func nexmarkCase[T any](name string, build func(operators.Stream[nexmark.Event],
 
 func same[T comparable](a, b T) bool { return a == b }
 
+// nexmarkInterval is the checkpoint interval of a run of n events whose
+// best rate without checkpoints is rate: a tenth of that run, within
+// [10 ms, 1 s] (rounded to the millisecond).
+func nexmarkInterval(rate float64, n int) time.Duration {
+	d := time.Second
+	if rate > 0 {
+		d = time.Duration(float64(n) / rate / 10 * float64(time.Second))
+	}
+	return min(max(d, 10*time.Millisecond), time.Second).Round(time.Millisecond)
+}
+
 func nexmarkQueries() []nexmarkQuery {
 	return []nexmarkQuery{
 		nexmarkCase("q0", nexmark.BuildQ0, nexmark.ModelQ0, nexmark.SortedEvents,
@@ -134,14 +146,17 @@ func nexmarkQueries() []nexmarkQuery {
 // 10 000 events/s of event time over 100 generators), holds them in memory,
 // and runs every query on them three ways: as a topology read by parallel
 // source instances with parallel keyed operators, the same topology with
-// checkpoints every second into a bbolt store, and as the query's
+// periodic checkpoints into a bbolt store, and as the query's
 // single-goroutine reference model (the one the tests compare with). Each
 // topology's output is checked against its model's; a difference fails the
 // benchmark. The ratio is sluice's events/s over the model's, on the same
 // events: what running on every core buys over one goroutine; and the
-// checkpointed runs' over the runs without. A run shorter than a second
-// takes only the final checkpoint at the end of its input (the job's
-// whole state then), so the note gives the checkpoints of every run.
+// checkpointed runs' over the runs without. The checkpoint interval is
+// scaled to the run (at 2 M events most queries run for well under a
+// second, so checkpoints every second took only the final one, at the end
+// of the input): a tenth of the best run without checkpoints so far, within
+// [10 ms, 1 s], so a run takes about ten besides the final one; the note
+// gives the intervals and the checkpoints each run completed.
 func benchNexmark(ctx context.Context, e *env) ([]Result, error) {
 	n := e.n(2_000_000)
 	cores := runtime.GOMAXPROCS(0)
@@ -171,20 +186,26 @@ func benchNexmark(ctx context.Context, e *env) ([]Result, error) {
 		}
 		// The runs with and without checkpoints alternate, the first
 		// without in even rounds; the best of each counts.
+		// The first run is one without (r = 0, i = 0): it sets the interval.
 		var rate, cpRate float64
 		var checkpoints []int64
+		var intervals []time.Duration
 		for r := range max(e.rounds, 1) {
 			for i := range 2 {
-				cp := (r+i)%2 == 1
+				var cp time.Duration
+				if (r+i)%2 == 1 {
+					cp = nexmarkInterval(rate, n)
+				}
 				runtime.GC()
 				res, err := q.run(ctx, e, evs, p, par, cp)
 				if err != nil {
-					return nil, fmt.Errorf("nexmark %s (checkpoints %v): %w", q.name, cp, err)
+					return nil, fmt.Errorf("nexmark %s (checkpoints every %v): %w", q.name, cp, err)
 				}
 				v := float64(n) / res.d.Seconds()
-				if cp {
+				if cp > 0 {
 					cpRate = max(cpRate, v)
 					checkpoints = append(checkpoints, res.checkpoints)
+					intervals = append(intervals, cp)
 				} else {
 					rate = max(rate, v)
 					results = res.results
@@ -197,9 +218,9 @@ func benchNexmark(ctx context.Context, e *env) ([]Result, error) {
 			Note: fmt.Sprintf("%d in-memory events, %d source instances, keyed parallelism %d, %d cores, %d results equal to the model's (aim >= 0.5x)",
 				n, par, par, cores, results)}.against(base))
 		plain := out[len(out)-1]
-		out = append(out, Result{Name: "nexmark/" + q.name + "/checkpoints-1s-vs-none", Value: cpRate, Unit: "events/s",
-			Note: fmt.Sprintf("the same runs with checkpoints every second into a bbolt store (memory state), output checked; checkpoints completed per run, the final one included: %v; best of %d against the best of %d without (aim >= 0.9x)",
-				checkpoints, len(checkpoints), len(checkpoints))}.against(plain))
+		out = append(out, Result{Name: "nexmark/" + q.name + "/checkpoints-vs-none", Value: cpRate, Unit: "events/s",
+			Note: fmt.Sprintf("the same runs with checkpoints every %v (a tenth of the run without, 10 ms to 1 s) into a bbolt store (memory state), output checked; checkpoints completed per run, the final one included: %v; best of %d against the best of %d without (aim >= 0.9x)",
+				intervals, checkpoints, len(checkpoints), len(checkpoints))}.against(plain))
 		if f, ok := flinkPerCore[q.name]; ok {
 			out = append(out, Result{Name: "nexmark/" + q.name + "/context-flink-1.11-per-core", Value: f, Unit: "events/s/core",
 				Note: fmt.Sprintf("published, not measured here (3 machines, RocksDB, exactly-once checkpoints every 3 min, steady state); sluice here: %.0f events/s/core", rate/float64(cores))})

@@ -2,6 +2,7 @@ package stage
 
 import (
 	"math"
+	"slices"
 	"sync"
 
 	"github.com/sluicehq/sluice/actors"
@@ -38,6 +39,8 @@ type Emitter[T any] struct {
 	free *freeShipped[T] // envelopes the receivers handled (Release)
 	wm   int64           // the chain's event time: sent on every channel at the next flush when it advanced
 	sent int64           // the last watermark sent
+	// targets is hashed's scratch: each record's target.
+	targets []int32
 }
 
 type output[T any] struct {
@@ -46,6 +49,8 @@ type output[T any] struct {
 	hash  func(T) uint64
 	bufs  []Batch[T]
 	rr    int
+	// counts is hashed's scratch: records of a batch per target (Hash).
+	counts []int
 }
 
 func NewEmitter[T any](specs []Output, size int, snd Sender) *Emitter[T] {
@@ -54,6 +59,7 @@ func NewEmitter[T any](specs []Output, size int, snd Sender) *Emitter[T] {
 		o := &output[T]{index: i, spec: s, bufs: make([]Batch[T], s.Targets)}
 		if s.Part == Hash {
 			o.hash = s.Hasher.(func(T) uint64)
+			o.counts = make([]int, s.Targets)
 		}
 		e.outs = append(e.outs, o)
 	}
@@ -80,25 +86,61 @@ func (e *Emitter[T]) Push(b *Batch[T]) {
 				e.add(o, t, b, last && t == len(o.bufs)-1)
 			}
 		case Hash:
-			n := len(o.bufs)
-			for i, v := range b.Vs {
-				t := InstanceFor(o.hash(v), n)
-				buf := &o.bufs[t]
-				if buf.Vs == nil { // filled one record at a time: sized once, not grown
-					c := min(e.size, len(b.Vs))
-					buf.Vs = make([]T, 0, c)
-					if b.Ts != nil {
-						buf.Ts = make([]int64, 0, c)
-					}
-				}
-				buf.Vs = append(buf.Vs, v)
-				if b.Ts != nil {
-					buf.Ts = append(buf.Ts, b.Ts[i])
-				}
-				if len(buf.Vs) >= e.size {
-					e.ship(o, t)
-				}
+			if len(o.bufs) == 1 { // every record to the one target
+				e.add(o, 0, b, last)
+				continue
 			}
+			e.hashed(o, b)
+		}
+	}
+}
+
+// hashed appends each record of b to the buffer of its key's target. The
+// targets are found first, so that each buffer grows once, by what the
+// batch brings it: a buffer sized for the whole batch was left half empty
+// with two targets (the instance flushes after every batch it handles),
+// and the half it never filled was allocated and cleared for nothing.
+func (e *Emitter[T]) hashed(o *output[T], b *Batch[T]) {
+	n := len(o.bufs)
+	if cap(e.targets) < len(b.Vs) {
+		e.targets = make([]int32, len(b.Vs))
+	}
+	ts := e.targets[:len(b.Vs)]
+	counts := o.counts // left for each target: records of b not yet appended
+	clear(counts)
+	for i, v := range b.Vs {
+		t := InstanceFor(o.hash(v), n)
+		ts[i] = int32(t)
+		counts[t]++
+	}
+	for t, k := range counts {
+		if k == 0 {
+			continue
+		}
+		buf := &o.bufs[t]
+		room := min(k, e.size-len(buf.Vs)) // a buffer ships once it holds e.size
+		buf.Vs = slices.Grow(buf.Vs, room)
+		if b.Ts != nil {
+			buf.Ts = slices.Grow(buf.Ts, room)
+		}
+	}
+	for i, v := range b.Vs {
+		t := ts[i]
+		buf := &o.bufs[t]
+		if buf.Vs == nil { // shipped during this batch: sized for what is left
+			c := min(e.size, counts[t])
+			buf.Vs = make([]T, 0, c)
+			if b.Ts != nil {
+				buf.Ts = make([]int64, 0, c)
+			}
+		}
+		counts[t]--
+		buf.Vs = append(buf.Vs, v)
+		if b.Ts != nil {
+			buf.Ts = append(buf.Ts, b.Ts[i])
+		}
+		if len(buf.Vs) >= e.size {
+			e.ship(o, int(t))
 		}
 	}
 }
