@@ -173,7 +173,8 @@ type memState[K comparable, V any] struct {
 // handle of its chain.
 func (m *Mem[K, V]) Snapshot(id uint64) ([]byte, error) {
 	if m.log != nil {
-		return m.snapshotChangelog(id)
+		b, _, err := m.snapshotChangelog(id, nil)
+		return b, err
 	}
 	st := memState[K, V]{Keys: m.Order, Accs: make([]V, len(m.Order))}
 	for i, k := range m.Order {
@@ -279,4 +280,3 @@ func wrapN(i, n int, err error) error {
 	return fmt.Errorf("state %d of %d: %w", i+1, n, err)
 }
 
-func (m *Mem[K, V]) Close() error { return nil }
