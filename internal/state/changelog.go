@@ -114,7 +114,7 @@ type changelog struct {
 	snaps    []snapRec // snapshots retained or in flight
 	inst     int
 	parts    int
-	swept    bool // instance 0 removed the directories of instances >= parts
+	swept    bool    // instance 0 removed the directories of instances >= parts
 	buf      []byte  // the last file encoded (reused once it is written)
 	flight   *flight // the file being written (SnapshotLater), nil when none
 }

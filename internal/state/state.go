@@ -279,4 +279,3 @@ func wrapN(i, n int, err error) error {
 	}
 	return fmt.Errorf("state %d of %d: %w", i+1, n, err)
 }
-
