@@ -202,14 +202,37 @@ func (m *Mem[K, V]) deleted(k K) {
 }
 
 // overflow stops tracking changes: so many keys changed that the next
-// checkpoint writes a base.
+// checkpoint writes a base. The dirty map is kept to be cleared and
+// filled again.
 func (m *Mem[K, V]) overflow() {
-	m.track, m.full, m.dirty, m.fresh = false, true, nil, 0
+	m.track, m.full, m.fresh, m.over = false, true, 0, true
 }
 
-// resetTracking starts tracking the changes after a snapshot.
+// maxSkip bounds how many intervals in a row go untracked after
+// intervals that overflowed (resetTracking).
+const maxSkip = 4
+
+// resetTracking starts tracking the changes after a snapshot, unless the
+// intervals before overflowed (more than a quarter of the keys changed):
+// then the next ones go untracked and end in a base, as they would have
+// after paying for tracking a quarter of the keys. After n tracked
+// intervals in a row that overflowed, min(n, maxSkip) go untracked; a
+// tracked one that does not overflow ends the run.
 func (m *Mem[K, V]) resetTracking() {
-	m.track, m.full, m.fresh = true, false, 0
+	switch {
+	case m.over: // the tracked interval that ended overflowed
+		m.overs++
+		m.skip = min(m.overs, maxSkip)
+	case !m.skipping: // a tracked one that did not
+		m.overs = 0
+	}
+	m.over, m.fresh = false, 0
+	if m.skip > 0 {
+		m.skip--
+		m.skipping, m.track, m.full = true, false, true
+		return
+	}
+	m.skipping, m.track, m.full = false, true, false
 	m.limit = max(len(m.M)/4, 256)
 	if m.dirty == nil {
 		m.dirty = make(map[K]uint8)

@@ -654,3 +654,57 @@ func TestChangelogSnapshotLater(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestChangelogSkipsTrackingAfterOverflow: after intervals in which every
+// key changed (bases), the intervals that follow go untracked (bases
+// too), and once few keys change a delta comes back within five
+// snapshots; every snapshot restores to the model.
+func TestChangelogSkipsTrackingAfterOverflow(t *testing.T) {
+	dir := t.TempDir()
+	m := openLog(t, dir, 0, 0)
+	want := model{m: map[int64]int64{}}
+	const keys = 1000
+	id := uint64(0)
+	snap := func() (base bool) {
+		t.Helper()
+		id++
+		h, err := m.Snapshot(id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		r := openLog(t, t.TempDir(), 0, 0)
+		inline, err := state.Inline(h, dir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := r.Restore([][]byte{inline}, 0, state.AllGroups); err != nil {
+			t.Fatal(err)
+		}
+		sameAs(t, fmt.Sprintf("checkpoint %d", id), r, want)
+		_, _, base = m.LastChain()
+		return base
+	}
+	for round := range int64(7) { // snapshot 1 untracked (the first), then tracked ones overflow: 2, 4, 7; 3, 5, 6 untracked
+		for k := range int64(keys) {
+			v, ok := m.Get(k)
+			m.Put(k, v+round, ok)
+			want.put(k, v+round)
+		}
+		if !snap() {
+			t.Fatalf("checkpoint %d after every key changed is not a base", id)
+		}
+	}
+	for i := range int64(6) {
+		m.Put(i, -i, true)
+		want.put(i, -i)
+		m.Put(keys+i, i, false)
+		want.put(keys+i, i)
+		if !snap() {
+			if i == 0 {
+				t.Fatal("the first checkpoint after the overflowing ones is a delta: it was tracked")
+			}
+			return
+		}
+	}
+	t.Fatal("no delta in six checkpoints with few keys changed")
+}
