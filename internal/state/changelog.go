@@ -286,8 +286,8 @@ func (m *Mem[K, V]) snapshotChangelog(id uint64, durable func(error)) ([]byte, b
 	l.flight = f
 	go func() {
 		f.err = l.write(name, data)
+		durable(f.err) // before done: Close returns once this goroutine has
 		close(f.done)
-		durable(f.err)
 	}()
 	return h, true, nil
 }
