@@ -32,7 +32,8 @@ import (
 // the deltas after it, each with its size and CRC) that together are the
 // table as of the checkpoint. A base is written instead of a delta after
 // MaxChain deltas, when the deltas since the base pass half of its size,
-// when more than a quarter of the keys changed, and after a restore; so a
+// when more than a quarter of the keys changed (and, untracked, in up to
+// 4 intervals after such ones: resetTracking), and after a restore; so a
 // recovery reads one base and a bounded chain. Committed keeps the files
 // of the newest Retain checkpoints (and of those in flight) and removes
 // every other file of the instance's directory.
