@@ -37,6 +37,9 @@ func benchCheckpoint(ctx context.Context, e *env) ([]Result, error) {
 		{"checkpoint-1m-keys", 1_000_000, true, false},
 		{"checkpoint-1m-keys-backpressure", 1_000_000, true, true},
 	} {
+		if e.cases != nil && !e.cases.MatchString(c.name) {
+			continue
+		}
 		rs, err := checkpointCase(ctx, e, c.name, c.keys, c.changelog, c.slow)
 		if err != nil {
 			return nil, err

@@ -61,9 +61,10 @@ type benchmark struct {
 
 // env is what every benchmark gets: its scale and a logger.
 type env struct {
-	scale    float64 // multiplies the default record counts
-	rounds   int     // repetitions; the best round counts
-	skipSlow bool    // leave out the context-only figures (one record per message)
+	scale    float64        // multiplies the default record counts
+	rounds   int            // repetitions; the best round counts
+	skipSlow bool           // leave out the context-only figures (one record per message)
+	cases    *regexp.Regexp // -cases: the cases of a benchmark to run (nil: all; the checkpoint benchmark's)
 	log      *slog.Logger
 }
 
@@ -147,6 +148,7 @@ func main() {
 		list    = flag.Bool("list", false, "list the benchmarks, what each measures and its aim, and exit")
 		withCtx = flag.Bool("context", true, "also measure the context-only figures (one record per channel send or actor message: slow)")
 		cpuProf = flag.String("cpuprofile", "", "write a CPU profile of the whole run to this file (for profiling, not for recorded figures)")
+		cases   = flag.String("cases", "", "run only the cases whose name matches this regular expression (the checkpoint benchmark's, e.g. 1m-keys)")
 	)
 	flag.Parse()
 	if *cpuProf != "" {
@@ -160,7 +162,7 @@ func main() {
 		}
 		defer func() { pprof.StopCPUProfile(); f.Close() }()
 	}
-	if err := run(*runPat, *asJSON, *scale, *rounds, *list, !*withCtx); err != nil {
+	if err := run(*runPat, *cases, *asJSON, *scale, *rounds, *list, !*withCtx); err != nil {
 		fmt.Fprintln(os.Stderr, "benchmarks:", err)
 		pprof.StopCPUProfile()
 		os.Exit(1)
@@ -186,15 +188,19 @@ func childMain(args []string) error {
 	return overloadChild(*ccase, *cn, *cburn)
 }
 
-func run(pat string, asJSON bool, scale float64, rounds int, list, skipSlow bool) error {
+func run(pat, cases string, asJSON bool, scale float64, rounds int, list, skipSlow bool) error {
 	re, err := regexp.Compile(pat)
 	if err != nil {
 		return fmt.Errorf("-run %q: %w", pat, err)
 	}
+	cre, err := regexp.Compile(cases)
+	if err != nil {
+		return fmt.Errorf("-cases %q: %w", cases, err)
+	}
 	if scale <= 0 || rounds < 1 {
 		return fmt.Errorf("-scale must be > 0 and -rounds >= 1")
 	}
-	e := &env{scale: scale, rounds: rounds, skipSlow: skipSlow, log: slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))}
+	e := &env{scale: scale, rounds: rounds, skipSlow: skipSlow, cases: cre, log: slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))}
 	ctx := context.Background()
 	machine := fmt.Sprintf("%s/%s, %d CPUs, %s", runtime.GOOS, runtime.GOARCH, runtime.NumCPU(), runtime.Version())
 	if !asJSON {

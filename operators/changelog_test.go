@@ -119,3 +119,50 @@ func countDeltas(dir string) int {
 	})
 	return n
 }
+
+// TestChangelogWriteFailureFailsCheckpoint: the changelog's files are
+// written after the barrier went on (the acknowledgement waits for them);
+// when a write fails the job fails with it, naming the file, and no
+// checkpoint taken after the failure completes: the failure is not lost.
+func TestChangelogWriteFailureFailsCheckpoint(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	sys, err := actors.NewSystem(actors.Config{Name: t.Name()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sys.Stop(ctx)
+	const n, keys = 1_000_000, 5_000
+	p := newPace(t)
+	logDir := t.TempDir()
+	top := operators.NewTopology("changelog-fails", operators.BatchSize(64), operators.StateBackend(operators.MemoryState().Changelog(logDir)))
+	by := operators.KeyBy(p.stream(top, n, keys, true), "by", func(v int64) int64 { return v }, operators.Parallelism(2))
+	counts := operators.Count(by, "count", operators.Emit(operators.EmitAtEnd))
+	operators.Sink(counts, "sink", operators.SinkFunc(func(operators.KV[int64, int64]) error { return nil }))
+	job, err := operators.Start(ctx, sys, top, operators.Checkpoints(20*time.Millisecond), operators.CheckpointStore(persistence.NewMemoryCheckpointStore()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.await(t, 20_000)
+	if job.Checkpoints().Completed == 0 {
+		p.await(t, 60_000)
+	}
+	inst0, _ := filepath.Glob(filepath.Join(logDir, "*", "count", "0"))
+	if len(inst0) != 1 {
+		t.Fatalf("instance 0's changelog directory: %v", inst0)
+	}
+	if err := os.RemoveAll(inst0[0]); err != nil {
+		t.Fatal(err)
+	}
+	before := job.Checkpoints().Completed
+	err = job.Wait(ctx)
+	if err == nil || !strings.Contains(err.Error(), "checkpoint") || !strings.Contains(err.Error(), inst0[0]) {
+		t.Fatalf("the job ended with %v, want the failed write of instance 0's changelog file", err)
+	}
+	if after := job.Checkpoints().Completed; after > before+1 { // one may have been written before the removal
+		t.Fatalf("%d checkpoints completed after the write failed (%d before)", after-before, before)
+	}
+	if p.passed.Load() >= n {
+		t.Fatal("the job read every record: the failure came too late to tell")
+	}
+}

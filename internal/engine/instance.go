@@ -73,6 +73,9 @@ type instance struct {
 	started     bool
 	early       []*wire.Barrier
 	pendingAcks []pendingAck // a source's offsets at checkpoints not yet completed
+	// writing: the checkpoints whose state some stage still writes after
+	// its snapshot (SnapshotStateLater); their acknowledgement waits.
+	writing map[uint64]*writing
 	// Checkpoints of a job where some instances finished: want is the
 	// latest checkpoint the job announced to this instance (answered when
 	// its input ends before the barrier arrives), answered the latest it
@@ -241,6 +244,8 @@ func (in *instance) Receive(c actor.Context) {
 		in.start()
 	case *replayMsg:
 		in.drain()
+	case *durableMsg:
+		in.durable(m)
 	case *wire.Drain:
 		if !in.fromJob(c) {
 			return
@@ -360,7 +365,7 @@ func (in *instance) maybeAligned() {
 	for _, oc := range in.outs {
 		in.enqueue(oc, &actors.Envelope{Kind: actors.Barrier, Mark: int64(id)})
 	}
-	in.tell(in.exec.jobPID, ackOf(in, id, states, nil))
+	in.sendAck(ackOf(in, id, states, nil))
 	in.stash = append(held, in.stash...)
 }
 
@@ -384,7 +389,7 @@ func (in *instance) sourceBarrier(id uint64, unaligned bool) {
 	}
 	off := in.src.Offset()
 	in.pendingAcks = append(in.pendingAcks, pendingAck{id, off})
-	in.tell(in.exec.jobPID, &wire.Ack{Gen: in.gen, ID: id, Instance: in.num, States: states,
+	in.sendAck(&wire.Ack{Gen: in.gen, ID: id, Instance: in.num, States: states,
 		Offsets: map[string]int64{in.srcKey: off}})
 }
 
@@ -413,7 +418,7 @@ func (in *instance) finalBarrier(id uint64) {
 		offsets[in.finKey] = 1
 	}
 	in.finalAt = id
-	in.tell(in.exec.jobPID, &wire.Ack{Gen: in.gen, ID: id, Instance: in.num, States: states, Offsets: offsets})
+	in.sendAck(&wire.Ack{Gen: in.gen, ID: id, Instance: in.num, States: states, Offsets: offsets})
 }
 
 type pendingAck struct {
@@ -464,11 +469,90 @@ func (in *instance) committed(m *wire.Committed) {
 	}
 }
 
-// snapshot records the state of the chain's stateful stages.
+// laterState is a stage whose state may still be written after its
+// snapshot returns (a keyed stage's memory table with a changelog): its
+// durable is called once the write ends, from another goroutine.
+type laterState interface {
+	SnapshotStateLater(id uint64, durable func(error)) (b []byte, later bool, err error)
+}
+
+// writing is a checkpoint whose state is still being written by some of
+// the chain's stages: left of them; ack, once the instance has it, is sent
+// when none is left.
+type writing struct {
+	left int
+	ack  *wire.Ack
+}
+
+// durableMsg: a stage's state of checkpoint id is written (err nil) or
+// could not be.
+type durableMsg struct {
+	id  uint64
+	key string
+	err error
+}
+
+func (*durableMsg) IsControl() bool { return true }
+
+// IsUrgent: the acknowledgement it may let go does not wait for the queue.
+func (*durableMsg) IsUrgent() bool { return true }
+
+// sendAck tells the job a checkpoint's acknowledgement, or keeps it until
+// the chain's state of the checkpoint is written (durable).
+func (in *instance) sendAck(a *wire.Ack) {
+	if w := in.writing[a.ID]; w != nil {
+		if w.left > 0 {
+			w.ack = a
+			return
+		}
+		delete(in.writing, a.ID)
+	}
+	in.tell(in.exec.jobPID, a)
+}
+
+// durable: a stage's state of a checkpoint is written. A failed write
+// fails the instance as a failed snapshot does: the checkpoint is never
+// acknowledged.
+func (in *instance) durable(m *durableMsg) {
+	if m.err != nil {
+		panic(stage.NewFailure(m.key, fmt.Errorf("checkpoint: %w", m.err)))
+	}
+	w := in.writing[m.id]
+	if w == nil {
+		return
+	}
+	if w.left--; w.left == 0 && w.ack != nil {
+		delete(in.writing, m.id)
+		in.tell(in.exec.jobPID, w.ack)
+	}
+}
+
+// snapshot records the state of the chain's stateful stages. A stage
+// that writes its state after (laterState) holds the checkpoint's
+// acknowledgement (sendAck) until durable.
 func (in *instance) snapshot(id uint64) map[string][]byte {
 	states := make(map[string][]byte, len(in.states))
 	for _, s := range in.states {
-		b, err := s.st.SnapshotState(id)
+		var b []byte
+		var err error
+		if ls, ok := s.st.(laterState); ok {
+			root, self, key := in.exec.root, in.self, s.key
+			var later bool
+			b, later, err = ls.SnapshotStateLater(id, func(err error) { root.Send(self, &durableMsg{id: id, key: key, err: err}) })
+			if later {
+				if in.writing == nil {
+					in.writing = map[uint64]*writing{}
+				}
+				w := in.writing[id]
+				if w == nil {
+					w = &writing{}
+					in.writing[id] = w
+				}
+				w.left++
+			}
+		} else {
+			b, err = s.st.SnapshotState(id)
+		}
 		if err != nil {
 			panic(stage.NewFailure(s.key, fmt.Errorf("checkpoint: %w", err)))
 		}

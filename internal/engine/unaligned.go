@@ -406,7 +406,7 @@ func (in *instance) uaMaybeDone() {
 			chans[in.channelKey(c)+spillRefSuffix] = encodeSpillRef(r)
 		}
 	}
-	in.tell(in.exec.jobPID, ackOf(in, ua.id, ua.states, chans))
+	in.sendAck(ackOf(in, ua.id, ua.states, chans))
 }
 
 // encodeChannel frames the encoded envelopes of a channel's in-flight

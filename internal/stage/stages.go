@@ -409,6 +409,21 @@ func (s *KeyedStage[K, T, A, O]) SnapshotState(id uint64) ([]byte, error) {
 	return s.tab.Snapshot(id)
 }
 
+// SnapshotStateLater is SnapshotState whose file, with the memory
+// backend's changelog, is written and synced after it returns (see
+// state.Mem.SnapshotLater): later says so, and durable is called once,
+// from another goroutine, when it is durable or failed.
+func (s *KeyedStage[K, T, A, O]) SnapshotStateLater(id uint64, durable func(error)) ([]byte, bool, error) {
+	if s.tab == nil {
+		return nil, false, s.openErr
+	}
+	if s.mem != nil {
+		return s.mem.SnapshotLater(id, durable)
+	}
+	b, err := s.tab.Snapshot(id)
+	return b, false, err
+}
+
 func (s *KeyedStage[K, T, A, O]) RestoreState(b []byte) error {
 	if s.tab == nil {
 		return s.openErr

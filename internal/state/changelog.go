@@ -1,7 +1,6 @@
 package state
 
 import (
-	"bufio"
 	"bytes"
 	"crypto/rand"
 	"encoding/binary"
@@ -10,6 +9,7 @@ import (
 	"fmt"
 	"hash/crc32"
 	"io"
+	"math"
 	"net/url"
 	"os"
 	"path/filepath"
@@ -32,16 +32,27 @@ import (
 // the deltas after it, each with its size and CRC) that together are the
 // table as of the checkpoint. A base is written instead of a delta after
 // MaxChain deltas, when the deltas since the base pass half of its size,
-// when more than a quarter of the keys changed, and after a restore; so a
+// when more than a quarter of the keys changed (and, untracked, in up to
+// 4 intervals after such ones: resetTracking), and after a restore; so a
 // recovery reads one base and a bounded chain. Committed keeps the files
 // of the newest Retain checkpoints (and of those in flight) and removes
 // every other file of the instance's directory.
 //
 // A file:
 //
-//	"SLCL" | version (1 byte) | kind (1 base, 2 delta; 3 the disk backend's delta, disk_delta.go) | checkpoint id (8) | previous file's id (8, 0 for a base)
-//	| records (8) | records... | CRC-32C of everything before (4)
-//	record: op (1 append, 2 update, 3 delete) | uvarint key length | key | (not for delete) uvarint value length | value
+//	"SLCL" | version (1 byte) | kind (4 base, 2 delta; 1 the base written before; 3 the disk backend's delta, disk_delta.go)
+//	| checkpoint id (8) | previous file's id (8, 0 for a base) | records (8) | records... | CRC-32C of everything before (4)
+//	record of a delta (and of a kind 1 base, whose records are appends in Order):
+//	        op (1 append, 2 update, 3 delete) | uvarint key length | key | (not for delete) uvarint value length | value
+//	records of a base (kind 4): layout (1 byte) | every key and value in the map's order | every key again, in Order
+//	        layout 1 (8-byte keys and values): key (8) | value (8); the order's keys as uvarints of the zigzagged
+//	        difference from the key before (from 0 for the first)
+//	        layout 0: uvarint key length | key | uvarint value length | value; the order's: uvarint key length | key
+//
+// A base is written in the map's order so that writing it reads the map
+// from start to end, without a lookup of each key (a lookup misses the
+// cache: on a table of 1 M keys the lookups in Order were most of a
+// checkpoint's time); Order follows, so that a restore keeps it.
 //
 // A handle: "SLCH" | version | checkpoint id (8) | uvarint files | per file: uvarint path length | path
 // (relative to the job's changelog directory) | uvarint size | CRC (4) | then a CRC-32C of the handle (4).
@@ -63,8 +74,11 @@ const DefaultMaxChain = 10
 
 const (
 	changelogVersion = 1
-	kindBase         = 1
+	kindBase         = 1 // every key and value, in Order (written before kindBaseMap)
 	kindDelta        = 2
+	kindBaseMap      = 4 // every key and value in the map's order, then Order
+	layoutGeneric    = 0 // kindBaseMap's records: lengths and encodings
+	layoutFixed      = 1 // ... 8-byte keys and values
 	opAppend         = 1
 	opUpdate         = 2
 	opDelete         = 3
@@ -101,7 +115,9 @@ type changelog struct {
 	snaps    []snapRec // snapshots retained or in flight
 	inst     int
 	parts    int
-	swept    bool // instance 0 removed the directories of instances >= parts
+	swept    bool    // instance 0 removed the directories of instances >= parts
+	buf      []byte  // the last file encoded (reused once it is written)
+	flight   *flight // the file being written (SnapshotLater), nil when none
 }
 
 type fileRef struct {
@@ -187,14 +203,37 @@ func (m *Mem[K, V]) deleted(k K) {
 }
 
 // overflow stops tracking changes: so many keys changed that the next
-// checkpoint writes a base.
+// checkpoint writes a base. The dirty map is kept to be cleared and
+// filled again.
 func (m *Mem[K, V]) overflow() {
-	m.track, m.full, m.dirty, m.fresh = false, true, nil, 0
+	m.track, m.full, m.fresh, m.over = false, true, 0, true
 }
 
-// resetTracking starts tracking the changes after a snapshot.
+// maxSkip bounds how many intervals in a row go untracked after
+// intervals that overflowed (resetTracking).
+const maxSkip = 4
+
+// resetTracking starts tracking the changes after a snapshot, unless the
+// intervals before overflowed (more than a quarter of the keys changed):
+// then the next ones go untracked and end in a base, as they would have
+// after paying for tracking a quarter of the keys. After n tracked
+// intervals in a row that overflowed, min(n, maxSkip) go untracked; a
+// tracked one that does not overflow ends the run.
 func (m *Mem[K, V]) resetTracking() {
-	m.track, m.full, m.fresh = true, false, 0
+	switch {
+	case m.over: // the tracked interval that ended overflowed
+		m.overs++
+		m.skip = min(m.overs, maxSkip)
+	case !m.skipping: // a tracked one that did not
+		m.overs = 0
+	}
+	m.over, m.fresh = false, 0
+	if m.skip > 0 {
+		m.skip--
+		m.skipping, m.track, m.full = true, false, true
+		return
+	}
+	m.skipping, m.track, m.full = false, true, false
 	m.limit = max(len(m.M)/4, 256)
 	if m.dirty == nil {
 		m.dirty = make(map[K]uint8)
@@ -203,20 +242,34 @@ func (m *Mem[K, V]) resetTracking() {
 	}
 }
 
-// snapshotChangelog writes the checkpoint's base or delta and returns its
-// handle.
-func (m *Mem[K, V]) snapshotChangelog(id uint64) ([]byte, error) {
+// snapshotChangelog encodes the checkpoint's base or delta and returns
+// the handle of its chain; the file is written and synced before it
+// returns, unless durable is set: then a goroutine of the table's writes
+// it and calls durable once the file is in place (nil) or failed (see
+// SnapshotLater). Either way at most one write is in flight: a snapshot
+// waits for the one before.
+func (m *Mem[K, V]) snapshotChangelog(id uint64, durable func(error)) ([]byte, bool, error) {
 	l := m.log
-	base := m.full || len(l.chain) == 0 || len(l.chain) > l.maxChain || l.deltas > l.base/2
-	var ref fileRef
-	var err error
-	if base {
-		ref, err = m.writeFile(id, kindBase, 0)
-	} else {
-		ref, err = m.writeFile(id, kindDelta, l.chain[len(l.chain)-1].id)
+	if err := l.wait(); err != nil {
+		// The last write failed (its checkpoint failed with it): its file
+		// may be missing, so nothing may follow it.
+		l.chain = nil
 	}
+	base := m.full || len(l.chain) == 0 || len(l.chain) > l.maxChain || l.deltas > l.base/2
+	kind, prev := byte(kindBaseMap), uint64(0)
+	if !base {
+		kind, prev = kindDelta, l.chain[len(l.chain)-1].id
+	}
+	data, err := m.encode(l.buf[:0], id, kind, prev)
 	if err != nil {
-		return nil, err
+		return nil, false, err
+	}
+	l.buf = data
+	ref, name := l.name(id, kind, data)
+	if durable == nil {
+		if err := l.write(name, data); err != nil {
+			return nil, false, err
+		}
 	}
 	if base {
 		l.chain, l.base, l.deltas = []fileRef{ref}, ref.Size, 0
@@ -226,7 +279,53 @@ func (m *Mem[K, V]) snapshotChangelog(id uint64) ([]byte, error) {
 	}
 	l.snaps = append(l.snaps, snapRec{id: id, files: l.chain})
 	m.resetTracking()
-	return encodeHandle(id, l.chain), nil
+	h := encodeHandle(id, l.chain)
+	if durable == nil {
+		return h, false, nil
+	}
+	f := &flight{name: name, done: make(chan struct{})}
+	l.flight = f
+	go func() {
+		f.err = l.write(name, data)
+		durable(f.err) // before done: Close returns once this goroutine has
+		close(f.done)
+	}()
+	return h, true, nil
+}
+
+// SnapshotLater is Snapshot whose file, with a changelog, is written and
+// synced after it returns, on a goroutine of the table's: the table is
+// captured (encoded) before it returns, so that the caller may change it
+// at once. later says that a write is under way: durable is then called
+// once, from that goroutine, when the file is in place and synced (nil)
+// or could not be (the checkpoint must fail); the checkpoint is not
+// complete before. Without a changelog it is Snapshot (later false,
+// durable not called). The next snapshot, Committed's removal of files
+// and Close wait for the write.
+func (m *Mem[K, V]) SnapshotLater(id uint64, durable func(error)) (b []byte, later bool, err error) {
+	if m.log == nil || durable == nil {
+		b, err := m.Snapshot(id)
+		return b, false, err
+	}
+	return m.snapshotChangelog(id, durable)
+}
+
+// flight is a file being written by the table's goroutine.
+type flight struct {
+	name string // the file's name in the instance's directory
+	done chan struct{}
+	err  error // set before done is closed
+}
+
+// wait waits for the write in flight, if any, and returns its error.
+func (l *changelog) wait() error {
+	f := l.flight
+	if f == nil {
+		return nil
+	}
+	<-f.done
+	l.flight = nil
+	return f.err
 }
 
 // LastChain reports the last snapshot's chain: its files and whether the
@@ -239,10 +338,9 @@ func (m *Mem[K, V]) LastChain() (files int, lastBytes int64, base bool) {
 	return len(c), c[len(c)-1].Size, len(c) == 1
 }
 
-// writeFile writes the checkpoint's file: every key (kind base) or the
-// changes since the last snapshot (delta), fsync'd and renamed in place.
-func (m *Mem[K, V]) writeFile(id uint64, kind byte, prev uint64) (fileRef, error) {
-	l := m.log
+// name names checkpoint id's file of data (its CRC appended) and returns
+// its reference.
+func (l *changelog) name(id uint64, kind byte, data []byte) (fileRef, string) {
 	var rnd [4]byte
 	_, _ = rand.Read(rnd[:])
 	ext := ".base"
@@ -250,90 +348,28 @@ func (m *Mem[K, V]) writeFile(id uint64, kind byte, prev uint64) (fileRef, error
 		ext = ".delta"
 	}
 	name := fmt.Sprintf("%020d-%s%s", id, hex.EncodeToString(rnd[:]), ext)
+	return fileRef{Path: filepath.ToSlash(filepath.Join(l.rel, name)), Size: int64(len(data)),
+		CRC: binary.BigEndian.Uint32(data[len(data)-4:]), id: id}, name
+}
+
+// write writes a file of the instance's directory: under a temporary
+// name, synced, then renamed in place and the directory synced.
+func (l *changelog) write(name string, data []byte) error {
 	path := filepath.Join(l.dir, name)
-	fail := func(err error) (fileRef, error) {
+	fail := func(err error) error {
 		_ = os.Remove(path + ".tmp")
-		return fileRef{}, &Error{Path: path, Err: err}
-	}
-	// A delta: its tombstones, then the updates of keys in place, then
-	// the keys appended to Order since (the tail of Order, in order).
-	var dels, updates []K
-	appended := m.Order
-	if kind == kindDelta {
-		for k, fl := range m.dirty {
-			if fl&removed != 0 {
-				dels = append(dels, k)
-			} else if fl&wasPresent != 0 {
-				updates = append(updates, k)
-			}
-		}
-		appended = m.Order[len(m.Order)-m.fresh:]
+		return &Error{Path: path, Err: err}
 	}
 	f, err := os.Create(path + ".tmp")
 	if err != nil {
 		return fail(err)
 	}
-	defer f.Close()
-	crc := crc32.New(clTable)
-	cw := &countWriter{w: io.MultiWriter(f, crc)}
-	w := bufio.NewWriterSize(cw, 1<<20)
-	hdr := make([]byte, fileHeader)
-	copy(hdr, fileMagic)
-	hdr[4], hdr[5] = changelogVersion, kind
-	binary.BigEndian.PutUint64(hdr[6:], id)
-	binary.BigEndian.PutUint64(hdr[14:], prev)
-	binary.BigEndian.PutUint64(hdr[22:], uint64(len(dels)+len(updates)+len(appended)))
-	_, _ = w.Write(hdr)
-	var buf, kb, vb []byte
-	rec := func(op byte, k K, v *V) error {
-		var err error
-		if kb, err = m.kc.append(kb[:0], k); err != nil {
-			return err
-		}
-		buf = append(buf, op)
-		buf = binary.AppendUvarint(buf, uint64(len(kb)))
-		buf = append(buf, kb...)
-		if v != nil {
-			if vb, err = m.vc.append(vb[:0], *v); err != nil {
-				return err
-			}
-			buf = binary.AppendUvarint(buf, uint64(len(vb)))
-			buf = append(buf, vb...)
-		}
-		if len(buf) >= 64<<10 {
-			_, err = w.Write(buf)
-			buf = buf[:0]
-		}
-		return err
-	}
-	for _, k := range dels {
-		if err := rec(opDelete, k, nil); err != nil {
-			return fail(err)
-		}
-	}
-	for _, k := range updates {
-		v := m.M[k]
-		if err := rec(opUpdate, k, &v); err != nil {
-			return fail(err)
-		}
-	}
-	for _, k := range appended {
-		v := m.M[k]
-		if err := rec(opAppend, k, &v); err != nil {
-			return fail(err)
-		}
-	}
-	if _, err := w.Write(buf); err != nil {
-		return fail(err)
-	}
-	if err := w.Flush(); err != nil {
-		return fail(err)
-	}
-	sum := crc.Sum32()
-	if _, err := f.Write(binary.BigEndian.AppendUint32(nil, sum)); err != nil {
+	if _, err := f.Write(data); err != nil {
+		f.Close()
 		return fail(err)
 	}
 	if err := f.Sync(); err != nil {
+		f.Close()
 		return fail(err)
 	}
 	if err := f.Close(); err != nil {
@@ -346,18 +382,129 @@ func (m *Mem[K, V]) writeFile(id uint64, kind byte, prev uint64) (fileRef, error
 		_ = d.Sync()
 		d.Close()
 	}
-	return fileRef{Path: filepath.ToSlash(filepath.Join(l.rel, name)), Size: cw.n + 4, CRC: sum, id: id}, nil
+	return nil
 }
 
-type countWriter struct {
-	w io.Writer
-	n int64
+// encode appends the checkpoint's file to b, its CRC last: every key and
+// value in the map's order then the keys in Order (kind base in map
+// order), or the changes since the last snapshot (delta).
+func (m *Mem[K, V]) encode(b []byte, id uint64, kind byte, prev uint64) ([]byte, error) {
+	// A delta: its tombstones, then the updates of keys in place, then
+	// the keys appended to Order since (the tail of Order, in order).
+	var dels, updates []K
+	var appended []K
+	n := len(m.M)
+	if kind == kindDelta {
+		for k, fl := range m.dirty {
+			if fl&removed != 0 {
+				dels = append(dels, k)
+			} else if fl&wasPresent != 0 {
+				updates = append(updates, k)
+			}
+		}
+		appended = m.Order[len(m.Order)-m.fresh:]
+		n = len(dels) + len(updates) + len(appended)
+	} else if len(m.M) != len(m.Order) {
+		return b, fmt.Errorf("memory table of %d keys with %d in its order", len(m.M), len(m.Order))
+	}
+	fixed := m.kc.fixed() && m.vc.fixed()
+	if kind == kindBaseMap && fixed && cap(b)-len(b) < fileHeader+1+n*18+4 {
+		b = slices.Grow(b, fileHeader+1+n*19+4) // 16 bytes a record, an order's key in 1 to 3 mostly
+	}
+	start := len(b)
+	b = append(b, fileMagic...)
+	b = append(b, changelogVersion, kind)
+	b = binary.BigEndian.AppendUint64(b, id)
+	b = binary.BigEndian.AppendUint64(b, prev)
+	b = binary.BigEndian.AppendUint64(b, uint64(n))
+	var err error
+	if kind == kindBaseMap {
+		if fixed {
+			b = append(b, layoutFixed)
+			for k, v := range m.M {
+				b = binary.BigEndian.AppendUint64(b, *(*uint64)(unsafe.Pointer(&k)))
+				b = binary.BigEndian.AppendUint64(b, *(*uint64)(unsafe.Pointer(&v)))
+			}
+			var last uint64
+			for _, k := range m.Order {
+				u := *(*uint64)(unsafe.Pointer(&k))
+				d := int64(u - last)
+				b = binary.AppendUvarint(b, uint64(d<<1)^uint64(d>>63))
+				last = u
+			}
+		} else {
+			b = append(b, layoutGeneric)
+			for k, v := range m.M {
+				if b, err = m.appendKV(b, k, &v); err != nil {
+					return b, err
+				}
+			}
+			for _, k := range m.Order {
+				if b, err = m.appendKV(b, k, nil); err != nil {
+					return b, err
+				}
+			}
+		}
+	} else {
+		for _, k := range dels {
+			b = append(b, opDelete)
+			if b, err = m.appendKV(b, k, nil); err != nil {
+				return b, err
+			}
+		}
+		for _, k := range updates {
+			v := m.M[k]
+			b = append(b, opUpdate)
+			if b, err = m.appendKV(b, k, &v); err != nil {
+				return b, err
+			}
+		}
+		for _, k := range appended {
+			v := m.M[k]
+			b = append(b, opAppend)
+			if b, err = m.appendKV(b, k, &v); err != nil {
+				return b, err
+			}
+		}
+	}
+	return binary.BigEndian.AppendUint32(b, crc32.Checksum(b[start:], clTable)), nil
 }
 
-func (c *countWriter) Write(p []byte) (int, error) {
-	n, err := c.w.Write(p)
-	c.n += int64(n)
-	return n, err
+// appendKV appends uvarint key length | key and, unless v is nil,
+// uvarint value length | value.
+func (m *Mem[K, V]) appendKV(b []byte, k K, v *V) ([]byte, error) {
+	var err error
+	at := len(b)
+	b = append(b, 0) // the length, moved once known
+	if b, err = m.kc.append(b, k); err != nil {
+		return b, err
+	}
+	b = putLen(b, at)
+	if v == nil {
+		return b, nil
+	}
+	at = len(b)
+	b = append(b, 0)
+	if b, err = m.vc.append(b, *v); err != nil {
+		return b, err
+	}
+	return putLen(b, at), nil
+}
+
+// putLen writes the uvarint length of b[at+1:] at b[at], where one byte
+// was left for it, moving the bytes when the length takes more.
+func putLen(b []byte, at int) []byte {
+	n := len(b) - at - 1
+	if n < 0x80 {
+		b[at] = byte(n)
+		return b
+	}
+	var l [binary.MaxVarintLen64]byte
+	w := binary.PutUvarint(l[:], uint64(n))
+	b = append(b, l[:w-1]...)
+	copy(b[at+w:], b[at+1:at+1+n])
+	copy(b[at:], l[:w])
+	return b
 }
 
 // committed keeps the files of the newest Retain committed snapshots and
@@ -386,6 +533,9 @@ func (l *changelog) committed(id uint64) {
 		return // nothing known to be committed: nothing removed
 	}
 	refs := map[string]bool{}
+	if f := l.flight; f != nil {
+		refs[filepath.ToSlash(filepath.Join(l.rel, f.name+".tmp"))] = true // being written
+	}
 	for _, s := range keep {
 		for _, f := range s.files {
 			refs[f.Path] = true
@@ -413,11 +563,21 @@ func (l *changelog) committed(id uint64) {
 }
 
 // Committed says that checkpoint id is complete: with a changelog, the
-// files no retained checkpoint needs are removed.
+// files no retained checkpoint needs are removed (not the one being
+// written, whose checkpoint is later).
 func (m *Mem[K, V]) Committed(id uint64) {
 	if m.log != nil {
 		m.log.committed(id)
 	}
+}
+
+// Close waits for the file being written, if any (SnapshotLater: its
+// outcome went to durable).
+func (m *Mem[K, V]) Close() error {
+	if m.log != nil {
+		_ = m.log.wait()
+	}
+	return nil
 }
 
 func encodeHandle(id uint64, files []fileRef) []byte {
@@ -672,7 +832,7 @@ func openFile(data []byte) (chainFile, error) {
 	}
 	c.id, c.prev = r.u64("checkpoint id"), r.u64("previous id")
 	c.count = r.u64("records")
-	if r.err == nil && c.kind != kindBase && c.kind != kindDelta && c.kind != kindDiskDelta {
+	if r.err == nil && c.kind != kindBase && c.kind != kindBaseMap && c.kind != kindDelta && c.kind != kindDiskDelta {
 		r.fail("kind %d", c.kind)
 	}
 	if r.err == nil && c.count > uint64(len(data)-fileHeader)/3 {
@@ -693,7 +853,7 @@ func (m *Mem[K, V]) applyChain(files [][]byte, M map[K]V, order []K, lo, hi int,
 			switch {
 			case c.kind == kindDiskDelta:
 				err = fmt.Errorf("%w: a disk state delta, not the memory backend's", ErrChangelog)
-			case i == 0 && c.kind != kindBase:
+			case i == 0 && c.kind != kindBase && c.kind != kindBaseMap:
 				err = fmt.Errorf("%w: the chain starts with a delta", ErrChangelog)
 			case i > 0 && c.kind != kindDelta:
 				err = fmt.Errorf("%w: file %d of the chain is a base", ErrChangelog, i+1)
@@ -705,6 +865,15 @@ func (m *Mem[K, V]) applyChain(files [][]byte, M map[K]V, order []K, lo, hi int,
 			return M, order, fmt.Errorf("file %d of %d: %w", i+1, len(files), err)
 		}
 		prev = c.id
+		if c.kind == kindBaseMap {
+			if M == nil {
+				M, order = make(map[K]V, c.count), make([]K, 0, c.count)
+			}
+			if order, err = m.applyBaseMap(c, M, order, lo, hi, all); err != nil {
+				return M, order, fmt.Errorf("file %d of %d: %w", i+1, len(files), err)
+			}
+			continue
+		}
 		if i == 0 && all && M == nil {
 			M, order = make(map[K]V, c.count), make([]K, 0, c.count)
 			if m.kc.fixed() && m.vc.fixed() { // 8-byte keys and values: records of 19 bytes
@@ -796,6 +965,123 @@ func (m *Mem[K, V]) applyChain(files [][]byte, M map[K]V, order []K, lo, hi int,
 		}
 	}
 	return M, order, nil
+}
+
+// applyBaseMap reads a base in map order (kindBaseMap) into M and order:
+// its records, then its order, which must name each of its keys once.
+// Unless all, only the keys of groups [lo, hi) are kept, and a key that M
+// has already (another instance's state, read before) keeps its value.
+func (m *Mem[K, V]) applyBaseMap(c chainFile, M map[K]V, order []K, lo, hi int, all bool) ([]K, error) {
+	r := c.r
+	lb := r.bytes("layout", 1)
+	if r.err != nil {
+		return order, r.err
+	}
+	layout := lb[0]
+	switch {
+	case layout != layoutFixed && layout != layoutGeneric:
+		r.fail("layout %d", layout)
+	case layout == layoutFixed && !(m.kc.fixed() && m.vc.fixed()):
+		r.fail("a base of 8-byte keys and values, not this table's")
+	case layout == layoutFixed && c.count > uint64(len(r.b)-r.i)/17:
+		r.fail("%d records of 16 bytes and more in %d bytes", c.count, len(r.b)-r.i)
+	}
+	if r.err != nil {
+		return order, r.err
+	}
+	fixed := layout == layoutFixed
+	key := func() (K, bool) {
+		var k K
+		if fixed {
+			b := r.bytes("key", 8)
+			if b == nil {
+				return k, false
+			}
+			*(*uint64)(unsafe.Pointer(&k)) = binary.BigEndian.Uint64(b)
+			return k, true
+		}
+		kb := r.bytes("key", r.uvarint("key length", maxFile))
+		if r.err != nil {
+			return k, false
+		}
+		k, err := m.kc.decode(kb)
+		if err != nil {
+			r.fail("key: %v", err)
+			return k, false
+		}
+		return k, true
+	}
+	mine := make(map[K]struct{}, min(c.count, 1<<20)) // the keys this base put into M, until its order names them
+	for range c.count {
+		k, ok := key()
+		if !ok {
+			break
+		}
+		var v V
+		if fixed {
+			b := r.bytes("value", 8)
+			if b == nil {
+				break
+			}
+			*(*uint64)(unsafe.Pointer(&v)) = binary.BigEndian.Uint64(b)
+		} else {
+			vb, ok := r.value()
+			if !ok {
+				break
+			}
+			var err error
+			if v, err = m.vc.decode(vb); err != nil {
+				r.fail("value: %v", err)
+				break
+			}
+		}
+		if !all && !m.owns(k, lo, hi) {
+			continue
+		}
+		if _, dup := mine[k]; dup {
+			r.fail("a key twice in a base")
+			break
+		}
+		if _, kept := M[k]; kept {
+			continue // another instance's state has it (the first kept)
+		}
+		M[k] = v
+		mine[k] = struct{}{}
+	}
+	var last uint64
+	for j := uint64(0); j < c.count && r.err == nil; j++ {
+		var k K
+		if fixed {
+			z := r.uvarint("key of the order", math.MaxUint64)
+			if r.err != nil {
+				break
+			}
+			last += uint64(int64(z>>1) ^ -int64(z&1))
+			*(*uint64)(unsafe.Pointer(&k)) = last
+		} else {
+			var ok bool
+			if k, ok = key(); !ok {
+				break
+			}
+		}
+		if _, ok := mine[k]; ok {
+			delete(mine, k)
+			order = append(order, k)
+			continue
+		}
+		if all || m.owns(k, lo, hi) {
+			if _, kept := M[k]; !kept || all {
+				r.fail("the order names a key that is not in the base, or twice")
+			}
+		}
+	}
+	if r.err == nil && len(mine) > 0 {
+		r.fail("%d keys of the base missing from its order", len(mine))
+	}
+	if r.err == nil && r.i != len(r.b) {
+		r.fail("%d bytes after the records", len(r.b)-r.i)
+	}
+	return order, r.err
 }
 
 // baseFixed reads a base of 8-byte keys and values (op 1, length 8, key,

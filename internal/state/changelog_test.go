@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"hash/crc32"
 	"io/fs"
+	"maps"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
@@ -13,6 +14,7 @@ import (
 	"sort"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/sluicehq/sluice/internal/state"
 )
@@ -538,4 +540,171 @@ func TestChangelogScaleDownRemovesOldInstances(t *testing.T) {
 	if !exists("0") || !exists("1") {
 		t.Fatal("a live instance's directory removed")
 	}
+}
+
+// TestChangelogBaseGenericLayout: a base of string keys and values
+// (lengths of one byte and of several: 200 and 20 000 bytes) restores
+// every value and the first-put order, also after a key was deleted and
+// put again.
+func TestChangelogBaseGenericLayout(t *testing.T) {
+	dir := t.TempDir()
+	all := func(string, int, int) bool { return true }
+	m, err := state.OpenChangelog[string, string](state.Spec{Changelog: dir}, "words", 0, 1, all)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]string{}
+	var order []string
+	for i := range 300 {
+		k := fmt.Sprintf("key-%03d-%s", i, strings.Repeat("k", i%150))
+		v := strings.Repeat(string(rune('a'+i%26)), []int{0, 5, 200, 20_000}[i%4])
+		m.Put(k, v, false)
+		want[k], order = v, append(order, k)
+	}
+	m.Delete(order[0])
+	m.Put(order[0], "again", false)
+	want[order[0]] = "again"
+	order = append(order[1:], order[0])
+	h, err := m.Snapshot(1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, _, base := m.LastChain(); !base {
+		t.Fatal("the first snapshot is not a base")
+	}
+	r, err := state.OpenChangelog[string, string](state.Spec{Changelog: dir}, "words", 0, 1, all)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := r.Restore([][]byte{h}, 0, state.AllGroups); err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(r.Order, order) {
+		t.Fatalf("order of %d keys differs (first %q, want %q)", len(r.Order), r.Order[:3], order[:3])
+	}
+	if !maps.Equal(r.M, want) {
+		t.Fatalf("restored %d keys, want %d, values differ", len(r.M), len(want))
+	}
+}
+
+// TestChangelogSnapshotLater: the file of a SnapshotLater is in place
+// and synced when durable is called with nil, the table may change at
+// once (the snapshot is of the table as it was), and a write that fails
+// reaches durable as an error; the checkpoint after it is a base again.
+func TestChangelogSnapshotLater(t *testing.T) {
+	dir := t.TempDir()
+	m := openLog(t, dir, 0, 0)
+	var want model
+	want.m = map[int64]int64{}
+	for k := range int64(1000) {
+		m.Put(k, k, false)
+		want.put(k, k)
+	}
+	done := make(chan error, 1)
+	h, later, err := m.SnapshotLater(1, func(err error) { done <- err })
+	if err != nil || !later {
+		t.Fatalf("SnapshotLater: later %v, %v", later, err)
+	}
+	m.Put(5, 500, true) // after the snapshot: not in it
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("durable was not called")
+	}
+	r := openLog(t, t.TempDir(), 0, 0)
+	inline, err := state.Inline(h, dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := r.Restore([][]byte{inline}, 0, state.AllGroups); err != nil {
+		t.Fatal(err)
+	}
+	sameAs(t, "restored", r, want)
+
+	// A write that fails: the instance's directory is gone.
+	m.Put(6, 600, true)
+	if err := os.RemoveAll(filepath.Join(dir, "count")); err != nil {
+		t.Fatal(err)
+	}
+	if _, later, err := m.SnapshotLater(2, func(err error) { done <- err }); err != nil || !later {
+		t.Fatalf("SnapshotLater 2: later %v, %v", later, err)
+	}
+	select {
+	case err := <-done:
+		if err == nil {
+			t.Fatal("a write into a removed directory was durable")
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("durable was not called")
+	}
+	if err := os.MkdirAll(filepath.Join(dir, "count", "0"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	m.Put(7, 700, true)
+	if _, err := m.Snapshot(3); err != nil {
+		t.Fatal(err)
+	}
+	if files, _, base := m.LastChain(); !base || files != 1 {
+		t.Fatalf("after a failed write: %d files, base %v; want a base", files, base)
+	}
+	if err := m.Close(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestChangelogSkipsTrackingAfterOverflow: after intervals in which every
+// key changed (bases), the intervals that follow go untracked (bases
+// too), and once few keys change a delta comes back within five
+// snapshots; every snapshot restores to the model.
+func TestChangelogSkipsTrackingAfterOverflow(t *testing.T) {
+	dir := t.TempDir()
+	m := openLog(t, dir, 0, 0)
+	want := model{m: map[int64]int64{}}
+	const keys = 1000
+	id := uint64(0)
+	snap := func() (base bool) {
+		t.Helper()
+		id++
+		h, err := m.Snapshot(id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		r := openLog(t, t.TempDir(), 0, 0)
+		inline, err := state.Inline(h, dir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := r.Restore([][]byte{inline}, 0, state.AllGroups); err != nil {
+			t.Fatal(err)
+		}
+		sameAs(t, fmt.Sprintf("checkpoint %d", id), r, want)
+		_, _, base = m.LastChain()
+		return base
+	}
+	for round := range int64(7) { // snapshot 1 untracked (the first), then tracked ones overflow: 2, 4, 7; 3, 5, 6 untracked
+		for k := range int64(keys) {
+			v, ok := m.Get(k)
+			m.Put(k, v+round, ok)
+			want.put(k, v+round)
+		}
+		if !snap() {
+			t.Fatalf("checkpoint %d after every key changed is not a base", id)
+		}
+	}
+	for i := range int64(6) {
+		m.Put(i, -i, true)
+		want.put(i, -i)
+		m.Put(keys+i, i, false)
+		want.put(keys+i, i)
+		if !snap() {
+			if i == 0 {
+				t.Fatal("the first checkpoint after the overflowing ones is a delta: it was tracked")
+			}
+			return
+		}
+	}
+	t.Fatal("no delta in six checkpoints with few keys changed")
 }

@@ -100,6 +100,13 @@ type Mem[K comparable, V any] struct {
 	dirty map[K]uint8 // the keys changed since the last snapshot: wasPresent, removed
 	fresh int         // the keys at the end of Order appended since
 	limit int         // more dirty keys than this: the next snapshot is a base
+	// Intervals between snapshots that overflowed (resetTracking): over,
+	// the one under way; overs, the tracked ones in a row; skip, the
+	// untracked ones still to come; skipping, the one under way is.
+	over     bool
+	overs    int
+	skip     int
+	skipping bool
 }
 
 // NewMem is an empty memory table; owns tells Restore which keys belong
@@ -173,7 +180,8 @@ type memState[K comparable, V any] struct {
 // handle of its chain.
 func (m *Mem[K, V]) Snapshot(id uint64) ([]byte, error) {
 	if m.log != nil {
-		return m.snapshotChangelog(id)
+		b, _, err := m.snapshotChangelog(id, nil)
+		return b, err
 	}
 	st := memState[K, V]{Keys: m.Order, Accs: make([]V, len(m.Order))}
 	for i, k := range m.Order {
@@ -203,6 +211,7 @@ func (m *Mem[K, V]) Restore(snaps [][]byte, lo, hi int) error {
 		m.M = map[K]V{}
 	}
 	m.track, m.full, m.dirty, m.fresh = false, true, nil, 0
+	m.over, m.overs, m.skip, m.skipping = false, 0, 0, true
 	if m.log != nil {
 		m.log.chain = nil
 	}
@@ -278,5 +287,3 @@ func wrapN(i, n int, err error) error {
 	}
 	return fmt.Errorf("state %d of %d: %w", i+1, n, err)
 }
-
-func (m *Mem[K, V]) Close() error { return nil }
