@@ -71,7 +71,7 @@ func TestNexmarkChecksOutput(t *testing.T) {
 				t.Errorf("%s: baseline %q ratio %v", r.Name, r.Baseline, r.Ratio)
 			}
 		}
-		if q, ok := strings.CutSuffix(r.Name, "/checkpoints-1s-vs-none"); ok {
+		if q, ok := strings.CutSuffix(r.Name, "/checkpoints-vs-none"); ok {
 			checkpointed++
 			if r.Baseline != q+"/sluice-vs-model" || r.Ratio <= 0 || strings.Contains(r.Note, "[0]") {
 				t.Errorf("%s: baseline %q ratio %v, %s", r.Name, r.Baseline, r.Ratio, r.Note)
