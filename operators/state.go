@@ -43,8 +43,11 @@ func (s StateSpec) Changelog(dir string) StateSpec {
 // when cgo is on, so a process's RSS is about its Go memory plus half the
 // budget and the memtables per instance. The state may grow far beyond
 // memory, and memory is meant to stay within that however many keys there
-// are (at 50 M keys it grew about 110 MiB past it, not yet explained:
-// benchmarks/RESULTS.md, state-large). A checkpoint is incremental: it
+// are (at 50 M keys it grew about 110 MiB past it in session 11: glibc's
+// arenas holding pebble's freed blocks, and the big bloom-filter blocks
+// of large sstables; a disk table now caps its sstables at 8 MiB and sets
+// glibc to 2 arenas and a fixed mmap threshold, see internal/state's
+// tuneMalloc and benchmarks/RESULTS.md, state-large). A checkpoint is incremental: it
 // links the database's immutable files, and writes only those made since
 // the previous one. The newest two checkpoints' files are kept
 // (RetainCheckpoints). Results emitted at the end (EmitAtEnd) come in
