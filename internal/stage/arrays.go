@@ -35,9 +35,39 @@ const keptArrays = 64
 
 // freeArrays are the returned arrays of one element type and capacity.
 type freeArrays[T any] struct {
-	mu    sync.Mutex
-	free  [][]T
+	list  freeList[[]T]
 	clear bool // T holds pointers: a returned array is cleared (nothing kept alive)
+}
+
+// freeList is a stack of values handed back for reuse (arrays, an
+// emitter's envelopes), bounded by its callers; safe for concurrent use.
+type freeList[E any] struct {
+	mu   sync.Mutex
+	free []E
+}
+
+// get is the last value put, or the zero E when there is none.
+func (l *freeList[E]) get() E {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	var zero E
+	n := len(l.free)
+	if n == 0 {
+		return zero
+	}
+	e := l.free[n-1]
+	l.free[n-1] = zero
+	l.free = l.free[:n-1]
+	return e
+}
+
+// put keeps e unless the list holds max values already.
+func (l *freeList[E]) put(e E, max int) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if len(l.free) < max {
+		l.free = append(l.free, e)
+	}
 }
 
 // arraysFor is the list of arrays of T of capacity size, made when create
@@ -65,18 +95,7 @@ func arraysFor[T any](a *Arrays, size int, create bool) *freeArrays[T] {
 }
 
 // get is a returned array (length 0), or nil.
-func (l *freeArrays[T]) get() []T {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	n := len(l.free)
-	if n == 0 {
-		return nil
-	}
-	vs := l.free[n-1]
-	l.free[n-1] = nil
-	l.free = l.free[:n-1]
-	return vs
-}
+func (l *freeArrays[T]) get() []T { return l.list.get() }
 
 // put returns vs, whose array nobody reads or writes any more.
 func (l *freeArrays[T]) put(vs []T) {
@@ -84,11 +103,7 @@ func (l *freeArrays[T]) put(vs []T) {
 	if l.clear {
 		clear(vs)
 	}
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if len(l.free) < keptArrays {
-		l.free = append(l.free, vs[:0])
-	}
+	l.list.put(vs[:0], keptArrays)
 }
 
 // hasPointers says whether values of t hold pointers the collector

@@ -35,7 +35,7 @@ func TestArraysLent(t *testing.T) {
 	for range keptArrays + 10 {
 		src.put(make([]int64, 4))
 	}
-	if n := len(src.free); n != keptArrays {
+	if n := len(src.list.free); n != keptArrays {
 		t.Fatalf("%d arrays kept, want at most %d", n, keptArrays)
 	}
 }

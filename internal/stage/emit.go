@@ -3,7 +3,6 @@ package stage
 import (
 	"math"
 	"slices"
-	"sync"
 
 	"github.com/sluicehq/sluice/actors"
 )
@@ -36,9 +35,9 @@ type Emitter[T any] struct {
 	s    Sender
 	outs []*output[T]
 	size int
-	free *freeShipped[T] // envelopes the receivers handled (Release)
-	wm   int64           // the chain's event time: sent on every channel at the next flush when it advanced
-	sent int64           // the last watermark sent
+	free *freeList[*shipped[T]] // envelopes the receivers handled (Release)
+	wm   int64                  // the chain's event time: sent on every channel at the next flush when it advanced
+	sent int64                  // the last watermark sent
 	// targets is hashed's scratch: each record's target.
 	targets []int32
 }
@@ -54,7 +53,7 @@ type output[T any] struct {
 }
 
 func NewEmitter[T any](specs []Output, size int, snd Sender) *Emitter[T] {
-	e := &Emitter[T]{s: snd, size: size, wm: math.MinInt64, sent: math.MinInt64, free: &freeShipped[T]{}}
+	e := &Emitter[T]{s: snd, size: size, wm: math.MinInt64, sent: math.MinInt64, free: &freeList[*shipped[T]]{}}
 	for i, s := range specs {
 		o := &output[T]{index: i, spec: s, bufs: make([]Batch[T], s.Targets)}
 		if s.Part == Hash {
@@ -177,7 +176,7 @@ func (e *Emitter[T]) add(o *output[T], t int, b *Batch[T], keep bool) {
 type shipped[T any] struct {
 	env  actors.Envelope
 	b    Batch[T]
-	home *freeShipped[T]
+	home *freeList[*shipped[T]]
 }
 
 // newShipped is an envelope of e's, reused when a receiver gave one back,
@@ -196,34 +195,6 @@ func (e *Emitter[T]) newShipped() *shipped[T] {
 // flight on its channels are bounded by their credits (16 full batches
 // per channel by default).
 const keptShipped = 64
-
-// freeShipped are an emitter's envelopes that their receivers handled. A
-// receiver puts, the emitter's instance gets: safe for concurrent use.
-type freeShipped[T any] struct {
-	mu   sync.Mutex
-	free []*shipped[T]
-}
-
-func (l *freeShipped[T]) get() *shipped[T] {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	n := len(l.free)
-	if n == 0 {
-		return nil
-	}
-	x := l.free[n-1]
-	l.free[n-1] = nil
-	l.free = l.free[:n-1]
-	return x
-}
-
-func (l *freeShipped[T]) put(x *shipped[T]) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if len(l.free) < keptShipped {
-		l.free = append(l.free, x)
-	}
-}
 
 // releaser is the payload of an envelope an emitter made (*Batch[T]).
 type releaser interface{ release(env *actors.Envelope) }
@@ -246,7 +217,7 @@ func (b *Batch[T]) release(env *actors.Envelope) {
 	}
 	x.env = actors.Envelope{}
 	x.b = Batch[T]{sh: x}
-	x.home.put(x)
+	x.home.put(x, keptShipped)
 }
 
 // ship hands the target's buffer over in envelopes of at most one batch; the

@@ -575,6 +575,8 @@ func (m *Mem[K, V]) Committed(id uint64) {
 // outcome went to durable).
 func (m *Mem[K, V]) Close() error {
 	if m.log != nil {
+		// The write's error, if any, went to its durable callback,
+		// which failed the instance: Close only waits for the goroutine.
 		_ = m.log.wait()
 	}
 	return nil
