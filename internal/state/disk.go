@@ -127,7 +127,7 @@ func (d *Disk[K, V]) dead(at, now int64) bool { return d.ttl > 0 && now-at >= d.
 // write-back) and the hook told.
 func (d *Disk[K, V]) forget(k K, v V, old entry[V]) {
 	d.set(k, entry[V]{gone: true, dirty: true}, old)
-	d.inc.changed(k)
+	d.inc.changed(k, entry[V]{gone: true}, d.flat)
 	d.Stats.Expired++
 	if d.expired != nil {
 		d.expired(k, v)
@@ -398,13 +398,13 @@ func (d *Disk[K, V]) Put(k K, v V, _ bool) {
 	}
 	d.m[k] = e
 	d.bytes += int64(e.size) - int64(old.size)
-	d.inc.changed(k)
+	d.inc.changed(k, e, d.flat)
 	d.maybeEvict()
 }
 
 func (d *Disk[K, V]) Delete(k K) {
 	d.set(k, entry[V]{gone: true, dirty: true}, d.m[k])
-	d.inc.changed(k)
+	d.inc.changed(k, entry[V]{gone: true}, d.flat)
 	d.maybeEvict()
 }
 
