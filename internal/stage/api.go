@@ -19,7 +19,9 @@ func NewSource[T any](src connector.Source[T], next any, sc *Ctx) SourceRunner {
 
 // NewMap applies f to every record.
 func NewMap[In, Out any](f func(In) Out, next any, sc *Ctx) any {
-	return &MapStage[In, Out]{f: f, next: next.(Pusher[Out]), sc: sc}
+	s := &MapStage[In, Out]{f: f, next: next.(Pusher[Out]), sc: sc}
+	s.filter, _ = next.(*FilterStage[Out])
+	return s
 }
 
 // NewFilter keeps the records for which keep is true.

@@ -207,11 +207,17 @@ func (sc *Ctx) fail(err error) {
 // is deferred once per Batch.
 func (sc *Ctx) attribute() {
 	if r := recover(); r != nil {
-		if _, ok := r.(*Failure); ok {
-			panic(r)
-		}
-		panic(&Failure{op: sc.Name, err: sc.PanicErr(r)})
+		sc.rethrow(r)
 	}
+}
+
+// rethrow panics again with r as a failure of this operator, unless r is
+// some operator's failure already.
+func (sc *Ctx) rethrow(r any) {
+	if _, ok := r.(*Failure); ok {
+		panic(r)
+	}
+	panic(&Failure{op: sc.Name, err: sc.PanicErr(r)})
 }
 
 type Failure struct {
@@ -226,6 +232,10 @@ type MapStage[In, Out any] struct {
 	next Pusher[Out]
 	sc   *Ctx
 	out  Batch[Out]
+	// filter is next when it is a filter (fused with the map in one
+	// actor): an owned batch is then mapped and filtered in one pass over
+	// its records (pushFiltered) instead of two.
+	filter *FilterStage[Out]
 }
 
 func (s *MapStage[In, Out]) Push(b *Batch[In]) {
@@ -243,6 +253,10 @@ func (s *MapStage[In, Out]) Push(b *Batch[In]) {
 		// The input is the stage's to change and of the output's type: its
 		// records are mapped where they are, and it goes on as it came
 		// (owned: the next stage may keep its arrays).
+		if f := s.filter; f != nil && f.sc.Failures == nil && len(b.Tr) == 0 && b.Ts == nil {
+			s.pushFiltered(b, same, f)
+			return
+		}
 		mapInto(s.f, b.Vs, same.Vs)
 		s.sc.C.Out.Add(int64(n))
 		s.next.Push(same)
@@ -262,6 +276,34 @@ func (s *MapStage[In, Out]) Push(b *Batch[In]) {
 	s.next.Push(&s.out)
 }
 
+// pushFiltered maps owned batch in (same is in seen as the output type) and
+// filters it with the next stage, f, in one pass, then pushes what is kept
+// to the stage after f: what Push and f.Push would do one after the other
+// for a batch without sampled records or times. A panic of the filter's
+// function (or one from after it that is no stage's failure yet) is the
+// filter's failure, as it would be in f.Push.
+func (s *MapStage[In, Out]) pushFiltered(in *Batch[In], b *Batch[Out], f *FilterStage[Out]) {
+	n := len(b.Vs)
+	var inKeep bool
+	defer func() {
+		if inKeep {
+			if r := recover(); r != nil {
+				f.sc.rethrow(r)
+			}
+		}
+	}()
+	j := mapKeepInPlace(s.f, f.keep, in.Vs, b.Vs, &inKeep)
+	s.sc.C.Out.Add(int64(n))
+	f.sc.C.In.Add(int64(n))
+	b.Vs = b.Vs[:j]
+	if j == 0 {
+		return
+	}
+	f.sc.C.Out.Add(int64(j))
+	inKeep = true // what the filter's push would have put down to it
+	f.next.Push(b)
+}
+
 func (s *MapStage[In, Out]) Watermark(wm int64) { s.next.Watermark(wm) }
 
 func (s *MapStage[In, Out]) Finish() { s.next.Finish() }
@@ -274,6 +316,24 @@ func mapInto[In, Out any](f func(In) Out, vs []In, out []Out) {
 	for i, v := range vs {
 		out[i] = f(v)
 	}
+}
+
+// mapKeepInPlace maps each value of vs with f and keeps those keep
+// accepts at the front of out, which is vs's array seen as the output type
+// (In and Out are one type); it returns how many there are. *inKeep is true
+// while keep runs, so that a panic is put down to the right stage.
+func mapKeepInPlace[In, Out any](f func(In) Out, keep func(Out) bool, vs []In, out []Out, inKeep *bool) int {
+	j := 0
+	for _, v := range vs {
+		w := f(v)
+		*inKeep = true
+		if keep(w) {
+			out[j] = w
+			j++
+		}
+		*inKeep = false
+	}
+	return j
 }
 
 // keepInPlace moves the values keep accepts to the front of vs and returns
