@@ -114,7 +114,7 @@ func lateLines(t *testing.T, dir string) (lines []string, late, refired int) {
 // TestUnalignedCheckpointLateRecords is the crash test of an event-time
 // job under unaligned checkpoints: the windowed count of lateWindows (out
 // of order input, allowed lateness, a side output of late records), its
-// input full under Block back-pressure or spilling, is SIGKILLed 20 times
+// input full under Block back-pressure or spilling, is SIGKILLed crashKills times (20, 8 under -race)
 // at random points after a checkpoint and restarted from its last
 // checkpoint each time, whose overtaken in-flight records (and the
 // watermarks among them) it replays first. The output, which records were

@@ -2,8 +2,10 @@
 // person wants from a run of the suite: one line per package (as go test
 // prints without -v), the output of every failed test, and at the end the
 // tests that were skipped, each with the reason it gave, and a count of
-// passed, failed and skipped tests. It exits 1 when a test or a package
-// failed, or when the input ends with a package still running.
+// passed, failed and skipped tests, and where the time went: the run's
+// wall time, the packages by duration and the slowest tests. It exits 1
+// when a test or a package failed, or when the input ends with a package
+// still running.
 //
 //	go test -json ./... | go run ./.ci/testreport -title "go test -race"
 package main
@@ -26,6 +28,7 @@ type event struct {
 	Test    string
 	Output  string
 	Elapsed float64
+	Time    time.Time
 }
 
 type key struct{ pkg, test string }
@@ -33,7 +36,9 @@ type key struct{ pkg, test string }
 func main() {
 	title := flag.String("title", "go test", "what the run was, printed with its summary")
 	show := flag.String("show", "", "also print every output line of a test that contains this text (seeds, say)")
+	slowest := flag.Int("slowest", 15, "how many of the slowest tests to list")
 	flag.Parse()
+	t := newTimes()
 
 	output := map[key][]string{} // every test's and package's output, until it ends
 	var skipped []string
@@ -51,6 +56,7 @@ func main() {
 			continue
 		}
 		k := key{e.Package, e.Test}
+		t.add(e)
 		switch e.Action {
 		case "start":
 			running[e.Package] = true
@@ -113,6 +119,7 @@ func main() {
 	for _, s := range skipped {
 		fmt.Println("  " + s)
 	}
+	t.print(os.Stdout, *title, *slowest)
 	fmt.Printf("== %s: done at %s\n", *title, time.Now().UTC().Format(time.TimeOnly))
 	fmt.Printf("tests: %d passed, %d failed, %d skipped\n", passed, failed, len(skipped))
 	if failed > 0 || pkgFailed {
