@@ -993,47 +993,17 @@ func (m *Mem[K, V]) applyBaseMap(c chainFile, M map[K]V, order []K, lo, hi int, 
 		return order, r.err
 	}
 	fixed := layout == layoutFixed
-	key := func() (K, bool) {
-		var k K
-		if fixed {
-			b := r.bytes("key", 8)
-			if b == nil {
-				return k, false
-			}
-			*(*uint64)(unsafe.Pointer(&k)) = binary.BigEndian.Uint64(b)
-			return k, true
-		}
+	keyBytes := func() ([]byte, bool) {
 		kb := r.bytes("key", r.uvarint("key length", maxFile))
-		if r.err != nil {
-			return k, false
-		}
-		k, err := m.kc.decode(kb)
-		if err != nil {
-			r.fail("key: %v", err)
-			return k, false
-		}
-		return k, true
+		return kb, r.err == nil
 	}
-	val := func() (V, bool) {
-		var v V
-		if fixed {
-			b := r.bytes("value", 8)
-			if b == nil {
-				return v, false
-			}
-			*(*uint64)(unsafe.Pointer(&v)) = binary.BigEndian.Uint64(b)
-			return v, true
+	kdec, vdec := m.kc.decode, m.vc.decode
+	key := func() (K, bool) { return baseField(r, fixed, "key", kdec, keyBytes) }
+	record := func() (k K, v V, ok bool) {
+		if k, ok = key(); ok {
+			v, ok = baseField(r, fixed, "value", vdec, r.value)
 		}
-		vb, ok := r.value()
-		if !ok {
-			return v, false
-		}
-		v, err := m.vc.decode(vb)
-		if err != nil {
-			r.fail("value: %v", err)
-			return v, false
-		}
-		return v, true
+		return k, v, ok
 	}
 	var last uint64 // the order's previous key (8-byte keys: zigzag deltas)
 	orderKey := func() (K, bool) {
@@ -1050,15 +1020,11 @@ func (m *Mem[K, V]) applyBaseMap(c chainFile, M map[K]V, order []K, lo, hi int, 
 		return k, true
 	}
 	if all && len(M) == 0 {
-		return applyBaseMapFresh(c, M, order, key, orderKey, val)
+		return applyBaseMapFresh(c, M, order, record, orderKey)
 	}
 	mine := make(map[K]struct{}, min(c.count, 1<<20)) // the keys this base put into M, until its order names them
 	for range c.count {
-		k, ok := key()
-		if !ok {
-			break
-		}
-		v, ok := val()
+		k, v, ok := record()
 		if !ok {
 			break
 		}
@@ -1100,6 +1066,30 @@ func (m *Mem[K, V]) applyBaseMap(c chainFile, M map[K]V, order []K, lo, hi int, 
 	return order, r.err
 }
 
+// baseField reads a key or value of a base in map order: 8 bytes big
+// endian in the fixed layout, else the bytes raw gives, decoded by dec.
+func baseField[T any](r *reader, fixed bool, what string, dec func([]byte) (T, error), raw func() ([]byte, bool)) (T, bool) {
+	var x T
+	if fixed {
+		b := r.bytes(what, 8)
+		if b == nil {
+			return x, false
+		}
+		*(*uint64)(unsafe.Pointer(&x)) = binary.BigEndian.Uint64(b)
+		return x, true
+	}
+	b, ok := raw()
+	if !ok {
+		return x, false
+	}
+	x, err := dec(b)
+	if err != nil {
+		r.fail("%s: %v", what, err)
+		return x, false
+	}
+	return x, true
+}
+
 // applyBaseMapFresh is applyBaseMap into an empty M keeping every key (a
 // restore at the same parallelism), without applyBaseMap's set of the
 // base's keys (with 10 M keys that set made a recovery 5 times slower) and
@@ -1110,16 +1100,12 @@ func (m *Mem[K, V]) applyBaseMap(c chainFile, M map[K]V, order []K, lo, hi int, 
 // named twice in place of another, changes the sum unless hashes collide:
 // about 2^-64 with a seed drawn at each restore, which the file's writer
 // cannot know). The order is read in sequence, the map touched once a key.
-func applyBaseMapFresh[K comparable, V any](c chainFile, M map[K]V, order []K, key, orderKey func() (K, bool), val func() (V, bool)) ([]K, error) {
+func applyBaseMapFresh[K comparable, V any](c chainFile, M map[K]V, order []K, record func() (K, V, bool), orderKey func() (K, bool)) ([]K, error) {
 	r := c.r
 	seed := maphash.MakeSeed()
 	var sum uint64
 	for range c.count {
-		k, ok := key()
-		if !ok {
-			break
-		}
-		v, ok := val()
+		k, v, ok := record()
 		if !ok {
 			break
 		}
