@@ -20,7 +20,10 @@ import (
 // name and renders the results as JSON lines. The builders that need event
 // time (q4–q9, q11) take it from Event.Time with operators.Timestamps,
 // allowing Params.OutOfOrderness, right after the events stream (so
-// watermarks from upstream are replaced); q0–q3 need none. Every operator a
+// watermarks from upstream are replaced), or for q8 right after the filter
+// that keeps its persons and auctions (the events it drops are not read for
+// a time; a watermark from the events kept is never ahead of one from all
+// of them, so no event kept is late that was not); q0–q3 need none. Every operator a
 // builder adds is named after its query ("q5.count", "q5.max", ...), so that
 // several queries fit in one topology, each once.
 //
@@ -237,9 +240,15 @@ func bidOf(e Event) bidInfo {
 // every event in a chain of its own, one hop more per event and per side
 // (the planner fuses an operator with its input only when it is that
 // input's one consumer). isL and isR must not both hold for an event.
-func keyedPair[L, R any](events operators.Stream[Event], name string, p Params, isL, isR func(Event) bool,
+// With timed, the kept events get their event times (timestamped) before
+// they are projected: the events dropped are not read for a time (a bid's
+// is behind a pointer the filter does not follow).
+func keyedPair[L, R any](events operators.Stream[Event], name string, p Params, timed bool, isL, isR func(Event) bool,
 	l func(Event) L, r func(Event) R, lkey func(L) int64, rkey func(R) int64) operators.KeyedStream[int64, operators.Either[L, R]] {
 	kept := operators.Filter(events, name+".select", func(e Event) bool { return isL(e) || isR(e) })
+	if timed {
+		kept = timestamped(kept, name, p)
+	}
 	tagged := operators.Map(kept, name+".tag", func(e Event) operators.Either[L, R] {
 		if isL(e) {
 			return operators.Either[L, R]{L: l(e)}
@@ -366,7 +375,7 @@ type q3Ctx = operators.ProcessContext[int64, q3State, Q3]
 // state is kept for ever, as in Flink's regular join without state TTL.
 func BuildQ3(events operators.Stream[Event], p Params) operators.Stream[Q3] {
 	p = p.withDefaults()
-	bySeller := keyedPair(events, "q3.by-seller", p,
+	bySeller := keyedPair(events, "q3.by-seller", p, false,
 		func(e Event) bool { return isAuction(e) && e.Auction.Category == 10 },
 		func(e Event) bool {
 			if !isPerson(e) {
@@ -814,8 +823,7 @@ type q8Window struct {
 // once.
 func BuildQ8(events operators.Stream[Event], p Params) operators.Stream[Q8] {
 	p = p.withDefaults()
-	events = timestamped(events, "q8", p)
-	byID := keyedPair(events, "q8.by-person", p, isPerson, isAuction,
+	byID := keyedPair(events, "q8.by-person", p, true, isPerson, isAuction,
 		func(e Event) q8Person { return q8Person{ID: e.Person.ID, Name: e.Person.Name} },
 		func(e Event) int64 { return e.Auction.Seller },
 		func(x q8Person) int64 { return x.ID }, func(s int64) int64 { return s })
