@@ -264,11 +264,15 @@ func keyedPair[L, R any](events operators.Stream[Event], name string, p Params, 
 }
 
 // bidInfo is a bid without its padding.
+//
+// Its fields, and auctionInfo's and auctionState's, are omitempty: the
+// winning-bid operator's checkpoints hold a closed auction, kept for
+// closedFor, as its two fields set, not its zero auction and bid in full.
 type bidInfo struct {
-	Auction  int64 `msgpack:"a"`
-	Bidder   int64 `msgpack:"b"`
-	Price    int64 `msgpack:"p"`
-	DateTime int64 `msgpack:"t"` // ms
+	Auction  int64 `msgpack:"a,omitempty"`
+	Bidder   int64 `msgpack:"b,omitempty"`
+	Price    int64 `msgpack:"p,omitempty"`
+	DateTime int64 `msgpack:"t,omitempty"` // ms
 }
 
 // auctionOrBid is an auction (auctionInfo) or a bid (bidInfo) on its way
@@ -307,12 +311,12 @@ func (x auctionOrBid) bid() bidInfo {
 
 // auctionInfo is what the winning-bid operator keeps of an auction.
 type auctionInfo struct {
-	ID       int64 `msgpack:"id"`
-	Seller   int64 `msgpack:"s"`
-	Category int64 `msgpack:"c"`
-	DateTime int64 `msgpack:"t"` // ms
-	Expires  int64 `msgpack:"e"` // ms
-	Reserve  int64 `msgpack:"r"`
+	ID       int64 `msgpack:"id,omitempty"`
+	Seller   int64 `msgpack:"s,omitempty"`
+	Category int64 `msgpack:"c,omitempty"`
+	DateTime int64 `msgpack:"t,omitempty"` // ms
+	Expires  int64 `msgpack:"e,omitempty"` // ms
+	Reserve  int64 `msgpack:"r,omitempty"`
 }
 
 // ---- q0, q1, q2: stateless ----
@@ -440,18 +444,18 @@ func compareAuctionCopies(a, b auctionInfo) int {
 
 // auctionState is the state of one auction id in the winning-bid operator.
 type auctionState struct {
-	Auction auctionInfo `msgpack:"a"`
-	Has     bool        `msgpack:"h"` // Auction is set
+	Auction auctionInfo `msgpack:"a,omitempty"`
+	Has     bool        `msgpack:"h,omitempty"` // Auction is set
 	// Open: Auction is the id's first auction, valid bids count. Until then
 	// (without Params.UniqueIDs) it is the earliest so far, and the bids
 	// wait in Pending.
-	Open   bool `msgpack:"o"`
-	Closed bool `msgpack:"x"` // the first auction has closed: ignore the id
+	Open   bool `msgpack:"o,omitempty"`
+	Closed bool `msgpack:"x,omitempty"` // the first auction has closed: ignore the id
 	// Forget is when a closed auction is forgotten, ms (Params.UniqueIDs;
 	// 0: never).
 	Forget  int64   `msgpack:"f,omitempty"`
-	Best    bidInfo `msgpack:"b"`
-	HasBest bool    `msgpack:"bh"`
+	Best    bidInfo `msgpack:"b,omitempty"`
+	HasBest bool    `msgpack:"bh,omitempty"`
 	// Pending are the bids that came before their auction was open, kept
 	// until it opens or the watermark passes their time rounded up to the
 	// second (pendingUntil): by then an auction they are valid for
