@@ -329,39 +329,85 @@ func (c *encCompiler) planStruct(t reflect.Type) (encPlan, bool) {
 		}
 		fields = append(fields, x)
 	}
-	omits := false
+	omits, always := false, false // some field omitempty; some field not (never empty)
 	for _, f := range fields {
 		omits = omits || f.empty != nil
+		always = always || f.empty == nil
 	}
-	kept := func(p unsafe.Pointer) int {
-		if !omits {
-			return len(fields)
+	if !omits {
+		head := appendMapLen(nil, len(fields))
+		return c.structDone(t, encPlan{
+			enc: func(b []byte, p unsafe.Pointer) []byte {
+				b = append(b, head...)
+				for i := range fields {
+					f := &fields[i]
+					b = f.enc(append(b, f.name...), unsafe.Add(p, f.off))
+				}
+				return b
+			},
+			empty: func(unsafe.Pointer) bool { return len(fields) == 0 },
+		}), true
+	}
+	empty := func(p unsafe.Pointer) bool {
+		if always {
+			return false
 		}
-		n := 0
 		for i := range fields {
-			if f := &fields[i]; f.empty == nil || !f.empty(unsafe.Add(p, f.off)) {
-				n++
+			if f := &fields[i]; !f.empty(unsafe.Add(p, f.off)) {
+				return false
 			}
 		}
-		return n
+		return true
 	}
-	sp := encPlan{
-		enc: func(b []byte, p unsafe.Pointer) []byte {
-			b = appendMapLen(b, kept(p))
-			for i := range fields {
-				f := &fields[i]
-				fp := unsafe.Add(p, f.off)
-				if f.empty != nil && f.empty(fp) {
-					continue
+	if len(fields) > 64 { // each field's emptiness asked twice
+		return c.structDone(t, encPlan{
+			enc: func(b []byte, p unsafe.Pointer) []byte {
+				n := 0
+				for i := range fields {
+					if f := &fields[i]; f.empty == nil || !f.empty(unsafe.Add(p, f.off)) {
+						n++
+					}
 				}
-				b = f.enc(append(b, f.name...), fp)
+				b = appendMapLen(b, n)
+				for i := range fields {
+					f := &fields[i]
+					fp := unsafe.Add(p, f.off)
+					if f.empty == nil || !f.empty(fp) {
+						b = f.enc(append(b, f.name...), fp)
+					}
+				}
+				return b
+			},
+			empty: empty,
+		}), true
+	}
+	return c.structDone(t, encPlan{
+		enc: func(b []byte, p unsafe.Pointer) []byte {
+			var omitted uint64 // the fields left out, asked once each
+			n := len(fields)
+			for i := range fields {
+				if f := &fields[i]; f.empty != nil && f.empty(unsafe.Add(p, f.off)) {
+					omitted |= 1 << i
+					n--
+				}
+			}
+			b = appendMapLen(b, n)
+			for i := range fields {
+				if omitted&(1<<i) == 0 {
+					f := &fields[i]
+					b = f.enc(append(b, f.name...), unsafe.Add(p, f.off))
+				}
 			}
 			return b
 		},
-		empty: func(p unsafe.Pointer) bool { return kept(p) == 0 },
-	}
+		empty: empty,
+	}), true
+}
+
+// structDone records struct type t, planned as sp, for compileEnc's check.
+func (c *encCompiler) structDone(t reflect.Type, sp encPlan) encPlan {
 	c.structs = append(c.structs, planned{t, sp.enc})
-	return sp, true
+	return sp
 }
 
 // appendInt is msgpack's EncodeInt: the fewest bytes.

@@ -326,3 +326,55 @@ func TestBundleIsMsgpacks(t *testing.T) {
 		}
 	}
 }
+
+// benchAuction is shaped as Nexmark's winning-bid state.
+type benchAuction struct {
+	Auction struct {
+		ID, Seller, Category, DateTime, Expires, Reserve int64 `msgpack:",omitempty"`
+	} `msgpack:"a,omitempty"`
+	Has, Open, Closed bool  `msgpack:",omitempty"`
+	Forget            int64 `msgpack:"f,omitempty"`
+	Best              struct {
+		Auction, Bidder, Price, DateTime int64 `msgpack:",omitempty"`
+	} `msgpack:"b,omitempty"`
+	HasBest bool `msgpack:"bh,omitempty"`
+	Pending []struct {
+		Auction, Bidder, Price, DateTime int64
+	} `msgpack:"p,omitempty"`
+}
+
+// BenchmarkMemSnapshot is a whole-map snapshot of 10 000 keys shaped as
+// the winning-bid operator's (half open auctions, half closed ones), with
+// msgpack.Marshal and with the compiled encoders: ns/op per snapshot.
+func BenchmarkMemSnapshot(b *testing.B) {
+	m := NewMem[int64, *benchAuction](func(int64, int, int) bool { return true })
+	for k := range int64(10_000) {
+		v := &benchAuction{}
+		if k%2 == 0 {
+			v.Has, v.Open, v.HasBest = true, true, true
+			v.Auction.ID, v.Auction.Seller, v.Auction.Category, v.Auction.DateTime, v.Auction.Expires, v.Auction.Reserve = k, 1000+k, 10, 1436918400000+k, 1436918500000+k, 500
+			v.Best.Auction, v.Best.Bidder, v.Best.Price, v.Best.DateTime = k, 2000+k, 900, 1436918400100+k
+		} else {
+			v.Closed, v.Forget = true, 1436918600000+k
+		}
+		m.Put(k, v, false)
+	}
+	kenc, venc := m.kenc, m.venc
+	for _, c := range []struct {
+		name     string
+		compiled bool
+	}{{"msgpack", false}, {"compiled", true}} {
+		b.Run(c.name, func(b *testing.B) {
+			m.kenc, m.venc = nil, nil
+			if c.compiled {
+				m.kenc, m.venc = kenc, venc
+			}
+			b.ReportAllocs()
+			for b.Loop() {
+				if _, err := m.Snapshot(1); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
