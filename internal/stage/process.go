@@ -495,9 +495,13 @@ type processState[K comparable, S any] struct {
 
 func (s *ProcCore[K, S, O]) snapshot(id uint64) ([]byte, error) {
 	st := processState[K, S]{Wm: s.wm}
-	timers := slices.Clone(s.timers)
-	slices.SortFunc(timers, func(a, b timed[K]) int { return cmpInt64(a.at, b.at) })
-	for _, tm := range timers {
+	// In the heap's order, not sorted (sorting a copy was a sixth of the
+	// winning-bid operator's checkpoint in a profile): one instance's,
+	// restored in it, is a heap again without a swap.
+	if n := len(s.timers); n > 0 {
+		st.TKeys, st.TAt = make([]K, 0, n), make([]int64, 0, n)
+	}
+	for _, tm := range s.timers {
 		st.TKeys = append(st.TKeys, tm.v)
 		st.TAt = append(st.TAt, tm.at)
 	}
