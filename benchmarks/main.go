@@ -64,7 +64,7 @@ type env struct {
 	scale    float64        // multiplies the default record counts
 	rounds   int            // repetitions; the best round counts
 	skipSlow bool           // leave out the context-only figures (one record per message)
-	cases    *regexp.Regexp // -cases: the cases of a benchmark to run (nil: all; the checkpoint benchmark's)
+	cases    *regexp.Regexp // -cases: the cases of a benchmark to run (nil: all; the checkpoint benchmark's and nexmark's queries)
 	log      *slog.Logger
 }
 
@@ -148,7 +148,7 @@ func main() {
 		list    = flag.Bool("list", false, "list the benchmarks, what each measures and its aim, and exit")
 		withCtx = flag.Bool("context", true, "also measure the context-only figures (one record per channel send or actor message: slow)")
 		cpuProf = flag.String("cpuprofile", "", "write a CPU profile of the whole run to this file (for profiling, not for recorded figures)")
-		cases   = flag.String("cases", "", "run only the cases whose name matches this regular expression (the checkpoint benchmark's, e.g. 1m-keys)")
+		cases   = flag.String("cases", "", "run only the cases whose name matches this regular expression (the checkpoint benchmark's, e.g. 1m-keys; nexmark's queries, e.g. '^q9$')")
 	)
 	flag.Parse()
 	if *cpuProf != "" {

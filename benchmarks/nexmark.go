@@ -174,6 +174,9 @@ func benchNexmark(ctx context.Context, e *env) ([]Result, error) {
 	p := nexmark.ParamsOf(cfg, par)
 	var out []Result
 	for _, q := range nexmarkQueries() {
+		if e.cases != nil && !e.cases.MatchString(q.name) {
+			continue
+		}
 		var results, modelResults int
 		model, err := best(e.rounds, n, func() (time.Duration, error) {
 			runtime.GC()

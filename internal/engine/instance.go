@@ -1038,6 +1038,11 @@ const sourceBatchesPerTick = 16
 // the chain, in one trace when the sampler keeps it (the unit of sampling:
 // starting a span for every small batch would cost more than tracing is
 // worth). The span ends even when an operator of the chain panics.
+//
+// Without latency measured the emitter is flushed once, at the end of the
+// tick (full batches go as they fill): a hash edge to two instances
+// flushed after every batch sent two half-full batches and a watermark
+// on each channel per batch read.
 func (in *instance) readTick() (n int, err error) {
 	var at int64 // the end of the previous step: the start of the next
 	for range sourceBatchesPerTick {
@@ -1045,6 +1050,9 @@ func (in *instance) readTick() (n int, err error) {
 		if n == 0 || err != nil || in.blockedN > 0 {
 			break
 		}
+	}
+	if in.lat == nil {
+		in.em.Flush()
 	}
 	return n, err
 }
@@ -1056,9 +1064,8 @@ func (in *instance) readTick() (n int, err error) {
 // ends in a sink records their end-to-end latency. It returns when the step
 // ended (0 when it read nothing or measures nothing).
 func (in *instance) sourceStep(at int64) (int, int64, error) {
-	if in.lat == nil {
+	if in.lat == nil { // readTick flushes
 		n, err := in.src.Step()
-		in.em.Flush()
 		return n, 0, err
 	}
 	start := at

@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/connector"
+	"github.com/sluicehq/sluice/internal/state"
 	"github.com/sluicehq/sluice/supervision"
 )
 
@@ -74,7 +75,8 @@ func NewJoin[K comparable, L, R, O any](key func(Either[L, R]) K, join func(L, R
 func NewProcess[K comparable, T, S, O any](key func(T) K, onRecord func(*ProcessContext[K, S, O], T), onTimer func(*ProcessContext[K, S, O]), next any, sc *Ctx) any {
 	p := next.(Pusher[O])
 	core := &ProcCore[K, S, O]{onTimer: onTimer, wm: math.MinInt64,
-		timerSet: make(map[TimerID[K]]struct{}), ptimers: make(map[TimerID[K]]struct{}), out: NewOutBuf(p, sc), next: p, sc: sc}
+		timerSet: make(map[TimerID[K]]struct{}), ptimers: make(map[TimerID[K]]struct{}), out: NewOutBuf(p, sc), next: p, sc: sc,
+		marshal: state.Marshaler[processState[K, S]]()}
 	core.open()
 	return &ProcessStage[K, T, S, O]{ProcCore: core, key: key, onRecord: onRecord}
 }

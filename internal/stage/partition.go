@@ -1,7 +1,6 @@
 package stage
 
 import (
-	"encoding/binary"
 	"math"
 	"reflect"
 	"unsafe"
@@ -67,10 +66,19 @@ func fnvBytes(b []byte) uint64 {
 	return mix(h)
 }
 
+// hashUint64 is fnvBytes of v's 8 little-endian bytes, unrolled (every
+// record of a KeyBy on an integer key is hashed).
 func hashUint64(v uint64) uint64 {
-	var b [8]byte
-	binary.LittleEndian.PutUint64(b[:], v)
-	return fnvBytes(b[:])
+	h := uint64(fnvOffset)
+	h = (h ^ v&0xff) * fnvPrime
+	h = (h ^ v>>8&0xff) * fnvPrime
+	h = (h ^ v>>16&0xff) * fnvPrime
+	h = (h ^ v>>24&0xff) * fnvPrime
+	h = (h ^ v>>32&0xff) * fnvPrime
+	h = (h ^ v>>40&0xff) * fnvPrime
+	h = (h ^ v>>48&0xff) * fnvPrime
+	h = (h ^ v>>56) * fnvPrime
+	return mix(h)
 }
 
 // mix spreads the bits of an FNV hash so that the low bits used for key

@@ -187,11 +187,11 @@ func (c *ProcessContext[K, S, O]) Timer(t time.Time) {
 		c.s.dt.set(eventTime, at, c.key)
 		return
 	}
-	id := TimerID[K]{at, c.key}
-	if _, dup := c.s.timerSet[id]; dup {
+	// One map operation: the set grows unless the timer was set already.
+	n := len(c.s.timerSet)
+	if c.s.timerSet[TimerID[K]{at, c.key}] = struct{}{}; len(c.s.timerSet) == n {
 		return
 	}
-	c.s.timerSet[id] = struct{}{}
 	c.s.timers.add(at, c.key)
 }
 
@@ -332,9 +332,12 @@ type ProcCore[K comparable, S, O any] struct {
 	ttl      keyTTL[K]               // StateTTL: the keys' state expires, their timers stay
 	ctx      ProcessContext[K, S, O]
 	spare    []*S // memory: cleared states, zeroed, for keys that get one next (newState)
-	next     Pusher[O]
-	sc       *Ctx
-	out      OutBuf[O]
+	// marshal encodes the stage's own part of a checkpoint (compiled,
+	// state.Marshaler; nil: msgpack.Marshal).
+	marshal func(*processState[K, S]) ([]byte, error)
+	next    Pusher[O]
+	sc      *Ctx
+	out     OutBuf[O]
 }
 
 // maxSpareStates bounds ProcCore.spare: the states kept for reuse after a
@@ -492,9 +495,13 @@ type processState[K comparable, S any] struct {
 
 func (s *ProcCore[K, S, O]) snapshot(id uint64) ([]byte, error) {
 	st := processState[K, S]{Wm: s.wm}
-	timers := slices.Clone(s.timers)
-	slices.SortFunc(timers, func(a, b timed[K]) int { return cmpInt64(a.at, b.at) })
-	for _, tm := range timers {
+	// In the heap's order, not sorted (sorting a copy was a sixth of the
+	// winning-bid operator's checkpoint in a profile): one instance's,
+	// restored in it, is a heap again without a swap.
+	if n := len(s.timers); n > 0 {
+		st.TKeys, st.TAt = make([]K, 0, n), make([]int64, 0, n)
+	}
+	for _, tm := range s.timers {
 		st.TKeys = append(st.TKeys, tm.v)
 		st.TAt = append(st.TAt, tm.at)
 	}
@@ -502,7 +509,11 @@ func (s *ProcCore[K, S, O]) snapshot(id uint64) ([]byte, error) {
 		st.PKeys = append(st.PKeys, id.key)
 		st.PAt = append(st.PAt, id.at)
 	}
-	b, err := msgpack.Marshal(&st)
+	marshal := s.marshal
+	if marshal == nil {
+		marshal = func(st *processState[K, S]) ([]byte, error) { return msgpack.Marshal(st) }
+	}
+	b, err := marshal(&st)
 	if err != nil {
 		return nil, fmt.Errorf("encode the timers of %d keys: %w", len(st.TKeys), err)
 	}

@@ -270,3 +270,55 @@ func TestSessionDiskTimerDamaged(t *testing.T) {
 	s.Watermark(1000)
 	t.Fatal("fired a damaged timer")
 }
+
+// Memory sessions extended by many records keep one heap entry per open
+// session, not one per record, and still fire when the watermark passes
+// their end (not before, not only at the end of the input), each once;
+// two sessions of a key with entries at one time both fire; a restore
+// arms every open session again.
+func TestSessionMemoryTimersLazy(t *testing.T) {
+	sc := testCtx(0, 1)
+	out := &sinkPusher[sessOut]{}
+	s := newSessStage(t, sc, 0, out, nil)
+	// Key 1: one session of 100 records 10 apart, [0, 1005); key 2: two
+	// sessions, [0, 15) and [100, 115).
+	var b Batch[int64]
+	for i := range int64(100) {
+		b.Vs, b.Ts = append(b.Vs, 1), append(b.Ts, i*10)
+	}
+	b.Vs, b.Ts = append(b.Vs, 2, 2), append(b.Ts, 0, 100)
+	s.Push(&b)
+	if n := len(s.sessTimers); n > 3 {
+		t.Fatalf("%d heap entries for 3 open sessions of 102 records", n)
+	}
+	s.Watermark(20) // key 2's first session ended at 15
+	if len(out.got) != 1 || out.got[0] != (sessOut{2, 0, 15, 1}) {
+		t.Fatalf("at watermark 20: %+v, want key 2's [0, 15)", out.got)
+	}
+	snap, err := s.SnapshotState(1)
+	check(t, err)
+	s.Watermark(1003) // key 1's session ends at 1005: not yet
+	if len(out.got) != 2 || out.got[1] != (sessOut{2, 100, 115, 1}) {
+		t.Fatalf("at watermark 1003: %+v, want key 2's [100, 115) and no more", out.got)
+	}
+	s.Watermark(1004)
+	if len(out.got) != 3 || out.got[2] != (sessOut{1, 0, 1005, 100}) {
+		t.Fatalf("at watermark 1004: %+v, want key 1's [0, 1005) of 100", out.got)
+	}
+	if n := len(s.sessTimers); n != 0 {
+		t.Fatalf("%d heap entries left", n)
+	}
+	// Restored from the checkpoint at watermark 20: key 1's session and
+	// key 2's second fire once the watermark passes their ends.
+	out2 := &sinkPusher[sessOut]{}
+	r := newSessStage(t, testCtx(0, 1), 0, out2, nil)
+	check(t, r.RestoreState(snap))
+	r.Watermark(1004)
+	if len(out2.got) != 2 || out2.got[0] != (sessOut{2, 100, 115, 1}) || out2.got[1] != (sessOut{1, 0, 1005, 100}) {
+		t.Fatalf("restored, at watermark 1004: %+v", out2.got)
+	}
+	r.Finish()
+	if len(out2.got) != 2 {
+		t.Fatalf("restored: %+v after the end", out2.got)
+	}
+}

@@ -97,6 +97,13 @@ type session[A any] struct {
 	End   int64 `msgpack:"e"` // a time window's end; a session's last record + gap
 	Acc   A     `msgpack:"a"`
 	Fired bool  `msgpack:"f,omitempty"` // a session's (a time window's is in winInfo)
+	// timer is the time of the heap entry that will look at an open
+	// session on the memory backend (0: none; not checkpointed, set again
+	// on restore): at or before End. A record that extends a session sets
+	// no new entry; the entry, once due, sets one at the session's end by
+	// then (a heap entry per record was most of the CPU of sessions of
+	// frequent records).
+	timer int64
 }
 
 // winInfo is what the stage keeps in memory of one open time window.
@@ -150,6 +157,11 @@ type winStage[K comparable, T, A, O any] struct {
 	emit func(O) // emitOne, made once (a method value allocates)
 
 	restoredProc []int64 // restored processing-time windows, armed at open
+
+	// The window of wins a record found last (nil: none), spared a map
+	// lookup per record: a batch's records mostly fall in one window.
+	lastEnd int64
+	lastWin *winInfo[K]
 }
 
 func NewWinStage[K comparable, T, A, O any](fns WinFns[K, T, A, O], w Windows, lateness time.Duration, next Pusher[O], sc *Ctx) *winStage[K, T, A, O] {
@@ -416,7 +428,10 @@ func (s *winStage[K, T, A, O]) addPanes(k K, v T, t, now int64, m *Mark) bool {
 		if !s.proc && end-1+s.lateness <= s.wm {
 			break // this window and every earlier one are past
 		}
-		w := s.wins[end]
+		w := s.lastWin
+		if w == nil || s.lastEnd != end {
+			w = s.wins[end]
+		}
 		fresh := w == nil
 		if fresh {
 			w = &winInfo[K]{}
@@ -427,6 +442,7 @@ func (s *winStage[K, T, A, O]) addPanes(k K, v T, t, now int64, m *Mark) bool {
 				s.ends.add(end, struct{}{})
 			}
 		}
+		s.lastEnd, s.lastWin = end, w
 		i := slotOf(l, end)
 		if i < 0 {
 			if l == nil {
@@ -525,11 +541,25 @@ func (s *winStage[K, T, A, O]) addSession(k K, v T, t int64, m *Mark) bool {
 		}
 		s.sessTr[sessKey[K]{k, merged.Start}] = tr
 	}
-	if merged.End-1 <= s.wm { // within the allowed lateness: fire now
-		merged.Fired = true
+	lazy := s.st == nil && s.stErr == nil // memory: see session.timer
+	if lazy {
+		for _, x := range l[i0:i1] {
+			if x.timer != 0 && !x.Fired && (merged.timer == 0 || x.timer < merged.timer) {
+				merged.timer = x.timer // at or before merged.End: it looks at the merged session
+			}
+		}
+	}
+	switch {
+	case merged.End-1 <= s.wm: // within the allowed lateness: fire now
+		merged.Fired, merged.timer = true, 0
 		s.cleanupTimer(merged.End, k)
 		s.emitSession(k, &merged)
-	} else if i1-i0 != 1 || l[i0].End != merged.End || l[i0].Fired {
+	case lazy:
+		if merged.timer == 0 {
+			merged.timer = merged.End
+			s.endTimer(merged.End, k)
+		}
+	case i1-i0 != 1 || l[i0].End != merged.End || l[i0].Fired:
 		s.endTimer(merged.End, k) // not the end of an open session, whose timer is set
 	}
 	if s.st != nil { // disk: the ends of the open sessions merged go (memory: skipped as they fire)
@@ -670,12 +700,20 @@ func mergeContributors(a, b *contributors) *contributors {
 	return a
 }
 
+// dropWin forgets the window ending at end.
+func (s *winStage[K, T, A, O]) dropWin(end int64) {
+	delete(s.wins, end)
+	if s.lastEnd == end {
+		s.lastWin = nil
+	}
+}
+
 // fireProc fires a processing-time window when the clock passed its end.
 func (s *winStage[K, T, A, O]) fireProc(end int64) {
 	defer s.sc.attribute()
 	if s.wins[end] != nil && s.tab != nil {
 		s.scanWindow(end, true, true)
-		delete(s.wins, end)
+		s.dropWin(end)
 	}
 	s.out.flush()
 }
@@ -699,13 +737,13 @@ func (s *winStage[K, T, A, O]) Watermark(wm int64) {
 				s.cleanup.add(e.at-1+s.lateness, e.at)
 			} else {
 				s.scanWindow(e.at, true, true)
-				delete(s.wins, e.at)
+				s.dropWin(e.at)
 			}
 		}
 		for c, ok := s.cleanup.due(wm); ok; c, ok = s.cleanup.due(wm) {
 			if s.wins[c.v] != nil {
 				s.scanWindow(c.v, false, true)
-				delete(s.wins, c.v)
+				s.dropWin(c.v)
 			}
 		}
 		if s.kind == sessions && s.mem == nil {
@@ -723,27 +761,41 @@ func (s *winStage[K, T, A, O]) Watermark(wm int64) {
 	s.next.Watermark(wm)
 }
 
-// fireSessions fires the key's session that ends at end, if it still does:
-// keep marks it fired (the allowed lateness), else it goes.
+// fireSessions handles key k's heap entry at end: the open sessions it
+// looks at (session.timer) fire if they end at end, keep marking them
+// fired (the allowed lateness), else they go; those extended since get
+// an entry at their end.
 func (s *winStage[K, T, A, O]) fireSessions(k K, end int64, keep bool) {
 	l, seen := s.get(k)
-	for i := range l {
+	changed := false
+	for i := 0; i < len(l); {
 		x := &l[i]
-		if x.End != end || x.Fired {
+		if x.timer != end || x.Fired {
+			i++
+			continue // another entry's, or fired
+		}
+		changed = true
+		if x.End != end { // extended since the entry was set (x.End > end)
+			x.timer = x.End
+			s.endTimer(x.End, k)
+			i++
 			continue
 		}
+		x.timer = 0
 		s.emitSession(k, x)
 		if keep {
 			x.Fired = true
 			s.cleanupTimer(x.End, k)
-		} else {
-			if len(s.sessTr) > 0 {
-				delete(s.sessTr, sessKey[K]{k, x.Start})
-			}
-			l = slices.Delete(l, i, i+1)
+			i++
+			continue
 		}
+		if len(s.sessTr) > 0 {
+			delete(s.sessTr, sessKey[K]{k, x.Start})
+		}
+		l = slices.Delete(l, i, i+1)
+	}
+	if changed {
 		s.put(k, l, seen)
-		return
 	}
 }
 
@@ -787,7 +839,7 @@ func (s *winStage[K, T, A, O]) Finish() {
 		}
 		s.flushGone()
 	}
-	s.wins, s.sessTr = nil, nil
+	s.wins, s.sessTr, s.lastWin = nil, nil, nil
 	s.out.flush()
 	s.late.Finish()
 	s.next.Finish()
@@ -885,6 +937,7 @@ func (s *winStage[K, T, A, O]) RestoreState(b []byte) error {
 // A state of the format before the table (whole maps of windows) is
 // restored too, into the table.
 func (s *winStage[K, T, A, O]) RestoreKeyGroups(states [][]byte, lo, hi int) error {
+	s.lastWin = nil // the windows are restored anew
 	if s.tab == nil {
 		return s.openErr
 	}
@@ -998,11 +1051,13 @@ func (s *winStage[K, T, A, O]) armSessions() error {
 		}
 	}
 	for k, l := range s.tab.All {
-		for _, x := range l {
+		for i := range l {
+			x := &l[i]
 			if x.Fired {
 				s.cleanupTimer(x.End, k)
 			} else {
 				s.endTimer(x.End, k)
+				x.timer = x.End // l is the memory table's own (on disk: unused)
 			}
 		}
 	}

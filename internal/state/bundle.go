@@ -4,8 +4,6 @@ import (
 	"bytes"
 	"fmt"
 
-	"github.com/vmihailenco/msgpack/v5"
-
 	"github.com/sluicehq/sluice/internal/msgpacksafe"
 )
 
@@ -27,11 +25,34 @@ type bundle struct {
 // Bundle joins an operator instance's record and its tables' snapshots
 // into the state its checkpoint keeps.
 func Bundle(meta []byte, tables ...[]byte) ([]byte, error) {
-	b, err := msgpack.Marshal(&bundle{Meta: meta, Tables: tables})
-	if err != nil {
-		return nil, fmt.Errorf("encode bundled state: %w", err)
+	// msgpack's bytes for the bundle, written by hand into one buffer of
+	// the right size (a whole map's snapshot is megabytes: encoding it
+	// into a growing buffer and copying that behind the magic copied it
+	// three times).
+	n := len(bundleMagic) + 16 + len(meta)
+	for _, t := range tables {
+		n += 5 + len(t)
 	}
-	return append(bytes.Clone(bundleMagic), b...), nil
+	b := append(make([]byte, 0, n), bundleMagic...)
+	b = append(b, 0x82, 0xa1, 'm') // {m: meta, t: tables}
+	b = appendBytes(b, meta)
+	b = append(b, 0xa1, 't')
+	if tables == nil {
+		return append(b, 0xc0), nil
+	}
+	b = appendArrayLen(b, len(tables))
+	for _, t := range tables {
+		b = appendBytes(b, t)
+	}
+	return b, nil
+}
+
+// appendBytes is msgpack's EncodeBytes.
+func appendBytes(b, v []byte) []byte {
+	if v == nil {
+		return append(b, 0xc0)
+	}
+	return append(appendBinLen(b, len(v)), v...)
 }
 
 // IsBundle says whether b is a Bundle.

@@ -486,7 +486,7 @@ func (m *Mem[K, V]) appendKV(b []byte, k K, v *V) ([]byte, error) {
 	}
 	at = len(b)
 	b = append(b, 0)
-	if b, err = m.vc.append(b, *v); err != nil {
+	if b, err = m.vc.appendPtr(b, v); err != nil {
 		return b, err
 	}
 	return putLen(b, at), nil

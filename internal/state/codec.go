@@ -12,11 +12,13 @@ import (
 )
 
 // codec writes keys and values of one type as bytes for the disk backend:
-// integers and floats as 8 bytes, strings as they are, anything else with
-// msgpack (decoded through msgpacksafe: the files are input too).
+// integers and floats as 8 bytes, strings as they are, anything else as
+// msgpack encodes it (with the compiled encoder when the type allows it,
+// fastenc.go; decoded through msgpacksafe: the files are input too).
 type codec[T any] struct {
 	kind reflect.Kind
 	what string
+	fast encFn // msgpack's bytes for T, compiled (nil: msgpack.Marshal)
 }
 
 func newCodec[T any](what string) codec[T] {
@@ -31,7 +33,11 @@ func newCodec[T any](what string) codec[T] {
 	default:
 		k = reflect.Invalid
 	}
-	return codec[T]{kind: k, what: what}
+	c := codec[T]{kind: k, what: what}
+	if k == reflect.Invalid {
+		c.fast = compileEnc(rt)
+	}
+	return c
 }
 
 // fixed says whether values are written as 8 bytes.
@@ -50,11 +56,23 @@ func (c codec[T]) append(b []byte, v T) ([]byte, error) {
 	case reflect.String:
 		return append(b, *(*string)(unsafe.Pointer(&v))...), nil
 	}
+	if c.fast != nil {
+		x := v // on the heap only here
+		return c.fast(b, unsafe.Pointer(&x)), nil
+	}
 	enc, err := msgpack.Marshal(v)
 	if err != nil {
 		return b, fmt.Errorf("encode %s: %w", c.what, err)
 	}
 	return append(b, enc...), nil
+}
+
+// appendPtr is append of *v.
+func (c codec[T]) appendPtr(b []byte, v *T) ([]byte, error) {
+	if c.kind == reflect.Invalid && c.fast != nil {
+		return c.fast(b, unsafe.Pointer(v)), nil
+	}
+	return c.append(b, *v)
 }
 
 func (c codec[T]) decode(b []byte) (T, error) {

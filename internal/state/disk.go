@@ -447,7 +447,7 @@ func (d *Disk[K, V]) write(b *pebble.Batch, k K, e entry[V]) {
 		if d.ttl > 0 {
 			d.vbuf = binary.BigEndian.AppendUint64(d.vbuf, uint64(e.at))
 		}
-		if d.vbuf, err = d.vc.append(d.vbuf, e.v); err != nil {
+		if d.vbuf, err = d.vc.appendPtr(d.vbuf, &e.v); err != nil {
 			d.fail(err)
 		}
 		err = b.Set(d.kbuf, d.vbuf, nil)

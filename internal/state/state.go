@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"reflect"
+	"unsafe"
 
 	"github.com/vmihailenco/msgpack/v5"
 
@@ -107,12 +109,18 @@ type Mem[K comparable, V any] struct {
 	overs    int
 	skip     int
 	skipping bool
+	// The compiled encoders of whole-map snapshots (nil: msgpack's).
+	kenc, venc encFn
+	// lastPerKey is the encoded bytes per key of the last fast snapshot
+	// (the next one's buffer is sized by it).
+	lastPerKey int
 }
 
 // NewMem is an empty memory table; owns tells Restore which keys belong
 // to a range of key groups.
 func NewMem[K comparable, V any](owns func(k K, lo, hi int) bool) *Mem[K, V] {
-	return &Mem[K, V]{M: make(map[K]V), owns: owns, kc: newCodec[K]("key"), vc: newCodec[V]("state")}
+	return &Mem[K, V]{M: make(map[K]V), owns: owns, kc: newCodec[K]("key"), vc: newCodec[V]("state"),
+		kenc: compileEnc(reflect.TypeFor[K]()), venc: compileEnc(reflect.TypeFor[V]())}
 }
 
 func (m *Mem[K, V]) Get(k K) (V, bool) { v, ok := m.M[k]; return v, ok }
@@ -183,6 +191,9 @@ func (m *Mem[K, V]) Snapshot(id uint64) ([]byte, error) {
 		b, _, err := m.snapshotChangelog(id, nil)
 		return b, err
 	}
+	if m.kenc != nil && m.venc != nil {
+		return m.snapshotFast(), nil
+	}
 	st := memState[K, V]{Keys: m.Order, Accs: make([]V, len(m.Order))}
 	for i, k := range m.Order {
 		st.Accs[i] = m.M[k]
@@ -192,6 +203,34 @@ func (m *Mem[K, V]) Snapshot(id uint64) ([]byte, error) {
 		return nil, fmt.Errorf("encode state of %d keys: %w", len(m.Order), err)
 	}
 	return b, nil
+}
+
+// snapshotFast is the whole map as msgpack.Marshal(&memState{...})
+// writes it, byte for byte, with the compiled encoders of the keys and
+// values (fastenc.go).
+func (m *Mem[K, V]) snapshotFast() []byte {
+	b := make([]byte, 0, 64+len(m.Order)*(16+m.lastPerKey))
+	b = append(b, 0x82, 0xa1, 'k') // {k: keys, a: values}
+	if m.Order == nil {
+		b = append(b, 0xc0)
+	} else {
+		b = appendArrayLen(b, len(m.Order))
+	}
+	for i := range m.Order {
+		b = m.kenc(b, unsafe.Pointer(&m.Order[i]))
+	}
+	b = append(b, 0xa1, 'a')
+	b = appendArrayLen(b, len(m.Order))
+	start := len(b)
+	var v V // one for every key: its address goes to the encoder
+	for _, k := range m.Order {
+		v = m.M[k]
+		b = m.venc(b, unsafe.Pointer(&v))
+	}
+	if len(m.Order) > 0 {
+		m.lastPerKey = (len(b) - start) / len(m.Order)
+	}
+	return b
 }
 
 // Restore replaces the table with the keys of groups [lo, hi) of snaps:

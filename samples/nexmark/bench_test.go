@@ -4,6 +4,7 @@ import (
 	"context"
 	"io"
 	"log/slog"
+	"path/filepath"
 	"slices"
 	"syscall"
 	"testing"
@@ -117,15 +118,28 @@ func BenchmarkQuery(b *testing.B) {
 // benchBuild returns a run of build's topology over evs; the output of a
 // run with check set must pass ok.
 func benchBuild[T any](evs []Event, p Params, build func(operators.Stream[Event], Params) operators.Stream[T], ok func([]T) bool) func(b *testing.B, check bool) {
-	return func(b *testing.B, check bool) {
+	run := benchBuildCheckpointed(evs, p, 0, build, ok)
+	return func(b *testing.B, check bool) { run(b, check) }
+}
+
+// benchBuildCheckpointed is benchBuild checkpointing every cp into a
+// bbolt store when cp > 0; each run returns the checkpoints it completed.
+func benchBuildCheckpointed[T any](evs []Event, p Params, cp time.Duration, build func(operators.Stream[Event], Params) operators.Stream[T], ok func([]T) bool) func(b *testing.B, check bool) int64 {
+	return func(b *testing.B, check bool) int64 {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 		defer cancel()
-		sys, err := actors.NewSystem(actors.Config{Name: b.Name(), Logger: slog.New(slog.DiscardHandler)})
+		cfg := actors.Config{Name: b.Name(), Logger: slog.New(slog.DiscardHandler)}
+		var opts []operators.TopologyOption
+		if cp > 0 {
+			cfg.Store = filepath.Join(b.TempDir(), "store.db")
+			opts = append(opts, operators.Checkpoints(cp))
+		}
+		sys, err := actors.NewSystem(cfg)
 		if err != nil {
 			b.Fatal(err)
 		}
 		defer sys.Stop(ctx)
-		top := operators.NewTopology(b.Name())
+		top := operators.NewTopology(b.Name(), opts...)
 		col := collectInto(build(operators.Source(top, "events", operators.FromSlice(evs), operators.Parallelism(p.Parallelism)), p), "out")
 		run, err := sys.Run(ctx, top)
 		if err != nil {
@@ -137,7 +151,45 @@ func benchBuild[T any](evs []Event, p Params, build func(operators.Stream[Event]
 		if check && !ok(col.Items()) {
 			b.Fatal("output differs from the model")
 		}
+		if cp == 0 {
+			return 0
+		}
+		st := operators.CheckpointStatsOf(run)
+		if st.Failed > 0 {
+			b.Fatalf("%d checkpoints failed: %s", st.Failed, st.LastFailure)
+		}
+		return st.Completed
 	}
+}
+
+// BenchmarkQueryCheckpoints runs the stateful queries of BenchmarkQuery
+// checkpointing every 20 ms into a bbolt store (memory state), as the
+// nexmark benchmark's checkpointed runs do, and reports beside the CPU time
+// per run the checkpoints each completed (checkpoints/op, the final one
+// included): against BenchmarkQuery's cpu-ms/op, what a checkpoint costs.
+func BenchmarkQueryCheckpoints(b *testing.B) {
+	evs, cfg := benchQueryEvents(b)
+	p := ParamsOf(cfg, 2)
+	const every = 20 * time.Millisecond
+	bench := func(name string, run func(b *testing.B, check bool) int64) {
+		b.Run(name, func(b *testing.B) {
+			b.ReportAllocs()
+			run(b, true) // checked against the model, not measured
+			var n int64
+			cpu := cpuTime(b)
+			for b.Loop() {
+				n += run(b, false)
+			}
+			reportCPU(b, cpu)
+			b.ReportMetric(float64(n)/float64(b.N), "checkpoints/op")
+		})
+	}
+	bench("q3", benchBuildCheckpointed(evs, p, every, BuildQ3, func(got []Q3) bool { return slices.Equal(Sorted(got), ModelQ3(evs)) }))
+	bench("q4", benchBuildCheckpointed(evs, p, every, BuildQ4, func(got []Q4) bool { return slices.Equal(LastPerKeyQ4(got), ModelQ4(evs)) }))
+	bench("q6", benchBuildCheckpointed(evs, p, every, BuildQ6, func(got []Q6) bool { return slices.Equal(LastPerKeyQ6(got), ModelQ6(evs)) }))
+	bench("q8", benchBuildCheckpointed(evs, p, every, BuildQ8, func(got []Q8) bool { return slices.Equal(Sorted(got), ModelQ8(evs)) }))
+	bench("q9", benchBuildCheckpointed(evs, p, every, BuildQ9, func(got []Q9) bool { return slices.Equal(Sorted(got), ModelQ9(evs)) }))
+	bench("q11", benchBuildCheckpointed(evs, p, every, BuildQ11, func(got []Q11) bool { return slices.Equal(Sorted(got), ModelQ11(evs)) }))
 }
 
 // BenchmarkModel runs the models of BenchmarkQuery's queries on its events.

@@ -20,7 +20,10 @@ import (
 // name and renders the results as JSON lines. The builders that need event
 // time (q4–q9, q11) take it from Event.Time with operators.Timestamps,
 // allowing Params.OutOfOrderness, right after the events stream (so
-// watermarks from upstream are replaced); q0–q3 need none. Every operator a
+// watermarks from upstream are replaced), or for q8 right after the filter
+// that keeps its persons and auctions (the events it drops are not read for
+// a time; a watermark from the events kept is never ahead of one from all
+// of them, so no event kept is late that was not); q0–q3 need none. Every operator a
 // builder adds is named after its query ("q5.count", "q5.max", ...), so that
 // several queries fit in one topology, each once.
 //
@@ -237,9 +240,15 @@ func bidOf(e Event) bidInfo {
 // every event in a chain of its own, one hop more per event and per side
 // (the planner fuses an operator with its input only when it is that
 // input's one consumer). isL and isR must not both hold for an event.
-func keyedPair[L, R any](events operators.Stream[Event], name string, p Params, isL, isR func(Event) bool,
+// With timed, the kept events get their event times (timestamped) before
+// they are projected: the events dropped are not read for a time (a bid's
+// is behind a pointer the filter does not follow).
+func keyedPair[L, R any](events operators.Stream[Event], name string, p Params, timed bool, isL, isR func(Event) bool,
 	l func(Event) L, r func(Event) R, lkey func(L) int64, rkey func(R) int64) operators.KeyedStream[int64, operators.Either[L, R]] {
 	kept := operators.Filter(events, name+".select", func(e Event) bool { return isL(e) || isR(e) })
+	if timed {
+		kept = timestamped(kept, name, p)
+	}
 	tagged := operators.Map(kept, name+".tag", func(e Event) operators.Either[L, R] {
 		if isL(e) {
 			return operators.Either[L, R]{L: l(e)}
@@ -255,11 +264,15 @@ func keyedPair[L, R any](events operators.Stream[Event], name string, p Params, 
 }
 
 // bidInfo is a bid without its padding.
+//
+// Its fields, and auctionInfo's and auctionState's, are omitempty: the
+// winning-bid operator's checkpoints hold a closed auction, kept for
+// closedFor, as its two fields set, not its zero auction and bid in full.
 type bidInfo struct {
-	Auction  int64 `msgpack:"a"`
-	Bidder   int64 `msgpack:"b"`
-	Price    int64 `msgpack:"p"`
-	DateTime int64 `msgpack:"t"` // ms
+	Auction  int64 `msgpack:"a,omitempty"`
+	Bidder   int64 `msgpack:"b,omitempty"`
+	Price    int64 `msgpack:"p,omitempty"`
+	DateTime int64 `msgpack:"t,omitempty"` // ms
 }
 
 // auctionOrBid is an auction (auctionInfo) or a bid (bidInfo) on its way
@@ -298,12 +311,12 @@ func (x auctionOrBid) bid() bidInfo {
 
 // auctionInfo is what the winning-bid operator keeps of an auction.
 type auctionInfo struct {
-	ID       int64 `msgpack:"id"`
-	Seller   int64 `msgpack:"s"`
-	Category int64 `msgpack:"c"`
-	DateTime int64 `msgpack:"t"` // ms
-	Expires  int64 `msgpack:"e"` // ms
-	Reserve  int64 `msgpack:"r"`
+	ID       int64 `msgpack:"id,omitempty"`
+	Seller   int64 `msgpack:"s,omitempty"`
+	Category int64 `msgpack:"c,omitempty"`
+	DateTime int64 `msgpack:"t,omitempty"` // ms
+	Expires  int64 `msgpack:"e,omitempty"` // ms
+	Reserve  int64 `msgpack:"r,omitempty"`
 }
 
 // ---- q0, q1, q2: stateless ----
@@ -366,7 +379,7 @@ type q3Ctx = operators.ProcessContext[int64, q3State, Q3]
 // state is kept for ever, as in Flink's regular join without state TTL.
 func BuildQ3(events operators.Stream[Event], p Params) operators.Stream[Q3] {
 	p = p.withDefaults()
-	bySeller := keyedPair(events, "q3.by-seller", p,
+	bySeller := keyedPair(events, "q3.by-seller", p, false,
 		func(e Event) bool { return isAuction(e) && e.Auction.Category == 10 },
 		func(e Event) bool {
 			if !isPerson(e) {
@@ -431,18 +444,18 @@ func compareAuctionCopies(a, b auctionInfo) int {
 
 // auctionState is the state of one auction id in the winning-bid operator.
 type auctionState struct {
-	Auction auctionInfo `msgpack:"a"`
-	Has     bool        `msgpack:"h"` // Auction is set
+	Auction auctionInfo `msgpack:"a,omitempty"`
+	Has     bool        `msgpack:"h,omitempty"` // Auction is set
 	// Open: Auction is the id's first auction, valid bids count. Until then
 	// (without Params.UniqueIDs) it is the earliest so far, and the bids
 	// wait in Pending.
-	Open   bool `msgpack:"o"`
-	Closed bool `msgpack:"x"` // the first auction has closed: ignore the id
+	Open   bool `msgpack:"o,omitempty"`
+	Closed bool `msgpack:"x,omitempty"` // the first auction has closed: ignore the id
 	// Forget is when a closed auction is forgotten, ms (Params.UniqueIDs;
 	// 0: never).
 	Forget  int64   `msgpack:"f,omitempty"`
-	Best    bidInfo `msgpack:"b"`
-	HasBest bool    `msgpack:"bh"`
+	Best    bidInfo `msgpack:"b,omitempty"`
+	HasBest bool    `msgpack:"bh,omitempty"`
 	// Pending are the bids that came before their auction was open, kept
 	// until it opens or the watermark passes their time rounded up to the
 	// second (pendingUntil): by then an auction they are valid for
@@ -814,8 +827,7 @@ type q8Window struct {
 // once.
 func BuildQ8(events operators.Stream[Event], p Params) operators.Stream[Q8] {
 	p = p.withDefaults()
-	events = timestamped(events, "q8", p)
-	byID := keyedPair(events, "q8.by-person", p, isPerson, isAuction,
+	byID := keyedPair(events, "q8.by-person", p, true, isPerson, isAuction,
 		func(e Event) q8Person { return q8Person{ID: e.Person.ID, Name: e.Person.Name} },
 		func(e Event) int64 { return e.Auction.Seller },
 		func(x q8Person) int64 { return x.ID }, func(s int64) int64 { return s })
