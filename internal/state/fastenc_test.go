@@ -378,3 +378,29 @@ func BenchmarkMemSnapshot(b *testing.B) {
 		})
 	}
 }
+
+// FuzzCompiledEncoderIsMsgpacks: for values drawn from the fuzzer's seeds
+// (at and around msgpack's encoding boundaries, randAll), the compiled
+// encoder writes msgpack.Marshal's bytes, and they decode back.
+func FuzzCompiledEncoderIsMsgpacks(f *testing.F) {
+	enc := compileEnc(reflect.TypeFor[encAll]())
+	if enc == nil {
+		f.Fatal("encAll is not compiled")
+	}
+	f.Add(uint64(1), uint64(2))
+	f.Add(uint64(0), uint64(math.MaxUint64))
+	f.Fuzz(func(t *testing.T, s1, s2 uint64) {
+		v := randAll(rand.New(rand.NewPCG(s1, s2)))
+		want, err := msgpack.Marshal(v)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := enc(nil, unsafe.Pointer(&v)); !bytes.Equal(got, want) {
+			t.Fatalf("compiled %x\nmsgpack %x", got, want)
+		}
+		var back encAll
+		if err := msgpack.Unmarshal(want, &back); err != nil {
+			t.Fatal(err)
+		}
+	})
+}
