@@ -225,14 +225,21 @@ func (s *Scanner) Uint() uint64 {
 }
 
 // AppendMapLen appends a map header of n entries.
-func AppendMapLen(b []byte, n int) []byte {
+func AppendMapLen(b []byte, n int) []byte { return appendLen(b, n, 0x80, 0xde, 0xdf) }
+
+// AppendArrayLen appends an array header of n elements.
+func AppendArrayLen(b []byte, n int) []byte { return appendLen(b, n, 0x90, 0xdc, 0xdd) }
+
+// appendLen appends a map or array header: fix|n under 16, else code16
+// or code32 and n's 2 or 4 bytes.
+func appendLen(b []byte, n int, fix, code16, code32 byte) []byte {
 	switch {
 	case n < 16:
-		return append(b, 0x80|byte(n))
+		return append(b, fix|byte(n))
 	case n <= math.MaxUint16:
-		return binary.BigEndian.AppendUint16(append(b, 0xde), uint16(n))
+		return binary.BigEndian.AppendUint16(append(b, code16), uint16(n))
 	}
-	return binary.BigEndian.AppendUint32(append(b, 0xdf), uint32(n))
+	return binary.BigEndian.AppendUint32(append(b, code32), uint32(n))
 }
 
 // AppendStr appends s as a msgpack string.

@@ -40,7 +40,7 @@ func Bundle(meta []byte, tables ...[]byte) ([]byte, error) {
 	if tables == nil {
 		return append(b, 0xc0), nil
 	}
-	b = appendArrayLen(b, len(tables))
+	b = msgpacksafe.AppendArrayLen(b, len(tables))
 	for _, t := range tables {
 		b = appendBytes(b, t)
 	}
@@ -52,7 +52,7 @@ func appendBytes(b, v []byte) []byte {
 	if v == nil {
 		return append(b, 0xc0)
 	}
-	return append(appendBinLen(b, len(v)), v...)
+	return append(msgpacksafe.AppendBinHeader(b, len(v)), v...)
 }
 
 // IsBundle says whether b is a Bundle.

@@ -9,6 +9,8 @@ import (
 	"unsafe"
 
 	"github.com/vmihailenco/msgpack/v5"
+
+	"github.com/sluicehq/sluice/internal/msgpacksafe"
 )
 
 // A compiled msgpack encoder for the keys and values of a table: the bytes
@@ -108,23 +110,23 @@ func (c *encCompiler) plan(t reflect.Type) (encPlan, bool) {
 	case reflect.Int:
 		if t.Size() == 4 {
 			return encPlan{
-				enc:   func(b []byte, p unsafe.Pointer) []byte { return appendInt(b, int64(*(*int32)(p))) },
+				enc:   func(b []byte, p unsafe.Pointer) []byte { return msgpacksafe.AppendInt(b, int64(*(*int32)(p))) },
 				empty: func(p unsafe.Pointer) bool { return *(*int32)(p) == 0 },
 			}, true
 		}
 		return encPlan{
-			enc:   func(b []byte, p unsafe.Pointer) []byte { return appendInt(b, *(*int64)(p)) },
+			enc:   func(b []byte, p unsafe.Pointer) []byte { return msgpacksafe.AppendInt(b, *(*int64)(p)) },
 			empty: func(p unsafe.Pointer) bool { return *(*int64)(p) == 0 },
 		}, true
 	case reflect.Uint:
 		if t.Size() == 4 {
 			return encPlan{
-				enc:   func(b []byte, p unsafe.Pointer) []byte { return appendUint(b, uint64(*(*uint32)(p))) },
+				enc:   func(b []byte, p unsafe.Pointer) []byte { return msgpacksafe.AppendUint(b, uint64(*(*uint32)(p))) },
 				empty: func(p unsafe.Pointer) bool { return *(*uint32)(p) == 0 },
 			}, true
 		}
 		return encPlan{
-			enc:   func(b []byte, p unsafe.Pointer) []byte { return appendUint(b, *(*uint64)(p)) },
+			enc:   func(b []byte, p unsafe.Pointer) []byte { return msgpacksafe.AppendUint(b, *(*uint64)(p)) },
 			empty: func(p unsafe.Pointer) bool { return *(*uint64)(p) == 0 },
 		}, true
 	case reflect.Int8, reflect.Uint8:
@@ -185,7 +187,7 @@ func (c *encCompiler) plan(t reflect.Type) (encPlan, bool) {
 		}, true
 	case reflect.String:
 		return encPlan{
-			enc:   func(b []byte, p unsafe.Pointer) []byte { return appendString(b, *(*string)(p)) },
+			enc:   func(b []byte, p unsafe.Pointer) []byte { return msgpacksafe.AppendStr(b, *(*string)(p)) },
 			empty: func(p unsafe.Pointer) bool { return len(*(*string)(p)) == 0 },
 		}, true
 	case reflect.Pointer:
@@ -215,7 +217,7 @@ func (c *encCompiler) plan(t reflect.Type) (encPlan, bool) {
 					if s == nil {
 						return append(b, 0xc0)
 					}
-					return append(appendBinLen(b, len(s)), s...)
+					return append(msgpacksafe.AppendBinHeader(b, len(s)), s...)
 				},
 				empty: empty,
 			}, true
@@ -233,7 +235,7 @@ func (c *encCompiler) plan(t reflect.Type) (encPlan, bool) {
 				if s.data == nil {
 					return append(b, 0xc0)
 				}
-				b = appendArrayLen(b, s.len)
+				b = msgpacksafe.AppendArrayLen(b, s.len)
 				for i := range s.len {
 					b = elem(b, unsafe.Add(s.data, uintptr(i)*size))
 				}
@@ -247,7 +249,7 @@ func (c *encCompiler) plan(t reflect.Type) (encPlan, bool) {
 		if t.Elem().Kind() == reflect.Uint8 { // msgpack's bytes
 			return encPlan{
 				enc: func(b []byte, p unsafe.Pointer) []byte {
-					return append(appendBinLen(b, n), unsafe.Slice((*byte)(p), n)...)
+					return append(msgpacksafe.AppendBinHeader(b, n), unsafe.Slice((*byte)(p), n)...)
 				},
 				empty: empty,
 			}, true
@@ -261,7 +263,7 @@ func (c *encCompiler) plan(t reflect.Type) (encPlan, bool) {
 		elem, size := ep.enc, t.Elem().Size()
 		return encPlan{
 			enc: func(b []byte, p unsafe.Pointer) []byte {
-				b = appendArrayLen(b, n)
+				b = msgpacksafe.AppendArrayLen(b, n)
 				for i := range n {
 					b = elem(b, unsafe.Add(p, uintptr(i)*size))
 				}
@@ -323,7 +325,7 @@ func (c *encCompiler) planStruct(t reflect.Type) (encPlan, bool) {
 		if !ok {
 			return encPlan{}, false
 		}
-		x := fieldPlan{off: f.Offset, name: appendString(nil, name), enc: fp.enc}
+		x := fieldPlan{off: f.Offset, name: msgpacksafe.AppendStr(nil, name), enc: fp.enc}
 		if omit {
 			x.empty = fp.empty
 		}
@@ -335,7 +337,7 @@ func (c *encCompiler) planStruct(t reflect.Type) (encPlan, bool) {
 		always = always || f.empty == nil
 	}
 	if !omits {
-		head := appendMapLen(nil, len(fields))
+		head := msgpacksafe.AppendMapLen(nil, len(fields))
 		return c.structDone(t, encPlan{
 			enc: func(b []byte, p unsafe.Pointer) []byte {
 				b = append(b, head...)
@@ -368,7 +370,7 @@ func (c *encCompiler) planStruct(t reflect.Type) (encPlan, bool) {
 						n++
 					}
 				}
-				b = appendMapLen(b, n)
+				b = msgpacksafe.AppendMapLen(b, n)
 				for i := range fields {
 					f := &fields[i]
 					fp := unsafe.Add(p, f.off)
@@ -391,7 +393,7 @@ func (c *encCompiler) planStruct(t reflect.Type) (encPlan, bool) {
 					n--
 				}
 			}
-			b = appendMapLen(b, n)
+			b = msgpacksafe.AppendMapLen(b, n)
 			for i := range fields {
 				if omitted&(1<<i) == 0 {
 					f := &fields[i]
@@ -408,82 +410,6 @@ func (c *encCompiler) planStruct(t reflect.Type) (encPlan, bool) {
 func (c *encCompiler) structDone(t reflect.Type, sp encPlan) encPlan {
 	c.structs = append(c.structs, planned{t, sp.enc})
 	return sp
-}
-
-// appendInt is msgpack's EncodeInt: the fewest bytes.
-func appendInt(b []byte, n int64) []byte {
-	switch {
-	case n >= 0:
-		return appendUint(b, uint64(n))
-	case n >= -32:
-		return append(b, byte(n))
-	case n >= math.MinInt8:
-		return append(b, 0xd0, byte(n))
-	case n >= math.MinInt16:
-		return binary.BigEndian.AppendUint16(append(b, 0xd1), uint16(n))
-	case n >= math.MinInt32:
-		return binary.BigEndian.AppendUint32(append(b, 0xd2), uint32(n))
-	}
-	return binary.BigEndian.AppendUint64(append(b, 0xd3), uint64(n))
-}
-
-// appendUint is msgpack's EncodeUint: the fewest bytes.
-func appendUint(b []byte, n uint64) []byte {
-	switch {
-	case n <= math.MaxInt8:
-		return append(b, byte(n))
-	case n <= math.MaxUint8:
-		return append(b, 0xcc, byte(n))
-	case n <= math.MaxUint16:
-		return binary.BigEndian.AppendUint16(append(b, 0xcd), uint16(n))
-	case n <= math.MaxUint32:
-		return binary.BigEndian.AppendUint32(append(b, 0xce), uint32(n))
-	}
-	return binary.BigEndian.AppendUint64(append(b, 0xcf), n)
-}
-
-func appendString(b []byte, s string) []byte {
-	switch n := len(s); {
-	case n < 32:
-		b = append(b, 0xa0|byte(n))
-	case n < 256:
-		b = append(b, 0xd9, byte(n))
-	case n <= math.MaxUint16:
-		b = binary.BigEndian.AppendUint16(append(b, 0xda), uint16(n))
-	default:
-		b = binary.BigEndian.AppendUint32(append(b, 0xdb), uint32(n))
-	}
-	return append(b, s...)
-}
-
-func appendBinLen(b []byte, n int) []byte {
-	switch {
-	case n < 256:
-		return append(b, 0xc4, byte(n))
-	case n <= math.MaxUint16:
-		return binary.BigEndian.AppendUint16(append(b, 0xc5), uint16(n))
-	}
-	return binary.BigEndian.AppendUint32(append(b, 0xc6), uint32(n))
-}
-
-func appendArrayLen(b []byte, n int) []byte {
-	switch {
-	case n < 16:
-		return append(b, 0x90|byte(n))
-	case n <= math.MaxUint16:
-		return binary.BigEndian.AppendUint16(append(b, 0xdc), uint16(n))
-	}
-	return binary.BigEndian.AppendUint32(append(b, 0xdd), uint32(n))
-}
-
-func appendMapLen(b []byte, n int) []byte {
-	switch {
-	case n < 16:
-		return append(b, 0x80|byte(n))
-	case n <= math.MaxUint16:
-		return binary.BigEndian.AppendUint16(append(b, 0xde), uint16(n))
-	}
-	return binary.BigEndian.AppendUint32(append(b, 0xdf), uint32(n))
 }
 
 // Marshaler returns msgpack.Marshal for values of type T, byte for byte:

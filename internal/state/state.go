@@ -214,13 +214,13 @@ func (m *Mem[K, V]) snapshotFast() []byte {
 	if m.Order == nil {
 		b = append(b, 0xc0)
 	} else {
-		b = appendArrayLen(b, len(m.Order))
+		b = msgpacksafe.AppendArrayLen(b, len(m.Order))
 	}
 	for i := range m.Order {
 		b = m.kenc(b, unsafe.Pointer(&m.Order[i]))
 	}
 	b = append(b, 0xa1, 'a')
-	b = appendArrayLen(b, len(m.Order))
+	b = msgpacksafe.AppendArrayLen(b, len(m.Order))
 	start := len(b)
 	var v V // one for every key: its address goes to the encoder
 	for _, k := range m.Order {
