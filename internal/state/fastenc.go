@@ -92,6 +92,44 @@ type planned struct {
 	enc encFn
 }
 
+// numPlan is the plan of a number of Go type T that put appends;
+// omitempty's empty is zero.
+func numPlan[T int32 | int64 | uint8 | uint16 | uint32 | uint64](put func([]byte, T) []byte) encPlan {
+	return encPlan{
+		enc:   func(b []byte, p unsafe.Pointer) []byte { return put(b, *(*T)(p)) },
+		empty: func(p unsafe.Pointer) bool { return *(*T)(p) == 0 },
+	}
+}
+
+// sized is the plan of a sized integer kind (int8 to uint64): msgpack
+// writes its code (signed, or unsigned for the unsigned kinds) and its
+// bytes in full, big endian, as put appends them.
+func sized[T uint8 | uint16 | uint32 | uint64](t reflect.Type, signed, unsigned byte, put func([]byte, T) []byte) encPlan {
+	code := signed
+	switch t.Kind() {
+	case reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64:
+		code = unsigned
+	}
+	return numPlan(func(b []byte, v T) []byte { return put(append(b, code), v) })
+}
+
+// planElem plans t's element type, with t marked busy meanwhile (a
+// recursive type is left to msgpack).
+func (c *encCompiler) planElem(t reflect.Type) (encPlan, bool) {
+	c.busy[t] = true
+	defer delete(c.busy, t)
+	return c.plan(t.Elem())
+}
+
+// appendElems appends an array of n elements of size bytes from data.
+func appendElems(b []byte, data unsafe.Pointer, n int, size uintptr, elem encFn) []byte {
+	b = msgpacksafe.AppendArrayLen(b, n)
+	for i := range n {
+		b = elem(b, unsafe.Add(data, uintptr(i)*size))
+	}
+	return b
+}
+
 func (c *encCompiler) plan(t reflect.Type) (encPlan, bool) {
 	if ownEncoding(t) || c.busy[t] {
 		return encPlan{}, false
@@ -109,68 +147,22 @@ func (c *encCompiler) plan(t reflect.Type) (encPlan, bool) {
 		}, true
 	case reflect.Int:
 		if t.Size() == 4 {
-			return encPlan{
-				enc:   func(b []byte, p unsafe.Pointer) []byte { return msgpacksafe.AppendInt(b, int64(*(*int32)(p))) },
-				empty: func(p unsafe.Pointer) bool { return *(*int32)(p) == 0 },
-			}, true
+			return numPlan(func(b []byte, v int32) []byte { return msgpacksafe.AppendInt(b, int64(v)) }), true
 		}
-		return encPlan{
-			enc:   func(b []byte, p unsafe.Pointer) []byte { return msgpacksafe.AppendInt(b, *(*int64)(p)) },
-			empty: func(p unsafe.Pointer) bool { return *(*int64)(p) == 0 },
-		}, true
+		return numPlan(msgpacksafe.AppendInt), true
 	case reflect.Uint:
 		if t.Size() == 4 {
-			return encPlan{
-				enc:   func(b []byte, p unsafe.Pointer) []byte { return msgpacksafe.AppendUint(b, uint64(*(*uint32)(p))) },
-				empty: func(p unsafe.Pointer) bool { return *(*uint32)(p) == 0 },
-			}, true
+			return numPlan(func(b []byte, v uint32) []byte { return msgpacksafe.AppendUint(b, uint64(v)) }), true
 		}
-		return encPlan{
-			enc:   func(b []byte, p unsafe.Pointer) []byte { return msgpacksafe.AppendUint(b, *(*uint64)(p)) },
-			empty: func(p unsafe.Pointer) bool { return *(*uint64)(p) == 0 },
-		}, true
+		return numPlan(msgpacksafe.AppendUint), true
 	case reflect.Int8, reflect.Uint8:
-		code := byte(0xd0)
-		if t.Kind() == reflect.Uint8 {
-			code = 0xcc
-		}
-		return encPlan{
-			enc:   func(b []byte, p unsafe.Pointer) []byte { return append(b, code, *(*uint8)(p)) },
-			empty: func(p unsafe.Pointer) bool { return *(*uint8)(p) == 0 },
-		}, true
+		return sized(t, 0xd0, 0xcc, func(b []byte, v uint8) []byte { return append(b, v) }), true
 	case reflect.Int16, reflect.Uint16:
-		code := byte(0xd1)
-		if t.Kind() == reflect.Uint16 {
-			code = 0xcd
-		}
-		return encPlan{
-			enc: func(b []byte, p unsafe.Pointer) []byte {
-				return binary.BigEndian.AppendUint16(append(b, code), *(*uint16)(p))
-			},
-			empty: func(p unsafe.Pointer) bool { return *(*uint16)(p) == 0 },
-		}, true
+		return sized(t, 0xd1, 0xcd, binary.BigEndian.AppendUint16), true
 	case reflect.Int32, reflect.Uint32:
-		code := byte(0xd2)
-		if t.Kind() == reflect.Uint32 {
-			code = 0xce
-		}
-		return encPlan{
-			enc: func(b []byte, p unsafe.Pointer) []byte {
-				return binary.BigEndian.AppendUint32(append(b, code), *(*uint32)(p))
-			},
-			empty: func(p unsafe.Pointer) bool { return *(*uint32)(p) == 0 },
-		}, true
+		return sized(t, 0xd2, 0xce, binary.BigEndian.AppendUint32), true
 	case reflect.Int64, reflect.Uint64:
-		code := byte(0xd3)
-		if t.Kind() == reflect.Uint64 {
-			code = 0xcf
-		}
-		return encPlan{
-			enc: func(b []byte, p unsafe.Pointer) []byte {
-				return binary.BigEndian.AppendUint64(append(b, code), *(*uint64)(p))
-			},
-			empty: func(p unsafe.Pointer) bool { return *(*uint64)(p) == 0 },
-		}, true
+		return sized(t, 0xd3, 0xcf, binary.BigEndian.AppendUint64), true
 	case reflect.Float32:
 		return encPlan{
 			enc: func(b []byte, p unsafe.Pointer) []byte {
@@ -191,9 +183,7 @@ func (c *encCompiler) plan(t reflect.Type) (encPlan, bool) {
 			empty: func(p unsafe.Pointer) bool { return len(*(*string)(p)) == 0 },
 		}, true
 	case reflect.Pointer:
-		c.busy[t] = true
-		ep, ok := c.plan(t.Elem())
-		delete(c.busy, t)
+		ep, ok := c.planElem(t)
 		if !ok {
 			return encPlan{}, false
 		}
@@ -212,19 +202,11 @@ func (c *encCompiler) plan(t reflect.Type) (encPlan, bool) {
 		empty := func(p unsafe.Pointer) bool { return (*sliceHeader)(p).len == 0 }
 		if t.Elem().Kind() == reflect.Uint8 { // msgpack's bytes
 			return encPlan{
-				enc: func(b []byte, p unsafe.Pointer) []byte {
-					s := *(*[]byte)(p)
-					if s == nil {
-						return append(b, 0xc0)
-					}
-					return append(msgpacksafe.AppendBinHeader(b, len(s)), s...)
-				},
+				enc:   func(b []byte, p unsafe.Pointer) []byte { return msgpacksafe.AppendBin(b, *(*[]byte)(p)) },
 				empty: empty,
 			}, true
 		}
-		c.busy[t] = true
-		ep, ok := c.plan(t.Elem())
-		delete(c.busy, t)
+		ep, ok := c.planElem(t)
 		if !ok {
 			return encPlan{}, false
 		}
@@ -235,11 +217,7 @@ func (c *encCompiler) plan(t reflect.Type) (encPlan, bool) {
 				if s.data == nil {
 					return append(b, 0xc0)
 				}
-				b = msgpacksafe.AppendArrayLen(b, s.len)
-				for i := range s.len {
-					b = elem(b, unsafe.Add(s.data, uintptr(i)*size))
-				}
-				return b
+				return appendElems(b, s.data, s.len, size, elem)
 			},
 			empty: empty,
 		}, true
@@ -254,20 +232,14 @@ func (c *encCompiler) plan(t reflect.Type) (encPlan, bool) {
 				empty: empty,
 			}, true
 		}
-		c.busy[t] = true
-		ep, ok := c.plan(t.Elem())
-		delete(c.busy, t)
+		ep, ok := c.planElem(t)
 		if !ok {
 			return encPlan{}, false
 		}
 		elem, size := ep.enc, t.Elem().Size()
 		return encPlan{
 			enc: func(b []byte, p unsafe.Pointer) []byte {
-				b = msgpacksafe.AppendArrayLen(b, n)
-				for i := range n {
-					b = elem(b, unsafe.Add(p, uintptr(i)*size))
-				}
-				return b
+				return appendElems(b, p, n, size, elem)
 			},
 			empty: empty,
 		}, true
