@@ -286,3 +286,27 @@ func TestStateLargeChild(t *testing.T) {
 		t.Errorf("peak-rss: %+v", r)
 	}
 }
+
+// BenchmarkStateBackends is the state-backends job (source -> map -> KeyBy
+// -> Count over 1000 keys -> sink, checkpoints every second) with each
+// backend, for profiling and A/B runs:
+// go test -run '^$' -bench StateBackends/disk -cpuprofile cpu.out ./benchmarks
+func BenchmarkStateBackends(b *testing.B) {
+	const n = 4_000_000
+	for _, disk := range []bool{false, true} {
+		name := "memory"
+		if disk {
+			name = "disk"
+		}
+		b.Run(name, func(b *testing.B) {
+			cpu0 := cpuTime()
+			for b.Loop() {
+				if _, err := stateBackendRun(context.Background(), n, disk); err != nil {
+					b.Fatal(err)
+				}
+			}
+			b.ReportMetric(float64(n)*float64(b.N)/b.Elapsed().Seconds(), "records/s")
+			b.ReportMetric(float64(cpuTime()-cpu0)/(float64(n)*float64(b.N)), "cpu-ns/record")
+		})
+	}
+}

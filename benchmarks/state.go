@@ -26,42 +26,7 @@ import (
 // memory and the disk backend, alternating rounds.
 func benchStateBackends(ctx context.Context, e *env) ([]Result, error) {
 	n := e.n(10_000_000)
-	run := func(disk bool) (time.Duration, error) {
-		dir, err := os.MkdirTemp("", "sluice-state-bench-")
-		if err != nil {
-			return 0, err
-		}
-		defer os.RemoveAll(dir)
-		sys, err := actors.NewSystem(actors.Config{Name: "state-bench", Store: filepath.Join(dir, "store.db")})
-		if err != nil {
-			return 0, err
-		}
-		defer sys.Stop(ctx)
-		opts := []operators.TopologyOption{operators.Checkpoints(time.Second)}
-		if disk {
-			opts = append(opts, operators.StateBackend(operators.DiskState(filepath.Join(dir, "state"), 0)))
-		}
-		var sum int64
-		t := operators.NewTopology("state-bench", opts...)
-		src := operators.Source(t, "numbers", operators.Generate(int64(n), func(i int64) int64 { return i }))
-		m := operators.Map(src, "triple", func(v int64) int64 { return v * 3 })
-		by := operators.KeyBy(m, "by-key", func(v int64) int64 { return v % 1000 })
-		counts := operators.Count(by, "count", operators.Emit(operators.EmitAtEnd))
-		operators.Sink(counts, "sum", operators.SinkFunc(func(kv operators.KV[int64, int64]) error { sum += kv.Value; return nil }))
-		start := time.Now()
-		r, err := sys.Run(ctx, t)
-		if err != nil {
-			return 0, err
-		}
-		if err := r.Wait(ctx); err != nil {
-			return 0, err
-		}
-		d := time.Since(start)
-		if sum != int64(n) {
-			return 0, fmt.Errorf("state bench: counted %d of %d", sum, n)
-		}
-		return d, nil
-	}
+	run := func(disk bool) (time.Duration, error) { return stateBackendRun(ctx, n, disk) }
 	var mem, disk float64
 	for range e.rounds {
 		for _, d := range []bool{false, true} {
@@ -484,4 +449,43 @@ func procStatus(field string) float64 {
 		}
 	}
 	return 0
+}
+
+// stateBackendRun is one run of the state-backends job over n records,
+// with the memory or (disk) the disk backend; it returns its wall time.
+func stateBackendRun(ctx context.Context, n int, disk bool) (time.Duration, error) {
+	dir, err := os.MkdirTemp("", "sluice-state-bench-")
+	if err != nil {
+		return 0, err
+	}
+	defer os.RemoveAll(dir)
+	sys, err := actors.NewSystem(actors.Config{Name: "state-bench", Store: filepath.Join(dir, "store.db")})
+	if err != nil {
+		return 0, err
+	}
+	defer sys.Stop(ctx)
+	opts := []operators.TopologyOption{operators.Checkpoints(time.Second)}
+	if disk {
+		opts = append(opts, operators.StateBackend(operators.DiskState(filepath.Join(dir, "state"), 0)))
+	}
+	var sum int64
+	t := operators.NewTopology("state-bench", opts...)
+	src := operators.Source(t, "numbers", operators.Generate(int64(n), func(i int64) int64 { return i }))
+	m := operators.Map(src, "triple", func(v int64) int64 { return v * 3 })
+	by := operators.KeyBy(m, "by-key", func(v int64) int64 { return v % 1000 })
+	counts := operators.Count(by, "count", operators.Emit(operators.EmitAtEnd))
+	operators.Sink(counts, "sum", operators.SinkFunc(func(kv operators.KV[int64, int64]) error { sum += kv.Value; return nil }))
+	start := time.Now()
+	r, err := sys.Run(ctx, t)
+	if err != nil {
+		return 0, err
+	}
+	if err := r.Wait(ctx); err != nil {
+		return 0, err
+	}
+	d := time.Since(start)
+	if sum != int64(n) {
+		return 0, fmt.Errorf("state bench: counted %d of %d", sum, n)
+	}
+	return d, nil
 }

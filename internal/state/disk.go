@@ -388,16 +388,24 @@ func (d *Disk[K, V]) dropReader() {
 // Put caches v as k's value. A pointer value may be the one Get
 // returned, changed in place since: it is measured again.
 func (d *Disk[K, V]) Put(k K, v V, _ bool) {
-	old := d.m[k]
 	e := entry[V]{v: v, dirty: true, size: int32(d.slot)}
-	if !d.flat {
-		e.size = d.sizeOf(&k, &v)
-	}
 	if d.ttl > 0 {
 		e.at = d.now()
 	}
-	d.m[k] = e
-	d.bytes += int64(e.size) - int64(old.size)
+	if d.flat {
+		// Every entry of a flat table, a deletion's too, counts one slot:
+		// the map's growth says whether k was there, without a lookup.
+		n := len(d.m)
+		d.m[k] = e
+		if len(d.m) > n {
+			d.bytes += int64(e.size)
+		}
+	} else {
+		old := d.m[k]
+		e.size = d.sizeOf(&k, &v)
+		d.m[k] = e
+		d.bytes += int64(e.size) - int64(old.size)
+	}
 	d.inc.changed(k, e, d.flat)
 	d.maybeEvict()
 }
