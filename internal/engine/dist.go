@@ -44,6 +44,7 @@ func (in *instance) send(oc *outChan, env *actors.Envelope) {
 				panic(fmt.Errorf("encode for %v: %w", oc.target, err))
 			}
 			in.c.Send(oc.target, msg)
+			in.reclaim(env)
 			return
 		}
 	}
@@ -52,6 +53,19 @@ func (in *instance) send(oc *outChan, env *actors.Envelope) {
 		panic(fmt.Errorf("encode for %v: %w", oc.target, err))
 	}
 	in.c.Send(oc.target, &wire.Records{Seq: oc.wseq, Data: data})
+	in.reclaim(env)
+}
+
+// reclaim gives back an envelope encoded for another process, and its
+// array to the job's arrays (stage.Reclaim): the decoder of records from
+// another process takes them up again (lentDecoder), as a source does.
+func (in *instance) reclaim(env *actors.Envelope) {
+	stage.Reclaim(env, &in.exec.arrays, in.exec.batch)
+}
+
+// lentDecoder decodes into arrays the job lends (stage.Codec.DecodeLent).
+type lentDecoder interface {
+	DecodeLent(data []byte, a *stage.Arrays, size int) (any, error)
 }
 
 // ErrLost: a message between the processes of a distributed job was lost;
@@ -87,6 +101,8 @@ type remoteInbox struct {
 
 	mu     sync.Mutex    // orders the connections' posts; guards what follows
 	codec  mailbox.Codec // the task's envelope codec
+	arrays *stage.Arrays // the job's arrays, which a lentDecoder codec decodes into
+	batch  int           // their capacity: the topology's batch size
 	wseq   []uint64      // by input channel: the last message received
 	failed bool          // a message was lost: the instance is failing
 }
@@ -99,7 +115,8 @@ func (*inboxFailure) IsControl() bool { return true }
 
 func newRemoteInbox(mb *mailbox.Mailbox, in *instance) *remoteInbox {
 	b := &remoteInbox{Mailbox: mb, unpack: in.exec.dist.Unpack, dist: in.exec.dist,
-		codec: in.exec.plan.Chains[in.task][0].NewCodec(), wseq: make([]uint64, len(in.ins))}
+		codec: in.exec.plan.Chains[in.task][0].NewCodec(), wseq: make([]uint64, len(in.ins)),
+		arrays: &in.exec.arrays, batch: in.exec.batch}
 	for _, ch := range in.ins {
 		b.senders = append(b.senders, ch.sender)
 	}
@@ -150,7 +167,7 @@ func (b *remoteInbox) records(rec *wire.Records, from string) {
 		b.forged(from, "a channel of this instance (no sender of it runs there)")
 		return // not decoded: a process that sends on none of the channels cannot fail the instance either
 	}
-	v, err := decodeRecords(b.codec, rec.Data)
+	v, err := decodeRecords(b.codec, rec.Data, b.arrays, b.batch)
 	if err != nil {
 		err = fmt.Errorf("%w (message %d): %w", ErrUndecodable, rec.Seq, err)
 		if c, ok := b.dist.(dist.UndecodableCounter); ok {
@@ -185,12 +202,15 @@ var ErrUndecodable = errors.New("operators: records from another process do not 
 // goroutine: a panic of the codec (none is known: the envelope codec
 // decodes with msgpacksafe) is returned as an error rather than unwinding
 // into protoactor's gRPC goroutine, which would end the process.
-func decodeRecords(c mailbox.Codec, data []byte) (v any, err error) {
+func decodeRecords(c mailbox.Codec, data []byte, a *stage.Arrays, size int) (v any, err error) {
 	defer func() {
 		if p := recover(); p != nil {
 			v, err = nil, fmt.Errorf("the codec panicked: %v", p)
 		}
 	}()
+	if d, ok := c.(lentDecoder); ok {
+		return d.DecodeLent(data, a, size)
+	}
 	return c.Decode(data)
 }
 

@@ -74,6 +74,7 @@ type execution struct {
 	cpStatsMu   sync.Mutex
 	metrics     *jobMetrics  // nil without a MeterProvider
 	arrays      stage.Arrays // batch arrays lent from the job's sinks back to its sources
+	batch       int          // the topology's batch size: the capacity of arrays (set by build)
 
 	// Latency (latency.go, shedding.go): what every instance measured, by
 	// task and instance (nil when the topology measures none); the shed
@@ -478,6 +479,7 @@ func (x *execution) build() error {
 	x.instMu.Lock()
 	defer x.instMu.Unlock()
 	p, cfg := x.plan, x.topo.Config()
+	x.batch = cfg.BatchSize
 	x.instances = make([][]*instance, len(p.Chains))
 	x.instGen = x.gen // the generation these instances are (read under instMu)
 	if x.jobParent == "" {

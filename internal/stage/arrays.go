@@ -97,6 +97,19 @@ func arraysFor[T any](a *Arrays, size int, create bool) *freeArrays[T] {
 // get is a returned array (length 0), or nil.
 func (l *freeArrays[T]) get() []T { return l.list.get() }
 
+// take is an array of n values: a returned one when it holds n and T
+// holds no pointers (the caller overwrites all n), else a new one.
+func (l *freeArrays[T]) take(n int) []T {
+	if l != nil && !l.clear && n > 0 {
+		if vs := l.get(); cap(vs) >= n {
+			return vs[:n]
+		} else if vs != nil {
+			l.list.put(vs, keptArrays)
+		}
+	}
+	return make([]T, n)
+}
+
 // put returns vs, whose array nobody reads or writes any more.
 func (l *freeArrays[T]) put(vs []T) {
 	vs = vs[:cap(vs)]

@@ -402,7 +402,22 @@ const headerCost = 64
 // is allocated for them, and records encoded with msgpack are decoded by
 // msgpacksafe.Decode. Errors name the envelope's sequence number and the
 // record type.
-func (Codec[T]) Decode(data []byte) (any, error) {
+func (Codec[T]) Decode(data []byte) (any, error) { return decodeEnvelope[T](data, nil) }
+
+// DecodeLent is Decode that takes the array of a batch of int64, int or
+// float64 records from a, the job's arrays of capacity size (see Arrays),
+// when it lends one that holds them, instead of allocating it: records
+// from another process decoded into the arrays that the job's sinks and
+// its encodings for other processes (Reclaim) gave back. The checks and
+// the bound on what is allocated are Decode's; a lent array is
+// overwritten whole.
+func (Codec[T]) DecodeLent(data []byte, a *Arrays, size int) (any, error) {
+	return decodeEnvelope[T](data, arraysFor[T](a, size, true))
+}
+
+// decodeEnvelope is Decode, the array of int64, int or float64 records
+// taken from free (nil: allocated).
+func decodeEnvelope[T any](data []byte, free *freeArrays[T]) (any, error) {
 	if len(data) < 2 {
 		return nil, errShort
 	}
@@ -479,7 +494,9 @@ func (Codec[T]) Decode(data []byte) (any, error) {
 		b.Tr = ms
 	}
 	switch any(zero).(type) {
-	case int64, int, float64, string:
+	case int64, int, float64: // every value is written below
+		b.Vs = free.take(int(count))
+	case string:
 		b.Vs = make([]T, count)
 	}
 	if flags&flagNarrow != 0 {

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"math"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 
@@ -164,6 +165,39 @@ func TestEnvelopeCodecRefusesBadWidth(t *testing.T) {
 	}
 }
 
+// An envelope encoded for another process gives its array back
+// (Reclaim), and the decoder of the next batch takes it, overwriting it.
+func TestDecodeLentReclaimed(t *testing.T) {
+	var lend Arrays
+	free := arraysFor[int64](&lend, 4, true)
+	e := &Emitter[int64]{free: &freeList[*shipped[int64]]{}}
+	x := e.newShipped()
+	x.env.Kind, x.env.Count = actors.Data, 4
+	x.b.Vs = []int64{9, 9, 9, 9}
+	arr := &x.b.Vs[0]
+	Reclaim(&x.env, &lend, 4)
+	if x.b.Vs != nil || len(e.free.free) != 1 {
+		t.Fatalf("after Reclaim: batch %v, %d envelopes free", x.b.Vs, len(e.free.free))
+	}
+	in, _ := Codec[int64]{}.Encode(&actors.Envelope{Kind: actors.Data, Count: 3, Payload: &Batch[int64]{Vs: []int64{1, -2, 3}}})
+	got, err := Codec[int64]{}.DecodeLent(in, &lend, 4)
+	if err != nil {
+		t.Fatal(err)
+	}
+	vs := got.(*actors.Envelope).Payload.(*Batch[int64]).Vs
+	if !slices.Equal(vs, []int64{1, -2, 3}) || &vs[0] != arr {
+		t.Fatalf("decoded %v (lent array: %v)", vs, &vs[0] == arr)
+	}
+	if free.get() != nil {
+		t.Fatal("the lent array is still in the list")
+	}
+	// A decoded envelope is no emitter's: Reclaim leaves it alone.
+	Reclaim(got.(*actors.Envelope), &lend, 4)
+	if free.get() != nil {
+		t.Fatal("Reclaim kept the array of a decoded envelope")
+	}
+}
+
 func FuzzEnvelopeDecode(f *testing.F) {
 	c := Codec[point]{}
 	seed, _ := c.Encode(&actors.Envelope{Kind: actors.Data, Count: 1, Payload: &Batch[point]{Vs: []point{{1, 2, "z"}}}, Headers: map[string]string{"a": "b"}})
@@ -192,6 +226,22 @@ func FuzzEnvelopeDecode(f *testing.F) {
 			}
 			if e.Born < 0 || e.Sent < 0 || !(e.Keep >= 0 && e.Keep <= 1) {
 				t.Fatalf("latency out of range decoded: born %d, sent %d, keep %v", e.Born, e.Sent, e.Keep)
+			}
+		}
+		// Decoded into a lent array full of other values, the records and
+		// the error are Decode's.
+		var lend Arrays
+		dirty := arraysFor[int64](&lend, 4, true)
+		dirty.put([]int64{-1, -2, -3, -4})
+		want, werr := Codec[int64]{}.Decode(data)
+		lent, lerr := Codec[int64]{}.DecodeLent(data, &lend, 4)
+		if (werr == nil) != (lerr == nil) || werr != nil && werr.Error() != lerr.Error() {
+			t.Fatalf("DecodeLent: %v, Decode: %v", lerr, werr)
+		}
+		if werr == nil {
+			w, l := want.(*actors.Envelope), lent.(*actors.Envelope)
+			if w.Kind == actors.Data && !slices.Equal(w.Payload.(*Batch[int64]).Vs, l.Payload.(*Batch[int64]).Vs) {
+				t.Fatalf("DecodeLent decoded %v, Decode %v", l.Payload.(*Batch[int64]).Vs, w.Payload.(*Batch[int64]).Vs)
 			}
 		}
 		// Integers that decode encode again to the same values (narrow or not).

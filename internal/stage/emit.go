@@ -210,6 +210,36 @@ func Release(env *actors.Envelope) {
 	}
 }
 
+// Reclaim is Release for a data envelope its instance has encoded for
+// another process: the encoding is a copy, so nothing reads the envelope
+// or its records any more. The envelope goes back to the emitter that made
+// it, and the array of its records, when it is a whole batch's (capacity
+// size), to a, where a source or a decoder of records from another process
+// (Codec.DecodeLent) takes it up again instead of allocating one.
+func Reclaim(env *actors.Envelope, a *Arrays, size int) {
+	if r, ok := env.Payload.(reclaimer); ok {
+		r.reclaim(env, a, size)
+	}
+}
+
+// reclaimer is the payload of an envelope an emitter made (*Batch[T]).
+type reclaimer interface {
+	reclaim(env *actors.Envelope, a *Arrays, size int)
+}
+
+func (b *Batch[T]) reclaim(env *actors.Envelope, a *Arrays, size int) {
+	x := b.sh
+	if x == nil || &x.b != b || &x.env != env {
+		return // not an emitter's: its arrays may be someone else's
+	}
+	if cap(b.Vs) == size {
+		if l := arraysFor[T](a, size, false); l != nil {
+			l.put(b.Vs)
+		}
+	}
+	b.release(env)
+}
+
 func (b *Batch[T]) release(env *actors.Envelope) {
 	x := b.sh
 	if x == nil || &x.b != b || &x.env != env {
