@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"fmt"
 	"log/slog"
+	"math/bits"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -234,8 +235,12 @@ func benchRemoteTopology(ctx context.Context, e *env) ([]Result, error) {
 		}
 		return into
 	}
-	encode := func(vs []int64) []byte {
-		out := make([]byte, 0, len(vs)*binary.MaxVarintLen64)
+	encode := func(vs []int64) []byte { // into a buffer of the exact size
+		size := 0
+		for _, v := range vs {
+			size += max(1, (bits.Len64(uint64(v<<1)^uint64(v>>63))+6)/7)
+		}
+		out := make([]byte, 0, size)
 		for _, v := range vs {
 			out = binary.AppendVarint(out, v)
 		}
