@@ -132,15 +132,10 @@ func benchConnectors(ctx context.Context, e *env) ([]Result, error) {
 		src := operators.Source(t, "events", jetstream.NewSource(jetstream.SourceConfig[benchEvent]{URL: natsURL, Stream: stream, Bounded: true}))
 		operators.Sink(src, "store", postgres.NewSink(postgres.Config[benchEvent]{DSN: dsn, Name: sink, Table: table,
 			Columns: []string{"i", "k"}, Row: func(ev benchEvent) []any { return []any{ev.I, ev.K} }}))
-		start := time.Now()
-		r, err := sys.Run(ctx, t)
+		r, d, err := runTimed(ctx, sys, t)
 		if err != nil {
 			return 0, err
 		}
-		if err := r.Wait(ctx); err != nil {
-			return 0, err
-		}
-		d := time.Since(start)
 		cps = operators.CheckpointStatsOf(r).Completed
 		return d, check("sluice")
 	})

@@ -124,18 +124,14 @@ func benchHop(ctx context.Context, e *env) ([]Result, error) {
 		t := operators.NewTopology("hop")
 		src := operators.Source(t, "src", operators.Generate(int64(nb), hopGen))
 		operators.Sink(src, "sink", operators.SinkFunc(func(v int64) error { count += hopSink(v); return nil }), operators.NoFusion())
-		start := time.Now()
-		run, err := sys.Run(ctx, t)
+		_, d, err := runTimed(ctx, sys, t)
 		if err != nil {
-			return 0, err
-		}
-		if err := run.Wait(ctx); err != nil {
 			return 0, err
 		}
 		if count != int64(nb) {
 			return 0, fmt.Errorf("topology hop delivered %d of %d", count, nb)
 		}
-		return time.Since(start), nil
+		return d, nil
 	})
 	if err != nil {
 		return nil, err

@@ -29,6 +29,8 @@ import (
 	"runtime/pprof"
 	"strings"
 	"time"
+
+	"github.com/sluicehq/sluice/actors"
 )
 
 // Result is one measured figure.
@@ -282,4 +284,16 @@ func loadAvg() string {
 		return "?"
 	}
 	return strings.Join(f[:3], " ")
+}
+
+// runTimed runs job on sys to its end and returns the run and its wall
+// time, from the start of Run to the end of Wait.
+func runTimed(ctx context.Context, sys *actors.System, job actors.Job) (*actors.Run, time.Duration, error) {
+	start := time.Now()
+	run, err := sys.Run(ctx, job)
+	if err != nil {
+		return nil, 0, err
+	}
+	err = run.Wait(ctx)
+	return run, time.Since(start), err
 }

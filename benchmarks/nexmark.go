@@ -75,15 +75,11 @@ func nexmarkCase[T any](name string, build func(operators.Stream[nexmark.Event],
 			events := operators.Source(t, "events", operators.FromSlice(evs), operators.Parallelism(par))
 			col := operators.NewCollector[T]()
 			operators.Sink(build(events, p), "out", col)
-			start := time.Now()
-			run, err := sys.Run(ctx, t)
+			run, d, err := runTimed(ctx, sys, t)
 			if err != nil {
 				return nexmarkRun{}, err
 			}
-			if err := run.Wait(ctx); err != nil {
-				return nexmarkRun{}, err
-			}
-			r := nexmarkRun{d: time.Since(start), results: col.Len()}
+			r := nexmarkRun{d: d, results: col.Len()}
 			if cp > 0 {
 				st := operators.CheckpointStatsOf(run)
 				if st.Failed > 0 {

@@ -475,15 +475,10 @@ func stateBackendRun(ctx context.Context, n int, disk bool) (time.Duration, erro
 	by := operators.KeyBy(m, "by-key", func(v int64) int64 { return v % 1000 })
 	counts := operators.Count(by, "count", operators.Emit(operators.EmitAtEnd))
 	operators.Sink(counts, "sum", operators.SinkFunc(func(kv operators.KV[int64, int64]) error { sum += kv.Value; return nil }))
-	start := time.Now()
-	r, err := sys.Run(ctx, t)
+	_, d, err := runTimed(ctx, sys, t)
 	if err != nil {
 		return 0, err
 	}
-	if err := r.Wait(ctx); err != nil {
-		return 0, err
-	}
-	d := time.Since(start)
 	if sum != int64(n) {
 		return 0, fmt.Errorf("state bench: counted %d of %d", sum, n)
 	}

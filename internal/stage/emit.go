@@ -196,8 +196,11 @@ func (e *Emitter[T]) newShipped() *shipped[T] {
 // per channel by default).
 const keptShipped = 64
 
-// releaser is the payload of an envelope an emitter made (*Batch[T]).
-type releaser interface{ release(env *actors.Envelope) }
+// shippedPayload is the payload of an envelope an emitter made (*Batch[T]).
+type shippedPayload interface {
+	release(env *actors.Envelope)
+	reclaim(env *actors.Envelope, a *Arrays, size int)
+}
 
 // Release gives data envelope env back to the emitter that made it, once
 // the receiving instance has handled it and holds no reference to it nor
@@ -205,7 +208,7 @@ type releaser interface{ release(env *actors.Envelope) }
 // envelope's: stages may have kept them, Batch.Own). An envelope that no
 // emitter of this process made (decoded, restored) is left alone.
 func Release(env *actors.Envelope) {
-	if r, ok := env.Payload.(releaser); ok {
+	if r, ok := env.Payload.(shippedPayload); ok {
 		r.release(env)
 	}
 }
@@ -217,20 +220,22 @@ func Release(env *actors.Envelope) {
 // size), to a, where a source or a decoder of records from another process
 // (Codec.DecodeLent) takes it up again instead of allocating one.
 func Reclaim(env *actors.Envelope, a *Arrays, size int) {
-	if r, ok := env.Payload.(reclaimer); ok {
+	if r, ok := env.Payload.(shippedPayload); ok {
 		r.reclaim(env, a, size)
 	}
 }
 
-// reclaimer is the payload of an envelope an emitter made (*Batch[T]).
-type reclaimer interface {
-	reclaim(env *actors.Envelope, a *Arrays, size int)
+// shipped says whether b is the batch of env as an emitter made them (not
+// one decoded or restored, whose arrays may be someone else's); it returns
+// their allocation.
+func (b *Batch[T]) shipped(env *actors.Envelope) (*shipped[T], bool) {
+	x := b.sh
+	return x, x != nil && &x.b == b && &x.env == env
 }
 
 func (b *Batch[T]) reclaim(env *actors.Envelope, a *Arrays, size int) {
-	x := b.sh
-	if x == nil || &x.b != b || &x.env != env {
-		return // not an emitter's: its arrays may be someone else's
+	if _, ok := b.shipped(env); !ok {
+		return
 	}
 	if cap(b.Vs) == size {
 		if l := arraysFor[T](a, size, false); l != nil {
@@ -241,8 +246,8 @@ func (b *Batch[T]) reclaim(env *actors.Envelope, a *Arrays, size int) {
 }
 
 func (b *Batch[T]) release(env *actors.Envelope) {
-	x := b.sh
-	if x == nil || &x.b != b || &x.env != env {
+	x, ok := b.shipped(env)
+	if !ok {
 		return
 	}
 	x.env = actors.Envelope{}
