@@ -6,9 +6,7 @@ import (
 	"log/slog"
 	"os"
 	"strings"
-	"syscall"
 	"testing"
-	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
 
@@ -63,7 +61,7 @@ func TestNexmarkChecksOutput(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	compared, checkpointed := 0, 0
+	compared, frequent, checkpointed := 0, 0, 0
 	for _, r := range res {
 		if q, ok := strings.CutSuffix(r.Name, "/sluice-vs-model"); ok {
 			compared++
@@ -71,15 +69,21 @@ func TestNexmarkChecksOutput(t *testing.T) {
 				t.Errorf("%s: baseline %q ratio %v", r.Name, r.Baseline, r.Ratio)
 			}
 		}
-		if q, ok := strings.CutSuffix(r.Name, "/checkpoints-vs-none"); ok {
-			checkpointed++
+		if q, ok := strings.CutSuffix(r.Name, "/checkpoints-frequent-vs-none"); ok {
+			frequent++
 			if r.Baseline != q+"/sluice-vs-model" || r.Ratio <= 0 || strings.Contains(r.Note, "[0]") {
 				t.Errorf("%s: baseline %q ratio %v, %s", r.Name, r.Baseline, r.Ratio, r.Note)
 			}
 		}
+		if q, ok := strings.CutSuffix(strings.Replace(r.Name, "-changelog", "", 1), "/checkpoints-1s-vs-none"); ok {
+			checkpointed++
+			if r.Baseline != q+"/long-none" || r.Ratio <= 0 || strings.Contains(r.Note, ": 0 completed") || strings.Contains(r.Note, ": 1 completed") {
+				t.Errorf("%s: baseline %q ratio %v, %s", r.Name, r.Baseline, r.Ratio, r.Note)
+			}
+		}
 	}
-	if compared != 11 || checkpointed != 11 {
-		t.Errorf("%d queries compared with their models, %d with checkpoints against without, want 11 and 11", compared, checkpointed)
+	if compared != 11 || frequent != 11 || checkpointed != 22 {
+		t.Errorf("%d queries compared with their models, %d with frequent checkpoints against without, %d with checkpoints a tenth of a long run against without (memory state whole and with its changelog), want 11, 11 and 22", compared, frequent, checkpointed)
 	}
 }
 
@@ -135,16 +139,6 @@ func BenchmarkPipelineChannelsBatched(b *testing.B) {
 	}
 	b.ReportMetric(float64(n)*float64(b.N)/b.Elapsed().Seconds(), "records/s")
 	b.ReportMetric(float64(cpuTime()-cpu0)/(float64(n)*float64(b.N)), "cpu-ns/record")
-}
-
-// cpuTime is the process's user and system CPU time so far: on a loaded
-// machine it says more about a change than the wall time.
-func cpuTime() time.Duration {
-	var ru syscall.Rusage
-	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
-		return 0
-	}
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
 // BenchmarkTopologyHop is the topology hop alone (source -> sink actor),

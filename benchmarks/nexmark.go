@@ -3,10 +3,12 @@ package main
 import (
 	"context"
 	"fmt"
+	"math"
 	"os"
 	"path/filepath"
 	"runtime"
 	"slices"
+	"sync/atomic"
 	"time"
 
 	"github.com/sluicehq/sluice/actors"
@@ -26,12 +28,16 @@ var flinkPerCore = map[string]float64{
 
 // nexmarkQuery is one query: run builds it over a source of the events into
 // a collecting sink, runs it and checks its output against the model's;
-// model runs the single-goroutine reference model on the events.
+// runLong builds it over a longer source (the events replayed in laps)
+// into a counting sink and checks that it wrote laps times the results of
+// one lap; model runs the single-goroutine reference model on the events.
 type nexmarkQuery struct {
 	name string
 	// run checkpoints every cp when cp > 0.
-	run   func(ctx context.Context, e *env, evs []nexmark.Event, p nexmark.Params, par int, cp time.Duration) (nexmarkRun, error)
-	model func(evs []nexmark.Event) (time.Duration, int)
+	run func(ctx context.Context, e *env, evs []nexmark.Event, p nexmark.Params, par int, cp time.Duration) (nexmarkRun, error)
+	// runLong's changelog, when not empty, is the memory state's changelog directory.
+	runLong func(ctx context.Context, e *env, src operators.SourceConnector[nexmark.Event], p nexmark.Params, par int, cp time.Duration, changelog string) (nexmarkRun, error)
+	model   func(evs []nexmark.Event) (time.Duration, int)
 }
 
 // nexmarkRun is what one run of a query's topology measured.
@@ -39,6 +45,7 @@ type nexmarkRun struct {
 	d           time.Duration // from Run to the end of Wait
 	results     int
 	checkpoints int64 // completed, the final one included
+	history     []operators.CompletedCheckpoint
 }
 
 // nexmarkCase builds a nexmarkQuery from the query's typed builder, its
@@ -55,43 +62,12 @@ func nexmarkCase[T any](name string, build func(operators.Stream[nexmark.Event],
 			return time.Since(start), len(want)
 		},
 		run: func(ctx context.Context, e *env, evs []nexmark.Event, p nexmark.Params, par int, cp time.Duration) (nexmarkRun, error) {
-			cfg := actors.Config{Name: "nexmark-bench", Logger: e.log}
-			var opts []operators.TopologyOption
-			if cp > 0 { // checkpoints every cp into a bbolt store
-				dir, err := os.MkdirTemp("", "sluice-nexmark-cp-")
-				if err != nil {
-					return nexmarkRun{}, err
-				}
-				defer os.RemoveAll(dir)
-				cfg.Store = filepath.Join(dir, "store.db")
-				opts = append(opts, operators.Checkpoints(cp))
-			}
-			sys, err := actors.NewSystem(cfg)
-			if err != nil {
-				return nexmarkRun{}, err
-			}
-			defer sys.Stop(ctx)
-			t := operators.NewTopology("nexmark-"+name, opts...)
-			events := operators.Source(t, "events", operators.FromSlice(evs), operators.Parallelism(par))
 			col := operators.NewCollector[T]()
-			operators.Sink(build(events, p), "out", col)
-			run, d, err := runTimed(ctx, sys, t)
+			r, err := runNexmark(ctx, e, name, operators.FromSlice(evs), p, par, cp, "", build, col)
 			if err != nil {
-				return nexmarkRun{}, err
+				return r, err
 			}
-			r := nexmarkRun{d: d, results: col.Len()}
-			if cp > 0 {
-				st := operators.CheckpointStatsOf(run)
-				if st.Failed > 0 {
-					return nexmarkRun{}, fmt.Errorf("%d checkpoints failed: %s", st.Failed, st.LastFailure)
-				}
-				r.checkpoints = st.Completed
-			}
-			for _, st := range run.Stats() {
-				if st.Late > 0 {
-					return nexmarkRun{}, fmt.Errorf("%d late records in %s", st.Late, st.Name)
-				}
-			}
+			r.results = col.Len()
 			got, w := canon(col.Items()), canon(want)
 			if len(w) == 0 {
 				return nexmarkRun{}, fmt.Errorf("the model has no results: too few events to compare")
@@ -105,7 +81,133 @@ func nexmarkCase[T any](name string, build func(operators.Stream[nexmark.Event],
 			}
 			return r, nil
 		},
+		runLong: func(ctx context.Context, e *env, src operators.SourceConnector[nexmark.Event], p nexmark.Params, par int, cp time.Duration, changelog string) (nexmarkRun, error) {
+			var written atomic.Int64
+			r, err := runNexmark(ctx, e, name, src, p, par, cp, changelog, build, operators.SinkFunc(func(T) error { written.Add(1); return nil }))
+			r.results = int(written.Load())
+			return r, err
+		},
 	}
+}
+
+// runNexmark runs a query's topology over src into sink, checkpointing
+// every cp into a bbolt store when cp > 0 (with the memory state's
+// changelog in directory changelog when not empty), and fails if a checkpoint
+// failed or a record was late.
+func runNexmark[T any](ctx context.Context, e *env, name string, src operators.SourceConnector[nexmark.Event], p nexmark.Params, par int, cp time.Duration, changelog string,
+	build func(operators.Stream[nexmark.Event], nexmark.Params) operators.Stream[T], sink operators.SinkConnector[T]) (nexmarkRun, error) {
+	cfg := actors.Config{Name: "nexmark-bench", Logger: e.log}
+	var opts []operators.TopologyOption
+	if cp > 0 { // checkpoints every cp into a bbolt store
+		dir, err := os.MkdirTemp("", "sluice-nexmark-cp-")
+		if err != nil {
+			return nexmarkRun{}, err
+		}
+		defer os.RemoveAll(dir)
+		cfg.Store = filepath.Join(dir, "store.db")
+		opts = append(opts, operators.Checkpoints(cp))
+	}
+	if changelog != "" {
+		opts = append(opts, operators.StateBackend(operators.MemoryState().Changelog(changelog)))
+	}
+	sys, err := actors.NewSystem(cfg)
+	if err != nil {
+		return nexmarkRun{}, err
+	}
+	defer sys.Stop(ctx)
+	t := operators.NewTopology("nexmark-"+name, opts...)
+	events := operators.Source(t, "events", src, operators.Parallelism(par))
+	operators.Sink(build(events, p), "out", sink)
+	run, d, err := runTimed(ctx, sys, t)
+	if err != nil {
+		return nexmarkRun{}, err
+	}
+	r := nexmarkRun{d: d}
+	if cp > 0 {
+		st := operators.CheckpointStatsOf(run)
+		if st.Failed > 0 {
+			return nexmarkRun{}, fmt.Errorf("%d checkpoints failed: %s", st.Failed, st.LastFailure)
+		}
+		r.checkpoints, r.history = st.Completed, st.History
+	}
+	for _, st := range run.Stats() {
+		if st.Late > 0 {
+			return nexmarkRun{}, fmt.Errorf("%d late records in %s", st.Late, st.Name)
+		}
+	}
+	return r, nil
+}
+
+// lapped replays evs laps times: lap k is evs with every person, auction,
+// seller and bidder id raised by k×idStride and every time (event times,
+// auctions' expiry) by k×timeStride, so that no lap shares a key, a window
+// or an auction with another and each writes what the first writes (its
+// ids and times shifted). idStride is past the largest id and a multiple
+// of skip (q2's AuctionSkip, so that q2 selects the same bids in every
+// lap); timeStride is past the latest time (expiry included) by at least
+// an hour and a whole number of hours (so windows and sessions fall alike
+// in every lap). A shifted event is a copy: evs is not changed.
+func lapped(evs []nexmark.Event, laps int, skip int64) operators.SourceConnector[nexmark.Event] {
+	var maxID, minT, maxT int64 = 0, math.MaxInt64, math.MinInt64
+	for _, ev := range evs {
+		t := ev.Time()
+		minT, maxT = min(minT, t), max(maxT, t)
+		switch {
+		case ev.Person != nil:
+			maxID = max(maxID, ev.Person.ID)
+		case ev.Auction != nil:
+			maxID = max(maxID, ev.Auction.ID, ev.Auction.Seller)
+			maxT = max(maxT, ev.Auction.Expires)
+		case ev.Bid != nil:
+			maxID = max(maxID, ev.Bid.Auction, ev.Bid.Bidder)
+		}
+	}
+	skip = max(skip, 1)
+	idStride := (maxID/skip + 1) * skip
+	const hour = int64(time.Hour / time.Millisecond)
+	timeStride := ((maxT-minT)/hour + 2) * hour
+	n := int64(len(evs))
+	return operators.Generate(n*int64(laps), func(i int64) nexmark.Event {
+		ev, k := evs[i%n], i/n
+		if k == 0 {
+			return ev
+		}
+		di, dt := k*idStride, k*timeStride
+		switch {
+		case ev.Person != nil:
+			x := *ev.Person
+			x.ID += di
+			x.DateTime += dt
+			return nexmark.Event{Person: &x}
+		case ev.Auction != nil:
+			x := *ev.Auction
+			x.ID += di
+			x.Seller += di
+			x.DateTime += dt
+			x.Expires += dt
+			return nexmark.Event{Auction: &x}
+		case ev.Bid != nil:
+			x := *ev.Bid
+			x.Auction += di
+			x.Bidder += di
+			x.DateTime += dt
+			return nexmark.Event{Bid: &x}
+		}
+		return ev
+	})
+}
+
+// cpuPer is the process's CPU nanoseconds per event.
+func cpuPer(cpu time.Duration, events float64) float64 { return float64(cpu.Nanoseconds()) / events }
+
+// durationsOf is the sorted durations of completed checkpoints.
+func durationsOf(hs []operators.CompletedCheckpoint) []time.Duration {
+	ds := make([]time.Duration, len(hs))
+	for i, h := range hs {
+		ds[i] = h.Duration
+	}
+	slices.Sort(ds)
+	return ds
 }
 
 func same[T comparable](a, b T) bool { return a == b }
@@ -136,6 +238,106 @@ func nexmarkQueries() []nexmarkQuery {
 		nexmarkCase("q9", nexmark.BuildQ9, nexmark.ModelQ9, nexmark.Sorted[nexmark.Q9], same[nexmark.Q9]),
 		nexmarkCase("q11", nexmark.BuildQ11, nexmark.ModelQ11, nexmark.Sorted[nexmark.Q11], same[nexmark.Q11]),
 	}
+}
+
+// nexmarkLong runs q over the events replayed in laps (lapped) for about
+// 4 s at -scale 1 in -rounds rotated rounds: once without checkpoints, once with checkpoints every
+// second (a quarter of the run at other scales) into a bbolt store with the
+// memory state written whole, and once the same with the memory state's
+// changelog (incremental checkpoints, as a job with growing state would
+// run). Each run is checked to have written laps×oneLap results (oneLap:
+// the short run's results, equal to the model's) with no late record.
+// The laps come from a short calibration run of the lapped source (whose
+// copies cost more than reading the slice: rate, the short runs' best
+// events/s, only sizes the calibration). Checkpoints every second over a
+// steady run are what the 2 M events alone (well under a second) cannot
+// show.
+func nexmarkLong(ctx context.Context, e *env, q nexmarkQuery, evs []nexmark.Event, p nexmark.Params, par int, rate float64, oneLap int) ([]Result, error) {
+	target := max(time.Duration(float64(4*time.Second)*e.scale), 200*time.Millisecond)
+	cp := (target / 4).Round(time.Millisecond)
+	n := len(evs)
+	skip := p.AuctionSkip
+	if skip == 0 {
+		skip = nexmark.DefaultAuctionSkip
+	}
+	lapsFor := func(rate float64, d time.Duration) int { return max(1, int(math.Ceil(rate*d.Seconds()/float64(n)))) }
+	type config struct {
+		cp        time.Duration
+		changelog bool
+	}
+	runLapped := func(laps int, c config) (nexmarkRun, error) {
+		runtime.GC()
+		var dir string
+		if c.changelog {
+			var err error
+			if dir, err = os.MkdirTemp("", "sluice-nexmark-changelog-"); err != nil {
+				return nexmarkRun{}, err
+			}
+			defer os.RemoveAll(dir)
+		}
+		r, err := q.runLong(ctx, e, lapped(evs, laps, skip), p, par, c.cp, dir)
+		if err != nil {
+			return r, fmt.Errorf("nexmark %s, %d laps (checkpoints every %v, changelog %v): %w", q.name, laps, c.cp, c.changelog, err)
+		}
+		if r.results != laps*oneLap {
+			return r, fmt.Errorf("nexmark %s, %d laps (checkpoints every %v, changelog %v): %d results, want %d (%d a lap)", q.name, laps, c.cp, c.changelog, r.results, laps*oneLap, oneLap)
+		}
+		return r, nil
+	}
+	cal := lapsFor(rate, target/40)
+	r0, err := runLapped(cal, config{})
+	if err != nil {
+		return nil, err
+	}
+	laps := lapsFor(float64(n*cal)/r0.d.Seconds(), target)
+	total := float64(n) * float64(laps)
+	// Rounds of the three, rotated (round r starts with config r mod 3):
+	// the machine's speed drifts over tens of seconds, and the best run of
+	// each counts, with its CPU time.
+	configs := []config{{}, {cp: cp}, {cp: cp, changelog: true}}
+	var runs [3]nexmarkRun
+	var cpus [3]time.Duration
+	var walls [3][]time.Duration
+	for r := range max(e.rounds, 1) {
+		for j := range configs {
+			i := (r + j) % len(configs)
+			cpu0 := cpuTime()
+			res, err := runLapped(laps, configs[i])
+			if err != nil {
+				return nil, err
+			}
+			walls[i] = append(walls[i], res.d.Round(time.Millisecond))
+			if runs[i].d == 0 || res.d < runs[i].d {
+				runs[i], cpus[i] = res, cpuTime()-cpu0
+			}
+		}
+	}
+	none := Result{Name: "nexmark/" + q.name + "/long-none", Value: total / runs[0].d.Seconds(), Unit: "events/s",
+		Note: fmt.Sprintf("the %d events replayed %d times (ids and times shifted a lap, events copied as they are read; laps from a %d-lap calibration run), no checkpoints: best of %d rounds (runs of %v), %.0f CPU-ns an event; %d results, %d a lap as the model's",
+			n, laps, cal, len(walls[0]), walls[0], cpuPer(cpus[0], total), runs[0].results, oneLap)}
+	with := func(i int, name, how string) Result {
+		r := runs[i]
+		ds := durationsOf(r.history)
+		at := func(q int) time.Duration {
+			if len(ds) == 0 {
+				return 0
+			}
+			return ds[min(len(ds)-1, len(ds)*q/100)].Round(time.Millisecond)
+		}
+		var bytes int64
+		for _, h := range r.history {
+			bytes += h.Size
+		}
+		if len(r.history) > 0 {
+			bytes /= int64(len(r.history))
+		}
+		return Result{Name: "nexmark/" + q.name + "/" + name, Value: total / r.d.Seconds(), Unit: "events/s",
+			Note: fmt.Sprintf("the same %d laps with checkpoints every %v into a bbolt store, %s: best of %d rounds rotated with the runs without (runs of %v), %.0f CPU-ns an event; in the best, %d completed (the final one included), duration p50 %v, p99 %v, slowest %v, %d bytes a checkpoint in the store on average (of the newest %d); results checked as without (aim >= 0.9x)",
+				laps, cp, how, len(walls[i]), walls[i], cpuPer(cpus[i], total), r.checkpoints, at(50), at(99), at(100), bytes, len(r.history))}.against(none)
+	}
+	return []Result{none,
+		with(1, "checkpoints-1s-vs-none", "memory state written whole"),
+		with(2, "checkpoints-1s-changelog-vs-none", "memory state with its changelog (incremental: the changed keys go to files beside the store, not counted in its bytes)")}, nil
 }
 
 // benchNexmark generates the events once (Beam's default configuration:
@@ -217,9 +419,14 @@ func benchNexmark(ctx context.Context, e *env) ([]Result, error) {
 			Note: fmt.Sprintf("%d in-memory events, %d source instances, keyed parallelism %d, %d cores, %d results equal to the model's (aim >= 0.5x)",
 				n, par, par, cores, results)}.against(base))
 		plain := out[len(out)-1]
-		out = append(out, Result{Name: "nexmark/" + q.name + "/checkpoints-vs-none", Value: cpRate, Unit: "events/s",
-			Note: fmt.Sprintf("the same runs with checkpoints every %v (a tenth of the run without, 10 ms to 1 s) into a bbolt store (memory state), output checked; checkpoints completed per run, the final one included: %v; best of %d against the best of %d without (aim >= 0.9x)",
+		out = append(out, Result{Name: "nexmark/" + q.name + "/checkpoints-frequent-vs-none", Value: cpRate, Unit: "events/s",
+			Note: fmt.Sprintf("context, stricter than every second: the same runs with checkpoints every %v (a tenth of the run without, 10 ms to 1 s) into a bbolt store (memory state), output checked; checkpoints completed per run, the final one included: %v; best of %d against the best of %d without",
 				intervals, checkpoints, len(checkpoints), len(checkpoints))}.against(plain))
+		long, err := nexmarkLong(ctx, e, q, evs, p, par, rate, results)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, long...)
 		if f, ok := flinkPerCore[q.name]; ok {
 			out = append(out, Result{Name: "nexmark/" + q.name + "/context-flink-1.11-per-core", Value: f, Unit: "events/s/core",
 				Note: fmt.Sprintf("published, not measured here (3 machines, RocksDB, exactly-once checkpoints every 3 min, steady state); sluice here: %.0f events/s/core", rate/float64(cores))})
