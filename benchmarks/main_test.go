@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"io"
 	"log/slog"
 	"os"
 	"strings"
@@ -13,6 +14,7 @@ import (
 	"github.com/sluicehq/sluice/actors"
 	"github.com/sluicehq/sluice/mailbox"
 	"github.com/sluicehq/sluice/operators"
+	"github.com/sluicehq/sluice/samples/nexmark"
 )
 
 // TestPipelineSmall runs the pipeline benchmark at a tiny scale: every
@@ -302,5 +304,79 @@ func BenchmarkStateBackends(b *testing.B) {
 			b.ReportMetric(float64(n)*float64(b.N)/b.Elapsed().Seconds(), "records/s")
 			b.ReportMetric(float64(cpuTime()-cpu0)/(float64(n)*float64(b.N)), "cpu-ns/record")
 		})
+	}
+}
+
+// TestLappedShiftsEveryLap reads three laps of a few events through two
+// partitions, one reopened at its offset midway: every event appears once
+// per lap, with its ids and times raised by the lap's strides (q2's
+// auction skip divides the id stride), and nothing in evs changes.
+func TestLappedShiftsEveryLap(t *testing.T) {
+	evs := []nexmark.Event{
+		{Person: &nexmark.Person{ID: 1000, DateTime: 5_000}},
+		{Auction: &nexmark.Auction{ID: 1000, Seller: 1000, DateTime: 6_000, Expires: 9_000}},
+		{Bid: &nexmark.Bid{Auction: 1000, Bidder: 1000, DateTime: 7_000}},
+	}
+	src := lapped(evs, 3, 123).(lapSource)
+	if src.idStride%123 != 0 || src.idStride <= 1000 || src.timeStride <= 9_000-5_000 {
+		t.Fatalf("strides %d, %d", src.idStride, src.timeStride)
+	}
+	var got []nexmark.Event
+	for part := range 2 {
+		r, err := src.Open(context.Background(), part, 2, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		buf := make([]nexmark.Event, 2)
+		for {
+			k, err := r.Read(buf)
+			got = append(got, buf[:k]...)
+			if err == io.EOF {
+				break
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			// Reopen at the offset: the reader goes on where it was.
+			if r, err = src.Open(context.Background(), part, 2, r.Offset()); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	if len(got) != 9 {
+		t.Fatalf("%d events, want 9", len(got))
+	}
+	seen := map[[2]int64]int{}
+	for _, ev := range got {
+		var id int64
+		switch {
+		case ev.Person != nil:
+			id = ev.Person.ID
+		case ev.Auction != nil:
+			id = ev.Auction.ID
+			if ev.Auction.Seller != id || ev.Auction.Expires-ev.Auction.DateTime != 3_000 {
+				t.Errorf("auction %+v: seller or expiry not shifted with it", *ev.Auction)
+			}
+		case ev.Bid != nil:
+			id = ev.Bid.Auction
+			if ev.Bid.Bidder != id {
+				t.Errorf("bid %+v: bidder not shifted with it", *ev.Bid)
+			}
+		}
+		lap := (id - 1000) / src.idStride
+		if id != 1000+lap*src.idStride {
+			t.Errorf("event %v: id %d is not 1000 shifted by whole laps", ev, id)
+		}
+		seen[[2]int64{lap, ev.Time() - lap*src.timeStride}]++
+	}
+	for lap := range int64(3) {
+		for _, ev := range evs {
+			if seen[[2]int64{lap, ev.Time()}] != 1 {
+				t.Errorf("lap %d: event at %d seen %d times", lap, ev.Time(), seen[[2]int64{lap, ev.Time()}])
+			}
+		}
+	}
+	if evs[0].Person.ID != 1000 || evs[1].Auction.DateTime != 6_000 || evs[2].Bid.Bidder != 1000 {
+		t.Errorf("evs changed: %+v %+v %+v", *evs[0].Person, *evs[1].Auction, *evs[2].Bid)
 	}
 }
