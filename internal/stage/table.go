@@ -183,11 +183,7 @@ func (t *keyedTable[K, V]) clear() {
 	if t.mem == nil || len(t.mem.M) == 0 {
 		return
 	}
-	gone := make(map[K]bool, len(t.mem.M))
-	for k := range t.mem.M {
-		gone[k] = true
-	}
-	t.mem.DeleteAll(gone)
+	t.mem.Clear()
 }
 
 // compact deletes from the memory table the keys empty says have no state

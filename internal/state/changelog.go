@@ -33,8 +33,9 @@ import (
 // the deltas after it, each with its size and CRC) that together are the
 // table as of the checkpoint. A base is written instead of a delta after
 // MaxChain deltas, when the deltas since the base pass half of its size,
-// when more than a quarter of the keys changed (and, untracked, in up to
-// 4 intervals after such ones: resetTracking), and after a restore; so a
+// when more than a quarter of the keys were updated or deleted (and,
+// untracked, in up to 4 intervals after such ones: resetTracking), and
+// after a restore; so a
 // recovery reads one base and a bounded chain. Committed keeps the files
 // of the newest Retain checkpoints (and of those in flight) and removes
 // every other file of the instance's directory.
@@ -177,12 +178,12 @@ func (m *Mem[K, V]) touch(k K, existed bool) {
 	if _, ok := m.dirty[k]; ok {
 		return
 	}
-	if existed {
-		m.dirty[k] = wasPresent
-	} else {
-		m.dirty[k] = 0
+	if !existed {
+		m.dirty[k] = 0 // appended: in the delta's tail, never past the limit
+		return
 	}
-	if len(m.dirty) > m.limit {
+	m.dirty[k] = wasPresent
+	if m.changed++; m.changed > m.limit {
 		m.overflow()
 	}
 }
@@ -193,7 +194,7 @@ func (m *Mem[K, V]) deleted(k K) {
 	switch {
 	case !ok:
 		m.dirty[k] = wasPresent | removed
-		if len(m.dirty) > m.limit {
+		if m.changed++; m.changed > m.limit {
 			m.overflow()
 		}
 	case f == wasPresent:
@@ -207,7 +208,7 @@ func (m *Mem[K, V]) deleted(k K) {
 // checkpoint writes a base. The dirty map is kept to be cleared and
 // filled again.
 func (m *Mem[K, V]) overflow() {
-	m.track, m.full, m.fresh, m.over = false, true, 0, true
+	m.track, m.full, m.fresh, m.changed, m.over = false, true, 0, 0, true
 }
 
 // maxSkip bounds how many intervals in a row go untracked after
@@ -228,7 +229,7 @@ func (m *Mem[K, V]) resetTracking() {
 	case !m.skipping: // a tracked one that did not
 		m.overs = 0
 	}
-	m.over, m.fresh = false, 0
+	m.over, m.fresh, m.changed = false, 0, 0
 	if m.skip > 0 {
 		m.skip--
 		m.skipping, m.track, m.full = true, false, true

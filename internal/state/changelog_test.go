@@ -708,3 +708,106 @@ func TestChangelogSkipsTrackingAfterOverflow(t *testing.T) {
 	}
 	t.Fatal("no delta in six checkpoints with few keys changed")
 }
+
+// TestChangelogGrowingTableWritesDeltas: a table that only grows (each
+// interval appends as many keys as it had, a few of the old updated,
+// deleted, or appended and deleted again) writes deltas of the new keys,
+// not a base every checkpoint; a base comes when the deltas pass half of
+// it. Every checkpoint restores to the table as it was.
+func TestChangelogGrowingTableWritesDeltas(t *testing.T) {
+	dir := t.TempDir()
+	m := openLog(t, dir, 0, 0)
+	o := &model{m: map[int64]int64{}}
+	var kinds []string
+	next := int64(0)
+	for id := uint64(1); id <= 8; id++ {
+		add := int64(2000) // the same number of new keys every interval
+		for range add {
+			m.Put(next, next*3, false)
+			o.put(next, next*3)
+			next++
+		}
+		if id > 1 {
+			m.Put(1, int64(id), true) // an old key updated
+			o.put(1, int64(id))
+			m.Delete(int64(id)) // an old key deleted
+			o.del(int64(id))
+			m.Delete(next - 1) // a new one deleted again
+			o.del(next - 1)
+		}
+		h, err := m.Snapshot(id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		files, size, base := m.LastChain()
+		kind := "delta"
+		if base {
+			kind = "base"
+		}
+		kinds = append(kinds, kind)
+		if !base && size > int64(add)*24 {
+			t.Errorf("checkpoint %d: a delta of %d bytes for %d new keys: more than the new keys", id, size, add)
+		}
+		m.Committed(id)
+		r := openLog(t, t.TempDir(), 0, 0)
+		inline, err := state.Inline(h, dir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := r.Restore([][]byte{inline}, 0, state.AllGroups); err != nil {
+			t.Fatalf("checkpoint %d (%d files): %v", id, files, err)
+		}
+		sameAs(t, fmt.Sprintf("checkpoint %d", id), r, o.clone())
+	}
+	// 1 base (the first); 2 delta; 3 base (deltas 1 > 1/2); 4, 5 deltas;
+	// 6 base (deltas 2 > 3/2); 7, 8, deltas.
+	want := []string{"base", "delta", "base", "delta", "delta", "base", "delta", "delta"}
+	if !slices.Equal(kinds, want) {
+		t.Errorf("checkpoints wrote %v, want %v", kinds, want)
+	}
+}
+
+// TestChangelogClear: a cleared table's next checkpoint is a base of what
+// was put after the clear, and a delta follows it.
+func TestChangelogClear(t *testing.T) {
+	dir := t.TempDir()
+	m := openLog(t, dir, 0, 0)
+	o := &model{m: map[int64]int64{}}
+	snap := func(id uint64) bool {
+		t.Helper()
+		h, err := m.Snapshot(id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		m.Committed(id)
+		r := openLog(t, t.TempDir(), 0, 0)
+		inline, err := state.Inline(h, dir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := r.Restore([][]byte{inline}, 0, state.AllGroups); err != nil {
+			t.Fatal(err)
+		}
+		sameAs(t, fmt.Sprintf("checkpoint %d", id), r, o.clone())
+		_, _, base := m.LastChain()
+		return base
+	}
+	for k := range int64(5000) {
+		m.Put(k, k, false)
+		o.put(k, k)
+	}
+	snap(1)
+	m.Put(7, 70, true)
+	m.Clear()
+	o = &model{m: map[int64]int64{}}
+	m.Put(3, 33, false)
+	o.put(3, 33)
+	if !snap(2) {
+		t.Fatal("the checkpoint after Clear is a delta")
+	}
+	m.Put(4, 44, false)
+	o.put(4, 44)
+	if snap(3) {
+		t.Fatal("the checkpoint after the one after Clear is a base: tracking did not resume")
+	}
+}

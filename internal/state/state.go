@@ -101,7 +101,13 @@ type Mem[K comparable, V any] struct {
 	full  bool        // the next snapshot is a base
 	dirty map[K]uint8 // the keys changed since the last snapshot: wasPresent, removed
 	fresh int         // the keys at the end of Order appended since
-	limit int         // more dirty keys than this: the next snapshot is a base
+	// changed counts the dirty keys that had a value at the last snapshot
+	// (updated or deleted since); more than limit: the next snapshot is a
+	// base. Appended keys do not count: a delta writes them as a base
+	// would, so a table that only grows goes on with deltas (until the
+	// chain's rules call for a base).
+	changed int
+	limit   int
 	// Intervals between snapshots that overflowed (resetTracking): over,
 	// the one under way; overs, the tracked ones in a row; skip, the
 	// untracked ones still to come; skipping, the one under way is.
@@ -148,6 +154,18 @@ func (m *Mem[K, V]) Delete(k K) {
 				break
 			}
 		}
+	}
+}
+
+// Clear forgets every key. With a changelog the next snapshot is a base
+// (of an empty table, unless keys are put before it), so no tombstone is
+// tracked per key.
+func (m *Mem[K, V]) Clear() {
+	clear(m.M)
+	clear(m.Order)
+	m.Order = m.Order[:0]
+	if m.log != nil { // as overflow, but no churn: the next interval is tracked
+		m.track, m.full, m.fresh, m.changed = false, true, 0, 0
 	}
 }
 
