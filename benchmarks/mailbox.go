@@ -114,32 +114,39 @@ func benchHop(ctx context.Context, e *env) ([]Result, error) {
 	if err != nil {
 		return nil, err
 	}
-	topo, err := best(e.rounds, nb, func() (time.Duration, error) {
-		sys, err := actors.NewSystem(actors.Config{Name: "hop"})
-		if err != nil {
-			return 0, err
-		}
-		defer sys.Stop(ctx)
-		var count int64
-		t := operators.NewTopology("hop")
-		src := operators.Source(t, "src", operators.Generate(int64(nb), hopGen))
-		operators.Sink(src, "sink", operators.SinkFunc(func(v int64) error { count += hopSink(v); return nil }), operators.NoFusion())
-		_, d, err := runTimed(ctx, sys, t)
-		if err != nil {
-			return 0, err
-		}
-		if count != int64(nb) {
-			return 0, fmt.Errorf("topology hop delivered %d of %d", count, nb)
-		}
-		return d, nil
-	})
+	topoHop := func(topt ...operators.TopologyOption) (float64, error) {
+		return best(e.rounds, nb, func() (time.Duration, error) {
+			sys, err := actors.NewSystem(actors.Config{Name: "hop"})
+			if err != nil {
+				return 0, err
+			}
+			defer sys.Stop(ctx)
+			var count int64
+			t := operators.NewTopology("hop", topt...)
+			src := operators.Source(t, "src", operators.Generate(int64(nb), hopGen))
+			operators.Sink(src, "sink", operators.SinkFunc(hopSinkOf(&count)), operators.NoFusion())
+			_, d, err := runTimed(ctx, sys, t)
+			if err != nil {
+				return 0, err
+			}
+			if count != int64(nb) {
+				return 0, fmt.Errorf("topology hop delivered %d of %d", count, nb)
+			}
+			return d, nil
+		})
+	}
+	topo, err := topoHop()
 	if err != nil {
 		return nil, err
 	}
-	chanHop := func(recycle bool) (float64, error) {
+	topoBig, err := topoHop(operators.BatchSize(bigBatch))
+	if err != nil {
+		return nil, err
+	}
+	chanHopOf := func(batch int, recycle bool) (float64, error) {
 		return best(e.rounds, nb, func() (time.Duration, error) {
 			start := time.Now()
-			if got := batchedChannelHop(nb, benchBatch, benchInFlight/benchBatch, recycle); got != int64(nb) {
+			if got := batchedChannelHop(nb, batch, benchInFlight/batch, recycle); got != int64(nb) {
 				return 0, fmt.Errorf("channel hop delivered %d of %d", got, nb)
 			}
 			return time.Since(start), nil
@@ -157,6 +164,13 @@ func benchHop(ctx context.Context, e *env) ([]Result, error) {
 			}
 			return time.Since(start), nil
 		})
+	}
+	chanHop := func(recycle bool) (float64, error) { return chanHopOf(benchBatch, recycle) }
+	var bigBases [2]float64 // channels of bigBatch records, allocating and recycled
+	for i := range bigBases {
+		if bigBases[i], err = chanHopOf(bigBatch, i == 1); err != nil {
+			return nil, err
+		}
 	}
 	var bases [4]float64 // channels, channels recycled, protoactor, protoactor recycled
 	for i := range bases {
@@ -177,6 +191,9 @@ func benchHop(ctx context.Context, e *env) ([]Result, error) {
 	rawNote := fmt.Sprintf("root.Send of one []int64 of %d records per message, default mailbox", benchBatch)
 	rRawBatch := Result{Name: "hop/base-protoactor-batched", Value: bases[2], Unit: "records/s", Note: rawNote + "; a fresh array per batch"}
 	rRawBatchR := Result{Name: "hop/base-protoactor-batched-recycled", Value: bases[3], Unit: "records/s", Note: rawNote + "; the receiver hands arrays back"}
+	bigNote := fmt.Sprintf("two goroutines joined by chan []int64 of %d-record batches, %d slots; generator and sink functions per record", bigBatch, benchInFlight/bigBatch)
+	rBig := Result{Name: fmt.Sprintf("hop/base-channels-batched-%d", bigBatch), Value: bigBases[0], Unit: "records/s", Note: bigNote + "; a fresh array per batch"}
+	rBigR := Result{Name: fmt.Sprintf("hop/base-channels-batched-%d-recycled", bigBatch), Value: bigBases[1], Unit: "records/s", Note: bigNote + "; the receiver hands arrays back"}
 	topoR := Result{Name: "hop/sluice-topology", Value: topo, Unit: "records/s", Note: "source -> sink actor, batches of 256, 4096 credits"}
 	return []Result{
 		rRaw, rChan, rChanR, rRawBatch, rRawBatchR,
@@ -184,14 +201,19 @@ func benchHop(ctx context.Context, e *env) ([]Result, error) {
 		// Against each baseline's faster configuration (bestBase).
 		topoR.rename("hop/sluice-topology-vs-channels-batched", "aim >= 0.8x; base: the faster of "+rChan.Name+" and "+rChanR.Name).against(bestBase(rChan, rChanR)),
 		topoR.rename("hop/sluice-topology-vs-protoactor-batched", "base: the faster of "+rRawBatch.Name+" and "+rRawBatchR.Name).against(bestBase(rRawBatch, rRawBatchR)),
+		rBig, rBigR,
+		Result{Name: fmt.Sprintf("hop/sluice-topology-batch-%d-vs-channels-batched-%d", bigBatch, bigBatch), Value: topoBig, Unit: "records/s",
+			Note: fmt.Sprintf("context: the topology hop with operators.BatchSize(%d) (the default is %d), %d credits; base: the faster of %s and %s", bigBatch, benchBatch, benchInFlight, rBig.Name, rBigR.Name)}.against(bestBase(rBig, rBigR)),
 	}, nil
 }
 
 // The hop's per-record work, called through function values as the
-// topology calls its generator and sink functions, in every variant.
+// topology calls its generator and sink functions, in every variant: the
+// topology's sink is SinkFunc(hopSinkOf(&count)), the baselines call the
+// same function for every record.
 var (
-	hopGen  = func(i int64) int64 { return i }
-	hopSink = func(int64) int64 { return 1 }
+	hopGen    = func(i int64) int64 { return i }
+	hopSinkOf = func(count *int64) func(int64) error { return func(int64) error { *count++; return nil } }
 )
 
 // batchedChannelHop sends 0..n-1 from one goroutine to another in
@@ -204,9 +226,12 @@ func batchedChannelHop(n, batch, slots int, recycle bool) int64 {
 	done := make(chan int64)
 	go func() {
 		var count int64
+		sink := hopSinkOf(&count)
 		for b := range ch {
 			for _, v := range b {
-				count += hopSink(v)
+				if sink(v) != nil {
+					panic("the hop's sink failed")
+				}
 			}
 			pool.put(b)
 		}
@@ -236,11 +261,14 @@ func protoactorBatchHop(n, batch int, recycle bool) (int64, error) {
 	root := actor.NewRootContext(sys, nil)
 	done := make(chan int64, 1)
 	var count int64
+	sink := hopSinkOf(&count)
 	pid := root.Spawn(actor.PropsFromFunc(func(c actor.Context) {
 		switch m := c.Message().(type) {
 		case []int64:
 			for _, v := range m {
-				count += hopSink(v)
+				if sink(v) != nil {
+					panic("the hop's sink failed")
+				}
 			}
 			pool.put(m)
 		case rawEnd:

@@ -80,12 +80,14 @@ func suite() []benchmark {
 			"source -> map -> filter -> sink over 20 M int64 records, best of -rounds: sluice fused (one actor) and unfused (an actor per stage, " +
 				"batches of 256, 4096 credits per edge) against a hand-written loop, a goroutine per stage joined by chan []int64 carrying the same " +
 				"batches with the same records in flight, and raw protoactor-go with one batch per message (each baseline allocating a fresh array per batch " +
-				"and handing arrays back to its source, the faster counting, as sluice hands its own back); one record per send/message as context",
+				"and handing arrays back to its source, the faster counting, as sluice hands its own back); as context, the unfused pipeline with batches of 1024 " +
+				"(operators.BatchSize) against channels carrying 1024, and one record per send/message",
 			"unfused >= 0.8x batched channels and >= 1.0x protoactor with batches; fused >= 0.5x the loop", benchPipeline},
 		{"hop",
 			"one sender -> one receiver: 5 M messages by the embedded actor's Ref.Send into Block(1024) against protoactor's default mailbox (one " +
 				"message each), and 20 M records by a topology hop (batches of 256 with credits) against two goroutines joined by chan []int64 of the same batches " +
-				"and in-flight records, and against protoactor carrying one batch per message (each allocating and recycling its arrays, the faster counting)",
+				"and in-flight records, and against protoactor carrying one batch per message (each allocating and recycling its arrays, the faster counting); " +
+				"as context, the hop with batches of 1024 against channels carrying 1024",
 			"Ref.Send >= 1.0x protoactor default; topology hop >= 0.8x batched channels", benchHop},
 		{"overload",
 			"10 M messages into a consumer about 10x slower than the producer (its slowness measured and printed: producer rate / consumer rate), one " +

@@ -15,11 +15,13 @@ import (
 
 // The pipeline workload: records 0..n-1, mapped, filtered (half pass), summed.
 // Every variant calls the same functions through function values, as the
-// topology does.
+// topology does: sluice's sink is SinkFunc(pipeSinkOf(&sum)), and the
+// baselines call that same function for every record.
 var (
 	pipeGen    = func(i int64) int64 { return i }
 	pipeMap    = func(v int64) int64 { return v*3 + 1 }
 	pipeFilter = func(v int64) bool { return v&1 == 0 }
+	pipeSinkOf = func(sum *int64) func(int64) error { return func(v int64) error { *sum += v; return nil } }
 )
 
 // expectedSum is the sink's result for n records, computed directly.
@@ -40,6 +42,9 @@ func expectedSum(n int) int64 {
 const (
 	benchBatch    = 256
 	benchInFlight = 4096
+	// bigBatch is the larger batch the pipeline and the hop also run with
+	// (operators.BatchSize), as context: what a batch's own cost is.
+	bigBatch = 1024
 )
 
 func benchPipeline(ctx context.Context, e *env) ([]Result, error) {
@@ -79,6 +84,17 @@ func benchPipeline(ctx context.Context, e *env) ([]Result, error) {
 		{name: "protoactor-batched-recycled", f: func() (int64, error) { return protoactorBatchChain(n, benchBatch, true) }},
 		{name: "sluice-fused", f: func() (int64, error) { return sluicePipeline(ctx, n, true) }},
 		{name: "sluice-unfused", f: func() (int64, error) { return sluicePipeline(ctx, n, false) }},
+		// Context: batches of bigBatch records (operators.BatchSize), the
+		// same records in flight per edge, against channels carrying them.
+		{name: "channels-batched-big", f: func() (int64, error) {
+			return batchedChannelPipeline(n, bigBatch, benchInFlight/bigBatch, false), nil
+		}},
+		{name: "channels-batched-recycled-big", f: func() (int64, error) {
+			return batchedChannelPipeline(n, bigBatch, benchInFlight/bigBatch, true), nil
+		}},
+		{name: "sluice-unfused-big", f: func() (int64, error) {
+			return sluicePipeline(ctx, n, false, operators.BatchSize(bigBatch))
+		}},
 		{name: "channels-per-record", f: func() (int64, error) { return channelPipeline(n, benchInFlight), nil }},
 		{name: "protoactor-per-record", f: func() (int64, error) { return protoactorChain(n) }},
 	}
@@ -115,6 +131,12 @@ func benchPipeline(ctx context.Context, e *env) ([]Result, error) {
 		unfused.rename("pipeline/sluice-unfused-vs-channels-batched", "aim >= 0.8x; base: the faster of "+rChan.Name+" and "+rChanR.Name).against(bestBase(rChan, rChanR)),
 		unfused.rename("pipeline/sluice-unfused-vs-protoactor-batched", "aim >= 1.0x; base: the faster of "+rRaw.Name+" and "+rRawR.Name).against(bestBase(rRaw, rRawR)),
 	}
+	bigNote := fmt.Sprintf("goroutine per stage, chan []int64 of %d-record batches, %d slots (%d records in flight per edge)", bigBatch, benchInFlight/bigBatch, benchInFlight)
+	rBig := Result{Name: fmt.Sprintf("pipeline/base-channels-batched-%d", bigBatch), Value: v("channels-batched-big"), Unit: "records/s", Note: bigNote + "; a fresh array per batch"}
+	rBigR := Result{Name: fmt.Sprintf("pipeline/base-channels-batched-%d-recycled", bigBatch), Value: v("channels-batched-recycled-big"), Unit: "records/s", Note: bigNote + "; the sink hands arrays back to the source"}
+	out = append(out, rBig, rBigR,
+		Result{Name: fmt.Sprintf("pipeline/sluice-unfused-batch-%d-vs-channels-batched-%d", bigBatch, bigBatch), Value: v("sluice-unfused-big"), Unit: "records/s",
+			Note: fmt.Sprintf("context: the unfused pipeline with operators.BatchSize(%d) (the default is %d), %d credits per edge; base: the faster of %s and %s", bigBatch, benchBatch, benchInFlight, rBig.Name, rBigR.Name)}.against(bestBase(rBig, rBigR)))
 	if !e.skipSlow { // context only: one record per channel send or per message
 		out = append(out,
 			Result{Name: "pipeline/context-channels-per-record", Value: v("channels-per-record"), Unit: "records/s", Note: fmt.Sprintf("goroutine per stage, chan int64 cap %d, one record per send", benchInFlight)},
@@ -135,9 +157,12 @@ func (r Result) rename(name, aim string) Result {
 //go:noinline
 func handLoop(n int, gen func(int64) int64, m func(int64) int64, f func(int64) bool) int64 {
 	var sum int64
+	sink := pipeSinkOf(&sum)
 	for i := int64(0); i < int64(n); i++ {
 		if v := m(gen(i)); f(v) {
-			sum += v
+			if sink(v) != nil {
+				panic("the pipeline's sink failed")
+			}
 		}
 	}
 	return sum
@@ -170,8 +195,11 @@ func channelPipeline(n, capacity int) int64 {
 	}()
 	go func() {
 		var sum int64
+		sink := pipeSinkOf(&sum)
 		for v := range c {
-			sum += v
+			if sink(v) != nil {
+				panic("the pipeline's sink failed")
+			}
 		}
 		done <- sum
 	}()
@@ -231,9 +259,12 @@ func batchedChannelPipeline(n, batch, slots int, recycle bool) int64 {
 	}()
 	go func() {
 		var sum int64
+		sink := pipeSinkOf(&sum)
 		for in := range c {
 			for _, v := range in {
-				sum += v
+				if sink(v) != nil {
+					panic("the pipeline's sink failed")
+				}
 			}
 			pool.put(in)
 		}
@@ -253,11 +284,14 @@ func protoactorBatchChain(n, batch int, recycle bool) (int64, error) {
 	root := actor.NewRootContext(sys, nil)
 	done := make(chan int64, 1)
 	var sum int64
+	add := pipeSinkOf(&sum)
 	sink := root.Spawn(actor.PropsFromFunc(func(c actor.Context) {
 		switch m := c.Message().(type) {
 		case []int64:
 			for _, v := range m {
-				sum += v
+				if add(v) != nil {
+					panic("the pipeline's sink failed")
+				}
 			}
 			pool.put(m)
 		case rawEnd:
@@ -362,10 +396,13 @@ func protoactorChain(n int) (int64, error) {
 	root := actor.NewRootContext(sys, nil)
 	done := make(chan int64, 1)
 	var sum int64
+	add := pipeSinkOf(&sum)
 	sink := root.Spawn(actor.PropsFromFunc(func(c actor.Context) {
 		switch m := c.Message().(type) {
 		case int64:
-			sum += m
+			if add(m) != nil {
+				panic("the pipeline's sink failed")
+			}
 		case rawEnd:
 			done <- sum
 		}
@@ -400,7 +437,7 @@ func protoactorChain(n int) (int64, error) {
 	}
 }
 
-func sluicePipeline(ctx context.Context, n int, fused bool) (int64, error) {
+func sluicePipeline(ctx context.Context, n int, fused bool, topt ...operators.TopologyOption) (int64, error) {
 	sys, err := actors.NewSystem(actors.Config{Name: "bench"})
 	if err != nil {
 		return 0, err
@@ -411,11 +448,11 @@ func sluicePipeline(ctx context.Context, n int, fused bool) (int64, error) {
 		opt = operators.NoFusion()
 	}
 	var sum int64
-	t := operators.NewTopology("pipeline")
+	t := operators.NewTopology("pipeline", topt...)
 	src := operators.Source(t, "source", operators.Generate(int64(n), pipeGen), opt)
 	mapped := operators.Map(src, "map", pipeMap, opt)
 	kept := operators.Filter(mapped, "filter", pipeFilter, opt)
-	operators.Sink(kept, "sink", operators.SinkFunc(func(v int64) error { sum += v; return nil }), opt)
+	operators.Sink(kept, "sink", operators.SinkFunc(pipeSinkOf(&sum)), opt)
 	run, err := sys.Run(ctx, t)
 	if err != nil {
 		return 0, err
