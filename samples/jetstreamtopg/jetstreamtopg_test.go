@@ -14,10 +14,11 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/sluicehq/sluice/actors"
+	"github.com/sluicehq/sluice/actors/actortest"
 	"github.com/sluicehq/sluice/samples/jetstreamtopg"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m, actortest.LeakOptions()...) }
 
 // TestSample runs the sample end to end against the local servers: the
 // table must hold the direct count of every window.
