@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"strconv"
 	"time"
+
+	"github.com/sluicehq/sluice/clock"
 )
 
 // ErrDrainTimeout is returned by Run.Drain when its context ended before the
@@ -132,7 +134,7 @@ func (s *System) Run(ctx context.Context, job Job) (*Run, error) {
 	if s.isStopped() {
 		return nil, fmt.Errorf("actors: run %q: %w", job.Name(), ErrStopped)
 	}
-	r := &Run{sys: s, job: job, start: time.Now()}
+	r := &Run{sys: s, job: job, start: s.cfg.Clock.Now()}
 	exec, err := job.Start(ctx, s)
 	if err != nil {
 		return nil, fmt.Errorf("actors: run %q: %w", job.Name(), err)
@@ -152,7 +154,7 @@ func (s *System) Run(ctx context.Context, job Job) (*Run, error) {
 		if err := exec.Err(); err != nil {
 			s.log.Error("job failed", "job", job.Name(), "err", err)
 		} else {
-			s.log.Info("job finished", "job", job.Name(), "elapsed", time.Since(r.start))
+			s.log.Info("job finished", "job", job.Name(), "elapsed", clock.Since(s.cfg.Clock, r.start))
 		}
 	}()
 	return r, nil
@@ -212,5 +214,5 @@ func (r *Run) Stats() []OperatorStats { return r.exec.Stats() }
 // of job has (see operators.CheckpointStatsOf).
 func (r *Run) Execution() Execution { return r.exec }
 
-// Elapsed is the time since the job started.
-func (r *Run) Elapsed() time.Duration { return time.Since(r.start) }
+// Elapsed is the time since the job started, on the System's clock.
+func (r *Run) Elapsed() time.Duration { return clock.Since(r.sys.cfg.Clock, r.start) }

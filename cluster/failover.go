@@ -363,7 +363,7 @@ func (n *Node) watchRun(store *ReplicatedCheckpointStore, name string, run *acto
 	n.jobReg.mu.Unlock()
 	if why != nil { // the log is another node's now: nothing to record
 		n.leadEnded(name)
-		n.emitJob(JobEvent{Kind: JobEnded, Job: name, Run: run, Err: why, Time: time.Now()})
+		n.emitJob(JobEvent{Kind: JobEnded, Job: name, Run: run, Err: why, Time: n.cfg.Clock.Now()})
 		return
 	}
 	ctx, cancel := context.WithTimeout(n.life, n.cfg.RequestTimeout)
@@ -372,7 +372,7 @@ func (n *Node) watchRun(store *ReplicatedCheckpointStore, name string, run *acto
 		n.log.Warn("failover: could not mark the job's run as over", "job", name, "err", e)
 	}
 	n.leadEnded(name) // after the log says the run is over: a copy elected next resigns
-	n.emitJob(JobEvent{Kind: JobEnded, Job: name, Run: run, Err: err, Time: time.Now()})
+	n.emitJob(JobEvent{Kind: JobEnded, Job: name, Run: run, Err: err, Time: n.cfg.Clock.Now()})
 }
 
 // orphans lists the running jobs of the default namespace whose
@@ -606,7 +606,7 @@ func (n *Node) takeOver(job string, run *runRecord, lost Member, epoch uint64) b
 	var r *actors.Run
 	if err == nil {
 		o := run.Options
-		r, err = n.runJobAt(n.life, job, time.Now(), RunOptions{Checkpoints: store,
+		r, err = n.runJobAt(n.life, job, n.cfg.Clock.Now(), RunOptions{Checkpoints: store,
 			Backoff: supervision.Backoff{Initial: o.Initial, Max: o.Max, Multiplier: o.Multiplier, Jitter: o.Jitter}, MaxRestarts: o.MaxRestarts,
 			Within: o.Within, OffCoordinator: o.OffCoordinator}, lost.Name)
 	}

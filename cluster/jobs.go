@@ -98,7 +98,7 @@ type RunOptions struct {
 //
 // Wait on the returned handle for the job's end, as for a local run.
 func Run(ctx context.Context, n *Node, name string, opts RunOptions) (*actors.Run, error) {
-	return n.runJobAt(ctx, name, time.Now(), opts, "")
+	return n.runJobAt(ctx, name, n.cfg.Clock.Now(), opts, "")
 }
 
 // runJobAt runs the job with this node as its coordinator from at on;

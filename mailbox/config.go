@@ -160,7 +160,8 @@ type Config struct {
 	// OnError, if set, receives errors of the spill (an unencodable message,
 	// a failed write). The affected records are counted as dropped.
 	OnError func(error)
-	// Now is the clock for Throttle. Default time.Now.
+	// Now is the mailbox's clock: Throttle's refills and the time a Block
+	// mailbox's Put waited (Stats.Waited). Default time.Now.
 	Now func() time.Time
 }
 

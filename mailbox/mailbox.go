@@ -292,7 +292,7 @@ func (m *Mailbox) Put(ctx context.Context, msg any) error {
 	var waitStart time.Time
 	for !ctl && m.cfg.Overflow == OverflowBlock && m.depth+n > m.cfg.Capacity && m.depth > 0 && !m.closed {
 		if waitStart.IsZero() {
-			waitStart = time.Now()
+			waitStart = m.cfg.Now()
 		}
 		wait := m.space
 		m.waiters++
@@ -306,13 +306,13 @@ func (m *Mailbox) Put(ctx context.Context, msg any) error {
 		m.mu.Lock()
 		m.waiters--
 		if err != nil {
-			m.st.Waited += time.Since(waitStart)
+			m.st.Waited += m.cfg.Now().Sub(waitStart)
 			m.mu.Unlock()
 			return err
 		}
 	}
 	if !waitStart.IsZero() {
-		m.st.Waited += time.Since(waitStart)
+		m.st.Waited += m.cfg.Now().Sub(waitStart)
 	}
 	if m.closed {
 		m.mu.Unlock()

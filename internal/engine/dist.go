@@ -475,7 +475,7 @@ func (x *execution) instanceStats(in *instance) wire.InstanceStats {
 		s.Dropped, s.Spilled, s.SpillPending = ms.Dropped[:], ms.Spilled, ms.SpillPending
 	}
 	if since := in.blockedSince.Load(); since != 0 {
-		s.Blocked += int64(time.Since(time.Unix(0, since)))
+		s.Blocked += int64(x.topo.Config().Now().Sub(time.Unix(0, since)))
 		s.Backpressured = true
 	}
 	return s
@@ -538,7 +538,7 @@ func (x *execution) noteStats(gen int, s *wire.InstanceStats) {
 // another process (nil when the job measures no latency).
 func (x *execution) instLatencyWire(in *instance) *wire.Latency {
 	if in.task < len(x.lats) && in.idx < len(x.lats[in.task]) && x.lats[in.task][in.idx] != nil {
-		return x.lats[in.task][in.idx].toWire()
+		return x.lats[in.task][in.idx].toWire(x.topo.Config().Now())
 	}
 	return nil
 }

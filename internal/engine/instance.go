@@ -953,7 +953,7 @@ func (in *instance) enqueue(oc *outChan, env *actors.Envelope) {
 	if len(oc.queue) == 0 {
 		in.blockedN++
 		if in.blockedN == 1 {
-			in.since = time.Now()
+			in.since = in.exec.topo.Config().Now()
 			in.blockedSince.Store(in.since.UnixNano())
 			if in.lat != nil {
 				in.lat.blockedSince.Store(in.since.UnixNano())
@@ -1004,9 +1004,10 @@ func (in *instance) flushQueue(oc *outChan) {
 	if in.blockedN > 0 {
 		return
 	}
-	in.blocked.Add(int64(time.Since(in.since)))
+	d := int64(in.exec.topo.Config().Now().Sub(in.since))
+	in.blocked.Add(d)
 	if in.lat != nil {
-		in.lat.blocked.Add(int64(time.Since(in.since)))
+		in.lat.blocked.Add(d)
 		in.lat.blockedSince.Store(0)
 	}
 	in.blockedSince.Store(0)

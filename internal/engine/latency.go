@@ -187,12 +187,12 @@ type latencySnap struct {
 	shed             [numShedReasons]int64
 }
 
-func (l *instLatency) snapshot() latencySnap {
+func (l *instLatency) snapshot(now time.Time) latencySnap {
 	s := latencySnap{queue: l.queue.snapshot(), proc: l.proc.snapshot(), e2e: l.e2e.snapshot(),
 		busy: time.Duration(l.busy.Load()), handled: l.handled.Load(), offered: l.offered.Load(),
 		blocked: time.Duration(l.blocked.Load())}
 	if since := l.blockedSince.Load(); since != 0 {
-		s.blocked += max(0, time.Since(time.Unix(0, since)))
+		s.blocked += max(0, now.Sub(time.Unix(0, since)))
 	}
 	for i := range s.shed {
 		s.shed[i] = l.shed[i].Load()
@@ -240,8 +240,9 @@ func (x *execution) taskLatency(task int) latencySnap {
 func (x *execution) taskLatencyLocked(task int) latencySnap {
 	var s latencySnap
 	if task < len(x.lats) {
+		now := x.topo.Config().Now()
 		for _, l := range x.lats[task] {
-			s.add(l.snapshot())
+			s.add(l.snapshot(now))
 		}
 	}
 	for k, r := range x.remoteLat {
@@ -287,8 +288,8 @@ func histFromWire(h wire.Hist) (histSnap, error) {
 }
 
 // toWire is what l measured, to report from another process.
-func (l *instLatency) toWire() *wire.Latency {
-	s := l.snapshot()
+func (l *instLatency) toWire(now time.Time) *wire.Latency {
+	s := l.snapshot(now)
 	w := &wire.Latency{Queue: s.queue.toWire(), Proc: s.proc.toWire(), EndToEnd: s.e2e.toWire(),
 		Busy: int64(s.busy), Handled: s.handled, Offered: s.offered, LastBorn: l.lastBorn.Load(), Shed: s.shed[:]}
 	return w

@@ -2,7 +2,6 @@ package stage
 
 import (
 	"fmt"
-	"time"
 
 	"go.opentelemetry.io/otel/attribute"
 
@@ -36,7 +35,7 @@ func (h *FailureHandler) failed(r any, rec any, i int) (retry bool) {
 		payload = fmt.Appendf(nil, "%+v", rec) // kept readable, if not decodable
 	}
 	d := supervision.DeadLetter{Job: h.job, Operator: h.sc.Name, Instance: h.sc.Instance,
-		Error: fmt.Sprint(r), Attempts: attempts, Time: time.Now(), Payload: payload}
+		Error: fmt.Sprint(r), Attempts: attempts, Time: h.sc.Now(), Payload: payload}
 	if _, err := h.store.Add(d); err != nil {
 		h.sc.fail(fmt.Errorf("dead letter after %d attempts (%v): %w", attempts, r, err))
 	}
