@@ -1221,6 +1221,9 @@ type nopFlusher struct{}
 
 func (nopFlusher) Flush() {}
 
+// JobArrays is the job's lent batch arrays (stage.ArraysLender).
+func (in *instance) JobArrays() *stage.Arrays { return &in.exec.arrays }
+
 // Enqueue sends env on channel target of output out (stage.Sender).
 func (in *instance) Enqueue(out, target int, env *actors.Envelope) {
 	in.enqueue(in.outputs[out].chans[target], env)

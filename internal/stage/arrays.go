@@ -3,6 +3,7 @@ package stage
 import (
 	"reflect"
 	"sync"
+	"sync/atomic"
 )
 
 // Arrays lends the record arrays of a job's batches back from where they
@@ -37,6 +38,10 @@ const keptArrays = 64
 type freeArrays[T any] struct {
 	list  freeList[[]T]
 	clear bool // T holds pointers: a returned array is cleared (nothing kept alive)
+	// wanted: a keyed stage read a batch it could have given back but for
+	// its array's capacity; an emitter that partitions by key then makes
+	// whole-batch arrays (Emitter.lent), which come back.
+	wanted atomic.Bool
 }
 
 // freeList is a stack of values handed back for reuse (arrays, an
@@ -146,3 +151,39 @@ func hasPointers(t reflect.Type) bool {
 // what it keeps): a sink with such a writer returns the arrays of the
 // batches it has written to its job's sources (Arrays).
 type KeepsNoRecords interface{ KeepsNoRecords() }
+
+// lender gives a keyed stage's input arrays back to its job (LendBack).
+type lender[T any] struct {
+	vs     *freeArrays[T]
+	ts     *freeArrays[int64]
+	looked bool
+}
+
+// giveBack returns the arrays of b, which the stage has read to its end
+// and keeps nothing of (it copied the records it keeps), to the job's
+// Arrays, where an emitter that partitions by key takes them up again
+// (Emitter.lent). Only a batch the stage owns (Own), with arrays of a
+// whole batch and no sampled records (whose spans may read the batch when
+// the stage's Push returns), goes back; its Vs and Ts are nil after.
+func (l *lender[T]) giveBack(sc *Ctx, b *Batch[T]) {
+	if !b.Own || len(b.Tr) > 0 || sc.Tracer != nil || len(b.Vs) == 0 {
+		return
+	}
+	if !l.looked {
+		l.vs, l.ts, l.looked = arraysFor[T](sc.Arrays, sc.BatchSize, false), arraysFor[int64](sc.Arrays, sc.BatchSize, false), true
+	}
+	if l.vs == nil {
+		return
+	}
+	if cap(b.Vs) != sc.BatchSize {
+		if !l.vs.wanted.Load() {
+			l.vs.wanted.Store(true)
+		}
+		return
+	}
+	l.vs.put(b.Vs)
+	if l.ts != nil && cap(b.Ts) == sc.BatchSize {
+		l.ts.put(b.Ts)
+	}
+	b.Vs, b.Ts = nil, nil
+}

@@ -19,6 +19,12 @@ type Sender interface {
 	Watermarked(wm int64)
 }
 
+// ArraysLender is implemented by a Sender whose job lends batch arrays
+// (Arrays): an emitter that partitions by key fills its per-target buffers
+// with arrays the job's keyed stages gave back (LendBack) instead of new
+// ones.
+type ArraysLender interface{ JobArrays() *Arrays }
+
 // Output is one output edge of an instance: how records are partitioned,
 // Hasher (a func(T) uint64 for Hash edges), and the number of channels
 // (target instances; one for Forward edges).
@@ -40,6 +46,10 @@ type Emitter[T any] struct {
 	sent int64                  // the last watermark sent
 	// targets is hashed's scratch: each record's target.
 	targets []int32
+	// vsFree and tsFree are the job's arrays of T and of event times of
+	// capacity size, which keyed stages give back (LendBack); nil: none.
+	vsFree *freeArrays[T]
+	tsFree *freeArrays[int64]
 }
 
 type output[T any] struct {
@@ -62,7 +72,38 @@ func NewEmitter[T any](specs []Output, size int, snd Sender) *Emitter[T] {
 		}
 		e.outs = append(e.outs, o)
 	}
+	if l, ok := snd.(ArraysLender); ok && e.hashes() {
+		a := l.JobArrays()
+		e.vsFree, e.tsFree = arraysFor[T](a, size, true), arraysFor[int64](a, size, true)
+	}
 	return e
+}
+
+// hashes says whether an output partitions by key over several targets.
+func (e *Emitter[T]) hashes() bool {
+	for _, o := range e.outs {
+		if o.spec.Part == Hash && len(o.bufs) > 1 {
+			return true
+		}
+	}
+	return false
+}
+
+// lent fills an empty buffer with arrays given back to the job, when there
+// are, or with new arrays of a whole batch when a keyed stage wants them
+// back: they hold a whole batch, and the buffer grows into them.
+func (e *Emitter[T]) lent(buf *Batch[T], ts bool) {
+	if e.vsFree == nil || buf.Vs != nil {
+		return
+	}
+	if buf.Vs = e.vsFree.get(); buf.Vs == nil && e.vsFree.wanted.Load() {
+		buf.Vs = make([]T, 0, e.size)
+	}
+	if ts && buf.Vs != nil {
+		if buf.Ts = e.tsFree.get(); buf.Ts == nil {
+			buf.Ts = make([]int64, 0, e.size)
+		}
+	}
 }
 
 func (e *Emitter[T]) Push(b *Batch[T]) {
@@ -117,6 +158,7 @@ func (e *Emitter[T]) hashed(o *output[T], b *Batch[T]) {
 			continue
 		}
 		buf := &o.bufs[t]
+		e.lent(buf, b.Ts != nil)
 		room := min(k, e.size-len(buf.Vs)) // a buffer ships once it holds e.size
 		buf.Vs = slices.Grow(buf.Vs, room)
 		if b.Ts != nil {
@@ -127,6 +169,9 @@ func (e *Emitter[T]) hashed(o *output[T], b *Batch[T]) {
 		t := ts[i]
 		buf := &o.bufs[t]
 		if buf.Vs == nil { // shipped during this batch: sized for what is left
+			e.lent(buf, b.Ts != nil)
+		}
+		if buf.Vs == nil {
 			c := min(e.size, counts[t])
 			buf.Vs = make([]T, 0, c)
 			if b.Ts != nil {

@@ -58,6 +58,7 @@ type IntervalBuf[L, R any] struct {
 // So on disk what the join holds in memory is bounded by the budget, not
 // by the keys.
 type IntervalStage[K comparable, L, R, O any] struct {
+	lend         lender[Either[L, R]] // gives the batches read back (giveBack)
 	key          func(Either[L, R]) K
 	join         func(L, R) O
 	lower, upper int64
@@ -170,6 +171,7 @@ func (s *IntervalStage[K, L, R, O]) Push(b *Batch[Either[L, R]]) {
 		}
 	}
 	s.out.flush()
+	s.lend.giveBack(s.sc, b)
 }
 
 // firstDue is the earliest time at which some record of buf may be
@@ -438,6 +440,7 @@ type JoinBuf[L, R any] struct {
 // JoinStage is the unbounded join: every record of a key is kept (in its
 // state table) until the key has seen none for the TTL.
 type JoinStage[K comparable, L, R, O any] struct {
+	lend    lender[Either[L, R]] // gives the batches read back (giveBack)
 	key     func(Either[L, R]) K
 	join    func(L, R) O
 	ttl     int64
@@ -557,6 +560,7 @@ func (s *JoinStage[K, L, R, O]) Push(b *Batch[Either[L, R]]) {
 		}
 	}
 	s.out.flush()
+	s.lend.giveBack(s.sc, b)
 }
 
 // outMark is the trace a join's pair goes on in: the arriving record's

@@ -205,6 +205,7 @@ type ProcessStage[K comparable, T, S, O any] struct {
 	*ProcCore[K, S, O]
 	key      func(T) K
 	onRecord func(c *ProcessContext[K, S, O], v T)
+	lend     lender[T] // gives the batches read back (giveBack)
 }
 
 func (s *ProcessStage[K, T, S, O]) Push(b *Batch[T]) {
@@ -246,6 +247,7 @@ func (s *ProcessStage[K, T, S, O]) Push(b *Batch[T]) {
 		c.done(true)
 	}
 	s.out.flush()
+	s.lend.giveBack(s.sc, b)
 }
 
 func (s *ProcessStage[K, T, S, O]) SnapshotState(id uint64) ([]byte, error) { return s.snapshot(id) }

@@ -126,7 +126,8 @@ type winStage[K comparable, T, A, O any] struct {
 	size, slide, gap, lateness int64
 	proc                       bool
 	wm                         int64
-	keep                       float64 // the keep rate of the batch being added (1 without Shed)
+	keep                       float64   // the keep rate of the batch being added (1 without Shed)
+	lend                       lender[T] // gives the batches read back (giveBack)
 
 	// The state backend: mem (the memory backend, whose map the record
 	// loop uses directly) or tab.
@@ -416,6 +417,7 @@ func (s *winStage[K, T, A, O]) Push(b *Batch[T]) {
 	s.flushSomeGone()
 	s.late.flush()
 	s.out.flush()
+	s.lend.giveBack(s.sc, b)
 }
 
 // addPanes adds a record to every window it belongs to that is still open
