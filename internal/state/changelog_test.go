@@ -77,6 +77,21 @@ func sameAs(t *testing.T, what string, m *state.Mem[int64, int64], want model) {
 	}
 }
 
+// restoresTo restores the snapshot handle h of the changelog in dir into a
+// new table and checks it holds want.
+func restoresTo(t *testing.T, what string, h []byte, dir string, want model) {
+	t.Helper()
+	r := openLog(t, t.TempDir(), 0, 0)
+	inline, err := state.Inline(h, dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := r.Restore([][]byte{inline}, 0, state.AllGroups); err != nil {
+		t.Fatalf("%s: %v", what, err)
+	}
+	sameAs(t, what, r, want)
+}
+
 func head(s []int64) []int64 { return s[:min(len(s), 8)] }
 
 // change applies n random operations to the table and the model: puts of
@@ -614,15 +629,7 @@ func TestChangelogSnapshotLater(t *testing.T) {
 	case <-time.After(30 * time.Second):
 		t.Fatal("durable was not called")
 	}
-	r := openLog(t, t.TempDir(), 0, 0)
-	inline, err := state.Inline(h, dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := r.Restore([][]byte{inline}, 0, state.AllGroups); err != nil {
-		t.Fatal(err)
-	}
-	sameAs(t, "restored", r, want)
+	restoresTo(t, "restored", h, dir, want)
 
 	// A write that fails: the instance's directory is gone.
 	m.Put(6, 600, true)
@@ -672,15 +679,7 @@ func TestChangelogSkipsTrackingAfterOverflow(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		r := openLog(t, t.TempDir(), 0, 0)
-		inline, err := state.Inline(h, dir)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := r.Restore([][]byte{inline}, 0, state.AllGroups); err != nil {
-			t.Fatal(err)
-		}
-		sameAs(t, fmt.Sprintf("checkpoint %d", id), r, want)
+		restoresTo(t, fmt.Sprintf("checkpoint %d", id), h, dir, want)
 		_, _, base = m.LastChain()
 		return base
 	}
@@ -749,15 +748,7 @@ func TestChangelogGrowingTableWritesDeltas(t *testing.T) {
 			t.Errorf("checkpoint %d: a delta of %d bytes for %d new keys: more than the new keys", id, size, add)
 		}
 		m.Committed(id)
-		r := openLog(t, t.TempDir(), 0, 0)
-		inline, err := state.Inline(h, dir)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := r.Restore([][]byte{inline}, 0, state.AllGroups); err != nil {
-			t.Fatalf("checkpoint %d (%d files): %v", id, files, err)
-		}
-		sameAs(t, fmt.Sprintf("checkpoint %d", id), r, o.clone())
+		restoresTo(t, fmt.Sprintf("checkpoint %d (%d files)", id, files), h, dir, o.clone())
 	}
 	// 1 base (the first); 2 delta; 3 base (deltas 1 > 1/2); 4, 5 deltas;
 	// 6 base (deltas 2 > 3/2); 7, 8, deltas.
@@ -780,15 +771,7 @@ func TestChangelogClear(t *testing.T) {
 			t.Fatal(err)
 		}
 		m.Committed(id)
-		r := openLog(t, t.TempDir(), 0, 0)
-		inline, err := state.Inline(h, dir)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := r.Restore([][]byte{inline}, 0, state.AllGroups); err != nil {
-			t.Fatal(err)
-		}
-		sameAs(t, fmt.Sprintf("checkpoint %d", id), r, o.clone())
+		restoresTo(t, fmt.Sprintf("checkpoint %d", id), h, dir, o.clone())
 		_, _, base := m.LastChain()
 		return base
 	}
