@@ -133,3 +133,44 @@ func TestKeyedArraysLentBack(t *testing.T) {
 		t.Fatalf("the windows summed %d, want %d", sum, want)
 	}
 }
+
+// TestKeyedAggregateLendsBack: a keyed aggregation gives back the arrays
+// of an owned batch it folded, after its updates went on with the batch's
+// event times, which the next stage received intact.
+func TestKeyedAggregateLendsBack(t *testing.T) {
+	const size = 4
+	var a Arrays
+	pool := arraysFor[int64](&a, size, true) // as a hash emitter of int64 makes it
+	sc := testCtx(0, 1)
+	sc.BatchSize, sc.Arrays = size, &a
+	next := &timesPusher{}
+	k := NewKeyed(func(v int64) int64 { return v % 2 }, func(acc int64, _ bool, v int64) int64 { return acc + v },
+		func(_ int64, acc int64) int64 { return acc }, EmitUpdates, Pusher[int64](next), sc).(*KeyedStage[int64, int64, int64, int64])
+	b := &Batch[int64]{Vs: []int64{1, 2, 3, 4}, Ts: []int64{10, 20, 30, 40}, Own: true}
+	vs, ts := &b.Vs[0], &b.Ts[0]
+	k.Push(b)
+	if !slices.Equal(next.vs, []int64{1, 2, 4, 6}) || !slices.Equal(next.ts, []int64{10, 20, 30, 40}) {
+		t.Fatalf("updates %v at %v, want 1 2 4 6 at 10 20 30 40", next.vs, next.ts)
+	}
+	got := map[*int64]bool{}
+	for range 2 {
+		if arr := pool.get(); arr != nil {
+			got[&arr[:1][0]] = true
+		}
+	}
+	if !got[vs] || !got[ts] {
+		t.Fatal("the aggregation did not give back the arrays of the batch it folded")
+	}
+	if k.out.Ts != nil {
+		t.Fatal("the stage still refers to the times it gave back")
+	}
+}
+
+// timesPusher keeps copies of the records and times pushed to it.
+type timesPusher struct{ vs, ts []int64 }
+
+func (p *timesPusher) Push(b *Batch[int64]) {
+	p.vs, p.ts = append(p.vs, b.Vs...), append(p.ts, b.Ts...)
+}
+func (p *timesPusher) Watermark(int64) {}
+func (p *timesPusher) Finish()         {}

@@ -532,6 +532,7 @@ func (s *KeyedStage[K, T, A, O]) CloseState() error {
 // KeyedStage keeps one accumulator per key in its state backend: mem (the
 // memory backend, whose map the record loop uses directly) or tab.
 type KeyedStage[K comparable, T, A, O any] struct {
+	lend    lender[T]           // gives the batches read back (giveBack)
 	contrib map[K]*contributors // the sampled inputs of the results not yet emitted (EmitAtEnd)
 	key     func(T) K
 	foldFn  func(acc A, seen bool, v T) A
@@ -676,7 +677,9 @@ func (s *KeyedStage[K, T, A, O]) Push(b *Batch[T]) {
 		}
 		s.sc.C.Out.Add(int64(len(s.out.Vs)))
 		s.next.Push(&s.out)
+		s.out.Ts = nil // b's: the next stage copied them (s.out is not Own)
 	}
+	s.lend.giveBack(s.sc, b)
 }
 
 // fold adds one record to its key's accumulator.
