@@ -152,7 +152,7 @@ func hasPointers(t reflect.Type) bool {
 // batches it has written to its job's sources (Arrays).
 type KeepsNoRecords interface{ KeepsNoRecords() }
 
-// lender gives a keyed stage's input arrays back to its job (LendBack).
+// lender gives a keyed stage's input arrays back to its job (giveBack).
 type lender[T any] struct {
 	vs     *freeArrays[T]
 	ts     *freeArrays[int64]

@@ -21,7 +21,7 @@ type Sender interface {
 
 // ArraysLender is implemented by a Sender whose job lends batch arrays
 // (Arrays): an emitter that partitions by key fills its per-target buffers
-// with arrays the job's keyed stages gave back (LendBack) instead of new
+// with arrays the job's keyed stages gave back (lender.giveBack) instead of new
 // ones.
 type ArraysLender interface{ JobArrays() *Arrays }
 
@@ -47,7 +47,7 @@ type Emitter[T any] struct {
 	// targets is hashed's scratch: each record's target.
 	targets []int32
 	// vsFree and tsFree are the job's arrays of T and of event times of
-	// capacity size, which keyed stages give back (LendBack); nil: none.
+	// capacity size, which keyed stages give back (lender.giveBack); nil: none.
 	vsFree *freeArrays[T]
 	tsFree *freeArrays[int64]
 }
@@ -168,14 +168,14 @@ func (e *Emitter[T]) hashed(o *output[T], b *Batch[T]) {
 	for i, v := range b.Vs {
 		t := ts[i]
 		buf := &o.bufs[t]
-		if buf.Vs == nil { // shipped during this batch: sized for what is left
+		if buf.Vs == nil { // shipped during this batch
 			e.lent(buf, b.Ts != nil)
-		}
-		if buf.Vs == nil {
-			c := min(e.size, counts[t])
-			buf.Vs = make([]T, 0, c)
-			if b.Ts != nil {
-				buf.Ts = make([]int64, 0, c)
+			if buf.Vs == nil { // none lent: sized for what is left
+				c := min(e.size, counts[t])
+				buf.Vs = make([]T, 0, c)
+				if b.Ts != nil {
+					buf.Ts = make([]int64, 0, c)
+				}
 			}
 		}
 		counts[t]--
