@@ -117,9 +117,10 @@ func suite() []benchmark {
 		{"nexmark", "Nexmark q0-q9, q11 on 2 M pre-generated events held in memory: sluice (2 source instances, parallelism 2) against each " +
 			"query's single-goroutine reference model on the same events, every output checked against its model; the same events replayed in " +
 			"laps (ids and times shifted, about 4 s a run, 3 rotated rounds) without checkpoints, with checkpoints every second into a bbolt store " +
-			"(memory state written whole), and the same with the memory state's changelog (incremental), each run's result count checked; as " +
+			"(memory state written whole), and the same with the memory state's changelog (incremental), each run's result count checked; the " +
+			"laps without checkpoints against the model too (long-vs-model: the steady state); as " +
 			"context, checkpoints every tenth of a 2 M-event run; Flink 1.11 figures as context",
-			"every query >= 0.5x its model (2 cores against one goroutine); with checkpoints every second >= 0.9x without", benchNexmark},
+			"every query >= 0.5x its model (2 cores against one goroutine), in the short runs and the steady state; with checkpoints every second >= 0.9x without", benchNexmark},
 		{"connectors", "200 k messages: JetStream -> topology -> PostgreSQL (exactly-once) against a plain nats.go consumer feeding pgx COPY",
 			"context: the cost of exactly-once", benchConnectors},
 		{"remote", "300 k records over one hop between two nodes on loopback: sluice codec against raw protoactor remote and an in-process hop",
@@ -275,6 +276,35 @@ func best(rounds, n int, f func() (time.Duration, error)) (float64, error) {
 		}
 	}
 	return top, nil
+}
+
+// bestCPU is best, with the process's CPU time in the best round: what
+// the round cost beside how long it took (its CPU ÷ wall time is how many
+// of the machine's cores it kept busy).
+func bestCPU(rounds, n int, f func() (time.Duration, error)) (rate float64, cpu time.Duration, err error) {
+	for range rounds {
+		runtime.GC()
+		c0 := cpuTime()
+		d, err := f()
+		c := cpuTime() - c0
+		if err != nil {
+			return 0, 0, err
+		}
+		if v := float64(n) / d.Seconds(); v > rate {
+			rate, cpu = v, c
+		}
+	}
+	return rate, cpu, nil
+}
+
+// cpuNote says what a best round cost in CPU: nanoseconds a record and the
+// cores kept busy on average.
+func cpuNote(n int, rate float64, cpu time.Duration) string {
+	if rate <= 0 || n <= 0 {
+		return ""
+	}
+	wall := float64(n) / rate // seconds
+	return fmt.Sprintf("best round: %.1f CPU-ns a record, %.2f cores busy", float64(cpu.Nanoseconds())/float64(n), cpu.Seconds()/wall)
 }
 
 // loadAvg is the machine's 1, 5 and 15 minute load averages, "?" where

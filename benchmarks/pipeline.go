@@ -56,22 +56,21 @@ func benchPipeline(ctx context.Context, e *env) ([]Result, error) {
 		}
 		return nil
 	}
-	measure := func(name string, f func() (int64, error)) func() (float64, error) {
-		return func() (float64, error) {
-			return best(e.rounds, n, func() (time.Duration, error) {
-				start := time.Now()
-				sum, err := f()
-				if err != nil {
-					return 0, err
-				}
-				return time.Since(start), check(name, sum)
-			})
-		}
+	measure := func(name string, f func() (int64, error)) (float64, time.Duration, error) {
+		return bestCPU(e.rounds, n, func() (time.Duration, error) {
+			start := time.Now()
+			sum, err := f()
+			if err != nil {
+				return 0, err
+			}
+			return time.Since(start), check(name, sum)
+		})
 	}
 	cases := []struct {
 		name string
 		f    func() (int64, error)
 		v    float64
+		cpu  time.Duration
 	}{
 		{name: "loop", f: func() (int64, error) { return handLoop(n, pipeGen, pipeMap, pipeFilter), nil }},
 		{name: "channels-batched", f: func() (int64, error) {
@@ -102,11 +101,11 @@ func benchPipeline(ctx context.Context, e *env) ([]Result, error) {
 		if e.skipSlow && strings.HasSuffix(cases[i].name, "per-record") {
 			continue
 		}
-		v, err := measure(cases[i].name, cases[i].f)()
+		v, cpu, err := measure(cases[i].name, cases[i].f)
 		if err != nil {
 			return nil, err
 		}
-		cases[i].v = v
+		cases[i].v, cases[i].cpu = v, cpu
 	}
 	v := func(name string) float64 {
 		for _, c := range cases {
@@ -116,27 +115,36 @@ func benchPipeline(ctx context.Context, e *env) ([]Result, error) {
 		}
 		return 0
 	}
-	rLoop := Result{Name: "pipeline/base-loop", Value: v("loop"), Unit: "records/s", Note: "hand-written single-goroutine loop, same functions"}
+	// cpu is what the best round of a case cost ("" when it did not run).
+	cpu := func(name string) string {
+		for _, c := range cases {
+			if c.name == name && c.v > 0 {
+				return "; " + cpuNote(n, c.v, c.cpu)
+			}
+		}
+		return ""
+	}
+	rLoop := Result{Name: "pipeline/base-loop", Value: v("loop"), Unit: "records/s", Note: "hand-written single-goroutine loop, same functions" + cpu("loop")}
 	chanNote := fmt.Sprintf("goroutine per stage, chan []int64 of %d-record batches, %d slots (%d records in flight per edge)", benchBatch, benchInFlight/benchBatch, benchInFlight)
-	rChan := Result{Name: "pipeline/base-channels-batched", Value: v("channels-batched"), Unit: "records/s", Note: chanNote + "; a fresh array per batch"}
-	rChanR := Result{Name: "pipeline/base-channels-batched-recycled", Value: v("channels-batched-recycled"), Unit: "records/s", Note: chanNote + "; the sink hands arrays back to the source"}
+	rChan := Result{Name: "pipeline/base-channels-batched", Value: v("channels-batched"), Unit: "records/s", Note: chanNote + "; a fresh array per batch" + cpu("channels-batched")}
+	rChanR := Result{Name: "pipeline/base-channels-batched-recycled", Value: v("channels-batched-recycled"), Unit: "records/s", Note: chanNote + "; the sink hands arrays back to the source" + cpu("channels-batched-recycled")}
 	rawNote := fmt.Sprintf("protoactor actor per stage, default mailbox, one []int64 of %d records per message", benchBatch)
-	rRaw := Result{Name: "pipeline/base-protoactor-batched", Value: v("protoactor-batched"), Unit: "records/s", Note: rawNote + "; a fresh array per batch"}
-	rRawR := Result{Name: "pipeline/base-protoactor-batched-recycled", Value: v("protoactor-batched-recycled"), Unit: "records/s", Note: rawNote + "; the sink hands arrays back to the source"}
-	unfused := Result{Name: "pipeline/sluice-unfused", Value: v("sluice-unfused"), Unit: "records/s", Note: "actor per stage, Block edges, batches of 256, 4096 credits per edge"}
+	rRaw := Result{Name: "pipeline/base-protoactor-batched", Value: v("protoactor-batched"), Unit: "records/s", Note: rawNote + "; a fresh array per batch" + cpu("protoactor-batched")}
+	rRawR := Result{Name: "pipeline/base-protoactor-batched-recycled", Value: v("protoactor-batched-recycled"), Unit: "records/s", Note: rawNote + "; the sink hands arrays back to the source" + cpu("protoactor-batched-recycled")}
+	unfused := Result{Name: "pipeline/sluice-unfused", Value: v("sluice-unfused"), Unit: "records/s", Note: "actor per stage, Block edges, batches of 256, 4096 credits per edge" + cpu("sluice-unfused")}
 	out := []Result{rLoop, rChan, rChanR, rRaw, rRawR,
-		Result{Name: "pipeline/sluice-fused-vs-loop", Value: v("sluice-fused"), Unit: "records/s", Note: "one actor (aim >= 0.5x)"}.against(rLoop),
+		Result{Name: "pipeline/sluice-fused-vs-loop", Value: v("sluice-fused"), Unit: "records/s", Note: "one actor" + cpu("sluice-fused") + " (aim >= 0.5x)"}.against(rLoop),
 		// Against each baseline's faster configuration (sluice hands its
 		// arrays back, stage.Arrays; the baselines do when it pays).
 		unfused.rename("pipeline/sluice-unfused-vs-channels-batched", "aim >= 0.8x; base: the faster of "+rChan.Name+" and "+rChanR.Name).against(bestBase(rChan, rChanR)),
 		unfused.rename("pipeline/sluice-unfused-vs-protoactor-batched", "aim >= 1.0x; base: the faster of "+rRaw.Name+" and "+rRawR.Name).against(bestBase(rRaw, rRawR)),
 	}
 	bigNote := fmt.Sprintf("goroutine per stage, chan []int64 of %d-record batches, %d slots (%d records in flight per edge)", bigBatch, benchInFlight/bigBatch, benchInFlight)
-	rBig := Result{Name: fmt.Sprintf("pipeline/base-channels-batched-%d", bigBatch), Value: v("channels-batched-big"), Unit: "records/s", Note: bigNote + "; a fresh array per batch"}
-	rBigR := Result{Name: fmt.Sprintf("pipeline/base-channels-batched-%d-recycled", bigBatch), Value: v("channels-batched-recycled-big"), Unit: "records/s", Note: bigNote + "; the sink hands arrays back to the source"}
+	rBig := Result{Name: fmt.Sprintf("pipeline/base-channels-batched-%d", bigBatch), Value: v("channels-batched-big"), Unit: "records/s", Note: bigNote + "; a fresh array per batch" + cpu("channels-batched-big")}
+	rBigR := Result{Name: fmt.Sprintf("pipeline/base-channels-batched-%d-recycled", bigBatch), Value: v("channels-batched-recycled-big"), Unit: "records/s", Note: bigNote + "; the sink hands arrays back to the source" + cpu("channels-batched-recycled-big")}
 	out = append(out, rBig, rBigR,
 		Result{Name: fmt.Sprintf("pipeline/sluice-unfused-batch-%d-vs-channels-batched-%d", bigBatch, bigBatch), Value: v("sluice-unfused-big"), Unit: "records/s",
-			Note: fmt.Sprintf("context: the unfused pipeline with operators.BatchSize(%d) (the default is %d), %d credits per edge; base: the faster of %s and %s", bigBatch, benchBatch, benchInFlight, rBig.Name, rBigR.Name)}.against(bestBase(rBig, rBigR)))
+			Note: fmt.Sprintf("context: the unfused pipeline with operators.BatchSize(%d) (the default is %d), %d credits per edge; base: the faster of %s and %s", bigBatch, benchBatch, benchInFlight, rBig.Name, rBigR.Name) + cpu("sluice-unfused-big")}.against(bestBase(rBig, rBigR)))
 	if !e.skipSlow { // context only: one record per channel send or per message
 		out = append(out,
 			Result{Name: "pipeline/context-channels-per-record", Value: v("channels-per-record"), Unit: "records/s", Note: fmt.Sprintf("goroutine per stage, chan int64 cap %d, one record per send", benchInFlight)},
