@@ -117,10 +117,9 @@ func suite() []benchmark {
 		{"nexmark", "Nexmark q0-q9, q11 on 2 M pre-generated events held in memory: sluice (2 source instances, parallelism 2) against each " +
 			"query's single-goroutine reference model on the same events, every output checked against its model; the same events replayed in " +
 			"laps (ids and times shifted, about 4 s a run, 3 rotated rounds) without checkpoints, with checkpoints every second into a bbolt store " +
-			"(memory state written whole), and the same with the memory state's changelog (incremental), each run's result count checked; the " +
-			"laps without checkpoints against the model too (long-vs-model: the steady state); as " +
+			"(memory state written whole), and the same with the memory state's changelog (incremental), each run's result count checked; as " +
 			"context, checkpoints every tenth of a 2 M-event run; Flink 1.11 figures as context",
-			"every query >= 0.5x its model (2 cores against one goroutine), in the short runs and the steady state; with checkpoints every second >= 0.9x without", benchNexmark},
+			"every query >= 0.5x its model (2 cores against one goroutine); with checkpoints every second >= 0.9x without", benchNexmark},
 		{"connectors", "200 k messages: JetStream -> topology -> PostgreSQL (exactly-once) against a plain nats.go consumer feeding pgx COPY",
 			"context: the cost of exactly-once", benchConnectors},
 		{"remote", "300 k records over one hop between two nodes on loopback: sluice codec against raw protoactor remote and an in-process hop",

@@ -486,17 +486,6 @@ func benchNexmark(ctx context.Context, e *env) ([]Result, error) {
 			return nil, err
 		}
 		out = append(out, long...)
-		// The steady state against the model: the short runs above last
-		// 0.1-0.5 s, of which starting the topology and its first batches
-		// are a part the model does not have, and move by a fifth from run
-		// to run. The laps of the long run are independent of each other
-		// (their ids and times are apart), so the model's work an event is
-		// the same over one lap as over many, while sluice's state grows
-		// with the laps and its source copies every event it reads.
-		if len(long) > 0 && long[0].Value > 0 {
-			out = append(out, Result{Name: "nexmark/" + q.name + "/long-vs-model", Value: long[0].Value, Unit: "events/s",
-				Note: fmt.Sprintf("steady state: the long run without checkpoints (%s) against the model's rate on one lap of the same events (context beside the short runs' ratio; aim >= 0.5x)", long[0].Name)}.against(base))
-		}
 		if f, ok := flinkPerCore[q.name]; ok {
 			out = append(out, Result{Name: "nexmark/" + q.name + "/context-flink-1.11-per-core", Value: f, Unit: "events/s/core",
 				Note: fmt.Sprintf("published, not measured here (3 machines, RocksDB, exactly-once checkpoints every 3 min, steady state); sluice here: %.0f events/s/core", rate/float64(cores))})
