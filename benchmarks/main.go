@@ -263,18 +263,8 @@ func run(pat, cases string, asJSON bool, scale float64, rounds int, list, skipSl
 
 // best runs f rounds times and returns the highest throughput in records/s.
 func best(rounds, n int, f func() (time.Duration, error)) (float64, error) {
-	var top float64
-	for range rounds {
-		runtime.GC()
-		d, err := f()
-		if err != nil {
-			return 0, err
-		}
-		if v := float64(n) / d.Seconds(); v > top {
-			top = v
-		}
-	}
-	return top, nil
+	rate, _, err := bestCPU(rounds, n, f)
+	return rate, err
 }
 
 // bestCPU is best, with the process's CPU time in the best round: what
@@ -296,14 +286,15 @@ func bestCPU(rounds, n int, f func() (time.Duration, error)) (rate float64, cpu 
 	return rate, cpu, nil
 }
 
-// cpuNote says what a best round cost in CPU: nanoseconds a record and the
-// cores kept busy on average.
+// cpuNote says what a best round cost in CPU, nanoseconds a record and the
+// cores kept busy on average, as the end of a note ("" for a round that
+// did not run).
 func cpuNote(n int, rate float64, cpu time.Duration) string {
 	if rate <= 0 || n <= 0 {
 		return ""
 	}
 	wall := float64(n) / rate // seconds
-	return fmt.Sprintf("best round: %.1f CPU-ns a record, %.2f cores busy", float64(cpu.Nanoseconds())/float64(n), cpu.Seconds()/wall)
+	return fmt.Sprintf("; best round: %.1f CPU-ns a record, %.2f cores busy", float64(cpu.Nanoseconds())/float64(n), cpu.Seconds()/wall)
 }
 
 // loadAvg is the machine's 1, 5 and 15 minute load averages, "?" where

@@ -107,23 +107,19 @@ func benchPipeline(ctx context.Context, e *env) ([]Result, error) {
 		}
 		cases[i].v, cases[i].cpu = v, cpu
 	}
-	v := func(name string) float64 {
+	// find is a case's rate and the CPU time of its best round (zero for a
+	// case that did not run); v is the rate, cpu the end of a note that
+	// says what the round cost.
+	find := func(name string) (float64, time.Duration) {
 		for _, c := range cases {
 			if c.name == name {
-				return c.v
+				return c.v, c.cpu
 			}
 		}
-		return 0
+		return 0, 0
 	}
-	// cpu is what the best round of a case cost ("" when it did not run).
-	cpu := func(name string) string {
-		for _, c := range cases {
-			if c.name == name && c.v > 0 {
-				return "; " + cpuNote(n, c.v, c.cpu)
-			}
-		}
-		return ""
-	}
+	v := func(name string) float64 { r, _ := find(name); return r }
+	cpu := func(name string) string { r, c := find(name); return cpuNote(n, r, c) }
 	rLoop := Result{Name: "pipeline/base-loop", Value: v("loop"), Unit: "records/s", Note: "hand-written single-goroutine loop, same functions" + cpu("loop")}
 	chanNote := fmt.Sprintf("goroutine per stage, chan []int64 of %d-record batches, %d slots (%d records in flight per edge)", benchBatch, benchInFlight/benchBatch, benchInFlight)
 	rChan := Result{Name: "pipeline/base-channels-batched", Value: v("channels-batched"), Unit: "records/s", Note: chanNote + "; a fresh array per batch" + cpu("channels-batched")}

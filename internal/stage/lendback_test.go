@@ -27,12 +27,7 @@ func TestKeyedArraysLentBack(t *testing.T) {
 	e := NewEmitter[int64]([]Output{{Part: Hash, Hasher: func(v int64) uint64 { return uint64(v) * 0x9e3779b97f4a7c15 }, Targets: 2}}, size, c)
 	sc := testCtx(0, 1)
 	sc.BatchSize, sc.Arrays = size, &a
-	fns := WinFns[int64, int64, int64, int64]{
-		Key:  func(v int64) int64 { return v % 5 },
-		Zero: func() int64 { return 0 },
-		Add:  func(acc, v int64) int64 { return acc + v },
-		Emit: func(k, start, end int64, acc int64, out func(int64)) { out(acc) },
-	}
+	fns := sumWindows(5)
 	sink := &sinkPusher[int64]{}
 	w := NewWinStage(fns, Tumbling(time.Second), 0, sink, sc)
 	in := &TypedInlet[int64]{head: w}

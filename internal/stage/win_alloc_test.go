@@ -5,17 +5,23 @@ import (
 	"time"
 )
 
+// sumWindows is the window functions of a sum of int64 records over keys
+// keys (the record mod keys), emitting each window's sum.
+func sumWindows(keys int64) WinFns[int64, int64, int64, int64] {
+	return WinFns[int64, int64, int64, int64]{
+		Key:  func(v int64) int64 { return v % keys },
+		Zero: func() int64 { return 0 },
+		Add:  func(a, v int64) int64 { return a + v },
+		Emit: func(k, start, end int64, a int64, out func(int64)) { out(a) },
+	}
+}
+
 // TestWindowMemoryNoAllocs: with the memory backend, adding a batch of
 // records of keys already in their window allocates nothing; a window
 // after window of the same keys (each fired by the watermark) allocates
 // per window, not per record (the fired keys' slot lists are reused).
 func TestWindowMemoryNoAllocs(t *testing.T) {
-	fns := WinFns[int64, int64, int64, int64]{
-		Key:  func(v int64) int64 { return v % 100 },
-		Zero: func() int64 { return 0 },
-		Add:  func(a, v int64) int64 { return a + v },
-		Emit: func(k, start, end int64, a int64, out func(int64)) { out(a) },
-	}
+	fns := sumWindows(100)
 	sink := &sinkPusher[int64]{}
 	s := NewWinStage(fns, Tumbling(time.Second), 0, sink, testCtx(0, 1))
 	b := &Batch[int64]{Vs: make([]int64, 256), Ts: make([]int64, 256)}

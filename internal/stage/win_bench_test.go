@@ -9,12 +9,7 @@ import (
 // the memory backend, 256-record batches, a window fired every 40 batches
 // (ns/op is per record).
 func BenchmarkWindowMemory(b *testing.B) {
-	fns := WinFns[int64, int64, int64, int64]{
-		Key:  func(v int64) int64 { return v % 10000 },
-		Zero: func() int64 { return 0 },
-		Add:  func(a, v int64) int64 { return a + v },
-		Emit: func(k, start, end int64, a int64, out func(int64)) { out(a) },
-	}
+	fns := sumWindows(10000)
 	s := NewWinStage(fns, Tumbling(time.Second), 0, &sinkPusher[int64]{}, testCtx(0, 1))
 	bt := &Batch[int64]{Vs: make([]int64, 256), Ts: make([]int64, 256)}
 	var n, t int64

@@ -45,8 +45,9 @@ func TestLatencyTargetSelective(t *testing.T) {
 // The approximate counts of the sample's own run hold the truth within
 // their reported 95 % interval in at least 93 % of its key-windows, for
 // each of 20 seeds (10 with the work exact, 10 with it jittered as on a
-// loaded machine; 3 and 3 under the race detector, seedsPerJitter), each run 420 key-windows: 20 keys in windows of a
-// second through 20 s of overload, under a rate the controller moves as it
+// loaded machine; 3 and 3 under the race detector: seedsPerJitter), each
+// run 420 key-windows: 20 keys in windows of a second through 20 s of
+// overload, under a rate the controller moves as it
 // goes (each record scaled by the rate it was kept with). Windows claiming
 // to be exact but wrong, and key-windows never emitted (sampling kept none
 // of their records), count as misses. A run of 420 key-windows at the
@@ -202,8 +203,9 @@ func seedConfig(seed uint64) latency.Config {
 
 // Under LatencyTarget(200ms) at 3x the capacity, every second's p99 from
 // the 5th on is within 1.2x the target, and at least 0.9x the mean
-// capacity is processed during the overload, for each of ten seeds
-// (seedsPerJitter; three under the race detector) (the jitter of the work and the shedding's random numbers). When written:
+// capacity is processed during the overload, for each of ten seeds (the
+// jitter of the work and the shedding's random numbers; three under the
+// race detector: seedsPerJitter). When written:
 // 254–378 ms in the first second, 106–295 ms in the second, at most 90 ms
 // from the third on.
 func TestLatencyTargetReachedBy5s(t *testing.T) {
