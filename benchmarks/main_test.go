@@ -199,6 +199,26 @@ func BenchmarkRefSend(b *testing.B) {
 	b.ReportMetric(float64(cpuTime()-cpu0)/(float64(n)*float64(b.N)), "cpu-ns/record")
 }
 
+// BenchmarkProtoactorSend is BenchmarkRefSend's baseline: root.Send, one
+// message each, into protoactor's default mailbox.
+func BenchmarkProtoactorSend(b *testing.B) {
+	const n = 1_000_000
+	cpu0 := cpuTime()
+	for b.Loop() {
+		sys := quietSystem()
+		root := actor.NewRootContext(sys, nil)
+		c := &counterActor{want: n, done: make(chan struct{})}
+		pid := root.Spawn(actor.PropsFromProducer(func() actor.Actor { return c }))
+		for i := int64(0); i < n; i++ {
+			root.Send(pid, i)
+		}
+		<-c.done
+		sys.Shutdown()
+	}
+	b.ReportMetric(float64(n)*float64(b.N)/b.Elapsed().Seconds(), "records/s")
+	b.ReportMetric(float64(cpuTime()-cpu0)/(float64(n)*float64(b.N)), "cpu-ns/record")
+}
+
 // The JSON variant of the tracing benchmark decodes every record and
 // exports the spans of the sampled ones.
 func TestTracingJSONSmall(t *testing.T) {
