@@ -68,7 +68,7 @@ func spin(k int, v int64) int64 {
 func benchHop(ctx context.Context, e *env) ([]Result, error) {
 	n := e.n(5_000_000)   // messages, one record each
 	nb := e.n(20_000_000) // records, in batches
-	raw, err := best(e.rounds, n, func() (time.Duration, error) {
+	raw := timedCase{n, func() (time.Duration, error) {
 		sys := quietSystem()
 		defer sys.Shutdown()
 		root := actor.NewRootContext(sys, nil)
@@ -80,16 +80,13 @@ func benchHop(ctx context.Context, e *env) ([]Result, error) {
 		}
 		<-c.done
 		return time.Since(start), nil
-	})
-	if err != nil {
-		return nil, err
-	}
+	}}
 	// sluiceHop sends n messages to a sluice actor with a Block(1024)
 	// mailbox, through send. (protoactor's own send path, root.Send, is not
 	// measured: a Block mailbox refuses what it posts beyond the capacity,
 	// so that it would not deliver n.)
-	sluiceHop := func(send func(sys *actors.System, ref *actors.Ref, v int64) error) (float64, error) {
-		return best(e.rounds, n, func() (time.Duration, error) {
+	sluiceHop := func(send func(sys *actors.System, ref *actors.Ref, v int64) error) timedCase {
+		return timedCase{n, func() (time.Duration, error) {
 			sys, err := actors.NewSystem(actors.Config{Name: "hop"})
 			if err != nil {
 				return 0, err
@@ -108,14 +105,11 @@ func benchHop(ctx context.Context, e *env) ([]Result, error) {
 			}
 			<-c.done
 			return time.Since(start), nil
-		})
+		}}
 	}
-	block, err := sluiceHop(func(_ *actors.System, ref *actors.Ref, v int64) error { return ref.Send(ctx, v) })
-	if err != nil {
-		return nil, err
-	}
-	topoHop := func(topt ...operators.TopologyOption) (float64, error) {
-		return best(e.rounds, nb, func() (time.Duration, error) {
+	block := sluiceHop(func(_ *actors.System, ref *actors.Ref, v int64) error { return ref.Send(ctx, v) })
+	topoHop := func(topt ...operators.TopologyOption) timedCase {
+		return timedCase{nb, func() (time.Duration, error) {
 			sys, err := actors.NewSystem(actors.Config{Name: "hop"})
 			if err != nil {
 				return 0, err
@@ -133,27 +127,19 @@ func benchHop(ctx context.Context, e *env) ([]Result, error) {
 				return 0, fmt.Errorf("topology hop delivered %d of %d", count, nb)
 			}
 			return d, nil
-		})
+		}}
 	}
-	topo, err := topoHop()
-	if err != nil {
-		return nil, err
-	}
-	topoBig, err := topoHop(operators.BatchSize(bigBatch))
-	if err != nil {
-		return nil, err
-	}
-	chanHopOf := func(batch int, recycle bool) (float64, error) {
-		return best(e.rounds, nb, func() (time.Duration, error) {
+	chanHopOf := func(batch int, recycle bool) timedCase {
+		return timedCase{nb, func() (time.Duration, error) {
 			start := time.Now()
 			if got := batchedChannelHop(nb, batch, benchInFlight/batch, recycle); got != int64(nb) {
 				return 0, fmt.Errorf("channel hop delivered %d of %d", got, nb)
 			}
 			return time.Since(start), nil
-		})
+		}}
 	}
-	rawHop := func(recycle bool) (float64, error) {
-		return best(e.rounds, nb, func() (time.Duration, error) {
+	rawHop := func(recycle bool) timedCase {
+		return timedCase{nb, func() (time.Duration, error) {
 			start := time.Now()
 			got, err := protoactorBatchHop(nb, benchBatch, recycle)
 			if err != nil {
@@ -163,28 +149,23 @@ func benchHop(ctx context.Context, e *env) ([]Result, error) {
 				return 0, fmt.Errorf("protoactor batch hop delivered %d of %d", got, nb)
 			}
 			return time.Since(start), nil
-		})
+		}}
 	}
-	chanHop := func(recycle bool) (float64, error) { return chanHopOf(benchBatch, recycle) }
-	var bigBases [2]float64 // channels of bigBatch records, allocating and recycled
-	for i := range bigBases {
-		if bigBases[i], err = chanHopOf(bigBatch, i == 1); err != nil {
-			return nil, err
-		}
+	// Every round runs each case once (interleaved), so that a ratio
+	// compares cases measured in the same states of the machine.
+	bests, err := interleaved(e.rounds, []timedCase{
+		raw, block, topoHop(), topoHop(operators.BatchSize(bigBatch)),
+		chanHopOf(bigBatch, false), chanHopOf(bigBatch, true),
+		chanHopOf(benchBatch, false), chanHopOf(benchBatch, true), rawHop(false), rawHop(true),
+	})
+	if err != nil {
+		return nil, err
 	}
-	var bases [4]float64 // channels, channels recycled, protoactor, protoactor recycled
-	for i := range bases {
-		var err error
-		if i < 2 {
-			bases[i], err = chanHop(i == 1)
-		} else {
-			bases[i], err = rawHop(i == 3)
-		}
-		if err != nil {
-			return nil, err
-		}
-	}
-	rRaw := Result{Name: "hop/base-protoactor-default", Value: raw, Unit: "msgs/s", Note: "root.Send, one message each, into protoactor's default unbounded mailbox"}
+	v := func(i int) float64 { return bests[i].rate }
+	rawRate, blockRate, topo, topoBig := v(0), v(1), v(2), v(3)
+	bigBases := [2]float64{v(4), v(5)}          // channels of bigBatch records, allocating and recycled
+	bases := [4]float64{v(6), v(7), v(8), v(9)} // channels, channels recycled, protoactor, protoactor recycled
+	rRaw := Result{Name: "hop/base-protoactor-default", Value: rawRate, Unit: "msgs/s", Note: "root.Send, one message each, into protoactor's default unbounded mailbox"}
 	chanNote := fmt.Sprintf("two goroutines joined by chan []int64 of %d-record batches, %d slots; generator and sink functions per record, as the topology", benchBatch, benchInFlight/benchBatch)
 	rChan := Result{Name: "hop/base-channels-batched", Value: bases[0], Unit: "records/s", Note: chanNote + "; a fresh array per batch"}
 	rChanR := Result{Name: "hop/base-channels-batched-recycled", Value: bases[1], Unit: "records/s", Note: chanNote + "; the receiver hands arrays back"}
@@ -197,7 +178,7 @@ func benchHop(ctx context.Context, e *env) ([]Result, error) {
 	topoR := Result{Name: "hop/sluice-topology", Value: topo, Unit: "records/s", Note: "source -> sink actor, batches of 256, 4096 credits"}
 	return []Result{
 		rRaw, rChan, rChanR, rRawBatch, rRawBatchR,
-		Result{Name: "hop/sluice-block-send-vs-protoactor-default", Value: block, Unit: "msgs/s", Note: "Ref.Send (waits when full) into Block(1024) (aim >= 1.0x)"}.against(rRaw),
+		Result{Name: "hop/sluice-block-send-vs-protoactor-default", Value: blockRate, Unit: "msgs/s", Note: "Ref.Send (waits when full) into Block(1024) (aim >= 1.0x)"}.against(rRaw),
 		// Against each baseline's faster configuration (bestBase).
 		topoR.rename("hop/sluice-topology-vs-channels-batched", "aim >= 0.8x; base: the faster of "+rChan.Name+" and "+rChanR.Name).against(bestBase(rChan, rChanR)),
 		topoR.rename("hop/sluice-topology-vs-protoactor-batched", "base: the faster of "+rRawBatch.Name+" and "+rRawBatchR.Name).against(bestBase(rRawBatch, rRawBatchR)),

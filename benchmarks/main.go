@@ -77,14 +77,14 @@ func (e *env) n(base int) int { return max(1, int(float64(base)*e.scale)) }
 func suite() []benchmark {
 	return []benchmark{
 		{"pipeline",
-			"source -> map -> filter -> sink over 20 M int64 records, best of -rounds: sluice fused (one actor) and unfused (an actor per stage, " +
+			"source -> map -> filter -> sink over 20 M int64 records, best of -rounds (each round runs every case once): sluice fused (one actor) and unfused (an actor per stage, " +
 				"batches of 256, 4096 credits per edge) against a hand-written loop, a goroutine per stage joined by chan []int64 carrying the same " +
 				"batches with the same records in flight, and raw protoactor-go with one batch per message (each baseline allocating a fresh array per batch " +
 				"and handing arrays back to its source, the faster counting, as sluice hands its own back); as context, the unfused pipeline with batches of 1024 " +
 				"(operators.BatchSize) against channels carrying 1024, and one record per send/message",
 			"unfused >= 0.8x batched channels and >= 1.0x protoactor with batches; fused >= 0.5x the loop", benchPipeline},
 		{"hop",
-			"one sender -> one receiver: 5 M messages by the embedded actor's Ref.Send into Block(1024) against protoactor's default mailbox (one " +
+			"one sender -> one receiver, best of -rounds (each round runs every case once): 5 M messages by the embedded actor's Ref.Send into Block(1024) against protoactor's default mailbox (one " +
 				"message each), and 20 M records by a topology hop (batches of 256 with credits) against two goroutines joined by chan []int64 of the same batches " +
 				"and in-flight records, and against protoactor carrying one batch per message (each allocating and recycling its arrays, the faster counting); " +
 				"as context, the hop with batches of 1024 against channels carrying 1024",
@@ -115,7 +115,7 @@ func suite() []benchmark {
 			"db.Batch with the same writers (and one db.Update per event as context); recovery of a 1 M-event journal with a snapshot every 10 k",
 			"group commit >= 1.0x db.Batch with the same writers; recovery <= 200 ms", benchJournal},
 		{"nexmark", "Nexmark q0-q9, q11 on 2 M pre-generated events held in memory: sluice (2 source instances, parallelism 2) against each " +
-			"query's single-goroutine reference model on the same events, every output checked against its model; the same events replayed in " +
+			"query's single-goroutine reference model on the same events (best of -rounds, the model run in each round beside sluice's), every output checked against its model; the same events replayed in " +
 			"laps (ids and times shifted, about 4 s a run, 3 rotated rounds) without checkpoints, with checkpoints every second into a bbolt store " +
 			"(memory state written whole), and the same with the memory state's changelog (incremental), each run's result count checked; as " +
 			"context, checkpoints every tenth of a 2 M-event run; Flink 1.11 figures as context",
@@ -271,19 +271,49 @@ func best(rounds, n int, f func() (time.Duration, error)) (float64, error) {
 // the round cost beside how long it took (its CPU ÷ wall time is how many
 // of the machine's cores it kept busy).
 func bestCPU(rounds, n int, f func() (time.Duration, error)) (rate float64, cpu time.Duration, err error) {
-	for range rounds {
-		runtime.GC()
-		c0 := cpuTime()
-		d, err := f()
-		c := cpuTime() - c0
-		if err != nil {
-			return 0, 0, err
-		}
-		if v := float64(n) / d.Seconds(); v > rate {
-			rate, cpu = v, c
+	b, err := interleaved(rounds, []timedCase{{n, f}})
+	if err != nil {
+		return 0, 0, err
+	}
+	return b[0].rate, b[0].cpu, nil
+}
+
+// timedCase is one case of a comparison: a run of n records (or
+// messages) that returns the time it measured.
+type timedCase struct {
+	n int
+	f func() (time.Duration, error)
+}
+
+// bestRound is a case's best round: its rate, and the process's CPU time
+// in that round.
+type bestRound struct {
+	rate float64
+	cpu  time.Duration
+}
+
+// interleaved runs cases in rounds, each round running every case once
+// in order, and returns each case's best round. The cases a ratio compares
+// then sample the same states of the machine: a machine that slows down
+// or speeds up during the run reaches all of them, not only those measured
+// last.
+func interleaved(rounds int, cases []timedCase) ([]bestRound, error) {
+	out := make([]bestRound, len(cases))
+	for range max(rounds, 1) {
+		for i, c := range cases {
+			runtime.GC()
+			c0 := cpuTime()
+			d, err := c.f()
+			used := cpuTime() - c0
+			if err != nil {
+				return nil, err
+			}
+			if v := float64(c.n) / d.Seconds(); v > out[i].rate {
+				out[i] = bestRound{v, used}
+			}
 		}
 	}
-	return rate, cpu, nil
+	return out, nil
 }
 
 // cpuNote says what a best round cost in CPU, nanoseconds a record and the

@@ -2,12 +2,15 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
 	"os"
+	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
 
@@ -49,6 +52,74 @@ func TestPipelineSmall(t *testing.T) {
 			want = rec
 		}
 		if r := names[name]; r.Baseline != want.Name || r.BaselineValue != want.Value || r.Ratio <= 0 {
+			t.Errorf("%s lacks its baseline %s: %+v", name, want.Name, r)
+		}
+	}
+}
+
+// TestInterleavedRounds: every round runs each case once, in order (so
+// that the cases compared sample the same states of the machine), and each
+// case keeps its best round, rate and CPU time together.
+func TestInterleavedRounds(t *testing.T) {
+	var order []int
+	durs := map[int][]time.Duration{0: {4 * time.Second, 2 * time.Second, 3 * time.Second}, 1: {time.Second, 5 * time.Second, 2 * time.Second}}
+	caseOf := func(i, n int) timedCase {
+		return timedCase{n, func() (time.Duration, error) {
+			d := durs[i][len(order)/2]
+			order = append(order, i)
+			return d, nil
+		}}
+	}
+	got, err := interleaved(3, []timedCase{caseOf(0, 100), caseOf(1, 10)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := []int{0, 1, 0, 1, 0, 1}; !slices.Equal(order, want) {
+		t.Errorf("cases ran in the order %v, want %v", order, want)
+	}
+	if got[0].rate != 50 || got[1].rate != 10 { // 100 records in 2 s, 10 in 1 s
+		t.Errorf("best rates %v and %v, want 50 and 10", got[0].rate, got[1].rate)
+	}
+	_, err = interleaved(3, []timedCase{{1, func() (time.Duration, error) { return 0, errors.New("boom") }}})
+	if err == nil || err.Error() != "boom" {
+		t.Errorf("a failing case gave %v, want its error", err)
+	}
+}
+
+// TestHopSmall runs the hop benchmark on a few records: every result is
+// there, and each ratio is against the faster configuration of the
+// baseline it names.
+func TestHopSmall(t *testing.T) {
+	res, err := benchHop(context.Background(), &env{scale: 0.001, rounds: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	names := map[string]Result{}
+	for _, r := range res {
+		names[r.Name] = r
+		if r.Value <= 0 {
+			t.Errorf("%s: value %v", r.Name, r.Value)
+		}
+	}
+	for name, bases := range map[string][2]string{
+		"hop/sluice-block-send-vs-protoactor-default":             {"hop/base-protoactor-default", ""},
+		"hop/sluice-topology-vs-channels-batched":                 {"hop/base-channels-batched", "hop/base-channels-batched-recycled"},
+		"hop/sluice-topology-vs-protoactor-batched":               {"hop/base-protoactor-batched", "hop/base-protoactor-batched-recycled"},
+		"hop/sluice-topology-batch-1024-vs-channels-batched-1024": {"hop/base-channels-batched-1024", "hop/base-channels-batched-1024-recycled"},
+	} {
+		want, ok := names[bases[0]]
+		if !ok {
+			t.Errorf("missing result %s", bases[0])
+		}
+		if rec, ok := names[bases[1]]; ok && rec.Value > want.Value {
+			want = rec
+		}
+		r, ok := names[name]
+		if !ok {
+			t.Errorf("missing result %s", name)
+			continue
+		}
+		if r.Baseline != want.Name || r.BaselineValue != want.Value || r.Ratio != r.Value/want.Value {
 			t.Errorf("%s lacks its baseline %s: %+v", name, want.Name, r)
 		}
 	}

@@ -435,22 +435,18 @@ func benchNexmark(ctx context.Context, e *env) ([]Result, error) {
 			continue
 		}
 		var results, modelResults int
-		model, err := best(e.rounds, n, func() (time.Duration, error) {
-			runtime.GC()
-			d, k := q.model(evs)
-			modelResults = k
-			return d, nil
-		})
-		if err != nil {
-			return nil, err
-		}
-		// The runs with and without checkpoints alternate, the first
-		// without in even rounds; the best of each counts.
-		// The first run is one without (r = 0, i = 0): it sets the interval.
-		var rate, cpRate float64
+		// Every round runs the model, then sluice without and with
+		// checkpoints, alternating which of the two comes first (the first
+		// run is one without, r = 0, i = 0: it sets the interval); the best
+		// of each counts. The model and sluice's runs, a few hundred
+		// milliseconds each, so sample the same states of the machine.
+		var model, rate, cpRate float64
 		var checkpoints []int64
 		var intervals []time.Duration
 		for r := range max(e.rounds, 1) {
+			runtime.GC()
+			d, k := q.model(evs)
+			model, modelResults = max(model, float64(n)/d.Seconds()), k
 			for i := range 2 {
 				var cp time.Duration
 				if (r+i)%2 == 1 {

@@ -56,15 +56,15 @@ func benchPipeline(ctx context.Context, e *env) ([]Result, error) {
 		}
 		return nil
 	}
-	measure := func(name string, f func() (int64, error)) (float64, time.Duration, error) {
-		return bestCPU(e.rounds, n, func() (time.Duration, error) {
+	timed := func(name string, f func() (int64, error)) timedCase {
+		return timedCase{n, func() (time.Duration, error) {
 			start := time.Now()
 			sum, err := f()
 			if err != nil {
 				return 0, err
 			}
 			return time.Since(start), check(name, sum)
-		})
+		}}
 	}
 	cases := []struct {
 		name string
@@ -97,15 +97,23 @@ func benchPipeline(ctx context.Context, e *env) ([]Result, error) {
 		{name: "channels-per-record", f: func() (int64, error) { return channelPipeline(n, benchInFlight), nil }},
 		{name: "protoactor-per-record", f: func() (int64, error) { return protoactorChain(n) }},
 	}
+	// Every round runs each case once (interleaved), so that a ratio
+	// compares cases measured in the same states of the machine.
+	var run []timedCase
+	var which []int // the case of each of run
 	for i := range cases {
 		if e.skipSlow && strings.HasSuffix(cases[i].name, "per-record") {
 			continue
 		}
-		v, cpu, err := measure(cases[i].name, cases[i].f)
-		if err != nil {
-			return nil, err
-		}
-		cases[i].v, cases[i].cpu = v, cpu
+		run = append(run, timed(cases[i].name, cases[i].f))
+		which = append(which, i)
+	}
+	bests, err := interleaved(e.rounds, run)
+	if err != nil {
+		return nil, err
+	}
+	for j, b := range bests {
+		cases[which[j]].v, cases[which[j]].cpu = b.rate, b.cpu
 	}
 	// find is a case's rate and the CPU time of its best round (zero for a
 	// case that did not run); v is the rate, cpu the end of a note that
