@@ -342,6 +342,7 @@ func TestCheckpointCrashAfterASourceFinished(t *testing.T) {
 	env := crashChildSmallEnv + "=1"
 	reference := t.TempDir()
 	ref := runChild(t, reference, -1, env)
+	t.Logf("the reference run took %v", ref.Took)
 	if !ref.Done {
 		t.Fatal("the reference run did not finish")
 	}
@@ -392,7 +393,7 @@ var crashInFlight int
 var crashSpillRefs int
 
 // The unaligned crash job: slowCounting, long enough for the kills.
-const crashUnalignedRecords, crashUnalignedWork = 120_000, 20_000
+const crashUnalignedRecords, crashUnalignedWork = 120_000, 6_000
 
 // TestUnalignedCheckpointCrash is TestCheckpointCrash with unaligned
 // checkpoints, under Block back-pressure (the slow counting job, its
@@ -415,6 +416,7 @@ func testUnalignedCrash(t *testing.T, policy string) {
 	env := crashChildUnalignedEnv + "=" + policy
 	reference := t.TempDir()
 	ref := runChild(t, reference, -1, env)
+	t.Logf("the reference run took %v", ref.Took)
 	if !ref.Done {
 		t.Fatal("the reference run did not finish")
 	}

@@ -21,7 +21,7 @@ const crashChildLateEnv = "SLUICE_CRASH_CHILD_LATE"
 
 // The late-windows crash job: records, and spin rounds per record in the
 // window (slower than the source, so its input stays full).
-const lateRecords, lateWork = 80_000, 20_000
+const lateRecords, lateWork = 80_000, 6_000
 
 // lateEventTime is record i's event time in milliseconds. Most records are
 // in order (i ms); from record 1000 on, every tenth is delayed, one in
@@ -66,7 +66,12 @@ func lateWindows(dir string, n int64, work int, spill bool, interval time.Durati
 	}
 	win := operators.WindowAggregate(by, "win", operators.Tumbling(100*time.Millisecond),
 		func() int64 { return 0 },
-		func(a, i int64) int64 { return a + 1 + spin(i, work)*0 }, nil, wopts...)
+		func(a, i int64) int64 {
+			if spin(i, work) { // the work, without changing the count
+				a++
+			}
+			return a + 1
+		}, nil, wopts...)
 	late := operators.LateRecords(by, win, "late")
 	results := operators.Map(win, "fmt-win", func(w operators.Windowed[string, int64]) string {
 		return fmt.Sprintf("window %s %d %d", w.Key, w.Start.UnixMilli(), w.Value)

@@ -53,14 +53,14 @@ func (u *uaCheckpoints) latestHasChannels(job string) bool {
 
 // spin is deterministic CPU work per record (no sleep): it makes the
 // consumer slower than the source, so that its inputs stay full.
-func spin(v int64, rounds int) int64 {
+func spin(v int64, rounds int) bool {
 	x := uint64(v) | 1
 	for range rounds {
 		x ^= x << 13
 		x ^= x >> 7
 		x ^= x << 17
 	}
-	return int64(x & 1)
+	return x == 0 // never: xorshift does not reach 0 from a state that is not
 }
 
 // slowCounting is countingTopology with two source instances, a slow stage
@@ -84,7 +84,9 @@ func slowCounting(store persistence.CheckpointStore, dir string, n int64, work i
 	}
 	counts := operators.Count(by, "count", copts...)
 	slow := operators.Map(counts, "slow", func(kv operators.KV[string, int64]) operators.KV[string, int64] {
-		kv.Value += spin(kv.Value, work) * 0 // the work, without changing the count
+		if spin(kv.Value, work) { // the work, without changing the count
+			kv.Value++
+		}
 		return kv
 	})
 	operators.Sink(slow, "out", operators.File(filepath.Join(dir, "counts"), func(kv operators.KV[string, int64]) string {
@@ -107,7 +109,7 @@ func TestUnalignedCheckpointsExactlyOnce(t *testing.T) {
 }
 
 func testUnalignedExactlyOnce(t *testing.T, spill bool) {
-	const n, work = 12_000, 20_000
+	const n, work = 12_000, 1_800
 	sys, ctx := newSystem(t)
 	cleanDir := t.TempDir()
 	runToEnd(t, sys, ctx, slowCounting(&uaCheckpoints{}, cleanDir, n, work, spill, time.Hour))
@@ -163,7 +165,7 @@ func testUnalignedExactlyOnce(t *testing.T, spill bool) {
 // align in time under back-pressure switch to unaligned: some hold
 // in-flight records, and the output is exact.
 func TestAlignmentTimeoutSwitchesToUnaligned(t *testing.T) {
-	const n, work, spill = 4_000, 200_000, false // about 100 µs a record: 10 ms to drain a full input
+	const n, work, spill = 4_000, 62_500, false // about 100 µs a record: 10 ms to drain a full input
 	sys, ctx := newSystem(t)
 	cleanDir := t.TempDir()
 	runToEnd(t, sys, ctx, slowCounting(&uaCheckpoints{}, cleanDir, n, work, spill, time.Hour))
@@ -206,7 +208,7 @@ func TestUnalignedCheckpointsRefused(t *testing.T) {
 // restored; the output equals an uninterrupted run's. A change to a
 // dropping policy is refused, naming why.
 func TestUnalignedCheckpointsWithLiveInputChanges(t *testing.T) {
-	const work = 20_000
+	const work = 1_800
 	sys, ctx := newSystem(t)
 	// The job must outlast two rounds of changes and checkpoints: sized by
 	// the machine's speed (without -race 12 000 records ended before the
@@ -286,7 +288,7 @@ func TestUnalignedCheckpointsWithLiveInputChanges(t *testing.T) {
 // completed: with the count's input spilling, some held in-flight records
 // as a range of the spill queue (SpillRanges) rather than a copy.
 func TestUnalignedCheckpointStats(t *testing.T) {
-	const n, work = 12_000, 20_000
+	const n, work = 12_000, 1_800
 	sys, ctx := newSystem(t)
 	run, err := sys.Run(ctx, slowCounting(nil, t.TempDir(), n, work, true, 5*time.Millisecond, operators.UnalignedCheckpoints()))
 	if err != nil {
@@ -329,14 +331,16 @@ func TestUnalignedCheckpointStats(t *testing.T) {
 // taking the input into memory of its own: the records it has taken and
 // not processed stay a handful of batches while its spill grows.
 func TestSpillHeldBehindBackpressuredOutput(t *testing.T) {
-	const n, work = 100_000, 2_000
+	const n, work = 100_000, 180
 	sys, ctx := newSystem(t)
 	top := operators.NewTopology("held", operators.BatchSize(16))
 	src := operators.Source(top, "numbers", operators.Generate(n, func(i int64) int64 { return i }))
 	by := operators.KeyBy(src, "by-key", func(v int64) string { return fmt.Sprintf("k%02d", v%23) })
 	counts := operators.Count(by, "count", operators.Input(mailbox.Spill(64, mailbox.SpillOptions{})))
 	slow := operators.Map(counts, "slow", func(kv operators.KV[string, int64]) operators.KV[string, int64] {
-		kv.Value += spin(kv.Value, work) * 0
+		if spin(kv.Value, work) {
+			kv.Value++
+		}
 		return kv
 	}, operators.NoFusion(), operators.Input(mailbox.Block(64)))
 	operators.Sink(slow, "out", discard[operators.KV[string, int64]]())
@@ -378,7 +382,7 @@ func TestSpillHeldBehindBackpressuredOutput(t *testing.T) {
 // after the restart some count spans are children of key spans of the
 // first run.
 func TestUnalignedCheckpointKeepsTraces(t *testing.T) {
-	const n, work = 6_000, 20_000
+	const n, work = 6_000, 1_800
 	sys, ctx, rec := tracedSystem(t)
 	dir := t.TempDir()
 	store := &uaCheckpoints{}
