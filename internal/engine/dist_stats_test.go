@@ -169,7 +169,6 @@ func TestDistributedLatencyStats(t *testing.T) {
 	l.queue.observe(40*time.Millisecond, 2)
 	l.proc.observe(time.Millisecond, 102)
 	l.busy.Store(int64(50 * time.Millisecond))
-	l.handled.Store(102)
 	l.shed[shedSampled].Store(7)
 
 	coord.onStats("", overWire(t, host.hostStats(false)))

@@ -1084,7 +1084,6 @@ func (in *instance) sourceStep(at int64) (int, int64, error) {
 		end := in.exec.now()
 		in.lat.proc.observe(time.Duration(end-start), int64(n))
 		in.lat.busy.Add(end - start)
-		in.lat.handled.Add(int64(n))
 		if in.sinkTail {
 			in.lat.e2e.observe(time.Duration(end-in.curBorn), int64(n))
 		}
@@ -1134,7 +1133,6 @@ func (in *instance) batchDone(env *actors.Envelope, start, count int64) {
 		}
 		l.proc.observe(time.Duration(end-start), count)
 		l.busy.Add(end - start)
-		l.handled.Add(count)
 		if in.sinkTail && env.Born != 0 {
 			l.e2e.observe(time.Duration(end-env.Born), count)
 		}

@@ -42,9 +42,8 @@ const (
 // hist is a histogram of durations written by one instance's actor and
 // read by Stats from any goroutine.
 type hist struct {
-	b   [histBuckets]atomic.Int64
-	n   atomic.Int64
-	max atomic.Int64 // nanoseconds
+	b   [histBuckets]atomic.Int64 // the count is their sum (snapshot)
+	max atomic.Int64              // nanoseconds
 }
 
 func histIndex(d time.Duration) int {
@@ -78,7 +77,6 @@ func (h *hist) observe(d time.Duration, n int64) {
 		return
 	}
 	h.b[histIndex(d)].Add(n)
-	h.n.Add(n)
 	if int64(d) > h.max.Load() {
 		h.max.Store(int64(d))
 	}
@@ -92,9 +90,10 @@ type histSnap struct {
 }
 
 func (h *hist) snapshot() histSnap {
-	s := histSnap{b: make([]int64, histBuckets), n: h.n.Load(), max: time.Duration(h.max.Load())}
+	s := histSnap{b: make([]int64, histBuckets), max: time.Duration(h.max.Load())}
 	for i := range s.b {
 		s.b[i] = h.b[i].Load()
+		s.n += s.b[i]
 	}
 	return s
 }
@@ -161,7 +160,6 @@ func (s histSnap) percentiles() actors.Percentiles {
 type instLatency struct {
 	queue, proc, e2e hist
 	busy             atomic.Int64 // nanoseconds spent handling batches
-	handled          atomic.Int64 // records handled (after the mailbox's shedding)
 	offered          atomic.Int64 // a source's: records read, before LatencyTarget shed any
 	blocked          atomic.Int64 // nanoseconds without credit to send, in episodes that ended
 	blockedSince     atomic.Int64 // the start of the episode going on (unix ns), 0: none
@@ -189,8 +187,9 @@ type latencySnap struct {
 
 func (l *instLatency) snapshot(now time.Time) latencySnap {
 	s := latencySnap{queue: l.queue.snapshot(), proc: l.proc.snapshot(), e2e: l.e2e.snapshot(),
-		busy: time.Duration(l.busy.Load()), handled: l.handled.Load(), offered: l.offered.Load(),
+		busy: time.Duration(l.busy.Load()), offered: l.offered.Load(),
 		blocked: time.Duration(l.blocked.Load())}
+	s.handled = s.proc.n // the records handled (after the mailbox's shedding): each is in proc once
 	if since := l.blockedSince.Load(); since != 0 {
 		s.blocked += max(0, now.Sub(time.Unix(0, since)))
 	}

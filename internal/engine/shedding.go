@@ -49,7 +49,7 @@ type shedder struct {
 // unless NoLatencyStats), and a LatencyTarget's controller and shed points.
 func (x *execution) setupLatency() error {
 	cfg := x.topo.Config()
-	x.nowFn = cfg.Now
+	x.setClock(cfg)
 	if cfg.NoLatency {
 		if cfg.LatencyTarget > 0 {
 			return errors.New("LatencyTarget needs latency measured: remove NoLatencyStats")

@@ -190,6 +190,11 @@ type Config struct {
 	// (time.AfterFunc; tests replace it).
 	After func(d time.Duration, f func()) (stop func() bool)
 	Now   func() time.Time // the clock of processing time
+	// SystemClock says that Now is the system clock (the default, or
+	// WithClock(clock.Real())): the engine then times its batches with the
+	// monotonic clock from a reading of Now at the job's start, which
+	// costs half of a time.Now.
+	SystemClock bool
 	// cpAfter times the checkpoint interval (the job's clock).
 	CheckpointAfter func(d time.Duration, f func()) (stop func() bool)
 	// Latency (DESIGN.md, Latency and shedding): NoLatency turns its
@@ -220,7 +225,7 @@ func StateBackend(s state.Spec) TopologyOption {
 
 func defaultRunConfig() Config {
 	realAfter := func(d time.Duration, f func()) func() bool { return time.AfterFunc(d, f).Stop }
-	return Config{Tracing: stage.Sampling{Ratio: DefaultTraceRatio}, BatchSize: 256, Capacity: 4096, Now: time.Now, After: realAfter, CheckpointAfter: realAfter,
+	return Config{Tracing: stage.Sampling{Ratio: DefaultTraceRatio}, BatchSize: 256, Capacity: 4096, Now: time.Now, SystemClock: true, After: realAfter, CheckpointAfter: realAfter,
 		CheckpointPolicy: CheckpointPolicy{Timeout: DefaultCheckpointTimeout, MaxConcurrent: 1}}
 }
 
@@ -355,7 +360,10 @@ type Clock = clock.Clock
 
 // WithClock makes the job read time from c instead of the system clock.
 func WithClock(c Clock) TopologyOption {
-	return func(cfg *Config) { cfg.Now, cfg.After, cfg.CheckpointAfter = c.Now, c.AfterFunc, c.AfterFunc }
+	return func(cfg *Config) {
+		cfg.Now, cfg.After, cfg.CheckpointAfter = c.Now, c.AfterFunc, c.AfterFunc
+		cfg.SystemClock = c == clock.Real()
+	}
 }
 
 // CheckpointStore sets where the job's checkpoints are kept.
