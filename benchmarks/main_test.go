@@ -204,24 +204,18 @@ func BenchmarkPipelineLoop(b *testing.B) {
 }
 
 // BenchmarkPipelineChannelsBatched is its batched channel baseline.
-func BenchmarkPipelineChannelsBatched(b *testing.B) {
-	const n = 2_000_000
-	cpu0 := cpuTime()
-	for b.Loop() {
-		batchedChannelPipeline(n, benchBatch, benchInFlight/benchBatch, false)
-	}
-	b.ReportMetric(float64(n)*float64(b.N)/b.Elapsed().Seconds(), "records/s")
-	b.ReportMetric(float64(cpuTime()-cpu0)/(float64(n)*float64(b.N)), "cpu-ns/record")
-}
+func BenchmarkPipelineChannelsBatched(b *testing.B) { benchChannelPipeline(b, false) }
 
 // BenchmarkPipelineChannelsRecycled is its batched channel baseline whose
 // sink hands arrays back to the source (the faster of the two in the
 // recorded runs).
-func BenchmarkPipelineChannelsRecycled(b *testing.B) {
+func BenchmarkPipelineChannelsRecycled(b *testing.B) { benchChannelPipeline(b, true) }
+
+func benchChannelPipeline(b *testing.B, recycle bool) {
 	const n = 2_000_000
 	cpu0 := cpuTime()
 	for b.Loop() {
-		batchedChannelPipeline(n, benchBatch, benchInFlight/benchBatch, true)
+		batchedChannelPipeline(n, benchBatch, benchInFlight/benchBatch, recycle)
 	}
 	b.ReportMetric(float64(n)*float64(b.N)/b.Elapsed().Seconds(), "records/s")
 	b.ReportMetric(float64(cpuTime()-cpu0)/(float64(n)*float64(b.N)), "cpu-ns/record")
