@@ -109,7 +109,7 @@ func TestUnalignedCheckpointsExactlyOnce(t *testing.T) {
 }
 
 func testUnalignedExactlyOnce(t *testing.T, spill bool) {
-	const n, work = 12_000, 1_800
+	const n, work = 12_000, 6_000 // about 10 µs a record: room for three stops before the end
 	sys, ctx := newSystem(t)
 	cleanDir := t.TempDir()
 	runToEnd(t, sys, ctx, slowCounting(&uaCheckpoints{}, cleanDir, n, work, spill, time.Hour))
