@@ -151,6 +151,16 @@ func checkpointCase(ctx context.Context, e *env, name string, keys int64, change
 	if !slow {
 		n = max(n, e.n(30_000_000))
 	}
+	// The probe runs slower than a long run (its table still grows, the
+	// machine is not warm), so runs sized from it alone fell short of
+	// checkpointMinRun (13.9 s with 1 M keys, session 20): one run of that
+	// size without checkpoints sizes them again, with a margin.
+	minRun := time.Duration(float64(checkpointMinRun) * e.scale)
+	if d, _, _, err := run(n, 0); err != nil {
+		return nil, err
+	} else if d < minRun {
+		n = int(float64(n) * minRun.Seconds() / d.Seconds() * 1.1)
+	}
 	var nones, withs, ratios []float64
 	var completed, writtenWith, writtenNone int64
 	var withTime time.Duration
