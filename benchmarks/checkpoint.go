@@ -50,8 +50,9 @@ func benchCheckpoint(ctx context.Context, e *env) ([]Result, error) {
 }
 
 // checkpointMinRun is how long a checkpointed run lasts at least at -scale
-// 1: the records a run counts are sized from a calibration run to take this
-// long without checkpoints.
+// 1: the records a run counts are sized from a calibration probe and then
+// from one run of that size, both without checkpoints, to take this long
+// without checkpoints.
 const checkpointMinRun = 20 * time.Second
 
 // slowCountRounds is the work per update of the back-pressured case's
@@ -142,24 +143,24 @@ func checkpointCase(ctx context.Context, e *env, name string, keys int64, change
 	if slow {
 		probe = max(e.n(200_000), e.n(int(2*keys)))
 	}
+	minRun := time.Duration(float64(checkpointMinRun) * e.scale)
 	d, _, _, err := run(probe, 0)
 	if err != nil {
 		return nil, err
 	}
-	rate := float64(probe) / d.Seconds()
-	n := max(int(rate*checkpointMinRun.Seconds()*e.scale), probe)
+	n := max(int(float64(probe)/d.Seconds()*minRun.Seconds()), probe)
 	if !slow {
 		n = max(n, e.n(30_000_000))
 	}
 	// The probe runs slower than a long run (its table still grows, the
 	// machine is not warm), so runs sized from it alone fell short of
-	// checkpointMinRun (13.9 s with 1 M keys, session 20): one run of that
-	// size without checkpoints sizes them again, with a margin.
-	minRun := time.Duration(float64(checkpointMinRun) * e.scale)
-	if d, _, _, err := run(n, 0); err != nil {
+	// minRun (13.9 s with 1 M keys, session 20): one run of that size
+	// without checkpoints sizes them again, 10 % over.
+	if d, _, _, err = run(n, 0); err != nil {
 		return nil, err
-	} else if d < minRun {
-		n = int(float64(n) * minRun.Seconds() / d.Seconds() * 1.1)
+	}
+	if d < minRun {
+		n = int(float64(n) / d.Seconds() * minRun.Seconds() * 1.1)
 	}
 	var nones, withs, ratios []float64
 	var completed, writtenWith, writtenNone int64
