@@ -10,6 +10,8 @@ import (
 	"github.com/asynkron/protoactor-go/actor"
 
 	"github.com/sluicehq/sluice/actors"
+	"github.com/sluicehq/sluice/internal/workers"
+	"github.com/sluicehq/sluice/mailbox"
 	"github.com/sluicehq/sluice/operators"
 )
 
@@ -81,6 +83,7 @@ func benchPipeline(ctx context.Context, e *env) ([]Result, error) {
 		}},
 		{name: "protoactor-batched", f: func() (int64, error) { return protoactorBatchChain(n, benchBatch, false) }},
 		{name: "protoactor-batched-recycled", f: func() (int64, error) { return protoactorBatchChain(n, benchBatch, true) }},
+		{name: "actor-floor", f: func() (int64, error) { return actorBatchChain(n, benchBatch, true, true) }},
 		{name: "sluice-fused", f: func() (int64, error) { return sluicePipeline(ctx, n, true) }},
 		{name: "sluice-unfused", f: func() (int64, error) { return sluicePipeline(ctx, n, false) }},
 		// Context: batches of bigBatch records (operators.BatchSize), the
@@ -146,6 +149,13 @@ func benchPipeline(ctx context.Context, e *env) ([]Result, error) {
 	bigNote := fmt.Sprintf("goroutine per stage, chan []int64 of %d-record batches, %d slots (%d records in flight per edge)", bigBatch, benchInFlight/bigBatch, benchInFlight)
 	rBig := Result{Name: fmt.Sprintf("pipeline/base-channels-batched-%d", bigBatch), Value: v("channels-batched-big"), Unit: "records/s", Note: bigNote + "; a fresh array per batch" + cpu("channels-batched-big")}
 	rBigR := Result{Name: fmt.Sprintf("pipeline/base-channels-batched-%d-recycled", bigBatch), Value: v("channels-batched-recycled-big"), Unit: "records/s", Note: bigNote + "; the sink hands arrays back to the source" + cpu("channels-batched-recycled-big")}
+	// Context: the floor of an actor per stage (actorBatchChain), and how
+	// far sluice is above it and the channels below it.
+	rFloor := Result{Name: "pipeline/context-actor-floor", Value: v("actor-floor"), Unit: "records/s",
+		Note: rawNote + ", on sluice's mailbox and worker pool, no flow control, nothing else of sluice's; the sink hands arrays back" + cpu("actor-floor")}
+	out = append(out, rFloor,
+		rFloor.rename("pipeline/context-actor-floor-vs-channels-batched", "what 'unfused ÷ channels' could reach with an engine that cost nothing; base: the faster of "+rChan.Name+" and "+rChanR.Name).against(bestBase(rChan, rChanR)),
+		unfused.rename("pipeline/context-sluice-unfused-vs-actor-floor", "what the engine's credits, envelopes, clock and counters cost").against(rFloor))
 	out = append(out, rBig, rBigR,
 		Result{Name: fmt.Sprintf("pipeline/sluice-unfused-batch-%d-vs-channels-batched-%d", bigBatch, bigBatch), Value: v("sluice-unfused-big"), Unit: "records/s",
 			Note: fmt.Sprintf("context: the unfused pipeline with operators.BatchSize(%d) (the default is %d), %d credits per edge; base: the faster of %s and %s", bigBatch, benchBatch, benchInFlight, rBig.Name, rBigR.Name) + cpu("sluice-unfused-big")}.against(bestBase(rBig, rBigR)))
@@ -290,14 +300,37 @@ func batchedChannelPipeline(n, batch, slots int, recycle bool) int64 {
 // mapped and filtered in place, as the channel baseline does), default
 // unbounded mailboxes, no flow control. recycle: as batchedChannelPipeline's.
 func protoactorBatchChain(n, batch int, recycle bool) (int64, error) {
+	return actorBatchChain(n, batch, recycle, false)
+}
+
+// actorBatchChain is protoactorBatchChain; with sluiceParts its actors run
+// on what sluice's operator instances run on, sluice's mailbox (Block, with
+// room for every batch of the run: no flow control) and its worker pool
+// (internal/workers), and nothing else of sluice's: no credits, envelopes,
+// clock or counters. That is the floor of an actor per stage on this
+// machine: what sluice's engine adds is the difference.
+func actorBatchChain(n, batch int, recycle, sluiceParts bool) (int64, error) {
 	pool := newBatchPool(recycle, benchInFlight/batch)
 	sys := actor.NewActorSystem(actor.WithLoggerFactory(func(*actor.ActorSystem) *slog.Logger { return slog.New(slog.DiscardHandler) }))
 	defer sys.Shutdown()
+	var opts []actor.PropsOption
+	if sluiceParts {
+		// Room for every message of the run, so that a send from the
+		// source's loop (no credits) is never refused.
+		mb, err := mailbox.Block(n/batch + 16).Producer(nil)
+		if err != nil {
+			return 0, err
+		}
+		wp := workers.New(300, 0) // as actors.System's
+		defer wp.Stop()
+		opts = append(opts, actor.WithMailbox(mb), actor.WithDispatcher(wp))
+	}
+	props := func(f actor.ReceiveFunc) *actor.Props { return actor.PropsFromFunc(f, opts...) }
 	root := actor.NewRootContext(sys, nil)
 	done := make(chan int64, 1)
 	var sum int64
 	add := pipeSinkOf(&sum)
-	sink := root.Spawn(actor.PropsFromFunc(func(c actor.Context) {
+	sink := root.Spawn(props(func(c actor.Context) {
 		switch m := c.Message().(type) {
 		case []int64:
 			for _, v := range m {
@@ -310,7 +343,7 @@ func protoactorBatchChain(n, batch int, recycle bool) (int64, error) {
 			done <- sum
 		}
 	}))
-	filter := root.Spawn(actor.PropsFromFunc(func(c actor.Context) {
+	filter := root.Spawn(props(func(c actor.Context) {
 		switch m := c.Message().(type) {
 		case []int64: // the slice is this actor's: filtered in place
 			out := m[:0]
@@ -328,7 +361,7 @@ func protoactorBatchChain(n, batch int, recycle bool) (int64, error) {
 			c.Send(sink, m)
 		}
 	}))
-	mapper := root.Spawn(actor.PropsFromFunc(func(c actor.Context) {
+	mapper := root.Spawn(props(func(c actor.Context) {
 		switch m := c.Message().(type) {
 		case []int64: // mapped in place
 			for i, v := range m {
