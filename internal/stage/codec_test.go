@@ -170,14 +170,14 @@ func TestEnvelopeCodecRefusesBadWidth(t *testing.T) {
 func TestDecodeLentReclaimed(t *testing.T) {
 	var lend Arrays
 	free := arraysFor[int64](&lend, 4, true)
-	e := &Emitter[int64]{free: &freeList[*shipped[int64]]{}}
+	e := &Emitter[int64]{free: &returns[int64]{}}
 	x := e.newShipped()
 	x.env.Kind, x.env.Count = actors.Data, 4
 	x.b.Vs = []int64{9, 9, 9, 9}
 	arr := &x.b.Vs[0]
 	Reclaim(&x.env, &lend, 4)
-	if x.b.Vs != nil || len(e.free.free) != 1 {
-		t.Fatalf("after Reclaim: batch %v, %d envelopes free", x.b.Vs, len(e.free.free))
+	if x.b.Vs != nil || e.free.head.Load() != x {
+		t.Fatalf("after Reclaim: batch %v, envelope given back: %v", x.b.Vs, e.free.head.Load() == x)
 	}
 	in, _ := Codec[int64]{}.Encode(&actors.Envelope{Kind: actors.Data, Count: 3, Payload: &Batch[int64]{Vs: []int64{1, -2, 3}}})
 	got, err := Codec[int64]{}.DecodeLent(in, &lend, 4)

@@ -3,6 +3,7 @@ package stage
 import (
 	"math"
 	"slices"
+	"sync/atomic"
 
 	"github.com/sluicehq/sluice/actors"
 )
@@ -38,12 +39,13 @@ type Output struct {
 // partitions records into per-target batches and hands full batches to the
 // instance, which sends them as credits allow.
 type Emitter[T any] struct {
-	s    Sender
-	outs []*output[T]
-	size int
-	free *freeList[*shipped[T]] // envelopes the receivers handled (Release)
-	wm   int64                  // the chain's event time: sent on every channel at the next flush when it advanced
-	sent int64                  // the last watermark sent
+	s     Sender
+	outs  []*output[T]
+	size  int
+	free  *returns[T] // envelopes the receivers handled (Release)
+	spare *shipped[T] // envelopes taken from free, not used yet: the emitter's own
+	wm    int64       // the chain's event time: sent on every channel at the next flush when it advanced
+	sent  int64       // the last watermark sent
 	// targets is hashed's scratch: each record's target.
 	targets []int32
 	// vsFree and tsFree are the job's arrays of T and of event times of
@@ -63,7 +65,7 @@ type output[T any] struct {
 }
 
 func NewEmitter[T any](specs []Output, size int, snd Sender) *Emitter[T] {
-	e := &Emitter[T]{s: snd, size: size, wm: math.MinInt64, sent: math.MinInt64, free: &freeList[*shipped[T]]{}}
+	e := &Emitter[T]{s: snd, size: size, wm: math.MinInt64, sent: math.MinInt64, free: &returns[T]{}}
 	for i, s := range specs {
 		o := &output[T]{index: i, spec: s, bufs: make([]Batch[T], s.Targets)}
 		if s.Part == Hash {
@@ -221,25 +223,53 @@ func (e *Emitter[T]) add(o *output[T], t int, b *Batch[T], keep bool) {
 type shipped[T any] struct {
 	env  actors.Envelope
 	b    Batch[T]
-	home *freeList[*shipped[T]]
+	home *returns[T]
+	next *shipped[T] // in home, or in the emitter's spare list
+}
+
+// returns is where the receivers of an emitter's envelopes hand them back
+// (Release), from any goroutine, for the emitter to take all at once
+// (newShipped): a stack that receivers push onto with a compare-and-swap
+// and the emitter empties with one swap. Taking the whole stack, never
+// one entry, is what makes it safe without a lock: a push only needs the
+// head it links to be the head when it swaps, whatever was taken and
+// pushed again in between. A mutex here was taken twice per batch and
+// hop, by the sender's and the receiver's goroutines in turn, and its
+// cache line went back and forth between their cores.
+//
+// It keeps every envelope given back: an emitter makes one only when none
+// is free, so it holds as many as were ever in flight at once on its
+// channels (bounded by their credits, 16 full batches per channel by
+// default, or by the receivers' mailboxes).
+type returns[T any] struct{ head atomic.Pointer[shipped[T]] }
+
+// push gives x back.
+func (r *returns[T]) push(x *shipped[T]) {
+	for {
+		h := r.head.Load()
+		x.next = h
+		if r.head.CompareAndSwap(h, x) {
+			return
+		}
+	}
 }
 
 // newShipped is an envelope of e's, reused when a receiver gave one back,
 // with its batch as its payload.
 func (e *Emitter[T]) newShipped() *shipped[T] {
-	x := e.free.get()
+	x := e.spare
+	if x == nil {
+		x = e.free.head.Swap(nil)
+	}
 	if x == nil {
 		x = &shipped[T]{home: e.free}
 		x.b.sh = x
+	} else {
+		e.spare, x.next = x.next, nil
 	}
 	x.env.Payload = &x.b
 	return x
 }
-
-// keptShipped bounds the envelopes an emitter keeps for reuse: those in
-// flight on its channels are bounded by their credits (16 full batches
-// per channel by default).
-const keptShipped = 64
 
 // shippedPayload is the payload of an envelope an emitter made (*Batch[T]).
 type shippedPayload interface {
@@ -297,7 +327,7 @@ func (b *Batch[T]) release(env *actors.Envelope) {
 	}
 	x.env = actors.Envelope{}
 	x.b = Batch[T]{sh: x}
-	x.home.put(x, keptShipped)
+	x.home.push(x)
 }
 
 // ship hands the target's buffer over in envelopes of at most one batch; the
