@@ -104,9 +104,10 @@ type LatencyStats struct {
 	EndToEnd   Percentiles // sinks: from ingestion at a source to written
 }
 
-// Percentiles of a latency, over Count records. Each is the upper bound of
-// the histogram bucket it falls in (buckets are at most 6 % wide), at most
-// Max.
+// Percentiles of a latency, over Count records: the records timed, those
+// of one batch in operators.LatencyEvery (8 by default; every batch under
+// a LatencyTarget). Each is the upper bound of the histogram bucket it
+// falls in (buckets are at most 6 % wide), at most Max.
 type Percentiles struct {
 	Count              int64
 	P50, P95, P99, Max time.Duration

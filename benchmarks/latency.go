@@ -17,16 +17,12 @@ import (
 // so that both see the same machine.
 func benchLatency(ctx context.Context, e *env) ([]Result, error) {
 	n := e.n(10_000_000)
-	measure := func(on bool) (time.Duration, time.Duration, error) {
+	measure := func(opts []operators.TopologyOption) (time.Duration, time.Duration, error) {
 		sys, err := actors.NewSystem(actors.Config{Name: "latency"})
 		if err != nil {
 			return 0, 0, err
 		}
 		defer sys.Stop(ctx)
-		var opts []operators.TopologyOption
-		if !on {
-			opts = append(opts, operators.NoLatencyStats())
-		}
 		var sum int64
 		t := operators.NewTopology("latency", opts...)
 		src := operators.Source(t, "source", operators.Generate(int64(n), pipeGen), operators.NoFusion())
@@ -46,52 +42,58 @@ func benchLatency(ctx context.Context, e *env) ([]Result, error) {
 		}
 		return time.Since(start), processCPU() - cpu0, nil
 	}
-	// Rounds alternate off and on (the first of each pair switching, so
-	// that neither always runs second); each pair gives a ratio on ÷ off,
-	// and the result is the median of the ratios with their spread, and
-	// the median records/s of each side.
-	var ons, offs, ratios, cpuRatios []float64
+	// The variants: off, the default (one batch in
+	// graph.DefaultLatencyEvery timed) and every batch timed.
+	variants := [][]operators.TopologyOption{{operators.NoLatencyStats()}, nil, {operators.LatencyEvery(1)}}
+	// Rounds run the three in turn, the first rotating, so that none
+	// always runs first; each round gives a ratio of each measured variant
+	// to off, and a result is the median of a variant's ratios with their
+	// spread, and the median records/s of each variant.
+	rates := make([][]float64, len(variants))
+	ratios := make([][]float64, len(variants))
+	cpuRatios := make([][]float64, len(variants))
 	for r := range e.rounds {
-		order := []bool{false, true}
-		if r%2 == 1 {
-			order = []bool{true, false}
-		}
-		var pair, cpuPair [2]float64
-		for _, on := range order {
+		var rate, cpuRate [3]float64
+		for k := range variants {
+			i := (r + k) % len(variants)
 			runtime.GC()
-			d, cpu, err := measure(on)
+			d, cpu, err := measure(variants[i])
 			if err != nil {
 				return nil, err
 			}
-			v := float64(n) / d.Seconds()
-			if on {
-				cpuPair[1] = float64(n) / cpu.Seconds()
-				pair[1] = v
-				ons = append(ons, v)
-			} else {
-				cpuPair[0] = float64(n) / cpu.Seconds()
-				pair[0] = v
-				offs = append(offs, v)
-			}
+			rate[i], cpuRate[i] = float64(n)/d.Seconds(), float64(n)/cpu.Seconds()
+			rates[i] = append(rates[i], rate[i])
 		}
-		ratios = append(ratios, pair[1]/pair[0])
-		cpuRatios = append(cpuRatios, cpuPair[1]/cpuPair[0])
+		for i := 1; i < len(variants); i++ {
+			ratios[i] = append(ratios[i], rate[i]/rate[0])
+			cpuRatios[i] = append(cpuRatios[i], cpuRate[i]/cpuRate[0])
+		}
 	}
-	off := Result{Name: "latency/off", Value: median(offs), Unit: "records/s",
-		Note: fmt.Sprintf("unfused pipeline, NoLatencyStats; median of %d rounds, %.0f-%.0f", len(offs), slices.Min(offs), slices.Max(offs))}
-	on := Result{Name: "latency/on", Value: median(ons), Unit: "records/s",
-		Note: fmt.Sprintf("unfused pipeline, latency measured (default); median of %d rounds, %.0f-%.0f", len(ons), slices.Min(ons), slices.Max(ons))}.against(off)
-	// The ratio reported is the median of the pairs' ratios, not the ratio
-	// of the medians: each pair saw the same moment of the machine.
-	on.Ratio = median(ratios)
-	on.Note += fmt.Sprintf("; ratio: median of %d alternated pairs, spread %.3f-%.3f", len(ratios), slices.Min(ratios), slices.Max(ratios))
-	// Records per CPU second of the process, on ÷ off: what measuring
-	// costs in work, less sensitive than wall time to other processes on
-	// a loaded machine.
-	cpu := Result{Name: "latency/on-cpu", Value: median(cpuRatios), Unit: "ratio",
-		Note: fmt.Sprintf("records per CPU second (user+system) on ÷ off; median of %d alternated pairs, spread %.3f-%.3f",
-			len(cpuRatios), slices.Min(cpuRatios), slices.Max(cpuRatios))}
-	return []Result{off, on, cpu}, nil
+	spread := func(vs []float64) string {
+		return fmt.Sprintf("median of %d rounds, %.0f-%.0f", len(vs), slices.Min(vs), slices.Max(vs))
+	}
+	off := Result{Name: "latency/off", Value: median(rates[0]), Unit: "records/s", Note: "unfused pipeline, NoLatencyStats; " + spread(rates[0])}
+	out := []Result{off}
+	for i, v := range []struct{ name, what, aim string }{
+		{"latency/on", "latency measured (the default: one batch in 8 timed)", "aim: <= 3 % throughput"},
+		{"latency/every-batch", "every batch timed (LatencyEvery(1), as under a LatencyTarget)", "context"},
+	} {
+		i++
+		r := Result{Name: v.name, Value: median(rates[i]), Unit: "records/s", Note: "unfused pipeline, " + v.what + "; " + spread(rates[i])}.against(off)
+		// The ratio reported is the median of the rounds' ratios, not the
+		// ratio of the medians: each round saw the same moment of the
+		// machine.
+		r.Ratio = median(ratios[i])
+		r.Note += fmt.Sprintf("; ratio: median of %d rounds, spread %.3f-%.3f (%s)", len(ratios[i]), slices.Min(ratios[i]), slices.Max(ratios[i]), v.aim)
+		// Records per CPU second of the process ÷ off: what measuring
+		// costs in work, less sensitive than wall time to other processes
+		// on a loaded machine.
+		cpu := Result{Name: v.name + "-cpu", Value: median(cpuRatios[i]), Unit: "ratio",
+			Note: fmt.Sprintf("records per CPU second (user+system) ÷ off; median of %d rounds, spread %.3f-%.3f",
+				len(cpuRatios[i]), slices.Min(cpuRatios[i]), slices.Max(cpuRatios[i]))}
+		out = append(out, r, cpu)
+	}
+	return out, nil
 }
 
 // processCPU is the CPU time (user and system) the process has used.

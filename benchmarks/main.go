@@ -104,7 +104,7 @@ func suite() []benchmark {
 		{"checkpoint-ingress", "an app's SendBatch (4096, durable when it returns) through the durable ingress into a checkpointed keyed count " +
 			"against the same records through a Spill mailbox into a store of its own (fsynced per 4096-message group)",
 			"ingress >= 0.8x the spill path", benchIngress},
-		{"latency", "unfused 4-stage pipeline: latency measured (the default) against NoLatencyStats, alternating rounds",
+		{"latency", "unfused 4-stage pipeline: latency measured (the default, one batch in 8 timed) and every batch timed (LatencyEvery(1)) against NoLatencyStats, rotating rounds",
 			"measurement costs <= 3 % throughput", benchLatency},
 		{"tracing", "unfused 4-stage pipeline over 10 M records, per-record tracing: no telemetry (no provider) against an SDK tracer (spans to a " +
 			"discarding exporter) with TraceRatio 0 (off) and 1 % of records (a span per operator for each); rotated rounds, medians of their ratios",

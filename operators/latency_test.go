@@ -8,9 +8,11 @@ import (
 	"github.com/sluicehq/sluice/operators"
 )
 
-// Every record's latency is measured: queue wait and processing at each
-// task's first operator, end to end at the sink, weighted by records, with
-// percentiles in order; NoLatencyStats measures nothing.
+// Latency is measured at each task's first operator (queue wait and
+// processing) and at the sink (end to end), weighted by records, with
+// percentiles in order: of every record with LatencyEvery(1), of the
+// records of one batch in about eight by default (the same records at
+// every operator); NoLatencyStats measures nothing.
 func TestLatencyStats(t *testing.T) {
 	sys, ctx := newSystem(t)
 	const n = 20_000
@@ -21,30 +23,43 @@ func TestLatencyStats(t *testing.T) {
 		operators.Sink(m, "out", operators.SinkFunc(func(int64) error { return nil }), operators.NoFusion())
 		return top
 	}
-	run := runToEnd(t, sys, ctx, build())
-	in, out := stat(t, run, "double"), stat(t, run, "out")
-	for _, c := range []struct {
-		what string
-		p    actors.Percentiles
-	}{{"double queue wait", in.Latency.QueueWait}, {"double processing", in.Latency.Processing},
-		{"out queue wait", out.Latency.QueueWait}, {"out end to end", out.Latency.EndToEnd}} {
-		if c.p.Count != n {
-			t.Errorf("%s: %d records measured, want %d", c.what, c.p.Count, n)
+	for _, every := range []int{1, 0} {
+		var opts []operators.TopologyOption
+		if every > 0 {
+			opts = append(opts, operators.LatencyEvery(every))
 		}
-		if !(c.p.P50 <= c.p.P95 && c.p.P95 <= c.p.P99 && c.p.P99 <= c.p.Max) || c.p.Max <= 0 {
-			t.Errorf("%s: percentiles out of order or empty: %v", c.what, c.p)
+		run := runToEnd(t, sys, ctx, build(opts...))
+		in, out := stat(t, run, "double"), stat(t, run, "out")
+		measured := in.Latency.Processing.Count
+		switch {
+		case every == 1 && measured != n:
+			t.Errorf("every batch timed: %d records measured, want %d", measured, n)
+		case every == 0 && (measured <= 0 || measured > n/3):
+			t.Errorf("by default: %d of %d records measured, want about an eighth", measured, n)
 		}
-	}
-	if in.Latency.EndToEnd.Count != 0 {
-		t.Errorf("end-to-end latency on a map: %v", in.Latency.EndToEnd)
-	}
-	// End to end covers the queue waits and processing on the way: the
-	// largest end-to-end latency is at least the largest sink queue wait.
-	if out.Latency.EndToEnd.Max < out.Latency.QueueWait.Max {
-		t.Errorf("end to end max %v < the sink's queue wait max %v", out.Latency.EndToEnd.Max, out.Latency.QueueWait.Max)
-	}
-	if s := stat(t, run, "src"); s.SampleRate != 1 || s.Shed != 0 {
-		t.Errorf("source without a target: sample rate %v, shed %d", s.SampleRate, s.Shed)
+		for _, c := range []struct {
+			what string
+			p    actors.Percentiles
+		}{{"double queue wait", in.Latency.QueueWait}, {"double processing", in.Latency.Processing},
+			{"out queue wait", out.Latency.QueueWait}, {"out end to end", out.Latency.EndToEnd}} {
+			if c.p.Count != measured {
+				t.Errorf("every %d: %s: %d records measured, want %d, as the others", every, c.what, c.p.Count, measured)
+			}
+			if !(c.p.P50 <= c.p.P95 && c.p.P95 <= c.p.P99 && c.p.P99 <= c.p.Max) || c.p.Max <= 0 {
+				t.Errorf("every %d: %s: percentiles out of order or empty: %v", every, c.what, c.p)
+			}
+		}
+		if in.Latency.EndToEnd.Count != 0 {
+			t.Errorf("end-to-end latency on a map: %v", in.Latency.EndToEnd)
+		}
+		// End to end covers the queue waits and processing on the way: the
+		// largest end-to-end latency is at least the largest sink queue wait.
+		if out.Latency.EndToEnd.Max < out.Latency.QueueWait.Max {
+			t.Errorf("end to end max %v < the sink's queue wait max %v", out.Latency.EndToEnd.Max, out.Latency.QueueWait.Max)
+		}
+		if s := stat(t, run, "src"); s.SampleRate != 1 || s.Shed != 0 {
+			t.Errorf("source without a target: sample rate %v, shed %d", s.SampleRate, s.Shed)
+		}
 	}
 
 	off := runToEnd(t, sys, ctx, build(operators.NoLatencyStats()))

@@ -500,6 +500,17 @@ func TestInvalidTopologyRefusedByRun(t *testing.T) {
 	}
 }
 
+// A LatencyEvery below 1 is refused, with the value named.
+func TestLatencyEveryRefused(t *testing.T) {
+	sys, ctx := newSystem(t)
+	top := operators.NewTopology("bad", operators.LatencyEvery(0))
+	src := operators.Source(top, "src", operators.FromSlice([]int{1}))
+	operators.Sink(src, "out", operators.NewCollector[int]())
+	if _, err := sys.Run(ctx, top); err == nil || !containsAll(err.Error(), "latency every 0 batches", "at least 1") {
+		t.Fatalf("Run() = %v, want an error naming latency every 0", err)
+	}
+}
+
 // A parallel source feeding two operators and a keyed join: the input
 // channels of every receiving task are numbered apart (a regression: tasks
 // later in the plan took over the channels of earlier ones).

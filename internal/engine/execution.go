@@ -623,6 +623,7 @@ func (x *execution) build() error {
 			}
 			in.sinkTail = chain[len(chain)-1].Role() == graph.RoleSink
 			in.shedRand = uint64(in.num+1)*0x2545f4914f6cdd1d ^ x.topo.Config().ShedSeed*0xd1342543de82ef95
+			in.latEvery, in.latRand = x.latencyEvery(), uint64(in.num+1)*0x9e3779b97f4a7c15|1
 			in.finishedIn = make([]bool, len(in.ins))
 			in.nextIn = make([]uint64, len(in.ins))
 			if chain[0].Role() != graph.RoleSource {

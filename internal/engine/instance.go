@@ -148,6 +148,13 @@ type instance struct {
 	// in a sink, whose end-to-end latency the instance records. lastEnd is
 	// when the handling of the previous batch ended, in run lastRun of the
 	// mailbox (0: nothing to carry over; see batchStart).
+	//
+	// One batch in latEvery is timed (Config.LatencyEvery): a source's
+	// step, or an output made outside the handling of a batch (a timer's,
+	// a window's), is chosen at random (pickTimed, latRand), and stamped
+	// as sent; a batch that arrives stamped is timed, and so are the
+	// batches its handling sends. untimed: the batch or step being handled
+	// is not, and what it sends goes unstamped.
 	lat      *instLatency
 	curBorn  int64
 	curKeep  float64
@@ -155,6 +162,9 @@ type instance struct {
 	sinkTail bool
 	lastEnd  int64
 	lastRun  uint64
+	latEvery uint64
+	latRand  uint64
+	untimed  bool
 	shedRand uint64 // the state of the shedding's random numbers (splitmix64)
 	// the attributes of its OpenTelemetry measurements, made once
 	mAttrs, mSinkAttrs metric.MeasurementOption
@@ -235,7 +245,7 @@ func (in *instance) Receive(c actor.Context) {
 	case *timerMsg:
 		if _, ok := in.timers[m.id]; ok {
 			delete(in.timers, m.id)
-			in.curBorn, in.curKeep, in.sentAt = 0, 0, 0
+			in.curBorn, in.curKeep, in.sentAt, in.untimed = 0, 0, 0, false
 			m.f()
 			in.em.Flush()
 			in.maybeReport()
@@ -630,11 +640,17 @@ func (in *instance) handle(env *actors.Envelope) {
 		if env.Count == 0 { // every record was shed by the overflow policy
 			return
 		}
-		var start int64
-		if in.lat != nil || in.exec.metrics != nil {
-			start = in.batchStart(env)
+		if in.lat != nil {
+			in.lat.records.Add(int64(env.Count))
 		}
-		in.curBorn, in.curKeep, in.sentAt = env.Born, env.Keep, start
+		var start int64
+		timed := in.measured() && (env.Sent != 0 || in.latEvery <= 1)
+		if timed {
+			start = in.batchStart(env)
+		} else {
+			in.lastEnd = 0 // nothing to carry over to the next batch's start
+		}
+		in.curBorn, in.curKeep, in.sentAt, in.untimed = env.Born, env.Keep, start, !timed
 		count := int64(env.Count)
 		if in.tr != nil && env.Channel < len(in.ins) {
 			// The chain head's spans of sampled records say the edge and
@@ -657,9 +673,10 @@ func (in *instance) handle(env *actors.Envelope) {
 			in.head.Deliver(env.Payload)
 		}
 		in.em.Flush()
-		if in.lat != nil || in.exec.metrics != nil {
+		if timed {
 			in.batchDone(env, start, count)
 		}
+		in.untimed = false
 		if in.credited && !in.replaying && in.gatedIn(env.Channel) {
 			in.grant(env)
 		}
@@ -690,7 +707,7 @@ func (in *instance) handle(env *actors.Envelope) {
 	case actors.UnalignedBarrier:
 		in.onUnalignedBarrier(env)
 	case actors.Watermark:
-		in.curBorn, in.curKeep, in.sentAt = env.Born, env.Keep, 0
+		in.curBorn, in.curKeep, in.sentAt, in.untimed = env.Born, env.Keep, 0, false
 		ch := env.Channel
 		if in.idleIn[ch] {
 			in.idleIn[ch] = false
@@ -922,18 +939,25 @@ func (in *instance) enqueue(oc *outChan, env *actors.Envelope) {
 		if oc.shed != nil && !in.shedTraced(oc, env) {
 			return // shed whole, or nothing left of it
 		}
-		if in.lat == nil && in.tr != nil && env.Sent == 0 {
+		if in.measured() {
+			// Made outside a batch's handling (a timer's, a window's
+			// output): timed one time in latEvery, one choice for all
+			// that the handling sends.
+			if in.sentAt == 0 && !in.untimed {
+				if in.pickTimed() {
+					in.sentAt = in.exec.now()
+				} else {
+					in.untimed = true
+				}
+			}
+			env.Sent = in.sentAt
+		}
+		if in.tr != nil && env.Sent == 0 {
 			if m, ok := env.Payload.(stage.Marked); ok { // for the queue wait of its sampled records
 				if tr, _ := m.Marks(); len(tr) > 0 {
 					env.Sent = in.exec.now()
 				}
 			}
-		}
-		if in.lat != nil {
-			if in.sentAt == 0 {
-				in.sentAt = in.exec.now()
-			}
-			env.Sent = in.sentAt
 		}
 	}
 	env.Channel = oc.channel
@@ -1069,6 +1093,20 @@ func (in *instance) sourceStep(at int64) (int, int64, error) {
 		n, err := in.src.Step()
 		return n, 0, err
 	}
+	if !in.pickTimed() { // counted, not timed: its batches go unstamped
+		in.curBorn, in.curKeep, in.sentAt, in.untimed = 0, 0, 0, true
+		n, err := in.src.Step()
+		if n > 0 {
+			in.lat.offered.Add(int64(n))
+			in.lat.records.Add(int64(n))
+			if in.curBorn != 0 { // the reader's (connector.IngestionTimer)
+				in.lat.lastBorn.Store(in.curBorn)
+			}
+		}
+		in.em.Flush()
+		in.untimed = false
+		return n, 0, err
+	}
 	start := at
 	if start == 0 {
 		start = in.exec.now()
@@ -1077,6 +1115,7 @@ func (in *instance) sourceStep(at int64) (int, int64, error) {
 	n, err := in.src.Step()
 	if n > 0 {
 		in.lat.offered.Add(int64(n))
+		in.lat.records.Add(int64(n))
 		in.lat.lastBorn.Store(in.curBorn)
 	}
 	in.em.Flush()
@@ -1090,6 +1129,24 @@ func (in *instance) sourceStep(at int64) (int, int64, error) {
 		return n, end, err
 	}
 	return n, 0, err
+}
+
+// measured says whether the instance times batches: for its latency
+// statistics, or for the job's OpenTelemetry metrics.
+func (in *instance) measured() bool { return in.lat != nil || in.exec.metrics != nil }
+
+// pickTimed chooses, one time in latEvery at random, to time what the
+// instance reads or makes outside a batch's handling.
+func (in *instance) pickTimed() bool {
+	if in.latEvery <= 1 {
+		return true
+	}
+	x := in.latRand // xorshift64: never 0 from a state that is not 0
+	x ^= x << 13
+	x ^= x >> 7
+	x ^= x << 17
+	in.latRand = x
+	return x%in.latEvery == 0
 }
 
 // batchStart is when the handling of data envelope env starts: the end of

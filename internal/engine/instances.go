@@ -68,7 +68,8 @@ func (x *execution) InstanceStats() []InstanceStats {
 			if x.local(in.self) {
 				s = x.instanceStats(in)
 				if id < len(x.lats) && in.idx < len(x.lats[id]) && x.lats[id][in.idx] != nil {
-					st.Busy, st.BusyKnown = time.Duration(x.lats[id][in.idx].busy.Load()), true
+					_, st.Busy = x.lats[id][in.idx].handledBusy()
+					st.BusyKnown = true
 				}
 			} else {
 				st.Host = in.self.Address

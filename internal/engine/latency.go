@@ -158,8 +158,9 @@ func (s histSnap) percentiles() actors.Percentiles {
 // instLatency is what one instance measured; it outlives restarts (as the
 // record counters do), so the statistics of a job cover every generation.
 type instLatency struct {
-	queue, proc, e2e hist
-	busy             atomic.Int64 // nanoseconds spent handling batches
+	queue, proc, e2e hist         // of the batches timed (Config.LatencyEvery)
+	busy             atomic.Int64 // nanoseconds spent handling the batches timed
+	records          atomic.Int64 // records handled (a source's: read), timed or not
 	offered          atomic.Int64 // a source's: records read, before LatencyTarget shed any
 	blocked          atomic.Int64 // nanoseconds without credit to send, in episodes that ended
 	blockedSince     atomic.Int64 // the start of the episode going on (unix ns), 0: none
@@ -176,6 +177,22 @@ const (
 
 var shedReasonNames = [numShedReasons]string{"latency-sampled", "latency-dropped"}
 
+// handledBusy is the records the instance handled (after the mailbox's
+// shedding) and the time it spent on them: the time spent on the records
+// timed, scaled to all (one batch in Config.LatencyEvery is timed; every
+// one under a LatencyTarget, whose controller divides the two).
+func (l *instLatency) handledBusy() (int64, time.Duration) {
+	var timed int64
+	for i := range l.proc.b {
+		timed += l.proc.b[i].Load()
+	}
+	handled, busy := l.records.Load(), l.busy.Load()
+	if timed > 0 && handled > timed {
+		busy = int64(float64(busy) * float64(handled) / float64(timed))
+	}
+	return handled, time.Duration(busy)
+}
+
 // latencySnap is an instant's copy of what the instances of a task measured.
 type latencySnap struct {
 	queue, proc, e2e histSnap
@@ -187,9 +204,8 @@ type latencySnap struct {
 
 func (l *instLatency) snapshot(now time.Time) latencySnap {
 	s := latencySnap{queue: l.queue.snapshot(), proc: l.proc.snapshot(), e2e: l.e2e.snapshot(),
-		busy: time.Duration(l.busy.Load()), offered: l.offered.Load(),
-		blocked: time.Duration(l.blocked.Load())}
-	s.handled = s.proc.n // the records handled (after the mailbox's shedding): each is in proc once
+		offered: l.offered.Load(), blocked: time.Duration(l.blocked.Load())}
+	s.handled, s.busy = l.handledBusy()
 	if since := l.blockedSince.Load(); since != 0 {
 		s.blocked += max(0, now.Sub(time.Unix(0, since)))
 	}

@@ -62,14 +62,20 @@ func newTestSystem(t *testing.T) *actors.System {
 // stamps what it sends with the start of its batch and carries the end of
 // one batch over as the start of the next it takes straight after. A hop
 // (source -> sink) read the clock five times per batch before (source:
-// start, sent, end; sink: start, end); now at most about three (the sink,
-// when idle between batches, reads start and end). Every record is still
-// measured.
+// start, sent, end; sink: start, end); timing every batch
+// (LatencyEvery(1)) it reads it at most about three times (the sink, when
+// idle between batches, reads start and end), and measures every record.
+// By default one batch in graph.DefaultLatencyEvery is timed, at the
+// source and at the sink alike: about that share of the records is
+// measured, and the clock read well under once per batch.
 func TestClockReadsPerBatch(t *testing.T) {
 	sys := newTestSystem(t)
-	reads := func(n int64) int64 {
+	// reads runs n records over the hop and returns the clock's readings
+	// and the records the sink measured (queue wait, end to end and
+	// processing alike).
+	reads := func(n int64, opts ...graph.TopologyOption) (int64, int64) {
 		c := &countingClock{Clock: clock.Real()}
-		run := hop(t, sys, n, graph.WithClock(c))
+		run := hop(t, sys, n, append(opts, graph.WithClock(c))...)
 		got := c.reads.Load()
 		var out actors.OperatorStats
 		for _, s := range run.Stats() {
@@ -77,18 +83,37 @@ func TestClockReadsPerBatch(t *testing.T) {
 				out = s
 			}
 		}
-		if out.Latency.QueueWait.Count != n || out.Latency.EndToEnd.Count != n || out.Latency.Processing.Count != n {
-			t.Errorf("n %d: queue wait, end to end and processing measured %d, %d, %d records; want all",
-				n, out.Latency.QueueWait.Count, out.Latency.EndToEnd.Count, out.Latency.Processing.Count)
+		l := out.Latency
+		if l.QueueWait.Count != l.EndToEnd.Count || l.EndToEnd.Count != l.Processing.Count {
+			t.Errorf("n %d: queue wait, end to end and processing measured %d, %d, %d records; want as many",
+				n, l.QueueWait.Count, l.EndToEnd.Count, l.Processing.Count)
 		}
-		return got
+		return got, l.Processing.Count
 	}
 	const small, large = 50, 1050 // batches of 256
-	d := reads(large*256) - reads(small*256)
-	perBatch := float64(d) / (large - small)
-	t.Logf("%.2f clock readings per batch hop", perBatch)
+	every := graph.LatencyEvery(1)
+	rs, ms := reads(small*256, every)
+	rl, ml := reads(large*256, every)
+	perBatch := float64(rl-rs) / (large - small)
+	t.Logf("every batch timed: %.2f clock readings per batch hop", perBatch)
 	if perBatch > 3.3 {
-		t.Errorf("%.2f clock readings per batch over one hop, want at most 3.3", perBatch)
+		t.Errorf("every batch timed: %.2f clock readings per batch over one hop, want at most 3.3", perBatch)
+	}
+	if ms != small*256 || ml != large*256 {
+		t.Errorf("every batch timed: %d and %d records measured, want %d and %d", ms, ml, small*256, large*256)
+	}
+	rs, _ = reads(small * 256)
+	rl, ml = reads(large * 256)
+	perBatch = float64(rl-rs) / (large - small)
+	share := float64(ml) / (large * 256)
+	t.Logf("by default: %.2f clock readings per batch hop, %.3f of the records measured", perBatch, share)
+	if perBatch > 1 {
+		t.Errorf("by default: %.2f clock readings per batch over one hop, want under 1", perBatch)
+	}
+	// 1050 batches, each timed with probability 1/8: 131 expected, and
+	// fewer than 80 or more than 190 is over 4.5 standard deviations off.
+	if want := 1.0 / graph.DefaultLatencyEvery; share < want*80/131 || share > want*190/131 {
+		t.Errorf("by default: %.3f of the records measured, want about %.3f", share, want)
 	}
 }
 

@@ -45,6 +45,17 @@ type shedder struct {
 	report       shed.Report      // the latest report, under latMu
 }
 
+// latencyEvery is how many batches the instances time one in: every batch
+// under a LatencyTarget, whose controller reads the records handled and
+// the time spent on them from the processing histograms.
+func (x *execution) latencyEvery() uint64 {
+	cfg := x.topo.Config()
+	if cfg.LatencyTarget > 0 {
+		return 1
+	}
+	return uint64(max(1, cfg.LatencyEvery))
+}
+
 // setupLatency reads the topology's latency options: measurement (on
 // unless NoLatencyStats), and a LatencyTarget's controller and shed points.
 func (x *execution) setupLatency() error {

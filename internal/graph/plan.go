@@ -219,6 +219,9 @@ func (c Config) Validate() error {
 	if c.Capacity < c.BatchSize {
 		return fmt.Errorf("capacity %d: must be at least the batch size %d", c.Capacity, c.BatchSize)
 	}
+	if c.LatencyEvery < 1 {
+		return fmt.Errorf("latency every %d batches: must be at least 1", c.LatencyEvery)
+	}
 	return nil
 }
 

@@ -204,6 +204,11 @@ type Config struct {
 	NoLatency     bool
 	LatencyWindow time.Duration
 	LatencyTarget time.Duration
+	// LatencyEvery: the engine times one batch in LatencyEvery, chosen at
+	// random where it enters the job, and that batch's records at every
+	// operator they reach (default 8; 1 times every batch, as it does
+	// under a LatencyTarget).
+	LatencyEvery int
 	// FixedShed, when in (0, 1), sheds at every source's outputs with that
 	// rate from the start, without a controller (sampling, or with
 	// FixedDrop dropping whole batches): a seam for tests.
@@ -225,7 +230,7 @@ func StateBackend(s state.Spec) TopologyOption {
 
 func defaultRunConfig() Config {
 	realAfter := func(d time.Duration, f func()) func() bool { return time.AfterFunc(d, f).Stop }
-	return Config{Tracing: stage.Sampling{Ratio: DefaultTraceRatio}, BatchSize: 256, Capacity: 4096, Now: time.Now, SystemClock: true, After: realAfter, CheckpointAfter: realAfter,
+	return Config{Tracing: stage.Sampling{Ratio: DefaultTraceRatio}, BatchSize: 256, Capacity: 4096, LatencyEvery: DefaultLatencyEvery, Now: time.Now, SystemClock: true, After: realAfter, CheckpointAfter: realAfter,
 		CheckpointPolicy: CheckpointPolicy{Timeout: DefaultCheckpointTimeout, MaxConcurrent: 1}}
 }
 
@@ -321,6 +326,15 @@ func ShedSeed(seed uint64) TopologyOption { return func(c *Config) { c.ShedSeed 
 // LatencyTarget makes the job shed load to hold its end-to-end p99 latency
 // under d.
 func LatencyTarget(d time.Duration) TopologyOption { return func(c *Config) { c.LatencyTarget = d } }
+
+// LatencyEvery makes the latency statistics time one batch in n.
+func LatencyEvery(n int) TopologyOption { return func(c *Config) { c.LatencyEvery = n } }
+
+// DefaultLatencyEvery is how many batches the latency statistics take one
+// in by default: timing every batch cost 10-15 % of the throughput of a
+// pipeline whose operators do little per record (benchmarks/RESULTS.md,
+// session 21).
+const DefaultLatencyEvery = 8
 
 // Capacity sets each operator instance's input capacity in records (default
 // 4096). Senders hold credits for it; a sender without credits stops taking
