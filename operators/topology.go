@@ -166,14 +166,14 @@ func LatencyWindow(d time.Duration) TopologyOption { return TopologyOption{graph
 func NoLatencyStats() TopologyOption { return TopologyOption{graph.NoLatencyStats()} }
 
 // LatencyEvery sets how many batches the latency statistics time one in:
-// 8 by default. A batch is chosen at random where it enters the job (a
-// source's read, a window's or a timer's output) and timed at every
-// operator its records reach, so that the end-to-end latency of the
-// records timed is whole; Percentiles.Count is then the records timed, not
-// every record handled. 1 times every batch, which a LatencyTarget always
-// does (its controller needs every batch), and costs more: a read of the
-// clock and a few counters per batch at every operator, which was 10-15 %
-// of the throughput of a pipeline whose operators do little per record.
+// 8 by default. A source chooses at random which of the batches it reads
+// are timed, and they are timed at every operator their records reach, so
+// that their end-to-end latency is whole; a window's or a timer's output is
+// always timed. Percentiles.Count is then the records timed, not every
+// record handled. 1 times every batch, which a LatencyTarget always does
+// (its controller needs every batch), and costs more: a read of the clock
+// and a few counters per batch at every operator, about 5 % of the
+// throughput of a pipeline whose operators do little per record.
 func LatencyEvery(n int) TopologyOption { return TopologyOption{graph.LatencyEvery(n)} }
 
 // Capacity sets each operator instance's input capacity in records (default

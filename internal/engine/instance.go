@@ -149,12 +149,13 @@ type instance struct {
 	// when the handling of the previous batch ended, in run lastRun of the
 	// mailbox (0: nothing to carry over; see batchStart).
 	//
-	// One batch in latEvery is timed (Config.LatencyEvery): a source's
-	// step, or an output made outside the handling of a batch (a timer's,
-	// a window's), is chosen at random (pickTimed, latRand), and stamped
-	// as sent; a batch that arrives stamped is timed, and so are the
-	// batches its handling sends. untimed: the batch or step being handled
-	// is not, and what it sends goes unstamped.
+	// One batch in latEvery is timed (Config.LatencyEvery): a source
+	// times its every step, but stamps one in latEvery as sent, chosen
+	// at random (pickTimed, latRand); a batch that arrives stamped is
+	// timed, and so are the batches its handling sends; what an instance
+	// makes outside a batch's handling (a timer's, a window's output) is
+	// always stamped. untimed: the batch or step being handled is not
+	// stamped, and what it sends goes unstamped.
 	lat      *instLatency
 	curBorn  int64
 	curKeep  float64
@@ -941,14 +942,10 @@ func (in *instance) enqueue(oc *outChan, env *actors.Envelope) {
 		}
 		if in.measured() {
 			// Made outside a batch's handling (a timer's, a window's
-			// output): timed one time in latEvery, one choice for all
-			// that the handling sends.
+			// output, the end of the input's): always timed, as such
+			// outputs are few beside the batches they come from.
 			if in.sentAt == 0 && !in.untimed {
-				if in.pickTimed() {
-					in.sentAt = in.exec.now()
-				} else {
-					in.untimed = true
-				}
+				in.sentAt = in.exec.now()
 			}
 			env.Sent = in.sentAt
 		}
@@ -1093,25 +1090,19 @@ func (in *instance) sourceStep(at int64) (int, int64, error) {
 		n, err := in.src.Step()
 		return n, 0, err
 	}
-	if !in.pickTimed() { // counted, not timed: its batches go unstamped
-		in.curBorn, in.curKeep, in.sentAt, in.untimed = 0, 0, 0, true
-		n, err := in.src.Step()
-		if n > 0 {
-			in.lat.offered.Add(int64(n))
-			in.lat.records.Add(int64(n))
-			if in.curBorn != 0 { // the reader's (connector.IngestionTimer)
-				in.lat.lastBorn.Store(in.curBorn)
-			}
-		}
-		in.em.Flush()
-		in.untimed = false
-		return n, 0, err
-	}
 	start := at
 	if start == 0 {
 		start = in.exec.now()
 	}
-	in.curBorn, in.curKeep, in.sentAt = start, 0, start
+	// Every step is timed here (its start is the previous step's end),
+	// and its batches carry their ingestion time; one in latEvery is
+	// stamped as sent, and timed at every operator downstream.
+	var sent int64
+	timed := in.pickTimed()
+	if timed {
+		sent = start
+	}
+	in.curBorn, in.curKeep, in.sentAt, in.untimed = start, 0, sent, !timed
 	n, err := in.src.Step()
 	if n > 0 {
 		in.lat.offered.Add(int64(n))
@@ -1119,6 +1110,7 @@ func (in *instance) sourceStep(at int64) (int, int64, error) {
 		in.lat.lastBorn.Store(in.curBorn)
 	}
 	in.em.Flush()
+	in.untimed = false
 	if n > 0 {
 		end := in.exec.now()
 		in.lat.proc.observe(time.Duration(end-start), int64(n))
@@ -1135,8 +1127,8 @@ func (in *instance) sourceStep(at int64) (int, int64, error) {
 // statistics, or for the job's OpenTelemetry metrics.
 func (in *instance) measured() bool { return in.lat != nil || in.exec.metrics != nil }
 
-// pickTimed chooses, one time in latEvery at random, to time what the
-// instance reads or makes outside a batch's handling.
+// pickTimed chooses, one time in latEvery at random, to stamp a source's
+// step as sent, so that its batches are timed downstream.
 func (in *instance) pickTimed() bool {
 	if in.latEvery <= 1 {
 		return true

@@ -65,9 +65,11 @@ func newTestSystem(t *testing.T) *actors.System {
 // start, sent, end; sink: start, end); timing every batch
 // (LatencyEvery(1)) it reads it at most about three times (the sink, when
 // idle between batches, reads start and end), and measures every record.
-// By default one batch in graph.DefaultLatencyEvery is timed, at the
-// source and at the sink alike: about that share of the records is
-// measured, and the clock read well under once per batch.
+// By default the source still times every step (about one reading each:
+// the end of one step starts the next) and stamps every batch with its
+// ingestion time, but stamps one in graph.DefaultLatencyEvery as sent,
+// and the sink times only those: about that share of the records is
+// measured there, and the clock read about 1.4 times per batch.
 func TestClockReadsPerBatch(t *testing.T) {
 	sys := newTestSystem(t)
 	// reads runs n records over the hop and returns the clock's readings
@@ -107,8 +109,8 @@ func TestClockReadsPerBatch(t *testing.T) {
 	perBatch = float64(rl-rs) / (large - small)
 	share := float64(ml) / (large * 256)
 	t.Logf("by default: %.2f clock readings per batch hop, %.3f of the records measured", perBatch, share)
-	if perBatch > 1 {
-		t.Errorf("by default: %.2f clock readings per batch over one hop, want under 1", perBatch)
+	if perBatch > 1.7 {
+		t.Errorf("by default: %.2f clock readings per batch over one hop, want at most 1.7", perBatch)
 	}
 	// 1050 batches, each timed with probability 1/8: 131 expected, and
 	// fewer than 80 or more than 190 is over 4.5 standard deviations off.

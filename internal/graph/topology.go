@@ -205,9 +205,10 @@ type Config struct {
 	LatencyWindow time.Duration
 	LatencyTarget time.Duration
 	// LatencyEvery: the engine times one batch in LatencyEvery, chosen at
-	// random where it enters the job, and that batch's records at every
-	// operator they reach (default 8; 1 times every batch, as it does
-	// under a LatencyTarget).
+	// random by the source that reads it, and that batch's records at
+	// every operator they reach (default 8; 1 times every batch, as it
+	// does under a LatencyTarget); windows' and timers' outputs are
+	// always timed.
 	LatencyEvery int
 	// FixedShed, when in (0, 1), sheds at every source's outputs with that
 	// rate from the start, without a controller (sampling, or with
@@ -331,8 +332,8 @@ func LatencyTarget(d time.Duration) TopologyOption { return func(c *Config) { c.
 func LatencyEvery(n int) TopologyOption { return func(c *Config) { c.LatencyEvery = n } }
 
 // DefaultLatencyEvery is how many batches the latency statistics take one
-// in by default: timing every batch cost 10-15 % of the throughput of a
-// pipeline whose operators do little per record (benchmarks/RESULTS.md,
+// in by default: timing every batch cost about 5 % of the CPU a record of
+// a pipeline whose operators do little per record (benchmarks/RESULTS.md,
 // session 21).
 const DefaultLatencyEvery = 8
 
