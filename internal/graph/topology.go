@@ -332,7 +332,7 @@ func LatencyTarget(d time.Duration) TopologyOption { return func(c *Config) { c.
 func LatencyEvery(n int) TopologyOption { return func(c *Config) { c.LatencyEvery = n } }
 
 // DefaultLatencyEvery is how many batches the latency statistics take one
-// in by default: timing every batch cost about 5 % of the CPU a record of
+// in by default: timing every batch cost about 2.5 % of the throughput of
 // a pipeline whose operators do little per record (benchmarks/RESULTS.md,
 // session 21).
 const DefaultLatencyEvery = 8
