@@ -69,8 +69,10 @@
 // Every job measures latency (off with NoLatencyStats): queue wait and
 // processing per task, end to end from a record's ingestion at a source to
 // its sink, as percentiles in OperatorStats.Latency (since the start) and
-// LatencyWindow (the latest second), with each operator's EventTimeLag. A
-// source whose reader knows when records arrived (connector.IngestionTimer)
+// LatencyWindow (the latest second), with each operator's EventTimeLag;
+// the records of one batch in 8 that the sources read are timed, at every
+// operator they reach, and every window's and timer's output
+// (LatencyEvery). A source whose reader knows when records arrived (connector.IngestionTimer)
 // counts from then, so the time records wait outside under back-pressure
 // shows. LatencyTarget(d) sheds load to hold the p99 under d: at the
 // sources or the edge into the bottleneck, by sampling, or by dropping whole
