@@ -14,6 +14,51 @@ import (
 	"github.com/sluicehq/sluice/operators"
 )
 
+// With NoLatencyStats the job's metrics still time batches (one in
+// LatencyEvery, stamped at the source): the processing and queue-wait
+// histograms get some, the end-to-end one none (nothing carries an
+// ingestion time).
+func TestMetricsWithoutLatencyStats(t *testing.T) {
+	reader := sdkmetric.NewManualReader()
+	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	sys, err := actors.NewSystem(actors.Config{MeterProvider: mp})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sys.Stop(ctx)
+	defer mp.Shutdown(ctx)
+	const n = 100_000
+	top := operators.NewTopology("metered", operators.NoLatencyStats())
+	src := operators.Source(top, "src", operators.Generate(n, func(i int64) int64 { return i }))
+	even := operators.Filter(src, "even", func(v int64) bool { return v%2 == 0 }, operators.NoFusion())
+	operators.Sink(even, "out", discard[int64](), operators.NoFusion())
+	run, err := sys.Run(ctx, top)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rm metricdata.ResourceMetrics
+	// Collect while the job runs or right after it ended: the callback
+	// stays registered until the job's end, the histograms are pushed.
+	if err := run.Wait(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := reader.Collect(ctx, &rm); err != nil {
+		t.Fatal(err)
+	}
+	batches := uint64(n / 256)
+	if got := histogramCount(rm, "sluice.batch.processing"); got == 0 || got > batches {
+		t.Errorf("%d batch processing times recorded, want some of the %d batches, not all", got, batches)
+	}
+	if got := histogramCount(rm, "sluice.latency.queue_wait"); got == 0 {
+		t.Errorf("no queue waits recorded")
+	}
+	if got := histogramCount(rm, "sluice.latency.end_to_end"); got != 0 {
+		t.Errorf("%d end-to-end latencies recorded without ingestion times", got)
+	}
+}
+
 func TestMetricsThroughTheMeterProvider(t *testing.T) {
 	reader := sdkmetric.NewManualReader()
 	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))

@@ -1087,6 +1087,13 @@ func (in *instance) readTick() (n int, err error) {
 // ended (0 when it read nothing or measures nothing).
 func (in *instance) sourceStep(at int64) (int, int64, error) {
 	if in.lat == nil { // readTick flushes
+		// Only the job's OpenTelemetry metrics measure, if anything
+		// (NoLatencyStats): one step in latEvery is stamped as sent, for
+		// the receivers to time; the others go unstamped.
+		in.curBorn, in.curKeep, in.sentAt, in.untimed = 0, 0, 0, true
+		if in.exec.metrics != nil && in.pickTimed() {
+			in.sentAt, in.untimed = in.exec.now(), false
+		}
 		n, err := in.src.Step()
 		return n, 0, err
 	}
