@@ -19,16 +19,7 @@ import (
 // histograms get some, the end-to-end one none (nothing carries an
 // ingestion time).
 func TestMetricsWithoutLatencyStats(t *testing.T) {
-	reader := sdkmetric.NewManualReader()
-	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	sys, err := actors.NewSystem(actors.Config{MeterProvider: mp})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer sys.Stop(ctx)
-	defer mp.Shutdown(ctx)
+	sys, reader, ctx := meteredSystem(t)
 	const n = 100_000
 	top := operators.NewTopology("metered", operators.NoLatencyStats())
 	src := operators.Source(top, "src", operators.Generate(n, func(i int64) int64 { return i }))
@@ -59,17 +50,28 @@ func TestMetricsWithoutLatencyStats(t *testing.T) {
 	}
 }
 
-func TestMetricsThroughTheMeterProvider(t *testing.T) {
+// meteredSystem is a system whose MeterProvider a manual reader collects,
+// stopped when the test ends, and a context for the test's calls.
+func meteredSystem(t *testing.T) (*actors.System, *sdkmetric.ManualReader, context.Context) {
+	t.Helper()
 	reader := sdkmetric.NewManualReader()
 	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
 	sys, err := actors.NewSystem(actors.Config{MeterProvider: mp})
 	if err != nil {
+		cancel()
 		t.Fatal(err)
 	}
-	defer sys.Stop(ctx)
-	defer mp.Shutdown(ctx)
+	t.Cleanup(func() {
+		defer cancel()
+		sys.Stop(ctx)
+		mp.Shutdown(ctx)
+	})
+	return sys, reader, ctx
+}
+
+func TestMetricsThroughTheMeterProvider(t *testing.T) {
+	sys, reader, ctx := meteredSystem(t)
 	const n = 5000
 	top := operators.NewTopology("metered")
 	in := operators.NewIngress[int64](64)
