@@ -68,7 +68,8 @@ func (x *execution) InstanceStats() []InstanceStats {
 			if x.local(in.self) {
 				s = x.instanceStats(in)
 				if id < len(x.lats) && in.idx < len(x.lats[id]) && x.lats[id][in.idx] != nil {
-					_, st.Busy = x.lats[id][in.idx].handledBusy()
+					l := x.lats[id][in.idx]
+					_, st.Busy = l.handledBusy(l.proc.count())
 					st.BusyKnown = true
 				}
 			} else {

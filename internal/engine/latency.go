@@ -89,6 +89,15 @@ type histSnap struct {
 	max time.Duration
 }
 
+// count is how many records the histogram holds.
+func (h *hist) count() int64 {
+	var n int64
+	for i := range h.b {
+		n += h.b[i].Load()
+	}
+	return n
+}
+
 func (h *hist) snapshot() histSnap {
 	s := histSnap{b: make([]int64, histBuckets), max: time.Duration(h.max.Load())}
 	for i := range s.b {
@@ -179,13 +188,10 @@ var shedReasonNames = [numShedReasons]string{"latency-sampled", "latency-dropped
 
 // handledBusy is the records the instance handled (after the mailbox's
 // shedding) and the time it spent on them: the time spent on the records
-// timed, scaled to all (one batch in Config.LatencyEvery is timed; every
-// one under a LatencyTarget, whose controller divides the two).
-func (l *instLatency) handledBusy() (int64, time.Duration) {
-	var timed int64
-	for i := range l.proc.b {
-		timed += l.proc.b[i].Load()
-	}
+// timed (the processing histogram's count), scaled to all (one batch in
+// Config.LatencyEvery is timed; every one under a LatencyTarget, whose
+// controller divides the two).
+func (l *instLatency) handledBusy(timed int64) (int64, time.Duration) {
 	handled, busy := l.records.Load(), l.busy.Load()
 	if timed > 0 && handled > timed {
 		busy = int64(float64(busy) * float64(handled) / float64(timed))
@@ -205,7 +211,7 @@ type latencySnap struct {
 func (l *instLatency) snapshot(now time.Time) latencySnap {
 	s := latencySnap{queue: l.queue.snapshot(), proc: l.proc.snapshot(), e2e: l.e2e.snapshot(),
 		offered: l.offered.Load(), blocked: time.Duration(l.blocked.Load())}
-	s.handled, s.busy = l.handledBusy()
+	s.handled, s.busy = l.handledBusy(s.proc.n)
 	if since := l.blockedSince.Load(); since != 0 {
 		s.blocked += max(0, now.Sub(time.Unix(0, since)))
 	}
