@@ -73,11 +73,17 @@ type env struct {
 
 func (e *env) n(base int) int { return max(1, int(float64(base)*e.scale)) }
 
+// roundsTimes multiplies -rounds for the benchmarks whose rounds take a
+// few seconds: the best of more rounds is steadier on a machine whose
+// speed swings by a fifth within minutes (session 21), and costs them
+// seconds, not the minutes more rounds would cost the long ones.
+var roundsTimes = map[string]int{"pipeline": 3, "hop": 3, "remote-topology": 3}
+
 // suite lists every benchmark, in the order they run.
 func suite() []benchmark {
 	return []benchmark{
 		{"pipeline",
-			"source -> map -> filter -> sink over 20 M int64 records, best of -rounds (each round runs every case once): sluice fused (one actor) and unfused (an actor per stage, " +
+			"source -> map -> filter -> sink over 20 M int64 records, best of 3x -rounds rounds (each round runs every case once): sluice fused (one actor) and unfused (an actor per stage, " +
 				"batches of 256, 4096 credits per edge) against a hand-written loop, a goroutine per stage joined by chan []int64 carrying the same " +
 				"batches with the same records in flight, and raw protoactor-go with one batch per message (each baseline allocating a fresh array per batch " +
 				"and handing arrays back to its source, the faster counting, as sluice hands its own back); as context, the unfused pipeline with batches of 1024 " +
@@ -85,7 +91,7 @@ func suite() []benchmark {
 				"mailbox and worker pool doing the stages' loops and nothing else, no flow control) against the channels and sluice",
 			"unfused >= 0.8x batched channels and >= 1.0x protoactor with batches; fused >= 0.5x the loop", benchPipeline},
 		{"hop",
-			"one sender -> one receiver, best of -rounds (each round runs every case once): 5 M messages by the embedded actor's Ref.Send into Block(1024) against protoactor's default mailbox (one " +
+			"one sender -> one receiver, best of 3x -rounds rounds (each round runs every case once): 5 M messages by the embedded actor's Ref.Send into Block(1024) against protoactor's default mailbox (one " +
 				"message each), and 20 M records by a topology hop (batches of 256 with credits) against two goroutines joined by chan []int64 of the same batches " +
 				"and in-flight records, and against protoactor carrying one batch per message (each allocating and recycling its arrays, the faster counting); " +
 				"as context, the hop with batches of 1024 against channels carrying 1024",
@@ -127,7 +133,7 @@ func suite() []benchmark {
 			"context", benchRemote},
 		{"remote-topology", "5 M int64 records through a job source -> map -> sink whose map runs on a second node (two nodes on loopback, in this process): " +
 			"every record crosses twice in batches of 256 with credits, against raw protoactor remote carrying the same batches (256 varints per message, " +
-			"the same map, 32 batches in flight end to end; sluice 16 per edge, 32 on the two)",
+			"the same map, 32 batches in flight end to end; sluice 16 per edge, 32 on the two); best of 3x -rounds rounds, the two alternated in each round",
 			"sluice >= 0.8x raw protoactor with the same batches; >= 2.7 M records/s (10x the 272 k/s of one record per message)", benchRemoteTopology},
 		{"state-backends", "source -> map -> KeyBy -> Count (1000 keys) -> sink over 10 M records, checkpoints every second: the memory and the disk (pebble) state backend, alternated rounds",
 			"disk >= 0.5x memory", benchStateBackends},
@@ -229,13 +235,15 @@ func run(pat, cases string, asJSON bool, scale float64, rounds int, list, skipSl
 			fmt.Printf("## %s\n# measures: %s\n# aim: %s\n", b.name, b.desc, b.aim)
 		}
 		start, startLoad := time.Now(), loadAvg()
-		res, err := b.run(ctx, e)
+		be := *e
+		be.rounds = rounds * max(1, roundsTimes[b.name])
+		res, err := b.run(ctx, &be)
 		if err != nil {
 			return fmt.Errorf("%s: %w", b.name, err)
 		}
 		if asJSON { // the JSON lines carry what the text's comment lines say
 			res = append(res, Result{Name: b.name + "/run", Value: time.Since(start).Seconds(), Unit: "s",
-				Note: fmt.Sprintf("%s; load average at the start %s, at the end %s; -scale %g -rounds %d", machine, startLoad, loadAvg(), scale, rounds)})
+				Note: fmt.Sprintf("%s; load average at the start %s, at the end %s; -scale %g -rounds %d (%d rounds here)", machine, startLoad, loadAvg(), scale, rounds, be.rounds)})
 		}
 		for _, r := range res {
 			if asJSON {

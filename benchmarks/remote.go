@@ -247,7 +247,7 @@ func benchRemoteTopology(ctx context.Context, e *env) ([]Result, error) {
 		return out
 	}
 	round := 0
-	raw, err := best(e.rounds, n, func() (time.Duration, error) {
+	rawRound := func() (time.Duration, error) {
 		round++
 		credits := make(chan struct{}, inFlight)
 		done := make(chan struct{})
@@ -306,9 +306,6 @@ func benchRemoteTopology(ctx context.Context, e *env) ([]Result, error) {
 			return 0, fmt.Errorf("raw remote batches: sum %d, want %d", sum, want)
 		}
 		return d, nil
-	})
-	if err != nil {
-		return nil, err
 	}
 
 	// sluice: the job on two nodes.
@@ -360,7 +357,7 @@ func benchRemoteTopology(ctx context.Context, e *env) ([]Result, error) {
 	placedOn := ""
 	var startup time.Duration
 	var blocked []string // the time the source and the map waited for credit, of the measured time
-	topo, err := best(e.rounds, n, func() (time.Duration, error) {
+	topoRound := func() (time.Duration, error) {
 		sum, seen = 0, 0
 		start := time.Now()
 		run, err := cluster.Run(ctx, nodeA, "hop", cluster.RunOptions{OffCoordinator: true})
@@ -387,10 +384,15 @@ func benchRemoteTopology(ctx context.Context, e *env) ([]Result, error) {
 			return 0, fmt.Errorf("remote topology: sum %d, want %d", got, want)
 		}
 		return d, nil
-	})
+	}
+	// The rounds of the two alternate (interleaved), so that the ratio
+	// compares runs in the same states of the machine: both pairs of
+	// nodes stay up for the whole step.
+	bests, err := interleaved(e.rounds, []timedCase{{n, rawRound}, {n, topoRound}})
 	if err != nil {
 		return nil, err
 	}
+	raw, topo := bests[0].rate, bests[1].rate
 	rawR := Result{Name: "remote-topology/base-protoactor-batched", Value: raw, Unit: "records/s",
 		Note: fmt.Sprintf("%d records, two remote hops (A -> map on B -> A), a BytesValue of %d varints per message, %d batches in flight from the source to the sink; from the sink's first record to its last", n, batch, inFlight)}
 	topoR := Result{Name: "remote-topology/sluice-vs-base-protoactor-batched", Value: topo, Unit: "records/s",
