@@ -124,8 +124,11 @@ func TestStoreInspectRefusesBadFiles(t *testing.T) {
 	}
 	truncated := filepath.Join(dir, "truncated.db")
 	sampleStore(t, truncated)
-	st, _ := os.Stat(truncated)
-	if err := os.Truncate(truncated, st.Size()/2); err != nil {
+	used, err := store.Used(truncated) // the file runs past its pages
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Truncate(truncated, used/2); err != nil {
 		t.Fatal(err)
 	}
 	newer := filepath.Join(dir, "newer.db")

@@ -101,7 +101,10 @@ func OpenWith(path string, o Options) (f *File, err error) {
 	case statErr != nil && !errors.Is(statErr, os.ErrNotExist):
 		return nil, fmt.Errorf("store %s: %w", path, statErr)
 	}
-	db, err := bolt.Open(path, 0o600, &bolt.Options{Timeout: time.Second})
+	db, err := bolt.Open(path, 0o600, &bolt.Options{Timeout: time.Second, InitialMmapSize: initialMmap})
+	if err == nil && allocStep > 0 {
+		db.AllocSize = allocStep
+	}
 	if err != nil {
 		return nil, describe(path, err)
 	}
@@ -181,6 +184,21 @@ func verify(tx *bolt.Tx, path string, size int64, fresh bool) (version int, err 
 		return 0, fmt.Errorf("store %s: %w: version %d, this build reads up to %d", path, ErrNewer, v[0], Version)
 	}
 	return int(v[0]), nil
+}
+
+// Used is how many bytes of the store file at path its pages take, by
+// its metadata (bbolt's high-water mark), opened read-only: the file
+// itself may be longer, since bbolt grows it ahead of its pages. A test
+// that damages a file cuts it short of Used.
+func Used(path string) (int64, error) {
+	db, err := bolt.Open(path, 0o600, &bolt.Options{ReadOnly: true, Timeout: time.Second})
+	if err != nil {
+		return 0, describe(path, err)
+	}
+	defer db.Close()
+	var used int64
+	err = db.View(func(tx *bolt.Tx) error { used = tx.Size(); return nil })
+	return used, err
 }
 
 // OpenReadOnly opens an existing store for reading only, for inspection
