@@ -16,6 +16,7 @@ import (
 	"math"
 	"os"
 	"runtime/debug"
+	"strconv"
 	"syscall"
 	"time"
 
@@ -101,8 +102,12 @@ func OpenWith(path string, o Options) (f *File, err error) {
 	case statErr != nil && !errors.Is(statErr, os.ErrNotExist):
 		return nil, fmt.Errorf("store %s: %w", path, statErr)
 	}
-	db, err := bolt.Open(path, 0o600, &bolt.Options{Timeout: time.Second, InitialMmapSize: initialMmap})
-	if err == nil && allocStep > 0 {
+	opts := &bolt.Options{Timeout: time.Second}
+	if strconv.IntSize == 64 { // a 32-bit process keeps its address space
+		opts.InitialMmapSize = initialMmap
+	}
+	db, err := bolt.Open(path, 0o600, opts)
+	if err == nil && opts.InitialMmapSize > 0 && allocStep > 0 {
 		db.AllocSize = allocStep
 	}
 	if err != nil {
