@@ -695,12 +695,19 @@ type Episode struct {
 	c     contributors
 }
 
-// Started sets the episode's start (a mailbox reports it after its first
-// drops).
+// Started moves the episode's start back to at (a mailbox reports it
+// after its first drops, which began the span at their own time). It
+// never moves the start later: a mailbox reports an episode's end and the
+// next one's start from different goroutines, outside its lock, so the
+// next start can arrive before the end of this episode, and a start after
+// this one's is the next episode's (whose span then begins at its first
+// drop after this one ends).
 func (e *Episode) Started(at time.Time) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	e.start = at
+	if at.Before(e.start) {
+		e.start = at
+	}
 }
 
 // Touched adds sampled records the episode dropped, spilled or shed.
