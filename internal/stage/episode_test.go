@@ -24,9 +24,9 @@ func TestEpisodeStartNeverAfterEnd(t *testing.T) {
 	t0 := time.Unix(1000, 0)
 
 	ep := tr.Episode(sc, t0.Add(time.Millisecond)) // begun by its first drop
-	ep.Started(t0)                                  // its own start, reported after
-	ep.Started(t0.Add(3 * time.Millisecond))        // the next episode's start, early
-	ep.End(t0.Add(2 * time.Millisecond))            // this episode's end
+	ep.Started(t0)                                 // its own start, reported after
+	ep.Started(t0.Add(3 * time.Millisecond))       // the next episode's start, early
+	ep.End(t0.Add(2 * time.Millisecond))           // this episode's end
 
 	spans := rec.Ended()
 	if len(spans) != 1 {
