@@ -36,10 +36,14 @@ func newSystem(t *testing.T) (*actors.System, context.Context) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
-		if err := sys.Stop(ctx); err != nil {
+		defer cancel()
+		// A deadline of its own: a test that used up ctx's should fail on
+		// its own steps, not on the system's stop.
+		stopCtx, stopCancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer stopCancel()
+		if err := sys.Stop(stopCtx); err != nil {
 			t.Errorf("system stop: %v", err)
 		}
-		cancel()
 	})
 	return sys, ctx
 }

@@ -212,18 +212,24 @@ func TestUnalignedCheckpointsWithLiveInputChanges(t *testing.T) {
 	sys, ctx := newSystem(t)
 	// The job must outlast two rounds of changes and checkpoints: sized by
 	// the machine's speed (without -race 12 000 records ended before the
-	// first change), it runs for at least 2 s uninterrupted.
+	// first change), it runs for at least 2 s uninterrupted. Each size
+	// after the first is scaled to about 2.5 s from the run before (by 2
+	// at least): quadrupling overshot to runs of up to 8 s, and the test,
+	// its reruns after the stops and the system's stop all share one
+	// 30-s deadline (exceeded once, in CI's pass without -race beside the
+	// cluster's tests).
 	n := int64(12_000)
 	var want string
 	for {
 		cleanDir := t.TempDir()
 		start := time.Now()
 		runToEnd(t, sys, ctx, slowCounting(&uaCheckpoints{}, cleanDir, n, work, false, time.Hour))
-		if time.Since(start) >= 2*time.Second || n >= 12_000*256 {
+		took := time.Since(start)
+		if took >= 2*time.Second || n >= 12_000*256 {
 			want = sortedParts(t, cleanDir)
 			break
 		}
-		n *= 4
+		n = int64(float64(n) * max(2, 2.5*float64(time.Second)/float64(max(took, time.Millisecond))))
 	}
 
 	dir := t.TempDir()
