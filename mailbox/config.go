@@ -145,7 +145,10 @@ type Config struct {
 	// OnOverflow, if set, is called once when an overflow episode starts and
 	// once when it ends (the depth is back to half the capacity and nothing
 	// is spilled), with the counts of the episode. It runs on the goroutine
-	// that caused the event and must not block.
+	// that caused the event, outside the mailbox's lock, and must not
+	// block. Events on different goroutines are not ordered: the start of
+	// an episode (a sender's) can be delivered before the end of the one
+	// before it (the actor's); Episode.At orders them.
 	OnOverflow func(Episode)
 	// OnDrop, if set, is told of each data message the policy discarded
 	// whole (its records are counted in Stats.Dropped under why; records

@@ -15,11 +15,13 @@ import (
 // remapped twice in its first seconds. Four such checkpoints (each
 // replacing the one before) into a new file took 160-203 ms with bbolt's
 // defaults, 68-98 ms mapped at 256 MiB with allocStep (session 22, four
-// runs each). bbolt grows a file mapped beyond 16 MiB
-// (its AllocSize) by what it needs plus AllocSize, and a smaller one to
-// the whole map: allocStep keeps a small store small (what it holds and
-// at most 1 MiB more), and costs a growing file a grow (a truncate and an
-// fsync) every MiB, not every 16.
+// runs each).
+//
+// allocStep is the AllocSize that goes with it: bbolt grows a file mapped
+// beyond AllocSize by what it needs plus AllocSize (16 MiB by default),
+// and a smaller one to the whole map. 1 MiB keeps a small store small
+// (what it holds and at most 1 MiB more) and costs a growing file a grow
+// (a truncate and an fsync) every MiB, not every 16.
 const (
 	initialMmap = 256 << 20
 	allocStep   = 1 << 20

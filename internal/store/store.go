@@ -107,11 +107,11 @@ func OpenWith(path string, o Options) (f *File, err error) {
 		opts.InitialMmapSize = initialMmap
 	}
 	db, err := bolt.Open(path, 0o600, opts)
-	if err == nil && opts.InitialMmapSize > 0 && allocStep > 0 {
-		db.AllocSize = allocStep
-	}
 	if err != nil {
 		return nil, describe(path, err)
+	}
+	if opts.InitialMmapSize > 0 {
+		db.AllocSize = allocStep
 	}
 	if err := db.Update(func(tx *bolt.Tx) error {
 		if tx.Bucket(metaBucket) != nil {
@@ -191,18 +191,18 @@ func verify(tx *bolt.Tx, path string, size int64, fresh bool) (version int, err 
 	return int(v[0]), nil
 }
 
-// Used is how many bytes of the store file at path its pages take, by
-// its metadata (bbolt's high-water mark), opened read-only: the file
+// Used is how many bytes of the store at path its pages take, by its
+// metadata (bbolt's high-water mark), opened with OpenReadOnly: the file
 // itself may be longer, since bbolt grows it ahead of its pages. A test
 // that damages a file cuts it short of Used.
 func Used(path string) (int64, error) {
-	db, err := bolt.Open(path, 0o600, &bolt.Options{ReadOnly: true, Timeout: time.Second})
+	f, _, err := OpenReadOnly(path)
 	if err != nil {
-		return 0, describe(path, err)
+		return 0, err
 	}
-	defer db.Close()
+	defer f.Close()
 	var used int64
-	err = db.View(func(tx *bolt.Tx) error { used = tx.Size(); return nil })
+	err = f.DB.View(func(tx *bolt.Tx) error { used = tx.Size(); return nil })
 	return used, err
 }
 
