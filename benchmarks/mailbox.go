@@ -178,10 +178,13 @@ func benchHop(ctx context.Context, e *env) ([]Result, error) {
 	topoR := Result{Name: "hop/sluice-topology", Value: topo, Unit: "records/s", Note: "source -> sink actor, batches of 256, 4096 credits"}
 	return []Result{
 		rRaw, rChan, rChanR, rRawBatch, rRawBatchR,
-		Result{Name: "hop/sluice-block-send-vs-protoactor-default", Value: blockRate, Unit: "msgs/s", Note: "Ref.Send (waits when full) into Block(1024) (aim >= 1.0x)"}.against(rRaw),
+		Result{Name: "hop/sluice-block-send-vs-protoactor-default", Value: blockRate, Unit: "msgs/s", Note: "Ref.Send (waits when full) into Block(1024) (aim >= 1.0x)"}.against(rRaw).
+			spread(roundRatios(bests[1], bests[0])),
 		// Against each baseline's faster configuration (bestBase).
-		topoR.rename("hop/sluice-topology-vs-channels-batched", "aim >= 0.8x; base: the faster of "+rChan.Name+" and "+rChanR.Name).against(bestBase(rChan, rChanR)),
-		topoR.rename("hop/sluice-topology-vs-protoactor-batched", "base: the faster of "+rRawBatch.Name+" and "+rRawBatchR.Name).against(bestBase(rRawBatch, rRawBatchR)),
+		topoR.rename("hop/sluice-topology-vs-channels-batched", "aim >= 0.8x; base: the faster of "+rChan.Name+" and "+rChanR.Name).against(bestBase(rChan, rChanR)).
+			spread(roundRatios(bests[2], bests[6], bests[7])),
+		topoR.rename("hop/sluice-topology-vs-protoactor-batched", "base: the faster of "+rRawBatch.Name+" and "+rRawBatchR.Name).against(bestBase(rRawBatch, rRawBatchR)).
+			spread(roundRatios(bests[2], bests[8], bests[9])),
 		rBig, rBigR,
 		Result{Name: fmt.Sprintf("hop/sluice-topology-batch-%d-vs-channels-batched-%d", bigBatch, bigBatch), Value: topoBig, Unit: "records/s",
 			Note: fmt.Sprintf("context: the topology hop with operators.BatchSize(%d) (the default is %d), %d credits; base: the faster of %s and %s", bigBatch, benchBatch, benchInFlight, rBig.Name, rBigR.Name)}.against(bestBase(rBig, rBigR)),

@@ -27,6 +27,7 @@ import (
 	"regexp"
 	"runtime"
 	"runtime/pprof"
+	"slices"
 	"strings"
 	"syscall"
 	"time"
@@ -51,6 +52,12 @@ func (r Result) against(b Result) Result {
 	if b.Value != 0 {
 		r.Ratio = r.Value / b.Value
 	}
+	return r
+}
+
+// spread adds spreadNote(ratios) to r's note.
+func (r Result) spread(ratios []float64) Result {
+	r.Note += spreadNote(ratios)
 	return r
 }
 
@@ -295,10 +302,45 @@ type timedCase struct {
 }
 
 // bestRound is a case's best round: its rate, and the process's CPU time
-// in that round.
+// in that round; rates is every round's rate, in the order they ran.
 type bestRound struct {
-	rate float64
-	cpu  time.Duration
+	rate  float64
+	cpu   time.Duration
+	rates []float64
+}
+
+// roundRatios is num's rate ÷ the faster of dens' rates, round by round:
+// each ratio compares runs made in the same round, seconds apart, where a
+// ratio of best rounds may pair rounds minutes apart on a machine whose
+// speed drifts.
+func roundRatios(num bestRound, dens ...bestRound) []float64 {
+	var out []float64
+	for r, v := range num.rates {
+		var d float64
+		for _, den := range dens {
+			if r < len(den.rates) {
+				d = max(d, den.rates[r])
+			}
+		}
+		if d > 0 {
+			out = append(out, v/d)
+		}
+	}
+	return out
+}
+
+// spreadNote says how a ratio's rounds spread, as the end of a note: the
+// median of the round-by-round ratios, and their least and greatest.
+func spreadNote(ratios []float64) string {
+	if len(ratios) < 2 {
+		return ""
+	}
+	s := slices.Sorted(slices.Values(ratios))
+	m := s[len(s)/2]
+	if len(s)%2 == 0 {
+		m = (s[len(s)/2-1] + s[len(s)/2]) / 2
+	}
+	return fmt.Sprintf("; round by round (the two runs of a round seconds apart): median %.3f, %.3f-%.3f over %d rounds", m, s[0], s[len(s)-1], len(s))
 }
 
 // interleaved runs cases in rounds, each round running every case once
@@ -317,9 +359,11 @@ func interleaved(rounds int, cases []timedCase) ([]bestRound, error) {
 			if err != nil {
 				return nil, err
 			}
-			if v := float64(c.n) / d.Seconds(); v > out[i].rate {
-				out[i] = bestRound{v, used}
+			v := float64(c.n) / d.Seconds()
+			if v > out[i].rate {
+				out[i].rate, out[i].cpu = v, used
 			}
+			out[i].rates = append(out[i].rates, v)
 		}
 	}
 	return out, nil

@@ -80,9 +80,34 @@ func TestInterleavedRounds(t *testing.T) {
 	if got[0].rate != 50 || got[1].rate != 10 { // 100 records in 2 s, 10 in 1 s
 		t.Errorf("best rates %v and %v, want 50 and 10", got[0].rate, got[1].rate)
 	}
+	if !slices.Equal(got[0].rates, []float64{25, 50, 100.0 / 3}) || !slices.Equal(got[1].rates, []float64{10, 2, 5}) {
+		t.Errorf("rates by round %v and %v, want [25 50 33.3] and [10 2 5]", got[0].rates, got[1].rates)
+	}
 	_, err = interleaved(3, []timedCase{{1, func() (time.Duration, error) { return 0, errors.New("boom") }}})
 	if err == nil || err.Error() != "boom" {
 		t.Errorf("a failing case gave %v, want its error", err)
+	}
+}
+
+// TestRoundRatios: a ratio's rounds pair the runs of one round, against
+// the faster baseline of that round, and the note gives their median and
+// range.
+func TestRoundRatios(t *testing.T) {
+	num := bestRound{rates: []float64{8, 9, 6}}
+	alloc := bestRound{rates: []float64{10, 9, 12}}
+	recycled := bestRound{rates: []float64{5, 10, 10}}
+	got := roundRatios(num, alloc, recycled)
+	if want := []float64{0.8, 0.9, 0.5}; !slices.Equal(got, want) {
+		t.Errorf("round ratios %v, want %v", got, want)
+	}
+	if s, want := spreadNote(got), "median 0.800, 0.500-0.900 over 3 rounds"; !strings.HasSuffix(s, want) {
+		t.Errorf("note %q, want it to end %q", s, want)
+	}
+	if s, want := spreadNote([]float64{0.5, 0.9, 0.7, 0.6}), "median 0.650, 0.500-0.900 over 4 rounds"; !strings.HasSuffix(s, want) {
+		t.Errorf("note %q, want it to end %q", s, want)
+	}
+	if s := spreadNote([]float64{0.7}); s != "" {
+		t.Errorf("one round: note %q, want none", s)
 	}
 }
 
@@ -121,6 +146,10 @@ func TestHopSmall(t *testing.T) {
 		}
 		if r.Baseline != want.Name || r.BaselineValue != want.Value || r.Ratio != r.Value/want.Value {
 			t.Errorf("%s lacks its baseline %s: %+v", name, want.Name, r)
+		}
+		// Two rounds: the aims' ratios say how their rounds spread.
+		if aim := !strings.Contains(name, "1024"); aim && !strings.Contains(r.Note, "round by round") {
+			t.Errorf("%s: no round-by-round ratios in %q", name, r.Note)
 		}
 	}
 }

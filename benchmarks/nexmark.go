@@ -441,12 +441,14 @@ func benchNexmark(ctx context.Context, e *env) ([]Result, error) {
 		// of each counts. The model and sluice's runs, a few hundred
 		// milliseconds each, so sample the same states of the machine.
 		var model, rate, cpRate float64
+		var perRound []float64 // sluice without checkpoints ÷ the model, round by round
 		var checkpoints []int64
 		var intervals []time.Duration
 		for r := range max(e.rounds, 1) {
 			runtime.GC()
 			d, k := q.model(evs)
-			model, modelResults = max(model, float64(n)/d.Seconds()), k
+			roundModel := float64(n) / d.Seconds()
+			model, modelResults = max(model, roundModel), k
 			for i := range 2 {
 				var cp time.Duration
 				if (r+i)%2 == 1 {
@@ -465,6 +467,7 @@ func benchNexmark(ctx context.Context, e *env) ([]Result, error) {
 				} else {
 					rate = max(rate, v)
 					results = res.results
+					perRound = append(perRound, v/roundModel)
 				}
 			}
 		}
@@ -472,7 +475,7 @@ func benchNexmark(ctx context.Context, e *env) ([]Result, error) {
 			Note: fmt.Sprintf("the query's single-goroutine reference model on the same %d in-memory events, %d results", n, modelResults)}
 		out = append(out, base, Result{Name: "nexmark/" + q.name + "/sluice-vs-model", Value: rate, Unit: "events/s",
 			Note: fmt.Sprintf("%d in-memory events, %d source instances, keyed parallelism %d, %d cores, %d results equal to the model's (aim >= 0.5x)",
-				n, par, par, cores, results)}.against(base))
+				n, par, par, cores, results)}.against(base).spread(perRound))
 		plain := out[len(out)-1]
 		out = append(out, Result{Name: "nexmark/" + q.name + "/checkpoints-frequent-vs-none", Value: cpRate, Unit: "events/s",
 			Note: fmt.Sprintf("context, stricter than every second: the same runs with checkpoints every %v (a tenth of the run without, 10 ms to 1 s) into a bbolt store (memory state), output checked; checkpoints completed per run, the final one included: %v; best of %d against the best of %d without",

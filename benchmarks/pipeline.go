@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"slices"
 	"strings"
 	"time"
 
@@ -73,6 +74,7 @@ func benchPipeline(ctx context.Context, e *env) ([]Result, error) {
 		f    func() (int64, error)
 		v    float64
 		cpu  time.Duration
+		b    bestRound
 	}{
 		{name: "loop", f: func() (int64, error) { return handLoop(n, pipeGen, pipeMap, pipeFilter), nil }},
 		{name: "channels-batched", f: func() (int64, error) {
@@ -116,7 +118,7 @@ func benchPipeline(ctx context.Context, e *env) ([]Result, error) {
 		return nil, err
 	}
 	for j, b := range bests {
-		cases[which[j]].v, cases[which[j]].cpu = b.rate, b.cpu
+		cases[which[j]].v, cases[which[j]].cpu, cases[which[j]].b = b.rate, b.cpu, b
 	}
 	// find is a case's rate and the CPU time of its best round (zero for a
 	// case that did not run); v is the rate, cpu the end of a note that
@@ -130,6 +132,20 @@ func benchPipeline(ctx context.Context, e *env) ([]Result, error) {
 		return 0, 0
 	}
 	v := func(name string) float64 { r, _ := find(name); return r }
+	// per is the round-by-round ratios of case num ÷ the faster of dens.
+	per := func(num string, dens ...string) []float64 {
+		var a bestRound
+		var bs []bestRound
+		for _, c := range cases {
+			if c.name == num {
+				a = c.b
+			}
+			if slices.Contains(dens, c.name) {
+				bs = append(bs, c.b)
+			}
+		}
+		return roundRatios(a, bs...)
+	}
 	cpu := func(name string) string { r, c := find(name); return cpuNote(n, r, c) }
 	rLoop := Result{Name: "pipeline/base-loop", Value: v("loop"), Unit: "records/s", Note: "hand-written single-goroutine loop, same functions" + cpu("loop")}
 	chanNote := fmt.Sprintf("goroutine per stage, chan []int64 of %d-record batches, %d slots (%d records in flight per edge)", benchBatch, benchInFlight/benchBatch, benchInFlight)
@@ -140,11 +156,13 @@ func benchPipeline(ctx context.Context, e *env) ([]Result, error) {
 	rRawR := Result{Name: "pipeline/base-protoactor-batched-recycled", Value: v("protoactor-batched-recycled"), Unit: "records/s", Note: rawNote + "; the sink hands arrays back to the source" + cpu("protoactor-batched-recycled")}
 	unfused := Result{Name: "pipeline/sluice-unfused", Value: v("sluice-unfused"), Unit: "records/s", Note: "actor per stage, Block edges, batches of 256, 4096 credits per edge" + cpu("sluice-unfused")}
 	out := []Result{rLoop, rChan, rChanR, rRaw, rRawR,
-		Result{Name: "pipeline/sluice-fused-vs-loop", Value: v("sluice-fused"), Unit: "records/s", Note: "one actor" + cpu("sluice-fused") + " (aim >= 0.5x)"}.against(rLoop),
+		Result{Name: "pipeline/sluice-fused-vs-loop", Value: v("sluice-fused"), Unit: "records/s", Note: "one actor" + cpu("sluice-fused") + " (aim >= 0.5x)"}.against(rLoop).spread(per("sluice-fused", "loop")),
 		// Against each baseline's faster configuration (sluice hands its
 		// arrays back, stage.Arrays; the baselines do when it pays).
-		unfused.rename("pipeline/sluice-unfused-vs-channels-batched", "aim >= 0.8x; base: the faster of "+rChan.Name+" and "+rChanR.Name).against(bestBase(rChan, rChanR)),
-		unfused.rename("pipeline/sluice-unfused-vs-protoactor-batched", "aim >= 1.0x; base: the faster of "+rRaw.Name+" and "+rRawR.Name).against(bestBase(rRaw, rRawR)),
+		unfused.rename("pipeline/sluice-unfused-vs-channels-batched", "aim >= 0.8x; base: the faster of "+rChan.Name+" and "+rChanR.Name).against(bestBase(rChan, rChanR)).
+			spread(per("sluice-unfused", "channels-batched", "channels-batched-recycled")),
+		unfused.rename("pipeline/sluice-unfused-vs-protoactor-batched", "aim >= 1.0x; base: the faster of "+rRaw.Name+" and "+rRawR.Name).against(bestBase(rRaw, rRawR)).
+			spread(per("sluice-unfused", "protoactor-batched", "protoactor-batched-recycled")),
 	}
 	bigNote := fmt.Sprintf("goroutine per stage, chan []int64 of %d-record batches, %d slots (%d records in flight per edge)", bigBatch, benchInFlight/bigBatch, benchInFlight)
 	rBig := Result{Name: fmt.Sprintf("pipeline/base-channels-batched-%d", bigBatch), Value: v("channels-batched-big"), Unit: "records/s", Note: bigNote + "; a fresh array per batch" + cpu("channels-batched-big")}
@@ -154,8 +172,10 @@ func benchPipeline(ctx context.Context, e *env) ([]Result, error) {
 	rFloor := Result{Name: "pipeline/context-actor-floor", Value: v("actor-floor"), Unit: "records/s",
 		Note: rawNote + ", on sluice's mailbox and worker pool, no flow control, nothing else of sluice's; the sink hands arrays back" + cpu("actor-floor")}
 	out = append(out, rFloor,
-		rFloor.rename("pipeline/context-actor-floor-vs-channels-batched", "what 'unfused ÷ channels' could reach with an engine that cost nothing; base: the faster of "+rChan.Name+" and "+rChanR.Name).against(bestBase(rChan, rChanR)),
-		unfused.rename("pipeline/context-sluice-unfused-vs-actor-floor", "what the engine's credits, envelopes, clock and counters cost").against(rFloor))
+		rFloor.rename("pipeline/context-actor-floor-vs-channels-batched", "what 'unfused ÷ channels' could reach with an engine that cost nothing; base: the faster of "+rChan.Name+" and "+rChanR.Name).against(bestBase(rChan, rChanR)).
+			spread(per("actor-floor", "channels-batched", "channels-batched-recycled")),
+		unfused.rename("pipeline/context-sluice-unfused-vs-actor-floor", "what the engine's credits, envelopes, clock and counters cost").against(rFloor).
+			spread(per("sluice-unfused", "actor-floor")))
 	out = append(out, rBig, rBigR,
 		Result{Name: fmt.Sprintf("pipeline/sluice-unfused-batch-%d-vs-channels-batched-%d", bigBatch, bigBatch), Value: v("sluice-unfused-big"), Unit: "records/s",
 			Note: fmt.Sprintf("context: the unfused pipeline with operators.BatchSize(%d) (the default is %d), %d credits per edge; base: the faster of %s and %s", bigBatch, benchBatch, benchInFlight, rBig.Name, rBigR.Name) + cpu("sluice-unfused-big")}.against(bestBase(rBig, rBigR)))

@@ -397,7 +397,7 @@ func benchRemoteTopology(ctx context.Context, e *env) ([]Result, error) {
 		Note: fmt.Sprintf("%d records, two remote hops (A -> map on B -> A), a BytesValue of %d varints per message, %d batches in flight from the source to the sink; from the sink's first record to its last", n, batch, inFlight)}
 	topoR := Result{Name: "remote-topology/sluice-vs-base-protoactor-batched", Value: topo, Unit: "records/s",
 		Note: fmt.Sprintf("job source -> map -> sink, the map on the second node (%s instances per address), batches of %d with credits (%d records per edge); from the sink's first record to its last", placedOn, batch, 4096)}
-	return []Result{rawR, topoR.against(rawR),
+	return []Result{rawR, topoR.against(rawR).spread(roundRatios(bests[1], bests[0])),
 		{Name: "remote-topology/context-startup", Value: float64(startup.Microseconds()) / 1000, Unit: "ms",
 			Note: "the last round's time from cluster.Run to the sink's first record (deploying on both nodes, the checkpoint log), not in the rates"},
 		{Name: "remote-topology/context-blocked", Value: float64(len(blocked)), Unit: "operators",
