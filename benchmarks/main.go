@@ -93,7 +93,8 @@ func suite() []benchmark {
 			"source -> map -> filter -> sink over 20 M int64 records, best of 3x -rounds rounds (each round runs every case once): sluice fused (one actor) and unfused (an actor per stage, " +
 				"batches of 256, 4096 credits per edge) against a hand-written loop, a goroutine per stage joined by chan []int64 carrying the same " +
 				"batches with the same records in flight, and raw protoactor-go with one batch per message (each baseline allocating a fresh array per batch " +
-				"and handing arrays back to its source, the faster counting, as sluice hands its own back); as context, the unfused pipeline with batches of 1024 " +
+				"and handing arrays back to its source, as sluice hands its own back; protoactor also with its Bounded(16) mailboxes, the same records in flight; " +
+				"the fastest counting); as context, the unfused pipeline with batches of 1024 " +
 				"(operators.BatchSize) against channels carrying 1024, one record per send/message, and the floor of an actor per stage (protoactor actors on sluice's " +
 				"mailbox and worker pool doing the stages' loops and nothing else, no flow control) against the channels and sluice",
 			"unfused >= 0.8x batched channels and >= 1.0x protoactor with batches; fused >= 0.5x the loop", benchPipeline},

@@ -85,7 +85,10 @@ func benchPipeline(ctx context.Context, e *env) ([]Result, error) {
 		}},
 		{name: "protoactor-batched", f: func() (int64, error) { return protoactorBatchChain(n, benchBatch, false) }},
 		{name: "protoactor-batched-recycled", f: func() (int64, error) { return protoactorBatchChain(n, benchBatch, true) }},
-		{name: "actor-floor", f: func() (int64, error) { return actorBatchChain(n, benchBatch, true, true) }},
+		{name: "actor-floor", f: func() (int64, error) { return actorBatchChain(n, benchBatch, true, true, 0) }},
+		{name: "protoactor-batched-bounded", f: func() (int64, error) {
+			return actorBatchChain(n, benchBatch, true, false, benchInFlight/benchBatch)
+		}},
 		{name: "sluice-fused", f: func() (int64, error) { return sluicePipeline(ctx, n, true) }},
 		{name: "sluice-unfused", f: func() (int64, error) { return sluicePipeline(ctx, n, false) }},
 		// Context: batches of bigBatch records (operators.BatchSize), the
@@ -155,14 +158,20 @@ func benchPipeline(ctx context.Context, e *env) ([]Result, error) {
 	rRaw := Result{Name: "pipeline/base-protoactor-batched", Value: v("protoactor-batched"), Unit: "records/s", Note: rawNote + "; a fresh array per batch" + cpu("protoactor-batched")}
 	rRawR := Result{Name: "pipeline/base-protoactor-batched-recycled", Value: v("protoactor-batched-recycled"), Unit: "records/s", Note: rawNote + "; the sink hands arrays back to the source" + cpu("protoactor-batched-recycled")}
 	unfused := Result{Name: "pipeline/sluice-unfused", Value: v("sluice-unfused"), Unit: "records/s", Note: "actor per stage, Block edges, batches of 256, 4096 credits per edge" + cpu("sluice-unfused")}
-	out := []Result{rLoop, rChan, rChanR, rRaw, rRawR,
+	// protoactor's own bounded mailboxes, Bounded(16): 16 batches, the
+	// records in flight per edge of sluice's credits and of the channels'
+	// slots, a full mailbox's sender waiting (protoactor's ring buffer
+	// retries with runtime.Gosched).
+	rRawB := Result{Name: "pipeline/base-protoactor-batched-bounded", Value: v("protoactor-batched-bounded"), Unit: "records/s",
+		Note: rawNote + fmt.Sprintf(", protoactor's Bounded(%d) mailboxes (%d records in flight per edge; the sender retries while one is full); the sink hands arrays back to the source", benchInFlight/benchBatch, benchInFlight) + cpu("protoactor-batched-bounded")}
+	out := []Result{rLoop, rChan, rChanR, rRaw, rRawR, rRawB,
 		Result{Name: "pipeline/sluice-fused-vs-loop", Value: v("sluice-fused"), Unit: "records/s", Note: "one actor" + cpu("sluice-fused") + " (aim >= 0.5x)"}.against(rLoop).spread(per("sluice-fused", "loop")),
 		// Against each baseline's faster configuration (sluice hands its
 		// arrays back, stage.Arrays; the baselines do when it pays).
 		unfused.rename("pipeline/sluice-unfused-vs-channels-batched", "aim >= 0.8x; base: the faster of "+rChan.Name+" and "+rChanR.Name).against(bestBase(rChan, rChanR)).
 			spread(per("sluice-unfused", "channels-batched", "channels-batched-recycled")),
-		unfused.rename("pipeline/sluice-unfused-vs-protoactor-batched", "aim >= 1.0x; base: the faster of "+rRaw.Name+" and "+rRawR.Name).against(bestBase(rRaw, rRawR)).
-			spread(per("sluice-unfused", "protoactor-batched", "protoactor-batched-recycled")),
+		unfused.rename("pipeline/sluice-unfused-vs-protoactor-batched", "aim >= 1.0x; base: the fastest of "+rRaw.Name+", "+rRawR.Name+" and "+rRawB.Name).against(bestBase(rRaw, rRawR, rRawB)).
+			spread(per("sluice-unfused", "protoactor-batched", "protoactor-batched-recycled", "protoactor-batched-bounded")),
 	}
 	bigNote := fmt.Sprintf("goroutine per stage, chan []int64 of %d-record batches, %d slots (%d records in flight per edge)", bigBatch, benchInFlight/bigBatch, benchInFlight)
 	rBig := Result{Name: fmt.Sprintf("pipeline/base-channels-batched-%d", bigBatch), Value: v("channels-batched-big"), Unit: "records/s", Note: bigNote + "; a fresh array per batch" + cpu("channels-batched-big")}
@@ -320,7 +329,7 @@ func batchedChannelPipeline(n, batch, slots int, recycle bool) int64 {
 // mapped and filtered in place, as the channel baseline does), default
 // unbounded mailboxes, no flow control. recycle: as batchedChannelPipeline's.
 func protoactorBatchChain(n, batch int, recycle bool) (int64, error) {
-	return actorBatchChain(n, batch, recycle, false)
+	return actorBatchChain(n, batch, recycle, false, 0)
 }
 
 // actorBatchChain is protoactorBatchChain; with sluiceParts its actors run
@@ -329,7 +338,7 @@ func protoactorBatchChain(n, batch int, recycle bool) (int64, error) {
 // (internal/workers), and nothing else of sluice's: no credits, envelopes,
 // clock or counters. That is the floor of an actor per stage on this
 // machine: what sluice's engine adds is the difference.
-func actorBatchChain(n, batch int, recycle, sluiceParts bool) (int64, error) {
+func actorBatchChain(n, batch int, recycle, sluiceParts bool, bounded int) (int64, error) {
 	pool := newBatchPool(recycle, benchInFlight/batch)
 	sys := actor.NewActorSystem(actor.WithLoggerFactory(func(*actor.ActorSystem) *slog.Logger { return slog.New(slog.DiscardHandler) }))
 	defer sys.Shutdown()
@@ -344,6 +353,8 @@ func actorBatchChain(n, batch int, recycle, sluiceParts bool) (int64, error) {
 		wp := workers.New(300, 0) // as actors.System's
 		defer wp.Stop()
 		opts = append(opts, actor.WithMailbox(mb), actor.WithDispatcher(wp))
+	} else if bounded > 0 {
+		opts = append(opts, actor.WithMailbox(actor.Bounded(bounded)))
 	}
 	props := func(f actor.ReceiveFunc) *actor.Props { return actor.PropsFromFunc(f, opts...) }
 	root := actor.NewRootContext(sys, nil)
@@ -444,13 +455,17 @@ func (p batchPool) put(b []int64) {
 	}
 }
 
-// bestBase is the faster of a baseline's two configurations, allocating
-// and recycling its batch arrays: the one a ratio is taken against.
-func bestBase(alloc, recycled Result) Result {
-	if recycled.Value > alloc.Value {
-		return recycled
+// bestBase is the fastest of a baseline's configurations (allocating and
+// recycling its batch arrays; for protoactor also with bounded mailboxes):
+// the one a ratio is taken against.
+func bestBase(alloc Result, others ...Result) Result {
+	b := alloc
+	for _, o := range others {
+		if o.Value > b.Value {
+			b = o
+		}
 	}
-	return alloc
+	return b
 }
 
 // protoactorChain runs map, filter and sink as three protoactor actors with
