@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
-	"slices"
 	"strings"
 	"time"
 
@@ -72,9 +71,7 @@ func benchPipeline(ctx context.Context, e *env) ([]Result, error) {
 	cases := []struct {
 		name string
 		f    func() (int64, error)
-		v    float64
-		cpu  time.Duration
-		b    bestRound
+		b    bestRound // its rounds (zero for a case that did not run)
 	}{
 		{name: "loop", f: func() (int64, error) { return handLoop(n, pipeGen, pipeMap, pipeFilter), nil }},
 		{name: "channels-batched", f: func() (int64, error) {
@@ -121,35 +118,28 @@ func benchPipeline(ctx context.Context, e *env) ([]Result, error) {
 		return nil, err
 	}
 	for j, b := range bests {
-		cases[which[j]].v, cases[which[j]].cpu, cases[which[j]].b = b.rate, b.cpu, b
+		cases[which[j]].b = b
 	}
-	// find is a case's rate and the CPU time of its best round (zero for a
-	// case that did not run); v is the rate, cpu the end of a note that
-	// says what the round cost.
-	find := func(name string) (float64, time.Duration) {
+	// find is a case's rounds (zero for a case that did not run); v is its
+	// best rate, cpu the end of a note that says what its best round cost,
+	// per the round-by-round ratios of case num ÷ the faster of dens.
+	find := func(name string) bestRound {
 		for _, c := range cases {
 			if c.name == name {
-				return c.v, c.cpu
+				return c.b
 			}
 		}
-		return 0, 0
+		return bestRound{}
 	}
-	v := func(name string) float64 { r, _ := find(name); return r }
-	// per is the round-by-round ratios of case num ÷ the faster of dens.
+	v := func(name string) float64 { return find(name).rate }
+	cpu := func(name string) string { b := find(name); return cpuNote(n, b.rate, b.cpu) }
 	per := func(num string, dens ...string) []float64 {
-		var a bestRound
 		var bs []bestRound
-		for _, c := range cases {
-			if c.name == num {
-				a = c.b
-			}
-			if slices.Contains(dens, c.name) {
-				bs = append(bs, c.b)
-			}
+		for _, d := range dens {
+			bs = append(bs, find(d))
 		}
-		return roundRatios(a, bs...)
+		return roundRatios(find(num), bs...)
 	}
-	cpu := func(name string) string { r, c := find(name); return cpuNote(n, r, c) }
 	rLoop := Result{Name: "pipeline/base-loop", Value: v("loop"), Unit: "records/s", Note: "hand-written single-goroutine loop, same functions" + cpu("loop")}
 	chanNote := fmt.Sprintf("goroutine per stage, chan []int64 of %d-record batches, %d slots (%d records in flight per edge)", benchBatch, benchInFlight/benchBatch, benchInFlight)
 	rChan := Result{Name: "pipeline/base-channels-batched", Value: v("channels-batched"), Unit: "records/s", Note: chanNote + "; a fresh array per batch" + cpu("channels-batched")}
@@ -337,7 +327,10 @@ func protoactorBatchChain(n, batch int, recycle bool) (int64, error) {
 // room for every batch of the run: no flow control) and its worker pool
 // (internal/workers), and nothing else of sluice's: no credits, envelopes,
 // clock or counters. That is the floor of an actor per stage on this
-// machine: what sluice's engine adds is the difference.
+// machine: what sluice's engine adds is the difference. Without
+// sluiceParts, bounded > 0 gives each actor protoactor's Bounded(bounded)
+// mailbox (its sender retries while it is full) instead of the default
+// unbounded one.
 func actorBatchChain(n, batch int, recycle, sluiceParts bool, bounded int) (int64, error) {
 	pool := newBatchPool(recycle, benchInFlight/batch)
 	sys := actor.NewActorSystem(actor.WithLoggerFactory(func(*actor.ActorSystem) *slog.Logger { return slog.New(slog.DiscardHandler) }))
